@@ -1,0 +1,395 @@
+//! Pure analysis of a run's events: per-request spans, stalls and the summary.
+//!
+//! [`RunAnalysis`] is fed events in any batch order (each side's events in the order that side
+//! recorded them) and answers questions at any point, so the browser can show a run while it is
+//! still going.
+//!
+//! A **stall** is a read that stayed blocked more than [`STALL_THRESHOLD_NS`] after the peer had
+//! already written the bytes it was waiting for: the data sat in the kernel (Nagle's algorithm
+//! holding a small segment, a delayed ACK, a full window), not in the peer application. A read
+//! that waits for the peer to *produce* its bytes is waiting, not stalled. The two are told apart
+//! by matching stream offsets: both ends of a local run share one clock, so the peer's write that
+//! carried the last byte a read returned has a known completion time.
+
+use std::collections::HashMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::event::{ConnId, Event, EventKind, ReqId, Side};
+use crate::spec::MAX_REQUESTS;
+
+/// Reads held longer than this are stalls (the summary's "reads blocked longer than 10 ms").
+/// Far above a loopback round trip (tens of microseconds), far below a delayed ACK (40 ms).
+pub const STALL_THRESHOLD_NS: u64 = 10_000_000;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum SpanKind {
+    Connect,
+    Write,
+    Read,
+}
+
+/// One syscall (or the connect handshake) from start to return.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Span {
+    pub side: Side,
+    pub kind: SpanKind,
+    pub start_ns: u64,
+    pub end_ns: u64,
+    pub bytes: u32,
+    /// For reads and writes: the stream offset (bytes this side had read or written on the
+    /// connection) just after this call.
+    pub stream_end: u64,
+}
+
+impl Span {
+    pub fn duration_ns(&self) -> u64 {
+        self.end_ns.saturating_sub(self.start_ns)
+    }
+}
+
+/// Everything recorded for one request, both sides.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RequestView {
+    pub conn: Option<ConnId>,
+    /// When the client began the request (before connecting, if it connected first).
+    pub start_ns: Option<u64>,
+    /// When the client had read the whole response.
+    pub done_ns: Option<u64>,
+    pub spans: Vec<Span>,
+}
+
+impl RequestView {
+    pub fn latency_ns(&self) -> Option<u64> {
+        Some(self.done_ns?.saturating_sub(self.start_ns?))
+    }
+}
+
+/// The headline numbers of a run. Field names are part of the CLI's JSON interface.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Summary {
+    /// Requests completed.
+    pub requests: u32,
+    /// From the first request's start to the last request's end.
+    pub duration_s: f64,
+    pub rps: f64,
+    pub p50_ms: f64,
+    pub p99_ms: f64,
+    pub max_ms: f64,
+    /// Reads held longer than [`STALL_THRESHOLD_NS`] (see the module docs).
+    pub stalled_reads: u32,
+}
+
+/// Incremental analysis of one run.
+#[derive(Debug, Default)]
+pub struct RunAnalysis {
+    requests: Vec<RequestView>,
+    /// The open syscall of each side of each connection (each side is one thread, so at most one).
+    open: HashMap<(ConnId, Side), (u64, EventKind)>,
+    /// Bytes read / written so far, per connection and side.
+    read_offset: HashMap<(ConnId, Side), u64>,
+    write_offset: HashMap<(ConnId, Side), u64>,
+    /// Per connection and writing side: (stream offset after the write, when it returned).
+    writes: HashMap<(ConnId, Side), Vec<(u64, u64)>>,
+    /// Events that named a request id beyond [`MAX_REQUESTS`]; they are not analysed.
+    pub ignored_events: u64,
+}
+
+impl RunAnalysis {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    pub fn push_all<'a>(&mut self, events: impl IntoIterator<Item = &'a Event>) {
+        for event in events {
+            self.push(event);
+        }
+    }
+
+    pub fn push(&mut self, event: &Event) {
+        let key = (event.conn, event.side);
+        match event.kind {
+            EventKind::RequestStart => {
+                if let Some(view) = self.request_mut(event.req) {
+                    view.start_ns = Some(event.at_ns);
+                    view.conn = Some(event.conn);
+                }
+            }
+            EventKind::RequestDone => {
+                if let Some(view) = self.request_mut(event.req) {
+                    view.done_ns = Some(event.at_ns);
+                }
+            }
+            EventKind::ConnectStart
+            | EventKind::WriteStart { .. }
+            | EventKind::ReadStart { .. } => {
+                self.open.insert(key, (event.at_ns, event.kind));
+            }
+            EventKind::Connected => {
+                if let Some((start_ns, EventKind::ConnectStart)) = self.open.remove(&key) {
+                    self.add_span(event, SpanKind::Connect, start_ns, 0, 0);
+                }
+            }
+            EventKind::WriteDone { bytes } => {
+                if let Some((start_ns, EventKind::WriteStart { .. })) = self.open.remove(&key) {
+                    let offset = self.write_offset.entry(key).or_default();
+                    *offset += u64::from(bytes);
+                    let stream_end = *offset;
+                    self.writes.entry(key).or_default().push((stream_end, event.at_ns));
+                    self.add_span(event, SpanKind::Write, start_ns, bytes, stream_end);
+                }
+            }
+            EventKind::ReadDone { bytes } => {
+                if let Some((start_ns, EventKind::ReadStart { .. })) = self.open.remove(&key) {
+                    let offset = self.read_offset.entry(key).or_default();
+                    *offset += u64::from(bytes);
+                    let stream_end = *offset;
+                    // A zero-byte read is the peer closing: connection life, not a request's.
+                    if bytes > 0 {
+                        self.add_span(event, SpanKind::Read, start_ns, bytes, stream_end);
+                    }
+                }
+            }
+            EventKind::Accepted | EventKind::Closed => {}
+        }
+    }
+
+    fn request_mut(&mut self, req: ReqId) -> Option<&mut RequestView> {
+        if req.0 >= MAX_REQUESTS {
+            self.ignored_events += 1;
+            return None;
+        }
+        let index = req.0 as usize;
+        if index >= self.requests.len() {
+            self.requests.resize_with(index + 1, RequestView::default);
+        }
+        Some(&mut self.requests[index])
+    }
+
+    fn add_span(&mut self, done: &Event, kind: SpanKind, start_ns: u64, bytes: u32, end: u64) {
+        let span = Span {
+            side: done.side,
+            kind,
+            start_ns,
+            end_ns: done.at_ns,
+            bytes,
+            stream_end: end,
+        };
+        if let Some(view) = self.request_mut(done.req) {
+            view.spans.push(span);
+        }
+    }
+
+    /// All requests seen so far, indexed by request id.
+    pub fn requests(&self) -> &[RequestView] {
+        &self.requests
+    }
+
+    /// How long a read stayed blocked after the peer had written the last byte it returned.
+    /// `None` for other spans, or while the peer's write is not known yet.
+    pub fn held_ns(&self, conn: ConnId, span: &Span) -> Option<u64> {
+        if span.kind != SpanKind::Read || span.bytes == 0 {
+            return None;
+        }
+        let writes = self.writes.get(&(conn, span.side.peer()))?;
+        // The first peer write whose end lies past the read's last byte carried that byte.
+        let index = writes.partition_point(|&(end, _)| end < span.stream_end);
+        let &(_, written_ns) = writes.get(index)?;
+        Some(span.end_ns.saturating_sub(span.start_ns.max(written_ns)))
+    }
+
+    /// The stall of a read, if it was held longer than [`STALL_THRESHOLD_NS`].
+    pub fn stall_ns(&self, conn: ConnId, span: &Span) -> Option<u64> {
+        self.held_ns(conn, span).filter(|&held| held > STALL_THRESHOLD_NS)
+    }
+
+    pub fn summary(&self) -> Summary {
+        let mut latencies: Vec<u64> =
+            self.requests.iter().filter_map(RequestView::latency_ns).collect();
+        latencies.sort_unstable();
+        let first_start = self.requests.iter().filter_map(|r| r.start_ns).min();
+        let last_done = self.requests.iter().filter_map(|r| r.done_ns).max();
+        let duration_s = match (first_start, last_done) {
+            (Some(start), Some(done)) => done.saturating_sub(start) as f64 / 1e9,
+            _ => 0.0,
+        };
+        let requests = latencies.len() as u32;
+        let stalled_reads = self
+            .requests
+            .iter()
+            .filter_map(|view| Some((view.conn?, view)))
+            .flat_map(|(conn, view)| view.spans.iter().map(move |span| (conn, span)))
+            .filter(|(conn, span)| self.stall_ns(*conn, span).is_some())
+            .count() as u32;
+        Summary {
+            requests,
+            duration_s,
+            rps: if duration_s > 0.0 { f64::from(requests) / duration_s } else { 0.0 },
+            p50_ms: ns_to_ms(percentile(&latencies, 50.0)),
+            p99_ms: ns_to_ms(percentile(&latencies, 99.0)),
+            max_ms: ns_to_ms(latencies.last().copied().unwrap_or(0)),
+            stalled_reads,
+        }
+    }
+}
+
+/// Nearest-rank percentile of sorted values; 0 when there are none.
+pub fn percentile(sorted: &[u64], pct: f64) -> u64 {
+    if sorted.is_empty() {
+        return 0;
+    }
+    let rank = ((pct / 100.0) * sorted.len() as f64).ceil() as usize;
+    sorted[rank.clamp(1, sorted.len()) - 1]
+}
+
+pub fn ns_to_ms(ns: u64) -> f64 {
+    ns as f64 / 1e6
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MS: u64 = 1_000_000;
+    const US: u64 = 1_000;
+
+    /// Builds the events of one request/response exchange as the probe records them.
+    struct Script {
+        events: Vec<Event>,
+    }
+
+    impl Script {
+        fn ev(&mut self, at_ns: u64, side: Side, req: u32, kind: EventKind) {
+            let conn = ConnId(0);
+            self.events.push(Event { at_ns, side, conn, req: ReqId(req), kind });
+        }
+        fn write(&mut self, side: Side, req: u32, start: u64, end: u64, bytes: u32) {
+            self.ev(start, side, req, EventKind::WriteStart { len_bytes: bytes });
+            self.ev(end, side, req, EventKind::WriteDone { bytes });
+        }
+        fn read(&mut self, side: Side, req: u32, start: u64, end: u64, bytes: u32) {
+            self.ev(start, side, req, EventKind::ReadStart { len_bytes: bytes });
+            self.ev(end, side, req, EventKind::ReadDone { bytes });
+        }
+
+        /// One request at `t` in which the body (both ways) is held `hold` after being written.
+        fn exchange(&mut self, req: u32, t: u64, hold: u64) -> u64 {
+            use Side::*;
+            self.ev(t, Client, req, EventKind::RequestStart);
+            self.write(Client, req, t, t + 5 * US, 4);
+            self.write(Client, req, t + 6 * US, t + 10 * US, 2048);
+            // The server got the length at once but the body only after the hold.
+            self.read(Server, req, t, t + 20 * US, 4);
+            let body = t + 10 * US + hold;
+            self.read(Server, req, t + 21 * US, body, 2048);
+            self.write(Server, req, body + 5 * US, body + 10 * US, 4);
+            self.write(Server, req, body + 11 * US, body + 15 * US, 2048);
+            // The client waited for the length while the server was stalled: waiting, not held.
+            self.read(Client, req, t + 11 * US, body + 20 * US, 4);
+            let end = body + 15 * US + hold;
+            self.read(Client, req, body + 21 * US, end, 2048);
+            self.ev(end + US, Client, req, EventKind::RequestDone);
+            end + US
+        }
+    }
+
+    #[test]
+    fn nagle_run_counts_one_stall_per_direction_per_request() {
+        let mut script = Script { events: Vec::new() };
+        let mut t = 0;
+        for req in 0..10 {
+            // The first request on a connection is quick-ACKed; later ones stall 44 ms.
+            let hold = if req == 0 { 30 * US } else { 44 * MS };
+            t = script.exchange(req, t, hold) + 50 * US;
+        }
+        let mut analysis = RunAnalysis::new();
+        analysis.push_all(&script.events);
+        let summary = analysis.summary();
+        assert_eq!(summary.requests, 10);
+        assert_eq!(summary.stalled_reads, 18, "two per stalled request, none in the first");
+        assert!((88.0..89.0).contains(&summary.p50_ms), "{}", summary.p50_ms);
+        assert!(summary.rps > 10.0 && summary.rps < 13.0, "{}", summary.rps);
+
+        // The stall is the body read, held ~44 ms after the peer wrote it.
+        let view = &analysis.requests()[3];
+        let conn = view.conn.unwrap();
+        let stalls: Vec<(Side, u64)> = view
+            .spans
+            .iter()
+            .filter_map(|s| Some((s.side, analysis.stall_ns(conn, s)?)))
+            .collect();
+        assert_eq!(stalls.len(), 2);
+        assert!(stalls.iter().all(|&(_, held)| (43 * MS..45 * MS).contains(&held)));
+        assert!(stalls.iter().any(|&(side, _)| side == Side::Server));
+        assert!(stalls.iter().any(|&(side, _)| side == Side::Client));
+    }
+
+    #[test]
+    fn a_read_waiting_for_the_peer_to_write_is_not_a_stall() {
+        let mut script = Script { events: Vec::new() };
+        script.exchange(0, 0, 50 * US);
+        let mut analysis = RunAnalysis::new();
+        analysis.push_all(&script.events);
+        let view = &analysis.requests()[0];
+        let client_len_read = view
+            .spans
+            .iter()
+            .find(|s| s.side == Side::Client && s.kind == SpanKind::Read && s.bytes == 4)
+            .unwrap();
+        let held = analysis.held_ns(ConnId(0), client_len_read).unwrap();
+        assert!(held < 20 * US, "held {held} ns");
+        assert_eq!(analysis.summary().stalled_reads, 0);
+    }
+
+    #[test]
+    fn batches_in_any_order_give_the_same_answer() {
+        let mut script = Script { events: Vec::new() };
+        let mut t = 0;
+        for req in 0..4 {
+            t = script.exchange(req, t, 44 * MS);
+        }
+        // Server events first, client events later: as the probe's threads may deliver them.
+        let (server, client): (Vec<Event>, Vec<Event>) =
+            script.events.iter().partition(|e| e.side == Side::Server);
+        let mut split = RunAnalysis::new();
+        split.push_all(&server);
+        split.push_all(&client);
+        let mut whole = RunAnalysis::new();
+        whole.push_all(&script.events);
+        assert_eq!(split.summary(), whole.summary());
+        assert_eq!(whole.summary().stalled_reads, 8);
+    }
+
+    #[test]
+    fn unfinished_and_hostile_input_is_bounded() {
+        let mut analysis = RunAnalysis::new();
+        let far = Event {
+            at_ns: 1,
+            side: Side::Client,
+            conn: ConnId(0),
+            req: ReqId(u32::MAX),
+            kind: EventKind::RequestStart,
+        };
+        analysis.push(&far);
+        assert_eq!(analysis.ignored_events, 1);
+        assert!(analysis.requests().is_empty());
+        // A done without a start, and a request never finished, do not count.
+        let stray = Event { kind: EventKind::ReadDone { bytes: 9 }, req: ReqId(0), ..far };
+        analysis.push(&stray);
+        let start = Event { req: ReqId(1), ..far };
+        analysis.push(&start);
+        let summary = analysis.summary();
+        assert_eq!(summary.requests, 0);
+        assert_eq!(summary.p99_ms, 0.0);
+    }
+
+    #[test]
+    fn nearest_rank_percentiles() {
+        let values: Vec<u64> = (1..=200).collect();
+        assert_eq!(percentile(&values, 50.0), 100);
+        assert_eq!(percentile(&values, 99.0), 198);
+        assert_eq!(percentile(&values, 100.0), 200);
+        assert_eq!(percentile(&[7], 50.0), 7);
+        assert_eq!(percentile(&[], 50.0), 0);
+    }
+}

@@ -1,0 +1,22 @@
+//! The data model, the stream codec and the analysis that the probe and the web app share.
+//!
+//! Layers, bottom up:
+//! - [`event`]: what the probe records: one [`Event`] per step (syscall start/done, connection
+//!   life), stamped with nanoseconds since the run started on one monotonic clock for both sides.
+//! - [`spec`]: what a run does ([`RrSpec`]): everything needed to run it again.
+//! - [`wire`]: the versioned messages between probe and browser, and their framing. A session
+//!   file is the same framed stream written to disk, so one decoder serves both.
+//! - [`analysis`]: pure functions over events: per-request spans, stalls, the summary.
+//!
+//! Nothing here does IO or reads a clock: callers pass times in. That keeps the crate buildable
+//! for wasm32 and its tests deterministic.
+#![forbid(unsafe_code)]
+
+pub mod analysis;
+pub mod event;
+pub mod spec;
+pub mod wire;
+
+pub use analysis::{RequestView, Summary};
+pub use event::{ConnId, Event, EventKind, ReqId, RunId, Side};
+pub use spec::{NoDelay, RrSpec, SpecError};

@@ -1,0 +1,238 @@
+//! The messages between the probe and the browser, and how they are framed.
+//!
+//! Encoding: each message is one [postcard] value. On the WebSocket, one binary WebSocket message
+//! carries one encoded message (WebSocket does the framing). On disk, a session file is the same
+//! sequence of messages, each preceded by its length as a 4-byte little-endian integer
+//! ([`write_frame`], [`FrameReader`]): "the live stream, written to disk". docs/PROTOCOL.md
+//! documents both.
+//!
+//! Versioning: the first message is always [`ToBrowser::Hello`] (tag 0), whose first field is the
+//! protocol version. That prefix never changes, so any version can read a newer peer's version
+//! and refuse it by name instead of misreading it. New variants and event kinds are appended.
+
+use serde::{Deserialize, Serialize};
+
+use crate::event::{Event, RunId};
+use crate::spec::RrSpec;
+
+/// Bumped whenever an existing message's encoding changes.
+pub const PROTOCOL_VERSION: u16 = 1;
+
+/// No message may be larger than this: bounds what a decoder allocates for a bad length.
+pub const MAX_MESSAGE_BYTES: usize = 16 * 1024 * 1024;
+
+/// Probe to browser.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum ToBrowser {
+    /// Always the first message of a stream or file.
+    Hello(Hello),
+    /// A run began; its events follow in [`ToBrowser::Events`].
+    RunStarted { run: RunId, spec: RrSpec },
+    /// A batch of a run's events, in the order each side recorded them.
+    Events { run: RunId, events: Vec<Event> },
+    /// The run ended; no more events follow for it.
+    RunFinished { run: RunId, outcome: RunOutcome },
+    /// The probe refused a request from the browser; `reason` says why and what to do.
+    Rejected { reason: String },
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Hello {
+    /// Must stay the first field (see the module docs).
+    pub protocol_version: u16,
+    /// The probe's package version, for people.
+    pub ackscope_version: String,
+}
+
+impl Hello {
+    pub fn current(ackscope_version: &str) -> Hello {
+        Hello {
+            protocol_version: PROTOCOL_VERSION,
+            ackscope_version: ackscope_version.to_string(),
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum RunOutcome {
+    Completed,
+    /// The run stopped early; the events recorded before `error` are kept.
+    Failed { error: String },
+}
+
+/// Browser to probe. Note what is absent: an address. The probe only runs experiments against
+/// its own echo server.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ToProbe {
+    StartRun { spec: RrSpec },
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum WireError {
+    #[error("message of {len} bytes is over the {max}-byte limit")]
+    TooLarge { len: usize, max: usize },
+    #[error("malformed message: {0}")]
+    Malformed(String),
+    #[error("stream ends inside a message at byte {offset}: the file is truncated")]
+    Truncated { offset: usize },
+    #[error(
+        "stream speaks protocol version {found}; this build reads version {supported}: \
+         use an ackscope build of version {found}"
+    )]
+    Version { found: u16, supported: u16 },
+}
+
+/// Encodes one message (the payload of one WebSocket message).
+pub fn encode<T: Serialize>(message: &T) -> Vec<u8> {
+    postcard::to_allocvec(message).expect("encoding into a Vec cannot fail for these types")
+}
+
+/// Decodes one message, refusing any larger than [`MAX_MESSAGE_BYTES`].
+pub fn decode<'a, T: Deserialize<'a>>(bytes: &'a [u8]) -> Result<T, WireError> {
+    if bytes.len() > MAX_MESSAGE_BYTES {
+        return Err(WireError::TooLarge { len: bytes.len(), max: MAX_MESSAGE_BYTES });
+    }
+    postcard::from_bytes(bytes).map_err(|e| WireError::Malformed(e.to_string()))
+}
+
+/// Checks that a stream's first message is a Hello this build can read.
+pub fn check_hello(message: &ToBrowser) -> Result<(), WireError> {
+    match message {
+        ToBrowser::Hello(hello) if hello.protocol_version == PROTOCOL_VERSION => Ok(()),
+        ToBrowser::Hello(hello) => Err(WireError::Version {
+            found: hello.protocol_version,
+            supported: PROTOCOL_VERSION,
+        }),
+        _ => Err(WireError::Malformed("the stream does not start with Hello".into())),
+    }
+}
+
+/// Appends one length-prefixed message to `out` (the session-file framing).
+pub fn write_frame<T: Serialize>(message: &T, out: &mut Vec<u8>) {
+    let payload = encode(message);
+    let len = u32::try_from(payload.len()).expect("messages are far below 4 GiB");
+    out.extend_from_slice(&len.to_le_bytes());
+    out.extend_from_slice(&payload);
+}
+
+/// Reads length-prefixed messages from a buffer; stops at the first bad frame, so that every
+/// message before it is still usable.
+pub struct FrameReader<'a> {
+    bytes: &'a [u8],
+    offset: usize,
+}
+
+impl<'a> FrameReader<'a> {
+    pub fn new(bytes: &'a [u8]) -> Self {
+        FrameReader { bytes, offset: 0 }
+    }
+
+    /// The next message, `None` at a clean end, or the error that ends the stream.
+    pub fn next_message(&mut self) -> Option<Result<ToBrowser, WireError>> {
+        let rest = &self.bytes[self.offset..];
+        if rest.is_empty() {
+            return None;
+        }
+        let Some(len_bytes) = rest.get(..4) else {
+            return Some(Err(self.fail_truncated()));
+        };
+        let len = u32::from_le_bytes(len_bytes.try_into().expect("slice of 4")) as usize;
+        if len > MAX_MESSAGE_BYTES {
+            self.offset = self.bytes.len();
+            return Some(Err(WireError::TooLarge { len, max: MAX_MESSAGE_BYTES }));
+        }
+        let Some(payload) = rest.get(4..4 + len) else {
+            return Some(Err(self.fail_truncated()));
+        };
+        self.offset += 4 + len;
+        Some(decode(payload))
+    }
+
+    fn fail_truncated(&mut self) -> WireError {
+        let offset = self.offset;
+        self.offset = self.bytes.len();
+        WireError::Truncated { offset }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::event::{ConnId, EventKind, ReqId, Side};
+
+    fn sample_stream() -> Vec<ToBrowser> {
+        let event = Event {
+            at_ns: 43_600_000,
+            side: Side::Server,
+            conn: ConnId(1),
+            req: ReqId(7),
+            kind: EventKind::ReadDone { bytes: 2048 },
+        };
+        vec![
+            ToBrowser::Hello(Hello::current("0.1.0")),
+            ToBrowser::RunStarted { run: RunId(1), spec: RrSpec::default() },
+            ToBrowser::Events { run: RunId(1), events: vec![event; 3] },
+            ToBrowser::RunFinished { run: RunId(1), outcome: RunOutcome::Completed },
+        ]
+    }
+
+    #[test]
+    fn messages_round_trip() {
+        for message in sample_stream() {
+            let bytes = encode(&message);
+            assert_eq!(decode::<ToBrowser>(&bytes).unwrap(), message);
+        }
+        let start = ToProbe::StartRun { spec: RrSpec::default() };
+        assert_eq!(decode::<ToProbe>(&encode(&start)).unwrap(), start);
+    }
+
+    #[test]
+    fn events_are_compact() {
+        // A read of 2048 bytes at 43.6 ms: varints keep it near a dozen bytes.
+        let ToBrowser::Events { events, .. } = &sample_stream()[2] else { unreachable!() };
+        assert!(encode(&events[0]).len() <= 12, "{} bytes", encode(&events[0]).len());
+    }
+
+    #[test]
+    fn a_newer_version_is_refused_by_name() {
+        let newer = ToBrowser::Hello(Hello { protocol_version: 9, ackscope_version: "9".into() });
+        let decoded: ToBrowser = decode(&encode(&newer)).unwrap();
+        let err = check_hello(&decoded).unwrap_err();
+        assert_eq!(err, WireError::Version { found: 9, supported: PROTOCOL_VERSION });
+        assert!(err.to_string().contains("version 9"));
+        assert!(check_hello(&sample_stream()[0]).is_ok());
+    }
+
+    #[test]
+    fn file_framing_keeps_the_valid_prefix_of_a_truncated_stream() {
+        let mut file = Vec::new();
+        for message in sample_stream() {
+            write_frame(&message, &mut file);
+        }
+        let cut = &file[..file.len() - 3];
+        let mut reader = FrameReader::new(cut);
+        let mut good = Vec::new();
+        let mut error = None;
+        while let Some(result) = reader.next_message() {
+            match result {
+                Ok(message) => good.push(message),
+                Err(e) => error = Some(e),
+            }
+        }
+        assert_eq!(good, sample_stream()[..3]);
+        assert!(matches!(error, Some(WireError::Truncated { .. })));
+    }
+
+    #[test]
+    fn garbage_never_panics_and_huge_lengths_are_refused_before_allocating() {
+        let huge = [0xff, 0xff, 0xff, 0x7f, 1, 2, 3];
+        let mut reader = FrameReader::new(&huge);
+        assert!(matches!(reader.next_message(), Some(Err(WireError::TooLarge { .. }))));
+        assert!(reader.next_message().is_none());
+        for seed in 0u32..2000 {
+            let bytes: Vec<u8> = (0..(seed % 40)).map(|i| (seed * 31 + i * 17) as u8).collect();
+            let _ = decode::<ToBrowser>(&bytes);
+            let _ = decode::<ToProbe>(&bytes);
+        }
+    }
+}
