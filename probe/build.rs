@@ -1,0 +1,46 @@
+//! Embeds the built web app (Trunk's dist folder) into the binary, so `ackscope` is one file.
+//!
+//! The folder is `ACKSCOPE_WEB_DIST` if set (xtask sets it), else `dist/` at the workspace root.
+//! Without a built app the binary still builds; it then serves a page that says how to build it.
+
+use std::env;
+use std::fmt::Write as _;
+use std::fs;
+use std::path::{Path, PathBuf};
+
+fn main() {
+    println!("cargo:rerun-if-env-changed=ACKSCOPE_WEB_DIST");
+    let manifest_dir = PathBuf::from(env::var("CARGO_MANIFEST_DIR").expect("set by cargo"));
+    let dist = env::var_os("ACKSCOPE_WEB_DIST")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| manifest_dir.join("../dist"));
+    println!("cargo:rerun-if-changed={}", dist.display());
+
+    let mut files = Vec::new();
+    if dist.join("index.html").is_file() {
+        collect(&dist, &dist, &mut files);
+    }
+    files.sort();
+    let mut code = String::from("pub static ASSETS: &[Asset] = &[\n");
+    for (name, path) in &files {
+        writeln!(code, "    Asset {{ path: {name:?}, bytes: include_bytes!({path:?}) }},")
+            .expect("writing to a String");
+    }
+    code.push_str("];\n");
+    let out = PathBuf::from(env::var("OUT_DIR").expect("set by cargo")).join("assets.rs");
+    fs::write(out, code).expect("write assets.rs into OUT_DIR");
+}
+
+fn collect(root: &Path, dir: &Path, files: &mut Vec<(String, String)>) {
+    let Ok(entries) = fs::read_dir(dir) else { return };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            collect(root, &path, files);
+        } else if let Ok(relative) = path.strip_prefix(root) {
+            let name = relative.to_string_lossy().replace('\\', "/");
+            let absolute = fs::canonicalize(&path).unwrap_or(path.clone());
+            files.push((name, absolute.to_string_lossy().into_owned()));
+        }
+    }
+}

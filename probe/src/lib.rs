@@ -1,0 +1,17 @@
+//! ackscope's probe: runs TCP experiments on real kernel sockets, records every step with
+//! nanosecond timestamps, and serves the web app that shows them.
+//!
+//! - [`net`]: the only module that calls socket APIs: the echo server, the request/response
+//!   client, and the recorder that stamps each syscall.
+//! - [`scenario`]: what a run does and in what order; starts the threads, gathers their events.
+//! - [`serve`]: the HTTP server for the embedded web app and the WebSocket that streams runs.
+//! - [`cli`]: argument parsing and the headless summary.
+//!
+//! The measured path is plain blocking syscalls on dedicated threads, never async tasks: a
+//! runtime's wake-ups would add their own latency to what we claim is the kernel's. tokio only
+//! serves the UI and the WebSocket.
+
+pub mod cli;
+pub mod net;
+pub mod scenario;
+pub mod serve;

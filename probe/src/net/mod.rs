@@ -1,0 +1,27 @@
+//! Sockets: everything in the probe that calls the kernel's socket API lives here.
+
+pub mod client;
+pub mod echo;
+pub mod peers;
+pub mod record;
+
+use std::io;
+
+/// The echo protocol's length prefix: 4 bytes, big-endian (docs/PROTOCOL.md).
+pub const LENGTH_PREFIX_BYTES: usize = 4;
+
+/// The response body is the request body with every byte XORed with this key, so the client can
+/// check that what came back is its own request, transformed.
+pub const XOR_KEY: u8 = 0x5a;
+
+pub fn xor_in_place(body: &mut [u8]) {
+    for byte in body {
+        *byte ^= XOR_KEY;
+    }
+}
+
+/// Wraps an IO error with the operation that failed, for messages such as
+/// "server read of the body on 127.0.0.1:4321: connection reset by peer".
+pub(crate) fn context(err: io::Error, what: impl std::fmt::Display) -> io::Error {
+    io::Error::new(err.kind(), format!("{what}: {err}"))
+}

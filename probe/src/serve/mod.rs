@@ -1,0 +1,186 @@
+//! The UI server: the embedded web app over HTTP and the session over a WebSocket.
+//!
+//! Security defaults: the probe binds loopback only (see `cli`); a WebSocket upgrade is refused
+//! unless its Origin is this probe's own page, so another site open in the same browser cannot
+//! drive the probe; and the browser can only start runs against the probe's own echo server (a
+//! spec has no address field).
+
+pub mod assets;
+pub mod session;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use ackscope_shared::wire::{self, Hello, ToBrowser, ToProbe};
+use ackscope_shared::RrSpec;
+use axum::extract::ws::{Message, WebSocket, WebSocketUpgrade};
+use axum::extract::State;
+use axum::http::{header, HeaderMap, StatusCode, Uri};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::Router;
+
+use self::session::{Cursor, Session};
+use crate::scenario;
+
+/// The most requests a run started from the browser may make: keeps a session's memory modest.
+pub const MAX_BROWSER_REQUESTS: u32 = 100_000;
+/// Browser messages are a few dozen bytes; anything near this is not ours.
+const MAX_INCOMING_MESSAGE_BYTES: usize = 64 * 1024;
+
+struct App {
+    session: Arc<Session>,
+    /// The origins of this probe's own page, e.g. "http://127.0.0.1:4044".
+    own_origins: Vec<String>,
+}
+
+/// Serves until Ctrl-C.
+pub async fn serve(listener: tokio::net::TcpListener, session: Arc<Session>) -> std::io::Result<()> {
+    let addr = listener.local_addr()?;
+    let app = Arc::new(App { session, own_origins: own_origins(addr) });
+    let router = Router::new()
+        .route("/ws", get(upgrade))
+        .fallback(get(static_file))
+        .with_state(app);
+    axum::serve(listener, router)
+        .with_graceful_shutdown(async {
+            let _ = tokio::signal::ctrl_c().await;
+        })
+        .await
+}
+
+fn own_origins(addr: SocketAddr) -> Vec<String> {
+    let port = addr.port();
+    let mut origins = vec![format!("http://{addr}")];
+    if addr.ip().is_loopback() {
+        origins.push(format!("http://localhost:{port}"));
+        origins.push(format!("http://127.0.0.1:{port}"));
+        origins.push(format!("http://[::1]:{port}"));
+    }
+    origins
+}
+
+/// `Ok` if the request comes from this probe's own page.
+fn check_origin(headers: &HeaderMap, own_origins: &[String]) -> Result<(), String> {
+    let origin = headers.get(header::ORIGIN).and_then(|v| v.to_str().ok());
+    match origin {
+        Some(origin) if own_origins.iter().any(|own| own == origin) => Ok(()),
+        Some(origin) => Err(format!(
+            "WebSocket refused: Origin {origin} is not this probe's page ({}); open the probe's \
+             own URL",
+            own_origins[0]
+        )),
+        None => Err("WebSocket refused: no Origin header; open the probe's page in a browser".into()),
+    }
+}
+
+async fn upgrade(State(app): State<Arc<App>>, headers: HeaderMap, ws: WebSocketUpgrade) -> Response {
+    if let Err(reason) = check_origin(&headers, &app.own_origins) {
+        tracing::warn!("{reason}");
+        return (StatusCode::FORBIDDEN, format!("ackscope: {reason}\n")).into_response();
+    }
+    ws.max_message_size(MAX_INCOMING_MESSAGE_BYTES)
+        .on_upgrade(move |socket| stream_session(socket, app))
+}
+
+/// Sends the whole session, then whatever is appended, until the browser goes away.
+async fn stream_session(mut socket: WebSocket, app: Arc<App>) {
+    let mut changed = app.session.subscribe();
+    let mut cursor = Cursor::default();
+    if send(&mut socket, &ToBrowser::Hello(Hello::current(env!("CARGO_PKG_VERSION")))).await.is_err() {
+        return;
+    }
+    loop {
+        changed.borrow_and_update();
+        for message in app.session.catch_up(&mut cursor) {
+            if send(&mut socket, &message).await.is_err() {
+                return;
+            }
+        }
+        let incoming = tokio::select! {
+            incoming = socket.recv() => incoming,
+            changed = changed.changed() => match changed {
+                Ok(()) => continue,
+                Err(_) => return,
+            },
+        };
+        let bytes = match incoming {
+            Some(Ok(Message::Binary(bytes))) => bytes,
+            Some(Ok(Message::Close(_))) | Some(Err(_)) | None => return,
+            Some(Ok(_)) => continue,
+        };
+        let reply = match wire::decode::<ToProbe>(&bytes) {
+            Ok(ToProbe::StartRun { spec }) => start_run(&app.session, spec).err(),
+            Err(e) => Some(format!("could not read the request ({e}); reload the page")),
+        };
+        if let Some(reason) = reply {
+            if send(&mut socket, &ToBrowser::Rejected { reason }).await.is_err() {
+                return;
+            }
+        }
+    }
+}
+
+async fn send(socket: &mut WebSocket, message: &ToBrowser) -> Result<(), axum::Error> {
+    socket.send(Message::Binary(wire::encode(message).into())).await
+}
+
+/// Starts a run on a blocking thread; its events reach every tab through the session.
+pub fn start_run(session: &Arc<Session>, spec: RrSpec) -> Result<(), String> {
+    spec.validate().map_err(|e| e.to_string())?;
+    if spec.requests > MAX_BROWSER_REQUESTS {
+        return Err(format!(
+            "requests: runs started from the browser make at most {MAX_BROWSER_REQUESTS}; use \
+             the command line (ackscope run rr) for longer runs"
+        ));
+    }
+    let run = session.begin_run(spec.clone())?;
+    let session = Arc::clone(session);
+    tokio::task::spawn_blocking(move || {
+        let outcome = scenario::rr::run(&spec, |events| session.append(run, events))
+            .unwrap_or_else(|e| wire::RunOutcome::Failed { error: e.to_string() });
+        session.finish(run, outcome);
+    });
+    Ok(())
+}
+
+async fn static_file(uri: Uri) -> Response {
+    match assets::find(uri.path()) {
+        Some(asset) => (
+            [
+                (header::CONTENT_TYPE, assets::content_type(asset.path)),
+                (header::CACHE_CONTROL, "no-cache"),
+            ],
+            asset.bytes,
+        )
+            .into_response(),
+        None if !assets::is_built() && uri.path() == "/" => {
+            ([(header::CONTENT_TYPE, "text/html; charset=utf-8")], assets::NOT_BUILT_PAGE)
+                .into_response()
+        }
+        None => (StatusCode::NOT_FOUND, "ackscope: no such page\n").into_response(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use axum::http::HeaderValue;
+
+    fn with_origin(origin: &str) -> HeaderMap {
+        let mut headers = HeaderMap::new();
+        headers.insert(header::ORIGIN, HeaderValue::from_str(origin).unwrap());
+        headers
+    }
+
+    #[test]
+    fn only_the_probes_own_page_may_open_the_websocket() {
+        let own = own_origins("127.0.0.1:4044".parse().unwrap());
+        assert!(check_origin(&with_origin("http://127.0.0.1:4044"), &own).is_ok());
+        assert!(check_origin(&with_origin("http://localhost:4044"), &own).is_ok());
+        let evil = check_origin(&with_origin("http://evil.example"), &own).unwrap_err();
+        assert!(evil.contains("evil.example"), "{evil}");
+        assert!(check_origin(&with_origin("http://127.0.0.1:9999"), &own).is_err());
+        assert!(check_origin(&HeaderMap::new(), &own).is_err());
+    }
+}

@@ -1,0 +1,150 @@
+//! The runs of this probe's session, kept so that every browser tab (and a reloaded one) sees
+//! all of them, and streamed to each tab from where it is.
+
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use ackscope_shared::wire::{RunOutcome, ToBrowser};
+use ackscope_shared::{Event, RrSpec, RunId};
+use tokio::sync::watch;
+
+/// Events per WebSocket message: ~100 KB, well under the decoder's limit.
+const EVENTS_PER_MESSAGE: usize = 8192;
+
+pub struct RunRecord {
+    pub id: RunId,
+    pub spec: RrSpec,
+    pub events: Vec<Event>,
+    pub outcome: Option<RunOutcome>,
+}
+
+/// Append-only store of runs; a watch channel says "something was appended".
+pub struct Session {
+    runs: Mutex<Vec<RunRecord>>,
+    changed: watch::Sender<u64>,
+}
+
+/// How far one WebSocket has been sent: per run, events sent and whether the end was sent.
+#[derive(Default)]
+pub struct Cursor {
+    runs: Vec<(usize, bool)>,
+}
+
+impl Session {
+    pub fn new() -> Arc<Session> {
+        Arc::new(Session { runs: Mutex::new(Vec::new()), changed: watch::channel(0).0 })
+    }
+
+    pub fn subscribe(&self) -> watch::Receiver<u64> {
+        self.changed.subscribe()
+    }
+
+    /// Starts recording a new run, unless one is still going: runs share the machine, and two at
+    /// once would disturb each other's timings.
+    pub fn begin_run(&self, spec: RrSpec) -> Result<RunId, String> {
+        let mut runs = self.lock();
+        if let Some(running) = runs.iter().find(|r| r.outcome.is_none()) {
+            return Err(format!(
+                "run {} is still going; wait for it to finish, then press Run again",
+                running.id.0
+            ));
+        }
+        let id = RunId(runs.len() as u32 + 1);
+        runs.push(RunRecord { id, spec, events: Vec::new(), outcome: None });
+        drop(runs);
+        self.notify();
+        Ok(id)
+    }
+
+    pub fn append(&self, run: RunId, events: Vec<Event>) {
+        if let Some(record) = self.lock().iter_mut().find(|r| r.id == run) {
+            record.events.extend(events);
+        }
+        self.notify();
+    }
+
+    pub fn finish(&self, run: RunId, outcome: RunOutcome) {
+        if let Some(record) = self.lock().iter_mut().find(|r| r.id == run) {
+            record.outcome = Some(outcome);
+        }
+        self.notify();
+    }
+
+    /// The messages a WebSocket at `cursor` has not been sent yet, advancing the cursor.
+    pub fn catch_up(&self, cursor: &mut Cursor) -> Vec<ToBrowser> {
+        let runs = self.lock();
+        let mut messages = Vec::new();
+        for (index, record) in runs.iter().enumerate() {
+            if index == cursor.runs.len() {
+                cursor.runs.push((0, false));
+                messages.push(ToBrowser::RunStarted { run: record.id, spec: record.spec.clone() });
+            }
+            let (sent, finished) = &mut cursor.runs[index];
+            for chunk in record.events[*sent..].chunks(EVENTS_PER_MESSAGE) {
+                messages.push(ToBrowser::Events { run: record.id, events: chunk.to_vec() });
+            }
+            *sent = record.events.len();
+            if let (Some(outcome), false) = (&record.outcome, *finished) {
+                messages.push(ToBrowser::RunFinished { run: record.id, outcome: outcome.clone() });
+                *finished = true;
+            }
+        }
+        messages
+    }
+
+    fn notify(&self) {
+        self.changed.send_modify(|version| *version += 1);
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Vec<RunRecord>> {
+        self.runs.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ackscope_shared::{ConnId, EventKind, ReqId, Side};
+
+    fn event(at_ns: u64) -> Event {
+        Event {
+            at_ns,
+            side: Side::Client,
+            conn: ConnId(0),
+            req: ReqId(0),
+            kind: EventKind::RequestStart,
+        }
+    }
+
+    #[test]
+    fn a_late_tab_gets_everything_and_a_live_tab_only_what_is_new() {
+        let session = Session::new();
+        let run = session.begin_run(RrSpec::default()).unwrap();
+        session.append(run, vec![event(1), event(2)]);
+        let mut live = Cursor::default();
+        assert_eq!(session.catch_up(&mut live).len(), 2, "RunStarted + one Events");
+        session.append(run, vec![event(3)]);
+        session.finish(run, RunOutcome::Completed);
+        let new = session.catch_up(&mut live);
+        assert!(matches!(&new[0], ToBrowser::Events { events, .. } if events == &[event(3)]));
+        assert!(matches!(&new[1], ToBrowser::RunFinished { .. }));
+        assert!(session.catch_up(&mut live).is_empty());
+
+        let mut late = Cursor::default();
+        let all = session.catch_up(&mut late);
+        let replayed: usize = all
+            .iter()
+            .map(|m| if let ToBrowser::Events { events, .. } = m { events.len() } else { 0 })
+            .sum();
+        assert_eq!(replayed, 3);
+    }
+
+    #[test]
+    fn one_run_at_a_time() {
+        let session = Session::new();
+        let first = session.begin_run(RrSpec::default()).unwrap();
+        let refused = session.begin_run(RrSpec::default()).unwrap_err();
+        assert!(refused.contains("still going"), "{refused}");
+        session.finish(first, RunOutcome::Completed);
+        assert_eq!(session.begin_run(RrSpec::default()), Ok(RunId(2)));
+    }
+}
