@@ -1,1 +1,134 @@
-fn main() {}
+//! `cargo xtask`: set-up, build order (web before probe) and the one test command.
+//!
+//! Deliberately dependency-free so that it compiles in seconds on a fresh machine.
+//!
+//! ```text
+//! cargo xtask run [-- ARGS]   install what is missing, build, serve (ARGS go to ackscope)
+//! cargo xtask build           install what is missing, build web app and probe (release)
+//! cargo xtask setup           only install what is missing
+//! cargo xtask test            everything CI checks: fmt, clippy, unit, browser, end-to-end
+//! ```
+
+mod setup;
+mod steps;
+
+use std::process::ExitCode;
+
+use steps::{RunExt, Steps};
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let (command, rest) = match args.split_first() {
+        Some((command, rest)) => (command.as_str(), rest),
+        None => ("help", &[][..]),
+    };
+    let result = match command {
+        "setup" => setup::ensure_build_tools(&mut Steps::new(4)),
+        "build" => build(),
+        "run" => build().and_then(|()| run_probe(rest)),
+        "test" => test(),
+        "help" | "--help" | "-h" => {
+            println!("{}", include_str!("usage.txt"));
+            return ExitCode::SUCCESS;
+        }
+        other => {
+            eprintln!("xtask: unknown command `{other}`\n\n{}", include_str!("usage.txt"));
+            return ExitCode::from(2);
+        }
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(message) => {
+            eprintln!("\nxtask: {message}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn build() -> Result<(), String> {
+    let mut steps = Steps::new(6);
+    setup::ensure_build_tools(&mut steps)?;
+    build_web(&mut steps)?;
+    build_probe(&mut steps)
+}
+
+fn build_web(steps: &mut Steps) -> Result<(), String> {
+    steps.start("web app (Trunk: Rust to wasm32, wasm-bindgen, wasm-opt)");
+    if setup::dist_is_fresh() {
+        steps.done("up to date");
+        return Ok(());
+    }
+    steps.note("a clean build takes a few minutes on 2 cores; later ones take seconds");
+    setup::tool_command("trunk")
+        .args(["build", "--release"])
+        .current_dir(setup::root())
+        .run()?;
+    steps.done("built into dist/");
+    Ok(())
+}
+
+fn build_probe(steps: &mut Steps) -> Result<(), String> {
+    steps.start("probe (release, with the web app embedded)");
+    steps.note("a clean build takes about two minutes; an unchanged one a second");
+    setup::cargo()
+        .args(["build", "--release", "--package", "ackscope-probe"])
+        .env("ACKSCOPE_WEB_DIST", setup::root().join("dist"))
+        .run()?;
+    steps.done("target/release/ackscope");
+    Ok(())
+}
+
+fn run_probe(args: &[String]) -> Result<(), String> {
+    let args = args.strip_prefix(&["--".to_string()]).unwrap_or(args);
+    println!("\nstarting target/release/ackscope {}", args.join(" "));
+    let status = std::process::Command::new(setup::root().join("target/release/ackscope"))
+        .args(args)
+        .status()
+        .map_err(|e| format!("could not start target/release/ackscope: {e}"))?;
+    if status.success() {
+        Ok(())
+    } else {
+        Err(format!("ackscope exited with {status}"))
+    }
+}
+
+fn test() -> Result<(), String> {
+    let mut steps = Steps::new(12);
+    setup::ensure_build_tools(&mut steps)?;
+    setup::ensure_browser(&mut steps)?;
+
+    steps.start("cargo fmt --check");
+    setup::cargo().args(["fmt", "--all", "--", "--check"]).run()?;
+    steps.done("formatted");
+
+    steps.start("clippy, warnings denied (native crates)");
+    setup::cargo().args(["clippy", "--all-targets", "--", "-D", "warnings"]).run()?;
+    steps.done("clean");
+
+    steps.start("clippy, warnings denied (web crate, wasm32)");
+    setup::cargo()
+        .args(["clippy", "--package", "ackscope-web", "--target", "wasm32-unknown-unknown"])
+        .args(["--all-targets", "--", "-D", "warnings"])
+        .run()?;
+    steps.done("clean");
+
+    build_web(&mut steps)?;
+    build_probe(&mut steps)?;
+
+    steps.start("web crate tests in headless Chromium (wasm-bindgen-test)");
+    setup::tool_command("cargo")
+        .args(["test", "--package", "ackscope-web", "--target", "wasm32-unknown-unknown"])
+        .run()?;
+    steps.done("passed");
+
+    steps.start("native unit, integration and end-to-end tests");
+    steps.note("the end-to-end test drives the real binary in headless Chromium");
+    setup::tool_command("cargo")
+        .args(["test", "--workspace", "--exclude", "ackscope-web"])
+        .env("ACKSCOPE_BIN", setup::root().join("target/release/ackscope"))
+        .env("ACKSCOPE_SCREENSHOT", setup::root().join("docs/screenshot.png"))
+        .run()?;
+    steps.done("passed");
+    println!("\nall checks passed");
+    Ok(())
+}

@@ -192,6 +192,9 @@ fn serve_connection(
         rec.flush();
         req = ReqId(req.0.saturating_add(1));
     };
+    // The accept loop holds a clone of this socket (to unblock it on shutdown), so dropping ours
+    // would not close it: shut it down explicitly so the peer sees the close now.
+    let _ = stream.shutdown(Shutdown::Both);
     drop(stream);
     let closed_ns = rec.now_ns();
     rec.record(closed_ns, conn, req, EventKind::Closed);
@@ -203,4 +206,65 @@ fn eof_in_body(peer: SocketAddr, len: u32) -> io::Error {
         io::ErrorKind::UnexpectedEof,
         format!("echo server: {peer} closed before sending the {len}-byte body it announced"),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::{Read, Write};
+    use std::sync::mpsc::sync_channel;
+    use std::time::Duration;
+
+    use crate::net::XOR_KEY;
+
+    fn echo_once(stream: &mut TcpStream, body: &[u8]) -> io::Result<Vec<u8>> {
+        stream.write_all(&(body.len() as u32).to_be_bytes())?;
+        stream.write_all(body)?;
+        let mut prefix = [0u8; 4];
+        stream.read_exact(&mut prefix)?;
+        let mut answer = vec![0u8; u32::from_be_bytes(prefix) as usize];
+        stream.read_exact(&mut answer)?;
+        Ok(answer)
+    }
+
+    #[test]
+    fn a_length_over_the_cap_closes_that_connection_and_the_server_serves_on() {
+        let (sink, _events) = sync_channel(64);
+        let config = EchoConfig { nodelay: true, max_body_bytes: 1024 };
+        let server =
+            EchoServer::start(config, Clock::start(), Arc::new(Peers::default()), sink).unwrap();
+        let mut greedy = TcpStream::connect(server.addr()).unwrap();
+        let mut polite = TcpStream::connect(server.addr()).unwrap();
+        greedy.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+
+        greedy.write_all(&u32::MAX.to_be_bytes()).unwrap();
+        let mut rest = Vec::new();
+        let closed = greedy.read_to_end(&mut rest);
+        assert!(
+            matches!(closed, Ok(0)) || closed.is_err(),
+            "the over-cap connection is closed without an answer: {closed:?} {rest:?}"
+        );
+
+        let answer = echo_once(&mut polite, b"hello").unwrap();
+        let expected: Vec<u8> = b"hello".iter().map(|b| b ^ XOR_KEY).collect();
+        assert_eq!(answer, expected);
+        let mut fresh = TcpStream::connect(server.addr()).unwrap();
+        assert_eq!(echo_once(&mut fresh, &[0u8; 1024]).unwrap(), vec![XOR_KEY; 1024]);
+        drop((polite, fresh));
+        server.shutdown();
+    }
+
+    #[test]
+    fn the_over_cap_error_names_the_peer_the_length_and_the_cap() {
+        let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
+        let mut client = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let (accepted, peer) = listener.accept().unwrap();
+        client.write_all(&5000u32.to_be_bytes()).unwrap();
+        let config = EchoConfig { nodelay: false, max_body_bytes: 4096 };
+        let recorder = Recorder::discarding(Clock::start(), Side::Server);
+        let err = serve_connection(accepted, peer, ConnTag::UNKNOWN, config, recorder).unwrap_err();
+        let message = err.to_string();
+        assert!(message.contains(&peer.to_string()), "{message}");
+        assert!(message.contains("5000") && message.contains("4096-byte cap"), "{message}");
+    }
 }

@@ -1,0 +1,173 @@
+//! The real `ackscope` binary on real loopback sockets: what a user of the command line sees.
+//!
+//! Margins are physical: a delayed-ACK stall is at least 40 ms on Linux (HZ-derived minimum),
+//! while a loopback exchange without one takes well under a millisecond. Thresholds sit far from
+//! both so a busy machine cannot flip a verdict.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{Ipv4Addr, TcpListener, TcpStream};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::Duration;
+
+fn ackscope(args: &[&str]) -> Output {
+    let output = Command::new(env!("CARGO_BIN_EXE_ackscope")).args(args).output().unwrap();
+    eprintln!(
+        "$ ackscope {}\n{}{}",
+        args.join(" "),
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    output
+}
+
+fn run_json(args: &[&str]) -> serde_json::Value {
+    let mut argv = vec!["run", "rr", "--json"];
+    argv.extend_from_slice(args);
+    let output = ackscope(&argv);
+    assert!(output.status.success());
+    serde_json::from_slice(&output.stdout).expect("--json prints one JSON object")
+}
+
+fn num(v: &serde_json::Value, field: &str) -> f64 {
+    v[field].as_f64().unwrap_or_else(|| panic!("{field} missing in {v}"))
+}
+
+#[test]
+fn nagle_on_both_sides_stalls_twice_per_request() {
+    let v = run_json(&["--count", "30", "--size", "2048"]);
+    assert_eq!(num(&v, "requests"), 30.0);
+    // Two delayed-ACK stalls (>= 40 ms each) per request after the first.
+    assert!(num(&v, "p50_ms") > 60.0 && num(&v, "p50_ms") < 200.0, "{v}");
+    let stalled = num(&v, "stalled_reads");
+    assert!((30.0..=60.0).contains(&stalled), "about two per request: {v}");
+    assert!(num(&v, "rps") < 25.0, "{v}");
+}
+
+#[test]
+fn nodelay_on_both_sides_removes_the_stalls() {
+    let v = run_json(&["--count", "200", "--size", "2048", "--nodelay", "both"]);
+    assert_eq!(num(&v, "requests"), 200.0);
+    assert!(num(&v, "p50_ms") < 5.0, "{v}");
+    assert_eq!(num(&v, "stalled_reads"), 0.0, "{v}");
+    assert_eq!(v["config"]["nodelay"], serde_json::json!({"client": true, "server": true}));
+}
+
+#[test]
+fn nodelay_on_one_side_leaves_one_stall_per_request() {
+    let v = run_json(&["--count", "20", "--nodelay", "client"]);
+    assert!(num(&v, "p50_ms") > 30.0 && num(&v, "p50_ms") < 100.0, "{v}");
+    assert!((15.0..=25.0).contains(&num(&v, "stalled_reads")), "{v}");
+}
+
+#[test]
+fn reconnecting_before_every_request_is_faster_than_keep_alive() {
+    let v = run_json(&["--count", "50", "--reconnect-every", "1"]);
+    assert!(num(&v, "p50_ms") < 5.0, "a fresh connection starts in quick-ACK mode: {v}");
+    assert_eq!(num(&v, "stalled_reads"), 0.0, "{v}");
+    assert_eq!(v["config"]["reconnect_every"], 1);
+}
+
+#[test]
+fn json_has_the_documented_fields() {
+    let v = run_json(&["--count", "3", "--size", "10", "--nodelay", "both"]);
+    for field in ["requests", "duration_s", "rps", "p50_ms", "p99_ms", "max_ms", "stalled_reads"] {
+        assert!(v[field].is_number(), "{field} in {v}");
+    }
+    assert_eq!(v["scenario"], "rr");
+    assert_eq!(v["error"], serde_json::Value::Null);
+    assert_eq!(v["config"]["requests"], 3);
+    assert_eq!(v["config"]["size_bytes"], 10);
+    assert!(num(&v, "p50_ms") <= num(&v, "p99_ms") && num(&v, "p99_ms") <= num(&v, "max_ms"));
+}
+
+#[test]
+fn the_human_summary_names_the_numbers() {
+    let output = ackscope(&["run", "rr", "--count", "5", "--nodelay", "both"]);
+    let text = String::from_utf8(output.stdout).unwrap();
+    assert!(text.contains("5 x 2048 B, keep-alive, TCP_NODELAY on both sides"), "{text}");
+    assert!(text.contains("p50") && text.contains("stalled reads  0"), "{text}");
+}
+
+#[test]
+fn misuse_exits_2_and_names_the_flag() {
+    for (args, flag) in [
+        (&["run", "rr", "--count", "0"][..], "--count"),
+        (&["run", "rr", "--size", "big"][..], "--size"),
+        (&["run", "rr", "--nodelay", "always"][..], "--nodelay"),
+        (&["run", "rr", "--bogus"][..], "--bogus"),
+        (&["run", "nothing"][..], "nothing"),
+    ] {
+        let output = ackscope(args);
+        assert_eq!(output.status.code(), Some(2), "{args:?}");
+        assert!(String::from_utf8_lossy(&output.stderr).contains(flag), "{args:?}");
+    }
+}
+
+#[test]
+fn an_explicit_port_in_use_fails_clearly() {
+    let taken = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
+    let port = taken.local_addr().unwrap().port().to_string();
+    let output = ackscope(&["--port", &port]);
+    assert_eq!(output.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains(&port) && stderr.contains("in use"), "{stderr}");
+}
+
+/// A served probe, stopped when dropped.
+struct Served {
+    child: Child,
+    port: u16,
+}
+
+impl Served {
+    fn start() -> Served {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_ackscope"))
+            .args(["--port", "0"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
+        let url = line.split_whitespace().find(|w| w.starts_with("http://")).expect(&line);
+        let port = url.trim_end_matches('/').rsplit(':').next().unwrap().parse().unwrap();
+        Served { child, port }
+    }
+
+    /// Sends a raw HTTP request and returns the status line.
+    fn status_of(&self, request: &str) -> String {
+        let mut stream = TcpStream::connect((Ipv4Addr::LOCALHOST, self.port)).unwrap();
+        stream.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        stream.write_all(request.as_bytes()).unwrap();
+        let mut response = [0u8; 512];
+        let n = stream.read(&mut response).unwrap();
+        String::from_utf8_lossy(&response[..n]).lines().next().unwrap_or("").to_string()
+    }
+
+    fn upgrade_from(&self, origin: &str) -> String {
+        let port = self.port;
+        self.status_of(&format!(
+            "GET /ws HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nUpgrade: websocket\r\n\
+             Connection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\
+             Sec-WebSocket-Version: 13\r\nOrigin: {origin}\r\n\r\n"
+        ))
+    }
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn the_websocket_is_only_for_the_probes_own_page() {
+    let served = Served::start();
+    let own = format!("http://127.0.0.1:{}", served.port);
+    assert!(served.upgrade_from(&own).contains("101"), "own page is let in");
+    assert!(served.upgrade_from("http://evil.example").contains("403"));
+    assert!(served.upgrade_from("http://127.0.0.1:1").contains("403"));
+    let page = served.status_of("GET / HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n");
+    assert!(page.contains("200"), "{page}");
+}

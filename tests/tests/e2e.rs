@@ -1,0 +1,287 @@
+//! End to end: the real `ackscope` binary, real loopback sockets, real headless Chromium over
+//! WebDriver. Asserts what a person looking at the page would see.
+//!
+//! Needs the release binary with the web app embedded (`cargo xtask test` builds it and sets
+//! ACKSCOPE_BIN), Chromium and ChromeDriver (`cargo xtask test` installs them).
+
+use std::io::{BufRead, BufReader};
+use std::net::{Ipv4Addr, TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use fantoccini::{elements::Element, Client, ClientBuilder, Locator};
+
+/// Requests per run: with Nagle on both sides each takes ~88 ms, so a run lasts ~5 s, long enough
+/// to watch rows arrive while it goes.
+const REQUESTS: usize = 60;
+
+/// A child process killed when the test ends, however it ends.
+struct Reaped(Child);
+
+impl Drop for Reaped {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn ackscope_bin() -> Result<PathBuf> {
+    let bin = std::env::var_os("ACKSCOPE_BIN").map(PathBuf::from).unwrap_or_else(|| {
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/release/ackscope")
+    });
+    if !bin.is_file() {
+        bail!("{} is missing: run `cargo xtask test`, which builds it first", bin.display());
+    }
+    Ok(bin)
+}
+
+/// Starts `ackscope --port 0` and returns it with the URL it printed.
+fn start_probe() -> Result<(Reaped, String)> {
+    let mut child = Command::new(ackscope_bin()?)
+        .args(["--port", "0"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .context("starting ackscope")?;
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().context("stdout")?).read_line(&mut line)?;
+    let url = line
+        .split_whitespace()
+        .find(|word| word.starts_with("http://"))
+        .with_context(|| format!("no URL in ackscope's first line: {line:?}"))?
+        .to_string();
+    Ok((Reaped(child), url))
+}
+
+fn free_port() -> Result<u16> {
+    Ok(TcpListener::bind((Ipv4Addr::LOCALHOST, 0))?.local_addr()?.port())
+}
+
+async fn start_browser() -> Result<(Reaped, Client, tempdir::TempDir)> {
+    let port = free_port()?;
+    let driver = Command::new("chromedriver")
+        .arg(format!("--port={port}"))
+        .stdout(Stdio::null())
+        .spawn()
+        .context("starting chromedriver (cargo xtask test installs it)")?;
+    let driver = Reaped(driver);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while TcpStream::connect((Ipv4Addr::LOCALHOST, port)).is_err() {
+        if Instant::now() > deadline {
+            bail!("chromedriver did not listen on port {port} within 20 s");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let profile = tempdir::TempDir::new()?;
+    let args = [
+        "--headless".to_string(),
+        "--no-sandbox".into(),
+        "--disable-gpu".into(),
+        "--disable-quic".into(),
+        "--no-first-run".into(),
+        "--disable-background-networking".into(),
+        "--disable-component-update".into(),
+        "--disable-sync".into(),
+        "--window-size=1280,1000".into(),
+        format!("--user-data-dir={}", profile.path().display()),
+    ];
+    let capabilities = serde_json::json!({
+        "goog:chromeOptions": { "binary": "/usr/bin/chromium", "args": args }
+    });
+    let serde_json::Value::Object(capabilities) = capabilities else { unreachable!() };
+    let client = ClientBuilder::native()
+        .capabilities(capabilities)
+        .connect(&format!("http://127.0.0.1:{port}"))
+        .await
+        .context("opening a WebDriver session in Chromium")?;
+    Ok((driver, client, profile))
+}
+
+/// A temporary directory removed on drop (no crate needed for this much).
+mod tempdir {
+    use std::path::{Path, PathBuf};
+
+    pub struct TempDir(PathBuf);
+
+    impl TempDir {
+        pub fn new() -> std::io::Result<TempDir> {
+            let nanos = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_nanos());
+            let path = std::env::temp_dir()
+                .join(format!("ackscope-e2e-{}-{nanos}", std::process::id()));
+            std::fs::create_dir_all(&path)?;
+            Ok(TempDir(path))
+        }
+
+        pub fn path(&self) -> &Path {
+            &self.0
+        }
+    }
+
+    impl Drop for TempDir {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+}
+
+fn css(selector: &str) -> Locator<'_> {
+    Locator::Css(selector)
+}
+
+async fn text_of(client: &Client, testid: &str) -> Result<String> {
+    let element = client.find(css(&format!("[data-testid={testid}]"))).await?;
+    Ok(element.text().await?.trim().to_string())
+}
+
+async fn number_of(client: &Client, testid: &str) -> Result<f64> {
+    let text = text_of(client, testid).await?;
+    text.parse().with_context(|| format!("{testid} shows {text:?}, not a number"))
+}
+
+async fn type_into(client: &Client, testid: &str, value: &str) -> Result<()> {
+    let field = client.find(css(&format!("[data-testid={testid}]"))).await?;
+    field.clear().await?;
+    field.send_keys(value).await?;
+    let shown = field.prop("value").await?.unwrap_or_default();
+    if shown != value {
+        bail!("typed {value:?} into {testid} but it shows {shown:?}");
+    }
+    Ok(())
+}
+
+async fn set_checkbox(client: &Client, testid: &str, on: bool) -> Result<()> {
+    let checkbox = client.find(css(&format!("[data-testid={testid}]"))).await?;
+    if checkbox.is_selected().await? != on {
+        checkbox.click().await?;
+    }
+    Ok(())
+}
+
+/// The stall labels a person sees per request row: (request rows, rows with a 30-60 ms stall,
+/// rows with any stall label).
+async fn stall_rows(client: &Client) -> Result<(usize, usize, usize)> {
+    let rows: Vec<Element> = client.find_all(css("[data-testid=request-row]")).await?;
+    let (mut delayed_ack, mut any) = (0, 0);
+    for row in &rows {
+        let labels = row.find_all(css("[data-testid=stall-label]")).await?;
+        if !labels.is_empty() {
+            any += 1;
+        }
+        for label in labels {
+            let text = label.text().await?;
+            let ms: f64 = text
+                .trim()
+                .trim_end_matches("ms")
+                .trim()
+                .parse()
+                .with_context(|| format!("stall label {text:?} is not 'N ms'"))?;
+            if (30.0..=60.0).contains(&ms) {
+                delayed_ack += 1;
+                break;
+            }
+        }
+    }
+    Ok((rows.len(), delayed_ack, any))
+}
+
+/// Presses Run and waits for the run to finish. Returns the most rows seen while it was going.
+async fn run_and_wait(client: &Client) -> Result<usize> {
+    client.find(css("[data-testid=run]")).await?.click().await?;
+    let deadline = Instant::now() + Duration::from_secs(90);
+    let mut rows_while_running = 0;
+    loop {
+        let done = text_of(client, "summary-requests").await? == REQUESTS.to_string();
+        if done {
+            return Ok(rows_while_running);
+        }
+        let rows = client.find_all(css("[data-testid=request-row]")).await?.len();
+        if rows < REQUESTS {
+            rows_while_running = rows_while_running.max(rows);
+        }
+        if Instant::now() > deadline {
+            bail!("the run did not finish within 90 s ({rows} rows shown)");
+        }
+        tokio::time::sleep(Duration::from_millis(150)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_nagle_stall_shows_live_and_vanishes_with_nodelay() -> Result<()> {
+    let (_probe, url) = start_probe()?;
+    let (_driver, client, _profile) = start_browser().await?;
+    let result = scenario(&client, &url).await;
+    if result.is_err() {
+        if let Ok(png) = client.screenshot().await {
+            let path = std::env::temp_dir().join("ackscope-e2e-failure.png");
+            let _ = std::fs::write(&path, png);
+            eprintln!("screenshot of the failure: {}", path.display());
+        }
+    }
+    client.close().await?;
+    result
+}
+
+async fn scenario(client: &Client, url: &str) -> Result<()> {
+    client.goto(url).await?;
+    // The app mounted (a blank page with a broken wasm would fail here).
+    client
+        .wait()
+        .at_most(Duration::from_secs(30))
+        .for_element(css("[data-testid=run]"))
+        .await
+        .context("the Run button never appeared: the web app did not mount")?;
+
+    // Story 1 as the seed had it: Nagle on both sides, keep-alive.
+    type_into(client, "requests", &REQUESTS.to_string()).await?;
+    type_into(client, "size", "2048").await?;
+    set_checkbox(client, "nodelay-client", false).await?;
+    set_checkbox(client, "nodelay-server", false).await?;
+    let seen_live = run_and_wait(client).await?;
+    assert!(
+        seen_live > 0,
+        "rows must appear while the run goes, not only at the end (saw {seen_live})"
+    );
+    let (rows, delayed_ack, _) = stall_rows(client).await?;
+    assert!(rows >= 50, "{rows} request rows");
+    assert!(
+        delayed_ack * 2 > rows,
+        "more than half the rows show a 30-60 ms stall: {delayed_ack} of {rows}"
+    );
+    let nagle_stalls = number_of(client, "summary-stalled-reads").await?;
+    assert!(nagle_stalls >= REQUESTS as f64, "{nagle_stalls} stalled reads");
+    assert!(number_of(client, "summary-p50-ms").await? > 60.0);
+    assert!(number_of(client, "summary-rps").await? < 25.0);
+
+    // The fix: TCP_NODELAY on both sides.
+    set_checkbox(client, "nodelay-client", true).await?;
+    set_checkbox(client, "nodelay-server", true).await?;
+    run_and_wait(client).await?;
+    let (rows, _, any_stall) = stall_rows(client).await?;
+    assert!(rows >= 50, "{rows} request rows");
+    assert_eq!(any_stall, 0, "no row shows a stall with TCP_NODELAY on both sides");
+    assert_eq!(number_of(client, "summary-stalled-reads").await?, 0.0);
+    assert!(number_of(client, "summary-p50-ms").await? < 5.0);
+
+    // Both runs stay listed; flipping back shows the stalls again.
+    let entries = client.find_all(css("[data-testid=run-entry]")).await?;
+    assert_eq!(entries.len(), 2, "both runs are listed");
+    entries[0].click().await?;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while number_of(client, "summary-stalled-reads").await? != nagle_stalls {
+        if Instant::now() > deadline {
+            bail!("selecting the first run did not bring its summary back");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let (_, delayed_ack, _) = stall_rows(client).await?;
+    assert!(delayed_ack * 2 > REQUESTS, "the Nagle run's stalls are drawn again");
+
+    if let Some(path) = std::env::var_os("ACKSCOPE_SCREENSHOT") {
+        std::fs::write(&path, client.screenshot().await?)
+            .with_context(|| format!("writing {}", PathBuf::from(&path).display()))?;
+    }
+    Ok(())
+}
