@@ -23,8 +23,11 @@ fn main() {
     files.sort();
     let mut code = String::from("pub static ASSETS: &[Asset] = &[\n");
     for (name, path) in &files {
-        writeln!(code, "    Asset {{ path: {name:?}, bytes: include_bytes!({path:?}) }},")
-            .expect("writing to a String");
+        writeln!(
+            code,
+            "    Asset {{ path: {name:?}, bytes: include_bytes!({path:?}) }},"
+        )
+        .expect("writing to a String");
     }
     code.push_str("];\n");
     let out = PathBuf::from(env::var("OUT_DIR").expect("set by cargo")).join("assets.rs");
@@ -32,7 +35,9 @@ fn main() {
 }
 
 fn collect(root: &Path, dir: &Path, files: &mut Vec<(String, String)>) {
-    let Ok(entries) = fs::read_dir(dir) else { return };
+    let Ok(entries) = fs::read_dir(dir) else {
+        return;
+    };
     for entry in entries.flatten() {
         let path = entry.path();
         if path.is_dir() {

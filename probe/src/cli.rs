@@ -86,10 +86,22 @@ enum Sides {
 impl RrArgs {
     fn spec(&self) -> RrSpec {
         let nodelay = match self.nodelay {
-            None => NoDelay { client: false, server: false },
-            Some(Sides::Client) => NoDelay { client: true, server: false },
-            Some(Sides::Server) => NoDelay { client: false, server: true },
-            Some(Sides::Both) => NoDelay { client: true, server: true },
+            None => NoDelay {
+                client: false,
+                server: false,
+            },
+            Some(Sides::Client) => NoDelay {
+                client: true,
+                server: false,
+            },
+            Some(Sides::Server) => NoDelay {
+                client: false,
+                server: true,
+            },
+            Some(Sides::Both) => NoDelay {
+                client: true,
+                server: true,
+            },
         };
         RrSpec {
             requests: self.count,
@@ -116,7 +128,9 @@ pub fn main() -> ExitCode {
         .init();
     let result = match &cli.command {
         None => serve_ui(cli.port),
-        Some(Command::Run { scenario: Scenario::Rr(args) }) => run_rr(args),
+        Some(Command::Run {
+            scenario: Scenario::Rr(args),
+        }) => run_rr(args),
     };
     match result {
         Ok(code) => code,
@@ -196,7 +210,9 @@ fn print_summary(out: &mut impl Write, spec: &RrSpec, s: &Summary) -> io::Result
 
 fn serve_ui(port: Option<u16>) -> Result<ExitCode, String> {
     let (listener, note) = bind_ui(port)?;
-    let addr = listener.local_addr().map_err(|e| format!("reading the bound address: {e}"))?;
+    let addr = listener
+        .local_addr()
+        .map_err(|e| format!("reading the bound address: {e}"))?;
     if let Some(note) = note {
         eprintln!("ackscope: {note}");
     }
@@ -211,7 +227,9 @@ fn serve_ui(port: Option<u16>) -> Result<ExitCode, String> {
         .build()
         .map_err(|e| format!("starting the async runtime: {e}"))?;
     runtime.block_on(async {
-        listener.set_nonblocking(true).map_err(|e| format!("listener on {addr}: {e}"))?;
+        listener
+            .set_nonblocking(true)
+            .map_err(|e| format!("listener on {addr}: {e}"))?;
         let listener = tokio::net::TcpListener::from_std(listener)
             .map_err(|e| format!("listener on {addr}: {e}"))?;
         serve::serve(listener, serve::session::Session::new())
@@ -225,16 +243,18 @@ fn serve_ui(port: Option<u16>) -> Result<ExitCode, String> {
 /// free one after it is taken, and the note says so.
 fn bind_ui(port: Option<u16>) -> Result<(TcpListener, Option<String>), String> {
     if let Some(port) = port {
-        return TcpListener::bind((Ipv4Addr::LOCALHOST, port)).map(|l| (l, None)).map_err(|e| {
-            if e.kind() == io::ErrorKind::AddrInUse {
-                format!(
-                    "port {port} on 127.0.0.1 is in use; choose another with --port, or leave \
+        return TcpListener::bind((Ipv4Addr::LOCALHOST, port))
+            .map(|l| (l, None))
+            .map_err(|e| {
+                if e.kind() == io::ErrorKind::AddrInUse {
+                    format!(
+                        "port {port} on 127.0.0.1 is in use; choose another with --port, or leave \
                      --port out to take the next free one"
-                )
-            } else {
-                format!("cannot listen on 127.0.0.1:{port}: {e}")
-            }
-        });
+                    )
+                } else {
+                    format!("cannot listen on 127.0.0.1:{port}: {e}")
+                }
+            });
     }
     for candidate in DEFAULT_PORT..DEFAULT_PORT + PORTS_TO_TRY {
         if let Ok(listener) = TcpListener::bind((Ipv4Addr::LOCALHOST, candidate)) {
@@ -259,16 +279,36 @@ mod tests {
     #[test]
     fn flags_map_to_the_spec() {
         let cli = Cli::try_parse_from([
-            "ackscope", "run", "rr", "--count", "5", "--size", "100", "--nodelay", "server",
-            "--reconnect-every", "2",
+            "ackscope",
+            "run",
+            "rr",
+            "--count",
+            "5",
+            "--size",
+            "100",
+            "--nodelay",
+            "server",
+            "--reconnect-every",
+            "2",
         ])
         .unwrap();
-        let Some(Command::Run { scenario: Scenario::Rr(args) }) = cli.command else { panic!() };
+        let Some(Command::Run {
+            scenario: Scenario::Rr(args),
+        }) = cli.command
+        else {
+            panic!()
+        };
         let spec = args.spec();
         assert_eq!(spec.requests, 5);
         assert_eq!(spec.size_bytes, 100);
         assert_eq!(spec.reconnect_every, 2);
-        assert_eq!(spec.nodelay, NoDelay { client: false, server: true });
+        assert_eq!(
+            spec.nodelay,
+            NoDelay {
+                client: false,
+                server: true
+            }
+        );
     }
 
     #[test]
@@ -292,6 +332,9 @@ mod tests {
         let taken = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
         let port = taken.local_addr().unwrap().port();
         let err = bind_ui(Some(port)).unwrap_err();
-        assert!(err.contains(&port.to_string()) && err.contains("--port"), "{err}");
+        assert!(
+            err.contains(&port.to_string()) && err.contains("--port"),
+            "{err}"
+        );
     }
 }

@@ -28,11 +28,16 @@ impl Drop for Reaped {
 }
 
 fn ackscope_bin() -> Result<PathBuf> {
-    let bin = std::env::var_os("ACKSCOPE_BIN").map(PathBuf::from).unwrap_or_else(|| {
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/release/ackscope")
-    });
+    let bin = std::env::var_os("ACKSCOPE_BIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/release/ackscope")
+        });
     if !bin.is_file() {
-        bail!("{} is missing: run `cargo xtask test`, which builds it first", bin.display());
+        bail!(
+            "{} is missing: run `cargo xtask test`, which builds it first",
+            bin.display()
+        );
     }
     Ok(bin)
 }
@@ -55,7 +60,9 @@ fn start_probe() -> Result<(Reaped, String)> {
 }
 
 fn free_port() -> Result<u16> {
-    Ok(TcpListener::bind((Ipv4Addr::LOCALHOST, 0))?.local_addr()?.port())
+    Ok(TcpListener::bind((Ipv4Addr::LOCALHOST, 0))?
+        .local_addr()?
+        .port())
 }
 
 async fn start_browser() -> Result<(Reaped, Client, tempdir::TempDir)> {
@@ -89,7 +96,9 @@ async fn start_browser() -> Result<(Reaped, Client, tempdir::TempDir)> {
     let capabilities = serde_json::json!({
         "goog:chromeOptions": { "binary": "/usr/bin/chromium", "args": args }
     });
-    let serde_json::Value::Object(capabilities) = capabilities else { unreachable!() };
+    let serde_json::Value::Object(capabilities) = capabilities else {
+        unreachable!()
+    };
     let client = ClientBuilder::native()
         .capabilities(capabilities)
         .connect(&format!("http://127.0.0.1:{port}"))
@@ -109,8 +118,8 @@ mod tempdir {
             let nanos = std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
                 .map_or(0, |d| d.as_nanos());
-            let path = std::env::temp_dir()
-                .join(format!("ackscope-e2e-{}-{nanos}", std::process::id()));
+            let path =
+                std::env::temp_dir().join(format!("ackscope-e2e-{}-{nanos}", std::process::id()));
             std::fs::create_dir_all(&path)?;
             Ok(TempDir(path))
         }
@@ -138,7 +147,8 @@ async fn text_of(client: &Client, testid: &str) -> Result<String> {
 
 async fn number_of(client: &Client, testid: &str) -> Result<f64> {
     let text = text_of(client, testid).await?;
-    text.parse().with_context(|| format!("{testid} shows {text:?}, not a number"))
+    text.parse()
+        .with_context(|| format!("{testid} shows {text:?}, not a number"))
 }
 
 async fn type_into(client: &Client, testid: &str, value: &str) -> Result<()> {
@@ -197,7 +207,10 @@ async fn run_and_wait(client: &Client) -> Result<usize> {
         if done {
             return Ok(rows_while_running);
         }
-        let rows = client.find_all(css("[data-testid=request-row]")).await?.len();
+        let rows = client
+            .find_all(css("[data-testid=request-row]"))
+            .await?
+            .len();
         if rows < REQUESTS {
             rows_while_running = rows_while_running.max(rows);
         }
@@ -251,7 +264,10 @@ async fn scenario(client: &Client, url: &str) -> Result<()> {
         "more than half the rows show a 30-60 ms stall: {delayed_ack} of {rows}"
     );
     let nagle_stalls = number_of(client, "summary-stalled-reads").await?;
-    assert!(nagle_stalls >= REQUESTS as f64, "{nagle_stalls} stalled reads");
+    assert!(
+        nagle_stalls >= REQUESTS as f64,
+        "{nagle_stalls} stalled reads"
+    );
     assert!(number_of(client, "summary-p50-ms").await? > 60.0);
     assert!(number_of(client, "summary-rps").await? < 25.0);
 
@@ -261,7 +277,10 @@ async fn scenario(client: &Client, url: &str) -> Result<()> {
     run_and_wait(client).await?;
     let (rows, _, any_stall) = stall_rows(client).await?;
     assert!(rows >= 50, "{rows} request rows");
-    assert_eq!(any_stall, 0, "no row shows a stall with TCP_NODELAY on both sides");
+    assert_eq!(
+        any_stall, 0,
+        "no row shows a stall with TCP_NODELAY on both sides"
+    );
     assert_eq!(number_of(client, "summary-stalled-reads").await?, 0.0);
     assert!(number_of(client, "summary-p50-ms").await? < 5.0);
 
@@ -277,7 +296,10 @@ async fn scenario(client: &Client, url: &str) -> Result<()> {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     let (_, delayed_ack, _) = stall_rows(client).await?;
-    assert!(delayed_ack * 2 > REQUESTS, "the Nagle run's stalls are drawn again");
+    assert!(
+        delayed_ack * 2 > REQUESTS,
+        "the Nagle run's stalls are drawn again"
+    );
 
     if let Some(path) = std::env::var_os("ACKSCOPE_SCREENSHOT") {
         std::fs::write(&path, client.screenshot().await?)

@@ -32,7 +32,10 @@ fn main() -> ExitCode {
             return ExitCode::SUCCESS;
         }
         other => {
-            eprintln!("xtask: unknown command `{other}`\n\n{}", include_str!("usage.txt"));
+            eprintln!(
+                "xtask: unknown command `{other}`\n\n{}",
+                include_str!("usage.txt")
+            );
             return ExitCode::from(2);
         }
     };
@@ -98,16 +101,26 @@ fn test() -> Result<(), String> {
     setup::ensure_browser(&mut steps)?;
 
     steps.start("cargo fmt --check");
-    setup::cargo().args(["fmt", "--all", "--", "--check"]).run()?;
+    setup::cargo()
+        .args(["fmt", "--all", "--", "--check"])
+        .run()?;
     steps.done("formatted");
 
     steps.start("clippy, warnings denied (native crates)");
-    setup::cargo().args(["clippy", "--all-targets", "--", "-D", "warnings"]).run()?;
+    setup::cargo()
+        .args(["clippy", "--all-targets", "--", "-D", "warnings"])
+        .run()?;
     steps.done("clean");
 
     steps.start("clippy, warnings denied (web crate, wasm32)");
     setup::cargo()
-        .args(["clippy", "--package", "ackscope-web", "--target", "wasm32-unknown-unknown"])
+        .args([
+            "clippy",
+            "--package",
+            "ackscope-web",
+            "--target",
+            "wasm32-unknown-unknown",
+        ])
         .args(["--all-targets", "--", "-D", "warnings"])
         .run()?;
     steps.done("clean");
@@ -117,7 +130,13 @@ fn test() -> Result<(), String> {
 
     steps.start("web crate tests in headless Chromium (wasm-bindgen-test)");
     setup::tool_command("cargo")
-        .args(["test", "--package", "ackscope-web", "--target", "wasm32-unknown-unknown"])
+        .args([
+            "test",
+            "--package",
+            "ackscope-web",
+            "--target",
+            "wasm32-unknown-unknown",
+        ])
         .run()?;
     steps.done("passed");
 
@@ -125,8 +144,14 @@ fn test() -> Result<(), String> {
     steps.note("the end-to-end test drives the real binary in headless Chromium");
     setup::tool_command("cargo")
         .args(["test", "--workspace", "--exclude", "ackscope-web"])
-        .env("ACKSCOPE_BIN", setup::root().join("target/release/ackscope"))
-        .env("ACKSCOPE_SCREENSHOT", setup::root().join("docs/screenshot.png"))
+        .env(
+            "ACKSCOPE_BIN",
+            setup::root().join("target/release/ackscope"),
+        )
+        .env(
+            "ACKSCOPE_SCREENSHOT",
+            setup::root().join("docs/screenshot.png"),
+        )
         .run()?;
     steps.done("passed");
     println!("\nall checks passed");

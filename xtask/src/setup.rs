@@ -18,7 +18,10 @@ const BINARYEN_VERSION: &str = "132.0.0";
 const WASM_TARGET: &str = "wasm32-unknown-unknown";
 
 pub fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("xtask/ is inside the workspace").into()
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("xtask/ is inside the workspace")
+        .into()
 }
 
 fn cargo_bin_dir() -> PathBuf {
@@ -58,11 +61,15 @@ fn version_of(program: &str, args: &[&str]) -> Option<String> {
 
 pub fn ensure_build_tools(steps: &mut Steps) -> Result<(), String> {
     steps.start(&format!("Rust target {WASM_TARGET}"));
-    let installed = tool_command("rustup").args(["target", "list", "--installed"]).output_text();
+    let installed = tool_command("rustup")
+        .args(["target", "list", "--installed"])
+        .output_text();
     if installed.is_some_and(|list| list.lines().any(|l| l.trim() == WASM_TARGET)) {
         steps.done("installed");
     } else {
-        tool_command("rustup").args(["target", "add", WASM_TARGET]).run()?;
+        tool_command("rustup")
+            .args(["target", "add", WASM_TARGET])
+            .run()?;
         steps.done("added");
     }
 
@@ -71,7 +78,10 @@ pub fn ensure_build_tools(steps: &mut Steps) -> Result<(), String> {
     if found.as_deref() == Some(&format!("trunk {TRUNK_VERSION}")) {
         steps.done("installed");
     } else {
-        steps.note(&format!("found {}; installing", found.as_deref().unwrap_or("none")));
+        steps.note(&format!(
+            "found {}; installing",
+            found.as_deref().unwrap_or("none")
+        ));
         steps.note("this compiles trunk from source: about 15 minutes on 2 cores, once");
         cargo()
             .args(["install", "--locked", "trunk", "--version", TRUNK_VERSION])
@@ -80,16 +90,27 @@ pub fn ensure_build_tools(steps: &mut Steps) -> Result<(), String> {
     }
 
     let wanted = lock_version("wasm-bindgen")?;
-    steps.start(&format!("wasm-bindgen-cli {wanted} (the version in Cargo.lock)"));
+    steps.start(&format!(
+        "wasm-bindgen-cli {wanted} (the version in Cargo.lock)"
+    ));
     let found = version_of("wasm-bindgen", &["--version"]);
     if found.as_deref() == Some(&format!("wasm-bindgen {wanted}")) {
         steps.done("installed");
     } else {
-        steps.note(&format!("found {}; installing", found.as_deref().unwrap_or("none")));
+        steps.note(&format!(
+            "found {}; installing",
+            found.as_deref().unwrap_or("none")
+        ));
         steps.note("this compiles wasm-bindgen-cli from source: about 4 minutes, once");
         // Not --locked: its lockfile pins a webpki-roots version the registry no longer has.
         cargo()
-            .args(["install", "--force", "wasm-bindgen-cli", "--version", &wanted])
+            .args([
+                "install",
+                "--force",
+                "wasm-bindgen-cli",
+                "--version",
+                &wanted,
+            ])
             .run()?;
         steps.done("installed");
     }
@@ -97,7 +118,10 @@ pub fn ensure_build_tools(steps: &mut Steps) -> Result<(), String> {
     steps.start(&format!("wasm-opt from binaryen {BINARYEN_VERSION} (npm)"));
     let found = version_of("wasm-opt", &["--version"]);
     let major = BINARYEN_VERSION.split('.').next().unwrap_or_default();
-    if found.as_deref().is_some_and(|v| v.contains(&format!("version {major}"))) {
+    if found
+        .as_deref()
+        .is_some_and(|v| v.contains(&format!("version {major}")))
+    {
         steps.done("installed");
     } else {
         steps.note(&format!(
@@ -120,24 +144,36 @@ pub fn ensure_browser(steps: &mut Steps) -> Result<(), String> {
     steps.start("chromium, chromedriver, OpenSSL headers (browser tests)");
     let have = |p: &str| version_of(p, &["--version"]).is_some();
     // The WebDriver client links the system OpenSSL.
-    let openssl = tool_command("pkg-config").args(["--exists", "openssl"]).run_quietly();
+    let openssl = tool_command("pkg-config")
+        .args(["--exists", "openssl"])
+        .run_quietly();
     if have("chromium") && have("chromedriver") && openssl {
         steps.done("installed");
         return Ok(());
     }
     steps.note("installing Debian's packages with apt-get (about a minute)");
     let packages = ["chromium", "chromium-driver", "libssl-dev", "pkg-config"];
-    let fix = format!("install them with: sudo apt-get install -y {}", packages.join(" "));
-    let as_root = tool_command("id").arg("-u").output_text().is_some_and(|id| id.trim() == "0");
+    let fix = format!(
+        "install them with: sudo apt-get install -y {}",
+        packages.join(" ")
+    );
+    let as_root = tool_command("id")
+        .arg("-u")
+        .output_text()
+        .is_some_and(|id| id.trim() == "0");
     let apt_get = |args: &[&str]| {
         let mut command = tool_command(if as_root { "apt-get" } else { "sudo" });
         if !as_root {
             command.arg("apt-get");
         }
-        command.env("DEBIAN_FRONTEND", "noninteractive").args(args).run()
+        command
+            .env("DEBIAN_FRONTEND", "noninteractive")
+            .args(args)
+            .run()
     };
     apt_get(&["update"]).map_err(|e| format!("{e}\n{fix}"))?;
-    apt_get(&[&["install", "-y"][..], &packages[..]].concat()).map_err(|e| format!("{e}\n{fix}"))?;
+    apt_get(&[&["install", "-y"][..], &packages[..]].concat())
+        .map_err(|e| format!("{e}\n{fix}"))?;
     steps.done("installed");
     Ok(())
 }
@@ -145,26 +181,39 @@ pub fn ensure_browser(steps: &mut Steps) -> Result<(), String> {
 /// The version of `package` that Cargo.lock resolved.
 fn lock_version(package: &str) -> Result<String, String> {
     let path = root().join("Cargo.lock");
-    let lock = fs::read_to_string(&path)
-        .map_err(|e| format!("reading {}: {e}; run `cargo generate-lockfile`", path.display()))?;
+    let lock = fs::read_to_string(&path).map_err(|e| {
+        format!(
+            "reading {}: {e}; run `cargo generate-lockfile`",
+            path.display()
+        )
+    })?;
     let name_line = format!("name = \"{package}\"");
     let mut lines = lock.lines();
     while let Some(line) = lines.next() {
         if line.trim() == name_line {
-            if let Some(version) = lines.next().and_then(|l| l.trim().strip_prefix("version = ")) {
+            if let Some(version) = lines
+                .next()
+                .and_then(|l| l.trim().strip_prefix("version = "))
+            {
                 return Ok(version.trim_matches('"').to_string());
             }
         }
     }
-    Err(format!("Cargo.lock has no {package}; run `cargo update -p {package}`"))
+    Err(format!(
+        "Cargo.lock has no {package}; run `cargo update -p {package}`"
+    ))
 }
 
 /// True when dist/ was built after every input of the web build changed.
 pub fn dist_is_fresh() -> bool {
     let root = root();
-    let Some(built) = modified(&root.join("dist/index.html")) else { return false };
+    let Some(built) = modified(&root.join("dist/index.html")) else {
+        return false;
+    };
     let inputs = ["web", "shared", "Trunk.toml", "Cargo.lock", "Cargo.toml"];
-    inputs.iter().all(|input| newest(&root.join(input)).is_none_or(|newest| newest <= built))
+    inputs
+        .iter()
+        .all(|input| newest(&root.join(input)).is_none_or(|newest| newest <= built))
 }
 
 fn modified(path: &Path) -> Option<SystemTime> {
@@ -177,5 +226,9 @@ fn newest(path: &Path) -> Option<SystemTime> {
         return own;
     }
     let entries = fs::read_dir(path).ok()?;
-    entries.flatten().filter_map(|e| newest(&e.path())).chain(own).max()
+    entries
+        .flatten()
+        .filter_map(|e| newest(&e.path()))
+        .chain(own)
+        .max()
 }

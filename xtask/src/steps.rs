@@ -12,7 +12,11 @@ pub struct Steps {
 
 impl Steps {
     pub fn new(total: usize) -> Steps {
-        Steps { total, current: 0, started: Instant::now() }
+        Steps {
+            total,
+            current: 0,
+            started: Instant::now(),
+        }
     }
 
     pub fn start(&mut self, what: &str) {
@@ -51,7 +55,9 @@ pub trait RunExt {
 impl RunExt for Command {
     fn run(&mut self) -> Result<(), String> {
         let shown = format!("{:?}", self).replace('"', "");
-        let status = self.status().map_err(|e| format!("could not start `{shown}`: {e}"))?;
+        let status = self
+            .status()
+            .map_err(|e| format!("could not start `{shown}`: {e}"))?;
         if status.success() {
             Ok(())
         } else {
@@ -61,7 +67,10 @@ impl RunExt for Command {
 
     fn output_text(&mut self) -> Option<String> {
         let output = self.output().ok()?;
-        output.status.success().then(|| String::from_utf8_lossy(&output.stdout).into_owned())
+        output
+            .status
+            .success()
+            .then(|| String::from_utf8_lossy(&output.stdout).into_owned())
     }
 
     fn run_quietly(&mut self) -> bool {

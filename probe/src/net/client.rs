@@ -33,19 +33,35 @@ pub fn run(spec: &RrSpec, server: SocketAddr, peers: &Peers, rec: &mut Recorder)
             let conn = ConnId(next_conn);
             next_conn += 1;
             rec.record(rec.now_ns(), conn, req, EventKind::RequestStart);
-            let stream = connect(spec, server, ConnTag { conn, first_req: req }, peers, rec)?;
+            let stream = connect(
+                spec,
+                server,
+                ConnTag {
+                    conn,
+                    first_req: req,
+                },
+                peers,
+                rec,
+            )?;
             open = Some((stream, conn));
         } else if let Some((_, conn)) = &open {
             rec.record(rec.now_ns(), *conn, req, EventKind::RequestStart);
         }
-        let (stream, conn) = open.as_mut().expect("connects_before(0) opened a connection");
+        let (stream, conn) = open
+            .as_mut()
+            .expect("connects_before(0) opened a connection");
         let conn = *conn;
         let what = |step: &str| format!("request {index}: client {step} on {server}");
         // Story 1's client: the length and the body as two writes.
-        rec.write_all(stream, conn, req, &prefix).map_err(|e| context(e, what("write")))?;
-        rec.write_all(stream, conn, req, &request).map_err(|e| context(e, what("write")))?;
+        rec.write_all(stream, conn, req, &prefix)
+            .map_err(|e| context(e, what("write")))?;
+        rec.write_all(stream, conn, req, &request)
+            .map_err(|e| context(e, what("write")))?;
         let mut answer_prefix = [0u8; LENGTH_PREFIX_BYTES];
-        if !rec.read_exact(stream, conn, req, &mut answer_prefix).map_err(|e| context(e, what("read")))? {
+        if !rec
+            .read_exact(stream, conn, req, &mut answer_prefix)
+            .map_err(|e| context(e, what("read")))?
+        {
             return Err(closed_by_server(index, server));
         }
         let answer_len = u32::from_be_bytes(answer_prefix);
@@ -59,7 +75,10 @@ pub fn run(spec: &RrSpec, server: SocketAddr, peers: &Peers, rec: &mut Recorder)
                 ),
             ));
         }
-        if !rec.read_exact(stream, conn, req, &mut response).map_err(|e| context(e, what("read")))? {
+        if !rec
+            .read_exact(stream, conn, req, &mut response)
+            .map_err(|e| context(e, what("read")))?
+        {
             return Err(closed_by_server(index, server));
         }
         rec.record(rec.now_ns(), conn, req, EventKind::RequestDone);
@@ -88,7 +107,9 @@ fn connect(
 ) -> io::Result<TcpStream> {
     let socket = Socket::new(Domain::IPV4, Type::STREAM, Some(Protocol::TCP))
         .map_err(|e| context(e, "client socket"))?;
-    socket.set_tcp_nodelay(spec.nodelay.client).map_err(|e| context(e, "set TCP_NODELAY"))?;
+    socket
+        .set_tcp_nodelay(spec.nodelay.client)
+        .map_err(|e| context(e, "set TCP_NODELAY"))?;
     socket
         .bind(&SocketAddrV4::new(Ipv4Addr::LOCALHOST, 0).into())
         .map_err(|e| context(e, "client bind on 127.0.0.1"))?;

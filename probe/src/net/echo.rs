@@ -24,13 +24,16 @@ pub struct EchoConfig {
     pub max_body_bytes: u32,
 }
 
+/// Connection threads still running, each with a clone of its socket to shut it down on stop.
+type OpenConnections = Arc<Mutex<Vec<(TcpStream, JoinHandle<()>)>>>;
+
 /// A running echo server on 127.0.0.1. [`EchoServer::shutdown`] stops it and waits for every
 /// connection thread, so that all their events have been handed over.
 pub struct EchoServer {
     addr: SocketAddr,
     stopping: Arc<AtomicBool>,
     accept_thread: Option<JoinHandle<()>>,
-    connections: Arc<Mutex<Vec<(TcpStream, JoinHandle<()>)>>>,
+    connections: OpenConnections,
 }
 
 impl EchoServer {
@@ -49,11 +52,26 @@ impl EchoServer {
         let accept_thread = {
             let stopping = Arc::clone(&stopping);
             let connections = Arc::clone(&connections);
-            thread::Builder::new().name("echo-accept".into()).spawn(move || {
-                accept_loop(listener, config, clock, &peers, &sink, &stopping, &connections)
-            })?
+            thread::Builder::new()
+                .name("echo-accept".into())
+                .spawn(move || {
+                    accept_loop(
+                        listener,
+                        config,
+                        clock,
+                        &peers,
+                        &sink,
+                        &stopping,
+                        &connections,
+                    )
+                })?
         };
-        Ok(EchoServer { addr, stopping, accept_thread: Some(accept_thread), connections })
+        Ok(EchoServer {
+            addr,
+            stopping,
+            accept_thread: Some(accept_thread),
+            connections,
+        })
     }
 
     pub fn addr(&self) -> SocketAddr {
@@ -66,7 +84,9 @@ impl EchoServer {
     }
 
     fn stop(&mut self) {
-        let Some(accept_thread) = self.accept_thread.take() else { return };
+        let Some(accept_thread) = self.accept_thread.take() else {
+            return;
+        };
         self.stopping.store(true, Ordering::SeqCst);
         // accept() has no timeout: a connection of our own wakes it to see the flag.
         let _ = TcpStream::connect(self.addr);
@@ -87,7 +107,9 @@ impl Drop for EchoServer {
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 fn accept_loop(
@@ -97,7 +119,7 @@ fn accept_loop(
     peers: &Peers,
     sink: &SyncSender<Vec<Event>>,
     stopping: &AtomicBool,
-    connections: &Mutex<Vec<(TcpStream, JoinHandle<()>)>>,
+    connections: &OpenConnections,
 ) {
     loop {
         let accepted = listener.accept();
@@ -118,18 +140,23 @@ fn accept_loop(
             None => (ConnTag::UNKNOWN, Recorder::discarding(clock, Side::Server)),
         };
         recorder.record(accepted_ns, tag.conn, tag.first_req, EventKind::Accepted);
-        let Ok(watch) = stream.try_clone() else { continue };
-        let spawned = thread::Builder::new().name("echo-conn".into()).spawn(move || {
-            if let Err(e) = serve_connection(stream, peer, tag, config, recorder) {
-                tracing::warn!("{e}");
-            }
-        });
+        let Ok(watch) = stream.try_clone() else {
+            continue;
+        };
+        let spawned = thread::Builder::new()
+            .name("echo-conn".into())
+            .spawn(move || {
+                if let Err(e) = serve_connection(stream, peer, tag, config, recorder) {
+                    tracing::warn!("{e}");
+                }
+            });
         match spawned {
             Ok(handle) => {
                 let mut open = lock(connections);
                 // Forget threads that already ended so that long runs with reconnects stay small.
-                let (done, running): (Vec<_>, Vec<_>) =
-                    std::mem::take(&mut *open).into_iter().partition(|(_, h)| h.is_finished());
+                let (done, running): (Vec<_>, Vec<_>) = std::mem::take(&mut *open)
+                    .into_iter()
+                    .partition(|(_, h)| h.is_finished());
                 for (_, handle) in done {
                     let _ = handle.join();
                 }
@@ -142,7 +169,10 @@ fn accept_loop(
 }
 
 fn listener_addr(listener: &TcpListener) -> String {
-    listener.local_addr().map(|a| a.to_string()).unwrap_or_else(|_| "?".into())
+    listener
+        .local_addr()
+        .map(|a| a.to_string())
+        .unwrap_or_else(|_| "?".into())
 }
 
 /// Answers requests until the peer closes.
@@ -153,7 +183,9 @@ fn serve_connection(
     config: EchoConfig,
     mut rec: Recorder,
 ) -> io::Result<()> {
-    stream.set_nodelay(config.nodelay).map_err(|e| context(e, "set TCP_NODELAY"))?;
+    stream
+        .set_nodelay(config.nodelay)
+        .map_err(|e| context(e, "set TCP_NODELAY"))?;
     let conn = tag.conn;
     let mut body = Vec::new();
     let mut req = tag.first_req;
@@ -230,12 +262,17 @@ mod tests {
     #[test]
     fn a_length_over_the_cap_closes_that_connection_and_the_server_serves_on() {
         let (sink, _events) = sync_channel(64);
-        let config = EchoConfig { nodelay: true, max_body_bytes: 1024 };
+        let config = EchoConfig {
+            nodelay: true,
+            max_body_bytes: 1024,
+        };
         let server =
             EchoServer::start(config, Clock::start(), Arc::new(Peers::default()), sink).unwrap();
         let mut greedy = TcpStream::connect(server.addr()).unwrap();
         let mut polite = TcpStream::connect(server.addr()).unwrap();
-        greedy.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        greedy
+            .set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
 
         greedy.write_all(&u32::MAX.to_be_bytes()).unwrap();
         let mut rest = Vec::new();
@@ -249,7 +286,10 @@ mod tests {
         let expected: Vec<u8> = b"hello".iter().map(|b| b ^ XOR_KEY).collect();
         assert_eq!(answer, expected);
         let mut fresh = TcpStream::connect(server.addr()).unwrap();
-        assert_eq!(echo_once(&mut fresh, &[0u8; 1024]).unwrap(), vec![XOR_KEY; 1024]);
+        assert_eq!(
+            echo_once(&mut fresh, &[0u8; 1024]).unwrap(),
+            vec![XOR_KEY; 1024]
+        );
         drop((polite, fresh));
         server.shutdown();
     }
@@ -260,11 +300,17 @@ mod tests {
         let mut client = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
         let (accepted, peer) = listener.accept().unwrap();
         client.write_all(&5000u32.to_be_bytes()).unwrap();
-        let config = EchoConfig { nodelay: false, max_body_bytes: 4096 };
+        let config = EchoConfig {
+            nodelay: false,
+            max_body_bytes: 4096,
+        };
         let recorder = Recorder::discarding(Clock::start(), Side::Server);
         let err = serve_connection(accepted, peer, ConnTag::UNKNOWN, config, recorder).unwrap_err();
         let message = err.to_string();
         assert!(message.contains(&peer.to_string()), "{message}");
-        assert!(message.contains("5000") && message.contains("4096-byte cap"), "{message}");
+        assert!(
+            message.contains("5000") && message.contains("4096-byte cap"),
+            "{message}"
+        );
     }
 }

@@ -20,7 +20,10 @@ pub struct ConnTag {
 
 impl ConnTag {
     /// For connections the run did not make; their recorder discards everything anyway.
-    pub const UNKNOWN: ConnTag = ConnTag { conn: ConnId(u32::MAX), first_req: ReqId(0) };
+    pub const UNKNOWN: ConnTag = ConnTag {
+        conn: ConnId(u32::MAX),
+        first_req: ReqId(0),
+    };
 }
 
 #[derive(Debug, Default)]
@@ -41,6 +44,8 @@ impl Peers {
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<u16, ConnTag>> {
         // A panic while holding this lock leaves a plain map behind: still usable.
-        self.by_port.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.by_port
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 }

@@ -16,7 +16,9 @@ pub struct Clock {
 
 impl Clock {
     pub fn start() -> Clock {
-        Clock { epoch: Instant::now() }
+        Clock {
+            epoch: Instant::now(),
+        }
     }
 
     pub fn now_ns(&self) -> u64 {
@@ -41,12 +43,22 @@ const BATCH_EVENTS: usize = 4096;
 
 impl Recorder {
     pub fn new(clock: Clock, side: Side, sink: SyncSender<Vec<Event>>) -> Recorder {
-        Recorder { clock, side, batch: Vec::with_capacity(64), sink: Some(sink) }
+        Recorder {
+            clock,
+            side,
+            batch: Vec::with_capacity(64),
+            sink: Some(sink),
+        }
     }
 
     /// A recorder that stamps nothing and keeps nothing.
     pub fn discarding(clock: Clock, side: Side) -> Recorder {
-        Recorder { clock, side, batch: Vec::new(), sink: None }
+        Recorder {
+            clock,
+            side,
+            batch: Vec::new(),
+            sink: None,
+        }
     }
 
     pub fn now_ns(&self) -> u64 {
@@ -57,7 +69,13 @@ impl Recorder {
         if self.sink.is_none() {
             return;
         }
-        self.batch.push(Event { at_ns, side: self.side, conn, req, kind });
+        self.batch.push(Event {
+            at_ns,
+            side: self.side,
+            conn,
+            req,
+            kind,
+        });
         if self.batch.len() >= BATCH_EVENTS {
             self.flush();
         }

@@ -24,10 +24,17 @@ pub fn run(spec: &RrSpec, mut on_events: impl FnMut(Vec<Event>)) -> Result<RunOu
     let clock = Clock::start();
     let (sink, batches) = sync_channel(CHANNEL_BATCHES);
     let peers = Arc::new(Peers::default());
-    let config = EchoConfig { nodelay: spec.nodelay.server, max_body_bytes: MAX_BODY_BYTES };
+    let config = EchoConfig {
+        nodelay: spec.nodelay.server,
+        max_body_bytes: MAX_BODY_BYTES,
+    };
     let server = match EchoServer::start(config, clock, Arc::clone(&peers), sink.clone()) {
         Ok(server) => server,
-        Err(e) => return Ok(RunOutcome::Failed { error: e.to_string() }),
+        Err(e) => {
+            return Ok(RunOutcome::Failed {
+                error: e.to_string(),
+            })
+        }
     };
     let spec_for_client = spec.clone();
     let client_sink = sink;
@@ -45,8 +52,12 @@ pub fn run(spec: &RrSpec, mut on_events: impl FnMut(Vec<Event>)) -> Result<RunOu
     }
     let outcome = match finisher.join() {
         Ok(Ok(())) => RunOutcome::Completed,
-        Ok(Err(e)) => RunOutcome::Failed { error: e.to_string() },
-        Err(_) => RunOutcome::Failed { error: "the client thread panicked".into() },
+        Ok(Err(e)) => RunOutcome::Failed {
+            error: e.to_string(),
+        },
+        Err(_) => RunOutcome::Failed {
+            error: "the client thread panicked".into(),
+        },
     };
     Ok(outcome)
 }

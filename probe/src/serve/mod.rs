@@ -35,9 +35,15 @@ struct App {
 }
 
 /// Serves until Ctrl-C.
-pub async fn serve(listener: tokio::net::TcpListener, session: Arc<Session>) -> std::io::Result<()> {
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    session: Arc<Session>,
+) -> std::io::Result<()> {
     let addr = listener.local_addr()?;
-    let app = Arc::new(App { session, own_origins: own_origins(addr) });
+    let app = Arc::new(App {
+        session,
+        own_origins: own_origins(addr),
+    });
     let router = Router::new()
         .route("/ws", get(upgrade))
         .fallback(get(static_file))
@@ -70,11 +76,17 @@ fn check_origin(headers: &HeaderMap, own_origins: &[String]) -> Result<(), Strin
              own URL",
             own_origins[0]
         )),
-        None => Err("WebSocket refused: no Origin header; open the probe's page in a browser".into()),
+        None => {
+            Err("WebSocket refused: no Origin header; open the probe's page in a browser".into())
+        }
     }
 }
 
-async fn upgrade(State(app): State<Arc<App>>, headers: HeaderMap, ws: WebSocketUpgrade) -> Response {
+async fn upgrade(
+    State(app): State<Arc<App>>,
+    headers: HeaderMap,
+    ws: WebSocketUpgrade,
+) -> Response {
     if let Err(reason) = check_origin(&headers, &app.own_origins) {
         tracing::warn!("{reason}");
         return (StatusCode::FORBIDDEN, format!("ackscope: {reason}\n")).into_response();
@@ -87,7 +99,13 @@ async fn upgrade(State(app): State<Arc<App>>, headers: HeaderMap, ws: WebSocketU
 async fn stream_session(mut socket: WebSocket, app: Arc<App>) {
     let mut changed = app.session.subscribe();
     let mut cursor = Cursor::default();
-    if send(&mut socket, &ToBrowser::Hello(Hello::current(env!("CARGO_PKG_VERSION")))).await.is_err() {
+    if send(
+        &mut socket,
+        &ToBrowser::Hello(Hello::current(env!("CARGO_PKG_VERSION"))),
+    )
+    .await
+    .is_err()
+    {
         return;
     }
     loop {
@@ -114,7 +132,10 @@ async fn stream_session(mut socket: WebSocket, app: Arc<App>) {
             Err(e) => Some(format!("could not read the request ({e}); reload the page")),
         };
         if let Some(reason) = reply {
-            if send(&mut socket, &ToBrowser::Rejected { reason }).await.is_err() {
+            if send(&mut socket, &ToBrowser::Rejected { reason })
+                .await
+                .is_err()
+            {
                 return;
             }
         }
@@ -122,7 +143,9 @@ async fn stream_session(mut socket: WebSocket, app: Arc<App>) {
 }
 
 async fn send(socket: &mut WebSocket, message: &ToBrowser) -> Result<(), axum::Error> {
-    socket.send(Message::Binary(wire::encode(message).into())).await
+    socket
+        .send(Message::Binary(wire::encode(message).into()))
+        .await
 }
 
 /// Starts a run on a blocking thread; its events reach every tab through the session.
@@ -138,7 +161,9 @@ pub fn start_run(session: &Arc<Session>, spec: RrSpec) -> Result<(), String> {
     let session = Arc::clone(session);
     tokio::task::spawn_blocking(move || {
         let outcome = scenario::rr::run(&spec, |events| session.append(run, events))
-            .unwrap_or_else(|e| wire::RunOutcome::Failed { error: e.to_string() });
+            .unwrap_or_else(|e| wire::RunOutcome::Failed {
+                error: e.to_string(),
+            });
         session.finish(run, outcome);
     });
     Ok(())
@@ -154,10 +179,11 @@ async fn static_file(uri: Uri) -> Response {
             asset.bytes,
         )
             .into_response(),
-        None if !assets::is_built() && uri.path() == "/" => {
-            ([(header::CONTENT_TYPE, "text/html; charset=utf-8")], assets::NOT_BUILT_PAGE)
-                .into_response()
-        }
+        None if !assets::is_built() && uri.path() == "/" => (
+            [(header::CONTENT_TYPE, "text/html; charset=utf-8")],
+            assets::NOT_BUILT_PAGE,
+        )
+            .into_response(),
         None => (StatusCode::NOT_FOUND, "ackscope: no such page\n").into_response(),
     }
 }

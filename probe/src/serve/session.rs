@@ -31,7 +31,10 @@ pub struct Cursor {
 
 impl Session {
     pub fn new() -> Arc<Session> {
-        Arc::new(Session { runs: Mutex::new(Vec::new()), changed: watch::channel(0).0 })
+        Arc::new(Session {
+            runs: Mutex::new(Vec::new()),
+            changed: watch::channel(0).0,
+        })
     }
 
     pub fn subscribe(&self) -> watch::Receiver<u64> {
@@ -49,7 +52,12 @@ impl Session {
             ));
         }
         let id = RunId(runs.len() as u32 + 1);
-        runs.push(RunRecord { id, spec, events: Vec::new(), outcome: None });
+        runs.push(RunRecord {
+            id,
+            spec,
+            events: Vec::new(),
+            outcome: None,
+        });
         drop(runs);
         self.notify();
         Ok(id)
@@ -76,15 +84,24 @@ impl Session {
         for (index, record) in runs.iter().enumerate() {
             if index == cursor.runs.len() {
                 cursor.runs.push((0, false));
-                messages.push(ToBrowser::RunStarted { run: record.id, spec: record.spec.clone() });
+                messages.push(ToBrowser::RunStarted {
+                    run: record.id,
+                    spec: record.spec.clone(),
+                });
             }
             let (sent, finished) = &mut cursor.runs[index];
             for chunk in record.events[*sent..].chunks(EVENTS_PER_MESSAGE) {
-                messages.push(ToBrowser::Events { run: record.id, events: chunk.to_vec() });
+                messages.push(ToBrowser::Events {
+                    run: record.id,
+                    events: chunk.to_vec(),
+                });
             }
             *sent = record.events.len();
             if let (Some(outcome), false) = (&record.outcome, *finished) {
-                messages.push(ToBrowser::RunFinished { run: record.id, outcome: outcome.clone() });
+                messages.push(ToBrowser::RunFinished {
+                    run: record.id,
+                    outcome: outcome.clone(),
+                });
                 *finished = true;
             }
         }
@@ -96,7 +113,9 @@ impl Session {
     }
 
     fn lock(&self) -> MutexGuard<'_, Vec<RunRecord>> {
-        self.runs.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.runs
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 }
 
@@ -121,7 +140,11 @@ mod tests {
         let run = session.begin_run(RrSpec::default()).unwrap();
         session.append(run, vec![event(1), event(2)]);
         let mut live = Cursor::default();
-        assert_eq!(session.catch_up(&mut live).len(), 2, "RunStarted + one Events");
+        assert_eq!(
+            session.catch_up(&mut live).len(),
+            2,
+            "RunStarted + one Events"
+        );
         session.append(run, vec![event(3)]);
         session.finish(run, RunOutcome::Completed);
         let new = session.catch_up(&mut live);
@@ -133,7 +156,13 @@ mod tests {
         let all = session.catch_up(&mut late);
         let replayed: usize = all
             .iter()
-            .map(|m| if let ToBrowser::Events { events, .. } = m { events.len() } else { 0 })
+            .map(|m| {
+                if let ToBrowser::Events { events, .. } = m {
+                    events.len()
+                } else {
+                    0
+                }
+            })
             .sum();
         assert_eq!(replayed, 3);
     }
