@@ -61,7 +61,10 @@ impl RrSpec {
         if self.requests == 0 || self.requests > MAX_REQUESTS {
             return Err(SpecError {
                 field: "requests",
-                problem: format!("must be between 1 and {MAX_REQUESTS}, got {}", self.requests),
+                problem: format!(
+                    "must be between 1 and {MAX_REQUESTS}, got {}",
+                    self.requests
+                ),
             });
         }
         if self.size_bytes == 0 || self.size_bytes > MAX_BODY_BYTES {
@@ -94,7 +97,10 @@ impl RrSpec {
             (false, true) => "TCP_NODELAY on the server only",
             (true, true) => "TCP_NODELAY on both sides",
         };
-        format!("{} x {} B, {connection}, {nagle}", self.requests, self.size_bytes)
+        format!(
+            "{} x {} B, {connection}, {nagle}",
+            self.requests, self.size_bytes
+        )
     }
 }
 
@@ -104,26 +110,45 @@ mod tests {
 
     #[test]
     fn validate_names_the_bad_field() {
-        let zero = RrSpec { requests: 0, ..RrSpec::default() };
+        let zero = RrSpec {
+            requests: 0,
+            ..RrSpec::default()
+        };
         assert_eq!(zero.validate().unwrap_err().field, "requests");
-        let huge = RrSpec { size_bytes: MAX_BODY_BYTES + 1, ..RrSpec::default() };
+        let huge = RrSpec {
+            size_bytes: MAX_BODY_BYTES + 1,
+            ..RrSpec::default()
+        };
         assert_eq!(huge.validate().unwrap_err().field, "size_bytes");
         assert!(RrSpec::default().validate().is_ok());
     }
 
     #[test]
     fn reconnect_plan() {
-        let keep = RrSpec { requests: 5, ..RrSpec::default() };
+        let keep = RrSpec {
+            requests: 5,
+            ..RrSpec::default()
+        };
         let opens: Vec<bool> = (0..5).map(|i| keep.connects_before(i)).collect();
         assert_eq!(opens, [true, false, false, false, false]);
-        let every2 = RrSpec { requests: 5, reconnect_every: 2, ..RrSpec::default() };
+        let every2 = RrSpec {
+            requests: 5,
+            reconnect_every: 2,
+            ..RrSpec::default()
+        };
         let opens: Vec<bool> = (0..5).map(|i| every2.connects_before(i)).collect();
         assert_eq!(opens, [true, false, true, false, true]);
     }
 
     #[test]
     fn json_field_names_are_the_documented_ones() {
-        let spec = RrSpec { nodelay: NoDelay { client: true, server: false }, ..RrSpec::default() };
+        let spec = RrSpec {
+            nodelay: NoDelay {
+                client: true,
+                server: false,
+            },
+            ..RrSpec::default()
+        };
         let json = serde_json::to_value(&spec).unwrap();
         assert_eq!(
             json,

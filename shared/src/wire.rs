@@ -57,7 +57,9 @@ impl Hello {
 pub enum RunOutcome {
     Completed,
     /// The run stopped early; the events recorded before `error` are kept.
-    Failed { error: String },
+    Failed {
+        error: String,
+    },
 }
 
 /// Browser to probe. Note what is absent: an address. The probe only runs experiments against
@@ -90,7 +92,10 @@ pub fn encode<T: Serialize>(message: &T) -> Vec<u8> {
 /// Decodes one message, refusing any larger than [`MAX_MESSAGE_BYTES`].
 pub fn decode<'a, T: Deserialize<'a>>(bytes: &'a [u8]) -> Result<T, WireError> {
     if bytes.len() > MAX_MESSAGE_BYTES {
-        return Err(WireError::TooLarge { len: bytes.len(), max: MAX_MESSAGE_BYTES });
+        return Err(WireError::TooLarge {
+            len: bytes.len(),
+            max: MAX_MESSAGE_BYTES,
+        });
     }
     postcard::from_bytes(bytes).map_err(|e| WireError::Malformed(e.to_string()))
 }
@@ -103,7 +108,9 @@ pub fn check_hello(message: &ToBrowser) -> Result<(), WireError> {
             found: hello.protocol_version,
             supported: PROTOCOL_VERSION,
         }),
-        _ => Err(WireError::Malformed("the stream does not start with Hello".into())),
+        _ => Err(WireError::Malformed(
+            "the stream does not start with Hello".into(),
+        )),
     }
 }
 
@@ -139,7 +146,10 @@ impl<'a> FrameReader<'a> {
         let len = u32::from_le_bytes(len_bytes.try_into().expect("slice of 4")) as usize;
         if len > MAX_MESSAGE_BYTES {
             self.offset = self.bytes.len();
-            return Some(Err(WireError::TooLarge { len, max: MAX_MESSAGE_BYTES }));
+            return Some(Err(WireError::TooLarge {
+                len,
+                max: MAX_MESSAGE_BYTES,
+            }));
         }
         let Some(payload) = rest.get(4..4 + len) else {
             return Some(Err(self.fail_truncated()));
@@ -170,9 +180,18 @@ mod tests {
         };
         vec![
             ToBrowser::Hello(Hello::current("0.1.0")),
-            ToBrowser::RunStarted { run: RunId(1), spec: RrSpec::default() },
-            ToBrowser::Events { run: RunId(1), events: vec![event; 3] },
-            ToBrowser::RunFinished { run: RunId(1), outcome: RunOutcome::Completed },
+            ToBrowser::RunStarted {
+                run: RunId(1),
+                spec: RrSpec::default(),
+            },
+            ToBrowser::Events {
+                run: RunId(1),
+                events: vec![event; 3],
+            },
+            ToBrowser::RunFinished {
+                run: RunId(1),
+                outcome: RunOutcome::Completed,
+            },
         ]
     }
 
@@ -182,23 +201,40 @@ mod tests {
             let bytes = encode(&message);
             assert_eq!(decode::<ToBrowser>(&bytes).unwrap(), message);
         }
-        let start = ToProbe::StartRun { spec: RrSpec::default() };
+        let start = ToProbe::StartRun {
+            spec: RrSpec::default(),
+        };
         assert_eq!(decode::<ToProbe>(&encode(&start)).unwrap(), start);
     }
 
     #[test]
     fn events_are_compact() {
         // A read of 2048 bytes at 43.6 ms: varints keep it near a dozen bytes.
-        let ToBrowser::Events { events, .. } = &sample_stream()[2] else { unreachable!() };
-        assert!(encode(&events[0]).len() <= 12, "{} bytes", encode(&events[0]).len());
+        let ToBrowser::Events { events, .. } = &sample_stream()[2] else {
+            unreachable!()
+        };
+        assert!(
+            encode(&events[0]).len() <= 12,
+            "{} bytes",
+            encode(&events[0]).len()
+        );
     }
 
     #[test]
     fn a_newer_version_is_refused_by_name() {
-        let newer = ToBrowser::Hello(Hello { protocol_version: 9, ackscope_version: "9".into() });
+        let newer = ToBrowser::Hello(Hello {
+            protocol_version: 9,
+            ackscope_version: "9".into(),
+        });
         let decoded: ToBrowser = decode(&encode(&newer)).unwrap();
         let err = check_hello(&decoded).unwrap_err();
-        assert_eq!(err, WireError::Version { found: 9, supported: PROTOCOL_VERSION });
+        assert_eq!(
+            err,
+            WireError::Version {
+                found: 9,
+                supported: PROTOCOL_VERSION
+            }
+        );
         assert!(err.to_string().contains("version 9"));
         assert!(check_hello(&sample_stream()[0]).is_ok());
     }
@@ -227,10 +263,15 @@ mod tests {
     fn garbage_never_panics_and_huge_lengths_are_refused_before_allocating() {
         let huge = [0xff, 0xff, 0xff, 0x7f, 1, 2, 3];
         let mut reader = FrameReader::new(&huge);
-        assert!(matches!(reader.next_message(), Some(Err(WireError::TooLarge { .. }))));
+        assert!(matches!(
+            reader.next_message(),
+            Some(Err(WireError::TooLarge { .. }))
+        ));
         assert!(reader.next_message().is_none());
         for seed in 0u32..2000 {
-            let bytes: Vec<u8> = (0..(seed % 40)).map(|i| (seed * 31 + i * 17) as u8).collect();
+            let bytes: Vec<u8> = (0..(seed % 40))
+                .map(|i| (seed * 31 + i * 17) as u8)
+                .collect();
             let _ = decode::<ToBrowser>(&bytes);
             let _ = decode::<ToProbe>(&bytes);
         }
