@@ -77,17 +77,18 @@ fn build_probe(steps: &mut Steps) -> Result<(), String> {
         .args(["build", "--release", "--package", "ackscope-probe"])
         .env("ACKSCOPE_WEB_DIST", setup::root().join("dist"))
         .run()?;
-    steps.done("target/release/ackscope");
+    steps.done(&setup::probe_binary().display().to_string());
     Ok(())
 }
 
 fn run_probe(args: &[String]) -> Result<(), String> {
     let args = args.strip_prefix(&["--".to_string()]).unwrap_or(args);
-    println!("\nstarting target/release/ackscope {}", args.join(" "));
-    let status = std::process::Command::new(setup::root().join("target/release/ackscope"))
+    let binary = setup::probe_binary();
+    println!("\nstarting {} {}", binary.display(), args.join(" "));
+    let status = std::process::Command::new(&binary)
         .args(args)
         .status()
-        .map_err(|e| format!("could not start target/release/ackscope: {e}"))?;
+        .map_err(|e| format!("could not start {}: {e}", binary.display()))?;
     if status.success() {
         Ok(())
     } else {
@@ -144,10 +145,7 @@ fn test() -> Result<(), String> {
     steps.note("the end-to-end test drives the real binary in headless Chromium");
     setup::tool_command("cargo")
         .args(["test", "--workspace", "--exclude", "ackscope-web"])
-        .env(
-            "ACKSCOPE_BIN",
-            setup::root().join("target/release/ackscope"),
-        )
+        .env("ACKSCOPE_BIN", setup::probe_binary())
         .env(
             "ACKSCOPE_SCREENSHOT",
             setup::root().join("docs/screenshot.png"),

@@ -24,6 +24,13 @@ pub fn root() -> PathBuf {
         .into()
 }
 
+/// The release binary, in cargo's target directory (CARGO_TARGET_DIR is honoured).
+pub fn probe_binary() -> PathBuf {
+    let target =
+        env::var_os("CARGO_TARGET_DIR").map_or_else(|| root().join("target"), PathBuf::from);
+    target.join("release/ackscope")
+}
+
 fn cargo_bin_dir() -> PathBuf {
     match env::var_os("CARGO_HOME") {
         Some(home) => PathBuf::from(home).join("bin"),
