@@ -431,6 +431,8 @@ pub struct SummaryText {
     pub p99_ms: String,
     pub max_ms: String,
     pub stalled_reads: String,
+    /// Red only when there is something to see.
+    pub any_stalls: bool,
 }
 
 impl SummaryText {
@@ -442,6 +444,7 @@ impl SummaryText {
             p99_ms: format!("{:.2}", summary.p99_ms),
             max_ms: format!("{:.2}", summary.max_ms),
             stalled_reads: summary.stalled_reads.to_string(),
+            any_stalls: summary.stalled_reads > 0,
         }
     }
 }
@@ -485,7 +488,9 @@ fn SummaryPanel(store: Store) -> impl IntoView {
                     <div><dt>"max (ms)"</dt><dd class="num" data-testid="summary-max-ms">{text.max_ms}</dd></div>
                     <div>
                         <dt>"stalled reads"</dt>
-                        <dd class="num" data-testid="summary-stalled-reads">{text.stalled_reads}</dd>
+                        <dd class="num" class:stalls=text.any_stalls data-testid="summary-stalled-reads">
+                            {text.stalled_reads}
+                        </dd>
                     </div>
                 </dl>
             </section>
