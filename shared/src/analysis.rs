@@ -261,66 +261,13 @@ pub fn ns_to_ms(ns: u64) -> f64 {
 mod tests {
     use super::*;
 
-    const MS: u64 = 1_000_000;
-    const US: u64 = 1_000;
-
-    /// Builds the events of one request/response exchange as the probe records them.
-    struct Script {
-        events: Vec<Event>,
-    }
-
-    impl Script {
-        fn ev(&mut self, at_ns: u64, side: Side, req: u32, kind: EventKind) {
-            let conn = ConnId(0);
-            self.events.push(Event {
-                at_ns,
-                side,
-                conn,
-                req: ReqId(req),
-                kind,
-            });
-        }
-        fn write(&mut self, side: Side, req: u32, start: u64, end: u64, bytes: u32) {
-            self.ev(start, side, req, EventKind::WriteStart { len_bytes: bytes });
-            self.ev(end, side, req, EventKind::WriteDone { bytes });
-        }
-        fn read(&mut self, side: Side, req: u32, start: u64, end: u64, bytes: u32) {
-            self.ev(start, side, req, EventKind::ReadStart { len_bytes: bytes });
-            self.ev(end, side, req, EventKind::ReadDone { bytes });
-        }
-
-        /// One request at `t` in which the body (both ways) is held `hold` after being written.
-        fn exchange(&mut self, req: u32, t: u64, hold: u64) -> u64 {
-            use Side::*;
-            self.ev(t, Client, req, EventKind::RequestStart);
-            self.write(Client, req, t, t + 5 * US, 4);
-            self.write(Client, req, t + 6 * US, t + 10 * US, 2048);
-            // The server got the length at once but the body only after the hold.
-            self.read(Server, req, t, t + 20 * US, 4);
-            let body = t + 10 * US + hold;
-            self.read(Server, req, t + 21 * US, body, 2048);
-            self.write(Server, req, body + 5 * US, body + 10 * US, 4);
-            self.write(Server, req, body + 11 * US, body + 15 * US, 2048);
-            // The client waited for the length while the server was stalled: waiting, not held.
-            self.read(Client, req, t + 11 * US, body + 20 * US, 4);
-            let end = body + 15 * US + hold;
-            self.read(Client, req, body + 21 * US, end, 2048);
-            self.ev(end + US, Client, req, EventKind::RequestDone);
-            end + US
-        }
-    }
+    use crate::synthetic::{nagle_run, Script, MS, US};
 
     #[test]
     fn nagle_run_counts_one_stall_per_direction_per_request() {
-        let mut script = Script { events: Vec::new() };
-        let mut t = 0;
-        for req in 0..10 {
-            // The first request on a connection is quick-ACKed; later ones stall 44 ms.
-            let hold = if req == 0 { 30 * US } else { 44 * MS };
-            t = script.exchange(req, t, hold) + 50 * US;
-        }
+        // The first request on a connection is quick-ACKed; later ones stall 44 ms.
         let mut analysis = RunAnalysis::new();
-        analysis.push_all(&script.events);
+        analysis.push_all(&nagle_run(10, 44 * MS));
         let summary = analysis.summary();
         assert_eq!(summary.requests, 10);
         assert_eq!(
@@ -348,8 +295,8 @@ mod tests {
 
     #[test]
     fn a_read_waiting_for_the_peer_to_write_is_not_a_stall() {
-        let mut script = Script { events: Vec::new() };
-        script.exchange(0, 0, 50 * US);
+        let mut script = Script::default();
+        script.exchange(0, 0, 0, 50 * US);
         let mut analysis = RunAnalysis::new();
         analysis.push_all(&script.events);
         let view = &analysis.requests()[0];
@@ -365,10 +312,10 @@ mod tests {
 
     #[test]
     fn batches_in_any_order_give_the_same_answer() {
-        let mut script = Script { events: Vec::new() };
+        let mut script = Script::default();
         let mut t = 0;
         for req in 0..4 {
-            t = script.exchange(req, t, 44 * MS);
+            t = script.exchange(req, t, t, 44 * MS);
         }
         // Server events first, client events later: as the probe's threads may deliver them.
         let (server, client): (Vec<Event>, Vec<Event>) =

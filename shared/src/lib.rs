@@ -15,6 +15,8 @@
 pub mod analysis;
 pub mod event;
 pub mod spec;
+#[cfg(any(test, feature = "synthetic"))]
+pub mod synthetic;
 pub mod wire;
 
 pub use analysis::{RequestView, Summary};

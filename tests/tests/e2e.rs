@@ -287,7 +287,11 @@ async fn scenario(client: &Client, url: &str) -> Result<()> {
     // Both runs stay listed; flipping back shows the stalls again.
     let entries = client.find_all(css("[data-testid=run-entry]")).await?;
     assert_eq!(entries.len(), 2, "both runs are listed");
-    client.find(css("[data-testid=run-entry][data-run-id='1']")).await?.click().await?;
+    client
+        .find(css("[data-testid=run-entry][data-run-id='1']"))
+        .await?
+        .click()
+        .await?;
     let deadline = Instant::now() + Duration::from_secs(10);
     while number_of(client, "summary-stalled-reads").await? != nagle_stalls {
         if Instant::now() > deadline {

@@ -1,72 +1,8 @@
-//! Recorded-looking runs for tests: the events the probe sends for story 1's exchange.
+//! Test inputs: a Hello, and story-1-shaped runs from `ackscope_shared::synthetic`.
 
+pub use ackscope_shared::synthetic::{nagle_run, MS, US};
 use ackscope_shared::wire::{Hello, ToBrowser};
-use ackscope_shared::{ConnId, Event, EventKind, ReqId, Side};
-
-pub const US: u64 = 1_000;
-pub const MS: u64 = 1_000_000;
 
 pub fn hello() -> ToBrowser {
     ToBrowser::Hello(Hello::current("0.1.0"))
-}
-
-struct Script {
-    events: Vec<Event>,
-}
-
-impl Script {
-    fn ev(&mut self, at_ns: u64, side: Side, req: u32, kind: EventKind) {
-        let conn = ConnId(0);
-        self.events.push(Event {
-            at_ns,
-            side,
-            conn,
-            req: ReqId(req),
-            kind,
-        });
-    }
-
-    fn write(&mut self, side: Side, req: u32, start: u64, end: u64, bytes: u32) {
-        self.ev(start, side, req, EventKind::WriteStart { len_bytes: bytes });
-        self.ev(end, side, req, EventKind::WriteDone { bytes });
-    }
-
-    fn read(&mut self, side: Side, req: u32, start: u64, end: u64, bytes: u32) {
-        self.ev(start, side, req, EventKind::ReadStart { len_bytes: bytes });
-        self.ev(end, side, req, EventKind::ReadDone { bytes });
-    }
-
-    /// One length+body exchange starting at `t`, whose body is held `hold` in each direction
-    /// after being written. The server sat in `read()` for the length since `server_idle_from`
-    /// (before the request began, as a real server waits for the next request).
-    fn exchange(&mut self, req: u32, t: u64, server_idle_from: u64, hold: u64) -> u64 {
-        use Side::*;
-        self.ev(t, Client, req, EventKind::RequestStart);
-        self.write(Client, req, t, t + 5 * US, 4);
-        self.write(Client, req, t + 6 * US, t + 10 * US, 2048);
-        self.read(Server, req, server_idle_from, t + 20 * US, 4);
-        let body = t + 10 * US + hold;
-        self.read(Server, req, t + 21 * US, body, 2048);
-        self.write(Server, req, body + 5 * US, body + 10 * US, 4);
-        self.write(Server, req, body + 11 * US, body + 15 * US, 2048);
-        self.read(Client, req, t + 11 * US, body + 20 * US, 4);
-        let end = body + 15 * US + hold;
-        self.read(Client, req, body + 21 * US, end, 2048);
-        self.ev(end + US, Client, req, EventKind::RequestDone);
-        end + US
-    }
-}
-
-/// `requests` exchanges on one keep-alive connection, 50 µs apart. The first is quick (a new
-/// connection ACKs at once); every later body is held `hold` in both directions, as Nagle x
-/// delayed ACK holds it.
-pub fn nagle_run(requests: u32, hold: u64) -> Vec<Event> {
-    let mut script = Script { events: Vec::new() };
-    let mut t: u64 = 0;
-    for req in 0..requests {
-        let this_hold = if req == 0 { 30 * US } else { hold };
-        let server_idle_from = t.saturating_sub(40 * US);
-        t = script.exchange(req, t, server_idle_from, this_hold) + 50 * US;
-    }
-    script.events
 }

@@ -54,7 +54,11 @@ pub trait RunExt {
 
 impl RunExt for Command {
     fn run(&mut self) -> Result<(), String> {
-        let shown = format!("{:?}", self).replace('"', "");
+        let shown = std::iter::once(self.get_program())
+            .chain(self.get_args())
+            .map(|part| part.to_string_lossy())
+            .collect::<Vec<_>>()
+            .join(" ");
         let status = self
             .status()
             .map_err(|e| format!("could not start `{shown}`: {e}"))?;
