@@ -85,7 +85,7 @@ pub struct Summary {
 pub struct RunAnalysis {
     requests: Vec<RequestView>,
     /// The open syscall of each side of each connection (each side is one thread, so at most one).
-    open: HashMap<(ConnId, Side), (u64, EventKind)>,
+    open: HashMap<(ConnId, Side), (u64, SpanKind)>,
     /// Bytes read / written so far, per connection and side.
     read_offset: HashMap<(ConnId, Side), u64>,
     write_offset: HashMap<(ConnId, Side), u64>,
@@ -120,18 +120,22 @@ impl RunAnalysis {
                     view.done_ns = Some(event.at_ns);
                 }
             }
-            EventKind::ConnectStart
-            | EventKind::WriteStart { .. }
-            | EventKind::ReadStart { .. } => {
-                self.open.insert(key, (event.at_ns, event.kind));
+            EventKind::ConnectStart => {
+                self.open.insert(key, (event.at_ns, SpanKind::Connect));
+            }
+            EventKind::WriteStart { .. } => {
+                self.open.insert(key, (event.at_ns, SpanKind::Write));
+            }
+            EventKind::ReadStart { .. } => {
+                self.open.insert(key, (event.at_ns, SpanKind::Read));
             }
             EventKind::Connected => {
-                if let Some((start_ns, EventKind::ConnectStart)) = self.open.remove(&key) {
+                if let Some((start_ns, SpanKind::Connect)) = self.open.remove(&key) {
                     self.add_span(event, SpanKind::Connect, start_ns, 0, 0);
                 }
             }
             EventKind::WriteDone { bytes } => {
-                if let Some((start_ns, EventKind::WriteStart { .. })) = self.open.remove(&key) {
+                if let Some((start_ns, SpanKind::Write)) = self.open.remove(&key) {
                     let offset = self.write_offset.entry(key).or_default();
                     *offset += u64::from(bytes);
                     let stream_end = *offset;
@@ -143,7 +147,7 @@ impl RunAnalysis {
                 }
             }
             EventKind::ReadDone { bytes } => {
-                if let Some((start_ns, EventKind::ReadStart { .. })) = self.open.remove(&key) {
+                if let Some((start_ns, SpanKind::Read)) = self.open.remove(&key) {
                     let offset = self.read_offset.entry(key).or_default();
                     *offset += u64::from(bytes);
                     let stream_end = *offset;
@@ -153,7 +157,11 @@ impl RunAnalysis {
                     }
                 }
             }
-            EventKind::Accepted | EventKind::Closed => {}
+            EventKind::Accepted
+            | EventKind::Closed
+            | EventKind::SockOpt { .. }
+            | EventKind::Buffers { .. }
+            | EventKind::TcpInfo(_) => {}
         }
     }
 
@@ -319,7 +327,7 @@ mod tests {
         }
         // Server events first, client events later: as the probe's threads may deliver them.
         let (server, client): (Vec<Event>, Vec<Event>) =
-            script.events.iter().partition(|e| e.side == Side::Server);
+            script.events.iter().cloned().partition(|e| e.side == Side::Server);
         let mut split = RunAnalysis::new();
         split.push_all(&server);
         split.push_all(&client);

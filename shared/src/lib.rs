@@ -20,5 +20,5 @@ pub mod synthetic;
 pub mod wire;
 
 pub use analysis::{RequestView, Summary};
-pub use event::{ConnId, Event, EventKind, ReqId, RunId, Side};
-pub use spec::{NoDelay, RrSpec, SpecError};
+pub use event::{ConnId, Event, EventKind, ReqId, RunId, Side, SockOpt, TcpInfoSample};
+pub use spec::{BulkSpec, NoDelay, PerSide, RrSpec, Scenario, SpecError, WritePattern};

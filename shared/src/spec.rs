@@ -2,6 +2,10 @@
 //!
 //! A spec never names a network address: the probe runs it against its own echo server. That is
 //! what lets the browser start experiments without being able to aim the probe at anything else.
+//!
+//! Specs are plain data: the CLI builds them from flags, presets are specs (`--print-spec`), and a
+//! spec file is one of these in JSON (`--spec FILE`). Field names are part of the CLI's JSON
+//! interface (docs/CLI.md); new fields get defaults so older spec files keep working.
 
 use serde::{Deserialize, Serialize};
 
@@ -9,30 +13,136 @@ use serde::{Deserialize, Serialize};
 pub const MAX_BODY_BYTES: u32 = 64 * 1024 * 1024;
 /// The most requests one run may make: bounds the memory a run can take.
 pub const MAX_REQUESTS: u32 = 1_000_000;
+/// The most concurrent connections of one run: one thread per side and connection.
+pub const MAX_CONNECTIONS: u32 = 64;
+/// The longest think time, and the longest run by duration (an hour).
+pub const MAX_THINK_US: u32 = 10_000_000;
+pub const MAX_DURATION_MS: u32 = 3_600_000;
+/// Socket buffers above this are refused: the kernel caps them far lower anyway.
+pub const MAX_SOCKET_BUFFER_BYTES: u32 = 1 << 30;
+/// The most bytes one bulk run may move (1 TiB) and the largest application buffer.
+pub const MAX_BULK_BYTES: u64 = 1 << 40;
+pub const MAX_APP_BUFFER_BYTES: u32 = 64 * 1024 * 1024;
 
-/// Request/response over the length-prefixed echo protocol (docs/PROTOCOL.md): the client writes
-/// a 4-byte big-endian length, then the body, as two writes; the server answers the same way.
+/// What to run.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Scenario {
+    /// Request/response over the echo protocol.
+    Rr(RrSpec),
+    /// Bytes one way, as fast as the connection takes them.
+    Bulk(BulkSpec),
+}
+
+/// A value per side of the connection. Serialized as `{"client": .., "server": ..}`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PerSide<T> {
+    pub client: T,
+    pub server: T,
+}
+
+impl<T> PerSide<T> {
+    pub fn both(value: T) -> Self
+    where
+        T: Clone,
+    {
+        PerSide { client: value.clone(), server: value }
+    }
+}
+
+/// TCP_NODELAY per side (the shape of issue-1-era specs: `{"client": bool, "server": bool}`).
+pub type NoDelay = PerSide<bool>;
+
+/// How a side writes one message (a 4-byte length and a body).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WritePattern {
+    /// Two `write()` calls: the length, then the body (story 1's client and server).
+    #[default]
+    Split,
+    /// One `write()` of length and body copied into one buffer.
+    Single,
+    /// One `writev()` of the two buffers.
+    Writev,
+}
+
+impl WritePattern {
+    pub fn name(self) -> &'static str {
+        match self {
+            WritePattern::Split => "split",
+            WritePattern::Single => "single",
+            WritePattern::Writev => "writev",
+        }
+    }
+}
+
+/// Request/response over the length-prefixed echo protocol (docs/PROTOCOL.md).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RrSpec {
-    /// How many requests the client makes.
+    /// How many requests the client makes (with `duration_ms`: at most this many).
     pub requests: u32,
-    /// Body size of each request (and of each response), in bytes.
+    /// Stop starting new requests after this long.
+    #[serde(default)]
+    pub duration_ms: Option<u32>,
+    /// Body size of each request, in bytes.
     pub size_bytes: u32,
-    /// Open a new connection after this many requests; 0 keeps one connection for the whole run.
+    /// Body size of each response; `None`: the same as the request.
+    #[serde(default)]
+    pub response_bytes: Option<u32>,
+    /// Open a new connection after this many requests; 0 keeps one connection per client thread.
     #[serde(default)]
     pub reconnect_every: u32,
-    /// TCP_NODELAY (Nagle's algorithm off) per side.
+    /// Concurrent connections, each with its own client thread and server thread.
+    #[serde(default = "one")]
+    pub connections: u32,
+    /// The server waits this long between reading a request and answering it.
     #[serde(default)]
-    pub nodelay: NoDelay,
+    pub think_us: u32,
+    /// How each side writes a message.
+    #[serde(default)]
+    pub write: PerSide<WritePattern>,
+    /// TCP_NODELAY: Nagle's algorithm off.
+    #[serde(default)]
+    pub nodelay: PerSide<bool>,
+    /// TCP_CORK around each message: cork, write, uncork.
+    #[serde(default)]
+    pub cork: PerSide<bool>,
+    /// TCP_QUICKACK, set again after every read (the kernel clears it).
+    #[serde(default)]
+    pub quickack: PerSide<bool>,
+    /// SO_SNDBUF to ask for; `None` leaves the kernel's auto-tuning on.
+    #[serde(default)]
+    pub sndbuf: PerSide<Option<u32>>,
+    /// SO_RCVBUF to ask for; `None` leaves the kernel's auto-tuning on.
+    #[serde(default)]
+    pub rcvbuf: PerSide<Option<u32>>,
+    /// TCP_CONGESTION per socket (e.g. "cubic", "reno", "bbr"); `None`: the system default.
+    #[serde(default)]
+    pub congestion: PerSide<Option<String>>,
 }
 
-/// Which sides set TCP_NODELAY.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+fn one() -> u32 {
+    1
+}
+
+/// Bulk transfer: the client writes bytes, the server reads and discards them.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct NoDelay {
-    pub client: bool,
-    pub server: bool,
+pub struct BulkSpec {
+    /// Bytes to send (with `duration_ms`: at most this many).
+    pub bytes: u64,
+    #[serde(default)]
+    pub duration_ms: Option<u32>,
+    /// The application's buffer for each `write()` and `read()`.
+    pub app_buffer_bytes: u32,
+    #[serde(default)]
+    pub sndbuf: PerSide<Option<u32>>,
+    #[serde(default)]
+    pub rcvbuf: PerSide<Option<u32>>,
+    #[serde(default)]
+    pub congestion: PerSide<Option<String>>,
 }
 
 impl Default for RrSpec {
@@ -40,14 +150,37 @@ impl Default for RrSpec {
     fn default() -> Self {
         RrSpec {
             requests: 200,
+            duration_ms: None,
             size_bytes: 2048,
+            response_bytes: None,
             reconnect_every: 0,
-            nodelay: NoDelay::default(),
+            connections: 1,
+            think_us: 0,
+            write: PerSide::default(),
+            nodelay: PerSide::default(),
+            cork: PerSide::default(),
+            quickack: PerSide::default(),
+            sndbuf: PerSide::default(),
+            rcvbuf: PerSide::default(),
+            congestion: PerSide::default(),
         }
     }
 }
 
-/// A spec field out of range. `field` is the spec's field name.
+impl Default for BulkSpec {
+    fn default() -> Self {
+        BulkSpec {
+            bytes: 100 * 1024 * 1024,
+            duration_ms: None,
+            app_buffer_bytes: 64 * 1024,
+            sndbuf: PerSide::default(),
+            rcvbuf: PerSide::default(),
+            congestion: PerSide::default(),
+        }
+    }
+}
+
+/// A spec field out of range. `field` is the spec's field name (`nodelay.client` for a side).
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("{field}: {problem}")]
 pub struct SpecError {
@@ -55,52 +188,218 @@ pub struct SpecError {
     pub problem: String,
 }
 
+fn in_range<T: PartialOrd + std::fmt::Display + Copy>(
+    field: &'static str,
+    value: T,
+    low: T,
+    high: T,
+    unit: &str,
+) -> Result<(), SpecError> {
+    if value < low || value > high {
+        return Err(SpecError {
+            field,
+            problem: format!("must be between {low} and {high}{unit}, got {value}"),
+        });
+    }
+    Ok(())
+}
+
+fn check_buffers(
+    sndbuf: &PerSide<Option<u32>>,
+    rcvbuf: &PerSide<Option<u32>>,
+) -> Result<(), SpecError> {
+    let fields = [
+        ("sndbuf.client", sndbuf.client),
+        ("sndbuf.server", sndbuf.server),
+        ("rcvbuf.client", rcvbuf.client),
+        ("rcvbuf.server", rcvbuf.server),
+    ];
+    for (field, value) in fields {
+        if let Some(bytes) = value {
+            in_range(field, bytes, 1, MAX_SOCKET_BUFFER_BYTES, " bytes")?;
+        }
+    }
+    Ok(())
+}
+
+fn check_congestion(congestion: &PerSide<Option<String>>) -> Result<(), SpecError> {
+    for (field, name) in [("congestion.client", &congestion.client), ("congestion.server", &congestion.server)] {
+        if let Some(name) = name {
+            // TCP_CA_NAME_MAX is 16 including the terminating NUL.
+            let plausible = !name.is_empty()
+                && name.len() < 16
+                && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_');
+            if !plausible {
+                return Err(SpecError {
+                    field,
+                    problem: format!(
+                        "{name:?} is not a congestion control name (such as cubic, reno, bbr)"
+                    ),
+                });
+            }
+        }
+    }
+    Ok(())
+}
+
 impl RrSpec {
     /// Checks every field's range; the error names the first bad field.
     pub fn validate(&self) -> Result<(), SpecError> {
-        if self.requests == 0 || self.requests > MAX_REQUESTS {
-            return Err(SpecError {
-                field: "requests",
-                problem: format!(
-                    "must be between 1 and {MAX_REQUESTS}, got {}",
-                    self.requests
-                ),
-            });
+        in_range("requests", self.requests, 1, MAX_REQUESTS, "")?;
+        if let Some(ms) = self.duration_ms {
+            in_range("duration_ms", ms, 1, MAX_DURATION_MS, " ms")?;
         }
-        if self.size_bytes == 0 || self.size_bytes > MAX_BODY_BYTES {
-            return Err(SpecError {
-                field: "size_bytes",
-                problem: format!(
-                    "must be between 1 and {MAX_BODY_BYTES} (64 MiB), got {}",
-                    self.size_bytes
-                ),
-            });
+        in_range("size_bytes", self.size_bytes, 1, MAX_BODY_BYTES, " bytes (64 MiB)")?;
+        if let Some(bytes) = self.response_bytes {
+            in_range("response_bytes", bytes, 1, MAX_BODY_BYTES, " bytes (64 MiB)")?;
         }
-        Ok(())
+        in_range("connections", self.connections, 1, MAX_CONNECTIONS, "")?;
+        in_range("think_us", self.think_us, 0, MAX_THINK_US, " us")?;
+        check_buffers(&self.sndbuf, &self.rcvbuf)?;
+        check_congestion(&self.congestion)
     }
 
-    /// Whether request `index` (from 0) opens a new connection before it is sent.
+    /// The response body size the client expects.
+    pub fn response_size(&self) -> u32 {
+        self.response_bytes.unwrap_or(self.size_bytes)
+    }
+
+    /// Whether a client's `index`-th request on its thread (from 0) opens a new connection.
     pub fn connects_before(&self, index: u32) -> bool {
         index == 0 || (self.reconnect_every != 0 && index % self.reconnect_every == 0)
     }
 
     /// One line for people: "200 x 2048 B, keep-alive, Nagle on both sides".
     pub fn describe(&self) -> String {
-        let connection = match self.reconnect_every {
+        let mut parts = Vec::new();
+        let count = match self.duration_ms {
+            Some(ms) => format!("up to {} requests in {ms} ms", self.requests),
+            None => format!("{} x {} B", self.requests, self.size_bytes),
+        };
+        parts.push(count);
+        if self.duration_ms.is_some() {
+            parts.push(format!("{} B", self.size_bytes));
+        }
+        if let Some(bytes) = self.response_bytes {
+            parts.push(format!("{bytes} B answers"));
+        }
+        parts.push(match self.reconnect_every {
             0 => "keep-alive".to_string(),
             1 => "reconnect before every request".to_string(),
             n => format!("reconnect every {n} requests"),
-        };
-        let nagle = match (self.nodelay.client, self.nodelay.server) {
-            (false, false) => "Nagle on both sides",
-            (true, false) => "TCP_NODELAY on the client only",
-            (false, true) => "TCP_NODELAY on the server only",
-            (true, true) => "TCP_NODELAY on both sides",
-        };
-        format!(
-            "{} x {} B, {connection}, {nagle}",
-            self.requests, self.size_bytes
-        )
+        });
+        if self.connections > 1 {
+            parts.push(format!("{} connections", self.connections));
+        }
+        if self.think_us > 0 {
+            parts.push(format!("server thinks {} us", self.think_us));
+        }
+        parts.push(
+            match (self.nodelay.client, self.nodelay.server) {
+                (false, false) => "Nagle on both sides",
+                (true, false) => "TCP_NODELAY on the client only",
+                (false, true) => "TCP_NODELAY on the server only",
+                (true, true) => "TCP_NODELAY on both sides",
+            }
+            .to_string(),
+        );
+        for (name, flags) in [("TCP_CORK", self.cork), ("TCP_QUICKACK", self.quickack)] {
+            if let Some(sides) = sides_phrase(flags) {
+                parts.push(format!("{name} on {sides}"));
+            }
+        }
+        if self.write != PerSide::default() {
+            if self.write.client == self.write.server {
+                parts.push(format!("{} writes", self.write.client.name()));
+            } else {
+                parts.push(format!(
+                    "client {} writes, server {} writes",
+                    self.write.client.name(),
+                    self.write.server.name()
+                ));
+            }
+        }
+        parts.extend(describe_buffers(&self.sndbuf, &self.rcvbuf, &self.congestion));
+        parts.join(", ")
+    }
+}
+
+fn sides_phrase(flags: PerSide<bool>) -> Option<&'static str> {
+    match (flags.client, flags.server) {
+        (false, false) => None,
+        (true, false) => Some("the client"),
+        (false, true) => Some("the server"),
+        (true, true) => Some("both sides"),
+    }
+}
+
+fn describe_buffers(
+    sndbuf: &PerSide<Option<u32>>,
+    rcvbuf: &PerSide<Option<u32>>,
+    congestion: &PerSide<Option<String>>,
+) -> Vec<String> {
+    let mut parts = Vec::new();
+    for (name, side, value) in [
+        ("SO_SNDBUF", "client", sndbuf.client),
+        ("SO_SNDBUF", "server", sndbuf.server),
+        ("SO_RCVBUF", "client", rcvbuf.client),
+        ("SO_RCVBUF", "server", rcvbuf.server),
+    ] {
+        if let Some(bytes) = value {
+            parts.push(format!("{name} {bytes} on the {side}"));
+        }
+    }
+    for (side, name) in [("client", &congestion.client), ("server", &congestion.server)] {
+        if let Some(name) = name {
+            parts.push(format!("{name} on the {side}"));
+        }
+    }
+    parts
+}
+
+impl BulkSpec {
+    pub fn validate(&self) -> Result<(), SpecError> {
+        in_range("bytes", self.bytes, 1, MAX_BULK_BYTES, " bytes")?;
+        if let Some(ms) = self.duration_ms {
+            in_range("duration_ms", ms, 1, MAX_DURATION_MS, " ms")?;
+        }
+        in_range("app_buffer_bytes", self.app_buffer_bytes, 1, MAX_APP_BUFFER_BYTES, " bytes")?;
+        check_buffers(&self.sndbuf, &self.rcvbuf)?;
+        check_congestion(&self.congestion)
+    }
+
+    pub fn describe(&self) -> String {
+        let mut parts = vec![match self.duration_ms {
+            Some(ms) => format!("bulk for {ms} ms (at most {} bytes)", self.bytes),
+            None => format!("bulk {} bytes", self.bytes),
+        }];
+        parts.push(format!("{} B application buffer", self.app_buffer_bytes));
+        parts.extend(describe_buffers(&self.sndbuf, &self.rcvbuf, &self.congestion));
+        parts.join(", ")
+    }
+}
+
+impl Scenario {
+    pub fn validate(&self) -> Result<(), SpecError> {
+        match self {
+            Scenario::Rr(spec) => spec.validate(),
+            Scenario::Bulk(spec) => spec.validate(),
+        }
+    }
+
+    pub fn describe(&self) -> String {
+        match self {
+            Scenario::Rr(spec) => spec.describe(),
+            Scenario::Bulk(spec) => spec.describe(),
+        }
+    }
+
+    /// The scenario's name in the CLI and the JSON summary: "rr" or "bulk".
+    pub fn name(&self) -> &'static str {
+        match self {
+            Scenario::Rr(_) => "rr",
+            Scenario::Bulk(_) => "bulk",
+        }
     }
 }
 
@@ -110,54 +409,69 @@ mod tests {
 
     #[test]
     fn validate_names_the_bad_field() {
-        let zero = RrSpec {
-            requests: 0,
-            ..RrSpec::default()
-        };
+        let zero = RrSpec { requests: 0, ..RrSpec::default() };
         assert_eq!(zero.validate().unwrap_err().field, "requests");
-        let huge = RrSpec {
-            size_bytes: MAX_BODY_BYTES + 1,
+        let huge = RrSpec { size_bytes: MAX_BODY_BYTES + 1, ..RrSpec::default() };
+        assert_eq!(huge.validate().unwrap_err().field, "size_bytes");
+        let buffer = RrSpec { rcvbuf: PerSide { client: None, server: Some(0) }, ..RrSpec::default() };
+        assert_eq!(buffer.validate().unwrap_err().field, "rcvbuf.server");
+        let cc = RrSpec {
+            congestion: PerSide { client: Some("cubic; rm".into()), server: None },
             ..RrSpec::default()
         };
-        assert_eq!(huge.validate().unwrap_err().field, "size_bytes");
+        assert_eq!(cc.validate().unwrap_err().field, "congestion.client");
+        let many = RrSpec { connections: MAX_CONNECTIONS + 1, ..RrSpec::default() };
+        assert_eq!(many.validate().unwrap_err().field, "connections");
         assert!(RrSpec::default().validate().is_ok());
+        let bulk = BulkSpec { app_buffer_bytes: 0, ..BulkSpec::default() };
+        assert_eq!(bulk.validate().unwrap_err().field, "app_buffer_bytes");
     }
 
     #[test]
     fn reconnect_plan() {
-        let keep = RrSpec {
-            requests: 5,
-            ..RrSpec::default()
-        };
+        let keep = RrSpec { requests: 5, ..RrSpec::default() };
         let opens: Vec<bool> = (0..5).map(|i| keep.connects_before(i)).collect();
         assert_eq!(opens, [true, false, false, false, false]);
-        let every2 = RrSpec {
-            requests: 5,
-            reconnect_every: 2,
-            ..RrSpec::default()
-        };
+        let every2 = RrSpec { requests: 5, reconnect_every: 2, ..RrSpec::default() };
         let opens: Vec<bool> = (0..5).map(|i| every2.connects_before(i)).collect();
         assert_eq!(opens, [true, false, true, false, true]);
     }
 
     #[test]
     fn json_field_names_are_the_documented_ones() {
-        let spec = RrSpec {
-            nodelay: NoDelay {
-                client: true,
-                server: false,
-            },
-            ..RrSpec::default()
-        };
+        let spec = RrSpec { nodelay: PerSide { client: true, server: false }, ..RrSpec::default() };
         let json = serde_json::to_value(&spec).unwrap();
-        assert_eq!(
-            json,
-            serde_json::json!({
-                "requests": 200, "size_bytes": 2048, "reconnect_every": 0,
-                "nodelay": {"client": true, "server": false}
-            })
-        );
+        assert_eq!(json["nodelay"], serde_json::json!({"client": true, "server": false}));
+        assert_eq!(json["size_bytes"], 2048);
+        assert_eq!(json["write"], serde_json::json!({"client": "split", "server": "split"}));
+        assert_eq!(json["sndbuf"], serde_json::json!({"client": null, "server": null}));
         let typo = r#"{"requests": 1, "size_bytes": 1, "nodelay": {"clinet": true}}"#;
         assert!(serde_json::from_str::<RrSpec>(typo).is_err());
+    }
+
+    #[test]
+    fn a_minimal_spec_file_gets_defaults() {
+        let minimal = r#"{"rr": {"requests": 10, "size_bytes": 100}}"#;
+        let Scenario::Rr(spec) = serde_json::from_str::<Scenario>(minimal).unwrap() else {
+            panic!("an rr spec")
+        };
+        assert_eq!(spec.connections, 1);
+        assert_eq!(spec.write.client, WritePattern::Split);
+        assert_eq!(spec.response_size(), 100);
+    }
+
+    #[test]
+    fn descriptions_name_what_differs_from_story_1() {
+        assert_eq!(RrSpec::default().describe(), "200 x 2048 B, keep-alive, Nagle on both sides");
+        let tuned = RrSpec {
+            cork: PerSide::both(true),
+            write: PerSide { client: WritePattern::Writev, server: WritePattern::Split },
+            rcvbuf: PerSide { client: None, server: Some(65536) },
+            ..RrSpec::default()
+        };
+        let text = tuned.describe();
+        assert!(text.contains("TCP_CORK on both sides"), "{text}");
+        assert!(text.contains("client writev writes, server split writes"), "{text}");
+        assert!(text.contains("SO_RCVBUF 65536 on the server"), "{text}");
     }
 }

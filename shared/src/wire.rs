@@ -13,7 +13,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::event::{Event, RunId};
-use crate::spec::RrSpec;
+use crate::spec::Scenario;
 
 /// Bumped whenever an existing message's encoding changes.
 pub const PROTOCOL_VERSION: u16 = 1;
@@ -27,7 +27,7 @@ pub enum ToBrowser {
     /// Always the first message of a stream or file.
     Hello(Hello),
     /// A run began; its events follow in [`ToBrowser::Events`].
-    RunStarted { run: RunId, spec: RrSpec },
+    RunStarted { run: RunId, spec: Scenario, instruments: Instruments },
     /// A batch of a run's events, in the order each side recorded them.
     Events { run: RunId, events: Vec<Event> },
     /// The run ended; no more events follow for it.
@@ -42,14 +42,49 @@ pub struct Hello {
     pub protocol_version: u16,
     /// The probe's package version, for people.
     pub ackscope_version: String,
+    /// The machine the runs were made on.
+    pub host: HostFacts,
 }
 
 impl Hello {
-    pub fn current(ackscope_version: &str) -> Hello {
-        Hello {
-            protocol_version: PROTOCOL_VERSION,
-            ackscope_version: ackscope_version.to_string(),
-        }
+    pub fn current(ackscope_version: &str, host: HostFacts) -> Hello {
+        Hello { protocol_version: PROTOCOL_VERSION, ackscope_version: ackscope_version.to_string(), host }
+    }
+}
+
+/// What a reader needs to know about the machine to trust or compare the numbers. Values are as
+/// the kernel printed them ("4096 131072 6291456" for tcp_rmem); empty when unknown.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HostFacts {
+    /// "linux", as Rust names the OS.
+    pub os: String,
+    /// The kernel release (`uname -r`).
+    pub kernel: String,
+    pub tcp_rmem: String,
+    pub tcp_wmem: String,
+    pub rmem_max: String,
+    pub wmem_max: String,
+    /// net.ipv4.tcp_congestion_control: the default for sockets that do not choose.
+    pub congestion_control: String,
+    /// Whether this probe could capture packets, or why not.
+    pub capture: String,
+}
+
+/// Which instruments were on for a run: each costs time on the measured path, so a reader must
+/// know what perturbed the run (its cost is measured by `cargo xtask bench rr`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Instruments {
+    /// Syscall events recorded (off only to measure what recording costs).
+    pub events: bool,
+    /// TCP_INFO read at every syscall boundary.
+    pub tcp_info_at_syscalls: bool,
+    /// TCP_INFO read this often while a call is blocked; 0: not sampled while blocked.
+    pub tcp_info_interval_us: u32,
+}
+
+impl Default for Instruments {
+    fn default() -> Self {
+        Instruments { events: true, tcp_info_at_syscalls: true, tcp_info_interval_us: 1000 }
     }
 }
 
@@ -60,13 +95,15 @@ pub enum RunOutcome {
     Failed {
         error: String,
     },
+    /// Stopped by the user (Ctrl-C); the events recorded before are kept.
+    Interrupted,
 }
 
 /// Browser to probe. Note what is absent: an address. The probe only runs experiments against
 /// its own echo server.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum ToProbe {
-    StartRun { spec: RrSpec },
+    StartRun { spec: Scenario },
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -169,6 +206,7 @@ impl<'a> FrameReader<'a> {
 mod tests {
     use super::*;
     use crate::event::{ConnId, EventKind, ReqId, Side};
+    use crate::spec::RrSpec;
 
     fn sample_stream() -> Vec<ToBrowser> {
         let event = Event {
@@ -179,10 +217,11 @@ mod tests {
             kind: EventKind::ReadDone { bytes: 2048 },
         };
         vec![
-            ToBrowser::Hello(Hello::current("0.1.0")),
+            ToBrowser::Hello(Hello::current("0.1.0", HostFacts::default())),
             ToBrowser::RunStarted {
                 run: RunId(1),
-                spec: RrSpec::default(),
+                spec: Scenario::Rr(RrSpec::default()),
+                instruments: Instruments::default(),
             },
             ToBrowser::Events {
                 run: RunId(1),
@@ -201,9 +240,7 @@ mod tests {
             let bytes = encode(&message);
             assert_eq!(decode::<ToBrowser>(&bytes).unwrap(), message);
         }
-        let start = ToProbe::StartRun {
-            spec: RrSpec::default(),
-        };
+        let start = ToProbe::StartRun { spec: Scenario::Rr(RrSpec::default()) };
         assert_eq!(decode::<ToProbe>(&encode(&start)).unwrap(), start);
     }
 
@@ -225,6 +262,7 @@ mod tests {
         let newer = ToBrowser::Hello(Hello {
             protocol_version: 9,
             ackscope_version: "9".into(),
+            host: HostFacts::default(),
         });
         let decoded: ToBrowser = decode(&encode(&newer)).unwrap();
         let err = check_hello(&decoded).unwrap_err();
