@@ -17,6 +17,7 @@ pub mod event;
 pub mod spec;
 #[cfg(any(test, feature = "synthetic"))]
 pub mod synthetic;
+pub mod tcp_info;
 pub mod wire;
 
 pub use analysis::{RequestView, Summary};
