@@ -9,6 +9,7 @@
 //! cargo xtask test            everything CI checks: fmt, clippy, unit, browser, end-to-end
 //! ```
 
+mod bench;
 mod setup;
 mod steps;
 
@@ -27,6 +28,7 @@ fn main() -> ExitCode {
         "build" => build(),
         "run" => build().and_then(|()| run_probe(rest)),
         "test" => test(),
+        "bench" => bench::run(rest),
         "help" | "--help" | "-h" => {
             println!("{}", include_str!("usage.txt"));
             return ExitCode::SUCCESS;

@@ -158,11 +158,31 @@ pub fn ensure_browser(steps: &mut Steps) -> Result<(), String> {
         steps.done("installed");
         return Ok(());
     }
-    steps.note("installing Debian's packages with apt-get (about a minute)");
-    let packages = ["chromium", "chromium-driver", "libssl-dev", "pkg-config"];
+    ensure_apt_packages(
+        steps,
+        &["chromium", "chromium-driver", "libssl-dev", "pkg-config"],
+    )
+}
+
+/// Installs those of Debian's `packages` that dpkg does not list as installed, with apt-get
+/// (through sudo unless root), and ends the step the caller started.
+pub fn ensure_apt_packages(steps: &mut Steps, packages: &[&str]) -> Result<(), String> {
+    let missing: Vec<&str> = packages
+        .iter()
+        .copied()
+        .filter(|package| !dpkg_has(package))
+        .collect();
+    if missing.is_empty() {
+        steps.done("installed");
+        return Ok(());
+    }
+    steps.note(&format!(
+        "installing Debian's {} with apt-get (about a minute)",
+        missing.join(", ")
+    ));
     let fix = format!(
         "install them with: sudo apt-get install -y {}",
-        packages.join(" ")
+        missing.join(" ")
     );
     let as_root = tool_command("id")
         .arg("-u")
@@ -179,10 +199,16 @@ pub fn ensure_browser(steps: &mut Steps) -> Result<(), String> {
             .run()
     };
     apt_get(&["update"]).map_err(|e| format!("{e}\n{fix}"))?;
-    apt_get(&[&["install", "-y"][..], &packages[..]].concat())
-        .map_err(|e| format!("{e}\n{fix}"))?;
+    apt_get(&[&["install", "-y"][..], &missing[..]].concat()).map_err(|e| format!("{e}\n{fix}"))?;
     steps.done("installed");
     Ok(())
+}
+
+fn dpkg_has(package: &str) -> bool {
+    tool_command("dpkg-query")
+        .args(["--show", "--showformat=${Status}", package])
+        .output_text()
+        .is_some_and(|status| status.trim() == "install ok installed")
 }
 
 /// The version of `package` that Cargo.lock resolved.

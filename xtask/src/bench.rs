@@ -1,0 +1,574 @@
+//! `cargo xtask bench`: measurements that print ratios against a peer measured in the same run.
+//!
+//! - `rr`: ackscope's request/response loop against sockperf's TCP ping-pong on loopback, and
+//!   ackscope with its recording on against off. Rounds alternate the programs so that a machine
+//!   that speeds up or slows down during the run affects all of them alike.
+//! - `memory`: a 1,000,000-request run's peak RSS and session-file size.
+//!
+//! These are measurements, not tests: a missed target is printed, and the exit code stays 0.
+//! What they measure and the figures of one machine: docs/BENCHMARKS.md.
+
+use std::fs;
+use std::net::{Ipv4Addr, TcpListener, TcpStream};
+use std::path::Path;
+use std::process::{Child, Command, Output, Stdio};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use crate::setup;
+use crate::steps::Steps;
+
+const USAGE: &str = "usage: cargo xtask bench rr [--rounds N] [--seconds S]\n       \
+                     cargo xtask bench memory [--count N]";
+
+/// The request and answer body of every rr benchmark run, in bytes.
+const SIZE_BYTES: u32 = 2048;
+/// ackscope accepts at most this many requests per run.
+const MAX_COUNT: u32 = 1_000_000;
+
+const RR_TARGET: f64 = 0.9;
+const RECORDING_TARGET: f64 = 0.95;
+const PEAK_RSS_TARGET_MB: f64 = 200.0;
+const FILE_BYTES_PER_EVENT_TARGET: f64 = 24.0;
+
+pub fn run(args: &[String]) -> Result<(), String> {
+    match args.split_first() {
+        Some((which, rest)) if which == "rr" => {
+            let rounds = flag_value(rest, "--rounds", &["--seconds"])?.unwrap_or(5);
+            let seconds = flag_value(rest, "--seconds", &["--rounds"])?.unwrap_or(3);
+            if rounds == 0 || seconds == 0 {
+                return Err(format!(
+                    "--rounds and --seconds must be at least 1\n{USAGE}"
+                ));
+            }
+            rr(rounds, seconds)
+        }
+        Some((which, rest)) if which == "memory" => {
+            let count = flag_value(rest, "--count", &[])?.unwrap_or(MAX_COUNT);
+            if !(1..=MAX_COUNT).contains(&count) {
+                return Err(format!("--count must be 1 to {MAX_COUNT}\n{USAGE}"));
+            }
+            memory(count)
+        }
+        Some((other, _)) => Err(format!("unknown benchmark `{other}`\n{USAGE}")),
+        None => Err(format!("which benchmark?\n{USAGE}")),
+    }
+}
+
+/// The number after `flag`, if given; `others` are the flags that may also appear.
+fn flag_value(args: &[String], flag: &str, others: &[&str]) -> Result<Option<u32>, String> {
+    let mut found = None;
+    let mut rest = args.iter();
+    while let Some(arg) = rest.next() {
+        let value = rest.next();
+        if arg != flag && !others.contains(&arg.as_str()) {
+            return Err(format!("unknown option `{arg}`\n{USAGE}"));
+        }
+        let value = value.ok_or_else(|| format!("{arg} needs a number\n{USAGE}"))?;
+        let number = value
+            .parse::<u32>()
+            .map_err(|_| format!("{arg} needs a whole number, not `{value}`\n{USAGE}"))?;
+        if arg == flag {
+            found = Some(number);
+        }
+    }
+    Ok(found)
+}
+
+/// Install what is missing and build the release probe; `more` steps follow.
+fn prepare(more: usize, packages: &[&str]) -> Result<Steps, String> {
+    let mut steps = Steps::new(7 + more);
+    setup::ensure_build_tools(&mut steps)?;
+    steps.start(&format!("Debian packages: {}", packages.join(", ")));
+    setup::ensure_apt_packages(&mut steps, packages)?;
+    crate::build_web(&mut steps)?;
+    crate::build_probe(&mut steps)?;
+    Ok(steps)
+}
+
+/// One round's transactions (a request and its answer) per second, by program.
+#[derive(Clone, Copy, Default)]
+struct Round {
+    sockperf_tps: f64,
+    sockperf_half_rtt_us: f64,
+    on_tps: f64,
+    off_tps: f64,
+}
+
+#[derive(Clone, Copy)]
+enum Program {
+    Sockperf,
+    RecordingOn,
+    RecordingOff,
+}
+
+fn rr(rounds: u32, seconds: u32) -> Result<(), String> {
+    let mut steps = prepare(2 + rounds as usize, &["sockperf"])?;
+
+    steps.start("sockperf server on 127.0.0.1 (TCP)");
+    let server = SockperfServer::start()?;
+    steps.done(&format!("listening on port {}", server.port));
+
+    steps.start(&format!(
+        "calibrating ackscope's request count to last about {seconds} s"
+    ));
+    // A short run with recording on (the slower mode) also warms up the binary and the caches.
+    let rps = ackscope_rps(10_000, true)?;
+    let count = ((rps * f64::from(seconds) / 1000.0).round() as u32 * 1000).clamp(1000, MAX_COUNT);
+    steps.done(&format!(
+        "{rps:.0} requests/s with recording on: --count {count}"
+    ));
+
+    let mut results = Vec::new();
+    for round in 1..=rounds {
+        steps.start(&format!("round {round} of {rounds}"));
+        // Every other round runs the programs in reverse order, so that drift during the
+        // benchmark (CPU frequency, other load) does not favour whichever always runs first.
+        let mut order = [
+            Program::Sockperf,
+            Program::RecordingOn,
+            Program::RecordingOff,
+        ];
+        if round % 2 == 0 {
+            order.reverse();
+        }
+        let mut result = Round::default();
+        for program in order {
+            match program {
+                Program::Sockperf => {
+                    let ping_pong = sockperf_ping_pong(server.port, seconds)?;
+                    result.sockperf_tps = ping_pong.tps;
+                    result.sockperf_half_rtt_us = ping_pong.half_rtt_us;
+                }
+                Program::RecordingOn => result.on_tps = ackscope_rps(count, true)?,
+                Program::RecordingOff => result.off_tps = ackscope_rps(count, false)?,
+            }
+        }
+        steps.done(&format!(
+            "sockperf {:.0}, ackscope on {:.0}, off {:.0} transactions/s",
+            result.sockperf_tps, result.on_tps, result.off_tps
+        ));
+        results.push(result);
+    }
+    drop(server);
+
+    println!(
+        "\nrr on loopback, {SIZE_BYTES}-byte request and answer, TCP_NODELAY on both sides, \
+         transactions/s\n"
+    );
+    println!(
+        "{:>5}  {:>12}  {:>17}  {:>12}  {:>13}  {:>11}  {:>6}",
+        "round",
+        "sockperf",
+        "sockperf half-RTT",
+        "ackscope on",
+        "ackscope off",
+        "on/sockperf",
+        "on/off"
+    );
+    for (index, r) in results.iter().enumerate() {
+        println!(
+            "{:>5}  {:>12.0}  {:>14.2} us  {:>12.0}  {:>13.0}  {:>11.3}  {:>6.3}",
+            index + 1,
+            r.sockperf_tps,
+            r.sockperf_half_rtt_us,
+            r.on_tps,
+            r.off_tps,
+            r.on_tps / r.sockperf_tps,
+            r.on_tps / r.off_tps
+        );
+    }
+    let sockperf_tps = median(results.iter().map(|r| r.sockperf_tps));
+    let on_tps = median(results.iter().map(|r| r.on_tps));
+    let off_tps = median(results.iter().map(|r| r.off_tps));
+    println!("\nmedians over {rounds} rounds:");
+    let ratio = on_tps / sockperf_tps;
+    println!(
+        "rr_vs_sockperf ratio={ratio:.3} ackscope_tps={on_tps:.0} sockperf_tps={sockperf_tps:.0}{}",
+        verdict(ratio >= RR_TARGET, &format!(">= {RR_TARGET}"))
+    );
+    let ratio = on_tps / off_tps;
+    println!(
+        "recording_off_vs_on ratio={ratio:.3} on_tps={on_tps:.0} off_tps={off_tps:.0}{}",
+        verdict(ratio >= RECORDING_TARGET, &format!(">= {RECORDING_TARGET}"))
+    );
+    Ok(())
+}
+
+fn verdict(met: bool, target: &str) -> String {
+    if met {
+        format!("  (target {target})")
+    } else {
+        format!("  target missed ({target})")
+    }
+}
+
+fn median(values: impl Iterator<Item = f64>) -> f64 {
+    let mut values: Vec<f64> = values.collect();
+    values.sort_by(f64::total_cmp);
+    let middle = values.len() / 2;
+    if values.len() % 2 == 1 {
+        values[middle]
+    } else {
+        (values[middle - 1] + values[middle]) / 2.0
+    }
+}
+
+/// Requests per second of one `ackscope run rr --json` (keep-alive, TCP_NODELAY on both sides).
+fn ackscope_rps(count: u32, recording: bool) -> Result<f64, String> {
+    let mut command = Command::new(setup::probe_binary());
+    command.args(["run", "rr", "--count", &count.to_string()]);
+    command.args([
+        "--size",
+        &SIZE_BYTES.to_string(),
+        "--nodelay",
+        "both",
+        "--json",
+    ]);
+    if !recording {
+        command.args(["--no-events", "--no-tcp-info"]);
+    }
+    let json = json_line(&checked_output(&mut command)?)?;
+    if let Some(error) = top_level_field(&json, "error").filter(|e| *e != "null") {
+        return Err(format!("ackscope's run failed: {error}"));
+    }
+    json_number(&json, "rps")
+}
+
+/// Runs to completion capturing the output; an error shows the command and what it printed.
+fn checked_output(command: &mut Command) -> Result<Output, String> {
+    let shown = std::iter::once(command.get_program())
+        .chain(command.get_args())
+        .map(|part| part.to_string_lossy())
+        .collect::<Vec<_>>()
+        .join(" ");
+    let output = command
+        .output()
+        .map_err(|e| format!("could not start `{shown}`: {e}"))?;
+    if output.status.success() {
+        Ok(output)
+    } else {
+        Err(format!(
+            "`{shown}` failed ({}):\n{}{}",
+            output.status,
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        ))
+    }
+}
+
+/// The one line of ackscope's stdout that holds its JSON object.
+fn json_line(output: &Output) -> Result<String, String> {
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    stdout
+        .lines()
+        .find(|line| line.trim_start().starts_with('{'))
+        .map(|line| line.trim().to_string())
+        .ok_or_else(|| format!("ackscope printed no JSON object; its output:\n{stdout}"))
+}
+
+/// The raw text of a field of the outermost JSON object (`"requests"` inside `"config"` is not
+/// the run's `"requests"`), or `None` if the object has no such field.
+fn top_level_field<'a>(json: &'a str, field: &str) -> Option<&'a str> {
+    let bytes = json.as_bytes();
+    let mut depth = 0usize;
+    let mut index = 0;
+    // Start of the current top-level value and whether it belongs to `field`.
+    let mut value_start: Option<usize> = None;
+    let mut last_key: Option<&str> = None;
+    while index < bytes.len() {
+        match bytes[index] {
+            b'"' => {
+                let start = index + 1;
+                index += 1;
+                while index < bytes.len() && bytes[index] != b'"' {
+                    index += if bytes[index] == b'\\' { 2 } else { 1 };
+                }
+                if depth == 1 && value_start.is_none() {
+                    last_key = json.get(start..index);
+                }
+            }
+            b':' if depth == 1 => value_start = Some(index + 1),
+            b'{' | b'[' => depth += 1,
+            b',' | b'}' | b']' => {
+                if depth == 1 {
+                    if let Some(start) = value_start.take() {
+                        if last_key == Some(field) {
+                            return json.get(start..index).map(str::trim);
+                        }
+                    }
+                }
+                if bytes[index] != b',' {
+                    depth = depth.saturating_sub(1);
+                }
+            }
+            _ => {}
+        }
+        index += 1;
+    }
+    None
+}
+
+fn json_number(json: &str, field: &str) -> Result<f64, String> {
+    let raw = top_level_field(json, field)
+        .ok_or_else(|| format!("ackscope's JSON has no `{field}` field: {json}"))?;
+    raw.parse::<f64>()
+        .map_err(|_| format!("ackscope's JSON field `{field}` is `{raw}`, not a number: {json}"))
+}
+
+/// `sockperf server`, killed (by its PID, which `Child` holds) when this is dropped, also when
+/// a round fails.
+struct SockperfServer {
+    child: Child,
+    port: u16,
+}
+
+impl SockperfServer {
+    fn start() -> Result<SockperfServer, String> {
+        let port = free_port()?;
+        let child = setup::tool_command("sockperf")
+            .args([
+                "server",
+                "-i",
+                "127.0.0.1",
+                "-p",
+                &port.to_string(),
+                "--tcp",
+            ])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .map_err(|e| format!("could not start `sockperf server`: {e}"))?;
+        let mut server = SockperfServer { child, port };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while TcpStream::connect((Ipv4Addr::LOCALHOST, port)).is_err() {
+            let exited = server.child.try_wait().ok().flatten();
+            if exited.is_some() || Instant::now() > deadline {
+                return Err(format!(
+                    "sockperf server did not start listening on 127.0.0.1:{port}; run \
+                     `sockperf server -i 127.0.0.1 -p {port} --tcp` to see why"
+                ));
+            }
+            thread::sleep(Duration::from_millis(50));
+        }
+        Ok(server)
+    }
+}
+
+impl Drop for SockperfServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A port that was free a moment ago on 127.0.0.1.
+fn free_port() -> Result<u16, String> {
+    let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
+        .map_err(|e| format!("binding a free port on 127.0.0.1: {e}"))?;
+    listener
+        .local_addr()
+        .map(|addr| addr.port())
+        .map_err(|e| format!("reading the free port on 127.0.0.1: {e}"))
+}
+
+struct PingPong {
+    tps: f64,
+    half_rtt_us: f64,
+}
+
+/// sockperf's ping-pong client: one message, wait for the answer, the next message.
+/// TCP_NODELAY is sockperf's default (only `--tcp-avoid-nodelay` turns it off), as with
+/// ackscope's `--nodelay both`.
+fn sockperf_ping_pong(port: u16, seconds: u32) -> Result<PingPong, String> {
+    let output = checked_output(setup::tool_command("sockperf").args([
+        "ping-pong",
+        "-i",
+        "127.0.0.1",
+        "-p",
+        &port.to_string(),
+        "--tcp",
+        "-m",
+        &SIZE_BYTES.to_string(),
+        "-t",
+        &seconds.to_string(),
+    ]))?;
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    parse_ping_pong(&text)
+}
+
+/// Transactions per second from sockperf's report, for example (sockperf 3.7):
+///
+/// ```text
+/// sockperf: [Valid Duration] RunTime=2.999 sec; SentMessages=90718; ReceivedMessages=90718
+/// sockperf: ====> avg-latency=16.478 (std-dev=3.063, ...)
+/// sockperf: Summary: Latency is 16.478 usec
+/// ```
+///
+/// In ping-pong mode every message sent is a request that the server answers, and the next one
+/// leaves only when the answer is in, so one received message is one transaction (request plus
+/// answer), like one of ackscope's `requests`: tps = ReceivedMessages / RunTime of the valid
+/// duration (the warm-up is excluded). Its "latency" is half a round trip (RTT / 2, in
+/// microseconds), kept for the table: 1e6 / (2 x latency) is an upper bound on the tps, as the
+/// client's own time between an answer and the next request is not in it.
+fn parse_ping_pong(text: &str) -> Result<PingPong, String> {
+    let valid = text
+        .lines()
+        .find(|line| line.contains("[Valid Duration]"))
+        .ok_or_else(|| format!("sockperf printed no `[Valid Duration]` line:\n{text}"))?;
+    let run_time_s = sockperf_number(valid, "RunTime=", text)?;
+    let received = sockperf_number(valid, "ReceivedMessages=", text)?;
+    let half_rtt_us = sockperf_number(text, "avg-latency=", text)?;
+    if run_time_s <= 0.0 || received <= 0.0 {
+        return Err(format!("sockperf measured nothing:\n{text}"));
+    }
+    Ok(PingPong {
+        tps: received / run_time_s,
+        half_rtt_us,
+    })
+}
+
+fn sockperf_number(haystack: &str, label: &str, whole: &str) -> Result<f64, String> {
+    let start = haystack
+        .find(label)
+        .ok_or_else(|| format!("sockperf's report has no `{label}`:\n{whole}"))?
+        + label.len();
+    let digits: String = haystack[start..]
+        .chars()
+        .take_while(|c| c.is_ascii_digit() || *c == '.')
+        .collect();
+    digits
+        .parse()
+        .map_err(|_| format!("sockperf's `{label}` is not followed by a number:\n{whole}"))
+}
+
+fn memory(count: u32) -> Result<(), String> {
+    let mut steps = prepare(1, &["time"])?;
+    steps.start(&format!(
+        "ackscope run rr --count {count} under /usr/bin/time -v"
+    ));
+    steps.note("1,000,000 requests take about a minute");
+    let dir = std::env::temp_dir().join(format!("ackscope-bench-{}", std::process::id()));
+    fs::create_dir_all(&dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
+    let file = dir.join("memory.session");
+    let measured = measure_memory(count, &file);
+    let _ = fs::remove_dir_all(&dir);
+    let (json, peak_rss_kb, file_bytes) = measured?;
+    steps.done("done");
+
+    let requests = json_number(&json, "requests")?;
+    let peak_rss_mb = peak_rss_kb / 1024.0;
+    // Bytes per event only if ackscope says how many events it recorded.
+    let events = match top_level_field(&json, "events") {
+        Some(_) => Some(json_number(&json, "events")?),
+        None => None,
+    };
+    let mut line = format!(
+        "memory peak_rss_mb={peak_rss_mb:.1} requests={requests:.0} file_bytes={file_bytes}"
+    );
+    if let Some(events) = events {
+        let per_event = file_bytes as f64 / events.max(1.0);
+        line += &format!(" events={events:.0} file_bytes_per_event={per_event:.1}");
+    }
+    println!("\n{line}");
+    println!(
+        "  peak RSS < {PEAK_RSS_TARGET_MB} MB:{}",
+        met_or_missed(peak_rss_mb < PEAK_RSS_TARGET_MB)
+    );
+    match events {
+        Some(events) => println!(
+            "  file bytes per event <= {FILE_BYTES_PER_EVENT_TARGET}:{}",
+            met_or_missed(file_bytes as f64 / events.max(1.0) <= FILE_BYTES_PER_EVENT_TARGET)
+        ),
+        None => println!("  file bytes per event: unknown, ackscope's JSON has no `events` field"),
+    }
+    Ok(())
+}
+
+fn met_or_missed(met: bool) -> &'static str {
+    if met {
+        " met"
+    } else {
+        " target missed"
+    }
+}
+
+/// ackscope's JSON, its peak RSS in KiB and the size of its session file.
+fn measure_memory(count: u32, file: &Path) -> Result<(String, f64, u64), String> {
+    let mut command = Command::new("/usr/bin/time");
+    command.arg("-v").arg(setup::probe_binary());
+    command.args([
+        "run",
+        "rr",
+        "--count",
+        &count.to_string(),
+        "--nodelay",
+        "both",
+    ]);
+    command.arg("-o").arg(file).arg("--json");
+    let output = checked_output(&mut command)?;
+    let json = json_line(&output)?;
+    let report = String::from_utf8_lossy(&output.stderr);
+    let label = "Maximum resident set size (kbytes):";
+    let peak_rss_kb = report
+        .lines()
+        .find_map(|line| line.trim().strip_prefix(label))
+        .and_then(|value| value.trim().parse::<f64>().ok())
+        .ok_or_else(|| format!("/usr/bin/time -v printed no `{label}`:\n{report}"))?;
+    let file_bytes = fs::metadata(file)
+        .map_err(|e| format!("ackscope wrote no session file {}: {e}", file.display()))?
+        .len();
+    Ok((json, peak_rss_kb, file_bytes))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const JSON: &str = r#"{"ackscope_version":"0.1.0","config":{"nodelay":{"client":true,"server":true},"reconnect_every":0,"requests":2000,"size_bytes":2048},"duration_s":0.118912712,"error":null,"max_ms":1.362274,"p50_ms":0.042723,"requests":1999,"rps":16819.05968135686,"scenario":"rr","stalled_reads":0}"#;
+
+    #[test]
+    fn reads_top_level_fields_only() {
+        assert_eq!(json_number(JSON, "requests"), Ok(1999.0));
+        assert_eq!(json_number(JSON, "rps"), Ok(16819.05968135686));
+        assert_eq!(top_level_field(JSON, "error"), Some("null"));
+        assert_eq!(top_level_field(JSON, "scenario"), Some("\"rr\""));
+        assert_eq!(top_level_field(JSON, "size_bytes"), None);
+        let missing = json_number(JSON, "events").unwrap_err();
+        assert!(missing.contains("no `events` field"), "{missing}");
+    }
+
+    #[test]
+    fn reads_strings_with_braces_and_escaped_quotes() {
+        let json = r#"{"error":"a \"}\" here, {x}","rps":2.5}"#;
+        assert_eq!(json_number(json, "rps"), Ok(2.5));
+        assert_eq!(
+            top_level_field(json, "error"),
+            Some(r#""a \"}\" here, {x}""#)
+        );
+    }
+
+    #[test]
+    fn converts_sockperf_messages_to_transactions() {
+        let report = "sockperf: [Total Run] RunTime=3.100 sec; Warm up time=400 msec; \
+                      SentMessages=100; ReceivedMessages=100\n\
+                      sockperf: [Valid Duration] RunTime=2.000 sec; SentMessages=50000; \
+                      ReceivedMessages=50000\n\
+                      sockperf: ====> avg-latency=9.500 (std-dev=1.0)\n";
+        let ping_pong = parse_ping_pong(report).expect("a complete report");
+        assert_eq!(ping_pong.tps, 25000.0);
+        assert_eq!(ping_pong.half_rtt_us, 9.5);
+        assert!(parse_ping_pong("sockperf: error").is_err());
+    }
+
+    #[test]
+    fn median_of_odd_and_even_counts() {
+        assert_eq!(median([3.0, 1.0, 2.0].into_iter()), 2.0);
+        assert_eq!(median([4.0, 1.0, 2.0, 3.0].into_iter()), 2.5);
+    }
+}
