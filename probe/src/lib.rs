@@ -12,6 +12,9 @@
 //! serves the UI and the WebSocket.
 
 pub mod cli;
+pub mod host;
+pub mod interrupt;
 pub mod net;
+pub mod record;
 pub mod scenario;
 pub mod serve;

@@ -326,8 +326,11 @@ mod tests {
             t = script.exchange(req, t, t, 44 * MS);
         }
         // Server events first, client events later: as the probe's threads may deliver them.
-        let (server, client): (Vec<Event>, Vec<Event>) =
-            script.events.iter().cloned().partition(|e| e.side == Side::Server);
+        let (server, client): (Vec<Event>, Vec<Event>) = script
+            .events
+            .iter()
+            .cloned()
+            .partition(|e| e.side == Side::Server);
         let mut split = RunAnalysis::new();
         split.push_all(&server);
         split.push_all(&client);

@@ -79,7 +79,10 @@ pub enum EventKind {
     SockOpt { opt: SockOpt, value: u32 },
     /// The socket buffers the kernel actually gave this side's socket (getsockopt after
     /// set-up; Linux doubles what was asked and caps it at rmem_max/wmem_max).
-    Buffers { sndbuf_bytes: u32, rcvbuf_bytes: u32 },
+    Buffers {
+        sndbuf_bytes: u32,
+        rcvbuf_bytes: u32,
+    },
     /// The kernel's view of the connection (struct tcp_info), sampled at a syscall boundary or
     /// while a call is blocked.
     TcpInfo(Box<TcpInfoSample>),

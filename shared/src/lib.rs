@@ -13,7 +13,9 @@
 #![forbid(unsafe_code)]
 
 pub mod analysis;
+pub mod bulk;
 pub mod event;
+pub mod presets;
 pub mod spec;
 #[cfg(any(test, feature = "synthetic"))]
 pub mod synthetic;

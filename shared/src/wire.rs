@@ -27,7 +27,11 @@ pub enum ToBrowser {
     /// Always the first message of a stream or file.
     Hello(Hello),
     /// A run began; its events follow in [`ToBrowser::Events`].
-    RunStarted { run: RunId, spec: Scenario, instruments: Instruments },
+    RunStarted {
+        run: RunId,
+        spec: Scenario,
+        instruments: Instruments,
+    },
     /// A batch of a run's events, in the order each side recorded them.
     Events { run: RunId, events: Vec<Event> },
     /// The run ended; no more events follow for it.
@@ -48,7 +52,11 @@ pub struct Hello {
 
 impl Hello {
     pub fn current(ackscope_version: &str, host: HostFacts) -> Hello {
-        Hello { protocol_version: PROTOCOL_VERSION, ackscope_version: ackscope_version.to_string(), host }
+        Hello {
+            protocol_version: PROTOCOL_VERSION,
+            ackscope_version: ackscope_version.to_string(),
+            host,
+        }
     }
 }
 
@@ -84,7 +92,11 @@ pub struct Instruments {
 
 impl Default for Instruments {
     fn default() -> Self {
-        Instruments { events: true, tcp_info_at_syscalls: true, tcp_info_interval_us: 1000 }
+        Instruments {
+            events: true,
+            tcp_info_at_syscalls: true,
+            tcp_info_interval_us: 1000,
+        }
     }
 }
 
@@ -240,7 +252,9 @@ mod tests {
             let bytes = encode(&message);
             assert_eq!(decode::<ToBrowser>(&bytes).unwrap(), message);
         }
-        let start = ToProbe::StartRun { spec: Scenario::Rr(RrSpec::default()) };
+        let start = ToProbe::StartRun {
+            spec: Scenario::Rr(RrSpec::default()),
+        };
         assert_eq!(decode::<ToProbe>(&encode(&start)).unwrap(), start);
     }
 

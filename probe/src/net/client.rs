@@ -1,97 +1,129 @@
-//! The request/response client: story 1's client, instrumented.
+//! The request/response client: story 1's client, instrumented. One thread per concurrent
+//! connection; the threads of a run share the request counter, so ids are unique and dense.
 
 use std::io;
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, TcpStream};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::time::Instant;
 
 use ackscope_shared::spec::MAX_BODY_BYTES;
-use ackscope_shared::{ConnId, EventKind, ReqId, RrSpec};
+use ackscope_shared::{ConnId, EventKind, ReqId, RrSpec, Side};
 use socket2::{Domain, Protocol, Socket, Type};
 
+use super::endpoint::Endpoint;
+use super::options::SideOptions;
 use super::peers::{ConnTag, Peers};
 use super::record::Recorder;
-use super::{context, xor_in_place, LENGTH_PREFIX_BYTES};
+use super::{answer_into, context, LENGTH_PREFIX_BYTES};
 
-/// Runs `spec`'s requests against `server`, recording every step. Stops at the first error;
-/// everything recorded before it has been handed to the recorder's sink.
-pub fn run(spec: &RrSpec, server: SocketAddr, peers: &Peers, rec: &mut Recorder) -> io::Result<()> {
-    let size = spec.size_bytes as usize;
-    // The request body: a recognisable pattern, so a wrong echo is caught below.
-    let request: Vec<u8> = (0..size).map(|i| (i % 251) as u8).collect();
-    let mut expected = request.clone();
-    xor_in_place(&mut expected);
-    let mut response = vec![0u8; size];
-    let prefix = spec.size_bytes.to_be_bytes();
+/// What the client threads of one run share.
+pub struct Shared<'a> {
+    pub spec: &'a RrSpec,
+    pub server: SocketAddr,
+    pub peers: &'a Peers,
+    pub next_req: AtomicU32,
+    pub next_conn: AtomicU32,
+    /// No new requests after this.
+    pub deadline: Option<Instant>,
+    /// Set when any thread fails, or the user interrupts: the others stop after their request.
+    pub stop: &'a AtomicBool,
+}
 
-    let mut open: Option<(TcpStream, ConnId)> = None;
-    let mut next_conn = 0u32;
-    for index in 0..spec.requests {
-        let req = ReqId(index);
-        if spec.connects_before(index) {
-            if let Some((stream, conn)) = open.take() {
-                close(stream, conn, req, rec);
-            }
-            let conn = ConnId(next_conn);
-            next_conn += 1;
-            rec.record(rec.now_ns(), conn, req, EventKind::RequestStart);
-            let stream = connect(
-                spec,
-                server,
-                ConnTag {
-                    conn,
-                    first_req: req,
-                },
-                peers,
-                rec,
-            )?;
-            open = Some((stream, conn));
-        } else if let Some((_, conn)) = &open {
-            rec.record(rec.now_ns(), *conn, req, EventKind::RequestStart);
+impl Shared<'_> {
+    /// The next request's id, or `None` when the run is over.
+    fn take_request(&self) -> Option<ReqId> {
+        if self.stop.load(Ordering::Relaxed) || self.deadline.is_some_and(|d| Instant::now() >= d) {
+            return None;
         }
-        let (stream, conn) = open
+        let id = self.next_req.fetch_add(1, Ordering::Relaxed);
+        (id < self.spec.requests).then_some(ReqId(id))
+    }
+}
+
+/// One client thread: requests until the run is over. Stops at the first error; everything
+/// recorded before it has been handed to the recorder's sink.
+pub fn run(shared: &Shared, rec: &mut Recorder) -> io::Result<()> {
+    let spec = shared.spec;
+    let server = shared.server;
+    let opts = SideOptions::rr(spec, Side::Client);
+    // The request body: a recognisable pattern, so a wrong echo is caught below.
+    let request: Vec<u8> = (0..spec.size_bytes as usize)
+        .map(|i| (i % 251) as u8)
+        .collect();
+    let mut expected = Vec::new();
+    answer_into(&request, spec.response_size(), &mut expected);
+    let mut response = vec![0u8; spec.response_size() as usize];
+
+    let mut open: Option<(TcpStream, ConnTag)> = None;
+    let mut index_on_thread = 0u32;
+    let mut last_req = ReqId(0);
+    while let Some(req) = shared.take_request() {
+        if spec.connects_before(index_on_thread) {
+            if let Some((stream, tag)) = open.take() {
+                close(stream, tag.conn, last_req, rec);
+            }
+            let conn = ConnId(shared.next_conn.fetch_add(1, Ordering::Relaxed));
+            rec.record(rec.now_ns(), conn, req, EventKind::RequestStart);
+            open = Some(connect(
+                &opts,
+                server,
+                ConnTag::new(conn),
+                shared.peers,
+                req,
+                rec,
+            )?);
+        } else if let Some((_, tag)) = &open {
+            rec.record(rec.now_ns(), tag.conn, req, EventKind::RequestStart);
+        }
+        index_on_thread += 1;
+        last_req = req;
+        let (stream, tag) = open
             .as_mut()
             .expect("connects_before(0) opened a connection");
-        let conn = *conn;
-        let what = |step: &str| format!("request {index}: client {step} on {server}");
-        // Story 1's client: the length and the body as two writes.
-        rec.write_all(stream, conn, req, &prefix)
-            .map_err(|e| context(e, what("write")))?;
-        rec.write_all(stream, conn, req, &request)
+        tag.announce(req);
+        let mut end = Endpoint::new(stream, tag.conn, &opts, rec);
+        let what = |step: &str| format!("request {}: client {step} on {server}", req.0);
+        end.write_message(req, &request)
             .map_err(|e| context(e, what("write")))?;
         let mut answer_prefix = [0u8; LENGTH_PREFIX_BYTES];
-        if !rec
-            .read_exact(stream, conn, req, &mut answer_prefix)
+        if !end
+            .read_exact(req, &mut answer_prefix)
             .map_err(|e| context(e, what("read")))?
         {
-            return Err(closed_by_server(index, server));
+            return Err(closed_by_server(req, server));
         }
         let answer_len = u32::from_be_bytes(answer_prefix);
-        if answer_len != spec.size_bytes || answer_len > MAX_BODY_BYTES {
+        if answer_len != spec.response_size() || answer_len > MAX_BODY_BYTES {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidData,
                 format!(
-                    "request {index}: the server on {server} announced a {answer_len}-byte \
-                     answer to a {}-byte request; is it an ackscope echo server?",
-                    spec.size_bytes
+                    "request {}: the server on {server} announced a {answer_len}-byte answer, \
+                     {} bytes were expected; is it an ackscope echo server?",
+                    req.0,
+                    spec.response_size()
                 ),
             ));
         }
-        if !rec
-            .read_exact(stream, conn, req, &mut response)
+        if !end
+            .read_exact(req, &mut response)
             .map_err(|e| context(e, what("read")))?
         {
-            return Err(closed_by_server(index, server));
+            return Err(closed_by_server(req, server));
         }
-        rec.record(rec.now_ns(), conn, req, EventKind::RequestDone);
+        end.note(req, EventKind::RequestDone);
         rec.flush();
         if response != expected {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidData,
-                format!("request {index}: the answer from {server} is not the XORed request"),
+                format!(
+                    "request {}: the answer from {server} is not the XORed request",
+                    req.0
+                ),
             ));
         }
     }
-    if let Some((stream, conn)) = open {
-        close(stream, conn, ReqId(spec.requests.saturating_sub(1)), rec);
+    if let Some((stream, tag)) = open {
+        close(stream, tag.conn, last_req, rec);
     }
     rec.flush();
     Ok(())
@@ -99,17 +131,16 @@ pub fn run(spec: &RrSpec, server: SocketAddr, peers: &Peers, rec: &mut Recorder)
 
 /// Opens a connection, registering its port first so the server can tag its side alike.
 fn connect(
-    spec: &RrSpec,
+    opts: &SideOptions,
     server: SocketAddr,
     tag: ConnTag,
     peers: &Peers,
+    req: ReqId,
     rec: &mut Recorder,
-) -> io::Result<TcpStream> {
+) -> io::Result<(TcpStream, ConnTag)> {
     let socket = Socket::new(Domain::IPV4, Type::STREAM, Some(Protocol::TCP))
         .map_err(|e| context(e, "client socket"))?;
-    socket
-        .set_tcp_nodelay(spec.nodelay.client)
-        .map_err(|e| context(e, "set TCP_NODELAY"))?;
+    opts.apply_before_handshake(&socket)?;
     socket
         .bind(&SocketAddrV4::new(Ipv4Addr::LOCALHOST, 0).into())
         .map_err(|e| context(e, "client bind on 127.0.0.1"))?;
@@ -118,14 +149,16 @@ fn connect(
         .as_socket()
         .map(|a| a.port())
         .ok_or_else(|| io::Error::other("client socket has no IP address"))?;
-    peers.register(port, tag);
+    peers.register(port, tag.clone());
     let start_ns = rec.now_ns();
     let connected = socket.connect(&server.into());
     let done_ns = rec.now_ns();
     connected.map_err(|e| context(e, format!("client connect to {server}")))?;
-    rec.record(start_ns, tag.conn, tag.first_req, EventKind::ConnectStart);
-    rec.record(done_ns, tag.conn, tag.first_req, EventKind::Connected);
-    Ok(socket.into())
+    rec.record(start_ns, tag.conn, req, EventKind::ConnectStart);
+    rec.record(done_ns, tag.conn, req, EventKind::Connected);
+    let mut stream: TcpStream = socket.into();
+    Endpoint::new(&mut stream, tag.conn, opts, rec).record_buffers(req)?;
+    Ok((stream, tag))
 }
 
 fn close(stream: TcpStream, conn: ConnId, last_req: ReqId, rec: &mut Recorder) {
@@ -133,9 +166,12 @@ fn close(stream: TcpStream, conn: ConnId, last_req: ReqId, rec: &mut Recorder) {
     rec.record(rec.now_ns(), conn, last_req, EventKind::Closed);
 }
 
-fn closed_by_server(index: u32, server: SocketAddr) -> io::Error {
+fn closed_by_server(req: ReqId, server: SocketAddr) -> io::Error {
     io::Error::new(
         io::ErrorKind::UnexpectedEof,
-        format!("request {index}: the server on {server} closed the connection before answering"),
+        format!(
+            "request {}: the server on {server} closed the connection before answering",
+            req.0
+        ),
     )
 }

@@ -4,31 +4,59 @@
 //! every recorded wait is the kernel's, not a scheduler's. Protocol: docs/PROTOCOL.md.
 
 use std::io;
-use std::net::{Ipv4Addr, Shutdown, SocketAddr, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::mpsc::SyncSender;
 use std::sync::{Arc, Mutex};
 use std::thread::{self, JoinHandle};
+use std::time::Duration;
 
-use ackscope_shared::{Event, EventKind, ReqId, Side};
+use ackscope_shared::{ConnId, Event, EventKind, ReqId, Side};
+use socket2::{Domain, Protocol, Socket, Type};
 
+use super::endpoint::Endpoint;
+use super::options::SideOptions;
 use super::peers::{ConnTag, Peers};
 use super::record::{Clock, Recorder};
-use super::{context, xor_in_place, LENGTH_PREFIX_BYTES};
+use super::{answer_into, context, LENGTH_PREFIX_BYTES};
 
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub struct EchoConfig {
-    /// TCP_NODELAY on accepted connections.
-    pub nodelay: bool,
+    /// The server side's socket options and write pattern.
+    pub opts: SideOptions,
     /// Length prefixes above this close the connection (bounds the body buffer).
     pub max_body_bytes: u32,
+    /// Answer bodies of this size instead of the request's.
+    pub response_bytes: Option<u32>,
+    /// Wait this long between reading a request and answering it.
+    pub think: Duration,
+}
+
+/// Which connections are recorded, and how their requests are numbered.
+pub enum Tagging {
+    /// A run's own server: only connections its client registered, with the client's ids.
+    Run(Arc<Peers>),
+    /// A standalone server: every connection, numbered in the order they come.
+    Standalone {
+        next_conn: AtomicU32,
+        next_req: AtomicU32,
+    },
+}
+
+impl Tagging {
+    pub fn standalone() -> Tagging {
+        Tagging::Standalone {
+            next_conn: AtomicU32::new(0),
+            next_req: AtomicU32::new(0),
+        }
+    }
 }
 
 /// Connection threads still running, each with a clone of its socket to shut it down on stop.
 type OpenConnections = Arc<Mutex<Vec<(TcpStream, JoinHandle<()>)>>>;
 
-/// A running echo server on 127.0.0.1. [`EchoServer::shutdown`] stops it and waits for every
-/// connection thread, so that all their events have been handed over.
+/// A running echo server. [`EchoServer::shutdown`] stops it and waits for every connection
+/// thread, so that all their events have been handed over.
 pub struct EchoServer {
     addr: SocketAddr,
     stopping: Arc<AtomicBool>,
@@ -37,33 +65,35 @@ pub struct EchoServer {
 }
 
 impl EchoServer {
-    /// Listens on an ephemeral loopback port.
+    /// Listens on `listen` (port 0: an ephemeral port) with the server side's options set on the
+    /// listener, so accepted sockets inherit the buffer sizes before the handshake.
     pub fn start(
+        listen: SocketAddr,
         config: EchoConfig,
         clock: Clock,
-        peers: Arc<Peers>,
-        sink: SyncSender<Vec<Event>>,
+        tagging: Tagging,
+        sink: Option<SyncSender<Vec<Event>>>,
     ) -> io::Result<EchoServer> {
-        let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
-            .map_err(|e| context(e, "echo server bind on 127.0.0.1"))?;
+        let listener = listener(listen, &config.opts)?;
         let addr = listener.local_addr()?;
         let stopping = Arc::new(AtomicBool::new(false));
-        let connections = Arc::new(Mutex::new(Vec::new()));
+        let connections = OpenConnections::default();
         let accept_thread = {
             let stopping = Arc::clone(&stopping);
             let connections = Arc::clone(&connections);
+            let tagging = Arc::new(tagging);
             thread::Builder::new()
                 .name("echo-accept".into())
                 .spawn(move || {
-                    accept_loop(
-                        listener,
+                    let accept = Accept {
                         config,
                         clock,
-                        &peers,
-                        &sink,
-                        &stopping,
-                        &connections,
-                    )
+                        tagging,
+                        sink,
+                        stopping,
+                        connections,
+                    };
+                    accept.run(listener);
                 })?
         };
         Ok(EchoServer {
@@ -106,131 +136,189 @@ impl Drop for EchoServer {
     }
 }
 
+fn listener(listen: SocketAddr, opts: &SideOptions) -> io::Result<TcpListener> {
+    let socket = Socket::new(
+        Domain::for_address(listen),
+        Type::STREAM,
+        Some(Protocol::TCP),
+    )
+    .map_err(|e| context(e, "echo server socket"))?;
+    socket.set_reuse_address(true)?;
+    opts.apply_before_handshake(&socket)?;
+    socket
+        .bind(&listen.into())
+        .map_err(|e| context(e, format!("echo server bind on {listen}")))?;
+    socket
+        .listen(128)
+        .map_err(|e| context(e, format!("echo server listen on {listen}")))?;
+    Ok(socket.into())
+}
+
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     mutex
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
-fn accept_loop(
-    listener: TcpListener,
+struct Accept {
     config: EchoConfig,
     clock: Clock,
-    peers: &Peers,
-    sink: &SyncSender<Vec<Event>>,
-    stopping: &AtomicBool,
-    connections: &OpenConnections,
-) {
-    loop {
-        let accepted = listener.accept();
-        let accepted_ns = clock.now_ns();
-        if stopping.load(Ordering::SeqCst) {
-            return;
-        }
-        let (stream, peer) = match accepted {
-            Ok(pair) => pair,
-            Err(e) => {
-                tracing::warn!("echo server accept on {}: {e}", listener_addr(&listener));
+    tagging: Arc<Tagging>,
+    sink: Option<SyncSender<Vec<Event>>>,
+    stopping: Arc<AtomicBool>,
+    connections: OpenConnections,
+}
+
+impl Accept {
+    fn run(self, listener: TcpListener) {
+        loop {
+            let accepted = listener.accept();
+            let accepted_ns = self.clock.now_ns();
+            if self.stopping.load(Ordering::SeqCst) {
+                return;
+            }
+            let (stream, peer) = match accepted {
+                Ok(pair) => pair,
+                Err(e) => {
+                    tracing::warn!("echo server accept: {e}");
+                    continue;
+                }
+            };
+            let tag = match &*self.tagging {
+                Tagging::Run(peers) => peers.take(peer.port()),
+                Tagging::Standalone { next_conn, .. } => Some(ConnTag::new(ConnId(
+                    next_conn.fetch_add(1, Ordering::Relaxed),
+                ))),
+            };
+            // Connections this run did not make are served but not recorded.
+            let (conn, mut recorder) = match (&tag, &self.sink) {
+                (Some(tag), Some(sink)) => (
+                    tag.conn,
+                    Recorder::new(self.clock, Side::Server, sink.clone()),
+                ),
+                _ => (
+                    ConnId(u32::MAX),
+                    Recorder::discarding(self.clock, Side::Server),
+                ),
+            };
+            recorder.record(accepted_ns, conn, ReqId(0), EventKind::Accepted);
+            let Ok(watch) = stream.try_clone() else {
                 continue;
+            };
+            let config = self.config.clone();
+            let tagging = Arc::clone(&self.tagging);
+            let spawned = thread::Builder::new()
+                .name("echo-conn".into())
+                .spawn(move || {
+                    let connection = Connection {
+                        peer,
+                        tag,
+                        tagging: &tagging,
+                        config: &config,
+                    };
+                    if let Err(e) = connection.serve(stream, conn, &mut recorder) {
+                        tracing::warn!("{e}");
+                    }
+                });
+            match spawned {
+                Ok(handle) => self.keep(watch, handle),
+                Err(e) => tracing::warn!("echo server could not start a connection thread: {e}"),
             }
-        };
-        // Connections this run did not make are served but not recorded.
-        let (tag, mut recorder) = match peers.take(peer.port()) {
-            Some(tag) => (tag, Recorder::new(clock, Side::Server, sink.clone())),
-            None => (ConnTag::UNKNOWN, Recorder::discarding(clock, Side::Server)),
-        };
-        recorder.record(accepted_ns, tag.conn, tag.first_req, EventKind::Accepted);
-        let Ok(watch) = stream.try_clone() else {
-            continue;
-        };
-        let spawned = thread::Builder::new()
-            .name("echo-conn".into())
-            .spawn(move || {
-                if let Err(e) = serve_connection(stream, peer, tag, config, recorder) {
-                    tracing::warn!("{e}");
-                }
-            });
-        match spawned {
-            Ok(handle) => {
-                let mut open = lock(connections);
-                // Forget threads that already ended so that long runs with reconnects stay small.
-                let (done, running): (Vec<_>, Vec<_>) = std::mem::take(&mut *open)
-                    .into_iter()
-                    .partition(|(_, h)| h.is_finished());
-                for (_, handle) in done {
-                    let _ = handle.join();
-                }
-                *open = running;
-                open.push((watch, handle));
-            }
-            Err(e) => tracing::warn!("echo server could not start a connection thread: {e}"),
         }
+    }
+
+    fn keep(&self, stream: TcpStream, handle: JoinHandle<()>) {
+        let mut open = lock(&self.connections);
+        // Forget threads that already ended so that long runs with reconnects stay small.
+        let (done, running): (Vec<_>, Vec<_>) = std::mem::take(&mut *open)
+            .into_iter()
+            .partition(|(_, h)| h.is_finished());
+        for (_, handle) in done {
+            let _ = handle.join();
+        }
+        *open = running;
+        open.push((stream, handle));
     }
 }
 
-fn listener_addr(listener: &TcpListener) -> String {
-    listener
-        .local_addr()
-        .map(|a| a.to_string())
-        .unwrap_or_else(|_| "?".into())
+struct Connection<'a> {
+    peer: SocketAddr,
+    tag: Option<ConnTag>,
+    tagging: &'a Tagging,
+    config: &'a EchoConfig,
 }
 
-/// Answers requests until the peer closes.
-fn serve_connection(
-    mut stream: TcpStream,
-    peer: SocketAddr,
-    tag: ConnTag,
-    config: EchoConfig,
-    mut rec: Recorder,
-) -> io::Result<()> {
-    stream
-        .set_nodelay(config.nodelay)
-        .map_err(|e| context(e, "set TCP_NODELAY"))?;
-    let conn = tag.conn;
-    let mut body = Vec::new();
-    let mut req = tag.first_req;
-    let result = loop {
-        let mut prefix = [0u8; LENGTH_PREFIX_BYTES];
-        match rec.read_exact(&mut stream, conn, req, &mut prefix) {
-            Ok(true) => {}
-            Ok(false) => break Ok(()),
-            Err(e) => break Err(context(e, format!("echo server read from {peer}"))),
+impl Connection<'_> {
+    /// The id of the `index`-th request on this connection.
+    fn request_id(&self, index: usize) -> ReqId {
+        match (self.tagging, &self.tag) {
+            (Tagging::Standalone { next_req, .. }, _) => {
+                ReqId(next_req.fetch_add(1, Ordering::Relaxed))
+            }
+            (Tagging::Run(_), Some(tag)) => tag.request_at(index).unwrap_or(ReqId(u32::MAX)),
+            (Tagging::Run(_), None) => ReqId(u32::MAX),
         }
-        let len = u32::from_be_bytes(prefix);
-        if len > config.max_body_bytes {
-            break Err(io::Error::new(
-                io::ErrorKind::InvalidData,
-                format!(
-                    "echo server closed the connection from {peer}: its length prefix says \
-                     {len} bytes, over the {}-byte cap; send smaller messages",
-                    config.max_body_bytes
-                ),
-            ));
-        }
-        // Bounded by the cap just checked.
-        body.resize(len as usize, 0);
-        match rec.read_exact(&mut stream, conn, req, &mut body) {
-            Ok(true) => {}
-            Ok(false) => break Err(eof_in_body(peer, len)),
-            Err(e) => break Err(context(e, format!("echo server read from {peer}"))),
-        }
-        xor_in_place(&mut body);
-        if let Err(e) = rec
-            .write_all(&mut stream, conn, req, &prefix)
-            .and_then(|()| rec.write_all(&mut stream, conn, req, &body))
-        {
-            break Err(context(e, format!("echo server write to {peer}")));
-        }
-        rec.flush();
-        req = ReqId(req.0.saturating_add(1));
-    };
-    // The accept loop holds a clone of this socket (to unblock it on shutdown), so dropping ours
-    // would not close it: shut it down explicitly so the peer sees the close now.
-    let _ = stream.shutdown(Shutdown::Both);
-    drop(stream);
-    let closed_ns = rec.now_ns();
-    rec.record(closed_ns, conn, req, EventKind::Closed);
-    result
+    }
+
+    /// Answers requests until the peer closes.
+    fn serve(&self, mut stream: TcpStream, conn: ConnId, rec: &mut Recorder) -> io::Result<()> {
+        let peer = self.peer;
+        let config = self.config;
+        stream
+            .set_nodelay(config.opts.nodelay)
+            .map_err(|e| context(e, "set TCP_NODELAY"))?;
+        let mut end = Endpoint::new(&mut stream, conn, &config.opts, rec);
+        end.record_buffers(ReqId(0))?;
+        let mut body = Vec::new();
+        let mut answer = Vec::new();
+        let mut req = ReqId(0);
+        let mut index = 0;
+        let result = loop {
+            // Whose request this is is known only once its length has arrived: the events of the
+            // read are given the right id after it.
+            let mark = end.recorder().mark();
+            let mut prefix = [0u8; LENGTH_PREFIX_BYTES];
+            match end.read_exact(req, &mut prefix) {
+                Ok(true) => {}
+                Ok(false) => break Ok(()),
+                Err(e) => break Err(context(e, format!("echo server read from {peer}"))),
+            }
+            req = self.request_id(index);
+            index += 1;
+            end.recorder().retag_since(mark, req);
+            let len = u32::from_be_bytes(prefix);
+            if len > config.max_body_bytes {
+                break Err(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    format!(
+                        "echo server closed the connection from {peer}: its length prefix says \
+                         {len} bytes, over the {}-byte cap; send smaller messages",
+                        config.max_body_bytes
+                    ),
+                ));
+            }
+            // Bounded by the cap just checked.
+            body.resize(len as usize, 0);
+            match end.read_exact(req, &mut body) {
+                Ok(true) => {}
+                Ok(false) => break Err(eof_in_body(peer, len)),
+                Err(e) => break Err(context(e, format!("echo server read from {peer}"))),
+            }
+            if !config.think.is_zero() {
+                thread::sleep(config.think);
+            }
+            answer_into(&body, config.response_bytes.unwrap_or(len), &mut answer);
+            if let Err(e) = end.write_message(req, &answer) {
+                break Err(context(e, format!("echo server write to {peer}")));
+            }
+            end.recorder().flush();
+        };
+        // The accept loop holds a clone of this socket (to unblock it on shutdown), so dropping
+        // ours would not close it: shut it down explicitly so the peer sees the close now.
+        let _ = end.stream.shutdown(Shutdown::Both);
+        end.note(req, EventKind::Closed);
+        result
+    }
 }
 
 fn eof_in_body(peer: SocketAddr, len: u32) -> io::Error {
@@ -244,10 +332,24 @@ fn eof_in_body(peer: SocketAddr, len: u32) -> io::Error {
 mod tests {
     use super::*;
     use std::io::{Read, Write};
+    use std::net::Ipv4Addr;
     use std::sync::mpsc::sync_channel;
     use std::time::Duration;
 
     use crate::net::XOR_KEY;
+
+    fn config(max_body_bytes: u32) -> EchoConfig {
+        EchoConfig {
+            opts: SideOptions {
+                side_name: "server",
+                nodelay: true,
+                ..SideOptions::default()
+            },
+            max_body_bytes,
+            response_bytes: None,
+            think: Duration::ZERO,
+        }
+    }
 
     fn echo_once(stream: &mut TcpStream, body: &[u8]) -> io::Result<Vec<u8>> {
         stream.write_all(&(body.len() as u32).to_be_bytes())?;
@@ -259,15 +361,21 @@ mod tests {
         Ok(answer)
     }
 
+    fn loopback() -> SocketAddr {
+        (Ipv4Addr::LOCALHOST, 0).into()
+    }
+
     #[test]
     fn a_length_over_the_cap_closes_that_connection_and_the_server_serves_on() {
         let (sink, _events) = sync_channel(64);
-        let config = EchoConfig {
-            nodelay: true,
-            max_body_bytes: 1024,
-        };
-        let server =
-            EchoServer::start(config, Clock::start(), Arc::new(Peers::default()), sink).unwrap();
+        let server = EchoServer::start(
+            loopback(),
+            config(1024),
+            Clock::start(),
+            Tagging::standalone(),
+            Some(sink),
+        )
+        .unwrap();
         let mut greedy = TcpStream::connect(server.addr()).unwrap();
         let mut polite = TcpStream::connect(server.addr()).unwrap();
         greedy
@@ -300,17 +408,43 @@ mod tests {
         let mut client = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
         let (accepted, peer) = listener.accept().unwrap();
         client.write_all(&5000u32.to_be_bytes()).unwrap();
-        let config = EchoConfig {
-            nodelay: false,
-            max_body_bytes: 4096,
+        let config = config(4096);
+        let tagging = Tagging::standalone();
+        let connection = Connection {
+            peer,
+            tag: None,
+            tagging: &tagging,
+            config: &config,
         };
-        let recorder = Recorder::discarding(Clock::start(), Side::Server);
-        let err = serve_connection(accepted, peer, ConnTag::UNKNOWN, config, recorder).unwrap_err();
+        let mut recorder = Recorder::discarding(Clock::start(), Side::Server);
+        let err = connection
+            .serve(accepted, ConnId(0), &mut recorder)
+            .unwrap_err();
         let message = err.to_string();
         assert!(message.contains(&peer.to_string()), "{message}");
         assert!(
             message.contains("5000") && message.contains("4096-byte cap"),
             "{message}"
         );
+    }
+
+    #[test]
+    fn answers_can_be_longer_or_shorter_than_requests() {
+        let mut long = config(1024);
+        long.response_bytes = Some(7);
+        let server = EchoServer::start(
+            loopback(),
+            long,
+            Clock::start(),
+            Tagging::standalone(),
+            None,
+        )
+        .unwrap();
+        let mut client = TcpStream::connect(server.addr()).unwrap();
+        let answer = echo_once(&mut client, b"abc").unwrap();
+        let expected: Vec<u8> = b"abcabca".iter().map(|b| b ^ XOR_KEY).collect();
+        assert_eq!(answer, expected);
+        drop(client);
+        server.shutdown();
     }
 }

@@ -1,7 +1,10 @@
 //! Sockets: everything in the probe that calls the kernel's socket API lives here.
 
+pub mod bulk;
 pub mod client;
 pub mod echo;
+pub mod endpoint;
+pub mod options;
 pub mod peers;
 pub mod record;
 
@@ -14,14 +17,25 @@ pub const LENGTH_PREFIX_BYTES: usize = 4;
 /// check that what came back is its own request, transformed.
 pub const XOR_KEY: u8 = 0x5a;
 
-pub fn xor_in_place(body: &mut [u8]) {
-    for byte in body {
-        *byte ^= XOR_KEY;
+/// The answer to `request`: `len` bytes, byte i being `request[i % request.len()] ^ XOR_KEY`
+/// (the request XORed, repeated or cut to the answer's size).
+pub fn answer_into(request: &[u8], len: u32, answer: &mut Vec<u8>) {
+    answer.clear();
+    if request.is_empty() {
+        answer.resize(len as usize, XOR_KEY);
+        return;
     }
+    answer.extend(
+        request
+            .iter()
+            .cycle()
+            .take(len as usize)
+            .map(|byte| byte ^ XOR_KEY),
+    );
 }
 
 /// Wraps an IO error with the operation that failed, for messages such as
-/// "server read of the body on 127.0.0.1:4321: connection reset by peer".
+/// "echo server read from 127.0.0.1:4321: connection reset by peer".
 pub(crate) fn context(err: io::Error, what: impl std::fmt::Display) -> io::Error {
     io::Error::new(err.kind(), format!("{what}: {err}"))
 }

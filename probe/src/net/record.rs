@@ -1,7 +1,5 @@
-//! Stamping syscalls and handing the events to whoever collects them.
+//! Stamping events and handing them to whoever collects them.
 
-use std::io::{self, Read, Write};
-use std::net::TcpStream;
 use std::sync::mpsc::SyncSender;
 use std::time::Instant;
 
@@ -30,16 +28,17 @@ impl Clock {
 /// Events recorded by one thread (one side of one or more connections), sent on in batches.
 ///
 /// Batching keeps the channel off the measured path: a push is a `Vec` append; the batch crosses
-/// threads once per exchange ([`Recorder::flush`]) or when it grows large.
+/// threads once per exchange ([`Recorder::flush`]), or when it grows past a cap.
 pub struct Recorder {
     clock: Clock,
     side: Side,
     batch: Vec<Event>,
-    /// `None`: a recorder that keeps nothing (for connections a run did not make).
+    /// `None`: a recorder that keeps nothing (recording off, or a connection a run did not make).
     sink: Option<SyncSender<Vec<Event>>>,
 }
 
-const BATCH_EVENTS: usize = 4096;
+/// A batch is sent on by itself past this many events (a bulk transfer's thousands of writes).
+const BATCH_CAP: usize = 16 * 1024;
 
 impl Recorder {
     pub fn new(clock: Clock, side: Side, sink: SyncSender<Vec<Event>>) -> Recorder {
@@ -61,8 +60,20 @@ impl Recorder {
         }
     }
 
+    pub fn is_recording(&self) -> bool {
+        self.sink.is_some()
+    }
+
     pub fn now_ns(&self) -> u64 {
         self.clock.now_ns()
+    }
+
+    pub fn clock(&self) -> Clock {
+        self.clock
+    }
+
+    pub fn side(&self) -> Side {
+        self.side
     }
 
     pub fn record(&mut self, at_ns: u64, conn: ConnId, req: ReqId, kind: EventKind) {
@@ -76,7 +87,32 @@ impl Recorder {
             req,
             kind,
         });
-        if self.batch.len() >= BATCH_EVENTS {
+        if self.batch.len() >= BATCH_CAP {
+            self.flush();
+        }
+    }
+
+    /// A position in the current batch, for [`Recorder::retag_since`].
+    pub fn mark(&self) -> usize {
+        self.batch.len()
+    }
+
+    /// Gives every event recorded since `mark` the request id `req`: for events recorded before
+    /// the request they belong to was known (the server reads a length prefix before it can know
+    /// whose it is). Events already sent on past the batch cap keep their first id; a length
+    /// prefix takes at most four reads, far from the cap.
+    pub fn retag_since(&mut self, mark: usize, req: ReqId) {
+        if let Some(events) = self.batch.get_mut(mark..) {
+            for event in events {
+                event.req = req;
+            }
+        }
+    }
+
+    /// Sends the batch on if it has grown past a few hundred events: keeps a long transfer
+    /// visible while it goes without a channel send per syscall.
+    pub fn flush_if_large(&mut self) {
+        if self.batch.len() >= 256 {
             self.flush();
         }
     }
@@ -89,96 +125,10 @@ impl Recorder {
             let _ = sink.send(batch);
         }
     }
-
-    /// One `write()` syscall, stamped immediately before and after.
-    pub fn write(
-        &mut self,
-        stream: &mut TcpStream,
-        conn: ConnId,
-        req: ReqId,
-        buf: &[u8],
-    ) -> io::Result<usize> {
-        let start_ns = self.now_ns();
-        let result = stream.write(buf);
-        let done_ns = self.now_ns();
-        let len_bytes = clamp_u32(buf.len());
-        self.record(start_ns, conn, req, EventKind::WriteStart { len_bytes });
-        let bytes = clamp_u32(*result.as_ref().unwrap_or(&0));
-        self.record(done_ns, conn, req, EventKind::WriteDone { bytes });
-        result
-    }
-
-    /// One `read()` syscall, stamped immediately before and after.
-    pub fn read(
-        &mut self,
-        stream: &mut TcpStream,
-        conn: ConnId,
-        req: ReqId,
-        buf: &mut [u8],
-    ) -> io::Result<usize> {
-        let start_ns = self.now_ns();
-        let result = stream.read(buf);
-        let done_ns = self.now_ns();
-        let len_bytes = clamp_u32(buf.len());
-        self.record(start_ns, conn, req, EventKind::ReadStart { len_bytes });
-        let bytes = clamp_u32(*result.as_ref().unwrap_or(&0));
-        self.record(done_ns, conn, req, EventKind::ReadDone { bytes });
-        result
-    }
-
-    /// Writes all of `buf`, one recorded syscall at a time.
-    pub fn write_all(
-        &mut self,
-        stream: &mut TcpStream,
-        conn: ConnId,
-        req: ReqId,
-        mut buf: &[u8],
-    ) -> io::Result<()> {
-        while !buf.is_empty() {
-            match self.write(stream, conn, req, buf) {
-                Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
-                Ok(n) => buf = &buf[n..],
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(e),
-            }
-        }
-        Ok(())
-    }
-
-    /// Fills `buf`, one recorded syscall at a time. Returns `Ok(false)` if the peer closed before
-    /// the first byte (a clean end between messages), an error if it closed part-way.
-    pub fn read_exact(
-        &mut self,
-        stream: &mut TcpStream,
-        conn: ConnId,
-        req: ReqId,
-        buf: &mut [u8],
-    ) -> io::Result<bool> {
-        let mut filled = 0;
-        while filled < buf.len() {
-            match self.read(stream, conn, req, &mut buf[filled..]) {
-                Ok(0) if filled == 0 => return Ok(false),
-                Ok(0) => {
-                    return Err(io::Error::new(
-                        io::ErrorKind::UnexpectedEof,
-                        format!("peer closed after {filled} of {} bytes", buf.len()),
-                    ))
-                }
-                Ok(n) => filled += n,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(e),
-            }
-        }
-        Ok(true)
-    }
 }
 
 impl Drop for Recorder {
     fn drop(&mut self) {
         self.flush();
     }
-}
-
-fn clamp_u32(n: usize) -> u32 {
-    u32::try_from(n).unwrap_or(u32::MAX)
 }

@@ -1,4 +1,78 @@
 //! Scenarios: what a run does. Each one starts the threads of its experiment, gathers their
-//! events in one place and reports how the run ended.
+//! events on the calling thread and reports how the run ended.
 
+pub mod bulk;
 pub mod rr;
+
+use std::sync::atomic::AtomicBool;
+use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
+
+use ackscope_shared::wire::{Instruments, RunOutcome};
+use ackscope_shared::{Event, Scenario, Side, SpecError};
+
+use crate::net::record::{Clock, Recorder};
+
+/// Batches in flight between the experiment threads and the collector. Each is one exchange (a
+/// dozen events) or at most a few thousand events; this bounds memory if the collector lags.
+const CHANNEL_BATCHES: usize = 1024;
+
+/// Runs `scenario`, handing every batch of events to `on_events` as it arrives, on the calling
+/// thread. `stop` ends the run early (Ctrl-C): the outcome is then `Interrupted`. A failed run
+/// keeps every event recorded before the failure.
+pub fn run(
+    scenario: &Scenario,
+    instruments: Instruments,
+    stop: &AtomicBool,
+    on_events: impl FnMut(Vec<Event>),
+) -> Result<RunOutcome, SpecError> {
+    scenario.validate()?;
+    Ok(match scenario {
+        Scenario::Rr(spec) => rr::run(spec, instruments, stop, on_events),
+        Scenario::Bulk(spec) => bulk::run(spec, instruments, stop, on_events),
+        Scenario::Server(_) => RunOutcome::Failed {
+            error: "a standalone echo server is run with `ackscope server`, not as a run".into(),
+        },
+    })
+}
+
+/// Where the experiment threads' events go.
+pub(crate) struct Collector {
+    pub clock: Clock,
+    pub instruments: Instruments,
+    sink: SyncSender<Vec<Event>>,
+}
+
+impl Collector {
+    pub fn new(instruments: Instruments) -> (Collector, Receiver<Vec<Event>>) {
+        let (sink, batches) = sync_channel(CHANNEL_BATCHES);
+        (
+            Collector {
+                clock: Clock::start(),
+                instruments,
+                sink,
+            },
+            batches,
+        )
+    }
+
+    /// A recorder for one thread; a discarding one when event recording is off.
+    pub fn recorder(&self, side: Side) -> Recorder {
+        match self.instruments.events {
+            true => Recorder::new(self.clock, side, self.sink.clone()),
+            false => Recorder::discarding(self.clock, side),
+        }
+    }
+
+    pub fn sink(&self) -> Option<SyncSender<Vec<Event>>> {
+        self.instruments.events.then(|| self.sink.clone())
+    }
+}
+
+/// The outcome from the first error, if any, given the stop flag.
+pub(crate) fn outcome(first_error: Option<String>, stop: &AtomicBool) -> RunOutcome {
+    match first_error {
+        Some(error) => RunOutcome::Failed { error },
+        None if stop.load(std::sync::atomic::Ordering::Relaxed) => RunOutcome::Interrupted,
+        None => RunOutcome::Completed,
+    }
+}

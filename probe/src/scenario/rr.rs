@@ -1,63 +1,101 @@
-//! The request/response scenario: the probe's echo server and client on loopback.
+//! The request/response scenario: the probe's echo server and its client threads on loopback.
 
-use std::sync::mpsc::sync_channel;
-use std::sync::Arc;
+use std::net::{Ipv4Addr, SocketAddr};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
 use std::thread;
+use std::time::{Duration, Instant};
 
 use ackscope_shared::spec::MAX_BODY_BYTES;
-use ackscope_shared::wire::RunOutcome;
-use ackscope_shared::{Event, RrSpec, Side, SpecError};
+use ackscope_shared::wire::{Instruments, RunOutcome};
+use ackscope_shared::{Event, RrSpec, Side};
 
-use crate::net::echo::{EchoConfig, EchoServer};
+use super::{outcome, Collector};
+use crate::net::client::{self, Shared};
+use crate::net::echo::{EchoConfig, EchoServer, Tagging};
+use crate::net::options::SideOptions;
 use crate::net::peers::Peers;
-use crate::net::record::{Clock, Recorder};
-use crate::net::{self};
 
-/// Batches in flight between the experiment threads and the collector. Each is one exchange (a
-/// dozen events) or at most a few thousand events; this bounds memory if the collector lags.
-const CHANNEL_BATCHES: usize = 1024;
-
-/// Runs `spec` and hands every batch of events to `on_events` as it arrives, from the calling
-/// thread. Returns how the run ended; a failed run keeps every event recorded before the failure.
-pub fn run(spec: &RrSpec, mut on_events: impl FnMut(Vec<Event>)) -> Result<RunOutcome, SpecError> {
-    spec.validate()?;
-    let clock = Clock::start();
-    let (sink, batches) = sync_channel(CHANNEL_BATCHES);
+pub fn run(
+    spec: &RrSpec,
+    instruments: Instruments,
+    user_stop: &AtomicBool,
+    mut on_events: impl FnMut(Vec<Event>),
+) -> RunOutcome {
+    let (collector, batches) = Collector::new(instruments);
     let peers = Arc::new(Peers::default());
     let config = EchoConfig {
-        nodelay: spec.nodelay.server,
+        opts: SideOptions::rr(spec, Side::Server),
         max_body_bytes: MAX_BODY_BYTES,
+        response_bytes: spec.response_bytes,
+        think: Duration::from_micros(u64::from(spec.think_us)),
     };
-    let server = match EchoServer::start(config, clock, Arc::clone(&peers), sink.clone()) {
+    let listen: SocketAddr = (Ipv4Addr::LOCALHOST, 0).into();
+    let tagging = Tagging::Run(Arc::clone(&peers));
+    let server = match EchoServer::start(listen, config, collector.clock, tagging, collector.sink())
+    {
         Ok(server) => server,
         Err(e) => {
-            return Ok(RunOutcome::Failed {
+            return RunOutcome::Failed {
                 error: e.to_string(),
-            })
+            }
         }
     };
-    let spec_for_client = spec.clone();
-    let client_sink = sink;
-    // The client runs on its own thread; when it ends, the server is shut down, which joins the
-    // server's threads. Then every sender is gone and the loop below ends.
-    let finisher = thread::spawn(move || {
-        let mut rec = Recorder::new(clock, Side::Client, client_sink);
-        let result = net::client::run(&spec_for_client, server.addr(), &peers, &mut rec);
-        drop(rec);
-        server.shutdown();
-        result
-    });
-    for batch in batches {
-        on_events(batch);
-    }
-    let outcome = match finisher.join() {
-        Ok(Ok(())) => RunOutcome::Completed,
-        Ok(Err(e)) => RunOutcome::Failed {
-            error: e.to_string(),
-        },
-        Err(_) => RunOutcome::Failed {
-            error: "the client thread panicked".into(),
-        },
+    let first_error = Mutex::new(None);
+    // One flag for "stop starting requests": set by the user, or by the first thread to fail.
+    let stop = AtomicBool::new(false);
+    let shared = Shared {
+        spec,
+        server: server.addr(),
+        peers: &peers,
+        next_req: AtomicU32::new(0),
+        next_conn: AtomicU32::new(0),
+        deadline: spec
+            .duration_ms
+            .map(|ms| Instant::now() + Duration::from_millis(u64::from(ms))),
+        stop: &stop,
     };
-    Ok(outcome)
+    let clients_done = AtomicBool::new(false);
+    thread::scope(|scope| {
+        let mut clients = Vec::new();
+        for _ in 0..spec.connections {
+            let mut rec = collector.recorder(Side::Client);
+            let (shared, first_error) = (&shared, &first_error);
+            clients.push(scope.spawn(move || {
+                if let Err(e) = client::run(shared, &mut rec) {
+                    shared.stop.store(true, Ordering::Relaxed);
+                    first_error
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .get_or_insert(e.to_string());
+                }
+            }));
+        }
+        // Every sender must be gone for the loop below to end: the collector's own, the client
+        // threads' (when they end) and the server's (when it is shut down after them).
+        let server_sink_owner = server;
+        drop(collector);
+        let clients_done = &clients_done;
+        scope.spawn(move || {
+            for client in clients {
+                let _ = client.join();
+            }
+            server_sink_owner.shutdown();
+            clients_done.store(true, Ordering::Relaxed);
+        });
+        let watch_user = scope.spawn(|| {
+            while !clients_done.load(Ordering::Relaxed) {
+                if user_stop.load(Ordering::Relaxed) {
+                    stop.store(true, Ordering::Relaxed);
+                }
+                thread::sleep(Duration::from_millis(20));
+            }
+        });
+        for batch in batches {
+            on_events(batch);
+        }
+        let _ = watch_user.join();
+    });
+    let error = first_error.into_inner().unwrap_or_else(|p| p.into_inner());
+    outcome(error, user_stop)
 }

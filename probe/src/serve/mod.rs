@@ -11,8 +11,10 @@ pub mod session;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use ackscope_shared::wire::{self, Hello, ToBrowser, ToProbe};
-use ackscope_shared::RrSpec;
+use std::sync::atomic::AtomicBool;
+
+use ackscope_shared::wire::{self, Hello, Instruments, ToBrowser, ToProbe};
+use ackscope_shared::Scenario;
 use axum::extract::ws::{Message, WebSocket, WebSocketUpgrade};
 use axum::extract::State;
 use axum::http::{header, HeaderMap, StatusCode, Uri};
@@ -101,7 +103,10 @@ async fn stream_session(mut socket: WebSocket, app: Arc<App>) {
     let mut cursor = Cursor::default();
     if send(
         &mut socket,
-        &ToBrowser::Hello(Hello::current(env!("CARGO_PKG_VERSION"))),
+        &ToBrowser::Hello(Hello::current(
+            env!("CARGO_PKG_VERSION"),
+            crate::host::facts(),
+        )),
     )
     .await
     .is_err()
@@ -149,21 +154,36 @@ async fn send(socket: &mut WebSocket, message: &ToBrowser) -> Result<(), axum::E
 }
 
 /// Starts a run on a blocking thread; its events reach every tab through the session.
-pub fn start_run(session: &Arc<Session>, spec: RrSpec) -> Result<(), String> {
+pub fn start_run(session: &Arc<Session>, spec: Scenario) -> Result<(), String> {
     spec.validate().map_err(|e| e.to_string())?;
-    if spec.requests > MAX_BROWSER_REQUESTS {
-        return Err(format!(
-            "requests: runs started from the browser make at most {MAX_BROWSER_REQUESTS}; use \
-             the command line (ackscope run rr) for longer runs"
-        ));
+    match &spec {
+        Scenario::Rr(rr) if rr.requests > MAX_BROWSER_REQUESTS => {
+            return Err(format!(
+                "requests: runs started from the browser make at most {MAX_BROWSER_REQUESTS}; use \
+                 the command line (ackscope run rr) for longer runs"
+            ))
+        }
+        Scenario::Server(_) => {
+            return Err(
+                "the browser starts rr and bulk runs; run `ackscope server` for a \
+                        standalone echo server"
+                    .into(),
+            )
+        }
+        _ => {}
     }
-    let run = session.begin_run(spec.clone())?;
+    let instruments = Instruments::default();
+    let run = session.begin_run(spec.clone(), instruments)?;
     let session = Arc::clone(session);
+    // Runs from the browser end by themselves; nothing stops them early.
+    static NEVER: AtomicBool = AtomicBool::new(false);
     tokio::task::spawn_blocking(move || {
-        let outcome = scenario::rr::run(&spec, |events| session.append(run, events))
-            .unwrap_or_else(|e| wire::RunOutcome::Failed {
-                error: e.to_string(),
-            });
+        let outcome = scenario::run(&spec, instruments, &NEVER, |events| {
+            session.append(run, events)
+        })
+        .unwrap_or_else(|e| wire::RunOutcome::Failed {
+            error: e.to_string(),
+        });
         session.finish(run, outcome);
     });
     Ok(())

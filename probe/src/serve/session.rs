@@ -3,8 +3,8 @@
 
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use ackscope_shared::wire::{RunOutcome, ToBrowser};
-use ackscope_shared::{Event, RrSpec, RunId};
+use ackscope_shared::wire::{Instruments, RunOutcome, ToBrowser};
+use ackscope_shared::{Event, RunId, Scenario};
 use tokio::sync::watch;
 
 /// Events per WebSocket message: ~100 KB, well under the decoder's limit.
@@ -12,7 +12,8 @@ const EVENTS_PER_MESSAGE: usize = 8192;
 
 pub struct RunRecord {
     pub id: RunId,
-    pub spec: RrSpec,
+    pub spec: Scenario,
+    pub instruments: Instruments,
     pub events: Vec<Event>,
     pub outcome: Option<RunOutcome>,
 }
@@ -43,7 +44,7 @@ impl Session {
 
     /// Starts recording a new run, unless one is still going: runs share the machine, and two at
     /// once would disturb each other's timings.
-    pub fn begin_run(&self, spec: RrSpec) -> Result<RunId, String> {
+    pub fn begin_run(&self, spec: Scenario, instruments: Instruments) -> Result<RunId, String> {
         let mut runs = self.lock();
         if let Some(running) = runs.iter().find(|r| r.outcome.is_none()) {
             return Err(format!(
@@ -55,6 +56,7 @@ impl Session {
         runs.push(RunRecord {
             id,
             spec,
+            instruments,
             events: Vec::new(),
             outcome: None,
         });
@@ -87,6 +89,7 @@ impl Session {
                 messages.push(ToBrowser::RunStarted {
                     run: record.id,
                     spec: record.spec.clone(),
+                    instruments: record.instruments,
                 });
             }
             let (sent, finished) = &mut cursor.runs[index];
@@ -122,7 +125,7 @@ impl Session {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use ackscope_shared::{ConnId, EventKind, ReqId, Side};
+    use ackscope_shared::{ConnId, EventKind, ReqId, RrSpec, Side};
 
     fn event(at_ns: u64) -> Event {
         Event {
@@ -137,7 +140,9 @@ mod tests {
     #[test]
     fn a_late_tab_gets_everything_and_a_live_tab_only_what_is_new() {
         let session = Session::new();
-        let run = session.begin_run(RrSpec::default()).unwrap();
+        let run = session
+            .begin_run(Scenario::Rr(RrSpec::default()), Instruments::default())
+            .unwrap();
         session.append(run, vec![event(1), event(2)]);
         let mut live = Cursor::default();
         assert_eq!(
@@ -170,10 +175,17 @@ mod tests {
     #[test]
     fn one_run_at_a_time() {
         let session = Session::new();
-        let first = session.begin_run(RrSpec::default()).unwrap();
-        let refused = session.begin_run(RrSpec::default()).unwrap_err();
+        let first = session
+            .begin_run(Scenario::Rr(RrSpec::default()), Instruments::default())
+            .unwrap();
+        let refused = session
+            .begin_run(Scenario::Rr(RrSpec::default()), Instruments::default())
+            .unwrap_err();
         assert!(refused.contains("still going"), "{refused}");
         session.finish(first, RunOutcome::Completed);
-        assert_eq!(session.begin_run(RrSpec::default()), Ok(RunId(2)));
+        assert_eq!(
+            session.begin_run(Scenario::Rr(RrSpec::default()), Instruments::default()),
+            Ok(RunId(2))
+        );
     }
 }

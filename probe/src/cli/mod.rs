@@ -1,0 +1,117 @@
+//! The command line.
+//!
+//! ```text
+//! ackscope [--port PORT]                 serve the web app on 127.0.0.1
+//! ackscope run SCENARIO [knobs]          run headless: rr, bulk or a preset (story1, ...)
+//! ackscope server --listen ADDR          the echo server alone, recording its side
+//! ackscope show FILE                     a session file's summary
+//! ackscope export FILE --json            a session file as plain JSON
+//! ```
+//!
+//! Exit codes: 0 success, 1 the run or the server failed, 2 the command line was wrong,
+//! 130 the run was interrupted with Ctrl-C (its session file is complete).
+
+mod knobs;
+mod run;
+mod serve_ui;
+mod server;
+mod show;
+
+use std::io;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+pub use knobs::flag_of;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "ackscope",
+    version,
+    about = "Makes TCP waits visible: runs TCP experiments on real kernel sockets and shows where \
+             each recv() blocked, and why.",
+    after_help = "With no command, serves the web app on 127.0.0.1 and prints its URL."
+)]
+struct Cli {
+    /// Port for the web app on 127.0.0.1 [default: 4044, or the next free one; 0: any free port]
+    #[arg(long, value_name = "PORT")]
+    port: Option<u16>,
+
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run an experiment without the browser and print its summary
+    Run(Box<run::RunArgs>),
+    /// Run the echo server alone and record its side of every connection, until Ctrl-C
+    Server(Box<server::ServerArgs>),
+    /// Print the summary of a session file
+    Show {
+        /// A session file written with -o
+        file: PathBuf,
+    },
+    /// Write a session file in another format
+    Export {
+        /// A session file written with -o
+        file: PathBuf,
+        /// As one JSON document on standard output
+        #[arg(long, required = true)]
+        json: bool,
+    },
+}
+
+/// How a command ended, for the exit code.
+pub enum Ended {
+    Ok,
+    Interrupted,
+}
+
+pub fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        // Usage errors exit 2 and name the flag; --help and --version exit 0.
+        Err(e) => e.exit(),
+    };
+    tracing_subscriber::fmt()
+        .with_writer(io::stderr)
+        .with_target(false)
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("ACKSCOPE_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .init();
+    let result = match cli.command {
+        None => serve_ui::serve(cli.port),
+        Some(Command::Run(args)) => run::run(&args),
+        Some(Command::Server(args)) => server::run(&args),
+        Some(Command::Show { file }) => show::show(&file),
+        Some(Command::Export { file, .. }) => show::export_json(&file),
+    };
+    match result {
+        Ok(Ended::Ok) => ExitCode::SUCCESS,
+        Ok(Ended::Interrupted) => ExitCode::from(130),
+        Err(Failure::Usage(message)) => {
+            eprintln!("ackscope: {message}");
+            ExitCode::from(2)
+        }
+        Err(Failure::Run(message)) => {
+            eprintln!("ackscope: {message}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Why a command failed: the user's input (exit 2) or the run (exit 1).
+pub enum Failure {
+    Usage(String),
+    Run(String),
+}
+
+impl From<String> for Failure {
+    fn from(message: String) -> Self {
+        Failure::Run(message)
+    }
+}

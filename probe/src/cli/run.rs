@@ -1,0 +1,410 @@
+//! `ackscope run`: one experiment, headless, with its summary on standard output.
+
+use std::io::{self, IsTerminal, Write};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use ackscope_shared::analysis::RunAnalysis;
+use ackscope_shared::bulk::{BulkAnalysis, BulkSummary};
+use ackscope_shared::presets::{self, PRESETS};
+use ackscope_shared::wire::{Hello, Instruments, RunOutcome, ToBrowser};
+use ackscope_shared::{BulkSpec, Event, EventKind, RrSpec, RunId, Scenario, Summary};
+
+use super::knobs::{self, BulkKnobs, CommonKnobs, RrKnobs};
+use super::{Ended, Failure};
+use crate::record::SessionWriter;
+use crate::{host, interrupt, scenario};
+
+/// Spec files are small; anything bigger is not one.
+const MAX_SPEC_FILE_BYTES: u64 = 1 << 20;
+
+#[derive(Debug, clap::Args)]
+pub struct RunArgs {
+    /// rr, bulk, or a preset (story1, story1-nodelay, ...: see --list)
+    #[arg(value_name = "SCENARIO", required_unless_present_any = ["spec", "list"])]
+    scenario: Option<String>,
+    /// Run the spec in this JSON file (as printed by --print-spec); flags still override it
+    #[arg(long, value_name = "FILE", conflicts_with = "scenario")]
+    spec: Option<PathBuf>,
+    /// Print the spec as JSON instead of running it
+    #[arg(long)]
+    print_spec: bool,
+    /// List the presets
+    #[arg(long)]
+    list: bool,
+    #[command(flatten)]
+    rr: RrKnobs,
+    #[command(flatten)]
+    bulk: BulkKnobs,
+    #[command(flatten)]
+    common: CommonKnobs,
+    /// Print one JSON object instead of the table (fields: docs/CLI.md)
+    #[arg(long, help_heading = "Output")]
+    json: bool,
+    /// Write the session to FILE while it runs (docs/FORMAT.md)
+    #[arg(
+        short = 'o',
+        long = "output",
+        value_name = "FILE",
+        help_heading = "Output"
+    )]
+    output: Option<PathBuf>,
+    /// Do not record events (only to measure what recording costs; the summary is then empty)
+    #[arg(long, help_heading = "Instruments")]
+    no_events: bool,
+    /// Do not read TCP_INFO at syscalls or while blocked
+    #[arg(long, help_heading = "Instruments")]
+    no_tcp_info: bool,
+    /// How often TCP_INFO is read while a call is blocked, in microseconds; 0: never
+    #[arg(
+        long,
+        value_name = "US",
+        default_value_t = 1000,
+        help_heading = "Instruments"
+    )]
+    tcp_info_interval_us: u32,
+}
+
+impl RunArgs {
+    fn instruments(&self) -> Instruments {
+        Instruments {
+            events: !self.no_events,
+            tcp_info_at_syscalls: !self.no_tcp_info,
+            tcp_info_interval_us: if self.no_tcp_info {
+                0
+            } else {
+                self.tcp_info_interval_us
+            },
+        }
+    }
+
+    /// The spec to run: the preset, spec file or default, with the flags applied and checked.
+    fn scenario(&self) -> Result<Scenario, Failure> {
+        let mut scenario = match (&self.spec, self.scenario.as_deref()) {
+            (Some(path), _) => read_spec(path)?,
+            (None, Some("rr")) => Scenario::Rr(RrSpec::default()),
+            (None, Some("bulk")) => Scenario::Bulk(BulkSpec::default()),
+            (None, Some(name)) => match presets::find(name) {
+                Some(preset) => (preset.build)(),
+                None => {
+                    return Err(Failure::Usage(format!(
+                        "unknown scenario {name:?}: choose rr, bulk or a preset ({}); \
+                         `ackscope run --list` describes them",
+                        PRESETS
+                            .iter()
+                            .map(|p| p.name)
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    )))
+                }
+            },
+            (None, None) => {
+                return Err(Failure::Usage(
+                    "name a scenario, or give --spec FILE".into(),
+                ))
+            }
+        };
+        knobs::apply(&mut scenario, &self.rr, &self.bulk, &self.common).map_err(|flag| {
+            Failure::Usage(format!(
+                "{} does not apply to {} runs; see `ackscope run --help`",
+                flag.0,
+                scenario.name()
+            ))
+        })?;
+        scenario.validate().map_err(|e| {
+            let source = match &self.spec {
+                Some(path) => format!("field {} in {}", e.field, path.display()),
+                None => knobs::flag_of(e.field),
+            };
+            Failure::Usage(format!("{source}: {}", e.problem))
+        })?;
+        Ok(scenario)
+    }
+}
+
+fn read_spec(path: &Path) -> Result<Scenario, Failure> {
+    let usage = |message: String| Failure::Usage(message);
+    let size = std::fs::metadata(path)
+        .map_err(|e| usage(format!("--spec {}: {e}", path.display())))?
+        .len();
+    if size > MAX_SPEC_FILE_BYTES {
+        return Err(usage(format!(
+            "--spec {}: {size} bytes is too large for a spec file",
+            path.display()
+        )));
+    }
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| usage(format!("--spec {}: {e}", path.display())))?;
+    serde_json::from_str(&text).map_err(|e| {
+        usage(format!(
+            "--spec {}: {e}; print a valid one with `ackscope run story1 --print-spec`",
+            path.display()
+        ))
+    })
+}
+
+pub fn run(args: &RunArgs) -> Result<Ended, Failure> {
+    if args.list {
+        for preset in PRESETS {
+            println!("{:<26} {}", preset.name, preset.about);
+        }
+        return Ok(Ended::Ok);
+    }
+    let scenario = args.scenario()?;
+    if args.print_spec {
+        let json = serde_json::to_string_pretty(&scenario).expect("a spec is plain data");
+        println!("{json}");
+        return Ok(Ended::Ok);
+    }
+    let instruments = args.instruments();
+    let mut file = match &args.output {
+        Some(path) => Some(SessionWriter::create(path).map_err(|e| e.to_string())?),
+        None => None,
+    };
+    let run = RunId(1);
+    let header = [
+        ToBrowser::Hello(Hello::current(env!("CARGO_PKG_VERSION"), host::facts())),
+        ToBrowser::RunStarted {
+            run,
+            spec: scenario.clone(),
+            instruments,
+        },
+    ];
+    for message in &header {
+        write_to(&mut file, message)?;
+    }
+    let stop = interrupt::install();
+    let mut tally = Tally::new(&scenario);
+    let mut progress = Progress::new(&scenario, args.json);
+    let mut write_error = None;
+    let outcome = scenario::run(&scenario, instruments, stop, |events| {
+        tally.push(&events);
+        progress.update(&tally);
+        if write_error.is_none() {
+            let message = ToBrowser::Events { run, events };
+            write_error = write_to(&mut file, &message).err();
+        }
+    })
+    .map_err(|e| Failure::Usage(format!("{}: {}", knobs::flag_of(e.field), e.problem)))?;
+    progress.finish();
+    write_to(
+        &mut file,
+        &ToBrowser::RunFinished {
+            run,
+            outcome: outcome.clone(),
+        },
+    )?;
+    if let Some(Failure::Run(message)) = write_error {
+        return Err(Failure::Run(format!(
+            "the run went on, but its file is incomplete: {message}"
+        )));
+    }
+    let mut out = io::stdout().lock();
+    let printed = if args.json {
+        writeln!(out, "{}", tally.json(&scenario, &outcome))
+    } else {
+        tally.print(&mut out, &scenario, &outcome)
+    };
+    printed.map_err(|e| format!("writing the summary: {e}"))?;
+    match outcome {
+        RunOutcome::Completed => Ok(Ended::Ok),
+        RunOutcome::Interrupted => {
+            eprintln!("ackscope: interrupted; the summary covers what ran");
+            Ok(Ended::Interrupted)
+        }
+        RunOutcome::Failed { error } => {
+            Err(Failure::Run(format!("the run stopped early: {error}")))
+        }
+    }
+}
+
+fn write_to(file: &mut Option<SessionWriter>, message: &ToBrowser) -> Result<(), Failure> {
+    match file {
+        Some(writer) => writer
+            .write(message)
+            .map_err(|e| Failure::Run(e.to_string())),
+        None => Ok(()),
+    }
+}
+
+/// What the summary is computed from, as events arrive.
+pub enum Analysis {
+    Rr(Box<RunAnalysis>),
+    Bulk(BulkAnalysis),
+}
+
+pub struct Tally {
+    pub analysis: Analysis,
+    pub events: u64,
+    pub requests_done: u64,
+    pub bytes_read: u64,
+}
+
+impl Tally {
+    pub fn new(scenario: &Scenario) -> Tally {
+        let analysis = match scenario {
+            Scenario::Bulk(_) => Analysis::Bulk(BulkAnalysis::new()),
+            Scenario::Rr(_) | Scenario::Server(_) => Analysis::Rr(Box::default()),
+        };
+        Tally {
+            analysis,
+            events: 0,
+            requests_done: 0,
+            bytes_read: 0,
+        }
+    }
+
+    pub fn push(&mut self, events: &[Event]) {
+        self.events += events.len() as u64;
+        for event in events {
+            match event.kind {
+                EventKind::RequestDone => self.requests_done += 1,
+                EventKind::ReadDone { bytes } => self.bytes_read += u64::from(bytes),
+                _ => {}
+            }
+        }
+        match &mut self.analysis {
+            Analysis::Rr(analysis) => analysis.push_all(events),
+            Analysis::Bulk(analysis) => analysis.push_all(events),
+        }
+    }
+
+    /// The documented JSON summary (docs/CLI.md): scripts rely on these names.
+    pub fn json(&self, scenario: &Scenario, outcome: &RunOutcome) -> serde_json::Value {
+        let mut value = match &self.analysis {
+            Analysis::Rr(analysis) => serde_json::to_value(analysis.summary()),
+            Analysis::Bulk(analysis) => serde_json::to_value(analysis.summary()),
+        }
+        .expect("a summary is plain data");
+        let config = match scenario {
+            Scenario::Rr(spec) | Scenario::Server(spec) => serde_json::to_value(spec),
+            Scenario::Bulk(spec) => serde_json::to_value(spec),
+        }
+        .expect("a spec is plain data");
+        let (outcome_name, error) = match outcome {
+            RunOutcome::Completed => ("completed", None),
+            RunOutcome::Interrupted => ("interrupted", None),
+            RunOutcome::Failed { error } => ("failed", Some(error.clone())),
+        };
+        let object = value.as_object_mut().expect("a summary is an object");
+        object.insert("scenario".into(), scenario.name().into());
+        object.insert("config".into(), config);
+        object.insert("outcome".into(), outcome_name.into());
+        object.insert("error".into(), error.into());
+        object.insert("events".into(), self.events.into());
+        object.insert("ackscope_version".into(), env!("CARGO_PKG_VERSION").into());
+        value
+    }
+
+    pub fn print(
+        &self,
+        out: &mut impl Write,
+        scenario: &Scenario,
+        outcome: &RunOutcome,
+    ) -> io::Result<()> {
+        writeln!(out, "{}: {}", scenario.name(), scenario.describe())?;
+        match &self.analysis {
+            Analysis::Rr(analysis) => print_rr(out, &analysis.summary())?,
+            Analysis::Bulk(analysis) => print_bulk(out, &analysis.summary())?,
+        }
+        match outcome {
+            RunOutcome::Completed => Ok(()),
+            RunOutcome::Interrupted => writeln!(out, "  interrupted    (Ctrl-C)"),
+            RunOutcome::Failed { error } => writeln!(out, "  failed         {error}"),
+        }
+    }
+}
+
+fn print_rr(out: &mut impl Write, s: &Summary) -> io::Result<()> {
+    writeln!(
+        out,
+        "  requests       {} in {:.2} s ({:.1} requests/s)",
+        s.requests, s.duration_s, s.rps
+    )?;
+    writeln!(
+        out,
+        "  latency        p50 {:.2} ms   p99 {:.2} ms   max {:.2} ms",
+        s.p50_ms, s.p99_ms, s.max_ms
+    )?;
+    writeln!(
+        out,
+        "  stalled reads  {} (blocked > 10 ms after the peer had written the data)",
+        s.stalled_reads
+    )
+}
+
+fn print_bulk(out: &mut impl Write, s: &BulkSummary) -> io::Result<()> {
+    writeln!(
+        out,
+        "  transferred    {} bytes in {:.2} s",
+        s.bytes, s.duration_s
+    )?;
+    writeln!(out, "  goodput        {:.1} Mbit/s", s.goodput_mbps)?;
+    let bytes = |v: Option<u32>| v.map_or("not sampled".to_string(), |b| format!("{b} bytes"));
+    writeln!(
+        out,
+        "  client sndbuf  {} (getsockopt)",
+        bytes(s.client_sndbuf_bytes)
+    )?;
+    writeln!(
+        out,
+        "  server rcvbuf  {} (getsockopt)",
+        bytes(s.server_rcvbuf_bytes)
+    )?;
+    writeln!(
+        out,
+        "  window         {} advertised by the server (TCP_INFO, median)",
+        bytes(s.server_rcv_wnd_bytes)
+    )
+}
+
+/// A progress line on the terminal for runs longer than a second (never when the output is
+/// not a terminal, or with --json).
+struct Progress {
+    enabled: bool,
+    started: Instant,
+    last_drawn: Option<Instant>,
+    total: String,
+}
+
+impl Progress {
+    fn new(scenario: &Scenario, json: bool) -> Progress {
+        let total = match scenario {
+            Scenario::Rr(spec) | Scenario::Server(spec) => format!("{} requests", spec.requests),
+            Scenario::Bulk(spec) => format!("{} bytes", spec.bytes),
+        };
+        let enabled = !json && io::stderr().is_terminal();
+        Progress {
+            enabled,
+            started: Instant::now(),
+            last_drawn: None,
+            total,
+        }
+    }
+
+    fn update(&mut self, tally: &Tally) {
+        let now = Instant::now();
+        let due = self
+            .last_drawn
+            .is_none_or(|t| now - t >= Duration::from_millis(200));
+        if !self.enabled || now - self.started < Duration::from_secs(1) || !due {
+            return;
+        }
+        self.last_drawn = Some(now);
+        let done = match tally.analysis {
+            Analysis::Rr(_) => tally.requests_done.to_string(),
+            Analysis::Bulk(_) => tally.bytes_read.to_string(),
+        };
+        eprint!(
+            "\r\x1b[2Kackscope: {done} of {} ({:.0} s)",
+            self.total,
+            self.started.elapsed().as_secs_f64()
+        );
+    }
+
+    fn finish(&self) {
+        if self.last_drawn.is_some() {
+            eprint!("\r\x1b[2K");
+        }
+    }
+}

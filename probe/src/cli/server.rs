@@ -1,0 +1,119 @@
+//! `ackscope server --listen ADDR`: the echo server alone, so that a client written by anyone,
+//! in any language, speaking docs/PROTOCOL.md, can be observed from the server's side.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::mpsc::{sync_channel, RecvTimeoutError};
+use std::time::Duration;
+
+use ackscope_shared::spec::MAX_BODY_BYTES;
+use ackscope_shared::wire::{Hello, Instruments, RunOutcome, ToBrowser};
+use ackscope_shared::{RrSpec, RunId, Scenario, Side};
+
+use super::knobs::{self, BulkKnobs, CommonKnobs, RrKnobs};
+use super::run::Tally;
+use super::{Ended, Failure};
+use crate::net::echo::{EchoConfig, EchoServer, Tagging};
+use crate::net::options::SideOptions;
+use crate::net::record::Clock;
+use crate::record::SessionWriter;
+use crate::{host, interrupt};
+
+#[derive(Debug, clap::Args)]
+pub struct ServerArgs {
+    /// Address to listen on, e.g. 127.0.0.1:9000 (port 0: any free port)
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:0")]
+    listen: SocketAddr,
+    /// Write the session to FILE (finished cleanly on Ctrl-C)
+    #[arg(short = 'o', long = "output", value_name = "FILE")]
+    output: Option<PathBuf>,
+    /// Largest length prefix accepted; a larger one closes that connection
+    #[arg(long, value_name = "BYTES", default_value_t = MAX_BODY_BYTES)]
+    max_body: u32,
+    #[command(flatten)]
+    rr: RrKnobs,
+    #[command(flatten)]
+    common: CommonKnobs,
+}
+
+pub fn run(args: &ServerArgs) -> Result<Ended, Failure> {
+    // The server-side knobs are the rr ones (--nodelay server, --cork server, --think-us, ...).
+    let mut scenario = Scenario::Server(RrSpec::default());
+    knobs::apply(&mut scenario, &args.rr, &BulkKnobs::default(), &args.common)
+        .map_err(|flag| Failure::Usage(format!("{} does not apply to the server", flag.0)))?;
+    scenario
+        .validate()
+        .map_err(|e| Failure::Usage(format!("{}: {}", knobs::flag_of(e.field), e.problem)))?;
+    let Scenario::Server(spec) = &scenario else {
+        unreachable!("built as a server spec above")
+    };
+    let instruments = Instruments {
+        events: true,
+        tcp_info_at_syscalls: false,
+        tcp_info_interval_us: 0,
+    };
+    let mut file = match &args.output {
+        Some(path) => Some(SessionWriter::create(path).map_err(|e| e.to_string())?),
+        None => None,
+    };
+    let run = RunId(1);
+    let mut write = |message: ToBrowser| -> Result<(), String> {
+        match &mut file {
+            Some(writer) => writer.write(&message).map_err(|e| e.to_string()),
+            None => Ok(()),
+        }
+    };
+    write(ToBrowser::Hello(Hello::current(
+        env!("CARGO_PKG_VERSION"),
+        host::facts(),
+    )))?;
+    write(ToBrowser::RunStarted {
+        run,
+        spec: scenario.clone(),
+        instruments,
+    })?;
+    let config = EchoConfig {
+        opts: SideOptions::rr(spec, Side::Server),
+        max_body_bytes: args.max_body,
+        response_bytes: spec.response_bytes,
+        think: Duration::from_micros(u64::from(spec.think_us)),
+    };
+    let (sink, batches) = sync_channel(1024);
+    let server = EchoServer::start(
+        args.listen,
+        config,
+        Clock::start(),
+        Tagging::standalone(),
+        Some(sink),
+    )
+    .map_err(|e| e.to_string())?;
+    println!(
+        "ackscope echo server on {} (Ctrl-C to stop and save)",
+        server.addr()
+    );
+    let stop = interrupt::install();
+    let mut tally = Tally::new(&scenario);
+    let mut server = Some(server);
+    loop {
+        match batches.recv_timeout(Duration::from_millis(100)) {
+            Ok(events) => {
+                tally.push(&events);
+                write(ToBrowser::Events { run, events })?;
+            }
+            Err(RecvTimeoutError::Timeout) => {}
+            Err(RecvTimeoutError::Disconnected) => break,
+        }
+        if stop.load(std::sync::atomic::Ordering::Relaxed) {
+            // Closing the server drops its senders; the loop drains what is left, then ends.
+            if let Some(server) = server.take() {
+                server.shutdown();
+            }
+        }
+    }
+    write(ToBrowser::RunFinished {
+        run,
+        outcome: RunOutcome::Completed,
+    })?;
+    eprintln!("ackscope: stopped; {} events recorded", tally.events);
+    Ok(Ended::Ok)
+}

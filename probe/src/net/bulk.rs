@@ -1,0 +1,141 @@
+//! Bulk transfer: the client writes as fast as the connection takes bytes, the server reads and
+//! discards them. Every write and read is recorded, so goodput over time and the windows can be
+//! read from the events.
+
+use std::io::{self, Read};
+use std::net::{Ipv4Addr, Shutdown, SocketAddr, SocketAddrV4, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Instant;
+
+use ackscope_shared::{BulkSpec, ConnId, EventKind, ReqId, Side};
+use socket2::{Domain, Protocol, Socket, Type};
+
+use super::context;
+use super::endpoint::Endpoint;
+use super::options::SideOptions;
+use super::record::Recorder;
+
+/// The whole transfer is one "request" of the run.
+pub const TRANSFER: ReqId = ReqId(0);
+pub const CONN: ConnId = ConnId(0);
+
+/// A listener with the server side's buffers set before `listen()`, so the accepted socket
+/// inherits them (and the window scale they need).
+pub fn listen(spec: &BulkSpec) -> io::Result<TcpListener> {
+    let opts = SideOptions::bulk(spec, Side::Server);
+    let socket = Socket::new(Domain::IPV4, Type::STREAM, Some(Protocol::TCP))
+        .map_err(|e| context(e, "bulk server socket"))?;
+    opts.apply_before_handshake(&socket)?;
+    let addr: SocketAddr = SocketAddrV4::new(Ipv4Addr::LOCALHOST, 0).into();
+    socket
+        .bind(&addr.into())
+        .map_err(|e| context(e, "bulk server bind on 127.0.0.1"))?;
+    socket
+        .listen(1)
+        .map_err(|e| context(e, "bulk server listen"))?;
+    Ok(socket.into())
+}
+
+/// Accepts the client's connection (the one from `client_port`) and reads until it closes.
+pub fn serve(
+    spec: &BulkSpec,
+    listener: TcpListener,
+    client_port: u16,
+    rec: &mut Recorder,
+) -> io::Result<u64> {
+    let opts = SideOptions::bulk(spec, Side::Server);
+    let mut stream = loop {
+        let (stream, peer) = listener
+            .accept()
+            .map_err(|e| context(e, "bulk server accept"))?;
+        // Anything else that finds the port is not part of the run.
+        if peer.port() == client_port {
+            break stream;
+        }
+    };
+    rec.record(rec.now_ns(), CONN, TRANSFER, EventKind::Accepted);
+    let mut buffer = vec![0u8; spec.app_buffer_bytes as usize];
+    let mut end = Endpoint::new(&mut stream, CONN, &opts, rec);
+    end.record_buffers(TRANSFER)?;
+    let mut received = 0u64;
+    loop {
+        match end.read(TRANSFER, &mut buffer) {
+            Ok(0) => break,
+            Ok(n) => received += n as u64,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(context(e, "bulk server read")),
+        }
+    }
+    let _ = end.stream.shutdown(Shutdown::Both);
+    end.note(TRANSFER, EventKind::Closed);
+    Ok(received)
+}
+
+/// A connected client socket, not yet sending: its port tells the server which connection is
+/// the run's.
+pub fn client_socket(spec: &BulkSpec) -> io::Result<(Socket, u16)> {
+    let opts = SideOptions::bulk(spec, Side::Client);
+    let socket = Socket::new(Domain::IPV4, Type::STREAM, Some(Protocol::TCP))
+        .map_err(|e| context(e, "bulk client socket"))?;
+    opts.apply_before_handshake(&socket)?;
+    socket
+        .bind(&SocketAddrV4::new(Ipv4Addr::LOCALHOST, 0).into())
+        .map_err(|e| context(e, "bulk client bind on 127.0.0.1"))?;
+    let port = socket.local_addr()?.as_socket().map_or(0, |a| a.port());
+    Ok((socket, port))
+}
+
+/// Sends `spec.bytes` (or until the deadline or `stop`), then closes its side and waits for the
+/// server to finish reading.
+pub fn send(
+    spec: &BulkSpec,
+    socket: Socket,
+    server: SocketAddr,
+    deadline: Option<Instant>,
+    stop: &AtomicBool,
+    rec: &mut Recorder,
+) -> io::Result<u64> {
+    let opts = SideOptions::bulk(spec, Side::Client);
+    rec.record(rec.now_ns(), CONN, TRANSFER, EventKind::RequestStart);
+    let start_ns = rec.now_ns();
+    socket
+        .connect(&server.into())
+        .map_err(|e| context(e, format!("bulk client connect to {server}")))?;
+    let done_ns = rec.now_ns();
+    rec.record(start_ns, CONN, TRANSFER, EventKind::ConnectStart);
+    rec.record(done_ns, CONN, TRANSFER, EventKind::Connected);
+    let mut stream: TcpStream = socket.into();
+    let buffer: Vec<u8> = (0..spec.app_buffer_bytes as usize)
+        .map(|i| (i % 251) as u8)
+        .collect();
+    let mut end = Endpoint::new(&mut stream, CONN, &opts, rec);
+    end.record_buffers(TRANSFER)?;
+    let mut sent = 0u64;
+    while sent < spec.bytes
+        && !stop.load(Ordering::Relaxed)
+        && deadline.is_none_or(|d| Instant::now() < d)
+    {
+        let chunk = (spec.bytes - sent).min(buffer.len() as u64) as usize;
+        match end.write(TRANSFER, &buffer[..chunk]) {
+            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+            Ok(n) => sent += n as u64,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(context(e, "bulk client write")),
+        }
+        end.recorder().flush_if_large();
+    }
+    // Half-close, then wait for the server's close: the transfer is done when it has read all.
+    end.stream
+        .shutdown(Shutdown::Write)
+        .map_err(|e| context(e, "bulk client shutdown"))?;
+    let mut rest = [0u8; 64];
+    while end
+        .stream
+        .read(&mut rest)
+        .map_err(|e| context(e, "bulk client waiting for the close"))?
+        > 0
+    {}
+    end.note(TRANSFER, EventKind::RequestDone);
+    end.note(TRANSFER, EventKind::Closed);
+    Ok(sent)
+}

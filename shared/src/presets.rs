@@ -1,0 +1,150 @@
+//! Named scenarios: the stories' experiments and every loopback row of the stall table, each a
+//! plain spec (`ackscope run NAME --print-spec` shows it; edit it and run it with `--spec FILE`).
+
+use crate::spec::{BulkSpec, PerSide, RrSpec, Scenario, WritePattern};
+
+/// What a preset shows, for `ackscope run --help` and the browser.
+pub struct Preset {
+    pub name: &'static str,
+    pub about: &'static str,
+    /// Whether the story's table says this configuration stalls on every request after the
+    /// first (a delayed-ACK wait of ~40 ms or more per exchange).
+    pub stalls: Option<bool>,
+    pub build: fn() -> Scenario,
+}
+
+fn story1(change: impl FnOnce(&mut RrSpec)) -> Scenario {
+    let mut spec = RrSpec {
+        requests: 100,
+        ..RrSpec::default()
+    };
+    change(&mut spec);
+    Scenario::Rr(spec)
+}
+
+const CLIENT_ONLY: PerSide<bool> = PerSide {
+    client: true,
+    server: false,
+};
+const SERVER_ONLY: PerSide<bool> = PerSide {
+    client: false,
+    server: true,
+};
+const BOTH: PerSide<bool> = PerSide {
+    client: true,
+    server: true,
+};
+
+pub const PRESETS: &[Preset] = &[
+    Preset {
+        name: "story1",
+        about: "length then body as two writes, Nagle on both sides, keep-alive: two ~44 ms stalls per request",
+        stalls: Some(true),
+        build: || story1(|_| {}),
+    },
+    Preset {
+        name: "story1-nodelay",
+        about: "TCP_NODELAY on both sides: no stall",
+        stalls: Some(false),
+        build: || story1(|s| s.nodelay = BOTH),
+    },
+    Preset {
+        name: "story1-nodelay-client",
+        about: "TCP_NODELAY on the client only: the answer still stalls",
+        stalls: Some(true),
+        build: || story1(|s| s.nodelay = CLIENT_ONLY),
+    },
+    Preset {
+        name: "story1-nodelay-server",
+        about: "TCP_NODELAY on the server only: the request still stalls",
+        stalls: Some(true),
+        build: || story1(|s| s.nodelay = SERVER_ONLY),
+    },
+    Preset {
+        name: "story1-quickack",
+        about: "TCP_QUICKACK on both sides, re-armed after every read: no stall",
+        stalls: Some(false),
+        build: || story1(|s| s.quickack = BOTH),
+    },
+    Preset {
+        name: "story1-quickack-server",
+        about: "TCP_QUICKACK on the server only: the answer still stalls",
+        stalls: Some(true),
+        build: || story1(|s| s.quickack = SERVER_ONLY),
+    },
+    Preset {
+        name: "story1-cork",
+        about: "TCP_CORK around each message on both sides: no stall",
+        stalls: Some(false),
+        build: || story1(|s| s.cork = BOTH),
+    },
+    Preset {
+        name: "story1-cork-client",
+        about: "TCP_CORK on the client only: the answer still stalls",
+        stalls: Some(true),
+        build: || story1(|s| s.cork = CLIENT_ONLY),
+    },
+    Preset {
+        name: "story1-single-write",
+        about: "length and body in one write on both sides: no stall",
+        stalls: Some(false),
+        build: || story1(|s| s.write = PerSide::both(WritePattern::Single)),
+    },
+    Preset {
+        name: "story1-writev",
+        about: "length and body in one writev() on both sides: no stall",
+        stalls: Some(false),
+        build: || story1(|s| s.write = PerSide::both(WritePattern::Writev)),
+    },
+    Preset {
+        name: "story1-reconnect",
+        about: "Nagle on, a new connection before every request: no stall (quick-ACK mode)",
+        stalls: Some(false),
+        build: || story1(|s| s.reconnect_every = 1),
+    },
+    Preset {
+        name: "story1-reconnect-nodelay",
+        about: "TCP_NODELAY on, a new connection before every request: no stall",
+        stalls: Some(false),
+        build: || {
+            story1(|s| {
+                s.reconnect_every = 1;
+                s.nodelay = BOTH;
+            })
+        },
+    },
+    Preset {
+        name: "story2-loopback",
+        about: "bulk 100 MiB one way with a 64 KiB receive buffer on the server (on loopback the \
+                RTT is microseconds: the window barely limits; see the emulated link)",
+        stalls: None,
+        build: || {
+            Scenario::Bulk(BulkSpec {
+                rcvbuf: PerSide { client: None, server: Some(64 * 1024) },
+                ..BulkSpec::default()
+            })
+        },
+    },
+];
+
+pub fn find(name: &str) -> Option<&'static Preset> {
+    PRESETS.iter().find(|preset| preset.name == name)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_preset_is_a_valid_spec_with_a_unique_name() {
+        for (i, preset) in PRESETS.iter().enumerate() {
+            assert!((preset.build)().validate().is_ok(), "{}", preset.name);
+            assert!(
+                PRESETS[..i].iter().all(|p| p.name != preset.name),
+                "{}",
+                preset.name
+            );
+        }
+        assert!(find("story1").is_some() && find("nothing").is_none());
+    }
+}
