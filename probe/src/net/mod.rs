@@ -7,6 +7,7 @@ pub mod endpoint;
 pub mod options;
 pub mod peers;
 pub mod record;
+pub mod tcp_info;
 
 use std::io;
 
