@@ -280,7 +280,9 @@ mod tests {
     /// One request as the echo protocol's naive client sends it: the length prefix and the body
     /// in two writes; the answer in one write.
     fn split_exchange(client: &mut TcpStream, server: &mut TcpStream, body: usize) {
-        client.write_all(&(body as u32).to_be_bytes()).expect("write length");
+        client
+            .write_all(&(body as u32).to_be_bytes())
+            .expect("write length");
         client.write_all(&vec![7; body]).expect("write body");
         let mut request = vec![0; 4 + body];
         server.read_exact(&mut request).expect("server read");
@@ -341,7 +343,9 @@ mod tests {
         let reader_before = sample(&server, false).expect("sample server");
 
         let wrote = Instant::now();
-        client.write_all(&2048u32.to_be_bytes()).expect("write length");
+        client
+            .write_all(&2048u32.to_be_bytes())
+            .expect("write length");
         client.write_all(&[9; 2048]).expect("write body");
         let writer = sample(&client, false).expect("sample client");
         let reader = sample(&server, false).expect("sample server");
@@ -369,7 +373,10 @@ mod tests {
             if w.notsent_bytes == Some(0) {
                 break wrote.elapsed();
             }
-            assert!(wrote.elapsed() < Duration::from_secs(2), "body never left: {w:?}");
+            assert!(
+                wrote.elapsed() < Duration::from_secs(2),
+                "body never left: {w:?}"
+            );
             thread::sleep(Duration::from_micros(500));
         };
         let (ack_after, segments) = first_reader_segment.expect("the ACK that released the body");
@@ -416,13 +423,19 @@ mod tests {
         );
         assert!(events.len() >= 5, "{} samples", events.len());
         for event in &events {
-            assert_eq!((event.side, event.conn, event.req), (Side::Client, ConnId(7), ReqId(3)));
+            assert_eq!(
+                (event.side, event.conn, event.req),
+                (Side::Client, ConnId(7), ReqId(3))
+            );
             assert!(event.at_ns >= blocked_ns + 1_000_000 && event.at_ns <= unblocked_ns);
             let info = info(event);
             assert!(info.during_block);
             assert_eq!(info.state, ESTABLISHED);
         }
-        assert!(stopped_after < Duration::from_millis(100), "{stopped_after:?}");
+        assert!(
+            stopped_after < Duration::from_millis(100),
+            "{stopped_after:?}"
+        );
     }
 
     #[test]
@@ -458,7 +471,11 @@ mod tests {
         thread::sleep(Duration::from_millis(20));
         let stopping = Instant::now();
         drop(sampler);
-        assert!(stopping.elapsed() < Duration::from_millis(500), "{:?}", stopping.elapsed());
+        assert!(
+            stopping.elapsed() < Duration::from_millis(500),
+            "{:?}",
+            stopping.elapsed()
+        );
         assert_eq!(tcp_info_events(&rx).len(), 0);
     }
 
@@ -478,12 +495,24 @@ mod tests {
         let (server_tx, server_rx) = sync_channel(1024);
         let client_clone = client.try_clone().expect("try_clone");
         let server_clone = server.try_clone().expect("try_clone");
-        let client_sampler =
-            BlockSampler::start(client_clone, interval, clock, Side::Client, ConnId(1), client_tx)
-                .expect("start client sampler");
-        let server_sampler =
-            BlockSampler::start(server_clone, interval, clock, Side::Server, ConnId(1), server_tx)
-                .expect("start server sampler");
+        let client_sampler = BlockSampler::start(
+            client_clone,
+            interval,
+            clock,
+            Side::Client,
+            ConnId(1),
+            client_tx,
+        )
+        .expect("start client sampler");
+        let server_sampler = BlockSampler::start(
+            server_clone,
+            interval,
+            clock,
+            Side::Server,
+            ConnId(1),
+            server_tx,
+        )
+        .expect("start server sampler");
 
         let server_thread = thread::spawn(move || {
             let mut length = [0; 4];
@@ -496,7 +525,9 @@ mod tests {
             server_sampler.stop().expect("server sampler");
         });
         let start = Instant::now();
-        client.write_all(&2048u32.to_be_bytes()).expect("write length");
+        client
+            .write_all(&2048u32.to_be_bytes())
+            .expect("write length");
         client.write_all(&[9; 2048]).expect("write body");
         client_sampler.blocked(ReqId(5));
         client.read_exact(&mut [0; 4]).expect("client read");
@@ -525,7 +556,15 @@ mod tests {
             server_events.first().map(info),
         );
         assert!(took >= Duration::from_millis(30), "no stall: {took:?}");
-        assert!(held >= 5, "{held} of {} client samples", client_events.len());
-        assert!(delaying >= 5, "{delaying} of {} server samples", server_events.len());
+        assert!(
+            held >= 5,
+            "{held} of {} client samples",
+            client_events.len()
+        );
+        assert!(
+            delaying >= 5,
+            "{delaying} of {} server samples",
+            server_events.len()
+        );
     }
 }
