@@ -57,6 +57,24 @@ pub struct RequestView {
     /// When the client had read the whole response.
     pub done_ns: Option<u64>,
     pub spans: Vec<Span>,
+    /// TCP_INFO read while a call of this request was blocked (the kernel's view of a wait).
+    pub kernel: Vec<KernelSample>,
+}
+
+/// The part of a TCP_INFO sample taken during a blocked call that explains waits.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct KernelSample {
+    pub side: Side,
+    pub at_ns: u64,
+    /// Written by the application, not yet sent.
+    pub notsent_bytes: Option<u32>,
+    /// Segments sent and not yet acknowledged.
+    pub unacked: u32,
+    /// The delayed-ACK timeout in use.
+    pub ato_us: u32,
+    pub snd_mss: u32,
+    /// The window the peer advertises.
+    pub snd_wnd: Option<u32>,
 }
 
 impl RequestView {
@@ -91,6 +109,8 @@ pub struct RunAnalysis {
     write_offset: HashMap<(ConnId, Side), u64>,
     /// Per connection and writing side: (stream offset after the write, when it returned).
     writes: HashMap<(ConnId, Side), Vec<(u64, u64)>>,
+    /// The latest send MSS TCP_INFO reported, per connection and side.
+    mss: HashMap<(ConnId, Side), u32>,
     /// Events that named a request id beyond [`MAX_REQUESTS`]; they are not analysed.
     pub ignored_events: u64,
 }
@@ -157,11 +177,27 @@ impl RunAnalysis {
                     }
                 }
             }
+            EventKind::TcpInfo(ref info) => {
+                self.mss.insert(key, info.snd_mss);
+                if info.during_block {
+                    let sample = KernelSample {
+                        side: event.side,
+                        at_ns: event.at_ns,
+                        notsent_bytes: info.notsent_bytes,
+                        unacked: info.unacked,
+                        ato_us: info.ato_us,
+                        snd_mss: info.snd_mss,
+                        snd_wnd: info.snd_wnd,
+                    };
+                    if let Some(view) = self.request_mut(event.req) {
+                        view.kernel.push(sample);
+                    }
+                }
+            }
             EventKind::Accepted
             | EventKind::Closed
             | EventKind::SockOpt { .. }
-            | EventKind::Buffers { .. }
-            | EventKind::TcpInfo(_) => {}
+            | EventKind::Buffers { .. } => {}
         }
     }
 
@@ -189,6 +225,11 @@ impl RunAnalysis {
         if let Some(view) = self.request_mut(done.req) {
             view.spans.push(span);
         }
+    }
+
+    /// The send MSS of a side of a connection, if TCP_INFO was sampled.
+    pub fn snd_mss(&self, conn: ConnId, side: Side) -> Option<u32> {
+        self.mss.get(&(conn, side)).copied().filter(|&mss| mss > 0)
     }
 
     /// All requests seen so far, indexed by request id.

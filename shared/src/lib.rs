@@ -13,6 +13,7 @@
 #![forbid(unsafe_code)]
 
 pub mod analysis;
+pub mod attribution;
 pub mod bulk;
 pub mod event;
 pub mod presets;

@@ -5,6 +5,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use ackscope_shared::analysis::RunAnalysis;
+use ackscope_shared::attribution::{self, ClassSummary};
 use ackscope_shared::bulk::{BulkAnalysis, BulkSummary};
 use ackscope_shared::presets::{self, PRESETS};
 use ackscope_shared::wire::{Hello, Instruments, RunOutcome, ToBrowser};
@@ -229,7 +230,8 @@ fn write_to(file: &mut Option<SessionWriter>, message: &ToBrowser) -> Result<(),
 
 /// What the summary is computed from, as events arrive.
 pub enum Analysis {
-    Rr(Box<RunAnalysis>),
+    /// With the spec, when known, to rule out stall classes.
+    Rr(Box<RunAnalysis>, Option<RrSpec>),
     Bulk(BulkAnalysis),
 }
 
@@ -244,7 +246,9 @@ impl Tally {
     pub fn new(scenario: &Scenario) -> Tally {
         let analysis = match scenario {
             Scenario::Bulk(_) => Analysis::Bulk(BulkAnalysis::new()),
-            Scenario::Rr(_) | Scenario::Server(_) => Analysis::Rr(Box::default()),
+            Scenario::Rr(spec) => Analysis::Rr(Box::default(), Some(spec.clone())),
+            // A standalone server does not know how its clients write.
+            Scenario::Server(_) => Analysis::Rr(Box::default(), None),
         };
         Tally {
             analysis,
@@ -264,18 +268,36 @@ impl Tally {
             }
         }
         match &mut self.analysis {
-            Analysis::Rr(analysis) => analysis.push_all(events),
+            Analysis::Rr(analysis, _) => analysis.push_all(events),
             Analysis::Bulk(analysis) => analysis.push_all(events),
         }
+    }
+
+    /// Stalls grouped by class and direction (request/response runs only).
+    pub fn stall_classes(&self) -> Option<Vec<ClassSummary>> {
+        let Analysis::Rr(analysis, spec) = &self.analysis else {
+            return None;
+        };
+        Some(attribution::summarize(&attribution::attribute(
+            analysis,
+            spec.as_ref(),
+        )))
     }
 
     /// The documented JSON summary (docs/CLI.md): scripts rely on these names.
     pub fn json(&self, scenario: &Scenario, outcome: &RunOutcome) -> serde_json::Value {
         let mut value = match &self.analysis {
-            Analysis::Rr(analysis) => serde_json::to_value(analysis.summary()),
+            Analysis::Rr(analysis, _) => serde_json::to_value(analysis.summary()),
             Analysis::Bulk(analysis) => serde_json::to_value(analysis.summary()),
         }
         .expect("a summary is plain data");
+        if let Some(stalls) = self.stall_classes() {
+            let stalls = serde_json::to_value(stalls).expect("stall summaries are plain data");
+            value
+                .as_object_mut()
+                .expect("a summary is an object")
+                .insert("stalls".into(), stalls);
+        }
         let config = match scenario {
             Scenario::Rr(spec) | Scenario::Server(spec) => serde_json::to_value(spec),
             Scenario::Bulk(spec) => serde_json::to_value(spec),
@@ -304,8 +326,11 @@ impl Tally {
     ) -> io::Result<()> {
         writeln!(out, "{}: {}", scenario.name(), scenario.describe())?;
         match &self.analysis {
-            Analysis::Rr(analysis) => print_rr(out, &analysis.summary())?,
+            Analysis::Rr(analysis, _) => print_rr(out, &analysis.summary())?,
             Analysis::Bulk(analysis) => print_bulk(out, &analysis.summary())?,
+        }
+        for class in self.stall_classes().unwrap_or_default() {
+            writeln!(out, "  {}", class.line())?;
         }
         match outcome {
             RunOutcome::Completed => Ok(()),
@@ -392,7 +417,7 @@ impl Progress {
         }
         self.last_drawn = Some(now);
         let done = match tally.analysis {
-            Analysis::Rr(_) => tally.requests_done.to_string(),
+            Analysis::Rr(..) => tally.requests_done.to_string(),
             Analysis::Bulk(_) => tally.bytes_read.to_string(),
         };
         eprint!(

@@ -118,8 +118,8 @@ struct SamplerShared {
 
 const NOT_BLOCKED: u64 = 0;
 
-/// Samples recorded since the last flush before the batch is sent on; a block's remaining
-/// samples are sent when it ends. Bounds the batch (and the delay before the UI sees them).
+/// The sampler's batch is sent on after this many samples, and when a block ends: bounds the
+/// batch, and how late the UI sees a long stall.
 const FLUSH_EVERY: usize = 8;
 
 /// Shorter intervals would keep a core busy with samples; 1-5 ms resolves a 40 ms stall.
@@ -159,7 +159,8 @@ impl BlockSampler {
         })
     }
 
-    /// The measuring thread is about to make a call for `req` that may block.
+    /// The measuring thread (one thread: the one making the calls) is about to make a call for
+    /// `req` that may block.
     pub fn blocked(&self, req: ReqId) {
         let mut generation = self.shared.next_generation.load(Ordering::Relaxed);
         if generation == 0 {

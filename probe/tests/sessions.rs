@@ -1,0 +1,280 @@
+//! Session files, spec files, the standalone server and Ctrl-C, through the real binary.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+fn ackscope(args: &[&str]) -> Output {
+    let output = Command::new(env!("CARGO_BIN_EXE_ackscope"))
+        .args(args)
+        .output()
+        .unwrap();
+    eprintln!(
+        "$ ackscope {}\n{}{}",
+        args.join(" "),
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    output
+}
+
+fn temp(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("ackscope-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir.join(name)
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+fn s(path: &Path) -> &str {
+    path.to_str().unwrap()
+}
+
+#[test]
+fn a_session_file_is_written_shown_and_exported() {
+    let file = temp("rr.ackscope");
+    let run = ackscope(&[
+        "run",
+        "rr",
+        "--count",
+        "30",
+        "--nodelay",
+        "both",
+        "-o",
+        s(&file),
+        "--json",
+    ]);
+    assert!(run.status.success());
+    let summary: serde_json::Value = serde_json::from_slice(&run.stdout).unwrap();
+    let events = summary["events"].as_u64().unwrap();
+    assert!(events > 30 * 8, "{summary}");
+
+    let shown = ackscope(&["show", s(&file)]);
+    assert!(shown.status.success());
+    let shown = text(&shown.stdout);
+    assert!(
+        shown.contains("30 x 2048 B, keep-alive, TCP_NODELAY on both sides"),
+        "{shown}"
+    );
+    assert!(shown.contains("requests       30"), "{shown}");
+
+    let exported = ackscope(&["export", s(&file), "--json"]);
+    assert!(exported.status.success());
+    let doc: serde_json::Value = serde_json::from_slice(&exported.stdout).unwrap();
+    let messages = doc["messages"].as_array().unwrap();
+    assert!(
+        messages[0]["Hello"]["host"]["kernel"].is_string(),
+        "{}",
+        messages[0]
+    );
+    let exported_events: usize = messages
+        .iter()
+        .filter_map(|m| m["Events"]["events"].as_array())
+        .map(Vec::len)
+        .sum();
+    assert_eq!(exported_events as u64, events, "the file holds every event");
+    assert_eq!(doc["error"], serde_json::Value::Null);
+}
+
+#[test]
+fn a_truncated_file_shows_its_valid_prefix_and_says_what_is_wrong() {
+    let file = temp("whole.ackscope");
+    assert!(ackscope(&[
+        "run",
+        "rr",
+        "--count",
+        "50",
+        "--nodelay",
+        "both",
+        "-o",
+        s(&file)
+    ])
+    .status
+    .success());
+    let bytes = std::fs::read(&file).unwrap();
+    let cut = temp("cut.ackscope");
+    std::fs::write(&cut, &bytes[..bytes.len() * 2 / 3]).unwrap();
+    let shown = ackscope(&["show", s(&cut)]);
+    assert_eq!(shown.status.code(), Some(1));
+    let stdout = text(&shown.stdout);
+    assert!(
+        stdout.contains("50 x 2048 B"),
+        "the run is still shown: {stdout}"
+    );
+    let stderr = text(&shown.stderr);
+    assert!(
+        stderr.contains("truncated") && stderr.contains("cut.ackscope"),
+        "{stderr}"
+    );
+
+    let garbage = temp("garbage.ackscope");
+    std::fs::write(&garbage, b"this is not a session file at all").unwrap();
+    let refused = ackscope(&["show", s(&garbage)]);
+    assert_eq!(refused.status.code(), Some(1));
+    assert!(
+        text(&refused.stderr).contains("garbage.ackscope"),
+        "names the file"
+    );
+}
+
+#[test]
+fn a_printed_spec_runs_from_a_file_and_bad_specs_name_the_field() {
+    let printed = ackscope(&["run", "story1-cork", "--print-spec"]);
+    assert!(printed.status.success());
+    let spec: serde_json::Value = serde_json::from_slice(&printed.stdout).unwrap();
+    assert_eq!(
+        spec["rr"]["cork"],
+        serde_json::json!({"client": true, "server": true})
+    );
+
+    let mut edited = spec.clone();
+    edited["rr"]["requests"] = 5.into();
+    let file = temp("cork.json");
+    std::fs::write(&file, edited.to_string()).unwrap();
+    let run = ackscope(&["run", "--spec", s(&file), "--json"]);
+    assert!(run.status.success());
+    let v: serde_json::Value = serde_json::from_slice(&run.stdout).unwrap();
+    assert_eq!(v["requests"], 5);
+    assert_eq!(v["config"]["cork"]["client"], true);
+
+    edited["rr"]["size_bytes"] = 0.into();
+    std::fs::write(&file, edited.to_string()).unwrap();
+    let bad = ackscope(&["run", "--spec", s(&file)]);
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(text(&bad.stderr).contains("size_bytes"), "names the field");
+
+    std::fs::write(
+        &file,
+        r#"{"rr": {"requests": 5, "size_bytes": 10, "nodelay": {"clinet": true}}}"#,
+    )
+    .unwrap();
+    let typo = ackscope(&["run", "--spec", s(&file)]);
+    assert_eq!(typo.status.code(), Some(2));
+    assert!(
+        text(&typo.stderr).contains("clinet"),
+        "names the unknown field"
+    );
+
+    let misplaced = ackscope(&["run", "bulk", "--nodelay", "both"]);
+    assert_eq!(misplaced.status.code(), Some(2));
+    assert!(text(&misplaced.stderr).contains("--nodelay does not apply to bulk"));
+}
+
+#[test]
+fn bulk_reports_goodput_and_the_buffers_the_kernel_set() {
+    let run = ackscope(&[
+        "run",
+        "bulk",
+        "--bytes",
+        "50000000",
+        "--server-rcvbuf",
+        "65536",
+        "--json",
+    ]);
+    assert!(run.status.success());
+    let v: serde_json::Value = serde_json::from_slice(&run.stdout).unwrap();
+    assert_eq!(v["bytes"], 50_000_000);
+    assert!(v["goodput_mbps"].as_f64().unwrap() > 10.0, "{v}");
+    // Linux doubles what was asked.
+    assert_eq!(v["server_rcvbuf_bytes"], 131_072, "{v}");
+    assert_eq!(v["config"]["rcvbuf"]["server"], 65_536);
+}
+
+fn interrupt(pid: u32) {
+    let status = Command::new("kill")
+        .args(["-INT", &pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+}
+
+#[test]
+fn ctrl_c_finishes_the_file_and_marks_the_run_interrupted() {
+    let file = temp("interrupted.ackscope");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_ackscope"))
+        .args(["run", "story1", "--count", "1000", "-o", s(&file), "--json"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // ~88 ms per request: after a second, a dozen requests are done and 900 are not.
+    std::thread::sleep(Duration::from_millis(1000));
+    interrupt(child.id());
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(130));
+    let mut stdout = String::new();
+    child
+        .stdout
+        .take()
+        .unwrap()
+        .read_to_string(&mut stdout)
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(v["outcome"], "interrupted");
+    let done = v["requests"].as_u64().unwrap();
+    assert!((3..100).contains(&done), "{v}");
+    let shown = ackscope(&["show", s(&file)]);
+    assert!(shown.status.success(), "the file is complete");
+    assert!(text(&shown.stdout).contains("interrupted"));
+}
+
+#[test]
+fn the_standalone_server_records_any_client_and_saves_on_ctrl_c() {
+    let file = temp("server.ackscope");
+    let mut server = Command::new(env!("CARGO_BIN_EXE_ackscope"))
+        .args(["server", "--listen", "127.0.0.1:0", "-o", s(&file)])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(server.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let addr = line
+        .split_whitespace()
+        .find(|w| w.starts_with("127.0.0.1:"))
+        .expect(&line)
+        .to_string();
+    // A client of our own, speaking the documented protocol by hand.
+    let mut client = TcpStream::connect(&addr).unwrap();
+    client.set_nodelay(true).unwrap();
+    for _ in 0..3 {
+        let mut message = 5u32.to_be_bytes().to_vec();
+        message.extend_from_slice(b"hello");
+        client.write_all(&message).unwrap();
+        let mut answer = [0u8; 9];
+        client.read_exact(&mut answer).unwrap();
+        assert_eq!(&answer[..4], &5u32.to_be_bytes());
+        assert_eq!(answer[4], b'h' ^ 0x5a);
+    }
+    drop(client);
+    std::thread::sleep(Duration::from_millis(200));
+    interrupt(server.id());
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while server.try_wait().unwrap().is_none() {
+        assert!(Instant::now() < deadline, "the server stops on Ctrl-C");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let exported = ackscope(&["export", s(&file), "--json"]);
+    assert!(exported.status.success());
+    let doc: serde_json::Value = serde_json::from_slice(&exported.stdout).unwrap();
+    let reads = doc["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|m| m["Events"]["events"].as_array())
+        .flatten()
+        .filter(|e| {
+            e["kind"]["ReadDone"]["bytes"]
+                .as_u64()
+                .is_some_and(|b| b > 0)
+        })
+        .count();
+    assert!(
+        reads >= 6,
+        "the server's side of three exchanges is recorded: {reads} reads"
+    );
+}

@@ -1,0 +1,91 @@
+//! The loopback stall table of the stories (p50 per request, 2048-byte bodies, length then body
+//! as two writes), reproduced by the real binary, one preset per row, and classified as the
+//! table says. Margins are physical: a stalled row waits for the delayed-ACK timer (>= 40 ms)
+//! on every request after the first; a clean row is a loopback exchange (well under 1 ms).
+
+use std::process::Command;
+
+use ackscope_shared::presets::PRESETS;
+
+fn run_preset(name: &str) -> serde_json::Value {
+    let output = Command::new(env!("CARGO_BIN_EXE_ackscope"))
+        .args(["run", name, "--count", "12", "--json"])
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{name}: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    serde_json::from_slice(&output.stdout).unwrap()
+}
+
+#[test]
+fn every_row_of_the_stall_table() {
+    let rows: Vec<_> = PRESETS
+        .iter()
+        .filter(|p| p.name.starts_with("story1"))
+        .collect();
+    assert!(rows.len() >= 12, "every loopback row has a preset");
+    std::thread::scope(|scope| {
+        // Two rows at a time: a stall row mostly sleeps, so they do not disturb each other.
+        for pair in rows.chunks(2) {
+            let handles: Vec<_> = pair
+                .iter()
+                .map(|preset| scope.spawn(move || (preset, run_preset(preset.name))))
+                .collect();
+            for handle in handles {
+                let (preset, v) = handle.join().unwrap();
+                check_row(preset.name, preset.stalls == Some(true), &v);
+            }
+        }
+    });
+}
+
+fn check_row(name: &str, stalls: bool, v: &serde_json::Value) {
+    let p50 = v["p50_ms"].as_f64().unwrap();
+    let nagle: u64 = v["stalls"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| s["class"] == "nagle_delayed_ack")
+        .map(|s| s["count"].as_u64().unwrap())
+        .sum();
+    if stalls {
+        assert!(p50 > 30.0, "{name}: a stall row, p50 {p50} ms: {v}");
+        // At least one direction stalls on each of the 11 requests after the first.
+        assert!(
+            nagle >= 11,
+            "{name}: classified as Nagle x delayed ACK: {v}"
+        );
+        let unexplained = v["stalls"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|s| s["class"] == "unexplained");
+        assert!(!unexplained, "{name}: every stall explained: {v}");
+    } else {
+        assert!(p50 < 5.0, "{name}: a clean row, p50 {p50} ms: {v}");
+        assert_eq!(nagle, 0, "{name}: {v}");
+    }
+}
+
+#[test]
+fn nagle_on_both_sides_stalls_in_both_directions() {
+    let v = run_preset("story1");
+    let directions: Vec<&str> = v["stalls"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| s["class"] == "nagle_delayed_ack")
+        .map(|s| s["direction"].as_str().unwrap())
+        .collect();
+    assert!(
+        directions.contains(&"client->server") && directions.contains(&"server->client"),
+        "{v}"
+    );
+    assert!(
+        v["p50_ms"].as_f64().unwrap() > 60.0,
+        "two stalls per request: {v}"
+    );
+}

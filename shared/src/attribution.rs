@@ -1,0 +1,564 @@
+//! Stall attribution: why a read stayed blocked or a write was held, with the evidence, and what
+//! fixes it. Pure: the CLI and the browser call the same functions on the same events.
+//!
+//! A class is given only when the evidence for it is there; otherwise the stall is
+//! `Unexplained`. Never guess: an unexplained stall tells the user to look closer, a wrong
+//! class sends them to the wrong fix.
+
+use serde::{Deserialize, Serialize};
+
+use crate::analysis::{percentile, RequestView, RunAnalysis, Span, SpanKind, STALL_THRESHOLD_NS};
+use crate::event::{ConnId, ReqId, Side};
+use crate::spec::RrSpec;
+
+/// Why a call waited.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StallClass {
+    /// The writer's Nagle algorithm held a segment until the ACK of the previous small one,
+    /// which the reader's delayed-ACK timer held back.
+    NagleDelayedAck,
+    /// The connect handshake took long.
+    ConnectionSetup,
+    /// The server took long between reading the request and answering it.
+    ServerThinkTime,
+    /// The writer waited for the peer to open its receive window.
+    ReceiveWindowLimited,
+    /// The write waited for room in its own send buffer.
+    SendBufferLimited,
+    /// None of the above fits the evidence.
+    Unexplained,
+}
+
+impl StallClass {
+    pub fn name(self) -> &'static str {
+        match self {
+            StallClass::NagleDelayedAck => "Nagle x delayed ACK",
+            StallClass::ConnectionSetup => "connection set-up",
+            StallClass::ServerThinkTime => "server think time",
+            StallClass::ReceiveWindowLimited => "receive-window limited",
+            StallClass::SendBufferLimited => "send-buffer limited",
+            StallClass::Unexplained => "unexplained",
+        }
+    }
+
+    /// What removes stalls of this class. `writer` and `reader` are the sides involved.
+    pub fn fixes(self, writer: Side, reader: Side) -> Vec<String> {
+        let (w, r) = (writer.name(), reader.name());
+        match self {
+            StallClass::NagleDelayedAck => vec![
+                format!("TCP_NODELAY on the {w}"),
+                format!("one write (or writev) for the length and the body on the {w}"),
+                format!("TCP_CORK around each message on the {w}"),
+                format!("TCP_QUICKACK on the {r}, set again after every read"),
+            ],
+            StallClass::ConnectionSetup => vec![
+                "keep connections open instead of reconnecting".into(),
+                "look at the accept queue and SYN handling on the server".into(),
+            ],
+            StallClass::ServerThinkTime => vec!["make the server answer faster".into()],
+            StallClass::ReceiveWindowLimited => vec![
+                format!("a larger SO_RCVBUF on the {r} (or leave auto-tuning on)"),
+                format!("read faster on the {r}"),
+            ],
+            StallClass::SendBufferLimited => vec![
+                format!("a larger SO_SNDBUF on the {w} (or leave auto-tuning on)"),
+                "a faster path or peer: the buffer drains at the connection's rate".into(),
+            ],
+            StallClass::Unexplained => vec!["capture packets to see what the kernel did".into()],
+        }
+    }
+}
+
+/// One stall: who waited, for how long, why, and the evidence.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Stall {
+    pub req: ReqId,
+    pub conn: ConnId,
+    /// The side whose call waited.
+    pub side: Side,
+    /// Where the data that was waited for came from and went to.
+    pub from: Side,
+    pub to: Side,
+    pub start_ns: u64,
+    pub end_ns: u64,
+    /// How long the wait that counts lasted (for a read: after the peer had written the data).
+    pub wait_ns: u64,
+    pub class: StallClass,
+    pub evidence: String,
+}
+
+/// The smallest MSS any TCP path uses (RFC 9293, 3.7.1): a write this small is sub-MSS on any
+/// path, so Nagle holds what follows it until it is acknowledged.
+const MIN_MSS: u32 = 536;
+/// Linux's delayed-ACK timer runs between its minimum (40 ms with HZ >= 100; the stall table
+/// measured 43-44 ms) and its maximum (200 ms); allow room on both ends.
+const DELAYED_ACK_NS: std::ops::RangeInclusive<u64> = 20_000_000..=500_000_000;
+
+/// Classifies every wait longer than [`STALL_THRESHOLD_NS`] in the run. `spec`, when known,
+/// rules classes out (no Nagle stall from a writer with TCP_NODELAY).
+pub fn attribute(analysis: &RunAnalysis, spec: Option<&RrSpec>) -> Vec<Stall> {
+    let mut stalls = Vec::new();
+    for (index, view) in analysis.requests().iter().enumerate() {
+        let (Some(conn), req) = (view.conn, ReqId(index as u32)) else {
+            continue;
+        };
+        for span in &view.spans {
+            let stall = match span.kind {
+                SpanKind::Connect if span.duration_ns() > STALL_THRESHOLD_NS => Some(Stall {
+                    req,
+                    conn,
+                    side: span.side,
+                    from: Side::Client,
+                    to: Side::Server,
+                    start_ns: span.start_ns,
+                    end_ns: span.end_ns,
+                    wait_ns: span.duration_ns(),
+                    class: StallClass::ConnectionSetup,
+                    evidence: format!("connect() took {:.1} ms", ms(span.duration_ns())),
+                }),
+                SpanKind::Read => read_stall(analysis, view, conn, req, span, spec),
+                SpanKind::Write if span.duration_ns() > STALL_THRESHOLD_NS => {
+                    Some(write_stall(view, conn, req, span))
+                }
+                _ => None,
+            };
+            stalls.extend(stall);
+        }
+    }
+    stalls
+}
+
+fn read_stall(
+    analysis: &RunAnalysis,
+    view: &RequestView,
+    conn: ConnId,
+    req: ReqId,
+    read: &Span,
+    spec: Option<&RrSpec>,
+) -> Option<Stall> {
+    let writer = read.side.peer();
+    let stall = |wait_ns, class, evidence| Stall {
+        req,
+        conn,
+        side: read.side,
+        from: writer,
+        to: read.side,
+        start_ns: read.start_ns,
+        end_ns: read.end_ns,
+        wait_ns,
+        class,
+        evidence,
+    };
+    if let Some(held) = analysis.stall_ns(conn, read) {
+        let (class, evidence) = held_read(analysis, view, conn, read, held, spec);
+        return Some(stall(held, class, evidence));
+    }
+    // Waiting for the server to answer: think time, if the server was busy and not blocked.
+    let blocked = read.duration_ns();
+    if read.side != Side::Client || blocked <= STALL_THRESHOLD_NS {
+        return None;
+    }
+    let server = |kind| {
+        view.spans
+            .iter()
+            .filter(move |s| s.side == Side::Server && s.kind == kind)
+    };
+    let last_read = server(SpanKind::Read)
+        .filter(|s| s.end_ns <= read.end_ns)
+        .map(|s| s.end_ns)
+        .max()?;
+    let first_write = server(SpanKind::Write).map(|s| s.start_ns).min()?;
+    let gap = first_write.saturating_sub(last_read);
+    if first_write > read.start_ns && gap > STALL_THRESHOLD_NS {
+        let evidence = format!(
+            "the server read the whole request, then spent {:.1} ms before writing the answer",
+            ms(gap)
+        );
+        return Some(stall(gap, StallClass::ServerThinkTime, evidence));
+    }
+    // Otherwise the server was itself waiting (its own stall is counted where it happened).
+    None
+}
+
+/// A read held after the peer wrote: Nagle x delayed ACK if the evidence says so.
+fn held_read(
+    analysis: &RunAnalysis,
+    view: &RequestView,
+    conn: ConnId,
+    read: &Span,
+    held: u64,
+    spec: Option<&RrSpec>,
+) -> (StallClass, String) {
+    let writer = read.side.peer();
+    let (w, r) = (writer.name(), read.side.name());
+    let unexplained = |why: String| {
+        (
+            StallClass::Unexplained,
+            format!(
+                "the {r} waited {:.1} ms for data the {w} had written; {why}",
+                ms(held)
+            ),
+        )
+    };
+    if let Some(spec) = spec {
+        if *spec.nodelay.get(writer) {
+            return unexplained(format!(
+                "the {w} had TCP_NODELAY on, so Nagle did not hold it"
+            ));
+        }
+        if *spec.cork.get(writer) {
+            return unexplained(format!("the {w} corks its messages"));
+        }
+    }
+    let writes: Vec<&Span> = view
+        .spans
+        .iter()
+        .filter(|s| s.side == writer && s.kind == SpanKind::Write)
+        .collect();
+    // The write that carried the read's last byte, and the write just before it.
+    let Some(carrier) = writes.iter().position(|s| s.stream_end >= read.stream_end) else {
+        return unexplained("the write that carried the data is not in this request".into());
+    };
+    let Some(small) = carrier.checked_sub(1).map(|i| writes[i]) else {
+        return unexplained("no smaller write came before it in this request".into());
+    };
+    let body = writes[carrier];
+    let mss = analysis
+        .snd_mss(conn, writer)
+        .unwrap_or(MIN_MSS)
+        .max(MIN_MSS);
+    // The small write's bytes reached the reader before the body's did.
+    let small_arrived = view.spans.iter().any(|s| {
+        s.side == read.side
+            && s.kind == SpanKind::Read
+            && s.stream_end >= small.stream_end
+            && s.stream_end < read.stream_end
+            && s.end_ns < read.end_ns
+    });
+    if small.bytes >= mss || !small_arrived {
+        return unexplained(format!(
+            "the write before it ({} bytes) was not a small segment that arrived first",
+            small.bytes
+        ));
+    }
+    if !DELAYED_ACK_NS.contains(&held) {
+        return unexplained(format!(
+            "the wait is outside the delayed-ACK timer's range ({:.0}-{:.0} ms)",
+            ms(*DELAYED_ACK_NS.start()),
+            ms(*DELAYED_ACK_NS.end())
+        ));
+    }
+    let mut evidence = format!(
+        "the {w} wrote {} bytes, then {} bytes; the {} bytes arrived at once, the {} bytes {:.1} ms \
+         later: Nagle held them until the {r}'s delayed ACK of the first segment",
+        small.bytes,
+        body.bytes,
+        small.bytes,
+        body.bytes,
+        ms(held)
+    );
+    let during = view
+        .kernel
+        .iter()
+        .filter(|k| k.side == writer && k.at_ns >= read.start_ns && k.at_ns <= read.end_ns);
+    if let Some(sample) = during.max_by_key(|k| k.notsent_bytes) {
+        if let Some(notsent) = sample.notsent_bytes {
+            if notsent == 0 {
+                return unexplained(format!("TCP_INFO on the {w} showed nothing held back"));
+            }
+            evidence.push_str(&format!(
+                "; TCP_INFO on the {w} during the wait: {notsent} bytes not sent, {} segment(s) unacknowledged",
+                sample.unacked
+            ));
+        }
+    }
+    (StallClass::NagleDelayedAck, evidence)
+}
+
+fn write_stall(view: &RequestView, conn: ConnId, req: ReqId, write: &Span) -> Stall {
+    let reader = write.side.peer();
+    let during: Vec<_> = view
+        .kernel
+        .iter()
+        .filter(|k| k.side == write.side && k.at_ns >= write.start_ns && k.at_ns <= write.end_ns)
+        .collect();
+    let small_window = during
+        .iter()
+        .filter_map(|k| k.snd_wnd.map(|wnd| (wnd, k.snd_mss)))
+        .any(|(wnd, mss)| wnd < 2 * mss.max(MIN_MSS));
+    let (class, evidence) = if small_window {
+        (
+            StallClass::ReceiveWindowLimited,
+            format!(
+                "write() blocked {:.1} ms while the {} advertised a window under two segments",
+                ms(write.duration_ns()),
+                reader.name()
+            ),
+        )
+    } else {
+        (
+            StallClass::SendBufferLimited,
+            format!(
+                "write() blocked {:.1} ms: the send buffer was full until the {} acknowledged data",
+                ms(write.duration_ns()),
+                reader.name()
+            ),
+        )
+    };
+    Stall {
+        req,
+        conn,
+        side: write.side,
+        from: write.side,
+        to: reader,
+        start_ns: write.start_ns,
+        end_ns: write.end_ns,
+        wait_ns: write.duration_ns(),
+        class,
+        evidence,
+    }
+}
+
+fn ms(ns: u64) -> f64 {
+    ns as f64 / 1e6
+}
+
+/// Stalls of one class in one direction: the CLI's one line and the JSON's `stalls` entries.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ClassSummary {
+    pub class: StallClass,
+    /// "client->server": where the waited-for data was going.
+    pub direction: String,
+    pub count: u32,
+    pub median_ms: f64,
+    pub fixes: Vec<String>,
+}
+
+impl ClassSummary {
+    /// "199 stalls: Nagle x delayed ACK, client->server, median 43.6 ms; fixes: ..."
+    pub fn line(&self) -> String {
+        format!(
+            "{} stall{}: {}, {}, median {:.1} ms; fixes: {}",
+            self.count,
+            if self.count == 1 { "" } else { "s" },
+            self.class.name(),
+            self.direction,
+            self.median_ms,
+            self.fixes.join("; ")
+        )
+    }
+}
+
+/// Groups stalls by class and direction, most frequent first.
+pub fn summarize(stalls: &[Stall]) -> Vec<ClassSummary> {
+    let mut groups: Vec<((StallClass, Side, Side), Vec<u64>)> = Vec::new();
+    for stall in stalls {
+        let key = (stall.class, stall.from, stall.to);
+        match groups.iter_mut().find(|(k, _)| *k == key) {
+            Some((_, waits)) => waits.push(stall.wait_ns),
+            None => groups.push((key, vec![stall.wait_ns])),
+        }
+    }
+    let mut summaries: Vec<ClassSummary> = groups
+        .into_iter()
+        .map(|((class, from, to), mut waits)| {
+            waits.sort_unstable();
+            ClassSummary {
+                class,
+                direction: format!("{}->{}", from.name(), to.name()),
+                count: waits.len() as u32,
+                median_ms: ms(percentile(&waits, 50.0)),
+                fixes: class.fixes(from, to),
+            }
+        })
+        .collect();
+    summaries.sort_by(|a, b| b.count.cmp(&a.count).then(a.class.cmp(&b.class)));
+    summaries
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::event::{EventKind, TcpInfoSample};
+    use crate::spec::PerSide;
+    use crate::synthetic::{nagle_run, Script, MS, US};
+
+    fn analysed(events: &[crate::event::Event]) -> RunAnalysis {
+        let mut analysis = RunAnalysis::new();
+        analysis.push_all(events);
+        analysis
+    }
+
+    #[test]
+    fn story_1_is_nagle_times_delayed_ack_in_both_directions() {
+        let analysis = analysed(&nagle_run(20, 43_600 * US));
+        let stalls = attribute(&analysis, Some(&RrSpec::default()));
+        assert_eq!(stalls.len(), 38, "two per request after the first");
+        assert!(
+            stalls
+                .iter()
+                .all(|s| s.class == StallClass::NagleDelayedAck),
+            "{stalls:#?}"
+        );
+        let summary = summarize(&stalls);
+        assert_eq!(summary.len(), 2);
+        let line = summary
+            .iter()
+            .find(|s| s.direction == "client->server")
+            .unwrap()
+            .line();
+        assert!(
+            line.starts_with("19 stalls: Nagle x delayed ACK, client->server, median 43.6 ms"),
+            "{line}"
+        );
+        assert!(
+            line.contains("TCP_NODELAY on the client")
+                && line.contains("TCP_QUICKACK on the server"),
+            "{line}"
+        );
+        assert!(
+            stalls[0]
+                .evidence
+                .contains("wrote 4 bytes, then 2048 bytes"),
+            "{}",
+            stalls[0].evidence
+        );
+    }
+
+    #[test]
+    fn tcp_info_during_the_wait_is_cited_or_contradicts() {
+        let mut events = nagle_run(3, 44 * MS);
+        let during_wait = events_time(&events, 1) + 20 * MS;
+        let holding = |notsent| crate::event::Event {
+            at_ns: during_wait,
+            side: Side::Client,
+            conn: ConnId(0),
+            req: ReqId(1),
+            kind: EventKind::TcpInfo(Box::new(TcpInfoSample {
+                during_block: true,
+                unacked: 1,
+                notsent_bytes: Some(notsent),
+                snd_mss: 65483,
+                ..TcpInfoSample::default()
+            })),
+        };
+        events.push(holding(2048));
+        let stalls = attribute(&analysed(&events), None);
+        let cited = stalls
+            .iter()
+            .find(|s| s.req == ReqId(1) && s.to == Side::Server)
+            .unwrap();
+        assert_eq!(cited.class, StallClass::NagleDelayedAck);
+        assert!(
+            cited
+                .evidence
+                .contains("2048 bytes not sent, 1 segment(s) unacknowledged"),
+            "{}",
+            cited.evidence
+        );
+
+        let mut events = nagle_run(3, 44 * MS);
+        events.push(holding(0));
+        let stalls = attribute(&analysed(&events), None);
+        let contradicted = stalls
+            .iter()
+            .find(|s| s.req == ReqId(1) && s.to == Side::Server)
+            .unwrap();
+        assert_eq!(
+            contradicted.class,
+            StallClass::Unexplained,
+            "{}",
+            contradicted.evidence
+        );
+    }
+
+    fn events_time(events: &[crate::event::Event], req: u32) -> u64 {
+        events
+            .iter()
+            .find(|e| e.req == ReqId(req) && e.kind == EventKind::RequestStart)
+            .unwrap()
+            .at_ns
+    }
+
+    #[test]
+    fn a_writer_with_nodelay_is_not_blamed_on_nagle() {
+        let analysis = analysed(&nagle_run(5, 44 * MS));
+        let spec = RrSpec {
+            nodelay: PerSide {
+                client: true,
+                server: false,
+            },
+            ..RrSpec::default()
+        };
+        let stalls = attribute(&analysis, Some(&spec));
+        let from_client: Vec<_> = stalls.iter().filter(|s| s.from == Side::Client).collect();
+        assert!(from_client
+            .iter()
+            .all(|s| s.class == StallClass::Unexplained));
+        assert!(
+            from_client[0].evidence.contains("TCP_NODELAY on"),
+            "{}",
+            from_client[0].evidence
+        );
+        let from_server = stalls.iter().filter(|s| s.from == Side::Server);
+        assert!(
+            from_server.clone().count() == 4
+                && from_server
+                    .clone()
+                    .all(|s| s.class == StallClass::NagleDelayedAck)
+        );
+    }
+
+    #[test]
+    fn a_hold_far_beyond_the_delayed_ack_timer_is_unexplained() {
+        let stalls = attribute(&analysed(&nagle_run(3, 900 * MS)), None);
+        assert!(!stalls.is_empty());
+        assert!(stalls.iter().all(|s| s.class == StallClass::Unexplained));
+    }
+
+    #[test]
+    fn think_time_slow_connects_and_blocked_writes() {
+        use Side::{Client, Server};
+        let mut script = Script::default();
+        // A request whose server thinks 30 ms between reading and answering.
+        script.event(0, Client, 0, EventKind::RequestStart);
+        script.event(0, Client, 0, EventKind::ConnectStart);
+        script.event(25 * MS, Client, 0, EventKind::Connected);
+        let t = 25 * MS;
+        script.write(Client, 0, t, t + 5 * US, 4);
+        script.write(Client, 0, t + 6 * US, t + 10 * US, 100);
+        script.read(Server, 0, t, t + 20 * US, 4);
+        script.read(Server, 0, t + 21 * US, t + 30 * US, 100);
+        let answer = t + 30 * MS;
+        script.write(Server, 0, answer, answer + 5 * US, 4);
+        // The body's write blocks 15 ms (a full send buffer).
+        script.write(Server, 0, answer + 6 * US, answer + 15 * MS, 100);
+        script.read(Client, 0, t + 11 * US, answer + 10 * US, 4);
+        script.read(Client, 0, answer + 11 * US, answer + 15 * MS + 10 * US, 100);
+        script.event(answer + 16 * MS, Client, 0, EventKind::RequestDone);
+        let stalls = attribute(&analysed(&script.events), None);
+        let classes: Vec<StallClass> = stalls.iter().map(|s| s.class).collect();
+        assert!(
+            classes.contains(&StallClass::ConnectionSetup),
+            "{classes:?}"
+        );
+        assert!(
+            classes.contains(&StallClass::ServerThinkTime),
+            "{classes:?}"
+        );
+        assert!(
+            classes.contains(&StallClass::SendBufferLimited),
+            "{classes:?}"
+        );
+        let think = stalls
+            .iter()
+            .find(|s| s.class == StallClass::ServerThinkTime)
+            .unwrap();
+        assert!(
+            (29 * MS..31 * MS).contains(&think.wait_ns),
+            "{}",
+            think.wait_ns
+        );
+    }
+}
