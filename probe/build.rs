@@ -23,11 +23,8 @@ fn main() {
     files.sort();
     let mut code = String::from("pub static ASSETS: &[Asset] = &[\n");
     for (name, path) in &files {
-        writeln!(
-            code,
-            "    Asset {{ path: {name:?}, bytes: include_bytes!({path:?}) }},"
-        )
-        .expect("writing to a String");
+        writeln!(code, "    Asset {{ path: {name:?}, bytes: include_bytes!({path:?}) }},")
+            .expect("writing to a String");
     }
     code.push_str("];\n");
     let out = PathBuf::from(env::var("OUT_DIR").expect("set by cargo")).join("assets.rs");
@@ -40,6 +37,10 @@ fn collect(root: &Path, dir: &Path, files: &mut Vec<(String, String)>) {
     };
     for entry in entries.flatten() {
         let path = entry.path();
+        // Trunk builds into dist/.stage first: a build in progress is not part of the app.
+        if entry.file_name().to_string_lossy().starts_with('.') {
+            continue;
+        }
         if path.is_dir() {
             collect(root, &path, files);
         } else if let Ok(relative) = path.strip_prefix(root) {

@@ -10,10 +10,7 @@ use std::process::{Child, Command, Output, Stdio};
 use std::time::Duration;
 
 fn ackscope(args: &[&str]) -> Output {
-    let output = Command::new(env!("CARGO_BIN_EXE_ackscope"))
-        .args(args)
-        .output()
-        .unwrap();
+    let output = Command::new(env!("CARGO_BIN_EXE_ackscope")).args(args).output().unwrap();
     eprintln!(
         "$ ackscope {}\n{}{}",
         args.join(" "),
@@ -31,10 +28,18 @@ fn run_json(args: &[&str]) -> serde_json::Value {
     serde_json::from_slice(&output.stdout).expect("--json prints one JSON object")
 }
 
+/// Reads held > 10 ms that are not a delayed-ACK stall: on a loaded 2-core machine the scheduler
+/// can delay a thread that long now and then. The probe reports them (as unexplained); a clean
+/// configuration may show one in fifty requests, never a Nagle stall.
+fn assert_clean(v: &serde_json::Value) {
+    let requests = num(v, "requests");
+    assert!(num(v, "stalled_reads") <= (requests / 50.0).max(1.0), "{v}");
+    let nagle = v["stalls"].as_array().unwrap().iter().any(|s| s["class"] == "nagle_delayed_ack");
+    assert!(!nagle, "no Nagle x delayed ACK stall: {v}");
+}
+
 fn num(v: &serde_json::Value, field: &str) -> f64 {
-    v[field]
-        .as_f64()
-        .unwrap_or_else(|| panic!("{field} missing in {v}"))
+    v[field].as_f64().unwrap_or_else(|| panic!("{field} missing in {v}"))
 }
 
 #[test]
@@ -44,10 +49,7 @@ fn nagle_on_both_sides_stalls_twice_per_request() {
     // Two delayed-ACK stalls (>= 40 ms each) per request after the first.
     assert!(num(&v, "p50_ms") > 60.0 && num(&v, "p50_ms") < 200.0, "{v}");
     let stalled = num(&v, "stalled_reads");
-    assert!(
-        (30.0..=60.0).contains(&stalled),
-        "about two per request: {v}"
-    );
+    assert!((30.0..=60.0).contains(&stalled), "about two per request: {v}");
     assert!(num(&v, "rps") < 25.0, "{v}");
 }
 
@@ -56,11 +58,8 @@ fn nodelay_on_both_sides_removes_the_stalls() {
     let v = run_json(&["--count", "200", "--size", "2048", "--nodelay", "both"]);
     assert_eq!(num(&v, "requests"), 200.0);
     assert!(num(&v, "p50_ms") < 5.0, "{v}");
-    assert_eq!(num(&v, "stalled_reads"), 0.0, "{v}");
-    assert_eq!(
-        v["config"]["nodelay"],
-        serde_json::json!({"client": true, "server": true})
-    );
+    assert_clean(&v);
+    assert_eq!(v["config"]["nodelay"], serde_json::json!({"client": true, "server": true}));
 }
 
 #[test]
@@ -73,26 +72,15 @@ fn nodelay_on_one_side_leaves_one_stall_per_request() {
 #[test]
 fn reconnecting_before_every_request_is_faster_than_keep_alive() {
     let v = run_json(&["--count", "50", "--reconnect-every", "1"]);
-    assert!(
-        num(&v, "p50_ms") < 5.0,
-        "a fresh connection starts in quick-ACK mode: {v}"
-    );
-    assert_eq!(num(&v, "stalled_reads"), 0.0, "{v}");
+    assert!(num(&v, "p50_ms") < 5.0, "a fresh connection starts in quick-ACK mode: {v}");
+    assert_clean(&v);
     assert_eq!(v["config"]["reconnect_every"], 1);
 }
 
 #[test]
 fn json_has_the_documented_fields() {
     let v = run_json(&["--count", "3", "--size", "10", "--nodelay", "both"]);
-    for field in [
-        "requests",
-        "duration_s",
-        "rps",
-        "p50_ms",
-        "p99_ms",
-        "max_ms",
-        "stalled_reads",
-    ] {
+    for field in ["requests", "duration_s", "rps", "p50_ms", "p99_ms", "max_ms", "stalled_reads"] {
         assert!(v[field].is_number(), "{field} in {v}");
     }
     assert_eq!(v["scenario"], "rr");
@@ -106,14 +94,8 @@ fn json_has_the_documented_fields() {
 fn the_human_summary_names_the_numbers() {
     let output = ackscope(&["run", "rr", "--count", "5", "--nodelay", "both"]);
     let text = String::from_utf8(output.stdout).unwrap();
-    assert!(
-        text.contains("5 x 2048 B, keep-alive, TCP_NODELAY on both sides"),
-        "{text}"
-    );
-    assert!(
-        text.contains("p50") && text.contains("stalled reads  0"),
-        "{text}"
-    );
+    assert!(text.contains("5 x 2048 B, keep-alive, TCP_NODELAY on both sides"), "{text}");
+    assert!(text.contains("p50") && text.contains("stalled reads  0"), "{text}");
 }
 
 #[test]
@@ -127,10 +109,7 @@ fn misuse_exits_2_and_names_the_flag() {
     ] {
         let output = ackscope(args);
         assert_eq!(output.status.code(), Some(2), "{args:?}");
-        assert!(
-            String::from_utf8_lossy(&output.stderr).contains(flag),
-            "{args:?}"
-        );
+        assert!(String::from_utf8_lossy(&output.stderr).contains(flag), "{args:?}");
     }
 }
 
@@ -141,10 +120,7 @@ fn an_explicit_port_in_use_fails_clearly() {
     let output = ackscope(&["--port", &port]);
     assert_eq!(output.status.code(), Some(1));
     let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(
-        stderr.contains(&port) && stderr.contains("in use"),
-        "{stderr}"
-    );
+    assert!(stderr.contains(&port) && stderr.contains("in use"), "{stderr}");
 }
 
 /// A served probe, stopped when dropped.
@@ -162,37 +138,20 @@ impl Served {
             .spawn()
             .unwrap();
         let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        let url = line
-            .split_whitespace()
-            .find(|w| w.starts_with("http://"))
-            .expect(&line);
-        let port = url
-            .trim_end_matches('/')
-            .rsplit(':')
-            .next()
-            .unwrap()
-            .parse()
-            .unwrap();
+        BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
+        let url = line.split_whitespace().find(|w| w.starts_with("http://")).expect(&line);
+        let port = url.trim_end_matches('/').rsplit(':').next().unwrap().parse().unwrap();
         Served { child, port }
     }
 
     /// Sends a raw HTTP request and returns the status line.
     fn status_of(&self, request: &str) -> String {
         let mut stream = TcpStream::connect((Ipv4Addr::LOCALHOST, self.port)).unwrap();
-        stream
-            .set_read_timeout(Some(Duration::from_secs(10)))
-            .unwrap();
+        stream.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
         stream.write_all(request.as_bytes()).unwrap();
         let mut response = [0u8; 512];
         let n = stream.read(&mut response).unwrap();
-        String::from_utf8_lossy(&response[..n])
-            .lines()
-            .next()
-            .unwrap_or("")
-            .to_string()
+        String::from_utf8_lossy(&response[..n]).lines().next().unwrap_or("").to_string()
     }
 
     fn upgrade_from(&self, origin: &str) -> String {
@@ -216,10 +175,7 @@ impl Drop for Served {
 fn the_websocket_is_only_for_the_probes_own_page() {
     let served = Served::start();
     let own = format!("http://127.0.0.1:{}", served.port);
-    assert!(
-        served.upgrade_from(&own).contains("101"),
-        "own page is let in"
-    );
+    assert!(served.upgrade_from(&own).contains("101"), "own page is let in");
     assert!(served.upgrade_from("http://evil.example").contains("403"));
     assert!(served.upgrade_from("http://127.0.0.1:1").contains("403"));
     let page = served.status_of("GET / HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n");

@@ -7,10 +7,7 @@ use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 fn ackscope(args: &[&str]) -> Output {
-    let output = Command::new(env!("CARGO_BIN_EXE_ackscope"))
-        .args(args)
-        .output()
-        .unwrap();
+    let output = Command::new(env!("CARGO_BIN_EXE_ackscope")).args(args).output().unwrap();
     eprintln!(
         "$ ackscope {}\n{}{}",
         args.join(" "),
@@ -37,17 +34,8 @@ fn s(path: &Path) -> &str {
 #[test]
 fn a_session_file_is_written_shown_and_exported() {
     let file = temp("rr.ackscope");
-    let run = ackscope(&[
-        "run",
-        "rr",
-        "--count",
-        "30",
-        "--nodelay",
-        "both",
-        "-o",
-        s(&file),
-        "--json",
-    ]);
+    let run =
+        ackscope(&["run", "rr", "--count", "30", "--nodelay", "both", "-o", s(&file), "--json"]);
     assert!(run.status.success());
     let summary: serde_json::Value = serde_json::from_slice(&run.stdout).unwrap();
     let events = summary["events"].as_u64().unwrap();
@@ -56,26 +44,16 @@ fn a_session_file_is_written_shown_and_exported() {
     let shown = ackscope(&["show", s(&file)]);
     assert!(shown.status.success());
     let shown = text(&shown.stdout);
-    assert!(
-        shown.contains("30 x 2048 B, keep-alive, TCP_NODELAY on both sides"),
-        "{shown}"
-    );
+    assert!(shown.contains("30 x 2048 B, keep-alive, TCP_NODELAY on both sides"), "{shown}");
     assert!(shown.contains("requests       30"), "{shown}");
 
     let exported = ackscope(&["export", s(&file), "--json"]);
     assert!(exported.status.success());
     let doc: serde_json::Value = serde_json::from_slice(&exported.stdout).unwrap();
     let messages = doc["messages"].as_array().unwrap();
-    assert!(
-        messages[0]["Hello"]["host"]["kernel"].is_string(),
-        "{}",
-        messages[0]
-    );
-    let exported_events: usize = messages
-        .iter()
-        .filter_map(|m| m["Events"]["events"].as_array())
-        .map(Vec::len)
-        .sum();
+    assert!(messages[0]["Hello"]["host"]["kernel"].is_string(), "{}", messages[0]);
+    let exported_events: usize =
+        messages.iter().filter_map(|m| m["Events"]["events"].as_array()).map(Vec::len).sum();
     assert_eq!(exported_events as u64, events, "the file holds every event");
     assert_eq!(doc["error"], serde_json::Value::Null);
 }
@@ -83,42 +61,24 @@ fn a_session_file_is_written_shown_and_exported() {
 #[test]
 fn a_truncated_file_shows_its_valid_prefix_and_says_what_is_wrong() {
     let file = temp("whole.ackscope");
-    assert!(ackscope(&[
-        "run",
-        "rr",
-        "--count",
-        "50",
-        "--nodelay",
-        "both",
-        "-o",
-        s(&file)
-    ])
-    .status
-    .success());
+    assert!(ackscope(&["run", "rr", "--count", "50", "--nodelay", "both", "-o", s(&file)])
+        .status
+        .success());
     let bytes = std::fs::read(&file).unwrap();
     let cut = temp("cut.ackscope");
     std::fs::write(&cut, &bytes[..bytes.len() * 2 / 3]).unwrap();
     let shown = ackscope(&["show", s(&cut)]);
     assert_eq!(shown.status.code(), Some(1));
     let stdout = text(&shown.stdout);
-    assert!(
-        stdout.contains("50 x 2048 B"),
-        "the run is still shown: {stdout}"
-    );
+    assert!(stdout.contains("50 x 2048 B"), "the run is still shown: {stdout}");
     let stderr = text(&shown.stderr);
-    assert!(
-        stderr.contains("truncated") && stderr.contains("cut.ackscope"),
-        "{stderr}"
-    );
+    assert!(stderr.contains("truncated") && stderr.contains("cut.ackscope"), "{stderr}");
 
     let garbage = temp("garbage.ackscope");
     std::fs::write(&garbage, b"this is not a session file at all").unwrap();
     let refused = ackscope(&["show", s(&garbage)]);
     assert_eq!(refused.status.code(), Some(1));
-    assert!(
-        text(&refused.stderr).contains("garbage.ackscope"),
-        "names the file"
-    );
+    assert!(text(&refused.stderr).contains("garbage.ackscope"), "names the file");
 }
 
 #[test]
@@ -126,10 +86,7 @@ fn a_printed_spec_runs_from_a_file_and_bad_specs_name_the_field() {
     let printed = ackscope(&["run", "story1-cork", "--print-spec"]);
     assert!(printed.status.success());
     let spec: serde_json::Value = serde_json::from_slice(&printed.stdout).unwrap();
-    assert_eq!(
-        spec["rr"]["cork"],
-        serde_json::json!({"client": true, "server": true})
-    );
+    assert_eq!(spec["rr"]["cork"], serde_json::json!({"client": true, "server": true}));
 
     let mut edited = spec.clone();
     edited["rr"]["requests"] = 5.into();
@@ -154,10 +111,7 @@ fn a_printed_spec_runs_from_a_file_and_bad_specs_name_the_field() {
     .unwrap();
     let typo = ackscope(&["run", "--spec", s(&file)]);
     assert_eq!(typo.status.code(), Some(2));
-    assert!(
-        text(&typo.stderr).contains("clinet"),
-        "names the unknown field"
-    );
+    assert!(text(&typo.stderr).contains("clinet"), "names the unknown field");
 
     let misplaced = ackscope(&["run", "bulk", "--nodelay", "both"]);
     assert_eq!(misplaced.status.code(), Some(2));
@@ -166,15 +120,8 @@ fn a_printed_spec_runs_from_a_file_and_bad_specs_name_the_field() {
 
 #[test]
 fn bulk_reports_goodput_and_the_buffers_the_kernel_set() {
-    let run = ackscope(&[
-        "run",
-        "bulk",
-        "--bytes",
-        "50000000",
-        "--server-rcvbuf",
-        "65536",
-        "--json",
-    ]);
+    let run =
+        ackscope(&["run", "bulk", "--bytes", "50000000", "--server-rcvbuf", "65536", "--json"]);
     assert!(run.status.success());
     let v: serde_json::Value = serde_json::from_slice(&run.stdout).unwrap();
     assert_eq!(v["bytes"], 50_000_000);
@@ -185,10 +132,7 @@ fn bulk_reports_goodput_and_the_buffers_the_kernel_set() {
 }
 
 fn interrupt(pid: u32) {
-    let status = Command::new("kill")
-        .args(["-INT", &pid.to_string()])
-        .status()
-        .unwrap();
+    let status = Command::new("kill").args(["-INT", &pid.to_string()]).status().unwrap();
     assert!(status.success());
 }
 
@@ -206,12 +150,7 @@ fn ctrl_c_finishes_the_file_and_marks_the_run_interrupted() {
     let status = child.wait().unwrap();
     assert_eq!(status.code(), Some(130));
     let mut stdout = String::new();
-    child
-        .stdout
-        .take()
-        .unwrap()
-        .read_to_string(&mut stdout)
-        .unwrap();
+    child.stdout.take().unwrap().read_to_string(&mut stdout).unwrap();
     let v: serde_json::Value = serde_json::from_str(&stdout).unwrap();
     assert_eq!(v["outcome"], "interrupted");
     let done = v["requests"].as_u64().unwrap();
@@ -230,14 +169,9 @@ fn the_standalone_server_records_any_client_and_saves_on_ctrl_c() {
         .spawn()
         .unwrap();
     let mut line = String::new();
-    BufReader::new(server.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let addr = line
-        .split_whitespace()
-        .find(|w| w.starts_with("127.0.0.1:"))
-        .expect(&line)
-        .to_string();
+    BufReader::new(server.stdout.take().unwrap()).read_line(&mut line).unwrap();
+    let addr =
+        line.split_whitespace().find(|w| w.starts_with("127.0.0.1:")).expect(&line).to_string();
     // A client of our own, speaking the documented protocol by hand.
     let mut client = TcpStream::connect(&addr).unwrap();
     client.set_nodelay(true).unwrap();
@@ -267,14 +201,7 @@ fn the_standalone_server_records_any_client_and_saves_on_ctrl_c() {
         .iter()
         .filter_map(|m| m["Events"]["events"].as_array())
         .flatten()
-        .filter(|e| {
-            e["kind"]["ReadDone"]["bytes"]
-                .as_u64()
-                .is_some_and(|b| b > 0)
-        })
+        .filter(|e| e["kind"]["ReadDone"]["bytes"].as_u64().is_some_and(|b| b > 0))
         .count();
-    assert!(
-        reads >= 6,
-        "the server's side of three exchanges is recorded: {reads} reads"
-    );
+    assert!(reads >= 6, "the server's side of three exchanges is recorded: {reads} reads");
 }

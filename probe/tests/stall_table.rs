@@ -12,20 +12,13 @@ fn run_preset(name: &str) -> serde_json::Value {
         .args(["run", name, "--count", "12", "--json"])
         .output()
         .unwrap();
-    assert!(
-        output.status.success(),
-        "{name}: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
+    assert!(output.status.success(), "{name}: {}", String::from_utf8_lossy(&output.stderr));
     serde_json::from_slice(&output.stdout).unwrap()
 }
 
 #[test]
 fn every_row_of_the_stall_table() {
-    let rows: Vec<_> = PRESETS
-        .iter()
-        .filter(|p| p.name.starts_with("story1"))
-        .collect();
+    let rows: Vec<_> = PRESETS.iter().filter(|p| p.name.starts_with("story1")).collect();
     assert!(rows.len() >= 12, "every loopback row has a preset");
     std::thread::scope(|scope| {
         // Two rows at a time: a stall row mostly sleeps, so they do not disturb each other.
@@ -54,19 +47,13 @@ fn check_row(name: &str, stalls: bool, v: &serde_json::Value) {
     if stalls {
         assert!(p50 > 30.0, "{name}: a stall row, p50 {p50} ms: {v}");
         // At least one direction stalls on each of the 11 requests after the first.
-        assert!(
-            nagle >= 11,
-            "{name}: classified as Nagle x delayed ACK: {v}"
-        );
-        let unexplained = v["stalls"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .any(|s| s["class"] == "unexplained");
+        assert!(nagle >= 11, "{name}: classified as Nagle x delayed ACK: {v}");
+        let unexplained =
+            v["stalls"].as_array().unwrap().iter().any(|s| s["class"] == "unexplained");
         assert!(!unexplained, "{name}: every stall explained: {v}");
     } else {
         assert!(p50 < 5.0, "{name}: a clean row, p50 {p50} ms: {v}");
-        assert_eq!(nagle, 0, "{name}: {v}");
+        assert_eq!(nagle, 0, "{name}: no Nagle x delayed ACK stall: {v}");
     }
 }
 
@@ -84,8 +71,5 @@ fn nagle_on_both_sides_stalls_in_both_directions() {
         directions.contains(&"client->server") && directions.contains(&"server->client"),
         "{v}"
     );
-    assert!(
-        v["p50_ms"].as_f64().unwrap() > 60.0,
-        "two stalls per request: {v}"
-    );
+    assert!(v["p50_ms"].as_f64().unwrap() > 60.0, "two stalls per request: {v}");
 }

@@ -42,14 +42,8 @@ fn ss_fields(port: u16) -> (HashMap<String, String>, Vec<String>) {
         String::from_utf8_lossy(&output.stderr)
     );
     // A socket is one line of addresses, then its indented details.
-    let sockets = stdout
-        .lines()
-        .filter(|l| l.starts_with(|c: char| !c.is_whitespace()));
-    assert_eq!(
-        sockets.count(),
-        1,
-        "expected one socket on port {port}:\n{stdout}"
-    );
+    let sockets = stdout.lines().filter(|l| l.starts_with(|c: char| !c.is_whitespace()));
+    assert_eq!(sockets.count(), 1, "expected one socket on port {port}:\n{stdout}");
     let words: Vec<String> = stdout.split_whitespace().map(str::to_string).collect();
     let fields = words
         .iter()
@@ -62,9 +56,7 @@ fn ss_fields(port: u16) -> (HashMap<String, String>, Vec<String>) {
 
 /// `ss` prints times in milliseconds with `%g`; back to whole microseconds.
 fn ms_to_us(value: &str) -> u32 {
-    let ms: f64 = value
-        .parse()
-        .unwrap_or_else(|e| panic!("not a number of ms: {value:?}: {e}"));
+    let ms: f64 = value.parse().unwrap_or_else(|e| panic!("not a number of ms: {value:?}: {e}"));
     (ms * 1000.0).round() as u32
 }
 
@@ -72,9 +64,7 @@ fn number<T: std::str::FromStr>(fields: &HashMap<String, String>, key: &str) -> 
 where
     T::Err: std::fmt::Debug,
 {
-    fields
-        .get(key)
-        .map(|v| v.parse().unwrap_or_else(|e| panic!("{key}:{v}: {e:?}")))
+    fields.get(key).map(|v| v.parse().unwrap_or_else(|e| panic!("{key}:{v}: {e:?}")))
 }
 
 /// Two samples taken just before and just after `ss` ran, and what `ss` printed.
@@ -94,12 +84,7 @@ fn bracketed(socket: &TcpStream) -> Bracket {
         let (ss, words) = ss_fields(port);
         let after = sample(socket, false).expect("sample after ss");
         if without_ages(&before) == without_ages(&after) {
-            return Bracket {
-                before,
-                after,
-                ss,
-                words,
-            };
+            return Bracket { before, after, ss, words };
         }
         eprintln!("socket moved while ss ran, again:\n{before:?}\n{after:?}");
         thread::sleep(Duration::from_millis(50));
@@ -119,12 +104,7 @@ fn without_ages(info: &TcpInfoSample) -> TcpInfoSample {
 
 /// Compares every field `ss` shows with ours. `ss` leaves out counters that are zero.
 fn assert_agrees(bracket: &Bracket) {
-    let Bracket {
-        before: ours,
-        after,
-        ss,
-        words,
-    } = bracket;
+    let Bracket { before: ours, after, ss, words } = bracket;
     let rto = ss.get("rto").expect("ss shows rto");
     assert_eq!(ms_to_us(rto), ours.rto_us, "rto");
     assert_eq!(ss.get("ato").map_or(0, |v| ms_to_us(v)), ours.ato_us, "ato");
@@ -152,37 +132,19 @@ fn assert_agrees(bracket: &Bracket) {
     let expected = (Some(ours.retrans), Some(ours.total_retrans));
     assert_eq!(retrans.unwrap_or((Some(0), Some(0))), expected, "retrans");
     let snd_wnd = number::<u32>(ss, "snd_wnd");
-    assert_eq!(
-        snd_wnd.unwrap_or(0),
-        ours.snd_wnd.expect("snd_wnd"),
-        "snd_wnd"
-    );
+    assert_eq!(snd_wnd.unwrap_or(0), ours.snd_wnd.expect("snd_wnd"), "snd_wnd");
     // iproute2 6.1 does not print rcv_wnd yet; newer ones do.
     if let Some(rcv_wnd) = number::<u32>(ss, "rcv_wnd") {
         assert_eq!(Some(rcv_wnd), ours.rcv_wnd, "rcv_wnd");
     }
 
     // rtt:srtt/rttvar, in ms with three decimals at most: allow one microsecond of rounding.
-    let (rtt, rttvar) = ss
-        .get("rtt")
-        .and_then(|v| v.split_once('/'))
-        .expect("ss shows rtt");
-    assert!(
-        ms_to_us(rtt).abs_diff(ours.rtt_us) <= 1,
-        "rtt {rtt} ms vs {} us",
-        ours.rtt_us
-    );
+    let (rtt, rttvar) = ss.get("rtt").and_then(|v| v.split_once('/')).expect("ss shows rtt");
+    assert!(ms_to_us(rtt).abs_diff(ours.rtt_us) <= 1, "rtt {rtt} ms vs {} us", ours.rtt_us);
     let rttvar_us = ms_to_us(rttvar);
-    assert!(
-        rttvar_us.abs_diff(ours.rttvar_us) <= 1,
-        "rttvar {rttvar} vs {}",
-        ours.rttvar_us
-    );
+    assert!(rttvar_us.abs_diff(ours.rttvar_us) <= 1, "rttvar {rttvar} vs {}", ours.rttvar_us);
     if let (Some(min_rtt), Some(ours_min)) = (ss.get("minrtt"), ours.min_rtt_us) {
-        assert!(
-            ms_to_us(min_rtt).abs_diff(ours_min) <= 1,
-            "minrtt {min_rtt} vs {ours_min}"
-        );
+        assert!(ms_to_us(min_rtt).abs_diff(ours_min) <= 1, "minrtt {min_rtt} vs {ours_min}");
     }
 
     // The ages grow while ss runs: ss's value lies between our two samples.
@@ -201,10 +163,8 @@ fn assert_agrees(bracket: &Bracket) {
 
     // "delivery_rate 52428800000bps": ss multiplies the kernel's bytes/s by 8.
     let rate = words.iter().skip_while(|w| *w != "delivery_rate").nth(1);
-    let rate_bits = rate
-        .and_then(|w| w.strip_suffix("bps"))
-        .and_then(|n| n.parse::<u64>().ok());
-    if let (Some(bits), Some(bytes)) = (rate_bits, ours.delivery_rate_bps) {
+    let rate_bits = rate.and_then(|w| w.strip_suffix("bps")).and_then(|n| n.parse::<u64>().ok());
+    if let (Some(bits), Some(bytes)) = (rate_bits, ours.delivery_rate_bytes_per_s) {
         assert_eq!(bits, bytes * 8, "delivery_rate");
     }
 }
@@ -253,11 +213,7 @@ fn a_window_limited_writer_shows_the_same_notsent_bytes_as_ss() {
     eprintln!("wrote {written} bytes; client: {ours:?}");
     let notsent = ours.notsent_bytes.expect("notsent_bytes");
     assert!(notsent > 0, "nothing held back: {ours:?}");
-    assert_eq!(
-        number::<u32>(&bracket.ss, "notsent"),
-        Some(notsent),
-        "notsent"
-    );
+    assert_eq!(number::<u32>(&bracket.ss, "notsent"), Some(notsent), "notsent");
     assert_agrees(&bracket);
     drop(server);
 }

@@ -159,10 +159,7 @@ impl RunAnalysis {
                     let offset = self.write_offset.entry(key).or_default();
                     *offset += u64::from(bytes);
                     let stream_end = *offset;
-                    self.writes
-                        .entry(key)
-                        .or_default()
-                        .push((stream_end, event.at_ns));
+                    self.writes.entry(key).or_default().push((stream_end, event.at_ns));
                     self.add_span(event, SpanKind::Write, start_ns, bytes, stream_end);
                 }
             }
@@ -214,14 +211,8 @@ impl RunAnalysis {
     }
 
     fn add_span(&mut self, done: &Event, kind: SpanKind, start_ns: u64, bytes: u32, end: u64) {
-        let span = Span {
-            side: done.side,
-            kind,
-            start_ns,
-            end_ns: done.at_ns,
-            bytes,
-            stream_end: end,
-        };
+        let span =
+            Span { side: done.side, kind, start_ns, end_ns: done.at_ns, bytes, stream_end: end };
         if let Some(view) = self.request_mut(done.req) {
             view.spans.push(span);
         }
@@ -252,16 +243,12 @@ impl RunAnalysis {
 
     /// The stall of a read, if it was held longer than [`STALL_THRESHOLD_NS`].
     pub fn stall_ns(&self, conn: ConnId, span: &Span) -> Option<u64> {
-        self.held_ns(conn, span)
-            .filter(|&held| held > STALL_THRESHOLD_NS)
+        self.held_ns(conn, span).filter(|&held| held > STALL_THRESHOLD_NS)
     }
 
     pub fn summary(&self) -> Summary {
-        let mut latencies: Vec<u64> = self
-            .requests
-            .iter()
-            .filter_map(RequestView::latency_ns)
-            .collect();
+        let mut latencies: Vec<u64> =
+            self.requests.iter().filter_map(RequestView::latency_ns).collect();
         latencies.sort_unstable();
         let first_start = self.requests.iter().filter_map(|r| r.start_ns).min();
         let last_done = self.requests.iter().filter_map(|r| r.done_ns).max();
@@ -280,11 +267,7 @@ impl RunAnalysis {
         Summary {
             requests,
             duration_s,
-            rps: if duration_s > 0.0 {
-                f64::from(requests) / duration_s
-            } else {
-                0.0
-            },
+            rps: if duration_s > 0.0 { f64::from(requests) / duration_s } else { 0.0 },
             p50_ms: ns_to_ms(percentile(&latencies, 50.0)),
             p99_ms: ns_to_ms(percentile(&latencies, 99.0)),
             max_ms: ns_to_ms(latencies.last().copied().unwrap_or(0)),
@@ -319,25 +302,17 @@ mod tests {
         analysis.push_all(&nagle_run(10, 44 * MS));
         let summary = analysis.summary();
         assert_eq!(summary.requests, 10);
-        assert_eq!(
-            summary.stalled_reads, 18,
-            "two per stalled request, none in the first"
-        );
+        assert_eq!(summary.stalled_reads, 18, "two per stalled request, none in the first");
         assert!((88.0..89.0).contains(&summary.p50_ms), "{}", summary.p50_ms);
         assert!(summary.rps > 10.0 && summary.rps < 13.0, "{}", summary.rps);
 
         // The stall is the body read, held ~44 ms after the peer wrote it.
         let view = &analysis.requests()[3];
         let conn = view.conn.unwrap();
-        let stalls: Vec<(Side, u64)> = view
-            .spans
-            .iter()
-            .filter_map(|s| Some((s.side, analysis.stall_ns(conn, s)?)))
-            .collect();
+        let stalls: Vec<(Side, u64)> =
+            view.spans.iter().filter_map(|s| Some((s.side, analysis.stall_ns(conn, s)?))).collect();
         assert_eq!(stalls.len(), 2);
-        assert!(stalls
-            .iter()
-            .all(|&(_, held)| (43 * MS..45 * MS).contains(&held)));
+        assert!(stalls.iter().all(|&(_, held)| (43 * MS..45 * MS).contains(&held)));
         assert!(stalls.iter().any(|&(side, _)| side == Side::Server));
         assert!(stalls.iter().any(|&(side, _)| side == Side::Client));
     }
@@ -367,11 +342,8 @@ mod tests {
             t = script.exchange(req, t, t, 44 * MS);
         }
         // Server events first, client events later: as the probe's threads may deliver them.
-        let (server, client): (Vec<Event>, Vec<Event>) = script
-            .events
-            .iter()
-            .cloned()
-            .partition(|e| e.side == Side::Server);
+        let (server, client): (Vec<Event>, Vec<Event>) =
+            script.events.iter().cloned().partition(|e| e.side == Side::Server);
         let mut split = RunAnalysis::new();
         split.push_all(&server);
         split.push_all(&client);
@@ -395,16 +367,9 @@ mod tests {
         assert_eq!(analysis.ignored_events, 1);
         assert!(analysis.requests().is_empty());
         // A done without a start, and a request never finished, do not count.
-        let stray = Event {
-            kind: EventKind::ReadDone { bytes: 9 },
-            req: ReqId(0),
-            ..far
-        };
+        let stray = Event { kind: EventKind::ReadDone { bytes: 9 }, req: ReqId(0), ..far };
         analysis.push(&stray);
-        let start = Event {
-            req: ReqId(1),
-            ..far
-        };
+        let start = Event { req: ReqId(1), ..far };
         analysis.push(&start);
         let summary = analysis.summary();
         assert_eq!(summary.requests, 0);

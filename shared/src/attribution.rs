@@ -159,15 +159,9 @@ fn read_stall(
     if read.side != Side::Client || blocked <= STALL_THRESHOLD_NS {
         return None;
     }
-    let server = |kind| {
-        view.spans
-            .iter()
-            .filter(move |s| s.side == Side::Server && s.kind == kind)
-    };
-    let last_read = server(SpanKind::Read)
-        .filter(|s| s.end_ns <= read.end_ns)
-        .map(|s| s.end_ns)
-        .max()?;
+    let server = |kind| view.spans.iter().filter(move |s| s.side == Side::Server && s.kind == kind);
+    let last_read =
+        server(SpanKind::Read).filter(|s| s.end_ns <= read.end_ns).map(|s| s.end_ns).max()?;
     let first_write = server(SpanKind::Write).map(|s| s.start_ns).min()?;
     let gap = first_write.saturating_sub(last_read);
     if first_write > read.start_ns && gap > STALL_THRESHOLD_NS {
@@ -195,27 +189,19 @@ fn held_read(
     let unexplained = |why: String| {
         (
             StallClass::Unexplained,
-            format!(
-                "the {r} waited {:.1} ms for data the {w} had written; {why}",
-                ms(held)
-            ),
+            format!("the {r} waited {:.1} ms for data the {w} had written; {why}", ms(held)),
         )
     };
     if let Some(spec) = spec {
         if *spec.nodelay.get(writer) {
-            return unexplained(format!(
-                "the {w} had TCP_NODELAY on, so Nagle did not hold it"
-            ));
+            return unexplained(format!("the {w} had TCP_NODELAY on, so Nagle did not hold it"));
         }
         if *spec.cork.get(writer) {
             return unexplained(format!("the {w} corks its messages"));
         }
     }
-    let writes: Vec<&Span> = view
-        .spans
-        .iter()
-        .filter(|s| s.side == writer && s.kind == SpanKind::Write)
-        .collect();
+    let writes: Vec<&Span> =
+        view.spans.iter().filter(|s| s.side == writer && s.kind == SpanKind::Write).collect();
     // The write that carried the read's last byte, and the write just before it.
     let Some(carrier) = writes.iter().position(|s| s.stream_end >= read.stream_end) else {
         return unexplained("the write that carried the data is not in this request".into());
@@ -224,10 +210,7 @@ fn held_read(
         return unexplained("no smaller write came before it in this request".into());
     };
     let body = writes[carrier];
-    let mss = analysis
-        .snd_mss(conn, writer)
-        .unwrap_or(MIN_MSS)
-        .max(MIN_MSS);
+    let mss = analysis.snd_mss(conn, writer).unwrap_or(MIN_MSS).max(MIN_MSS);
     // The small write's bytes reached the reader before the body's did.
     let small_arrived = view.spans.iter().any(|s| {
         s.side == read.side
@@ -395,19 +378,10 @@ mod tests {
         let analysis = analysed(&nagle_run(20, 43_600 * US));
         let stalls = attribute(&analysis, Some(&RrSpec::default()));
         assert_eq!(stalls.len(), 38, "two per request after the first");
-        assert!(
-            stalls
-                .iter()
-                .all(|s| s.class == StallClass::NagleDelayedAck),
-            "{stalls:#?}"
-        );
+        assert!(stalls.iter().all(|s| s.class == StallClass::NagleDelayedAck), "{stalls:#?}");
         let summary = summarize(&stalls);
         assert_eq!(summary.len(), 2);
-        let line = summary
-            .iter()
-            .find(|s| s.direction == "client->server")
-            .unwrap()
-            .line();
+        let line = summary.iter().find(|s| s.direction == "client->server").unwrap().line();
         assert!(
             line.starts_with("19 stalls: Nagle x delayed ACK, client->server, median 43.6 ms"),
             "{line}"
@@ -418,9 +392,7 @@ mod tests {
             "{line}"
         );
         assert!(
-            stalls[0]
-                .evidence
-                .contains("wrote 4 bytes, then 2048 bytes"),
+            stalls[0].evidence.contains("wrote 4 bytes, then 2048 bytes"),
             "{}",
             stalls[0].evidence
         );
@@ -445,15 +417,10 @@ mod tests {
         };
         events.push(holding(2048));
         let stalls = attribute(&analysed(&events), None);
-        let cited = stalls
-            .iter()
-            .find(|s| s.req == ReqId(1) && s.to == Side::Server)
-            .unwrap();
+        let cited = stalls.iter().find(|s| s.req == ReqId(1) && s.to == Side::Server).unwrap();
         assert_eq!(cited.class, StallClass::NagleDelayedAck);
         assert!(
-            cited
-                .evidence
-                .contains("2048 bytes not sent, 1 segment(s) unacknowledged"),
+            cited.evidence.contains("2048 bytes not sent, 1 segment(s) unacknowledged"),
             "{}",
             cited.evidence
         );
@@ -461,16 +428,9 @@ mod tests {
         let mut events = nagle_run(3, 44 * MS);
         events.push(holding(0));
         let stalls = attribute(&analysed(&events), None);
-        let contradicted = stalls
-            .iter()
-            .find(|s| s.req == ReqId(1) && s.to == Side::Server)
-            .unwrap();
-        assert_eq!(
-            contradicted.class,
-            StallClass::Unexplained,
-            "{}",
-            contradicted.evidence
-        );
+        let contradicted =
+            stalls.iter().find(|s| s.req == ReqId(1) && s.to == Side::Server).unwrap();
+        assert_eq!(contradicted.class, StallClass::Unexplained, "{}", contradicted.evidence);
     }
 
     fn events_time(events: &[crate::event::Event], req: u32) -> u64 {
@@ -484,29 +444,15 @@ mod tests {
     #[test]
     fn a_writer_with_nodelay_is_not_blamed_on_nagle() {
         let analysis = analysed(&nagle_run(5, 44 * MS));
-        let spec = RrSpec {
-            nodelay: PerSide {
-                client: true,
-                server: false,
-            },
-            ..RrSpec::default()
-        };
+        let spec = RrSpec { nodelay: PerSide { client: true, server: false }, ..RrSpec::default() };
         let stalls = attribute(&analysis, Some(&spec));
         let from_client: Vec<_> = stalls.iter().filter(|s| s.from == Side::Client).collect();
-        assert!(from_client
-            .iter()
-            .all(|s| s.class == StallClass::Unexplained));
-        assert!(
-            from_client[0].evidence.contains("TCP_NODELAY on"),
-            "{}",
-            from_client[0].evidence
-        );
+        assert!(from_client.iter().all(|s| s.class == StallClass::Unexplained));
+        assert!(from_client[0].evidence.contains("TCP_NODELAY on"), "{}", from_client[0].evidence);
         let from_server = stalls.iter().filter(|s| s.from == Side::Server);
         assert!(
             from_server.clone().count() == 4
-                && from_server
-                    .clone()
-                    .all(|s| s.class == StallClass::NagleDelayedAck)
+                && from_server.clone().all(|s| s.class == StallClass::NagleDelayedAck)
         );
     }
 
@@ -539,26 +485,10 @@ mod tests {
         script.event(answer + 16 * MS, Client, 0, EventKind::RequestDone);
         let stalls = attribute(&analysed(&script.events), None);
         let classes: Vec<StallClass> = stalls.iter().map(|s| s.class).collect();
-        assert!(
-            classes.contains(&StallClass::ConnectionSetup),
-            "{classes:?}"
-        );
-        assert!(
-            classes.contains(&StallClass::ServerThinkTime),
-            "{classes:?}"
-        );
-        assert!(
-            classes.contains(&StallClass::SendBufferLimited),
-            "{classes:?}"
-        );
-        let think = stalls
-            .iter()
-            .find(|s| s.class == StallClass::ServerThinkTime)
-            .unwrap();
-        assert!(
-            (29 * MS..31 * MS).contains(&think.wait_ns),
-            "{}",
-            think.wait_ns
-        );
+        assert!(classes.contains(&StallClass::ConnectionSetup), "{classes:?}");
+        assert!(classes.contains(&StallClass::ServerThinkTime), "{classes:?}");
+        assert!(classes.contains(&StallClass::SendBufferLimited), "{classes:?}");
+        let think = stalls.iter().find(|s| s.class == StallClass::ServerThinkTime).unwrap();
+        assert!((29 * MS..31 * MS).contains(&think.wait_ns), "{}", think.wait_ns);
     }
 }

@@ -108,11 +108,7 @@ impl BulkAnalysis {
             bytes: self.bytes,
             duration_s,
             goodput_mbps: mbps(self.bytes, duration_s),
-            goodput_series_mbps: self
-                .per_interval
-                .iter()
-                .map(|&b| mbps(b, interval_s))
-                .collect(),
+            goodput_series_mbps: self.per_interval.iter().map(|&b| mbps(b, interval_s)).collect(),
             client_sndbuf_bytes: self.client_sndbuf,
             server_rcvbuf_bytes: self.server_rcvbuf,
             server_rcv_wnd_bytes: median(&self.rcv_wnd),
@@ -134,13 +130,7 @@ mod tests {
     use crate::event::{ConnId, ReqId};
 
     fn ev(at_ns: u64, side: Side, kind: EventKind) -> Event {
-        Event {
-            at_ns,
-            side,
-            conn: ConnId(0),
-            req: ReqId(0),
-            kind,
-        }
+        Event { at_ns, side, conn: ConnId(0), req: ReqId(0), kind }
     }
 
     #[test]
@@ -158,27 +148,14 @@ mod tests {
         analysis.push(&ev(
             5,
             Side::Server,
-            EventKind::Buffers {
-                sndbuf_bytes: 1,
-                rcvbuf_bytes: 131072,
-            },
+            EventKind::Buffers { sndbuf_bytes: 1, rcvbuf_bytes: 131072 },
         ));
         let summary = analysis.summary();
         assert_eq!(summary.bytes, 12_500_000);
-        assert!(
-            (summary.goodput_mbps - 100.0).abs() < 0.1,
-            "{}",
-            summary.goodput_mbps
-        );
+        assert!((summary.goodput_mbps - 100.0).abs() < 0.1, "{}", summary.goodput_mbps);
         assert_eq!(summary.goodput_series_mbps.len(), 10);
-        assert!(summary
-            .goodput_series_mbps
-            .iter()
-            .all(|&m| (m - 100.0).abs() < 0.1));
+        assert!(summary.goodput_series_mbps.iter().all(|&m| (m - 100.0).abs() < 0.1));
         assert_eq!(summary.server_rcvbuf_bytes, Some(131072));
-        assert_eq!(
-            summary.server_rcv_wnd_bytes, None,
-            "no TCP_INFO samples, no window"
-        );
+        assert_eq!(summary.server_rcv_wnd_bytes, None, "no TCP_INFO samples, no window");
     }
 }

@@ -79,10 +79,7 @@ pub enum EventKind {
     SockOpt { opt: SockOpt, value: u32 },
     /// The socket buffers the kernel actually gave this side's socket (getsockopt after
     /// set-up; Linux doubles what was asked and caps it at rmem_max/wmem_max).
-    Buffers {
-        sndbuf_bytes: u32,
-        rcvbuf_bytes: u32,
-    },
+    Buffers { sndbuf_bytes: u32, rcvbuf_bytes: u32 },
     /// The kernel's view of the connection (struct tcp_info), sampled at a syscall boundary or
     /// while a call is blocked.
     TcpInfo(Box<TcpInfoSample>),
@@ -127,9 +124,14 @@ pub struct TcpInfoSample {
     /// Bytes written by the application and not yet sent (held by Nagle, cork or the window).
     pub notsent_bytes: Option<u32>,
     pub min_rtt_us: Option<u32>,
-    pub delivery_rate_bps: Option<u64>,
+    pub delivery_rate_bytes_per_s: Option<u64>,
     pub bytes_sent: Option<u64>,
     /// The peer's advertised window, and ours.
     pub snd_wnd: Option<u32>,
     pub rcv_wnd: Option<u32>,
+    /// Data segments sent: with `segs_out`, tells a pure ACK from data.
+    pub data_segs_out: Option<u32>,
+    /// Time the sender was limited by the peer's receive window, and by its own send buffer.
+    pub rwnd_limited_us: Option<u64>,
+    pub sndbuf_limited_us: Option<u64>,
 }

@@ -14,26 +14,14 @@ pub struct Preset {
 }
 
 fn story1(change: impl FnOnce(&mut RrSpec)) -> Scenario {
-    let mut spec = RrSpec {
-        requests: 100,
-        ..RrSpec::default()
-    };
+    let mut spec = RrSpec { requests: 100, ..RrSpec::default() };
     change(&mut spec);
     Scenario::Rr(spec)
 }
 
-const CLIENT_ONLY: PerSide<bool> = PerSide {
-    client: true,
-    server: false,
-};
-const SERVER_ONLY: PerSide<bool> = PerSide {
-    client: false,
-    server: true,
-};
-const BOTH: PerSide<bool> = PerSide {
-    client: true,
-    server: true,
-};
+const CLIENT_ONLY: PerSide<bool> = PerSide { client: true, server: false };
+const SERVER_ONLY: PerSide<bool> = PerSide { client: false, server: true };
+const BOTH: PerSide<bool> = PerSide { client: true, server: true };
 
 pub const PRESETS: &[Preset] = &[
     Preset {
@@ -139,11 +127,7 @@ mod tests {
     fn every_preset_is_a_valid_spec_with_a_unique_name() {
         for (i, preset) in PRESETS.iter().enumerate() {
             assert!((preset.build)().validate().is_ok(), "{}", preset.name);
-            assert!(
-                PRESETS[..i].iter().all(|p| p.name != preset.name),
-                "{}",
-                preset.name
-            );
+            assert!(PRESETS[..i].iter().all(|p| p.name != preset.name), "{}", preset.name);
         }
         assert!(find("story1").is_some() && find("nothing").is_none());
     }

@@ -52,10 +52,7 @@ impl<T> PerSide<T> {
     where
         T: Clone,
     {
-        PerSide {
-            client: value.clone(),
-            server: value,
-        }
+        PerSide { client: value.clone(), server: value }
     }
 
     pub fn get(&self, side: Side) -> &T {
@@ -238,10 +235,9 @@ fn check_buffers(
 }
 
 fn check_congestion(congestion: &PerSide<Option<String>>) -> Result<(), SpecError> {
-    for (field, name) in [
-        ("congestion.client", &congestion.client),
-        ("congestion.server", &congestion.server),
-    ] {
+    for (field, name) in
+        [("congestion.client", &congestion.client), ("congestion.server", &congestion.server)]
+    {
         if let Some(name) = name {
             // TCP_CA_NAME_MAX is 16 including the terminating NUL.
             let plausible = !name.is_empty()
@@ -267,21 +263,9 @@ impl RrSpec {
         if let Some(ms) = self.duration_ms {
             in_range("duration_ms", ms, 1, MAX_DURATION_MS, " ms")?;
         }
-        in_range(
-            "size_bytes",
-            self.size_bytes,
-            1,
-            MAX_BODY_BYTES,
-            " bytes (64 MiB)",
-        )?;
+        in_range("size_bytes", self.size_bytes, 1, MAX_BODY_BYTES, " bytes (64 MiB)")?;
         if let Some(bytes) = self.response_bytes {
-            in_range(
-                "response_bytes",
-                bytes,
-                1,
-                MAX_BODY_BYTES,
-                " bytes (64 MiB)",
-            )?;
+            in_range("response_bytes", bytes, 1, MAX_BODY_BYTES, " bytes (64 MiB)")?;
         }
         in_range("connections", self.connections, 1, MAX_CONNECTIONS, "")?;
         in_range("think_us", self.think_us, 0, MAX_THINK_US, " us")?;
@@ -349,11 +333,7 @@ impl RrSpec {
                 ));
             }
         }
-        parts.extend(describe_buffers(
-            &self.sndbuf,
-            &self.rcvbuf,
-            &self.congestion,
-        ));
+        parts.extend(describe_buffers(&self.sndbuf, &self.rcvbuf, &self.congestion));
         parts.join(", ")
     }
 }
@@ -361,12 +341,8 @@ impl RrSpec {
 impl RrSpec {
     /// The server side's settings only, for a standalone server.
     pub fn describe_server(&self) -> String {
-        let mut parts = vec![if self.nodelay.server {
-            "TCP_NODELAY"
-        } else {
-            "Nagle on"
-        }
-        .to_string()];
+        let mut parts =
+            vec![if self.nodelay.server { "TCP_NODELAY" } else { "Nagle on" }.to_string()];
         if self.cork.server {
             parts.push("TCP_CORK".into());
         }
@@ -409,10 +385,7 @@ fn describe_buffers(
             parts.push(format!("{name} {bytes} on the {side}"));
         }
     }
-    for (side, name) in [
-        ("client", &congestion.client),
-        ("server", &congestion.server),
-    ] {
+    for (side, name) in [("client", &congestion.client), ("server", &congestion.server)] {
         if let Some(name) = name {
             parts.push(format!("{name} on the {side}"));
         }
@@ -426,13 +399,7 @@ impl BulkSpec {
         if let Some(ms) = self.duration_ms {
             in_range("duration_ms", ms, 1, MAX_DURATION_MS, " ms")?;
         }
-        in_range(
-            "app_buffer_bytes",
-            self.app_buffer_bytes,
-            1,
-            MAX_APP_BUFFER_BYTES,
-            " bytes",
-        )?;
+        in_range("app_buffer_bytes", self.app_buffer_bytes, 1, MAX_APP_BUFFER_BYTES, " bytes")?;
         check_buffers(&self.sndbuf, &self.rcvbuf)?;
         check_congestion(&self.congestion)
     }
@@ -443,11 +410,7 @@ impl BulkSpec {
             None => format!("bulk {} bytes", self.bytes),
         }];
         parts.push(format!("{} B application buffer", self.app_buffer_bytes));
-        parts.extend(describe_buffers(
-            &self.sndbuf,
-            &self.rcvbuf,
-            &self.congestion,
-        ));
+        parts.extend(describe_buffers(&self.sndbuf, &self.rcvbuf, &self.congestion));
         parts.join(", ")
     }
 }
@@ -485,85 +448,43 @@ mod tests {
 
     #[test]
     fn validate_names_the_bad_field() {
-        let zero = RrSpec {
-            requests: 0,
-            ..RrSpec::default()
-        };
+        let zero = RrSpec { requests: 0, ..RrSpec::default() };
         assert_eq!(zero.validate().unwrap_err().field, "requests");
-        let huge = RrSpec {
-            size_bytes: MAX_BODY_BYTES + 1,
-            ..RrSpec::default()
-        };
+        let huge = RrSpec { size_bytes: MAX_BODY_BYTES + 1, ..RrSpec::default() };
         assert_eq!(huge.validate().unwrap_err().field, "size_bytes");
-        let buffer = RrSpec {
-            rcvbuf: PerSide {
-                client: None,
-                server: Some(0),
-            },
-            ..RrSpec::default()
-        };
+        let buffer =
+            RrSpec { rcvbuf: PerSide { client: None, server: Some(0) }, ..RrSpec::default() };
         assert_eq!(buffer.validate().unwrap_err().field, "rcvbuf.server");
         let cc = RrSpec {
-            congestion: PerSide {
-                client: Some("cubic; rm".into()),
-                server: None,
-            },
+            congestion: PerSide { client: Some("cubic; rm".into()), server: None },
             ..RrSpec::default()
         };
         assert_eq!(cc.validate().unwrap_err().field, "congestion.client");
-        let many = RrSpec {
-            connections: MAX_CONNECTIONS + 1,
-            ..RrSpec::default()
-        };
+        let many = RrSpec { connections: MAX_CONNECTIONS + 1, ..RrSpec::default() };
         assert_eq!(many.validate().unwrap_err().field, "connections");
         assert!(RrSpec::default().validate().is_ok());
-        let bulk = BulkSpec {
-            app_buffer_bytes: 0,
-            ..BulkSpec::default()
-        };
+        let bulk = BulkSpec { app_buffer_bytes: 0, ..BulkSpec::default() };
         assert_eq!(bulk.validate().unwrap_err().field, "app_buffer_bytes");
     }
 
     #[test]
     fn reconnect_plan() {
-        let keep = RrSpec {
-            requests: 5,
-            ..RrSpec::default()
-        };
+        let keep = RrSpec { requests: 5, ..RrSpec::default() };
         let opens: Vec<bool> = (0..5).map(|i| keep.connects_before(i)).collect();
         assert_eq!(opens, [true, false, false, false, false]);
-        let every2 = RrSpec {
-            requests: 5,
-            reconnect_every: 2,
-            ..RrSpec::default()
-        };
+        let every2 = RrSpec { requests: 5, reconnect_every: 2, ..RrSpec::default() };
         let opens: Vec<bool> = (0..5).map(|i| every2.connects_before(i)).collect();
         assert_eq!(opens, [true, false, true, false, true]);
     }
 
     #[test]
     fn json_field_names_are_the_documented_ones() {
-        let spec = RrSpec {
-            nodelay: PerSide {
-                client: true,
-                server: false,
-            },
-            ..RrSpec::default()
-        };
+        let spec = RrSpec { nodelay: PerSide { client: true, server: false }, ..RrSpec::default() };
         let json = serde_json::to_value(&spec).unwrap();
-        assert_eq!(
-            json["nodelay"],
-            serde_json::json!({"client": true, "server": false})
-        );
+        assert_eq!(json["nodelay"], serde_json::json!({"client": true, "server": false}));
         assert_eq!(json["size_bytes"], 2048);
-        assert_eq!(
-            json["write"],
-            serde_json::json!({"client": "split", "server": "split"})
-        );
-        assert_eq!(
-            json["sndbuf"],
-            serde_json::json!({"client": null, "server": null})
-        );
+        assert_eq!(json["write"], serde_json::json!({"client": "split", "server": "split"}));
+        assert_eq!(json["sndbuf"], serde_json::json!({"client": null, "server": null}));
         let typo = r#"{"requests": 1, "size_bytes": 1, "nodelay": {"clinet": true}}"#;
         assert!(serde_json::from_str::<RrSpec>(typo).is_err());
     }
@@ -581,28 +502,16 @@ mod tests {
 
     #[test]
     fn descriptions_name_what_differs_from_story_1() {
-        assert_eq!(
-            RrSpec::default().describe(),
-            "200 x 2048 B, keep-alive, Nagle on both sides"
-        );
+        assert_eq!(RrSpec::default().describe(), "200 x 2048 B, keep-alive, Nagle on both sides");
         let tuned = RrSpec {
             cork: PerSide::both(true),
-            write: PerSide {
-                client: WritePattern::Writev,
-                server: WritePattern::Split,
-            },
-            rcvbuf: PerSide {
-                client: None,
-                server: Some(65536),
-            },
+            write: PerSide { client: WritePattern::Writev, server: WritePattern::Split },
+            rcvbuf: PerSide { client: None, server: Some(65536) },
             ..RrSpec::default()
         };
         let text = tuned.describe();
         assert!(text.contains("TCP_CORK on both sides"), "{text}");
-        assert!(
-            text.contains("client writev writes, server split writes"),
-            "{text}"
-        );
+        assert!(text.contains("client writev writes, server split writes"), "{text}");
         assert!(text.contains("SO_RCVBUF 65536 on the server"), "{text}");
     }
 }

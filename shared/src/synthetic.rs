@@ -16,13 +16,7 @@ pub struct Script {
 impl Script {
     pub fn event(&mut self, at_ns: u64, side: Side, req: u32, kind: EventKind) {
         let (conn, req) = (ConnId(0), ReqId(req));
-        self.events.push(Event {
-            at_ns,
-            side,
-            conn,
-            req,
-            kind,
-        });
+        self.events.push(Event { at_ns, side, conn, req, kind });
     }
 
     pub fn write(&mut self, side: Side, req: u32, start: u64, end: u64, bytes: u32) {

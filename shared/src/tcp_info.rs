@@ -43,7 +43,10 @@ const SEGS_OUT: usize = 136;
 const SEGS_IN: usize = 140;
 const NOTSENT_BYTES: usize = 144;
 const MIN_RTT: usize = 148;
+const DATA_SEGS_OUT: usize = 156;
 const DELIVERY_RATE: usize = 160;
+const RWND_LIMITED: usize = 176;
+const SNDBUF_LIMITED: usize = 184;
 const BYTES_SENT: usize = 200;
 const SND_WND: usize = 228;
 const RCV_WND: usize = 232;
@@ -55,7 +58,7 @@ const RCV_WND: usize = 232;
 /// bytes from newer kernels are ignored. Never panics.
 ///
 /// Units are the kernel's: `rto_us`, `ato_us`, `rtt_us`, `rttvar_us`, `min_rtt_us` in
-/// microseconds; `last_*_ms` in milliseconds ago; `snd_cwnd` in segments; `delivery_rate_bps`
+/// microseconds; `last_*_ms` in milliseconds ago; `snd_cwnd` in segments; `delivery_rate_bytes_per_s`
 /// is **bytes** per second, as `tcpi_delivery_rate` gives it (not bits, despite the name).
 pub fn decode(bytes: &[u8], during_block: bool) -> Option<TcpInfoSample> {
     if bytes.len() < MIN_LEN {
@@ -88,8 +91,11 @@ pub fn decode(bytes: &[u8], during_block: bool) -> Option<TcpInfoSample> {
         segs_in: le32(SEGS_IN),
         notsent_bytes: le32(NOTSENT_BYTES),
         min_rtt_us: le32(MIN_RTT),
-        delivery_rate_bps: le64(DELIVERY_RATE),
+        delivery_rate_bytes_per_s: le64(DELIVERY_RATE),
         bytes_sent: le64(BYTES_SENT),
+        data_segs_out: le32(DATA_SEGS_OUT),
+        rwnd_limited_us: le64(RWND_LIMITED),
+        sndbuf_limited_us: le64(SNDBUF_LIMITED),
         snd_wnd: le32(SND_WND),
         rcv_wnd: le32(RCV_WND),
     })
@@ -200,10 +206,13 @@ mod tests {
                 segs_in: Some(8),
                 notsent_bytes: Some(2048),
                 min_rtt_us: Some(9),
-                delivery_rate_bps: Some(7_000_000_003),
+                delivery_rate_bytes_per_s: Some(7_000_000_003),
                 bytes_sent: Some(8_000_000_004),
                 snd_wnd: Some(65_536),
                 rcv_wnd: Some(65_535),
+                data_segs_out: Some(0),
+                rwnd_limited_us: Some(0),
+                sndbuf_limited_us: Some(0),
             }
         );
     }
@@ -213,10 +222,7 @@ mod tests {
         let full = stalled_writer().0;
         let sample = decode(&full[..104], false).expect("104 bytes hold every required field");
         assert!(!sample.during_block);
-        assert_eq!(
-            (sample.rto_us, sample.ato_us, sample.total_retrans),
-            (204_000, 40_000, 4)
-        );
+        assert_eq!((sample.rto_us, sample.ato_us, sample.total_retrans), (204_000, 40_000, 4));
         assert_eq!(sample.rcv_space, 65_483);
         assert_eq!(sample.bytes_acked, None);
         assert_eq!(sample.bytes_received, None);
@@ -224,7 +230,7 @@ mod tests {
         assert_eq!(sample.segs_in, None);
         assert_eq!(sample.notsent_bytes, None);
         assert_eq!(sample.min_rtt_us, None);
-        assert_eq!(sample.delivery_rate_bps, None);
+        assert_eq!(sample.delivery_rate_bytes_per_s, None);
         assert_eq!(sample.bytes_sent, None);
         assert_eq!(sample.snd_wnd, None);
         assert_eq!(sample.rcv_wnd, None);
@@ -241,7 +247,7 @@ mod tests {
                 s.segs_in.is_some(),
                 s.notsent_bytes.is_some(),
                 s.min_rtt_us.is_some(),
-                s.delivery_rate_bps.is_some(),
+                s.delivery_rate_bytes_per_s.is_some(),
                 s.bytes_sent.is_some(),
                 s.snd_wnd.is_some(),
                 s.rcv_wnd.is_some(),

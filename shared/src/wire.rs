@@ -27,11 +27,7 @@ pub enum ToBrowser {
     /// Always the first message of a stream or file.
     Hello(Hello),
     /// A run began; its events follow in [`ToBrowser::Events`].
-    RunStarted {
-        run: RunId,
-        spec: Scenario,
-        instruments: Instruments,
-    },
+    RunStarted { run: RunId, spec: Scenario, instruments: Instruments },
     /// A batch of a run's events, in the order each side recorded them.
     Events { run: RunId, events: Vec<Event> },
     /// The run ended; no more events follow for it.
@@ -92,11 +88,7 @@ pub struct Instruments {
 
 impl Default for Instruments {
     fn default() -> Self {
-        Instruments {
-            events: true,
-            tcp_info_at_syscalls: true,
-            tcp_info_interval_us: 1000,
-        }
+        Instruments { events: true, tcp_info_at_syscalls: true, tcp_info_interval_us: 1000 }
     }
 }
 
@@ -141,10 +133,7 @@ pub fn encode<T: Serialize>(message: &T) -> Vec<u8> {
 /// Decodes one message, refusing any larger than [`MAX_MESSAGE_BYTES`].
 pub fn decode<'a, T: Deserialize<'a>>(bytes: &'a [u8]) -> Result<T, WireError> {
     if bytes.len() > MAX_MESSAGE_BYTES {
-        return Err(WireError::TooLarge {
-            len: bytes.len(),
-            max: MAX_MESSAGE_BYTES,
-        });
+        return Err(WireError::TooLarge { len: bytes.len(), max: MAX_MESSAGE_BYTES });
     }
     postcard::from_bytes(bytes).map_err(|e| WireError::Malformed(e.to_string()))
 }
@@ -153,13 +142,10 @@ pub fn decode<'a, T: Deserialize<'a>>(bytes: &'a [u8]) -> Result<T, WireError> {
 pub fn check_hello(message: &ToBrowser) -> Result<(), WireError> {
     match message {
         ToBrowser::Hello(hello) if hello.protocol_version == PROTOCOL_VERSION => Ok(()),
-        ToBrowser::Hello(hello) => Err(WireError::Version {
-            found: hello.protocol_version,
-            supported: PROTOCOL_VERSION,
-        }),
-        _ => Err(WireError::Malformed(
-            "the stream does not start with Hello".into(),
-        )),
+        ToBrowser::Hello(hello) => {
+            Err(WireError::Version { found: hello.protocol_version, supported: PROTOCOL_VERSION })
+        }
+        _ => Err(WireError::Malformed("the stream does not start with Hello".into())),
     }
 }
 
@@ -195,10 +181,7 @@ impl<'a> FrameReader<'a> {
         let len = u32::from_le_bytes(len_bytes.try_into().expect("slice of 4")) as usize;
         if len > MAX_MESSAGE_BYTES {
             self.offset = self.bytes.len();
-            return Some(Err(WireError::TooLarge {
-                len,
-                max: MAX_MESSAGE_BYTES,
-            }));
+            return Some(Err(WireError::TooLarge { len, max: MAX_MESSAGE_BYTES }));
         }
         let Some(payload) = rest.get(4..4 + len) else {
             return Some(Err(self.fail_truncated()));
@@ -235,14 +218,8 @@ mod tests {
                 spec: Scenario::Rr(RrSpec::default()),
                 instruments: Instruments::default(),
             },
-            ToBrowser::Events {
-                run: RunId(1),
-                events: vec![event; 3],
-            },
-            ToBrowser::RunFinished {
-                run: RunId(1),
-                outcome: RunOutcome::Completed,
-            },
+            ToBrowser::Events { run: RunId(1), events: vec![event; 3] },
+            ToBrowser::RunFinished { run: RunId(1), outcome: RunOutcome::Completed },
         ]
     }
 
@@ -252,23 +229,15 @@ mod tests {
             let bytes = encode(&message);
             assert_eq!(decode::<ToBrowser>(&bytes).unwrap(), message);
         }
-        let start = ToProbe::StartRun {
-            spec: Scenario::Rr(RrSpec::default()),
-        };
+        let start = ToProbe::StartRun { spec: Scenario::Rr(RrSpec::default()) };
         assert_eq!(decode::<ToProbe>(&encode(&start)).unwrap(), start);
     }
 
     #[test]
     fn events_are_compact() {
         // A read of 2048 bytes at 43.6 ms: varints keep it near a dozen bytes.
-        let ToBrowser::Events { events, .. } = &sample_stream()[2] else {
-            unreachable!()
-        };
-        assert!(
-            encode(&events[0]).len() <= 12,
-            "{} bytes",
-            encode(&events[0]).len()
-        );
+        let ToBrowser::Events { events, .. } = &sample_stream()[2] else { unreachable!() };
+        assert!(encode(&events[0]).len() <= 12, "{} bytes", encode(&events[0]).len());
     }
 
     #[test]
@@ -280,13 +249,7 @@ mod tests {
         });
         let decoded: ToBrowser = decode(&encode(&newer)).unwrap();
         let err = check_hello(&decoded).unwrap_err();
-        assert_eq!(
-            err,
-            WireError::Version {
-                found: 9,
-                supported: PROTOCOL_VERSION
-            }
-        );
+        assert_eq!(err, WireError::Version { found: 9, supported: PROTOCOL_VERSION });
         assert!(err.to_string().contains("version 9"));
         assert!(check_hello(&sample_stream()[0]).is_ok());
     }
@@ -315,15 +278,10 @@ mod tests {
     fn garbage_never_panics_and_huge_lengths_are_refused_before_allocating() {
         let huge = [0xff, 0xff, 0xff, 0x7f, 1, 2, 3];
         let mut reader = FrameReader::new(&huge);
-        assert!(matches!(
-            reader.next_message(),
-            Some(Err(WireError::TooLarge { .. }))
-        ));
+        assert!(matches!(reader.next_message(), Some(Err(WireError::TooLarge { .. }))));
         assert!(reader.next_message().is_none());
         for seed in 0u32..2000 {
-            let bytes: Vec<u8> = (0..(seed % 40))
-                .map(|i| (seed * 31 + i * 17) as u8)
-                .collect();
+            let bytes: Vec<u8> = (0..(seed % 40)).map(|i| (seed * 31 + i * 17) as u8).collect();
             let _ = decode::<ToBrowser>(&bytes);
             let _ = decode::<ToProbe>(&bytes);
         }

@@ -39,13 +39,10 @@ impl From<Pattern> for WritePattern {
 
 /// A duration such as "10s", "500ms" or "2m", in milliseconds.
 pub fn parse_duration_ms(text: &str) -> Result<u32, String> {
-    let (number, unit) = text.split_at(
-        text.find(|c: char| !c.is_ascii_digit())
-            .unwrap_or(text.len()),
-    );
-    let value: u64 = number
-        .parse()
-        .map_err(|_| format!("{text:?} is not a duration like 10s or 500ms"))?;
+    let (number, unit) =
+        text.split_at(text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len()));
+    let value: u64 =
+        number.parse().map_err(|_| format!("{text:?} is not a duration like 10s or 500ms"))?;
     let ms = match unit {
         "ms" => value,
         "s" | "" => value * 1000,
@@ -194,13 +191,7 @@ pub fn apply(
                 rr.client_write.map(Into::into),
                 rr.server_write.map(Into::into),
             );
-            apply_buffers(
-                &mut spec.sndbuf,
-                &mut spec.rcvbuf,
-                &mut spec.congestion,
-                common,
-                some,
-            );
+            apply_buffers(&mut spec.sndbuf, &mut spec.rcvbuf, &mut spec.congestion, common, some);
         }
         Scenario::Bulk(spec) => {
             let rr_flags = [
@@ -223,13 +214,7 @@ pub fn apply(
             spec.bytes = bulk.bytes.unwrap_or(spec.bytes);
             spec.app_buffer_bytes = bulk.app_buffer.unwrap_or(spec.app_buffer_bytes);
             spec.duration_ms = common.duration.or(spec.duration_ms);
-            apply_buffers(
-                &mut spec.sndbuf,
-                &mut spec.rcvbuf,
-                &mut spec.congestion,
-                common,
-                some,
-            );
+            apply_buffers(&mut spec.sndbuf, &mut spec.rcvbuf, &mut spec.congestion, common, some);
         }
     }
     Ok(())
@@ -242,18 +227,8 @@ fn apply_buffers(
     common: &CommonKnobs,
     some: impl Fn(Option<u32>) -> Option<Option<u32>>,
 ) {
-    set_sides(
-        sndbuf,
-        some(common.sndbuf),
-        some(common.client_sndbuf),
-        some(common.server_sndbuf),
-    );
-    set_sides(
-        rcvbuf,
-        some(common.rcvbuf),
-        some(common.client_rcvbuf),
-        some(common.server_rcvbuf),
-    );
+    set_sides(sndbuf, some(common.sndbuf), some(common.client_sndbuf), some(common.server_sndbuf));
+    set_sides(rcvbuf, some(common.rcvbuf), some(common.client_rcvbuf), some(common.server_rcvbuf));
     if let Some(name) = &common.cc {
         *congestion = PerSide::both(Some(name.clone()));
     }

@@ -43,12 +43,7 @@ pub struct RunArgs {
     #[arg(long, help_heading = "Output")]
     json: bool,
     /// Write the session to FILE while it runs (docs/FORMAT.md)
-    #[arg(
-        short = 'o',
-        long = "output",
-        value_name = "FILE",
-        help_heading = "Output"
-    )]
+    #[arg(short = 'o', long = "output", value_name = "FILE", help_heading = "Output")]
     output: Option<PathBuf>,
     /// Do not record events (only to measure what recording costs; the summary is then empty)
     #[arg(long, help_heading = "Instruments")]
@@ -57,12 +52,7 @@ pub struct RunArgs {
     #[arg(long, help_heading = "Instruments")]
     no_tcp_info: bool,
     /// How often TCP_INFO is read while a call is blocked, in microseconds; 0: never
-    #[arg(
-        long,
-        value_name = "US",
-        default_value_t = 1000,
-        help_heading = "Instruments"
-    )]
+    #[arg(long, value_name = "US", default_value_t = 1000, help_heading = "Instruments")]
     tcp_info_interval_us: u32,
 }
 
@@ -71,11 +61,7 @@ impl RunArgs {
         Instruments {
             events: !self.no_events,
             tcp_info_at_syscalls: !self.no_tcp_info,
-            tcp_info_interval_us: if self.no_tcp_info {
-                0
-            } else {
-                self.tcp_info_interval_us
-            },
+            tcp_info_interval_us: if self.no_tcp_info { 0 } else { self.tcp_info_interval_us },
         }
     }
 
@@ -91,18 +77,12 @@ impl RunArgs {
                     return Err(Failure::Usage(format!(
                         "unknown scenario {name:?}: choose rr, bulk or a preset ({}); \
                          `ackscope run --list` describes them",
-                        PRESETS
-                            .iter()
-                            .map(|p| p.name)
-                            .collect::<Vec<_>>()
-                            .join(", ")
+                        PRESETS.iter().map(|p| p.name).collect::<Vec<_>>().join(", ")
                     )))
                 }
             },
             (None, None) => {
-                return Err(Failure::Usage(
-                    "name a scenario, or give --spec FILE".into(),
-                ))
+                return Err(Failure::Usage("name a scenario, or give --spec FILE".into()))
             }
         };
         knobs::apply(&mut scenario, &self.rr, &self.bulk, &self.common).map_err(|flag| {
@@ -165,11 +145,7 @@ pub fn run(args: &RunArgs) -> Result<Ended, Failure> {
     let run = RunId(1);
     let header = [
         ToBrowser::Hello(Hello::current(env!("CARGO_PKG_VERSION"), host::facts())),
-        ToBrowser::RunStarted {
-            run,
-            spec: scenario.clone(),
-            instruments,
-        },
+        ToBrowser::RunStarted { run, spec: scenario.clone(), instruments },
     ];
     for message in &header {
         write_to(&mut file, message)?;
@@ -188,13 +164,7 @@ pub fn run(args: &RunArgs) -> Result<Ended, Failure> {
     })
     .map_err(|e| Failure::Usage(format!("{}: {}", knobs::flag_of(e.field), e.problem)))?;
     progress.finish();
-    write_to(
-        &mut file,
-        &ToBrowser::RunFinished {
-            run,
-            outcome: outcome.clone(),
-        },
-    )?;
+    write_to(&mut file, &ToBrowser::RunFinished { run, outcome: outcome.clone() })?;
     if let Some(Failure::Run(message)) = write_error {
         return Err(Failure::Run(format!(
             "the run went on, but its file is incomplete: {message}"
@@ -221,9 +191,7 @@ pub fn run(args: &RunArgs) -> Result<Ended, Failure> {
 
 fn write_to(file: &mut Option<SessionWriter>, message: &ToBrowser) -> Result<(), Failure> {
     match file {
-        Some(writer) => writer
-            .write(message)
-            .map_err(|e| Failure::Run(e.to_string())),
+        Some(writer) => writer.write(message).map_err(|e| Failure::Run(e.to_string())),
         None => Ok(()),
     }
 }
@@ -250,12 +218,7 @@ impl Tally {
             // A standalone server does not know how its clients write.
             Scenario::Server(_) => Analysis::Rr(Box::default(), None),
         };
-        Tally {
-            analysis,
-            events: 0,
-            requests_done: 0,
-            bytes_read: 0,
-        }
+        Tally { analysis, events: 0, requests_done: 0, bytes_read: 0 }
     }
 
     pub fn push(&mut self, events: &[Event]) {
@@ -278,10 +241,7 @@ impl Tally {
         let Analysis::Rr(analysis, spec) = &self.analysis else {
             return None;
         };
-        Some(attribution::summarize(&attribution::attribute(
-            analysis,
-            spec.as_ref(),
-        )))
+        Some(attribution::summarize(&attribution::attribute(analysis, spec.as_ref())))
     }
 
     /// The documented JSON summary (docs/CLI.md): scripts rely on these names.
@@ -293,10 +253,7 @@ impl Tally {
         .expect("a summary is plain data");
         if let Some(stalls) = self.stall_classes() {
             let stalls = serde_json::to_value(stalls).expect("stall summaries are plain data");
-            value
-                .as_object_mut()
-                .expect("a summary is an object")
-                .insert("stalls".into(), stalls);
+            value.as_object_mut().expect("a summary is an object").insert("stalls".into(), stalls);
         }
         let config = match scenario {
             Scenario::Rr(spec) | Scenario::Server(spec) => serde_json::to_value(spec),
@@ -359,23 +316,11 @@ fn print_rr(out: &mut impl Write, s: &Summary) -> io::Result<()> {
 }
 
 fn print_bulk(out: &mut impl Write, s: &BulkSummary) -> io::Result<()> {
-    writeln!(
-        out,
-        "  transferred    {} bytes in {:.2} s",
-        s.bytes, s.duration_s
-    )?;
+    writeln!(out, "  transferred    {} bytes in {:.2} s", s.bytes, s.duration_s)?;
     writeln!(out, "  goodput        {:.1} Mbit/s", s.goodput_mbps)?;
     let bytes = |v: Option<u32>| v.map_or("not sampled".to_string(), |b| format!("{b} bytes"));
-    writeln!(
-        out,
-        "  client sndbuf  {} (getsockopt)",
-        bytes(s.client_sndbuf_bytes)
-    )?;
-    writeln!(
-        out,
-        "  server rcvbuf  {} (getsockopt)",
-        bytes(s.server_rcvbuf_bytes)
-    )?;
+    writeln!(out, "  client sndbuf  {} (getsockopt)", bytes(s.client_sndbuf_bytes))?;
+    writeln!(out, "  server rcvbuf  {} (getsockopt)", bytes(s.server_rcvbuf_bytes))?;
     writeln!(
         out,
         "  window         {} advertised by the server (TCP_INFO, median)",
@@ -399,19 +344,12 @@ impl Progress {
             Scenario::Bulk(spec) => format!("{} bytes", spec.bytes),
         };
         let enabled = !json && io::stderr().is_terminal();
-        Progress {
-            enabled,
-            started: Instant::now(),
-            last_drawn: None,
-            total,
-        }
+        Progress { enabled, started: Instant::now(), last_drawn: None, total }
     }
 
     fn update(&mut self, tally: &Tally) {
         let now = Instant::now();
-        let due = self
-            .last_drawn
-            .is_none_or(|t| now - t >= Duration::from_millis(200));
+        let due = self.last_drawn.is_none_or(|t| now - t >= Duration::from_millis(200));
         if !self.enabled || now - self.started < Duration::from_secs(1) || !due {
             return;
         }

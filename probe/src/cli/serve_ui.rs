@@ -13,9 +13,7 @@ const PORTS_TO_TRY: u16 = 16;
 
 pub fn serve(port: Option<u16>) -> Result<Ended, Failure> {
     let (listener, note) = bind_ui(port)?;
-    let addr = listener
-        .local_addr()
-        .map_err(|e| format!("reading the bound address: {e}"))?;
+    let addr = listener.local_addr().map_err(|e| format!("reading the bound address: {e}"))?;
     if let Some(note) = note {
         eprintln!("ackscope: {note}");
     }
@@ -30,9 +28,7 @@ pub fn serve(port: Option<u16>) -> Result<Ended, Failure> {
         .build()
         .map_err(|e| format!("starting the async runtime: {e}"))?;
     runtime.block_on(async {
-        listener
-            .set_nonblocking(true)
-            .map_err(|e| format!("listener on {addr}: {e}"))?;
+        listener.set_nonblocking(true).map_err(|e| format!("listener on {addr}: {e}"))?;
         let listener = tokio::net::TcpListener::from_std(listener)
             .map_err(|e| format!("listener on {addr}: {e}"))?;
         serve::serve(listener, serve::session::Session::new())
@@ -46,18 +42,16 @@ pub fn serve(port: Option<u16>) -> Result<Ended, Failure> {
 /// free one after it is taken, and the note says so.
 fn bind_ui(port: Option<u16>) -> Result<(TcpListener, Option<String>), String> {
     if let Some(port) = port {
-        return TcpListener::bind((Ipv4Addr::LOCALHOST, port))
-            .map(|l| (l, None))
-            .map_err(|e| {
-                if e.kind() == io::ErrorKind::AddrInUse {
-                    format!(
-                        "port {port} on 127.0.0.1 is in use; choose another with --port, or leave \
+        return TcpListener::bind((Ipv4Addr::LOCALHOST, port)).map(|l| (l, None)).map_err(|e| {
+            if e.kind() == io::ErrorKind::AddrInUse {
+                format!(
+                    "port {port} on 127.0.0.1 is in use; choose another with --port, or leave \
                      --port out to take the next free one"
-                    )
-                } else {
-                    format!("cannot listen on 127.0.0.1:{port}: {e}")
-                }
-            });
+                )
+            } else {
+                format!("cannot listen on 127.0.0.1:{port}: {e}")
+            }
+        });
     }
     for candidate in DEFAULT_PORT..DEFAULT_PORT + PORTS_TO_TRY {
         if let Ok(listener) = TcpListener::bind((Ipv4Addr::LOCALHOST, candidate)) {
@@ -84,9 +78,6 @@ mod tests {
         let taken = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
         let port = taken.local_addr().unwrap().port();
         let err = bind_ui(Some(port)).unwrap_err();
-        assert!(
-            err.contains(&port.to_string()) && err.contains("--port"),
-            "{err}"
-        );
+        assert!(err.contains(&port.to_string()) && err.contains("--port"), "{err}");
     }
 }

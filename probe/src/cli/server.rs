@@ -44,14 +44,9 @@ pub fn run(args: &ServerArgs) -> Result<Ended, Failure> {
     scenario
         .validate()
         .map_err(|e| Failure::Usage(format!("{}: {}", knobs::flag_of(e.field), e.problem)))?;
-    let Scenario::Server(spec) = &scenario else {
-        unreachable!("built as a server spec above")
-    };
-    let instruments = Instruments {
-        events: true,
-        tcp_info_at_syscalls: false,
-        tcp_info_interval_us: 0,
-    };
+    let Scenario::Server(spec) = &scenario else { unreachable!("built as a server spec above") };
+    let instruments =
+        Instruments { events: true, tcp_info_at_syscalls: false, tcp_info_interval_us: 0 };
     let mut file = match &args.output {
         Some(path) => Some(SessionWriter::create(path).map_err(|e| e.to_string())?),
         None => None,
@@ -63,34 +58,20 @@ pub fn run(args: &ServerArgs) -> Result<Ended, Failure> {
             None => Ok(()),
         }
     };
-    write(ToBrowser::Hello(Hello::current(
-        env!("CARGO_PKG_VERSION"),
-        host::facts(),
-    )))?;
-    write(ToBrowser::RunStarted {
-        run,
-        spec: scenario.clone(),
-        instruments,
-    })?;
+    write(ToBrowser::Hello(Hello::current(env!("CARGO_PKG_VERSION"), host::facts())))?;
+    write(ToBrowser::RunStarted { run, spec: scenario.clone(), instruments })?;
     let config = EchoConfig {
         opts: SideOptions::rr(spec, Side::Server),
         max_body_bytes: args.max_body,
         response_bytes: spec.response_bytes,
         think: Duration::from_micros(u64::from(spec.think_us)),
+        instruments,
     };
     let (sink, batches) = sync_channel(1024);
-    let server = EchoServer::start(
-        args.listen,
-        config,
-        Clock::start(),
-        Tagging::standalone(),
-        Some(sink),
-    )
-    .map_err(|e| e.to_string())?;
-    println!(
-        "ackscope echo server on {} (Ctrl-C to stop and save)",
-        server.addr()
-    );
+    let server =
+        EchoServer::start(args.listen, config, Clock::start(), Tagging::standalone(), Some(sink))
+            .map_err(|e| e.to_string())?;
+    println!("ackscope echo server on {} (Ctrl-C to stop and save)", server.addr());
     let stop = interrupt::install();
     let mut tally = Tally::new(&scenario);
     let mut server = Some(server);
@@ -110,10 +91,7 @@ pub fn run(args: &ServerArgs) -> Result<Ended, Failure> {
             }
         }
     }
-    write(ToBrowser::RunFinished {
-        run,
-        outcome: RunOutcome::Completed,
-    })?;
+    write(ToBrowser::RunFinished { run, outcome: RunOutcome::Completed })?;
     eprintln!("ackscope: stopped; {} events recorded", tally.events);
     Ok(Ended::Ok)
 }

@@ -33,11 +33,7 @@ pub fn show(path: &Path) -> Result<Ended, Failure> {
             }
             ToBrowser::RunStarted { run, spec, .. } => runs.push((
                 *run,
-                FileRun {
-                    scenario: spec.clone(),
-                    tally: Tally::new(spec),
-                    outcome: None,
-                },
+                FileRun { scenario: spec.clone(), tally: Tally::new(spec), outcome: None },
             )),
             ToBrowser::Events { run, events } => {
                 if let Some((_, r)) = runs.iter_mut().find(|(id, _)| id == run) {
@@ -54,9 +50,10 @@ pub fn show(path: &Path) -> Result<Ended, Failure> {
     }
     for (id, run) in &runs {
         let _ = write!(out, "run {} ", id.0);
-        let outcome = run.outcome.clone().unwrap_or(RunOutcome::Failed {
-            error: "the file ends before the run did".into(),
-        });
+        let outcome = run
+            .outcome
+            .clone()
+            .unwrap_or(RunOutcome::Failed { error: "the file ends before the run did".into() });
         run.tally
             .print(&mut out, &run.scenario, &outcome)
             .map_err(|e| format!("writing the summary: {e}"))?;

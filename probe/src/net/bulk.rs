@@ -11,9 +11,10 @@ use ackscope_shared::{BulkSpec, ConnId, EventKind, ReqId, Side};
 use socket2::{Domain, Protocol, Socket, Type};
 
 use super::context;
-use super::endpoint::Endpoint;
+use super::endpoint::{Endpoint, KernelProbe};
 use super::options::SideOptions;
 use super::record::Recorder;
+use ackscope_shared::wire::Instruments;
 
 /// The whole transfer is one "request" of the run.
 pub const TRANSFER: ReqId = ReqId(0);
@@ -27,27 +28,22 @@ pub fn listen(spec: &BulkSpec) -> io::Result<TcpListener> {
         .map_err(|e| context(e, "bulk server socket"))?;
     opts.apply_before_handshake(&socket)?;
     let addr: SocketAddr = SocketAddrV4::new(Ipv4Addr::LOCALHOST, 0).into();
-    socket
-        .bind(&addr.into())
-        .map_err(|e| context(e, "bulk server bind on 127.0.0.1"))?;
-    socket
-        .listen(1)
-        .map_err(|e| context(e, "bulk server listen"))?;
+    socket.bind(&addr.into()).map_err(|e| context(e, "bulk server bind on 127.0.0.1"))?;
+    socket.listen(1).map_err(|e| context(e, "bulk server listen"))?;
     Ok(socket.into())
 }
 
 /// Accepts the client's connection (the one from `client_port`) and reads until it closes.
 pub fn serve(
     spec: &BulkSpec,
+    instruments: Instruments,
     listener: TcpListener,
     client_port: u16,
     rec: &mut Recorder,
 ) -> io::Result<u64> {
     let opts = SideOptions::bulk(spec, Side::Server);
     let mut stream = loop {
-        let (stream, peer) = listener
-            .accept()
-            .map_err(|e| context(e, "bulk server accept"))?;
+        let (stream, peer) = listener.accept().map_err(|e| context(e, "bulk server accept"))?;
         // Anything else that finds the port is not part of the run.
         if peer.port() == client_port {
             break stream;
@@ -55,7 +51,8 @@ pub fn serve(
     };
     rec.record(rec.now_ns(), CONN, TRANSFER, EventKind::Accepted);
     let mut buffer = vec![0u8; spec.app_buffer_bytes as usize];
-    let mut end = Endpoint::new(&mut stream, CONN, &opts, rec);
+    let kernel = KernelProbe::start(instruments, &stream, rec, CONN);
+    let mut end = Endpoint::new(&mut stream, CONN, &opts, rec, &kernel);
     end.record_buffers(TRANSFER)?;
     let mut received = 0u64;
     loop {
@@ -89,6 +86,7 @@ pub fn client_socket(spec: &BulkSpec) -> io::Result<(Socket, u16)> {
 /// server to finish reading.
 pub fn send(
     spec: &BulkSpec,
+    instruments: Instruments,
     socket: Socket,
     server: SocketAddr,
     deadline: Option<Instant>,
@@ -105,10 +103,9 @@ pub fn send(
     rec.record(start_ns, CONN, TRANSFER, EventKind::ConnectStart);
     rec.record(done_ns, CONN, TRANSFER, EventKind::Connected);
     let mut stream: TcpStream = socket.into();
-    let buffer: Vec<u8> = (0..spec.app_buffer_bytes as usize)
-        .map(|i| (i % 251) as u8)
-        .collect();
-    let mut end = Endpoint::new(&mut stream, CONN, &opts, rec);
+    let buffer: Vec<u8> = (0..spec.app_buffer_bytes as usize).map(|i| (i % 251) as u8).collect();
+    let kernel = KernelProbe::start(instruments, &stream, rec, CONN);
+    let mut end = Endpoint::new(&mut stream, CONN, &opts, rec, &kernel);
     end.record_buffers(TRANSFER)?;
     let mut sent = 0u64;
     while sent < spec.bytes
@@ -125,14 +122,9 @@ pub fn send(
         end.recorder().flush_if_large();
     }
     // Half-close, then wait for the server's close: the transfer is done when it has read all.
-    end.stream
-        .shutdown(Shutdown::Write)
-        .map_err(|e| context(e, "bulk client shutdown"))?;
+    end.stream.shutdown(Shutdown::Write).map_err(|e| context(e, "bulk client shutdown"))?;
     let mut rest = [0u8; 64];
-    while end
-        .stream
-        .read(&mut rest)
-        .map_err(|e| context(e, "bulk client waiting for the close"))?
+    while end.stream.read(&mut rest).map_err(|e| context(e, "bulk client waiting for the close"))?
         > 0
     {}
     end.note(TRANSFER, EventKind::RequestDone);

@@ -10,11 +10,12 @@ use ackscope_shared::spec::MAX_BODY_BYTES;
 use ackscope_shared::{ConnId, EventKind, ReqId, RrSpec, Side};
 use socket2::{Domain, Protocol, Socket, Type};
 
-use super::endpoint::Endpoint;
+use super::endpoint::{Endpoint, KernelProbe};
 use super::options::SideOptions;
 use super::peers::{ConnTag, Peers};
 use super::record::Recorder;
 use super::{answer_into, context, LENGTH_PREFIX_BYTES};
+use ackscope_shared::wire::Instruments;
 
 /// What the client threads of one run share.
 pub struct Shared<'a> {
@@ -27,6 +28,7 @@ pub struct Shared<'a> {
     pub deadline: Option<Instant>,
     /// Set when any thread fails, or the user interrupts: the others stop after their request.
     pub stop: &'a AtomicBool,
+    pub instruments: Instruments,
 }
 
 impl Shared<'_> {
@@ -47,49 +49,36 @@ pub fn run(shared: &Shared, rec: &mut Recorder) -> io::Result<()> {
     let server = shared.server;
     let opts = SideOptions::rr(spec, Side::Client);
     // The request body: a recognisable pattern, so a wrong echo is caught below.
-    let request: Vec<u8> = (0..spec.size_bytes as usize)
-        .map(|i| (i % 251) as u8)
-        .collect();
+    let request: Vec<u8> = (0..spec.size_bytes as usize).map(|i| (i % 251) as u8).collect();
     let mut expected = Vec::new();
     answer_into(&request, spec.response_size(), &mut expected);
     let mut response = vec![0u8; spec.response_size() as usize];
 
-    let mut open: Option<(TcpStream, ConnTag)> = None;
+    let mut open: Option<(TcpStream, ConnTag, KernelProbe)> = None;
     let mut index_on_thread = 0u32;
     let mut last_req = ReqId(0);
     while let Some(req) = shared.take_request() {
         if spec.connects_before(index_on_thread) {
-            if let Some((stream, tag)) = open.take() {
-                close(stream, tag.conn, last_req, rec);
+            if let Some((stream, tag, kernel)) = open.take() {
+                close(stream, kernel, tag.conn, last_req, rec);
             }
             let conn = ConnId(shared.next_conn.fetch_add(1, Ordering::Relaxed));
             rec.record(rec.now_ns(), conn, req, EventKind::RequestStart);
-            open = Some(connect(
-                &opts,
-                server,
-                ConnTag::new(conn),
-                shared.peers,
-                req,
-                rec,
-            )?);
-        } else if let Some((_, tag)) = &open {
+            let (stream, tag) = connect(&opts, server, ConnTag::new(conn), shared.peers, req, rec)?;
+            let kernel = KernelProbe::start(shared.instruments, &stream, rec, conn);
+            open = Some((stream, tag, kernel));
+        } else if let Some((_, tag, _)) = &open {
             rec.record(rec.now_ns(), tag.conn, req, EventKind::RequestStart);
         }
         index_on_thread += 1;
         last_req = req;
-        let (stream, tag) = open
-            .as_mut()
-            .expect("connects_before(0) opened a connection");
+        let (stream, tag, kernel) = open.as_mut().expect("connects_before(0) opened a connection");
         tag.announce(req);
-        let mut end = Endpoint::new(stream, tag.conn, &opts, rec);
+        let mut end = Endpoint::new(stream, tag.conn, &opts, rec, kernel);
         let what = |step: &str| format!("request {}: client {step} on {server}", req.0);
-        end.write_message(req, &request)
-            .map_err(|e| context(e, what("write")))?;
+        end.write_message(req, &request).map_err(|e| context(e, what("write")))?;
         let mut answer_prefix = [0u8; LENGTH_PREFIX_BYTES];
-        if !end
-            .read_exact(req, &mut answer_prefix)
-            .map_err(|e| context(e, what("read")))?
-        {
+        if !end.read_exact(req, &mut answer_prefix).map_err(|e| context(e, what("read")))? {
             return Err(closed_by_server(req, server));
         }
         let answer_len = u32::from_be_bytes(answer_prefix);
@@ -104,10 +93,7 @@ pub fn run(shared: &Shared, rec: &mut Recorder) -> io::Result<()> {
                 ),
             ));
         }
-        if !end
-            .read_exact(req, &mut response)
-            .map_err(|e| context(e, what("read")))?
-        {
+        if !end.read_exact(req, &mut response).map_err(|e| context(e, what("read")))? {
             return Err(closed_by_server(req, server));
         }
         end.note(req, EventKind::RequestDone);
@@ -115,15 +101,12 @@ pub fn run(shared: &Shared, rec: &mut Recorder) -> io::Result<()> {
         if response != expected {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidData,
-                format!(
-                    "request {}: the answer from {server} is not the XORed request",
-                    req.0
-                ),
+                format!("request {}: the answer from {server} is not the XORed request", req.0),
             ));
         }
     }
-    if let Some((stream, tag)) = open {
-        close(stream, tag.conn, last_req, rec);
+    if let Some((stream, tag, kernel)) = open {
+        close(stream, kernel, tag.conn, last_req, rec);
     }
     rec.flush();
     Ok(())
@@ -157,11 +140,20 @@ fn connect(
     rec.record(start_ns, tag.conn, req, EventKind::ConnectStart);
     rec.record(done_ns, tag.conn, req, EventKind::Connected);
     let mut stream: TcpStream = socket.into();
-    Endpoint::new(&mut stream, tag.conn, opts, rec).record_buffers(req)?;
+    Endpoint::new(&mut stream, tag.conn, opts, rec, &KernelProbe::off()).record_buffers(req)?;
     Ok((stream, tag))
 }
 
-fn close(stream: TcpStream, conn: ConnId, last_req: ReqId, rec: &mut Recorder) {
+/// Closes a connection. The sampler holds a duplicate descriptor: it goes first, so that dropping
+/// the stream really closes the socket.
+fn close(
+    stream: TcpStream,
+    kernel: KernelProbe,
+    conn: ConnId,
+    last_req: ReqId,
+    rec: &mut Recorder,
+) {
+    drop(kernel);
     drop(stream);
     rec.record(rec.now_ns(), conn, last_req, EventKind::Closed);
 }
@@ -169,9 +161,6 @@ fn close(stream: TcpStream, conn: ConnId, last_req: ReqId, rec: &mut Recorder) {
 fn closed_by_server(req: ReqId, server: SocketAddr) -> io::Error {
     io::Error::new(
         io::ErrorKind::UnexpectedEof,
-        format!(
-            "request {}: the server on {server} closed the connection before answering",
-            req.0
-        ),
+        format!("request {}: the server on {server} closed the connection before answering", req.0),
     )
 }

@@ -14,11 +14,12 @@ use std::time::Duration;
 use ackscope_shared::{ConnId, Event, EventKind, ReqId, Side};
 use socket2::{Domain, Protocol, Socket, Type};
 
-use super::endpoint::Endpoint;
+use super::endpoint::{Endpoint, KernelProbe};
 use super::options::SideOptions;
 use super::peers::{ConnTag, Peers};
 use super::record::{Clock, Recorder};
 use super::{answer_into, context, LENGTH_PREFIX_BYTES};
+use ackscope_shared::wire::Instruments;
 
 #[derive(Clone, Debug)]
 pub struct EchoConfig {
@@ -30,6 +31,8 @@ pub struct EchoConfig {
     pub response_bytes: Option<u32>,
     /// Wait this long between reading a request and answering it.
     pub think: Duration,
+    /// TCP_INFO at syscalls and while blocked, for recorded connections.
+    pub instruments: Instruments,
 }
 
 /// Which connections are recorded, and how their requests are numbered.
@@ -37,18 +40,12 @@ pub enum Tagging {
     /// A run's own server: only connections its client registered, with the client's ids.
     Run(Arc<Peers>),
     /// A standalone server: every connection, numbered in the order they come.
-    Standalone {
-        next_conn: AtomicU32,
-        next_req: AtomicU32,
-    },
+    Standalone { next_conn: AtomicU32, next_req: AtomicU32 },
 }
 
 impl Tagging {
     pub fn standalone() -> Tagging {
-        Tagging::Standalone {
-            next_conn: AtomicU32::new(0),
-            next_req: AtomicU32::new(0),
-        }
+        Tagging::Standalone { next_conn: AtomicU32::new(0), next_req: AtomicU32::new(0) }
     }
 }
 
@@ -82,26 +79,12 @@ impl EchoServer {
             let stopping = Arc::clone(&stopping);
             let connections = Arc::clone(&connections);
             let tagging = Arc::new(tagging);
-            thread::Builder::new()
-                .name("echo-accept".into())
-                .spawn(move || {
-                    let accept = Accept {
-                        config,
-                        clock,
-                        tagging,
-                        sink,
-                        stopping,
-                        connections,
-                    };
-                    accept.run(listener);
-                })?
+            thread::Builder::new().name("echo-accept".into()).spawn(move || {
+                let accept = Accept { config, clock, tagging, sink, stopping, connections };
+                accept.run(listener);
+            })?
         };
-        Ok(EchoServer {
-            addr,
-            stopping,
-            accept_thread: Some(accept_thread),
-            connections,
-        })
+        Ok(EchoServer { addr, stopping, accept_thread: Some(accept_thread), connections })
     }
 
     pub fn addr(&self) -> SocketAddr {
@@ -137,27 +120,17 @@ impl Drop for EchoServer {
 }
 
 fn listener(listen: SocketAddr, opts: &SideOptions) -> io::Result<TcpListener> {
-    let socket = Socket::new(
-        Domain::for_address(listen),
-        Type::STREAM,
-        Some(Protocol::TCP),
-    )
-    .map_err(|e| context(e, "echo server socket"))?;
+    let socket = Socket::new(Domain::for_address(listen), Type::STREAM, Some(Protocol::TCP))
+        .map_err(|e| context(e, "echo server socket"))?;
     socket.set_reuse_address(true)?;
     opts.apply_before_handshake(&socket)?;
-    socket
-        .bind(&listen.into())
-        .map_err(|e| context(e, format!("echo server bind on {listen}")))?;
-    socket
-        .listen(128)
-        .map_err(|e| context(e, format!("echo server listen on {listen}")))?;
+    socket.bind(&listen.into()).map_err(|e| context(e, format!("echo server bind on {listen}")))?;
+    socket.listen(128).map_err(|e| context(e, format!("echo server listen on {listen}")))?;
     Ok(socket.into())
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
+    mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 struct Accept {
@@ -186,20 +159,16 @@ impl Accept {
             };
             let tag = match &*self.tagging {
                 Tagging::Run(peers) => peers.take(peer.port()),
-                Tagging::Standalone { next_conn, .. } => Some(ConnTag::new(ConnId(
-                    next_conn.fetch_add(1, Ordering::Relaxed),
-                ))),
+                Tagging::Standalone { next_conn, .. } => {
+                    Some(ConnTag::new(ConnId(next_conn.fetch_add(1, Ordering::Relaxed))))
+                }
             };
             // Connections this run did not make are served but not recorded.
             let (conn, mut recorder) = match (&tag, &self.sink) {
-                (Some(tag), Some(sink)) => (
-                    tag.conn,
-                    Recorder::new(self.clock, Side::Server, sink.clone()),
-                ),
-                _ => (
-                    ConnId(u32::MAX),
-                    Recorder::discarding(self.clock, Side::Server),
-                ),
+                (Some(tag), Some(sink)) => {
+                    (tag.conn, Recorder::new(self.clock, Side::Server, sink.clone()))
+                }
+                _ => (ConnId(u32::MAX), Recorder::discarding(self.clock, Side::Server)),
             };
             recorder.record(accepted_ns, conn, ReqId(0), EventKind::Accepted);
             let Ok(watch) = stream.try_clone() else {
@@ -207,19 +176,12 @@ impl Accept {
             };
             let config = self.config.clone();
             let tagging = Arc::clone(&self.tagging);
-            let spawned = thread::Builder::new()
-                .name("echo-conn".into())
-                .spawn(move || {
-                    let connection = Connection {
-                        peer,
-                        tag,
-                        tagging: &tagging,
-                        config: &config,
-                    };
-                    if let Err(e) = connection.serve(stream, conn, &mut recorder) {
-                        tracing::warn!("{e}");
-                    }
-                });
+            let spawned = thread::Builder::new().name("echo-conn".into()).spawn(move || {
+                let connection = Connection { peer, tag, tagging: &tagging, config: &config };
+                if let Err(e) = connection.serve(stream, conn, &mut recorder) {
+                    tracing::warn!("{e}");
+                }
+            });
             match spawned {
                 Ok(handle) => self.keep(watch, handle),
                 Err(e) => tracing::warn!("echo server could not start a connection thread: {e}"),
@@ -230,9 +192,8 @@ impl Accept {
     fn keep(&self, stream: TcpStream, handle: JoinHandle<()>) {
         let mut open = lock(&self.connections);
         // Forget threads that already ended so that long runs with reconnects stay small.
-        let (done, running): (Vec<_>, Vec<_>) = std::mem::take(&mut *open)
-            .into_iter()
-            .partition(|(_, h)| h.is_finished());
+        let (done, running): (Vec<_>, Vec<_>) =
+            std::mem::take(&mut *open).into_iter().partition(|(_, h)| h.is_finished());
         for (_, handle) in done {
             let _ = handle.join();
         }
@@ -264,10 +225,9 @@ impl Connection<'_> {
     fn serve(&self, mut stream: TcpStream, conn: ConnId, rec: &mut Recorder) -> io::Result<()> {
         let peer = self.peer;
         let config = self.config;
-        stream
-            .set_nodelay(config.opts.nodelay)
-            .map_err(|e| context(e, "set TCP_NODELAY"))?;
-        let mut end = Endpoint::new(&mut stream, conn, &config.opts, rec);
+        stream.set_nodelay(config.opts.nodelay).map_err(|e| context(e, "set TCP_NODELAY"))?;
+        let kernel = KernelProbe::start(config.instruments, &stream, rec, conn);
+        let mut end = Endpoint::new(&mut stream, conn, &config.opts, rec, &kernel);
         end.record_buffers(ReqId(0))?;
         let mut body = Vec::new();
         let mut answer = Vec::new();
@@ -340,14 +300,11 @@ mod tests {
 
     fn config(max_body_bytes: u32) -> EchoConfig {
         EchoConfig {
-            opts: SideOptions {
-                side_name: "server",
-                nodelay: true,
-                ..SideOptions::default()
-            },
+            opts: SideOptions { side_name: "server", nodelay: true, ..SideOptions::default() },
             max_body_bytes,
             response_bytes: None,
             think: Duration::ZERO,
+            instruments: Instruments::default(),
         }
     }
 
@@ -378,9 +335,7 @@ mod tests {
         .unwrap();
         let mut greedy = TcpStream::connect(server.addr()).unwrap();
         let mut polite = TcpStream::connect(server.addr()).unwrap();
-        greedy
-            .set_read_timeout(Some(Duration::from_secs(10)))
-            .unwrap();
+        greedy.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
 
         greedy.write_all(&u32::MAX.to_be_bytes()).unwrap();
         let mut rest = Vec::new();
@@ -394,10 +349,7 @@ mod tests {
         let expected: Vec<u8> = b"hello".iter().map(|b| b ^ XOR_KEY).collect();
         assert_eq!(answer, expected);
         let mut fresh = TcpStream::connect(server.addr()).unwrap();
-        assert_eq!(
-            echo_once(&mut fresh, &[0u8; 1024]).unwrap(),
-            vec![XOR_KEY; 1024]
-        );
+        assert_eq!(echo_once(&mut fresh, &[0u8; 1024]).unwrap(), vec![XOR_KEY; 1024]);
         drop((polite, fresh));
         server.shutdown();
     }
@@ -410,36 +362,21 @@ mod tests {
         client.write_all(&5000u32.to_be_bytes()).unwrap();
         let config = config(4096);
         let tagging = Tagging::standalone();
-        let connection = Connection {
-            peer,
-            tag: None,
-            tagging: &tagging,
-            config: &config,
-        };
+        let connection = Connection { peer, tag: None, tagging: &tagging, config: &config };
         let mut recorder = Recorder::discarding(Clock::start(), Side::Server);
-        let err = connection
-            .serve(accepted, ConnId(0), &mut recorder)
-            .unwrap_err();
+        let err = connection.serve(accepted, ConnId(0), &mut recorder).unwrap_err();
         let message = err.to_string();
         assert!(message.contains(&peer.to_string()), "{message}");
-        assert!(
-            message.contains("5000") && message.contains("4096-byte cap"),
-            "{message}"
-        );
+        assert!(message.contains("5000") && message.contains("4096-byte cap"), "{message}");
     }
 
     #[test]
     fn answers_can_be_longer_or_shorter_than_requests() {
         let mut long = config(1024);
         long.response_bytes = Some(7);
-        let server = EchoServer::start(
-            loopback(),
-            long,
-            Clock::start(),
-            Tagging::standalone(),
-            None,
-        )
-        .unwrap();
+        let server =
+            EchoServer::start(loopback(), long, Clock::start(), Tagging::standalone(), None)
+                .unwrap();
         let mut client = TcpStream::connect(server.addr()).unwrap();
         let answer = echo_once(&mut client, b"abc").unwrap();
         let expected: Vec<u8> = b"abcabca".iter().map(|b| b ^ XOR_KEY).collect();

@@ -9,7 +9,44 @@ use socket2::SockRef;
 
 use super::options::{effective_buffers, SideOptions};
 use super::record::Recorder;
+use super::tcp_info::{self, BlockSampler};
 use super::{context, LENGTH_PREFIX_BYTES};
+use ackscope_shared::wire::Instruments;
+use std::time::Duration;
+
+/// The kernel's view of one side of a connection: TCP_INFO at syscall boundaries and while a
+/// call is blocked, as the run's instruments say. Lives as long as the connection.
+pub struct KernelProbe {
+    at_syscalls: bool,
+    sampler: Option<BlockSampler>,
+}
+
+impl KernelProbe {
+    pub fn off() -> KernelProbe {
+        KernelProbe { at_syscalls: false, sampler: None }
+    }
+
+    /// Starts what `instruments` asks for on `stream`, recording through `rec`'s channel. Only
+    /// recorded connections are sampled.
+    pub fn start(
+        instruments: Instruments,
+        stream: &TcpStream,
+        rec: &Recorder,
+        conn: ConnId,
+    ) -> KernelProbe {
+        let Some(sink) = rec.sink() else { return KernelProbe::off() };
+        let sampler = (instruments.tcp_info_interval_us > 0)
+            .then(|| stream.try_clone().ok())
+            .flatten()
+            .and_then(|clone| {
+                let interval = Duration::from_micros(u64::from(instruments.tcp_info_interval_us));
+                BlockSampler::start(clone, interval, rec.clock(), rec.side(), conn, sink)
+                    .map_err(|e| tracing::warn!("TCP_INFO sampling while blocked is off: {e}"))
+                    .ok()
+            });
+        KernelProbe { at_syscalls: instruments.tcp_info_at_syscalls, sampler }
+    }
+}
 
 /// A short-lived view: the socket, its side's options and the side's recorder, borrowed together.
 pub struct Endpoint<'a> {
@@ -17,6 +54,7 @@ pub struct Endpoint<'a> {
     pub conn: ConnId,
     opts: &'a SideOptions,
     rec: &'a mut Recorder,
+    kernel: &'a KernelProbe,
     /// Length and body copied together for [`WritePattern::Single`].
     scratch: Vec<u8>,
 }
@@ -27,13 +65,33 @@ impl<'a> Endpoint<'a> {
         conn: ConnId,
         opts: &'a SideOptions,
         rec: &'a mut Recorder,
+        kernel: &'a KernelProbe,
     ) -> Self {
-        Endpoint {
-            stream,
-            conn,
-            opts,
-            rec,
-            scratch: Vec::new(),
+        Endpoint { stream, conn, opts, rec, kernel, scratch: Vec::new() }
+    }
+
+    /// Brackets one syscall: tells the sampler a call may block, and reads TCP_INFO at the
+    /// boundary after it.
+    fn measured<T>(&mut self, req: ReqId, call: impl FnOnce(&mut TcpStream) -> T) -> (u64, T, u64) {
+        if let Some(sampler) = &self.kernel.sampler {
+            sampler.blocked(req);
+        }
+        let start_ns = self.rec.now_ns();
+        let result = call(self.stream);
+        let done_ns = self.rec.now_ns();
+        if let Some(sampler) = &self.kernel.sampler {
+            sampler.unblocked();
+        }
+        (start_ns, result, done_ns)
+    }
+
+    fn boundary_sample(&mut self, req: ReqId) {
+        if !self.kernel.at_syscalls {
+            return;
+        }
+        if let Ok(sample) = tcp_info::sample(&*self.stream, false) {
+            let at_ns = self.rec.now_ns();
+            self.rec.record(at_ns, self.conn, req, EventKind::TcpInfo(Box::new(sample)));
         }
     }
 
@@ -50,28 +108,19 @@ impl<'a> Endpoint<'a> {
     /// caps it at rmem_max / wmem_max).
     pub fn record_buffers(&mut self, req: ReqId) -> io::Result<()> {
         let (sndbuf_bytes, rcvbuf_bytes) = effective_buffers(&SockRef::from(&*self.stream))?;
-        self.note(
-            req,
-            EventKind::Buffers {
-                sndbuf_bytes,
-                rcvbuf_bytes,
-            },
-        );
+        self.note(req, EventKind::Buffers { sndbuf_bytes, rcvbuf_bytes });
         Ok(())
     }
 
     /// One `read()`; with TCP_QUICKACK on, re-armed after every read that returned data (the
     /// kernel clears it).
     pub fn read(&mut self, req: ReqId, buf: &mut [u8]) -> io::Result<usize> {
-        let start_ns = self.rec.now_ns();
-        let result = self.stream.read(buf);
-        let done_ns = self.rec.now_ns();
         let len_bytes = clamp_u32(buf.len());
-        self.rec
-            .record(start_ns, self.conn, req, EventKind::ReadStart { len_bytes });
+        let (start_ns, result, done_ns) = self.measured(req, |stream| stream.read(buf));
+        self.rec.record(start_ns, self.conn, req, EventKind::ReadStart { len_bytes });
         let bytes = clamp_u32(*result.as_ref().unwrap_or(&0));
-        self.rec
-            .record(done_ns, self.conn, req, EventKind::ReadDone { bytes });
+        self.rec.record(done_ns, self.conn, req, EventKind::ReadDone { bytes });
+        self.boundary_sample(req);
         if self.opts.quickack && bytes > 0 {
             self.set_option(req, SockOpt::QuickAck, true)?;
         }
@@ -101,9 +150,7 @@ impl<'a> Endpoint<'a> {
 
     /// One `write()`.
     pub fn write(&mut self, req: ReqId, buf: &[u8]) -> io::Result<usize> {
-        let start_ns = self.rec.now_ns();
-        let result = self.stream.write(buf);
-        let done_ns = self.rec.now_ns();
+        let (start_ns, result, done_ns) = self.measured(req, |stream| stream.write(buf));
         self.record_write(req, start_ns, done_ns, buf.len(), &result);
         result
     }
@@ -111,9 +158,8 @@ impl<'a> Endpoint<'a> {
     /// One `writev()` of two buffers.
     fn writev(&mut self, req: ReqId, first: &[u8], second: &[u8]) -> io::Result<usize> {
         let slices = [IoSlice::new(first), IoSlice::new(second)];
-        let start_ns = self.rec.now_ns();
-        let result = self.stream.write_vectored(&slices);
-        let done_ns = self.rec.now_ns();
+        let (start_ns, result, done_ns) =
+            self.measured(req, |stream| stream.write_vectored(&slices));
         self.record_write(req, start_ns, done_ns, first.len() + second.len(), &result);
         result
     }
@@ -127,11 +173,10 @@ impl<'a> Endpoint<'a> {
         r: &io::Result<usize>,
     ) {
         let len_bytes = clamp_u32(len);
-        self.rec
-            .record(start, self.conn, req, EventKind::WriteStart { len_bytes });
+        self.rec.record(start, self.conn, req, EventKind::WriteStart { len_bytes });
         let bytes = clamp_u32(*r.as_ref().unwrap_or(&0));
-        self.rec
-            .record(done, self.conn, req, EventKind::WriteDone { bytes });
+        self.rec.record(done, self.conn, req, EventKind::WriteDone { bytes });
+        self.boundary_sample(req);
     }
 
     pub fn write_all(&mut self, req: ReqId, mut buf: &[u8]) -> io::Result<()> {
@@ -200,13 +245,7 @@ impl<'a> Endpoint<'a> {
             SockOpt::QuickAck => socket.set_tcp_quickack(on),
         };
         result.map_err(|e| context(e, format!("{opt:?} on the {side}")))?;
-        self.note(
-            req,
-            EventKind::SockOpt {
-                opt,
-                value: u32::from(on),
-            },
-        );
+        self.note(req, EventKind::SockOpt { opt, value: u32::from(on) });
         Ok(())
     }
 }

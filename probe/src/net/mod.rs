@@ -26,13 +26,7 @@ pub fn answer_into(request: &[u8], len: u32, answer: &mut Vec<u8>) {
         answer.resize(len as usize, XOR_KEY);
         return;
     }
-    answer.extend(
-        request
-            .iter()
-            .cycle()
-            .take(len as usize)
-            .map(|byte| byte ^ XOR_KEY),
-    );
+    answer.extend(request.iter().cycle().take(len as usize).map(|byte| byte ^ XOR_KEY));
 }
 
 /// Wraps an IO error with the operation that failed, for messages such as

@@ -83,8 +83,5 @@ impl SideOptions {
 /// The buffer sizes the kernel actually set (what getsockopt says).
 pub fn effective_buffers(socket: &Socket) -> io::Result<(u32, u32)> {
     let clamp = |n: usize| u32::try_from(n).unwrap_or(u32::MAX);
-    Ok((
-        clamp(socket.send_buffer_size()?),
-        clamp(socket.recv_buffer_size()?),
-    ))
+    Ok((clamp(socket.send_buffer_size()?), clamp(socket.recv_buffer_size()?)))
 }

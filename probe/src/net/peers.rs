@@ -23,10 +23,7 @@ pub struct ConnTag {
 
 impl ConnTag {
     pub fn new(conn: ConnId) -> ConnTag {
-        ConnTag {
-            conn,
-            requests: Arc::default(),
-        }
+        ConnTag { conn, requests: Arc::default() }
     }
 
     /// Client: request `req` is the next one on this connection.
@@ -59,7 +56,5 @@ impl Peers {
 
 /// A panic while holding one of these locks leaves plain data behind: still usable.
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
+    mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }

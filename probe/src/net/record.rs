@@ -14,9 +14,7 @@ pub struct Clock {
 
 impl Clock {
     pub fn start() -> Clock {
-        Clock {
-            epoch: Instant::now(),
-        }
+        Clock { epoch: Instant::now() }
     }
 
     pub fn now_ns(&self) -> u64 {
@@ -42,26 +40,21 @@ const BATCH_CAP: usize = 16 * 1024;
 
 impl Recorder {
     pub fn new(clock: Clock, side: Side, sink: SyncSender<Vec<Event>>) -> Recorder {
-        Recorder {
-            clock,
-            side,
-            batch: Vec::with_capacity(64),
-            sink: Some(sink),
-        }
+        Recorder { clock, side, batch: Vec::with_capacity(64), sink: Some(sink) }
     }
 
     /// A recorder that stamps nothing and keeps nothing.
     pub fn discarding(clock: Clock, side: Side) -> Recorder {
-        Recorder {
-            clock,
-            side,
-            batch: Vec::new(),
-            sink: None,
-        }
+        Recorder { clock, side, batch: Vec::new(), sink: None }
     }
 
     pub fn is_recording(&self) -> bool {
         self.sink.is_some()
+    }
+
+    /// Where this recorder's batches go, for another thread recording the same side.
+    pub fn sink(&self) -> Option<SyncSender<Vec<Event>>> {
+        self.sink.clone()
     }
 
     pub fn now_ns(&self) -> u64 {
@@ -80,13 +73,7 @@ impl Recorder {
         if self.sink.is_none() {
             return;
         }
-        self.batch.push(Event {
-            at_ns,
-            side: self.side,
-            conn,
-            req,
-            kind,
-        });
+        self.batch.push(Event { at_ns, side: self.side, conn, req, kind });
         if self.batch.len() >= BATCH_CAP {
             self.flush();
         }

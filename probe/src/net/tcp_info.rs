@@ -66,11 +66,7 @@ fn describe(socket: &impl AsFd) -> String {
         Some(a) => a.to_string(),
         None => "?".to_string(),
     };
-    format!(
-        "getsockopt(TCP_INFO) on {} -> {}",
-        addr(sock.local_addr()),
-        addr(sock.peer_addr())
-    )
+    format!("getsockopt(TCP_INFO) on {} -> {}", addr(sock.local_addr()), addr(sock.peer_addr()))
 }
 
 /// Samples `TCP_INFO` of one socket while a read or write on it is blocked, so that a stall
@@ -153,10 +149,7 @@ impl BlockSampler {
             .name(format!("tcp-info {} {}", side.name(), conn.0))
             .spawn(move || worker.run())
             .map_err(|e| context(e, "spawn the TCP_INFO sampler thread"))?;
-        Ok(BlockSampler {
-            shared,
-            thread: Some(thread),
-        })
+        Ok(BlockSampler { shared, thread: Some(thread) })
     }
 
     /// The measuring thread (one thread: the one making the calls) is about to make a call for
@@ -166,9 +159,7 @@ impl BlockSampler {
         if generation == 0 {
             generation = 1; // after 2^32 calls: 0 would read as NOT_BLOCKED
         }
-        self.shared
-            .next_generation
-            .store(generation.wrapping_add(1), Ordering::Relaxed);
+        self.shared.next_generation.store(generation.wrapping_add(1), Ordering::Relaxed);
         let word = (u64::from(generation) << 32) | u64::from(req.0);
         self.shared.block.store(word, Ordering::Release);
     }
@@ -281,9 +272,7 @@ mod tests {
     /// One request as the echo protocol's naive client sends it: the length prefix and the body
     /// in two writes; the answer in one write.
     fn split_exchange(client: &mut TcpStream, server: &mut TcpStream, body: usize) {
-        client
-            .write_all(&(body as u32).to_be_bytes())
-            .expect("write length");
+        client.write_all(&(body as u32).to_be_bytes()).expect("write length");
         client.write_all(&vec![7; body]).expect("write body");
         let mut request = vec![0; 4 + body];
         server.read_exact(&mut request).expect("server read");
@@ -344,9 +333,7 @@ mod tests {
         let reader_before = sample(&server, false).expect("sample server");
 
         let wrote = Instant::now();
-        client
-            .write_all(&2048u32.to_be_bytes())
-            .expect("write length");
+        client.write_all(&2048u32.to_be_bytes()).expect("write length");
         client.write_all(&[9; 2048]).expect("write body");
         let writer = sample(&client, false).expect("sample client");
         let reader = sample(&server, false).expect("sample server");
@@ -374,10 +361,7 @@ mod tests {
             if w.notsent_bytes == Some(0) {
                 break wrote.elapsed();
             }
-            assert!(
-                wrote.elapsed() < Duration::from_secs(2),
-                "body never left: {w:?}"
-            );
+            assert!(wrote.elapsed() < Duration::from_secs(2), "body never left: {w:?}");
             thread::sleep(Duration::from_micros(500));
         };
         let (ack_after, segments) = first_reader_segment.expect("the ACK that released the body");
@@ -424,19 +408,13 @@ mod tests {
         );
         assert!(events.len() >= 5, "{} samples", events.len());
         for event in &events {
-            assert_eq!(
-                (event.side, event.conn, event.req),
-                (Side::Client, ConnId(7), ReqId(3))
-            );
+            assert_eq!((event.side, event.conn, event.req), (Side::Client, ConnId(7), ReqId(3)));
             assert!(event.at_ns >= blocked_ns + 1_000_000 && event.at_ns <= unblocked_ns);
             let info = info(event);
             assert!(info.during_block);
             assert_eq!(info.state, ESTABLISHED);
         }
-        assert!(
-            stopped_after < Duration::from_millis(100),
-            "{stopped_after:?}"
-        );
+        assert!(stopped_after < Duration::from_millis(100), "{stopped_after:?}");
     }
 
     #[test]
@@ -472,11 +450,7 @@ mod tests {
         thread::sleep(Duration::from_millis(20));
         let stopping = Instant::now();
         drop(sampler);
-        assert!(
-            stopping.elapsed() < Duration::from_millis(500),
-            "{:?}",
-            stopping.elapsed()
-        );
+        assert!(stopping.elapsed() < Duration::from_millis(500), "{:?}", stopping.elapsed());
         assert_eq!(tcp_info_events(&rx).len(), 0);
     }
 
@@ -496,24 +470,12 @@ mod tests {
         let (server_tx, server_rx) = sync_channel(1024);
         let client_clone = client.try_clone().expect("try_clone");
         let server_clone = server.try_clone().expect("try_clone");
-        let client_sampler = BlockSampler::start(
-            client_clone,
-            interval,
-            clock,
-            Side::Client,
-            ConnId(1),
-            client_tx,
-        )
-        .expect("start client sampler");
-        let server_sampler = BlockSampler::start(
-            server_clone,
-            interval,
-            clock,
-            Side::Server,
-            ConnId(1),
-            server_tx,
-        )
-        .expect("start server sampler");
+        let client_sampler =
+            BlockSampler::start(client_clone, interval, clock, Side::Client, ConnId(1), client_tx)
+                .expect("start client sampler");
+        let server_sampler =
+            BlockSampler::start(server_clone, interval, clock, Side::Server, ConnId(1), server_tx)
+                .expect("start server sampler");
 
         let server_thread = thread::spawn(move || {
             let mut length = [0; 4];
@@ -526,9 +488,7 @@ mod tests {
             server_sampler.stop().expect("server sampler");
         });
         let start = Instant::now();
-        client
-            .write_all(&2048u32.to_be_bytes())
-            .expect("write length");
+        client.write_all(&2048u32.to_be_bytes()).expect("write length");
         client.write_all(&[9; 2048]).expect("write body");
         client_sampler.blocked(ReqId(5));
         client.read_exact(&mut [0; 4]).expect("client read");
@@ -539,14 +499,8 @@ mod tests {
 
         let client_events = tcp_info_events(&client_rx);
         let server_events = tcp_info_events(&server_rx);
-        let held = client_events
-            .iter()
-            .filter(|e| info(e).notsent_bytes == Some(2048))
-            .count();
-        let delaying = server_events
-            .iter()
-            .filter(|e| info(e).ato_us >= 40_000)
-            .count();
+        let held = client_events.iter().filter(|e| info(e).notsent_bytes == Some(2048)).count();
+        let delaying = server_events.iter().filter(|e| info(e).ato_us >= 40_000).count();
         eprintln!(
             "exchange took {took:?}; client: {} samples, {held} with notsent 2048; \
              server: {} samples, {delaying} with ato >= 40 ms\nfirst client sample {:?}\n\
@@ -557,15 +511,7 @@ mod tests {
             server_events.first().map(info),
         );
         assert!(took >= Duration::from_millis(30), "no stall: {took:?}");
-        assert!(
-            held >= 5,
-            "{held} of {} client samples",
-            client_events.len()
-        );
-        assert!(
-            delaying >= 5,
-            "{delaying} of {} server samples",
-            server_events.len()
-        );
+        assert!(held >= 5, "{held} of {} client samples", client_events.len());
+        assert!(delaying >= 5, "{delaying} of {} server samples", server_events.len());
     }
 }

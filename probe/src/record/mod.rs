@@ -24,11 +24,7 @@ impl SessionWriter {
         let file = File::create(path).map_err(|e| {
             io::Error::new(e.kind(), format!("cannot create {}: {e}", path.display()))
         })?;
-        Ok(SessionWriter {
-            path: path.to_owned(),
-            out: BufWriter::new(file),
-            frame: Vec::new(),
-        })
+        Ok(SessionWriter { path: path.to_owned(), out: BufWriter::new(file), frame: Vec::new() })
     }
 
     /// Appends one message and hands it to the kernel.
@@ -51,9 +47,8 @@ pub struct SessionFile {
 /// Reads a session file. IO errors and a refused version are errors; a corrupt or truncated
 /// frame is reported in [`SessionFile::error`] with everything before it kept.
 pub fn read(path: &Path) -> Result<SessionFile, String> {
-    let size = std::fs::metadata(path)
-        .map_err(|e| format!("cannot read {}: {e}", path.display()))?
-        .len();
+    let size =
+        std::fs::metadata(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?.len();
     if size > MAX_FILE_BYTES {
         return Err(format!(
             "{} is {size} bytes, over the {MAX_FILE_BYTES}-byte limit for session files",
@@ -69,10 +64,7 @@ pub fn read(path: &Path) -> Result<SessionFile, String> {
             Ok(message) => {
                 if messages.is_empty() {
                     wire::check_hello(&message).map_err(|e| {
-                        format!(
-                            "{} is not a session file this build can read: {e}",
-                            path.display()
-                        )
+                        format!("{} is not a session file this build can read: {e}", path.display())
                     })?;
                 }
                 messages.push(message);
@@ -85,10 +77,7 @@ pub fn read(path: &Path) -> Result<SessionFile, String> {
     }
     if messages.is_empty() {
         let why = error.map_or("it is empty".to_string(), |e| e.to_string());
-        return Err(format!(
-            "{} is not an ackscope session file: {why}",
-            path.display()
-        ));
+        return Err(format!("{} is not an ackscope session file: {why}", path.display()));
     }
     Ok(SessionFile { messages, error })
 }

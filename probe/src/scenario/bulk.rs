@@ -24,23 +24,18 @@ pub fn run(
     });
     let (listener, server, socket, client_port) = match setup {
         Ok(parts) => parts,
-        Err(e) => {
-            return RunOutcome::Failed {
-                error: e.to_string(),
-            }
-        }
+        Err(e) => return RunOutcome::Failed { error: e.to_string() },
     };
-    let deadline = spec
-        .duration_ms
-        .map(|ms| Instant::now() + Duration::from_millis(u64::from(ms)));
+    let deadline = spec.duration_ms.map(|ms| Instant::now() + Duration::from_millis(u64::from(ms)));
     let mut server_rec = collector.recorder(Side::Server);
     let mut client_rec = collector.recorder(Side::Client);
     drop(collector);
     let (sent, received) = thread::scope(|scope| {
-        let receiver =
-            scope.spawn(move || bulk::serve(spec, listener, client_port, &mut server_rec));
-        let sender =
-            scope.spawn(move || bulk::send(spec, socket, server, deadline, stop, &mut client_rec));
+        let receiver = scope
+            .spawn(move || bulk::serve(spec, instruments, listener, client_port, &mut server_rec));
+        let sender = scope.spawn(move || {
+            bulk::send(spec, instruments, socket, server, deadline, stop, &mut client_rec)
+        });
         for batch in batches {
             on_events(batch);
         }
@@ -48,9 +43,9 @@ pub fn run(
     });
     let error = match (sent, received) {
         (Err(e), _) | (_, Err(e)) => Some(e),
-        (Ok(sent), Ok(received)) if sent != received => Some(format!(
-            "the client sent {sent} bytes but the server read {received}"
-        )),
+        (Ok(sent), Ok(received)) if sent != received => {
+            Some(format!("the client sent {sent} bytes but the server read {received}"))
+        }
         _ => None,
     };
     outcome(error, stop)

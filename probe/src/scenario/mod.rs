@@ -45,14 +45,7 @@ pub(crate) struct Collector {
 impl Collector {
     pub fn new(instruments: Instruments) -> (Collector, Receiver<Vec<Event>>) {
         let (sink, batches) = sync_channel(CHANNEL_BATCHES);
-        (
-            Collector {
-                clock: Clock::start(),
-                instruments,
-                sink,
-            },
-            batches,
-        )
+        (Collector { clock: Clock::start(), instruments, sink }, batches)
     }
 
     /// A recorder for one thread; a discarding one when event recording is off.

@@ -29,17 +29,14 @@ pub fn run(
         max_body_bytes: MAX_BODY_BYTES,
         response_bytes: spec.response_bytes,
         think: Duration::from_micros(u64::from(spec.think_us)),
+        instruments,
     };
     let listen: SocketAddr = (Ipv4Addr::LOCALHOST, 0).into();
     let tagging = Tagging::Run(Arc::clone(&peers));
     let server = match EchoServer::start(listen, config, collector.clock, tagging, collector.sink())
     {
         Ok(server) => server,
-        Err(e) => {
-            return RunOutcome::Failed {
-                error: e.to_string(),
-            }
-        }
+        Err(e) => return RunOutcome::Failed { error: e.to_string() },
     };
     let first_error = Mutex::new(None);
     // One flag for "stop starting requests": set by the user, or by the first thread to fail.
@@ -50,10 +47,9 @@ pub fn run(
         peers: &peers,
         next_req: AtomicU32::new(0),
         next_conn: AtomicU32::new(0),
-        deadline: spec
-            .duration_ms
-            .map(|ms| Instant::now() + Duration::from_millis(u64::from(ms))),
+        deadline: spec.duration_ms.map(|ms| Instant::now() + Duration::from_millis(u64::from(ms))),
         stop: &stop,
+        instruments,
     };
     let clients_done = AtomicBool::new(false);
     thread::scope(|scope| {

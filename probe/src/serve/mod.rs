@@ -42,14 +42,9 @@ pub async fn serve(
     session: Arc<Session>,
 ) -> std::io::Result<()> {
     let addr = listener.local_addr()?;
-    let app = Arc::new(App {
-        session,
-        own_origins: own_origins(addr),
-    });
-    let router = Router::new()
-        .route("/ws", get(upgrade))
-        .fallback(get(static_file))
-        .with_state(app);
+    let app = Arc::new(App { session, own_origins: own_origins(addr) });
+    let router =
+        Router::new().route("/ws", get(upgrade)).fallback(get(static_file)).with_state(app);
     axum::serve(listener, router)
         .with_graceful_shutdown(async {
             let _ = tokio::signal::ctrl_c().await;
@@ -103,10 +98,7 @@ async fn stream_session(mut socket: WebSocket, app: Arc<App>) {
     let mut cursor = Cursor::default();
     if send(
         &mut socket,
-        &ToBrowser::Hello(Hello::current(
-            env!("CARGO_PKG_VERSION"),
-            crate::host::facts(),
-        )),
+        &ToBrowser::Hello(Hello::current(env!("CARGO_PKG_VERSION"), crate::host::facts())),
     )
     .await
     .is_err()
@@ -137,10 +129,7 @@ async fn stream_session(mut socket: WebSocket, app: Arc<App>) {
             Err(e) => Some(format!("could not read the request ({e}); reload the page")),
         };
         if let Some(reason) = reply {
-            if send(&mut socket, &ToBrowser::Rejected { reason })
-                .await
-                .is_err()
-            {
+            if send(&mut socket, &ToBrowser::Rejected { reason }).await.is_err() {
                 return;
             }
         }
@@ -148,9 +137,7 @@ async fn stream_session(mut socket: WebSocket, app: Arc<App>) {
 }
 
 async fn send(socket: &mut WebSocket, message: &ToBrowser) -> Result<(), axum::Error> {
-    socket
-        .send(Message::Binary(wire::encode(message).into()))
-        .await
+    socket.send(Message::Binary(wire::encode(message).into())).await
 }
 
 /// Starts a run on a blocking thread; its events reach every tab through the session.
@@ -164,11 +151,9 @@ pub fn start_run(session: &Arc<Session>, spec: Scenario) -> Result<(), String> {
             ))
         }
         Scenario::Server(_) => {
-            return Err(
-                "the browser starts rr and bulk runs; run `ackscope server` for a \
+            return Err("the browser starts rr and bulk runs; run `ackscope server` for a \
                         standalone echo server"
-                    .into(),
-            )
+                .into())
         }
         _ => {}
     }
@@ -178,12 +163,9 @@ pub fn start_run(session: &Arc<Session>, spec: Scenario) -> Result<(), String> {
     // Runs from the browser end by themselves; nothing stops them early.
     static NEVER: AtomicBool = AtomicBool::new(false);
     tokio::task::spawn_blocking(move || {
-        let outcome = scenario::run(&spec, instruments, &NEVER, |events| {
-            session.append(run, events)
-        })
-        .unwrap_or_else(|e| wire::RunOutcome::Failed {
-            error: e.to_string(),
-        });
+        let outcome =
+            scenario::run(&spec, instruments, &NEVER, |events| session.append(run, events))
+                .unwrap_or_else(|e| wire::RunOutcome::Failed { error: e.to_string() });
         session.finish(run, outcome);
     });
     Ok(())
@@ -199,11 +181,10 @@ async fn static_file(uri: Uri) -> Response {
             asset.bytes,
         )
             .into_response(),
-        None if !assets::is_built() && uri.path() == "/" => (
-            [(header::CONTENT_TYPE, "text/html; charset=utf-8")],
-            assets::NOT_BUILT_PAGE,
-        )
-            .into_response(),
+        None if !assets::is_built() && uri.path() == "/" => {
+            ([(header::CONTENT_TYPE, "text/html; charset=utf-8")], assets::NOT_BUILT_PAGE)
+                .into_response()
+        }
         None => (StatusCode::NOT_FOUND, "ackscope: no such page\n").into_response(),
     }
 }

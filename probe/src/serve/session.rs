@@ -32,10 +32,7 @@ pub struct Cursor {
 
 impl Session {
     pub fn new() -> Arc<Session> {
-        Arc::new(Session {
-            runs: Mutex::new(Vec::new()),
-            changed: watch::channel(0).0,
-        })
+        Arc::new(Session { runs: Mutex::new(Vec::new()), changed: watch::channel(0).0 })
     }
 
     pub fn subscribe(&self) -> watch::Receiver<u64> {
@@ -53,13 +50,7 @@ impl Session {
             ));
         }
         let id = RunId(runs.len() as u32 + 1);
-        runs.push(RunRecord {
-            id,
-            spec,
-            instruments,
-            events: Vec::new(),
-            outcome: None,
-        });
+        runs.push(RunRecord { id, spec, instruments, events: Vec::new(), outcome: None });
         drop(runs);
         self.notify();
         Ok(id)
@@ -94,17 +85,11 @@ impl Session {
             }
             let (sent, finished) = &mut cursor.runs[index];
             for chunk in record.events[*sent..].chunks(EVENTS_PER_MESSAGE) {
-                messages.push(ToBrowser::Events {
-                    run: record.id,
-                    events: chunk.to_vec(),
-                });
+                messages.push(ToBrowser::Events { run: record.id, events: chunk.to_vec() });
             }
             *sent = record.events.len();
             if let (Some(outcome), false) = (&record.outcome, *finished) {
-                messages.push(ToBrowser::RunFinished {
-                    run: record.id,
-                    outcome: outcome.clone(),
-                });
+                messages.push(ToBrowser::RunFinished { run: record.id, outcome: outcome.clone() });
                 *finished = true;
             }
         }
@@ -116,9 +101,7 @@ impl Session {
     }
 
     fn lock(&self) -> MutexGuard<'_, Vec<RunRecord>> {
-        self.runs
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.runs.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 }
 
@@ -140,16 +123,11 @@ mod tests {
     #[test]
     fn a_late_tab_gets_everything_and_a_live_tab_only_what_is_new() {
         let session = Session::new();
-        let run = session
-            .begin_run(Scenario::Rr(RrSpec::default()), Instruments::default())
-            .unwrap();
+        let run =
+            session.begin_run(Scenario::Rr(RrSpec::default()), Instruments::default()).unwrap();
         session.append(run, vec![event(1), event(2)]);
         let mut live = Cursor::default();
-        assert_eq!(
-            session.catch_up(&mut live).len(),
-            2,
-            "RunStarted + one Events"
-        );
+        assert_eq!(session.catch_up(&mut live).len(), 2, "RunStarted + one Events");
         session.append(run, vec![event(3)]);
         session.finish(run, RunOutcome::Completed);
         let new = session.catch_up(&mut live);
@@ -161,13 +139,7 @@ mod tests {
         let all = session.catch_up(&mut late);
         let replayed: usize = all
             .iter()
-            .map(|m| {
-                if let ToBrowser::Events { events, .. } = m {
-                    events.len()
-                } else {
-                    0
-                }
-            })
+            .map(|m| if let ToBrowser::Events { events, .. } = m { events.len() } else { 0 })
             .sum();
         assert_eq!(replayed, 3);
     }
@@ -175,12 +147,10 @@ mod tests {
     #[test]
     fn one_run_at_a_time() {
         let session = Session::new();
-        let first = session
-            .begin_run(Scenario::Rr(RrSpec::default()), Instruments::default())
-            .unwrap();
-        let refused = session
-            .begin_run(Scenario::Rr(RrSpec::default()), Instruments::default())
-            .unwrap_err();
+        let first =
+            session.begin_run(Scenario::Rr(RrSpec::default()), Instruments::default()).unwrap();
+        let refused =
+            session.begin_run(Scenario::Rr(RrSpec::default()), Instruments::default()).unwrap_err();
         assert!(refused.contains("still going"), "{refused}");
         session.finish(first, RunOutcome::Completed);
         assert_eq!(
