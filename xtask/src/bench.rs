@@ -37,9 +37,7 @@ pub fn run(args: &[String]) -> Result<(), String> {
             let rounds = flag_value(rest, "--rounds", &["--seconds"])?.unwrap_or(5);
             let seconds = flag_value(rest, "--seconds", &["--rounds"])?.unwrap_or(3);
             if rounds == 0 || seconds == 0 {
-                return Err(format!(
-                    "--rounds and --seconds must be at least 1\n{USAGE}"
-                ));
+                return Err(format!("--rounds and --seconds must be at least 1\n{USAGE}"));
             }
             rr(rounds, seconds)
         }
@@ -91,8 +89,18 @@ fn prepare(more: usize, packages: &[&str]) -> Result<Steps, String> {
 struct Round {
     sockperf_tps: f64,
     sockperf_half_rtt_us: f64,
-    on_tps: f64,
-    off_tps: f64,
+    on: AckscopeRun,
+    off: AckscopeRun,
+}
+
+/// One `ackscope run rr --json`, in requests per second.
+#[derive(Clone, Copy, Default)]
+struct AckscopeRun {
+    /// ackscope's own `rps`: requests over the time from the first request to the last answer.
+    /// `None` when its summary is empty, as it is with `--no-events`.
+    json_rps: Option<f64>,
+    /// Requests over the whole process's wall-clock time: start-up and end-of-run work included.
+    wall_rps: f64,
 }
 
 #[derive(Clone, Copy)]
@@ -105,30 +113,23 @@ enum Program {
 fn rr(rounds: u32, seconds: u32) -> Result<(), String> {
     let mut steps = prepare(2 + rounds as usize, &["sockperf"])?;
 
+    let ticks_before = cpu_ticks();
     steps.start("sockperf server on 127.0.0.1 (TCP)");
     let server = SockperfServer::start()?;
     steps.done(&format!("listening on port {}", server.port));
 
-    steps.start(&format!(
-        "calibrating ackscope's request count to last about {seconds} s"
-    ));
+    steps.start(&format!("calibrating ackscope's request count to last about {seconds} s"));
     // A short run with recording on (the slower mode) also warms up the binary and the caches.
-    let rps = ackscope_rps(10_000, true)?;
+    let rps = ackscope_rr(10_000, true)?.wall_rps;
     let count = ((rps * f64::from(seconds) / 1000.0).round() as u32 * 1000).clamp(1000, MAX_COUNT);
-    steps.done(&format!(
-        "{rps:.0} requests/s with recording on: --count {count}"
-    ));
+    steps.done(&format!("{rps:.0} requests/s with recording on: --count {count}"));
 
     let mut results = Vec::new();
     for round in 1..=rounds {
         steps.start(&format!("round {round} of {rounds}"));
         // Every other round runs the programs in reverse order, so that drift during the
         // benchmark (CPU frequency, other load) does not favour whichever always runs first.
-        let mut order = [
-            Program::Sockperf,
-            Program::RecordingOn,
-            Program::RecordingOff,
-        ];
+        let mut order = [Program::Sockperf, Program::RecordingOn, Program::RecordingOff];
         if round % 2 == 0 {
             order.reverse();
         }
@@ -140,51 +141,93 @@ fn rr(rounds: u32, seconds: u32) -> Result<(), String> {
                     result.sockperf_tps = ping_pong.tps;
                     result.sockperf_half_rtt_us = ping_pong.half_rtt_us;
                 }
-                Program::RecordingOn => result.on_tps = ackscope_rps(count, true)?,
-                Program::RecordingOff => result.off_tps = ackscope_rps(count, false)?,
+                Program::RecordingOn => result.on = ackscope_rr(count, true)?,
+                Program::RecordingOff => result.off = ackscope_rr(count, false)?,
             }
         }
+        // Recording on against off: ackscope's own rps when both runs report it, otherwise
+        // both timed alike from outside.
+        let (on_tps, off_tps) = match (result.on.json_rps, result.off.json_rps) {
+            (Some(on), Some(off)) => (on, off),
+            _ => (result.on.wall_rps, result.off.wall_rps),
+        };
         steps.done(&format!(
-            "sockperf {:.0}, ackscope on {:.0}, off {:.0} transactions/s",
-            result.sockperf_tps, result.on_tps, result.off_tps
+            "sockperf {:.0}, ackscope {:.0}; recording on {on_tps:.0}, off {off_tps:.0} \
+             transactions/s",
+            result.sockperf_tps,
+            ackscope_tps(&result.on)?
         ));
         results.push(result);
     }
     drop(server);
+    let others_busy =
+        ticks_before.zip(cpu_ticks()).map(|(before, after)| after.others_busy_since(&before));
+    let wall_clock = results.iter().any(|r| r.off.json_rps.is_none());
 
     println!(
         "\nrr on loopback, {SIZE_BYTES}-byte request and answer, TCP_NODELAY on both sides, \
          transactions/s\n"
     );
+    let (on_heading, off_heading) =
+        if wall_clock { ("on (wall)", "off (wall)") } else { ("on", "off") };
     println!(
-        "{:>5}  {:>12}  {:>17}  {:>12}  {:>13}  {:>11}  {:>6}",
+        "{:>5}  {:>9}  {:>13}  {:>9}  {:>11}  {:>10}  {:>10}  {:>6}",
         "round",
         "sockperf",
-        "sockperf half-RTT",
-        "ackscope on",
-        "ackscope off",
-        "on/sockperf",
+        "sockperf RTT/2",
+        "ackscope",
+        "ack/sockperf",
+        on_heading,
+        off_heading,
         "on/off"
     );
-    for (index, r) in results.iter().enumerate() {
+    let mut rows = Vec::new();
+    for r in &results {
+        let ackscope = ackscope_tps(&r.on)?;
+        let (on, off) = if wall_clock {
+            (r.on.wall_rps, r.off.wall_rps)
+        } else {
+            (ackscope, r.off.json_rps.unwrap_or(r.off.wall_rps))
+        };
+        rows.push((r.sockperf_tps, ackscope, on, off));
         println!(
-            "{:>5}  {:>12.0}  {:>14.2} us  {:>12.0}  {:>13.0}  {:>11.3}  {:>6.3}",
-            index + 1,
+            "{:>5}  {:>9.0}  {:>10.2} us  {:>9.0}  {:>12.3}  {:>10.0}  {:>10.0}  {:>6.3}",
+            rows.len(),
             r.sockperf_tps,
             r.sockperf_half_rtt_us,
-            r.on_tps,
-            r.off_tps,
-            r.on_tps / r.sockperf_tps,
-            r.on_tps / r.off_tps
+            ackscope,
+            ackscope / r.sockperf_tps,
+            on,
+            off,
+            on / off
         );
     }
-    let sockperf_tps = median(results.iter().map(|r| r.sockperf_tps));
-    let on_tps = median(results.iter().map(|r| r.on_tps));
-    let off_tps = median(results.iter().map(|r| r.off_tps));
+    let sockperf_tps = median(rows.iter().map(|r| r.0));
+    let ackscope_tps = median(rows.iter().map(|r| r.1));
+    let on_tps = median(rows.iter().map(|r| r.2));
+    let off_tps = median(rows.iter().map(|r| r.3));
+    if let Some(share) = others_busy {
+        let warning = if share > OTHERS_BUSY_LIMIT {
+            ": the figures are disturbed, run again on an idle machine"
+        } else {
+            ""
+        };
+        println!(
+            "\nother processes kept the CPUs {:.0}% busy during the rounds{warning}",
+            share * 100.0
+        );
+    }
     println!("\nmedians over {rounds} rounds:");
-    let ratio = on_tps / sockperf_tps;
+    if wall_clock {
+        println!(
+            "(ackscope --no-events reports no rps: recording on and off are both timed as \
+             --count over the process's wall-clock time)"
+        );
+    }
+    let ratio = ackscope_tps / sockperf_tps;
     println!(
-        "rr_vs_sockperf ratio={ratio:.3} ackscope_tps={on_tps:.0} sockperf_tps={sockperf_tps:.0}{}",
+        "rr_vs_sockperf ratio={ratio:.3} ackscope_tps={ackscope_tps:.0} \
+         sockperf_tps={sockperf_tps:.0}{}",
         verdict(ratio >= RR_TARGET, &format!(">= {RR_TARGET}"))
     );
     let ratio = on_tps / off_tps;
@@ -193,6 +236,54 @@ fn rr(rounds: u32, seconds: u32) -> Result<(), String> {
         verdict(ratio >= RECORDING_TARGET, &format!(">= {RECORDING_TARGET}"))
     );
     Ok(())
+}
+
+/// ackscope's figure against sockperf: its own rps, which a run with recording on reports.
+fn ackscope_tps(run: &AckscopeRun) -> Result<f64, String> {
+    run.json_rps
+        .ok_or_else(|| "ackscope with recording on reported 0 requests in its JSON".to_string())
+}
+
+/// CPU time of the whole machine and of this process's waited-for children, in clock ticks.
+struct CpuTicks {
+    busy: u64,
+    total: u64,
+    children: u64,
+}
+
+/// Above this share of the machine's CPU time used by others, a run's figures are not trusted.
+const OTHERS_BUSY_LIMIT: f64 = 0.05;
+
+impl CpuTicks {
+    /// The share of all CPU time since `before` that went to processes other than the
+    /// benchmarked ones (this process's children: sockperf, ackscope).
+    fn others_busy_since(&self, before: &CpuTicks) -> f64 {
+        let total = self.total.saturating_sub(before.total).max(1);
+        let busy = self.busy.saturating_sub(before.busy);
+        let ours = self.children.saturating_sub(before.children);
+        busy.saturating_sub(ours) as f64 / total as f64
+    }
+}
+
+/// From /proc/stat (`cpu user nice system idle iowait irq softirq steal ...`) and
+/// /proc/self/stat (cutime and cstime, fields 16 and 17); `None` where /proc is not Linux's.
+fn cpu_ticks() -> Option<CpuTicks> {
+    let stat = fs::read_to_string("/proc/stat").ok()?;
+    let machine: Vec<u64> = stat
+        .lines()
+        .next()?
+        .strip_prefix("cpu ")?
+        .split_whitespace()
+        .take(8)
+        .map(|field| field.parse().ok())
+        .collect::<Option<_>>()?;
+    let total: u64 = machine.iter().sum();
+    let idle = machine.get(3)? + machine.get(4)?;
+    let own = fs::read_to_string("/proc/self/stat").ok()?;
+    // Fields after the command name, which may hold spaces; the first of them is field 3.
+    let fields: Vec<&str> = own.rsplit_once(')')?.1.split_whitespace().collect();
+    let children = fields.get(13)?.parse::<u64>().ok()? + fields.get(14)?.parse::<u64>().ok()?;
+    Some(CpuTicks { busy: total - idle, total, children })
 }
 
 fn verdict(met: bool, target: &str) -> String {
@@ -214,25 +305,26 @@ fn median(values: impl Iterator<Item = f64>) -> f64 {
     }
 }
 
-/// Requests per second of one `ackscope run rr --json` (keep-alive, TCP_NODELAY on both sides).
-fn ackscope_rps(count: u32, recording: bool) -> Result<f64, String> {
+fn ackscope_rr(count: u32, recording: bool) -> Result<AckscopeRun, String> {
     let mut command = Command::new(setup::probe_binary());
     command.args(["run", "rr", "--count", &count.to_string()]);
-    command.args([
-        "--size",
-        &SIZE_BYTES.to_string(),
-        "--nodelay",
-        "both",
-        "--json",
-    ]);
+    command.args(["--size", &SIZE_BYTES.to_string(), "--nodelay", "both", "--json"]);
     if !recording {
         command.args(["--no-events", "--no-tcp-info"]);
     }
-    let json = json_line(&checked_output(&mut command)?)?;
+    let started = Instant::now();
+    let output = checked_output(&mut command)?;
+    let wall_s = started.elapsed().as_secs_f64();
+    let json = json_line(&output)?;
     if let Some(error) = top_level_field(&json, "error").filter(|e| *e != "null") {
         return Err(format!("ackscope's run failed: {error}"));
     }
-    json_number(&json, "rps")
+    // A completed run made all `count` requests, whether or not its summary counted them.
+    let requests = json_number(&json, "requests")?;
+    Ok(AckscopeRun {
+        json_rps: (requests > 0.0).then(|| json_number(&json, "rps")).transpose()?,
+        wall_rps: f64::from(count) / wall_s,
+    })
 }
 
 /// Runs to completion capturing the output; an error shows the command and what it printed.
@@ -242,9 +334,7 @@ fn checked_output(command: &mut Command) -> Result<Output, String> {
         .map(|part| part.to_string_lossy())
         .collect::<Vec<_>>()
         .join(" ");
-    let output = command
-        .output()
-        .map_err(|e| format!("could not start `{shown}`: {e}"))?;
+    let output = command.output().map_err(|e| format!("could not start `{shown}`: {e}"))?;
     if output.status.success() {
         Ok(output)
     } else {
@@ -327,14 +417,7 @@ impl SockperfServer {
     fn start() -> Result<SockperfServer, String> {
         let port = free_port()?;
         let child = setup::tool_command("sockperf")
-            .args([
-                "server",
-                "-i",
-                "127.0.0.1",
-                "-p",
-                &port.to_string(),
-                "--tcp",
-            ])
+            .args(["server", "-i", "127.0.0.1", "-p", &port.to_string(), "--tcp"])
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -427,10 +510,7 @@ fn parse_ping_pong(text: &str) -> Result<PingPong, String> {
     if run_time_s <= 0.0 || received <= 0.0 {
         return Err(format!("sockperf measured nothing:\n{text}"));
     }
-    Ok(PingPong {
-        tps: received / run_time_s,
-        half_rtt_us,
-    })
+    Ok(PingPong { tps: received / run_time_s, half_rtt_us })
 }
 
 fn sockperf_number(haystack: &str, label: &str, whole: &str) -> Result<f64, String> {
@@ -438,10 +518,8 @@ fn sockperf_number(haystack: &str, label: &str, whole: &str) -> Result<f64, Stri
         .find(label)
         .ok_or_else(|| format!("sockperf's report has no `{label}`:\n{whole}"))?
         + label.len();
-    let digits: String = haystack[start..]
-        .chars()
-        .take_while(|c| c.is_ascii_digit() || *c == '.')
-        .collect();
+    let digits: String =
+        haystack[start..].chars().take_while(|c| c.is_ascii_digit() || *c == '.').collect();
     digits
         .parse()
         .map_err(|_| format!("sockperf's `{label}` is not followed by a number:\n{whole}"))
@@ -449,9 +527,7 @@ fn sockperf_number(haystack: &str, label: &str, whole: &str) -> Result<f64, Stri
 
 fn memory(count: u32) -> Result<(), String> {
     let mut steps = prepare(1, &["time"])?;
-    steps.start(&format!(
-        "ackscope run rr --count {count} under /usr/bin/time -v"
-    ));
+    steps.start(&format!("ackscope run rr --count {count} under /usr/bin/time -v"));
     steps.note("1,000,000 requests take about a minute");
     let dir = std::env::temp_dir().join(format!("ackscope-bench-{}", std::process::id()));
     fs::create_dir_all(&dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
@@ -502,14 +578,7 @@ fn met_or_missed(met: bool) -> &'static str {
 fn measure_memory(count: u32, file: &Path) -> Result<(String, f64, u64), String> {
     let mut command = Command::new("/usr/bin/time");
     command.arg("-v").arg(setup::probe_binary());
-    command.args([
-        "run",
-        "rr",
-        "--count",
-        &count.to_string(),
-        "--nodelay",
-        "both",
-    ]);
+    command.args(["run", "rr", "--count", &count.to_string(), "--nodelay", "both"]);
     command.arg("-o").arg(file).arg("--json");
     let output = checked_output(&mut command)?;
     let json = json_line(&output)?;
@@ -547,10 +616,7 @@ mod tests {
     fn reads_strings_with_braces_and_escaped_quotes() {
         let json = r#"{"error":"a \"}\" here, {x}","rps":2.5}"#;
         assert_eq!(json_number(json, "rps"), Ok(2.5));
-        assert_eq!(
-            top_level_field(json, "error"),
-            Some(r#""a \"}\" here, {x}""#)
-        );
+        assert_eq!(top_level_field(json, "error"), Some(r#""a \"}\" here, {x}""#));
     }
 
     #[test]
