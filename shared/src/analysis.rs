@@ -113,6 +113,18 @@ pub struct RunAnalysis {
     mss: HashMap<(ConnId, Side), u32>,
     /// Events that named a request id beyond [`MAX_REQUESTS`]; they are not analysed.
     pub ignored_events: u64,
+    /// Requests below this id were retired ([`RunAnalysis::retire`]); `requests[0]` is this one.
+    base: u32,
+    retired: Retired,
+}
+
+/// What the summary still needs of retired requests.
+#[derive(Debug, Default)]
+struct Retired {
+    latencies: Vec<u64>,
+    first_start: Option<u64>,
+    last_done: Option<u64>,
+    stalled_reads: u32,
 }
 
 impl RunAnalysis {
@@ -199,11 +211,12 @@ impl RunAnalysis {
     }
 
     fn request_mut(&mut self, req: ReqId) -> Option<&mut RequestView> {
-        if req.0 >= MAX_REQUESTS {
+        // Past the limit, or an event of a request already retired (it arrived very late).
+        if req.0 >= MAX_REQUESTS || req.0 < self.base {
             self.ignored_events += 1;
             return None;
         }
-        let index = req.0 as usize;
+        let index = (req.0 - self.base) as usize;
         if index >= self.requests.len() {
             self.requests.resize_with(index + 1, RequestView::default);
         }
@@ -246,24 +259,63 @@ impl RunAnalysis {
         self.held_ns(conn, span).filter(|&held| held > STALL_THRESHOLD_NS)
     }
 
+    /// The id of `requests()[0]`: 0 unless requests were retired.
+    pub fn first_request(&self) -> u32 {
+        self.base
+    }
+
+    /// Bounds memory on long runs: hands every finished request older than the newest `keep` to
+    /// `fold` (with its id), keeps only what the summary needs of it, and forgets its spans. A
+    /// late event for a retired request is ignored (counted in `ignored_events`); keep enough
+    /// requests that the other side's batches have arrived (they trail by one exchange).
+    pub fn retire(&mut self, keep: usize, mut fold: impl FnMut(&RunAnalysis, ReqId, &RequestView)) {
+        let candidates = self.requests.len().saturating_sub(keep);
+        let count = self.requests[..candidates].iter().take_while(|r| r.done_ns.is_some()).count();
+        if count == 0 {
+            return;
+        }
+        let mut retired = std::mem::take(&mut self.retired);
+        for (offset, view) in self.requests[..count].iter().enumerate() {
+            fold(self, ReqId(self.base + offset as u32), view);
+            retired.latencies.extend(view.latency_ns());
+            retired.first_start = min_some(retired.first_start, view.start_ns);
+            retired.last_done = retired.last_done.max(view.done_ns);
+            retired.stalled_reads += self.stalled_reads_of(view);
+        }
+        self.retired = retired;
+        self.requests.drain(..count);
+        self.base += count as u32;
+        // A read is carried by a write made during its own request: writes that ended before the
+        // oldest request still held began are never needed again.
+        let oldest = self.requests.iter().filter_map(|r| r.start_ns).min().unwrap_or(u64::MAX);
+        for writes in self.writes.values_mut() {
+            let stale = writes.partition_point(|&(_, done_ns)| done_ns < oldest);
+            writes.drain(..stale);
+        }
+    }
+
+    fn stalled_reads_of(&self, view: &RequestView) -> u32 {
+        let Some(conn) = view.conn else { return 0 };
+        view.spans.iter().filter(|span| self.stall_ns(conn, span).is_some()).count() as u32
+    }
+
     pub fn summary(&self) -> Summary {
-        let mut latencies: Vec<u64> =
-            self.requests.iter().filter_map(RequestView::latency_ns).collect();
+        let mut latencies: Vec<u64> = self.retired.latencies.clone();
+        latencies.extend(self.requests.iter().filter_map(RequestView::latency_ns));
         latencies.sort_unstable();
-        let first_start = self.requests.iter().filter_map(|r| r.start_ns).min();
-        let last_done = self.requests.iter().filter_map(|r| r.done_ns).max();
+        let first_start = min_some(
+            self.retired.first_start,
+            self.requests.iter().filter_map(|r| r.start_ns).min(),
+        );
+        let last_done =
+            self.retired.last_done.max(self.requests.iter().filter_map(|r| r.done_ns).max());
         let duration_s = match (first_start, last_done) {
             (Some(start), Some(done)) => done.saturating_sub(start) as f64 / 1e9,
             _ => 0.0,
         };
         let requests = latencies.len() as u32;
-        let stalled_reads = self
-            .requests
-            .iter()
-            .filter_map(|view| Some((view.conn?, view)))
-            .flat_map(|(conn, view)| view.spans.iter().map(move |span| (conn, span)))
-            .filter(|(conn, span)| self.stall_ns(*conn, span).is_some())
-            .count() as u32;
+        let stalled_reads = self.retired.stalled_reads
+            + self.requests.iter().map(|view| self.stalled_reads_of(view)).sum::<u32>();
         Summary {
             requests,
             duration_s,
@@ -273,6 +325,13 @@ impl RunAnalysis {
             max_ms: ns_to_ms(latencies.last().copied().unwrap_or(0)),
             stalled_reads,
         }
+    }
+}
+
+fn min_some(a: Option<u64>, b: Option<u64>) -> Option<u64> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
     }
 }
 
@@ -374,6 +433,25 @@ mod tests {
         let summary = analysis.summary();
         assert_eq!(summary.requests, 0);
         assert_eq!(summary.p99_ms, 0.0);
+    }
+
+    #[test]
+    fn retiring_requests_keeps_the_summary_and_frees_their_spans() {
+        let events = nagle_run(100, 44 * MS);
+        let mut whole = RunAnalysis::new();
+        whole.push_all(&events);
+        let mut rolling = RunAnalysis::new();
+        let mut folded = Vec::new();
+        for chunk in events.chunks(50) {
+            rolling.push_all(chunk);
+            rolling.retire(10, |_, req, view| folded.push((req, view.spans.len())));
+        }
+        assert_eq!(rolling.summary(), whole.summary());
+        assert!(rolling.requests().len() <= 11, "{} kept", rolling.requests().len());
+        assert_eq!(rolling.first_request() as usize + rolling.requests().len(), 100);
+        assert_eq!(folded.first().map(|f| f.0), Some(ReqId(0)));
+        assert!(folded.iter().all(|&(_, spans)| spans == 8), "each handed over whole");
+        assert!(folded.windows(2).all(|w| w[1].0 .0 == w[0].0 .0 + 1), "in order, once each");
     }
 
     #[test]

@@ -98,35 +98,43 @@ const DELAYED_ACK_NS: std::ops::RangeInclusive<u64> = 20_000_000..=500_000_000;
 /// Classifies every wait longer than [`STALL_THRESHOLD_NS`] in the run. `spec`, when known,
 /// rules classes out (no Nagle stall from a writer with TCP_NODELAY).
 pub fn attribute(analysis: &RunAnalysis, spec: Option<&RrSpec>) -> Vec<Stall> {
-    let mut stalls = Vec::new();
-    for (index, view) in analysis.requests().iter().enumerate() {
-        let (Some(conn), req) = (view.conn, ReqId(index as u32)) else {
-            continue;
-        };
-        for span in &view.spans {
-            let stall = match span.kind {
-                SpanKind::Connect if span.duration_ns() > STALL_THRESHOLD_NS => Some(Stall {
-                    req,
-                    conn,
-                    side: span.side,
-                    from: Side::Client,
-                    to: Side::Server,
-                    start_ns: span.start_ns,
-                    end_ns: span.end_ns,
-                    wait_ns: span.duration_ns(),
-                    class: StallClass::ConnectionSetup,
-                    evidence: format!("connect() took {:.1} ms", ms(span.duration_ns())),
-                }),
-                SpanKind::Read => read_stall(analysis, view, conn, req, span, spec),
-                SpanKind::Write if span.duration_ns() > STALL_THRESHOLD_NS => {
-                    Some(write_stall(view, conn, req, span))
-                }
-                _ => None,
-            };
-            stalls.extend(stall);
+    let first = analysis.first_request();
+    let requests = analysis.requests().iter().enumerate();
+    requests
+        .flat_map(|(index, view)| {
+            attribute_request(analysis, ReqId(first + index as u32), view, spec)
+        })
+        .collect()
+}
+
+/// The stalls of one request (for requests being retired from a long run's analysis).
+pub fn attribute_request(
+    analysis: &RunAnalysis,
+    req: ReqId,
+    view: &RequestView,
+    spec: Option<&RrSpec>,
+) -> Vec<Stall> {
+    let Some(conn) = view.conn else { return Vec::new() };
+    let classify = |span: &Span| match span.kind {
+        SpanKind::Connect if span.duration_ns() > STALL_THRESHOLD_NS => Some(Stall {
+            req,
+            conn,
+            side: span.side,
+            from: Side::Client,
+            to: Side::Server,
+            start_ns: span.start_ns,
+            end_ns: span.end_ns,
+            wait_ns: span.duration_ns(),
+            class: StallClass::ConnectionSetup,
+            evidence: format!("connect() took {:.1} ms", ms(span.duration_ns())),
+        }),
+        SpanKind::Read => read_stall(analysis, view, conn, req, span, spec),
+        SpanKind::Write if span.duration_ns() > STALL_THRESHOLD_NS => {
+            Some(write_stall(view, conn, req, span))
         }
-    }
-    stalls
+        _ => None,
+    };
+    view.spans.iter().filter_map(classify).collect()
 }
 
 fn read_stall(
@@ -335,29 +343,51 @@ impl ClassSummary {
 
 /// Groups stalls by class and direction, most frequent first.
 pub fn summarize(stalls: &[Stall]) -> Vec<ClassSummary> {
-    let mut groups: Vec<((StallClass, Side, Side), Vec<u64>)> = Vec::new();
-    for stall in stalls {
+    let mut tally = StallTally::default();
+    stalls.iter().for_each(|stall| tally.add(stall));
+    tally.summaries()
+}
+
+/// Stalls counted as they are found, keeping only their waits (for the medians).
+#[derive(Debug, Default)]
+pub struct StallTally {
+    groups: Vec<((StallClass, Side, Side), Vec<u64>)>,
+}
+
+impl StallTally {
+    pub fn add(&mut self, stall: &Stall) {
         let key = (stall.class, stall.from, stall.to);
-        match groups.iter_mut().find(|(k, _)| *k == key) {
+        match self.groups.iter_mut().find(|(k, _)| *k == key) {
             Some((_, waits)) => waits.push(stall.wait_ns),
-            None => groups.push((key, vec![stall.wait_ns])),
+            None => self.groups.push((key, vec![stall.wait_ns])),
         }
     }
-    let mut summaries: Vec<ClassSummary> = groups
-        .into_iter()
-        .map(|((class, from, to), mut waits)| {
-            waits.sort_unstable();
-            ClassSummary {
-                class,
-                direction: format!("{}->{}", from.name(), to.name()),
-                count: waits.len() as u32,
-                median_ms: ms(percentile(&waits, 50.0)),
-                fixes: class.fixes(from, to),
-            }
-        })
-        .collect();
-    summaries.sort_by(|a, b| b.count.cmp(&a.count).then(a.class.cmp(&b.class)));
-    summaries
+
+    /// The groups so far, with these stalls added (for requests not yet counted).
+    pub fn summaries_with(&self, more: &[Stall]) -> Vec<ClassSummary> {
+        let mut all = StallTally { groups: self.groups.clone() };
+        more.iter().for_each(|stall| all.add(stall));
+        all.summaries()
+    }
+
+    pub fn summaries(self) -> Vec<ClassSummary> {
+        let mut summaries: Vec<ClassSummary> = self
+            .groups
+            .into_iter()
+            .map(|((class, from, to), mut waits)| {
+                waits.sort_unstable();
+                ClassSummary {
+                    class,
+                    direction: format!("{}->{}", from.name(), to.name()),
+                    count: waits.len() as u32,
+                    median_ms: ms(percentile(&waits, 50.0)),
+                    fixes: class.fixes(from, to),
+                }
+            })
+            .collect();
+        summaries.sort_by(|a, b| b.count.cmp(&a.count).then(a.class.cmp(&b.class)));
+        summaries
+    }
 }
 
 #[cfg(test)]

@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use ackscope_shared::analysis::RunAnalysis;
-use ackscope_shared::attribution::{self, ClassSummary};
+use ackscope_shared::attribution::{self, ClassSummary, StallTally};
 use ackscope_shared::bulk::{BulkAnalysis, BulkSummary};
 use ackscope_shared::presets::{self, PRESETS};
 use ackscope_shared::wire::{Hello, Instruments, RunOutcome, ToBrowser};
@@ -198,9 +198,46 @@ fn write_to(file: &mut Option<SessionWriter>, message: &ToBrowser) -> Result<(),
 
 /// What the summary is computed from, as events arrive.
 pub enum Analysis {
-    /// With the spec, when known, to rule out stall classes.
-    Rr(Box<RunAnalysis>, Option<RrSpec>),
+    Rr(Box<RrTally>),
     Bulk(BulkAnalysis),
+}
+
+/// A request/response run's analysis, bounded in memory: finished requests are retired into
+/// running totals once enough of them pile up.
+pub struct RrTally {
+    analysis: RunAnalysis,
+    /// When known, rules stall classes out (no Nagle stall from a writer with TCP_NODELAY).
+    spec: Option<RrSpec>,
+    /// Stalls of the retired requests.
+    retired_stalls: StallTally,
+}
+
+/// Past this many requests held, the oldest finished ones are retired...
+const RETIRE_ABOVE: usize = 8192;
+/// ...keeping the newest, whose other side's events may still be on their way.
+const KEEP_RECENT: usize = 1024;
+
+impl RrTally {
+    fn new(spec: Option<RrSpec>) -> RrTally {
+        RrTally { analysis: RunAnalysis::new(), spec, retired_stalls: StallTally::default() }
+    }
+
+    fn push_all(&mut self, events: &[Event]) {
+        self.analysis.push_all(events);
+        if self.analysis.requests().len() > RETIRE_ABOVE {
+            let (spec, stalls) = (self.spec.as_ref(), &mut self.retired_stalls);
+            self.analysis.retire(KEEP_RECENT, |analysis, req, view| {
+                for stall in attribution::attribute_request(analysis, req, view, spec) {
+                    stalls.add(&stall);
+                }
+            });
+        }
+    }
+
+    fn stall_classes(&self) -> Vec<ClassSummary> {
+        let live = attribution::attribute(&self.analysis, self.spec.as_ref());
+        self.retired_stalls.summaries_with(&live)
+    }
 }
 
 pub struct Tally {
@@ -214,9 +251,9 @@ impl Tally {
     pub fn new(scenario: &Scenario) -> Tally {
         let analysis = match scenario {
             Scenario::Bulk(_) => Analysis::Bulk(BulkAnalysis::new()),
-            Scenario::Rr(spec) => Analysis::Rr(Box::default(), Some(spec.clone())),
+            Scenario::Rr(spec) => Analysis::Rr(Box::new(RrTally::new(Some(spec.clone())))),
             // A standalone server does not know how its clients write.
-            Scenario::Server(_) => Analysis::Rr(Box::default(), None),
+            Scenario::Server(_) => Analysis::Rr(Box::new(RrTally::new(None))),
         };
         Tally { analysis, events: 0, requests_done: 0, bytes_read: 0 }
     }
@@ -231,23 +268,23 @@ impl Tally {
             }
         }
         match &mut self.analysis {
-            Analysis::Rr(analysis, _) => analysis.push_all(events),
+            Analysis::Rr(rr) => rr.push_all(events),
             Analysis::Bulk(analysis) => analysis.push_all(events),
         }
     }
 
     /// Stalls grouped by class and direction (request/response runs only).
     pub fn stall_classes(&self) -> Option<Vec<ClassSummary>> {
-        let Analysis::Rr(analysis, spec) = &self.analysis else {
-            return None;
-        };
-        Some(attribution::summarize(&attribution::attribute(analysis, spec.as_ref())))
+        match &self.analysis {
+            Analysis::Rr(rr) => Some(rr.stall_classes()),
+            Analysis::Bulk(_) => None,
+        }
     }
 
     /// The documented JSON summary (docs/CLI.md): scripts rely on these names.
     pub fn json(&self, scenario: &Scenario, outcome: &RunOutcome) -> serde_json::Value {
         let mut value = match &self.analysis {
-            Analysis::Rr(analysis, _) => serde_json::to_value(analysis.summary()),
+            Analysis::Rr(rr) => serde_json::to_value(rr.analysis.summary()),
             Analysis::Bulk(analysis) => serde_json::to_value(analysis.summary()),
         }
         .expect("a summary is plain data");
@@ -283,7 +320,7 @@ impl Tally {
     ) -> io::Result<()> {
         writeln!(out, "{}: {}", scenario.name(), scenario.describe())?;
         match &self.analysis {
-            Analysis::Rr(analysis, _) => print_rr(out, &analysis.summary())?,
+            Analysis::Rr(rr) => print_rr(out, &rr.analysis.summary())?,
             Analysis::Bulk(analysis) => print_bulk(out, &analysis.summary())?,
         }
         for class in self.stall_classes().unwrap_or_default() {
