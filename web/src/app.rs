@@ -4,18 +4,23 @@
 //! applies it to the one [`AppState`] kept in a [`StoredValue`], outside the reactive graph. At
 //! most once per animation frame a single version signal is bumped; every view reads the state
 //! through [`Store::read`], which subscribes to that signal. A burst of thousands of events is
-//! therefore one redraw, not thousands.
+//! therefore one redraw, not thousands. Opened session files ([`crate::files`]) change the same
+//! state through [`Store::update`].
 
 use std::cell::Cell;
 use std::rc::Rc;
 
-use ackscope_shared::wire::{ToBrowser, ToProbe, WireError};
-use ackscope_shared::{RrSpec, RunId, Summary};
-use leptos::ev::{KeyboardEvent, SubmitEvent};
+use ackscope_shared::bulk::BulkSummary;
+use ackscope_shared::wire::{HostFacts, Instruments, ToBrowser, ToProbe, WireError};
+use ackscope_shared::{PerSide, RrSpec, Scenario, Summary, WritePattern};
+use leptos::ev::{DragEvent, Event, KeyboardEvent, SubmitEvent};
 use leptos::prelude::*;
+use web_sys::{FileList, HtmlInputElement};
 
-use crate::form::{FieldError, FormFields};
-use crate::state::{apply, AppState, Run};
+use crate::files::{blob_of, open_blob, open_url, save, url_parameter};
+use crate::form::{write_pattern, FieldError, FormFields};
+use crate::session_file::DOWNLOAD_NAME;
+use crate::state::{apply, AppState, FileId, Run, RunKey, Source};
 use crate::timeline::render::Timeline;
 use crate::ws::{probe_url_for_this_page, Link, LinkStatus};
 
@@ -28,10 +33,7 @@ pub struct Store {
 
 impl Store {
     pub fn new(state: AppState) -> Store {
-        Store {
-            state: StoredValue::new_local(state),
-            version: RwSignal::new(0),
-        }
+        Store { state: StoredValue::new_local(state), version: RwSignal::new(0) }
     }
 
     /// Reads the state and re-runs the calling view when it changes.
@@ -49,6 +51,14 @@ impl Store {
     pub fn update(&self, f: impl FnOnce(&mut AppState)) {
         self.state.update_value(f);
         self.changed();
+    }
+
+    /// As [`Store::update`], for work that finishes later (a file read): by then the page may be
+    /// gone, and then there is nothing to change.
+    pub fn try_update(&self, f: impl FnOnce(&mut AppState)) {
+        if self.state.try_update_value(f).is_some() {
+            self.version.try_update(|version| *version += 1);
+        }
     }
 
     /// Changes the state without redrawing; the caller redraws later (see [`FrameBatch`]).
@@ -70,10 +80,7 @@ struct FrameBatch {
 
 impl FrameBatch {
     fn new(store: Store) -> FrameBatch {
-        FrameBatch {
-            store,
-            scheduled: Rc::new(Cell::new(false)),
-        }
+        FrameBatch { store, scheduled: Rc::new(Cell::new(false)) }
     }
 
     fn apply(&self, message: Result<ToBrowser, WireError>) {
@@ -92,32 +99,59 @@ impl FrameBatch {
     }
 }
 
-/// The app as served by the probe: connects to the page's own origin and shows what comes.
+/// The app as served by the probe: connects to the page's own origin and shows what comes, and
+/// opens the session file named by `?url=`, if any.
 #[component]
 pub fn App() -> impl IntoView {
     let store = Store::new(AppState::default());
     let link_status = RwSignal::new(LinkStatus::Connecting);
     let batch = FrameBatch::new(store);
     let link = probe_url_for_this_page().map(|url| {
-        Link::open(
-            url,
-            move |message| batch.apply(message),
-            move |status| link_status.set(status),
-        )
+        Link::open(url, move |message| batch.apply(message), move |status| link_status.set(status))
     });
     let link = StoredValue::new_local(link);
+    if let Some(url) = url_parameter() {
+        open_url(store, url);
+    }
     view! { <Page store link_status link /> }
 }
 
-/// The whole page over a given store and link (tests pass their own).
+/// Opens every file of a picker's or a drop's list.
+fn open_files(store: Store, files: &FileList) {
+    for file in (0..files.length()).filter_map(|i| files.get(i)) {
+        open_blob(store, file.name(), file.into());
+    }
+}
+
+/// The whole page over a given store and link (tests pass their own). A session file dropped
+/// anywhere on it is opened.
 #[component]
 pub fn Page(
     store: Store,
     link_status: RwSignal<LinkStatus>,
     link: StoredValue<Option<Link>, LocalStorage>,
 ) -> impl IntoView {
+    let dragging = RwSignal::new(false);
+    let drag_over = move |ev: DragEvent| {
+        // Without this the browser would open the file itself instead of letting us drop it.
+        ev.prevent_default();
+        dragging.set(true);
+    };
+    let drop = move |ev: DragEvent| {
+        ev.prevent_default();
+        dragging.set(false);
+        if let Some(files) = ev.data_transfer().and_then(|data| data.files()) {
+            open_files(store, &files);
+        }
+    };
     view! {
-        <div class="app">
+        <div
+            class="app"
+            class:dragging=move || dragging.get()
+            on:dragover=drag_over
+            on:dragleave=move |_| dragging.set(false)
+            on:drop=drop
+        >
             <header class="top">
                 <div>
                     <h1>"ackscope"</h1>
@@ -133,9 +167,11 @@ pub fn Page(
                 <aside class="side">
                     <RunForm store link_status link />
                     <RunList store />
+                    <OpenedFiles store />
                 </aside>
                 <section class="main">
                     <SummaryPanel store />
+                    <NoTimeline store />
                     <Timeline store />
                 </section>
             </main>
@@ -145,7 +181,7 @@ pub fn Page(
 
 #[component]
 fn ConnectionBadge(store: Store, link_status: RwSignal<LinkStatus>) -> impl IntoView {
-    let version = move || store.read(|state| state.probe_version.clone());
+    let version = move || store.read(|state| state.probe_version().map(str::to_string));
     view! {
         <div class="connection" data-testid="connection" data-state=move || link_status.get().word()>
             <span class="dot"></span>
@@ -163,9 +199,164 @@ fn ConnectionBadge(store: Store, link_status: RwSignal<LinkStatus>) -> impl Into
 #[component]
 fn ProtocolError(store: Store) -> impl IntoView {
     move || {
-        store.read(|state| state.protocol_error.clone()).map(|error| {
+        store.read(|state| state.live.error.clone()).map(|error| {
             view! { <p class="banner error" role="alert" data-testid="protocol-error">{error}</p> }
         })
+    }
+}
+
+/// The form's inputs, one signal each: typing in one field re-renders only that field.
+#[derive(Clone, Copy)]
+struct FormSignals {
+    requests: RwSignal<String>,
+    size_bytes: RwSignal<String>,
+    response_bytes: RwSignal<String>,
+    reconnect_every: RwSignal<String>,
+    think_us: RwSignal<String>,
+    write: PerSide<RwSignal<WritePattern>>,
+    nodelay: PerSide<RwSignal<bool>>,
+    cork: PerSide<RwSignal<bool>>,
+    quickack: PerSide<RwSignal<bool>>,
+}
+
+fn per_side<T: Copy + Send + Sync + 'static>(values: PerSide<T>) -> PerSide<RwSignal<T>> {
+    PerSide { client: RwSignal::new(values.client), server: RwSignal::new(values.server) }
+}
+
+fn per_side_untracked<T: Clone + Send + Sync + 'static>(
+    signals: PerSide<RwSignal<T>>,
+) -> PerSide<T> {
+    PerSide { client: signals.client.get_untracked(), server: signals.server.get_untracked() }
+}
+
+impl FormSignals {
+    fn new(fields: FormFields) -> FormSignals {
+        FormSignals {
+            requests: RwSignal::new(fields.requests),
+            size_bytes: RwSignal::new(fields.size_bytes),
+            response_bytes: RwSignal::new(fields.response_bytes),
+            reconnect_every: RwSignal::new(fields.reconnect_every),
+            think_us: RwSignal::new(fields.think_us),
+            write: per_side(fields.write),
+            nodelay: per_side(fields.nodelay),
+            cork: per_side(fields.cork),
+            quickack: per_side(fields.quickack),
+        }
+    }
+
+    fn fields(&self) -> FormFields {
+        FormFields {
+            requests: self.requests.get_untracked(),
+            size_bytes: self.size_bytes.get_untracked(),
+            response_bytes: self.response_bytes.get_untracked(),
+            reconnect_every: self.reconnect_every.get_untracked(),
+            think_us: self.think_us.get_untracked(),
+            write: per_side_untracked(self.write),
+            nodelay: per_side_untracked(self.nodelay),
+            cork: per_side_untracked(self.cork),
+            quickack: per_side_untracked(self.quickack),
+        }
+    }
+}
+
+/// Whether the last error names `field` (the spec's name), as an `aria-invalid` value.
+type Invalid = Callback<&'static str, String>;
+
+fn number_field(
+    label: &'static str,
+    testid: &'static str,
+    field: &'static str,
+    value: RwSignal<String>,
+    invalid: Invalid,
+    placeholder: &'static str,
+) -> impl IntoView {
+    view! {
+        <label>
+            <span>{label}</span>
+            <input
+                type="number"
+                min="0"
+                inputmode="numeric"
+                placeholder=placeholder
+                data-testid=testid
+                aria-invalid=move || invalid.run(field)
+                prop:value=move || value.get()
+                on:input=move |ev| value.set(event_target_value(&ev))
+            />
+        </label>
+    }
+}
+
+fn side_checkbox(
+    testid: &'static str,
+    field: &'static str,
+    label: String,
+    checked: RwSignal<bool>,
+    invalid: Invalid,
+) -> impl IntoView {
+    view! {
+        <td>
+            <input
+                type="checkbox"
+                data-testid=testid
+                aria-label=label
+                aria-invalid=move || invalid.run(field)
+                prop:checked=move || checked.get()
+                on:change=move |ev| checked.set(event_target_checked(&ev))
+            />
+        </td>
+    }
+}
+
+fn write_select(
+    side: &'static str,
+    field: &'static str,
+    pattern: RwSignal<WritePattern>,
+    invalid: Invalid,
+) -> impl IntoView {
+    let options = [
+        (WritePattern::Split, "split: length, then body"),
+        (WritePattern::Single, "single: one write() of both"),
+        (WritePattern::Writev, "writev: one writev() of both"),
+    ];
+    view! {
+        <td>
+            <select
+                data-testid=format!("write-{side}")
+                aria-label=format!("how the {side} writes a message")
+                aria-invalid=move || invalid.run(field)
+                prop:value=move || pattern.get().name()
+                on:change=move |ev| pattern.set(write_pattern(&event_target_value(&ev)))
+            >
+                {options
+                    .into_iter()
+                    .map(|(option, title)| {
+                        view! {
+                            <option value=option.name() title=title selected=pattern.get_untracked() == option>
+                                {option.name()}
+                            </option>
+                        }
+                    })
+                    .collect_view()}
+            </select>
+        </td>
+    }
+}
+
+/// A row of the per-side table: one socket option, a checkbox per side.
+fn option_row(
+    name: &'static str,
+    testids: [&'static str; 2],
+    fields: [&'static str; 2],
+    flags: PerSide<RwSignal<bool>>,
+    invalid: Invalid,
+) -> impl IntoView {
+    view! {
+        <tr>
+            <th scope="row">{name}</th>
+            {side_checkbox(testids[0], fields[0], format!("{name} on the client"), flags.client, invalid)}
+            {side_checkbox(testids[1], fields[1], format!("{name} on the server"), flags.server, invalid)}
+        </tr>
     }
 }
 
@@ -175,12 +366,7 @@ fn RunForm(
     link_status: RwSignal<LinkStatus>,
     link: StoredValue<Option<Link>, LocalStorage>,
 ) -> impl IntoView {
-    let defaults = FormFields::from_spec(&RrSpec::default());
-    let requests = RwSignal::new(defaults.requests);
-    let size_bytes = RwSignal::new(defaults.size_bytes);
-    let reconnect_every = RwSignal::new(defaults.reconnect_every);
-    let nodelay_client = RwSignal::new(defaults.nodelay_client);
-    let nodelay_server = RwSignal::new(defaults.nodelay_server);
+    let form = FormSignals::new(FormFields::from_spec(&RrSpec::default()));
     let error = RwSignal::new(None::<FieldError>);
 
     // Why Run cannot be pressed right now, if it cannot.
@@ -189,7 +375,7 @@ fn RunForm(
             return Some("waiting for the probe");
         }
         store.read(|state| {
-            if state.protocol_error.is_some() || !state.is_greeted() {
+            if state.live.error.is_some() || !state.is_greeted() {
                 Some("the probe's stream cannot be read")
             } else if state.is_running() {
                 Some("a run is in progress")
@@ -203,14 +389,7 @@ fn RunForm(
 
     let submit = move |event: SubmitEvent| {
         event.prevent_default();
-        let fields = FormFields {
-            requests: requests.get_untracked(),
-            size_bytes: size_bytes.get_untracked(),
-            reconnect_every: reconnect_every.get_untracked(),
-            nodelay_client: nodelay_client.get_untracked(),
-            nodelay_server: nodelay_server.get_untracked(),
-        };
-        let spec = match fields.to_spec() {
+        let spec = match form.fields().to_scenario() {
             Ok(spec) => spec,
             Err(invalid) => {
                 error.set(Some(invalid));
@@ -225,49 +404,28 @@ fn RunForm(
         });
         if let Err(reason) = sent {
             store.update(AppState::start_failed);
-            error.set(Some(FieldError {
-                field: None,
-                message: reason,
-            }));
+            error.set(Some(FieldError { field: None, message: reason }));
         }
     };
 
-    let invalid = move |field: &'static str| {
-        move || {
-            error
-                .with(|e| e.as_ref().is_some_and(|e| e.field == Some(field)))
-                .to_string()
-        }
-    };
+    let invalid = Callback::new(move |field: &'static str| {
+        error.with(|e| e.as_ref().is_some_and(|e| e.field == Some(field))).to_string()
+    });
 
     view! {
         <form class="card run-form" on:submit=submit novalidate=true>
             <h2>"New run"</h2>
             <p class="hint">"Story 1: a 4-byte length, then the body, each way."</p>
-            <label>
-                <span>"requests"</span>
-                <input
-                    type="number"
-                    min="1"
-                    inputmode="numeric"
-                    data-testid="requests"
-                    aria-invalid=invalid("requests")
-                    prop:value=move || requests.get()
-                    on:input=move |ev| requests.set(event_target_value(&ev))
-                />
-            </label>
-            <label>
-                <span>"body size (bytes)"</span>
-                <input
-                    type="number"
-                    min="1"
-                    inputmode="numeric"
-                    data-testid="size"
-                    aria-invalid=invalid("size_bytes")
-                    prop:value=move || size_bytes.get()
-                    on:input=move |ev| size_bytes.set(event_target_value(&ev))
-                />
-            </label>
+            {number_field("requests", "requests", "requests", form.requests, invalid, "")}
+            {number_field("body size (bytes)", "size", "size_bytes", form.size_bytes, invalid, "")}
+            {number_field(
+                "response size (bytes)",
+                "response-size",
+                "response_bytes",
+                form.response_bytes,
+                invalid,
+                "= request",
+            )}
             <label>
                 <span>"reconnect every"</span>
                 <input
@@ -275,30 +433,50 @@ fn RunForm(
                     min="0"
                     inputmode="numeric"
                     data-testid="reconnect-every"
-                    aria-invalid=invalid("reconnect_every")
-                    prop:value=move || reconnect_every.get()
-                    on:input=move |ev| reconnect_every.set(event_target_value(&ev))
+                    aria-invalid=move || invalid.run("reconnect_every")
+                    prop:value=move || form.reconnect_every.get()
+                    on:input=move |ev| form.reconnect_every.set(event_target_value(&ev))
                 />
                 <small>"requests (0 = keep-alive)"</small>
             </label>
-            <label class="check">
-                <input
-                    type="checkbox"
-                    data-testid="nodelay-client"
-                    prop:checked=move || nodelay_client.get()
-                    on:change=move |ev| nodelay_client.set(event_target_checked(&ev))
-                />
-                <span>"TCP_NODELAY on the client"</span>
-            </label>
-            <label class="check">
-                <input
-                    type="checkbox"
-                    data-testid="nodelay-server"
-                    prop:checked=move || nodelay_server.get()
-                    on:change=move |ev| nodelay_server.set(event_target_checked(&ev))
-                />
-                <span>"TCP_NODELAY on the server"</span>
-            </label>
+            {number_field("server think time (µs)", "think-us", "think_us", form.think_us, invalid, "")}
+            <table class="per-side">
+                <thead>
+                    <tr>
+                        <td></td>
+                        <th scope="col">"client"</th>
+                        <th scope="col">"server"</th>
+                    </tr>
+                </thead>
+                <tbody>
+                    <tr>
+                        <th scope="row">"write()"</th>
+                        {write_select("client", "write.client", form.write.client, invalid)}
+                        {write_select("server", "write.server", form.write.server, invalid)}
+                    </tr>
+                    {option_row(
+                        "TCP_NODELAY",
+                        ["nodelay-client", "nodelay-server"],
+                        ["nodelay.client", "nodelay.server"],
+                        form.nodelay,
+                        invalid,
+                    )}
+                    {option_row(
+                        "TCP_CORK",
+                        ["cork-client", "cork-server"],
+                        ["cork.client", "cork.server"],
+                        form.cork,
+                        invalid,
+                    )}
+                    {option_row(
+                        "TCP_QUICKACK",
+                        ["quickack-client", "quickack-server"],
+                        ["quickack.client", "quickack.server"],
+                        form.quickack,
+                        invalid,
+                    )}
+                </tbody>
+            </table>
             <div class="actions">
                 <button type="submit" data-testid="run" disabled=move || blocked().is_some()>
                     "Run"
@@ -337,87 +515,201 @@ fn RunForm(
     }
 }
 
-/// One line of the run list, everything it shows (and its key: any change re-creates it).
+/// One line of a run list, everything it shows (and its key: any change re-creates it).
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 struct RunEntry {
-    id: u32,
+    key: RunKey,
     describe: String,
     status_word: &'static str,
     status: String,
-    p50: String,
+    /// "p50 1.23 ms" for request/response runs, bytes moved for bulk runs.
+    figure: String,
     selected: bool,
 }
 
 impl RunEntry {
-    fn of(run: &Run, selected: bool) -> RunEntry {
-        let summary = run.summary();
+    fn of(source: Source, run: &Run, selected: Option<RunKey>) -> RunEntry {
+        let key = RunKey { source, run: run.id };
+        let figure = if let Some(bulk) = run.bulk_summary() {
+            format!("{:.1} Mbit/s", bulk.goodput_mbps)
+        } else if !run.is_rr() {
+            format!("{} events", run.events)
+        } else if run.summary().requests == 0 {
+            "p50 –".into()
+        } else {
+            format!("p50 {:.2} ms", run.summary().p50_ms)
+        };
         RunEntry {
-            id: run.id.0,
+            key,
             describe: run.spec.describe(),
             status_word: run.status.word(),
             status: run.status.label(),
-            p50: if summary.requests == 0 {
-                "–".into()
-            } else {
-                format!("{:.2} ms", summary.p50_ms)
-            },
-            selected,
+            figure,
+            selected: selected == Some(key),
         }
+    }
+
+    /// The entries of one session's runs, newest first: the run just started is where the eye is.
+    fn list(state: &AppState, source: Source) -> Vec<RunEntry> {
+        state.session(source).map_or_else(Vec::new, |session| {
+            session
+                .runs()
+                .iter()
+                .rev()
+                .map(|run| RunEntry::of(source, run, state.selected_key()))
+                .collect()
+        })
+    }
+}
+
+fn run_list(
+    store: Store,
+    entries: impl Fn() -> Vec<RunEntry> + Send + Sync + 'static,
+) -> impl IntoView {
+    let select = move |key: RunKey| store.update(|state| state.select(key));
+    view! {
+        <ul class="run-list" role="listbox" aria-label="runs">
+            <For each=entries key=|entry| entry.clone() let(entry)>
+                <li
+                    class="run"
+                    class:selected=entry.selected
+                    role="option"
+                    tabindex="0"
+                    data-testid="run-entry"
+                    data-run-id=entry.key.run.0.to_string()
+                    data-source=entry.key.source.word()
+                    aria-selected=entry.selected.to_string()
+                    on:click=move |_| select(entry.key)
+                    on:keydown=move |ev: KeyboardEvent| {
+                        if ev.key() == "Enter" || ev.key() == " " {
+                            ev.prevent_default();
+                            select(entry.key);
+                        }
+                    }
+                >
+                    <div class="run-head">
+                        <span class="run-id">"#" {entry.key.run.0}</span>
+                        <span class="status" data-status=entry.status_word>
+                            {entry.status.clone()}
+                        </span>
+                    </div>
+                    <div class="run-spec">{entry.describe.clone()}</div>
+                    <div class="run-figure num">{entry.figure.clone()}</div>
+                </li>
+            </For>
+        </ul>
+    }
+}
+
+/// The live session's runs, and the session-file actions: open one, save this one.
+#[component]
+fn RunList(store: Store) -> impl IntoView {
+    let download_error = RwSignal::new(None::<String>);
+    let can_download = move || store.read(|state| state.live.file_bytes().is_some());
+    let download = move |_| {
+        let blob = store.read_untracked(|state| state.live.file_bytes().map(blob_of));
+        let saved = match blob {
+            Some(Ok(blob)) => save(&blob, DOWNLOAD_NAME),
+            Some(Err(error)) => Err(error),
+            None => Ok(()),
+        };
+        download_error.set(saved.err());
+    };
+    let pick = move |ev: Event| {
+        let input: HtmlInputElement = event_target(&ev);
+        if let Some(files) = input.files() {
+            open_files(store, &files);
+        }
+        // Picking the same file again is a change too.
+        input.set_value("");
+    };
+    view! {
+        <section class="card runs">
+            <div class="runs-head">
+                <h2>"Runs"</h2>
+                <div class="session-actions">
+                    <label class="button" title="open a session file (.ackscope); or drop one on the page">
+                        "Open…"
+                        <input
+                            type="file"
+                            accept=".ackscope,application/octet-stream"
+                            multiple=true
+                            data-testid="open-file"
+                            on:change=pick
+                        />
+                    </label>
+                    <button
+                        type="button"
+                        class="button"
+                        data-testid="download"
+                        title=format!("save every run of this probe session as {DOWNLOAD_NAME}")
+                        disabled=move || !can_download()
+                        on:click=download
+                    >
+                        "Download"
+                    </button>
+                </div>
+            </div>
+            {move || {
+                download_error
+                    .get()
+                    .map(|error| view! { <p class="error" role="alert" data-testid="download-error">{error}</p> })
+            }}
+            <Show
+                when=move || store.read(|state| !state.live.runs().is_empty())
+                fallback=|| {
+                    view! {
+                        <p class="hint">
+                            "No runs from the probe yet: press Run, or open a session file (or "
+                            "drop one on the page)."
+                        </p>
+                    }
+                }
+            >
+                {run_list(store, move || store.read(|state| RunEntry::list(state, Source::Live)))}
+            </Show>
+        </section>
+    }
+}
+
+/// One card per opened session file: its runs, or why it could not be read (in full).
+#[component]
+fn OpenedFiles(store: Store) -> impl IntoView {
+    let ids =
+        move || store.read(|state| state.files().iter().map(|file| file.id).collect::<Vec<_>>());
+    view! {
+        <For each=ids key=|id| *id let(id)>
+            <OpenedFile store id />
+        </For>
     }
 }
 
 #[component]
-fn RunList(store: Store) -> impl IntoView {
-    // Newest first: the run just started is where the eye is.
-    let entries = move || {
-        store.read(|state| {
-            let selected = state.selected_id();
-            state
-                .runs()
-                .iter()
-                .rev()
-                .map(|run| RunEntry::of(run, Some(run.id) == selected))
-                .collect::<Vec<_>>()
-        })
-    };
-    let select = move |id: u32| store.update(|state| state.select(RunId(id)));
+fn OpenedFile(store: Store, id: FileId) -> impl IntoView {
+    let name = store
+        .read_untracked(|state| state.file(id).map(|file| file.name.clone()).unwrap_or_default());
+    let error = move || store.read(|state| state.file(id).and_then(|file| file.error.clone()));
+    let entries = move || store.read(|state| RunEntry::list(state, Source::File(id)));
+    let close = move |_| store.update(|state| state.close_file(id));
     view! {
-        <section class="card runs">
-            <h2>"Runs"</h2>
-            <Show
-                when=move || store.read(|state| !state.runs().is_empty())
-                fallback=|| view! { <p class="hint">"No runs yet: press Run."</p> }
-            >
-                <ul class="run-list" role="listbox" aria-label="runs">
-                    <For each=entries key=|entry| entry.clone() let(entry)>
-                        <li
-                            class="run"
-                            class:selected=entry.selected
-                            role="option"
-                            tabindex="0"
-                            data-testid="run-entry"
-                            data-run-id=entry.id.to_string()
-                            aria-selected=entry.selected.to_string()
-                            on:click=move |_| select(entry.id)
-                            on:keydown=move |ev: KeyboardEvent| {
-                                if ev.key() == "Enter" || ev.key() == " " {
-                                    ev.prevent_default();
-                                    select(entry.id);
-                                }
-                            }
-                        >
-                            <div class="run-head">
-                                <span class="run-id">"#" {entry.id}</span>
-                                <span class="status" data-status=entry.status_word>
-                                    {entry.status.clone()}
-                                </span>
-                            </div>
-                            <div class="run-spec">{entry.describe.clone()}</div>
-                            <div class="run-p50">"p50 " <span class="num">{entry.p50.clone()}</span></div>
-                        </li>
-                    </For>
-                </ul>
-            </Show>
+        <section class="card runs opened-file" data-testid="opened-file" data-file=name.clone()>
+            <div class="runs-head">
+                <h2>"from " <span class="file-name">{name.clone()}</span></h2>
+                <button
+                    type="button"
+                    class="button close"
+                    data-testid="close-file"
+                    title="close this file"
+                    aria-label=format!("close {name}")
+                    on:click=close
+                >
+                    "×"
+                </button>
+            </div>
+            {move || {
+                error().map(|error| view! { <p class="error" role="alert" data-testid="file-error">{error}</p> })
+            }}
+            {run_list(store, entries)}
         </section>
     }
 }
@@ -449,20 +741,189 @@ impl SummaryText {
     }
 }
 
+/// What a bulk run's summary can say so far: shared's bulk analysis, no per-request views.
+#[derive(Clone, Debug, PartialEq)]
+pub struct BulkText {
+    pub bytes: String,
+    pub duration_ms: String,
+    pub goodput_mbps: String,
+    pub events: String,
+    /// "client SO_SNDBUF 2626560 B, …": the buffers and windows the kernel reported, if any.
+    pub kernel: Option<String>,
+}
+
+impl BulkText {
+    pub fn of(summary: &BulkSummary, events: u64) -> BulkText {
+        let facts = [
+            ("client SO_SNDBUF", summary.client_sndbuf_bytes, " B"),
+            ("server SO_RCVBUF", summary.server_rcvbuf_bytes, " B"),
+            ("server window (median)", summary.server_rcv_wnd_bytes, " B"),
+            ("client send window (median)", summary.client_snd_wnd_bytes, " B"),
+            ("min RTT", summary.min_rtt_us, " µs"),
+        ];
+        let kernel = facts
+            .into_iter()
+            .filter_map(|(name, value, unit)| Some(format!("{name} {}{unit}", value?)))
+            .collect::<Vec<_>>();
+        BulkText {
+            bytes: summary.bytes.to_string(),
+            duration_ms: format!("{:.2}", summary.duration_s * 1e3),
+            goodput_mbps: format!("{:.1}", summary.goodput_mbps),
+            events: events.to_string(),
+            kernel: (!kernel.is_empty()).then(|| kernel.join(", ")),
+        }
+    }
+}
+
+/// "recording: events, TCP_INFO at syscalls, TCP_INFO every 1 ms while blocked": what perturbed
+/// the run.
+pub fn describe_instruments(instruments: &Instruments) -> String {
+    let mut parts = Vec::new();
+    parts.push(if instruments.events { "events" } else { "no events" }.to_string());
+    if instruments.tcp_info_at_syscalls {
+        parts.push("TCP_INFO at syscalls".into());
+    }
+    match instruments.tcp_info_interval_us {
+        0 => {}
+        us if us % 1000 == 0 => {
+            parts.push(format!("TCP_INFO every {} ms while blocked", us / 1000))
+        }
+        us if us > 1000 => {
+            parts.push(format!("TCP_INFO every {:.1} ms while blocked", f64::from(us) / 1000.0))
+        }
+        us => parts.push(format!("TCP_INFO every {us} µs while blocked")),
+    }
+    format!("recording: {}", parts.join(", "))
+}
+
+/// The host facts as (label, value) pairs; "unknown" where the probe could not tell.
+pub fn host_rows(host: &HostFacts) -> Vec<(&'static str, String)> {
+    let known = |value: &str| {
+        if value.is_empty() {
+            "unknown".to_string()
+        } else {
+            value.to_string()
+        }
+    };
+    vec![
+        ("OS", known(&host.os)),
+        ("kernel", known(&host.kernel)),
+        ("tcp_rmem", known(&host.tcp_rmem)),
+        ("tcp_wmem", known(&host.tcp_wmem)),
+        ("rmem_max", known(&host.rmem_max)),
+        ("wmem_max", known(&host.wmem_max)),
+        ("congestion control", known(&host.congestion_control)),
+        ("packet capture", known(&host.capture)),
+    ]
+}
+
+/// A details element, closed: "machine: linux 6.8.0, cubic", the rest on demand.
+fn machine_line(host: HostFacts) -> impl IntoView {
+    let short = [host.os.as_str(), host.kernel.as_str(), host.congestion_control.as_str()]
+        .into_iter()
+        .filter(|part| !part.is_empty())
+        .collect::<Vec<_>>()
+        .join(" ");
+    let short = if short.is_empty() { "unknown".to_string() } else { short };
+    view! {
+        <details class="machine" data-testid="machine">
+            <summary>"machine: " {short}</summary>
+            <dl>
+                {host_rows(&host)
+                    .into_iter()
+                    .map(|(label, value)| view! { <dt>{label}</dt><dd>{value}</dd> })
+                    .collect_view()}
+            </dl>
+        </details>
+    }
+}
+
+/// Everything the summary card shows of the selected run.
+#[derive(Clone, Debug, PartialEq)]
+struct SelectedRun {
+    id: u32,
+    file: Option<String>,
+    describe: String,
+    status: String,
+    instruments: String,
+    host: Option<HostFacts>,
+    numbers: Numbers,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+enum Numbers {
+    Rr(SummaryText),
+    Bulk(BulkText),
+    /// A scenario the browser has no analysis for (the echo server alone).
+    Events(u64),
+}
+
+impl SelectedRun {
+    fn of(state: &AppState) -> Option<SelectedRun> {
+        let key = state.selected_key()?;
+        let run = state.run(key)?;
+        let file = match key.source {
+            Source::Live => None,
+            Source::File(id) => state.file(id).map(|file| file.name.clone()),
+        };
+        Some(SelectedRun {
+            id: run.id.0,
+            file,
+            describe: run.spec.describe(),
+            status: run.status.label(),
+            instruments: describe_instruments(&run.instruments),
+            host: state.session(key.source).and_then(|s| s.host()).cloned(),
+            numbers: match run.bulk_summary() {
+                Some(bulk) => Numbers::Bulk(BulkText::of(bulk, run.events)),
+                None if run.is_rr() => Numbers::Rr(SummaryText::of(run.summary())),
+                None => Numbers::Events(run.events),
+            },
+        })
+    }
+}
+
+fn rr_numbers(text: SummaryText) -> impl IntoView {
+    view! {
+        <dl>
+            <div><dt>"requests"</dt><dd class="num" data-testid="summary-requests">{text.requests}</dd></div>
+            <div><dt>"requests/s"</dt><dd class="num" data-testid="summary-rps">{text.rps}</dd></div>
+            <div><dt>"p50 (ms)"</dt><dd class="num" data-testid="summary-p50-ms">{text.p50_ms}</dd></div>
+            <div><dt>"p99 (ms)"</dt><dd class="num" data-testid="summary-p99-ms">{text.p99_ms}</dd></div>
+            <div><dt>"max (ms)"</dt><dd class="num" data-testid="summary-max-ms">{text.max_ms}</dd></div>
+            <div>
+                <dt>"stalled reads"</dt>
+                <dd class="num" class:stalls=text.any_stalls data-testid="summary-stalled-reads">
+                    {text.stalled_reads}
+                </dd>
+            </div>
+        </dl>
+    }
+}
+
+fn bulk_numbers(text: BulkText) -> impl IntoView {
+    view! {
+        <dl>
+            <div><dt>"bytes read by the server"</dt><dd class="num" data-testid="summary-bytes">{text.bytes}</dd></div>
+            <div><dt>"duration (ms)"</dt><dd class="num" data-testid="summary-duration-ms">{text.duration_ms}</dd></div>
+            <div><dt>"goodput (Mbit/s)"</dt><dd class="num" data-testid="summary-goodput-mbps">{text.goodput_mbps}</dd></div>
+            <div><dt>"events"</dt><dd class="num" data-testid="summary-events">{text.events}</dd></div>
+        </dl>
+        {text.kernel.map(|kernel| view! { <p class="kernel-facts" data-testid="summary-kernel">{kernel}</p> })}
+    }
+}
+
+fn event_count(events: u64) -> impl IntoView {
+    view! {
+        <dl>
+            <div><dt>"events"</dt><dd class="num" data-testid="summary-events">{events}</dd></div>
+        </dl>
+    }
+}
+
 #[component]
 fn SummaryPanel(store: Store) -> impl IntoView {
-    let selected = move || {
-        store.read(|state| {
-            state.selected().map(|run| {
-                (
-                    run.id.0,
-                    run.spec.describe(),
-                    run.status.label(),
-                    SummaryText::of(run.summary()),
-                )
-            })
-        })
-    };
+    let selected = move || store.read(SelectedRun::of);
+    let live_host = move || store.read(|state| state.live.host().cloned());
     move || {
         match selected() {
         None => view! {
@@ -471,28 +932,25 @@ fn SummaryPanel(store: Store) -> impl IntoView {
                     "Choose the knobs and press Run: each request becomes a row below, with every "
                     "read that the kernel held for more than 10 ms drawn in red."
                 </p>
+                {live_host().map(machine_line)}
             </section>
         }
         .into_any(),
-        Some((id, describe, status, text)) => view! {
+        Some(run) => view! {
             <section class="card summary" aria-label="summary">
                 <h2>
-                    "Run #" {id} <span class="describe">{describe}</span>
-                    <span class="status">{status}</span>
+                    "Run #" {run.id}
+                    {run.file.map(|name| view! { <span class="from-file" data-testid="summary-file">"from " {name}</span> })}
+                    <span class="describe">{run.describe}</span>
+                    <span class="status">{run.status}</span>
                 </h2>
-                <dl>
-                    <div><dt>"requests"</dt><dd class="num" data-testid="summary-requests">{text.requests}</dd></div>
-                    <div><dt>"requests/s"</dt><dd class="num" data-testid="summary-rps">{text.rps}</dd></div>
-                    <div><dt>"p50 (ms)"</dt><dd class="num" data-testid="summary-p50-ms">{text.p50_ms}</dd></div>
-                    <div><dt>"p99 (ms)"</dt><dd class="num" data-testid="summary-p99-ms">{text.p99_ms}</dd></div>
-                    <div><dt>"max (ms)"</dt><dd class="num" data-testid="summary-max-ms">{text.max_ms}</dd></div>
-                    <div>
-                        <dt>"stalled reads"</dt>
-                        <dd class="num" class:stalls=text.any_stalls data-testid="summary-stalled-reads">
-                            {text.stalled_reads}
-                        </dd>
-                    </div>
-                </dl>
+                <p class="instruments" data-testid="instruments">{run.instruments}</p>
+                {run.host.map(machine_line)}
+                {match run.numbers {
+                    Numbers::Rr(text) => rr_numbers(text).into_any(),
+                    Numbers::Bulk(text) => bulk_numbers(text).into_any(),
+                    Numbers::Events(events) => event_count(events).into_any(),
+                }}
             </section>
         }
         .into_any(),
@@ -500,43 +958,65 @@ fn SummaryPanel(store: Store) -> impl IntoView {
     }
 }
 
+/// Where the timeline would be, for a run of another scenario: says there is none rather than
+/// showing nothing.
+#[component]
+fn NoTimeline(store: Store) -> impl IntoView {
+    let note = move || {
+        store.read(|state| {
+            state.selected().and_then(|run| match run.spec {
+                Scenario::Rr(_) => None,
+                Scenario::Bulk(_) => Some("Bulk runs have no per-request timeline yet."),
+                _ => Some("This run has no per-request timeline."),
+            })
+        })
+    };
+    move || {
+        note().map(|note| {
+            view! {
+                <section class="card timeline-note" data-testid="no-timeline">
+                    <p class="hint">{note}</p>
+                </section>
+            }
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use ackscope_shared::wire::RunOutcome;
-    use ackscope_shared::NoDelay;
+    use ackscope_shared::BulkSpec;
+    use ackscope_shared::{NoDelay, RunId};
+    use js_sys::{Array, Uint8Array};
     use leptos::mount::mount_to;
     use wasm_bindgen::JsCast;
     use wasm_bindgen_test::wasm_bindgen_test;
-    use web_sys::{Element, HtmlElement, HtmlInputElement};
+    use web_sys::{
+        DataTransfer, DragEvent, DragEventInit, Element, File, HtmlElement, HtmlInputElement,
+        HtmlSelectElement,
+    };
 
     use super::*;
-    use crate::fixtures::{hello, nagle_run, US};
+    use crate::fixtures::{hello, nagle_run, rr_started, MS, US};
+    use crate::promise::tests::sleep;
 
     /// A fresh element in the body for one test's view.
     fn container() -> HtmlElement {
         let document = document();
         let element = document.create_element("div").expect("create a div");
-        document
-            .body()
-            .expect("a body")
-            .append_child(&element)
-            .expect("append");
+        document.body().expect("a body").append_child(&element).expect("append");
         element.unchecked_into()
     }
 
     fn all(root: &Element, selector: &str) -> Vec<Element> {
         let list = root.query_selector_all(selector).expect("a valid selector");
-        (0..list.length())
-            .filter_map(|i| list.item(i)?.dyn_into().ok())
-            .collect()
+        (0..list.length()).filter_map(|i| list.item(i)?.dyn_into().ok()).collect()
     }
 
     fn one(root: &Element, selector: &str) -> Element {
-        root.query_selector(selector)
-            .expect("a valid selector")
-            .unwrap_or_else(|| {
-                panic!("no {selector} in {}", root.inner_html());
-            })
+        root.query_selector(selector).expect("a valid selector").unwrap_or_else(|| {
+            panic!("no {selector} in {}", root.inner_html());
+        })
     }
 
     fn text(root: &Element, selector: &str) -> String {
@@ -562,10 +1042,7 @@ mod tests {
         // No probe behind the test server: Run waits for one.
         assert!(run.has_attribute("disabled"));
         let link = one(root, "[data-testid=connection]").get_attribute("data-state");
-        assert!(
-            matches!(link.as_deref(), Some("connecting" | "reconnecting")),
-            "{link:?}"
-        );
+        assert!(matches!(link.as_deref(), Some("connecting" | "reconnecting")), "{link:?}");
         let value = |id: &str| {
             one(root, &format!("input[data-testid={id}]")).unchecked_into::<HtmlInputElement>()
         };
@@ -574,14 +1051,22 @@ mod tests {
         assert_eq!(value("reconnect-every").value(), "0");
         assert!(!value("nodelay-client").checked());
         assert!(!value("nodelay-server").checked());
-        drop(mounted);
+        assert_eq!(value("response-size").value(), "", "the same as the request");
+        assert_eq!(value("think-us").value(), "0");
+        for id in ["cork-client", "cork-server", "quickack-client", "quickack-server"] {
+            assert!(!value(id).checked(), "{id}");
+        }
+        for id in ["write-client", "write-server"] {
+            let select = one(root, &format!("select[data-testid={id}]"));
+            assert_eq!(select.unchecked_into::<HtmlSelectElement>().value(), "split");
+        }
+        assert!(one(root, "input[type=file][data-testid=open-file]").has_attribute("multiple"));
         assert!(
-            body.query_selector("[data-testid=run]")
-                .ok()
-                .flatten()
-                .is_none(),
-            "unmounted"
+            one(root, "button[data-testid=download]").has_attribute("disabled"),
+            "nothing to download before the probe's Hello"
         );
+        drop(mounted);
+        assert!(body.query_selector("[data-testid=run]").ok().flatten().is_none(), "unmounted");
     }
 
     #[wasm_bindgen_test]
@@ -595,36 +1080,16 @@ mod tests {
         let root: &Element = &root;
         store.update(|s| {
             apply(s, hello());
-            apply(
-                s,
-                ToBrowser::RunStarted {
-                    run: RunId(1),
-                    spec: RrSpec {
-                        requests: 3,
-                        ..RrSpec::default()
-                    },
-                },
-            );
+            apply(s, rr_started(1, RrSpec { requests: 3, ..RrSpec::default() }));
         });
         settle().await;
         assert_eq!(all(root, "[data-testid=run-entry]").len(), 1);
-        assert!(
-            one(root, "button[data-testid=run]").has_attribute("disabled"),
-            "a run is going"
-        );
+        assert!(one(root, "button[data-testid=run]").has_attribute("disabled"), "a run is going");
 
         // Half the run: the rows of requests begun so far appear before the run ends.
         let events = nagle_run(3, 43_700 * US);
         let (first, rest) = events.split_at(20);
-        store.update(|s| {
-            apply(
-                s,
-                ToBrowser::Events {
-                    run: RunId(1),
-                    events: first.to_vec(),
-                },
-            )
-        });
+        store.update(|s| apply(s, ToBrowser::Events { run: RunId(1), events: first.to_vec() }));
         settle().await;
         let reqs: Vec<String> = all(root, "[data-testid=request-row]")
             .iter()
@@ -634,36 +1099,18 @@ mod tests {
         assert_eq!(text(root, "[data-testid=summary-requests]"), "1");
 
         store.update(|s| {
-            apply(
-                s,
-                ToBrowser::Events {
-                    run: RunId(1),
-                    events: rest.to_vec(),
-                },
-            );
-            apply(
-                s,
-                ToBrowser::RunFinished {
-                    run: RunId(1),
-                    outcome: RunOutcome::Completed,
-                },
-            );
+            apply(s, ToBrowser::Events { run: RunId(1), events: rest.to_vec() });
+            apply(s, ToBrowser::RunFinished { run: RunId(1), outcome: RunOutcome::Completed });
         });
         settle().await;
         assert_eq!(all(root, "[data-testid=request-row]").len(), 3);
         let labels = all(root, "[data-testid=stall-label]");
         assert_eq!(labels.len(), 4, "two per request after the first");
         for label in &labels {
-            assert_eq!(
-                label.get_attribute("data-stall-ms").as_deref(),
-                Some("43.7")
-            );
+            assert_eq!(label.get_attribute("data-stall-ms").as_deref(), Some("43.7"));
             assert_eq!(label.text_content().as_deref(), Some("43.7 ms"));
         }
-        assert_eq!(
-            all(root, "[data-req='0'] [data-testid=stall-label]").len(),
-            0
-        );
+        assert_eq!(all(root, "[data-req='0'] [data-testid=stall-label]").len(), 0);
         assert_eq!(all(root, "rect.stalled").len(), 4);
         assert_eq!(text(root, "[data-testid=summary-requests]"), "3");
         assert_eq!(text(root, "[data-testid=summary-stalled-reads]"), "4");
@@ -680,27 +1127,12 @@ mod tests {
         // A second run with TCP_NODELAY on both sides: selected, and no stall anywhere.
         let nodelay = RrSpec {
             requests: 3,
-            nodelay: NoDelay {
-                client: true,
-                server: true,
-            },
+            nodelay: NoDelay { client: true, server: true },
             ..RrSpec::default()
         };
         store.update(|s| {
-            apply(
-                s,
-                ToBrowser::RunStarted {
-                    run: RunId(2),
-                    spec: nodelay,
-                },
-            );
-            apply(
-                s,
-                ToBrowser::Events {
-                    run: RunId(2),
-                    events: nagle_run(3, 30 * US),
-                },
-            );
+            apply(s, rr_started(2, nodelay));
+            apply(s, ToBrowser::Events { run: RunId(2), events: nagle_run(3, 30 * US) });
         });
         settle().await;
         let selected: Vec<Option<String>> = all(root, "[data-testid=run-entry]")
@@ -711,11 +1143,7 @@ mod tests {
                     .and(e.get_attribute("data-run-id"))
             })
             .collect();
-        assert_eq!(
-            selected,
-            [Some("2".to_string()), None],
-            "newest first, newest selected"
-        );
+        assert_eq!(selected, [Some("2".to_string()), None], "newest first, newest selected");
         assert_eq!(all(root, "[data-testid=stall-label]").len(), 0);
         assert_eq!(text(root, "[data-testid=summary-stalled-reads]"), "0");
 
@@ -724,10 +1152,7 @@ mod tests {
         first_run.unchecked_ref::<HtmlElement>().click();
         settle().await;
         let first_run = one(root, "[data-testid=run-entry][data-run-id='1']");
-        assert_eq!(
-            first_run.get_attribute("aria-selected").as_deref(),
-            Some("true")
-        );
+        assert_eq!(first_run.get_attribute("aria-selected").as_deref(), Some("true"));
         assert_eq!(all(root, "[data-testid=stall-label]").len(), 4);
         assert!(text(root, "[data-testid=summary-p50-ms]").starts_with("87."));
     }
@@ -740,34 +1165,16 @@ mod tests {
         let _mounted = mount_to(root.clone(), move || {
             view! { <Page store link_status=status link=StoredValue::new_local(None) /> }
         });
-        let spec = RrSpec {
-            requests: 1005,
-            ..RrSpec::default()
-        };
+        let spec = RrSpec { requests: 1005, ..RrSpec::default() };
         store.update(|s| {
             apply(s, hello());
-            apply(
-                s,
-                ToBrowser::RunStarted {
-                    run: RunId(1),
-                    spec,
-                },
-            );
-            apply(
-                s,
-                ToBrowser::Events {
-                    run: RunId(1),
-                    events: nagle_run(1005, 30 * US),
-                },
-            );
+            apply(s, rr_started(1, spec));
+            apply(s, ToBrowser::Events { run: RunId(1), events: nagle_run(1005, 30 * US) });
         });
         settle().await;
         let root: &Element = &root;
         assert_eq!(all(root, "[data-testid=request-row]").len(), 1000);
-        assert_eq!(
-            text(root, "[data-testid=row-cap-note]"),
-            "showing 1000 of 1005 requests"
-        );
+        assert_eq!(text(root, "[data-testid=row-cap-note]"), "showing 1000 of 1005 requests");
         assert_eq!(text(root, "[data-testid=summary-requests]"), "1005");
     }
 
@@ -785,32 +1192,19 @@ mod tests {
         size.set_value("0");
         let input = web_sys::Event::new("input").expect("an input event");
         size.dispatch_event(&input).expect("dispatch");
-        one(root, "button[data-testid=run]")
-            .unchecked_into::<HtmlElement>()
-            .click();
+        one(root, "button[data-testid=run]").unchecked_into::<HtmlElement>().click();
         settle().await;
         let error = one(root, "[data-testid=form-error]");
-        assert_eq!(
-            error.get_attribute("data-field").as_deref(),
-            Some("size_bytes")
-        );
+        assert_eq!(error.get_attribute("data-field").as_deref(), Some("size_bytes"));
         assert!(error
             .text_content()
             .unwrap_or_default()
             .starts_with("body size (bytes): must be between 1"));
         assert_eq!(size.get_attribute("aria-invalid").as_deref(), Some("true"));
-        assert!(
-            !store.read_untracked(|s| s.start_pending),
-            "nothing was sent"
-        );
+        assert!(!store.read_untracked(|s| s.start_pending), "nothing was sent");
 
         store.update(|s| {
-            apply(
-                s,
-                ToBrowser::Rejected {
-                    reason: "a run is already in progress".into(),
-                },
-            )
+            apply(s, ToBrowser::Rejected { reason: "a run is already in progress".into() })
         });
         settle().await;
         assert_eq!(
@@ -830,12 +1224,331 @@ mod tests {
         let newer = ackscope_shared::wire::Hello {
             protocol_version: 99,
             ackscope_version: "9.9.9".into(),
+            host: Default::default(),
         };
         store.update(|s| apply(s, ToBrowser::Hello(newer)));
         settle().await;
         let root: &Element = &root;
         assert!(text(root, "[data-testid=protocol-error]").contains("version 99"));
         assert!(one(root, "button[data-testid=run]").has_attribute("disabled"));
+    }
+
+    /// The page over `store`, in a fresh element, with the probe connected.
+    fn mount_page(store: Store) -> (HtmlElement, impl Sized) {
+        let root = container();
+        let status = RwSignal::new(LinkStatus::Connected);
+        let mounted = mount_to(root.clone(), move || {
+            view! { <Page store link_status=status link=StoredValue::new_local(None) /> }
+        });
+        (root, mounted)
+    }
+
+    /// Waits (on the page's clock: file reads are tasks, not microtasks) until `selector` shows.
+    async fn wait_for(root: &Element, selector: &str) -> Element {
+        for _ in 0..250 {
+            if let Some(found) = root.query_selector(selector).expect("a valid selector") {
+                settle().await;
+                return found;
+            }
+            sleep(20).await;
+        }
+        panic!("no {selector} after 5 s in {}", root.inner_html());
+    }
+
+    fn type_into(input: &HtmlInputElement, value: &str) {
+        input.set_value(value);
+        let event = web_sys::Event::new("input").expect("an input event");
+        input.dispatch_event(&event).expect("dispatch");
+    }
+
+    /// A session file as Download saves it: story 1, three requests, every body held 43.7 ms.
+    fn story1_file() -> Vec<u8> {
+        let mut state = AppState::default();
+        apply(&mut state, hello());
+        apply(&mut state, rr_started(1, RrSpec { requests: 3, ..RrSpec::default() }));
+        apply(&mut state, ToBrowser::Events { run: RunId(1), events: nagle_run(3, 43_700 * US) });
+        apply(&mut state, ToBrowser::RunFinished { run: RunId(1), outcome: RunOutcome::Completed });
+        state.live.file_bytes().expect("a greeted session").to_vec()
+    }
+
+    fn file(bytes: &[u8], name: &str) -> File {
+        let parts = Array::of1(&Uint8Array::from(bytes));
+        File::new_with_u8_array_sequence(&parts, name).expect("a file")
+    }
+
+    fn transfer_of(file: &File) -> DataTransfer {
+        let transfer = DataTransfer::new().expect("a DataTransfer");
+        transfer.items().add_with_file(file).expect("add the file");
+        transfer
+    }
+
+    #[wasm_bindgen_test]
+    async fn the_form_caps_requests_for_the_browser_and_keeps_the_per_side_knobs() {
+        let store = Store::new(AppState::default());
+        store.update(|s| apply(s, hello()));
+        let (root, _mounted) = mount_page(store);
+        let root: &Element = &root;
+        let input = |id: &str| {
+            one(root, &format!("input[data-testid={id}]")).unchecked_into::<HtmlInputElement>()
+        };
+        let run = || one(root, "button[data-testid=run]").unchecked_into::<HtmlElement>().click();
+
+        type_into(&input("requests"), "100001");
+        run();
+        settle().await;
+        let error = one(root, "[data-testid=form-error]");
+        assert_eq!(error.get_attribute("data-field").as_deref(), Some("requests"));
+        let message = error.text_content().unwrap_or_default();
+        assert!(message.starts_with("requests: "), "{message}");
+        assert!(message.contains("at most 100000"), "{message}");
+        assert_eq!(input("requests").get_attribute("aria-invalid").as_deref(), Some("true"));
+
+        type_into(&input("requests"), "10");
+        type_into(&input("think-us"), "20000000");
+        run();
+        settle().await;
+        let error = one(root, "[data-testid=form-error]");
+        assert_eq!(error.get_attribute("data-field").as_deref(), Some("think_us"));
+        assert_eq!(input("think-us").get_attribute("aria-invalid").as_deref(), Some("true"));
+        assert_eq!(input("requests").get_attribute("aria-invalid").as_deref(), Some("false"));
+
+        // Every knob set and valid: the form gets as far as sending (there is no probe here).
+        type_into(&input("think-us"), "500");
+        type_into(&input("response-size"), "4");
+        input("cork-client").click();
+        input("quickack-server").click();
+        let write =
+            one(root, "select[data-testid=write-client]").unchecked_into::<HtmlSelectElement>();
+        write.set_value("writev");
+        write
+            .dispatch_event(&web_sys::Event::new("change").expect("a change event"))
+            .expect("dispatch");
+        run();
+        settle().await;
+        let error = one(root, "[data-testid=form-error]");
+        assert_eq!(error.get_attribute("data-field").as_deref(), Some(""));
+        assert!(error.text_content().unwrap_or_default().starts_with("no probe to talk to"));
+        assert!(input("cork-client").checked() && input("quickack-server").checked());
+        assert_eq!(write.value(), "writev");
+    }
+
+    #[wasm_bindgen_test]
+    async fn the_summary_names_instruments_and_machine_and_bulk_runs_are_listed() {
+        let store = Store::new(AppState::default());
+        let (root, _mounted) = mount_page(store);
+        let root: &Element = &root;
+        store.update(|s| {
+            apply(s, hello());
+            apply(s, rr_started(1, RrSpec::default()));
+        });
+        settle().await;
+        assert_eq!(
+            text(root, "[data-testid=instruments]"),
+            "recording: events, TCP_INFO at syscalls, TCP_INFO every 1 ms while blocked"
+        );
+        let machine = one(root, "details[data-testid=machine]");
+        assert!(!machine.has_attribute("open"), "unobtrusive: closed until asked");
+        assert_eq!(text(root, "[data-testid=machine] summary"), "machine: linux 6.8.0-test cubic");
+        let details = machine.text_content().unwrap_or_default();
+        assert!(details.contains("4096 131072 6291456"), "{details}");
+        assert!(details.contains("4096 16384 4194304"), "{details}");
+
+        let bulk = BulkSpec::default();
+        let quiet =
+            Instruments { events: true, tcp_info_at_syscalls: false, tcp_info_interval_us: 0 };
+        let read = |at_ns| ackscope_shared::Event {
+            at_ns,
+            side: ackscope_shared::Side::Server,
+            conn: ackscope_shared::ConnId(0),
+            req: ackscope_shared::ReqId(0),
+            kind: ackscope_shared::EventKind::ReadDone { bytes: 62_500 },
+        };
+        store.update(|s| {
+            apply(s, ToBrowser::RunFinished { run: RunId(1), outcome: RunOutcome::Interrupted });
+            apply(
+                s,
+                ToBrowser::RunStarted {
+                    run: RunId(2),
+                    spec: Scenario::Bulk(bulk.clone()),
+                    instruments: quiet,
+                },
+            );
+            apply(
+                s,
+                ToBrowser::Events { run: RunId(2), events: vec![read(5 * MS), read(10 * MS)] },
+            );
+        });
+        settle().await;
+        let entry = one(root, "[data-testid=run-entry][data-run-id='2']");
+        let listed = entry.text_content().unwrap_or_default();
+        assert!(listed.contains(&bulk.describe()), "{listed}");
+        assert!(listed.contains("100.0 Mbit/s"), "{listed}");
+        let first = one(root, "[data-testid=run-entry][data-run-id='1'] .status");
+        assert_eq!(first.get_attribute("data-status").as_deref(), Some("interrupted"));
+        assert_eq!(text(root, "[data-testid=instruments]"), "recording: events");
+        assert_eq!(
+            text(root, "[data-testid=no-timeline]"),
+            "Bulk runs have no per-request timeline yet."
+        );
+        assert!(all(root, "[data-testid=request-row]").is_empty());
+        assert_eq!(text(root, "[data-testid=summary-bytes]"), "125000");
+        assert_eq!(text(root, "[data-testid=summary-goodput-mbps]"), "100.0");
+        assert_eq!(text(root, "[data-testid=summary-events]"), "2");
+    }
+
+    #[wasm_bindgen_test]
+    async fn a_picked_file_shows_its_runs_beside_the_live_ones() {
+        let store = Store::new(AppState::default());
+        store.update(|s| {
+            apply(s, hello());
+            apply(s, rr_started(7, RrSpec::default()));
+        });
+        let (root, _mounted) = mount_page(store);
+        let root: &Element = &root;
+        assert!(!one(root, "button[data-testid=download]").has_attribute("disabled"));
+
+        let picker = one(root, "input[data-testid=open-file]").unchecked_into::<HtmlInputElement>();
+        let transfer = transfer_of(&file(&story1_file(), "story1.ackscope"));
+        picker.set_files(transfer.files().as_ref());
+        picker
+            .dispatch_event(&web_sys::Event::new("change").expect("a change event"))
+            .expect("dispatch");
+        let opened = wait_for(root, "[data-testid=opened-file]").await;
+        assert_eq!(opened.get_attribute("data-file").as_deref(), Some("story1.ackscope"));
+        assert!(root.query_selector("[data-testid=file-error]").ok().flatten().is_none());
+        let entry = one(&opened, "[data-testid=run-entry]");
+        assert_eq!(entry.get_attribute("data-source").as_deref(), Some("file"));
+        assert_eq!(entry.get_attribute("data-run-id").as_deref(), Some("1"));
+        assert_eq!(entry.get_attribute("aria-selected").as_deref(), Some("true"));
+        assert_eq!(text(root, "[data-testid=summary-file]"), "from story1.ackscope");
+        assert_eq!(text(root, "[data-testid=summary-requests]"), "3");
+        assert_eq!(text(root, "[data-testid=summary-stalled-reads]"), "4");
+        assert_eq!(all(root, "[data-testid=stall-label]").len(), 4);
+        assert_eq!(all(root, "[data-testid=run-entry][data-source=live]").len(), 1);
+
+        // The probe restarts: its Hello starts the live runs over and leaves the file's alone.
+        store.update(|s| apply(s, hello()));
+        settle().await;
+        assert!(all(root, "[data-testid=run-entry][data-source=live]").is_empty());
+        assert_eq!(all(root, "[data-testid=run-entry][data-source=file]").len(), 1);
+        assert_eq!(text(root, "[data-testid=summary-requests]"), "3");
+
+        one(root, "button[data-testid=close-file]").unchecked_into::<HtmlElement>().click();
+        settle().await;
+        assert!(all(root, "[data-testid=opened-file]").is_empty());
+    }
+
+    #[wasm_bindgen_test]
+    async fn a_dropped_truncated_file_names_the_problem_and_keeps_the_runs_before_it() {
+        let store = Store::new(AppState::default());
+        let (root, _mounted) = mount_page(store);
+        let root: &Element = &root;
+        let whole = story1_file();
+        // Cut inside the RunFinished frame: run 1 and all its events are before the cut.
+        let transfer = transfer_of(&file(&whole[..whole.len() - 2], "cut.ackscope"));
+        let init = DragEventInit::new();
+        init.set_bubbles(true);
+        init.set_cancelable(true);
+        init.set_data_transfer(Some(&transfer));
+        let drop = DragEvent::new_with_event_init_dict("drop", &init).expect("a drop event");
+        // Dropped on a heading: anywhere on the page will do.
+        one(root, "h1").dispatch_event(&drop).expect("dispatch");
+        assert!(drop.default_prevented(), "the browser must not open the file itself");
+
+        let error = wait_for(root, "[data-testid=file-error]").await;
+        let error = error.text_content().unwrap_or_default();
+        assert!(error.starts_with("cut.ackscope: stream ends inside a message at byte"), "{error}");
+        assert!(error.contains("truncated"), "{error}");
+        let entry = one(root, "[data-testid=opened-file] [data-testid=run-entry]");
+        assert_eq!(entry.get_attribute("data-run-id").as_deref(), Some("1"));
+        let status = one(&entry, ".status");
+        assert_eq!(status.get_attribute("data-status").as_deref(), Some("incomplete"));
+        assert_eq!(text(root, "[data-testid=summary-requests]"), "3");
+        assert_eq!(all(root, "[data-testid=request-row]").len(), 3);
+    }
+
+    #[wasm_bindgen_test]
+    async fn a_file_of_a_newer_protocol_is_refused_by_name() {
+        use ackscope_shared::wire::{write_frame, Hello, PROTOCOL_VERSION};
+
+        let store = Store::new(AppState::default());
+        let (root, _mounted) = mount_page(store);
+        let root: &Element = &root;
+        let mut bytes = Vec::new();
+        let newer = Hello {
+            protocol_version: PROTOCOL_VERSION + 1,
+            ackscope_version: "9.0.0".into(),
+            host: Default::default(),
+        };
+        write_frame(&ToBrowser::Hello(newer), &mut bytes);
+        write_frame(&rr_started(1, RrSpec::default()), &mut bytes);
+        crate::files::open_blob(
+            store,
+            "future.ackscope".into(),
+            file(&bytes, "future.ackscope").into(),
+        );
+
+        let error = wait_for(root, "[data-testid=file-error]").await;
+        let error = error.text_content().unwrap_or_default();
+        assert!(error.starts_with("future.ackscope: "), "{error}");
+        assert!(error.contains(&format!("protocol version {}", PROTOCOL_VERSION + 1)), "{error}");
+        assert!(error.contains(&format!("reads version {PROTOCOL_VERSION}")), "{error}");
+        assert!(all(root, "[data-testid=run-entry]").is_empty());
+    }
+
+    #[wasm_bindgen_test]
+    async fn what_download_saves_opens_as_the_same_runs() {
+        let store = Store::new(AppState::default());
+        // A live session: story 1's messages as the probe streams them.
+        let (messages, _) = crate::session_file::decode_session(&story1_file());
+        store.update(|s| messages.into_iter().for_each(|message| apply(s, message)));
+        let (root, _mounted) = mount_page(store);
+        let root: &Element = &root;
+
+        // What the Download button saves, read back through the same path as an opened file.
+        let blob = store
+            .read_untracked(|s| s.live.file_bytes().map(blob_of))
+            .expect("a live session")
+            .expect("a blob");
+        crate::files::open_blob(store, DOWNLOAD_NAME.into(), blob);
+        wait_for(root, &format!("[data-testid=opened-file][data-file='{DOWNLOAD_NAME}']")).await;
+        store.read_untracked(|s| {
+            let live = s.live.runs();
+            let downloaded = &s.files().last().expect("opened").session;
+            assert_eq!(downloaded.runs().len(), live.len());
+            for (file_run, live_run) in downloaded.runs().iter().zip(live) {
+                assert_eq!(file_run.spec, live_run.spec);
+                assert_eq!(file_run.status, live_run.status);
+                assert_eq!(file_run.summary(), live_run.summary());
+            }
+        });
+        assert_eq!(text(root, "[data-testid=summary-requests]"), "3");
+    }
+
+    #[wasm_bindgen_test]
+    fn instruments_read_as_a_sentence() {
+        let text = |events, tcp_info_at_syscalls, tcp_info_interval_us| {
+            describe_instruments(&Instruments {
+                events,
+                tcp_info_at_syscalls,
+                tcp_info_interval_us,
+            })
+        };
+        assert_eq!(
+            text(true, true, 1000),
+            "recording: events, TCP_INFO at syscalls, TCP_INFO every 1 ms while blocked"
+        );
+        assert_eq!(text(false, false, 0), "recording: no events");
+        assert_eq!(
+            text(true, false, 1500),
+            "recording: events, TCP_INFO every 1.5 ms while blocked"
+        );
+        assert_eq!(
+            text(true, false, 250),
+            "recording: events, TCP_INFO every 250 µs while blocked"
+        );
+        let unknown = host_rows(&HostFacts::default());
+        assert!(unknown.iter().all(|(_, value)| value == "unknown"));
     }
 
     #[wasm_bindgen_test]
@@ -851,13 +1564,7 @@ mod tests {
         };
         let text = SummaryText::of(&summary);
         assert_eq!(
-            [
-                text.requests,
-                text.rps,
-                text.p50_ms,
-                text.p99_ms,
-                text.stalled_reads
-            ],
+            [text.requests, text.rps, text.p50_ms, text.p99_ms, text.stalled_reads],
             ["200", "11.4", "88.12", "90.00", "398"].map(String::from)
         );
     }

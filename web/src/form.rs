@@ -1,21 +1,32 @@
-//! The run form's text fields to an [`RrSpec`], with errors that name the field the user typed in.
+//! The run form's fields to a checked [`Scenario`], with errors that name the field the user
+//! typed in.
 
-use ackscope_shared::RrSpec;
+use ackscope_shared::{PerSide, RrSpec, Scenario, WritePattern};
 
-/// What the form holds: text as typed, so a half-typed number is not lost or "corrected".
+/// The most requests the probe runs for the browser (the probe's `MAX_BROWSER_REQUESTS`): a
+/// session's memory stays modest. Longer runs are for the command line.
+pub const MAX_BROWSER_REQUESTS: u32 = 100_000;
+
+/// What the form holds: numbers as typed, so a half-typed number is not lost or "corrected".
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct FormFields {
     pub requests: String,
     pub size_bytes: String,
+    /// Empty: the same as the request.
+    pub response_bytes: String,
     pub reconnect_every: String,
-    pub nodelay_client: bool,
-    pub nodelay_server: bool,
+    pub think_us: String,
+    pub write: PerSide<WritePattern>,
+    pub nodelay: PerSide<bool>,
+    pub cork: PerSide<bool>,
+    pub quickack: PerSide<bool>,
 }
 
 /// A field the probe would refuse, found before asking it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct FieldError {
-    /// The spec's field name (`"size_bytes"`); `None` for a problem that is not one field's.
+    /// The spec's field name (`"size_bytes"`, `"cork.client"`); `None` for a problem that is not
+    /// one field's.
     pub field: Option<&'static str>,
     /// "body size (bytes): must be between 1 and …": starts with the form's own label.
     pub message: String,
@@ -26,27 +37,50 @@ impl FormFields {
         FormFields {
             requests: spec.requests.to_string(),
             size_bytes: spec.size_bytes.to_string(),
+            response_bytes: spec.response_bytes.map(|bytes| bytes.to_string()).unwrap_or_default(),
             reconnect_every: spec.reconnect_every.to_string(),
-            nodelay_client: spec.nodelay.client,
-            nodelay_server: spec.nodelay.server,
+            think_us: spec.think_us.to_string(),
+            write: spec.write,
+            nodelay: spec.nodelay,
+            cork: spec.cork,
+            quickack: spec.quickack,
         }
     }
 
-    /// The spec to send, checked by the same [`RrSpec::validate`] the probe applies.
-    pub fn to_spec(&self) -> Result<RrSpec, FieldError> {
-        let mut spec = RrSpec {
-            requests: whole_number("requests", &self.requests)?,
-            size_bytes: whole_number("size_bytes", &self.size_bytes)?,
-            reconnect_every: whole_number("reconnect_every", &self.reconnect_every)?,
-            ..RrSpec::default()
+    /// The scenario to send, checked by the same [`Scenario::validate`] the probe applies and
+    /// by the probe's cap on runs from the browser.
+    pub fn to_scenario(&self) -> Result<Scenario, FieldError> {
+        let requests = whole_number("requests", &self.requests)?;
+        if requests > MAX_BROWSER_REQUESTS {
+            return Err(FieldError {
+                field: Some("requests"),
+                message: format!(
+                    "requests: runs started from the browser make at most \
+                     {MAX_BROWSER_REQUESTS}; use the command line (ackscope run rr) for longer runs"
+                ),
+            });
+        }
+        let response_bytes = match self.response_bytes.trim() {
+            "" => None,
+            text => Some(whole_number("response_bytes", text)?),
         };
-        spec.nodelay.client = self.nodelay_client;
-        spec.nodelay.server = self.nodelay_server;
-        spec.validate().map_err(|error| FieldError {
+        let scenario = Scenario::Rr(RrSpec {
+            requests,
+            size_bytes: whole_number("size_bytes", &self.size_bytes)?,
+            response_bytes,
+            reconnect_every: whole_number("reconnect_every", &self.reconnect_every)?,
+            think_us: whole_number("think_us", &self.think_us)?,
+            write: self.write,
+            nodelay: self.nodelay,
+            cork: self.cork,
+            quickack: self.quickack,
+            ..RrSpec::default()
+        });
+        scenario.validate().map_err(|error| FieldError {
             field: Some(error.field),
             message: format!("{}: {}", label(error.field), error.problem),
         })?;
-        Ok(spec)
+        Ok(scenario)
     }
 }
 
@@ -54,9 +88,19 @@ impl FormFields {
 pub fn label(field: &str) -> &str {
     match field {
         "size_bytes" => "body size (bytes)",
+        "response_bytes" => "response size (bytes)",
         "reconnect_every" => "reconnect every",
+        "think_us" => "server think time (µs)",
         other => other,
     }
+}
+
+/// The write pattern a `<select>` value names; the default for anything else.
+pub fn write_pattern(value: &str) -> WritePattern {
+    [WritePattern::Single, WritePattern::Writev]
+        .into_iter()
+        .find(|pattern| pattern.name() == value)
+        .unwrap_or_default()
 }
 
 fn whole_number(field: &'static str, text: &str) -> Result<u32, FieldError> {
@@ -76,58 +120,98 @@ mod tests {
 
     use super::*;
 
+    fn defaults() -> FormFields {
+        FormFields::from_spec(&RrSpec::default())
+    }
+
+    fn rr(fields: &FormFields) -> RrSpec {
+        match fields.to_scenario() {
+            Ok(Scenario::Rr(spec)) => spec,
+            other => panic!("an rr scenario, got {other:?}"),
+        }
+    }
+
     #[wasm_bindgen_test]
     fn the_defaults_are_story_one_and_round_trip() {
-        let fields = FormFields::from_spec(&RrSpec::default());
+        let fields = defaults();
         assert_eq!(fields.requests, "200");
         assert_eq!(fields.size_bytes, "2048");
+        assert_eq!(fields.response_bytes, "", "the same as the request");
         assert_eq!(fields.reconnect_every, "0");
-        assert_eq!(fields.to_spec(), Ok(RrSpec::default()));
+        assert_eq!(fields.think_us, "0");
+        assert_eq!(fields.to_scenario(), Ok(Scenario::Rr(RrSpec::default())));
 
-        let both = FormFields {
-            nodelay_client: true,
-            nodelay_server: true,
+        let tuned = FormFields {
+            nodelay: PerSide::both(true),
+            cork: PerSide { client: true, server: false },
+            quickack: PerSide { client: false, server: true },
+            write: PerSide { client: WritePattern::Writev, server: WritePattern::Single },
+            response_bytes: " 100 ".into(),
+            think_us: "250".into(),
             ..fields
         };
-        let spec = both.to_spec().expect("valid");
+        let spec = rr(&tuned);
         assert!(spec.nodelay.client && spec.nodelay.server);
+        assert_eq!(spec.cork, PerSide { client: true, server: false });
+        assert_eq!(spec.quickack, PerSide { client: false, server: true });
+        assert_eq!(spec.write.client, WritePattern::Writev);
+        assert_eq!(spec.write.server, WritePattern::Single);
+        assert_eq!(spec.response_bytes, Some(100));
+        assert_eq!(spec.think_us, 250);
+        let back = FormFields { response_bytes: "100".into(), ..tuned };
+        assert_eq!(FormFields::from_spec(&spec), back, "and back");
     }
 
     #[wasm_bindgen_test]
     fn errors_name_the_field() {
-        let defaults = FormFields::from_spec(&RrSpec::default());
-        let zero = FormFields {
-            requests: "0".into(),
-            ..defaults.clone()
-        };
-        let error = zero.to_spec().unwrap_err();
+        let zero = FormFields { requests: "0".into(), ..defaults() };
+        let error = zero.to_scenario().unwrap_err();
         assert_eq!(error.field, Some("requests"));
-        assert!(
-            error.message.starts_with("requests: must be between 1 and"),
-            "{}",
-            error.message
-        );
+        assert!(error.message.starts_with("requests: must be between 1 and"), "{}", error.message);
 
-        let huge = FormFields {
-            size_bytes: "100000000".into(),
-            ..defaults.clone()
-        };
-        let error = huge.to_spec().unwrap_err();
+        let huge = FormFields { size_bytes: "100000000".into(), ..defaults() };
+        let error = huge.to_scenario().unwrap_err();
         assert_eq!(error.field, Some("size_bytes"));
         assert!(
-            error
-                .message
-                .starts_with("body size (bytes): must be between"),
+            error.message.starts_with("body size (bytes): must be between"),
             "{}",
             error.message
         );
 
-        let typo = FormFields {
-            reconnect_every: "ten".into(),
-            ..defaults
-        };
-        let error = typo.to_spec().unwrap_err();
+        let typo = FormFields { reconnect_every: "ten".into(), ..defaults() };
+        let error = typo.to_scenario().unwrap_err();
         assert_eq!(error.field, Some("reconnect_every"));
         assert!(error.message.contains("\"ten\""), "{}", error.message);
+
+        let response = FormFields { response_bytes: "0".into(), ..defaults() };
+        let error = response.to_scenario().unwrap_err();
+        assert_eq!(error.field, Some("response_bytes"));
+        assert!(error.message.starts_with("response size (bytes): "), "{}", error.message);
+
+        let think = FormFields { think_us: "20000000".into(), ..defaults() };
+        let error = think.to_scenario().unwrap_err();
+        assert_eq!(error.field, Some("think_us"));
+        assert!(error.message.starts_with("server think time (µs): "), "{}", error.message);
+    }
+
+    #[wasm_bindgen_test]
+    fn the_browser_asks_for_at_most_a_hundred_thousand_requests() {
+        let most = FormFields { requests: MAX_BROWSER_REQUESTS.to_string(), ..defaults() };
+        assert_eq!(rr(&most).requests, MAX_BROWSER_REQUESTS);
+        // Within what the spec allows (1,000,000), but more than the probe runs for a browser.
+        let more = FormFields { requests: (MAX_BROWSER_REQUESTS + 1).to_string(), ..defaults() };
+        let error = more.to_scenario().unwrap_err();
+        assert_eq!(error.field, Some("requests"));
+        assert!(error.message.starts_with("requests: "), "{}", error.message);
+        assert!(error.message.contains("at most 100000"), "{}", error.message);
+        assert!(error.message.contains("ackscope run rr"), "{}", error.message);
+    }
+
+    #[wasm_bindgen_test]
+    fn select_values_are_the_pattern_names() {
+        for pattern in [WritePattern::Split, WritePattern::Single, WritePattern::Writev] {
+            assert_eq!(write_pattern(pattern.name()), pattern);
+        }
+        assert_eq!(write_pattern("bogus"), WritePattern::Split);
     }
 }

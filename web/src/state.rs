@@ -1,8 +1,11 @@
-//! What the app knows, and the one pure function that changes it: [`apply`].
+//! What the app knows, and the pure functions that change it.
 //!
-//! Every message from the probe goes through [`apply`]; the view only reads. Nothing here touches
-//! the DOM or the socket, so the rules below (a Hello starts over, nothing counts before a readable
-//! Hello, the newest run is shown) are tested without a browser page or a probe.
+//! A [`Session`] is one stream of messages as the probe sends them: the live one from the probe's
+//! WebSocket, or one per opened session file. Every message of either goes through
+//! [`Session::apply`], so a file shows exactly what the live view showed. [`apply`] is the live
+//! stream's entry point: it adds what only the live link has (a refusal, the pending Run button,
+//! following the newest run). Nothing here touches the DOM or the socket, so these rules are
+//! tested without a browser page or a probe.
 //!
 //! This state lives outside Leptos' fine-grained reactivity: a run can bring thousands of events
 //! per second, and one signal per event would re-render per event. The app keeps one
@@ -11,15 +14,26 @@
 use std::cell::OnceCell;
 
 use ackscope_shared::analysis::{RunAnalysis, Summary};
-use ackscope_shared::wire::{check_hello, RunOutcome, ToBrowser, WireError};
-use ackscope_shared::{RrSpec, RunId};
+use ackscope_shared::bulk::{BulkAnalysis, BulkSummary};
+use ackscope_shared::wire::{
+    check_hello, write_frame, Hello, HostFacts, Instruments, RunOutcome, ToBrowser, WireError,
+};
+use ackscope_shared::{Event, RunId, Scenario};
+
+use crate::session_file::decode_session;
 
 /// Where a run is in its life.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum RunStatus {
     Running,
     Done,
-    Failed { error: String },
+    Failed {
+        error: String,
+    },
+    /// Stopped by the user at the probe (Ctrl-C); what was recorded before is kept.
+    Interrupted,
+    /// A file that ends before the run did (saved while it ran, or cut short).
+    Incomplete,
 }
 
 impl RunStatus {
@@ -29,6 +43,8 @@ impl RunStatus {
             RunStatus::Running => "running",
             RunStatus::Done => "done",
             RunStatus::Failed { .. } => "failed",
+            RunStatus::Interrupted => "interrupted",
+            RunStatus::Incomplete => "incomplete",
         }
     }
 
@@ -36,6 +52,7 @@ impl RunStatus {
     pub fn label(&self) -> String {
         match self {
             RunStatus::Failed { error } => format!("failed: {error}"),
+            RunStatus::Incomplete => "incomplete: the file ends before the run did".to_string(),
             other => other.word().to_string(),
         }
     }
@@ -45,50 +62,92 @@ impl RunStatus {
 #[derive(Debug)]
 pub struct Run {
     pub id: RunId,
-    pub spec: RrSpec,
+    pub spec: Scenario,
+    /// What the probe recorded during the run (each instrument costs time on the measured path).
+    pub instruments: Instruments,
     pub status: RunStatus,
+    /// Per-request spans and stalls; fed by request/response runs only.
     pub analysis: RunAnalysis,
-    /// The summary sorts every latency: computed at most once per change, not once per read.
+    /// Goodput and buffers; `Some` for bulk runs only.
+    pub bulk: Option<BulkAnalysis>,
+    pub events: u64,
+    /// Summaries sort every latency or window: computed at most once per change, not per read.
     summary: OnceCell<Summary>,
+    bulk_summary: OnceCell<BulkSummary>,
 }
 
 impl Run {
-    fn new(id: RunId, spec: RrSpec) -> Run {
+    fn new(id: RunId, spec: Scenario, instruments: Instruments) -> Run {
+        let bulk = matches!(spec, Scenario::Bulk(_)).then(BulkAnalysis::new);
         Run {
             id,
             spec,
+            instruments,
             status: RunStatus::Running,
             analysis: RunAnalysis::new(),
+            bulk,
+            events: 0,
             summary: OnceCell::new(),
+            bulk_summary: OnceCell::new(),
         }
     }
 
+    fn push(&mut self, events: &[Event]) {
+        self.events += events.len() as u64;
+        if let Some(bulk) = &mut self.bulk {
+            bulk.push_all(events);
+        } else if self.is_rr() {
+            self.analysis.push_all(events);
+        }
+        self.summary = OnceCell::new();
+        self.bulk_summary = OnceCell::new();
+    }
+
+    /// The request/response summary (all zeros for a run of another scenario).
     pub fn summary(&self) -> &Summary {
         self.summary.get_or_init(|| self.analysis.summary())
     }
+
+    /// What a bulk run moved so far; `None` for other scenarios.
+    pub fn bulk_summary(&self) -> Option<&BulkSummary> {
+        let bulk = self.bulk.as_ref()?;
+        Some(self.bulk_summary.get_or_init(|| bulk.summary()))
+    }
+
+    /// Whether the per-request views apply (a bulk run has no requests).
+    pub fn is_rr(&self) -> bool {
+        matches!(self.spec, Scenario::Rr(_))
+    }
 }
 
-/// Everything the probe told us since its last Hello, plus which run the user is looking at.
+/// One stream of messages since its Hello: the probe's live one, or an opened file's.
 #[derive(Debug, Default)]
-pub struct AppState {
+pub struct Session {
     /// In the order the probe started them (oldest first).
     runs: Vec<Run>,
-    selected: Option<RunId>,
-    /// Why the probe refused the last run the user asked for; cleared by the next request.
-    pub rejected: Option<String>,
-    /// A stream this build cannot read (another protocol version, a malformed message).
-    pub protocol_error: Option<String>,
-    /// The probe's own version, from its Hello.
-    pub probe_version: Option<String>,
-    /// The user asked for a run and the probe has not answered yet: keeps Run from being pressed
-    /// twice.
-    pub start_pending: bool,
+    /// The stream's Hello, readable or not (it names the probe's version either way).
+    hello: Option<Hello>,
     /// Whether this stream began with a Hello we can read. Until it has, nothing else is applied:
     /// a stream of another version could decode as garbage that looks valid.
     greeted: bool,
+    /// A stream this build cannot read (another protocol version, a malformed message).
+    pub error: Option<String>,
+    /// Every message applied since the Hello, framed as in a session file, for the live session
+    /// (what Download saves); `None` for a file's session, whose file the user already has.
+    record: Option<Vec<u8>>,
 }
 
-impl AppState {
+impl Session {
+    /// The probe's stream: recorded so that it can be downloaded.
+    pub fn live() -> Session {
+        Session { record: Some(Vec::new()), ..Session::default() }
+    }
+
+    /// An opened file's stream.
+    pub fn file() -> Session {
+        Session::default()
+    }
+
     pub fn runs(&self) -> &[Run] {
         &self.runs
     }
@@ -97,29 +156,213 @@ impl AppState {
         self.runs.iter().find(|run| run.id == id)
     }
 
-    pub fn selected(&self) -> Option<&Run> {
-        self.run(self.selected?)
+    pub fn hello(&self) -> Option<&Hello> {
+        self.hello.as_ref()
     }
 
-    pub fn selected_id(&self) -> Option<RunId> {
-        self.selected
-    }
-
-    /// Shows `id` if there is such a run; otherwise keeps the current choice.
-    pub fn select(&mut self, id: RunId) {
-        if self.run(id).is_some() {
-            self.selected = Some(id);
-        }
-    }
-
-    /// Whether the probe is still running one of our runs (it runs one at a time).
-    pub fn is_running(&self) -> bool {
-        self.runs.iter().any(|run| run.status == RunStatus::Running)
+    /// The machine the runs were made on, once the stream is readable.
+    pub fn host(&self) -> Option<&HostFacts> {
+        self.greeted.then_some(self.hello.as_ref()).flatten().map(|hello| &hello.host)
     }
 
     /// Whether the stream so far is one we can read and act on.
     pub fn is_greeted(&self) -> bool {
         self.greeted
+    }
+
+    pub fn is_running(&self) -> bool {
+        self.runs.iter().any(|run| run.status == RunStatus::Running)
+    }
+
+    /// The session as a session file (Hello and every run's messages, each framed), if this
+    /// session is recorded and readable.
+    pub fn file_bytes(&self) -> Option<&[u8]> {
+        self.record.as_deref().filter(|_| self.greeted)
+    }
+
+    /// Applies one message; returns the run it started, if it started one.
+    pub fn apply(&mut self, message: ToBrowser) -> Option<RunId> {
+        if let ToBrowser::Hello(hello) = &message {
+            // A Hello starts a stream: after it the probe replays every run it has, so what we
+            // held is either stale or about to arrive again. Start from nothing.
+            *self = Session {
+                hello: Some(hello.clone()),
+                record: self.record.take().map(|_| Vec::new()),
+                ..Session::default()
+            };
+            match check_hello(&message) {
+                Ok(()) => self.greeted = true,
+                Err(error) => self.error = Some(error.to_string()),
+            }
+        }
+        // A refusal answers one tab's request; it is no part of the session.
+        if !self.greeted || matches!(message, ToBrowser::Rejected { .. }) {
+            return None;
+        }
+        if let Some(record) = &mut self.record {
+            write_frame(&message, record);
+        }
+        match message {
+            ToBrowser::Hello(_) | ToBrowser::Rejected { .. } => None,
+            ToBrowser::RunStarted { run, spec, instruments } => {
+                self.runs.retain(|existing| existing.id != run);
+                self.runs.push(Run::new(run, spec, instruments));
+                Some(run)
+            }
+            ToBrowser::Events { run, events } => {
+                if let Some(run) = self.run_mut(run) {
+                    run.push(&events);
+                }
+                None
+            }
+            ToBrowser::RunFinished { run, outcome } => {
+                if let Some(run) = self.run_mut(run) {
+                    run.status = match outcome {
+                        RunOutcome::Completed => RunStatus::Done,
+                        RunOutcome::Failed { error } => RunStatus::Failed { error },
+                        RunOutcome::Interrupted => RunStatus::Interrupted,
+                    };
+                }
+                None
+            }
+        }
+    }
+
+    /// The stream ended for good (a file's last frame): a run still going never finished.
+    fn end(&mut self) {
+        for run in &mut self.runs {
+            if run.status == RunStatus::Running {
+                run.status = RunStatus::Incomplete;
+            }
+        }
+    }
+
+    fn run_mut(&mut self, id: RunId) -> Option<&mut Run> {
+        // The live run is the newest, so search from the end.
+        self.runs.iter_mut().rev().find(|run| run.id == id)
+    }
+}
+
+/// An opened session file, numbered in the order the user opened them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct FileId(pub u32);
+
+/// Where a run came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Source {
+    Live,
+    File(FileId),
+}
+
+impl Source {
+    /// The `data-source` value of a run entry.
+    pub fn word(self) -> &'static str {
+        match self {
+            Source::Live => "live",
+            Source::File(_) => "file",
+        }
+    }
+}
+
+/// A run in one of the sessions: run ids repeat between the live session and files.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct RunKey {
+    pub source: Source,
+    pub run: RunId,
+}
+
+impl RunKey {
+    pub fn live(run: RunId) -> RunKey {
+        RunKey { source: Source::Live, run }
+    }
+}
+
+/// A session file the user opened: its runs, and what was wrong with it, if anything.
+#[derive(Debug)]
+pub struct OpenedFile {
+    pub id: FileId,
+    pub name: String,
+    pub session: Session,
+    /// Names the file and the problem; the runs read before the problem are still shown.
+    pub error: Option<String>,
+}
+
+/// The live session, the opened files, and which run the user is looking at.
+#[derive(Debug)]
+pub struct AppState {
+    pub live: Session,
+    /// In the order they were opened.
+    files: Vec<OpenedFile>,
+    next_file: u32,
+    selected: Option<RunKey>,
+    /// Why the probe refused the last run the user asked for; cleared by the next request.
+    pub rejected: Option<String>,
+    /// The user asked for a run and the probe has not answered yet: keeps Run from being pressed
+    /// twice.
+    pub start_pending: bool,
+}
+
+impl Default for AppState {
+    fn default() -> Self {
+        AppState {
+            live: Session::live(),
+            files: Vec::new(),
+            next_file: 0,
+            selected: None,
+            rejected: None,
+            start_pending: false,
+        }
+    }
+}
+
+impl AppState {
+    pub fn files(&self) -> &[OpenedFile] {
+        &self.files
+    }
+
+    pub fn file(&self, id: FileId) -> Option<&OpenedFile> {
+        self.files.iter().find(|file| file.id == id)
+    }
+
+    pub fn session(&self, source: Source) -> Option<&Session> {
+        match source {
+            Source::Live => Some(&self.live),
+            Source::File(id) => self.file(id).map(|file| &file.session),
+        }
+    }
+
+    pub fn run(&self, key: RunKey) -> Option<&Run> {
+        self.session(key.source)?.run(key.run)
+    }
+
+    pub fn selected(&self) -> Option<&Run> {
+        self.run(self.selected?)
+    }
+
+    pub fn selected_key(&self) -> Option<RunKey> {
+        self.selected
+    }
+
+    /// Shows `key` if there is such a run; otherwise keeps the current choice.
+    pub fn select(&mut self, key: RunKey) {
+        if self.run(key).is_some() {
+            self.selected = Some(key);
+        }
+    }
+
+    /// Whether the probe is still running one of our runs (it runs one at a time).
+    pub fn is_running(&self) -> bool {
+        self.live.is_running()
+    }
+
+    /// Whether the live stream so far is one we can read and act on.
+    pub fn is_greeted(&self) -> bool {
+        self.live.is_greeted()
+    }
+
+    /// The probe's own version, from its Hello.
+    pub fn probe_version(&self) -> Option<&str> {
+        self.live.hello().map(|hello| hello.ackscope_version.as_str())
     }
 
     /// The user pressed Run and the request is on its way.
@@ -135,188 +378,213 @@ impl AppState {
 
     /// A message that did not decode: show it rather than drop it silently.
     pub fn bad_message(&mut self, error: &WireError) {
-        self.protocol_error = Some(format!("could not read a message from the probe: {error}"));
+        self.live.error = Some(format!("could not read a message from the probe: {error}"));
     }
 
-    fn run_mut(&mut self, id: RunId) -> Option<&mut Run> {
-        // The live run is the newest, so search from the end.
-        self.runs.iter_mut().rev().find(|run| run.id == id)
+    /// Opens a session file's bytes as a session of its own and shows its newest run. A bad
+    /// frame ends the file: the runs before it stay, and the error names the file and the
+    /// problem.
+    pub fn open_file(&mut self, name: &str, bytes: &[u8]) -> FileId {
+        let (messages, problem) = decode_session(bytes);
+        let mut session = Session::file();
+        let mut newest = None;
+        for message in messages {
+            newest = session.apply(message).or(newest);
+        }
+        session.end();
+        let error = problem.map(|problem| {
+            let runs = session.runs().len();
+            match runs {
+                0 => format!("{name}: {problem}"),
+                1 => format!("{name}: {problem}; the run read before it is shown"),
+                n => format!("{name}: {problem}; the {n} runs read before it are shown"),
+            }
+        });
+        let id = self.add_file(name, session, error);
+        if let Some(run) = newest {
+            self.selected = Some(RunKey { source: Source::File(id), run });
+        }
+        id
+    }
+
+    /// A file that was not read at all (too large, unreadable): listed with the reason only.
+    pub fn refuse_file(&mut self, name: &str, reason: String) -> FileId {
+        self.add_file(name, Session::file(), Some(format!("{name}: {reason}")))
+    }
+
+    /// Forgets an opened file (and stops showing its run).
+    pub fn close_file(&mut self, id: FileId) {
+        self.files.retain(|file| file.id != id);
+        if self.selected.is_some_and(|key| key.source == Source::File(id)) {
+            self.selected = None;
+        }
+    }
+
+    fn add_file(&mut self, name: &str, session: Session, error: Option<String>) -> FileId {
+        let id = FileId(self.next_file);
+        self.next_file += 1;
+        self.files.push(OpenedFile { id, name: name.to_string(), session, error });
+        id
     }
 }
 
-/// Applies one message from the probe.
+/// Applies one message from the probe's live stream. Opened files are never touched: a Hello
+/// starts only the live session over.
 pub fn apply(state: &mut AppState, message: ToBrowser) {
     match message {
-        ToBrowser::Hello(ref hello) => {
-            // A Hello starts a stream: after it the probe replays every run it has, so what we
-            // held is either stale or about to arrive again. Start from nothing.
-            *state = AppState {
-                probe_version: Some(hello.ackscope_version.clone()),
-                ..AppState::default()
-            };
-            match check_hello(&message) {
-                Ok(()) => state.greeted = true,
-                Err(error) => state.protocol_error = Some(error.to_string()),
-            }
-        }
-        _ if !state.greeted => {}
-        ToBrowser::RunStarted { run, spec } => {
-            state.runs.retain(|existing| existing.id != run);
-            state.runs.push(Run::new(run, spec));
-            // The newest run is the one the user just asked for (or the latest of a replay).
-            state.selected = Some(run);
+        ToBrowser::Hello(_) => {
+            state.rejected = None;
             state.start_pending = false;
-        }
-        ToBrowser::Events { run, events } => {
-            if let Some(run) = state.run_mut(run) {
-                run.analysis.push_all(&events);
-                run.summary = OnceCell::new();
+            if state.selected.is_some_and(|key| key.source == Source::Live) {
+                state.selected = None;
             }
-        }
-        ToBrowser::RunFinished { run, outcome } => {
-            if let Some(run) = state.run_mut(run) {
-                run.status = match outcome {
-                    RunOutcome::Completed => RunStatus::Done,
-                    RunOutcome::Failed { error } => RunStatus::Failed { error },
-                };
-            }
+            state.live.apply(message);
         }
         ToBrowser::Rejected { reason } => {
-            state.rejected = Some(reason);
-            state.start_pending = false;
+            if state.live.is_greeted() {
+                state.rejected = Some(reason);
+                state.start_pending = false;
+            }
+        }
+        message => {
+            if let Some(run) = state.live.apply(message) {
+                // The newest run is the one the user just asked for (or the latest of a replay),
+                // unless the user is reading a file and did not ask for it.
+                let reading_file =
+                    state.selected.is_some_and(|key| matches!(key.source, Source::File(_)));
+                if state.start_pending || !reading_file {
+                    state.selected = Some(RunKey::live(run));
+                }
+                state.start_pending = false;
+            }
         }
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use ackscope_shared::wire::{Hello, PROTOCOL_VERSION};
+    use ackscope_shared::wire::PROTOCOL_VERSION;
+    use ackscope_shared::{BulkSpec, EventKind, RrSpec, Side};
     use wasm_bindgen_test::wasm_bindgen_test;
 
     use super::*;
-    use crate::fixtures::{hello, nagle_run, MS};
+    use crate::fixtures::{hello, host, nagle_run, rr_started, MS};
 
     fn started(state: &mut AppState, id: u32) {
         if !state.is_greeted() {
             apply(state, hello());
         }
-        apply(
-            state,
-            ToBrowser::RunStarted {
-                run: RunId(id),
-                spec: RrSpec::default(),
-            },
-        );
+        apply(state, rr_started(id, RrSpec::default()));
+    }
+
+    fn events(id: u32, events: Vec<Event>) -> ToBrowser {
+        ToBrowser::Events { run: RunId(id), events }
+    }
+
+    fn finished(id: u32, outcome: RunOutcome) -> ToBrowser {
+        ToBrowser::RunFinished { run: RunId(id), outcome }
     }
 
     #[wasm_bindgen_test]
     fn hello_starts_over() {
         let mut state = AppState::default();
         started(&mut state, 1);
-        apply(
-            &mut state,
-            ToBrowser::Events {
-                run: RunId(1),
-                events: nagle_run(3, 44 * MS),
-            },
-        );
-        state.protocol_error = Some("old".into());
-        assert_eq!(state.runs().len(), 1);
+        apply(&mut state, events(1, nagle_run(3, 44 * MS)));
+        state.live.error = Some("old".into());
+        assert_eq!(state.live.runs().len(), 1);
 
         apply(&mut state, hello());
-        assert!(state.runs().is_empty());
+        assert!(state.live.runs().is_empty());
         assert!(state.selected().is_none());
-        assert!(state.protocol_error.is_none());
+        assert!(state.live.error.is_none());
         assert!(state.is_greeted());
-        assert_eq!(state.probe_version.as_deref(), Some("0.1.0"));
+        assert_eq!(state.probe_version(), Some("0.1.0"));
+        assert_eq!(state.live.host(), Some(&host()));
     }
 
     #[wasm_bindgen_test]
     fn events_update_the_summary_and_finish_sets_the_status() {
         let mut state = AppState::default();
         started(&mut state, 1);
-        assert_eq!(
-            state.selected().map(|run| run.status.clone()),
-            Some(RunStatus::Running)
-        );
+        assert_eq!(state.selected().map(|run| run.status.clone()), Some(RunStatus::Running));
         assert!(state.is_running());
 
-        let events = nagle_run(5, 44 * MS);
-        let (first, rest) = events.split_at(events.len() / 2);
-        apply(
-            &mut state,
-            ToBrowser::Events {
-                run: RunId(1),
-                events: first.to_vec(),
-            },
-        );
+        let all = nagle_run(5, 44 * MS);
+        let (first, rest) = all.split_at(all.len() / 2);
+        apply(&mut state, events(1, first.to_vec()));
         let partial = state.selected().map(|run| run.summary().requests);
-        apply(
-            &mut state,
-            ToBrowser::Events {
-                run: RunId(1),
-                events: rest.to_vec(),
-            },
-        );
+        apply(&mut state, events(1, rest.to_vec()));
         let run = state.selected().expect("run 1 is selected");
         // The cached summary was dropped when more events came.
         assert!(partial < Some(5), "{partial:?}");
         assert_eq!(run.summary().requests, 5);
-        assert_eq!(
-            run.summary().stalled_reads,
-            8,
-            "two per request after the first"
-        );
+        assert_eq!(run.summary().stalled_reads, 8, "two per request after the first");
         assert!(run.summary().max_ms > 88.0, "{}", run.summary().max_ms);
+        assert_eq!(run.events, all.len() as u64);
+        assert!(run.bulk_summary().is_none());
+        assert_eq!(run.instruments, Instruments::default());
 
-        let failed = RunOutcome::Failed {
-            error: "connection reset".into(),
-        };
-        apply(
-            &mut state,
-            ToBrowser::RunFinished {
-                run: RunId(1),
-                outcome: failed,
-            },
-        );
-        let status = &state.runs()[0].status;
+        let failed = RunOutcome::Failed { error: "connection reset".into() };
+        apply(&mut state, finished(1, failed));
+        let status = &state.live.runs()[0].status;
         assert_eq!(status.label(), "failed: connection reset");
         assert!(!state.is_running());
+
+        started(&mut state, 2);
+        apply(&mut state, finished(2, RunOutcome::Interrupted));
+        assert_eq!(state.live.runs()[1].status.word(), "interrupted");
+    }
+
+    #[wasm_bindgen_test]
+    fn a_bulk_run_gets_the_bulk_analysis() {
+        let mut state = AppState::default();
+        apply(&mut state, hello());
+        apply(
+            &mut state,
+            ToBrowser::RunStarted {
+                run: RunId(1),
+                spec: Scenario::Bulk(BulkSpec::default()),
+                instruments: Instruments::default(),
+            },
+        );
+        let event = |at_ns, side, kind| Event {
+            at_ns,
+            side,
+            conn: ackscope_shared::ConnId(0),
+            req: ackscope_shared::ReqId(0),
+            kind,
+        };
+        let read = |at_ns| event(at_ns, Side::Server, EventKind::ReadDone { bytes: 62_500 });
+        let start = event(0, Side::Client, EventKind::RequestStart);
+        apply(&mut state, events(1, vec![start, read(MS), read(10 * MS)]));
+        let run = state.selected().expect("the bulk run is shown");
+        assert!(!run.is_rr());
+        assert_eq!(run.events, 3);
+        assert!(run.analysis.requests().is_empty(), "no per-request analysis");
+        let bulk = run.bulk_summary().expect("a bulk summary");
+        assert_eq!(bulk.bytes, 125_000);
+        // 1 Mbit in 10 ms.
+        assert!((bulk.goodput_mbps - 100.0).abs() < 1e-6, "{}", bulk.goodput_mbps);
     }
 
     #[wasm_bindgen_test]
     fn the_newest_run_is_selected_and_the_user_can_go_back() {
         let mut state = AppState::default();
         started(&mut state, 1);
-        apply(
-            &mut state,
-            ToBrowser::RunFinished {
-                run: RunId(1),
-                outcome: RunOutcome::Completed,
-            },
-        );
+        apply(&mut state, finished(1, RunOutcome::Completed));
         started(&mut state, 2);
-        assert_eq!(state.selected_id(), Some(RunId(2)));
-        state.select(RunId(1));
-        assert_eq!(state.selected_id(), Some(RunId(1)));
-        state.select(RunId(9));
+        assert_eq!(state.selected_key(), Some(RunKey::live(RunId(2))));
+        state.select(RunKey::live(RunId(1)));
+        assert_eq!(state.selected_key(), Some(RunKey::live(RunId(1))));
+        state.select(RunKey::live(RunId(9)));
         assert_eq!(
-            state.selected_id(),
-            Some(RunId(1)),
+            state.selected_key(),
+            Some(RunKey::live(RunId(1))),
             "an unknown run changes nothing"
         );
         // Events for a run we never heard of are dropped, not attributed elsewhere.
-        apply(
-            &mut state,
-            ToBrowser::Events {
-                run: RunId(7),
-                events: nagle_run(2, MS),
-            },
-        );
-        assert!(state
-            .runs()
-            .iter()
-            .all(|run| run.analysis.requests().is_empty()));
+        apply(&mut state, events(7, nagle_run(2, MS)));
+        assert!(state.live.runs().iter().all(|run| run.analysis.requests().is_empty()));
     }
 
     #[wasm_bindgen_test]
@@ -326,12 +594,7 @@ mod tests {
         state.start_requested();
         assert!(state.start_pending);
         let reason = "a run is already in progress: wait for run 3 to finish".to_string();
-        apply(
-            &mut state,
-            ToBrowser::Rejected {
-                reason: reason.clone(),
-            },
-        );
+        apply(&mut state, ToBrowser::Rejected { reason: reason.clone() });
         assert_eq!(state.rejected.as_ref(), Some(&reason));
         assert!(!state.start_pending);
         state.start_requested();
@@ -344,33 +607,21 @@ mod tests {
         let newer = Hello {
             protocol_version: PROTOCOL_VERSION + 1,
             ackscope_version: "9.0.0".into(),
+            host: HostFacts::default(),
         };
         apply(&mut state, ToBrowser::Hello(newer));
-        let error = state.protocol_error.clone().expect("a version error");
-        assert!(
-            error.contains(&format!("version {}", PROTOCOL_VERSION + 1)),
-            "{error}"
-        );
+        let error = state.live.error.clone().expect("a version error");
+        assert!(error.contains(&format!("version {}", PROTOCOL_VERSION + 1)), "{error}");
         assert!(!state.is_greeted());
-        apply(
-            &mut state,
-            ToBrowser::RunStarted {
-                run: RunId(1),
-                spec: RrSpec::default(),
-            },
-        );
-        assert!(state.runs().is_empty());
+        assert!(state.live.host().is_none());
+        assert!(state.live.file_bytes().is_none(), "nothing to download");
+        apply(&mut state, rr_started(1, RrSpec::default()));
+        assert!(state.live.runs().is_empty());
 
         // Messages before any Hello are refused the same way.
         let mut fresh = AppState::default();
-        apply(
-            &mut fresh,
-            ToBrowser::RunStarted {
-                run: RunId(1),
-                spec: RrSpec::default(),
-            },
-        );
-        assert!(fresh.runs().is_empty());
+        apply(&mut fresh, rr_started(1, RrSpec::default()));
+        assert!(fresh.live.runs().is_empty());
     }
 
     #[wasm_bindgen_test]
@@ -378,10 +629,129 @@ mod tests {
         let mut state = AppState::default();
         let error = ackscope_shared::wire::decode::<ToBrowser>(&[0xff, 0xff]).unwrap_err();
         state.bad_message(&error);
-        let shown = state.protocol_error.expect("an error to show");
-        assert!(
-            shown.starts_with("could not read a message from the probe"),
-            "{shown}"
+        let shown = state.live.error.expect("an error to show");
+        assert!(shown.starts_with("could not read a message from the probe"), "{shown}");
+    }
+
+    /// A live session with a finished Nagle run and a second run still going.
+    fn two_runs() -> AppState {
+        let mut state = AppState::default();
+        started(&mut state, 1);
+        apply(&mut state, events(1, nagle_run(4, 44 * MS)));
+        apply(&mut state, finished(1, RunOutcome::Completed));
+        apply(&mut state, ToBrowser::Rejected { reason: "busy".into() });
+        started(&mut state, 2);
+        apply(&mut state, events(2, nagle_run(2, 30 * MS)));
+        state
+    }
+
+    #[wasm_bindgen_test]
+    fn the_downloaded_session_opens_as_the_same_runs() {
+        let mut state = two_runs();
+        let bytes = state.live.file_bytes().expect("a greeted live session").to_vec();
+        let (messages, problem) = decode_session(&bytes);
+        assert_eq!(problem, None);
+        assert_eq!(messages.len(), 6, "Hello, 2 starts, 2 batches, 1 finish; no refusal");
+
+        let id = state.open_file("saved.ackscope", &bytes);
+        let file = state.file(id).expect("opened");
+        assert_eq!(file.error, None);
+        assert_eq!(file.session.host(), Some(&host()));
+        let live = &state.live;
+        assert_eq!(file.session.runs().len(), live.runs().len());
+        for (opened, original) in file.session.runs().iter().zip(live.runs()) {
+            assert_eq!(opened.id, original.id);
+            assert_eq!(opened.spec, original.spec);
+            assert_eq!(opened.summary(), original.summary());
+            assert_eq!(opened.events, original.events);
+        }
+        assert_eq!(file.session.runs()[0].status, RunStatus::Done);
+        assert_eq!(
+            file.session.runs()[1].status,
+            RunStatus::Incomplete,
+            "saved while run 2 was going"
         );
+        assert_eq!(
+            state.selected_key(),
+            Some(RunKey { source: Source::File(id), run: RunId(2) }),
+            "the file's newest run is shown"
+        );
+    }
+
+    #[wasm_bindgen_test]
+    fn the_live_stream_leaves_opened_files_alone() {
+        let mut state = two_runs();
+        let bytes = state.live.file_bytes().expect("recorded").to_vec();
+        let id = state.open_file("a.ackscope", &bytes);
+        let file_run = RunKey { source: Source::File(id), run: RunId(1) };
+        state.select(file_run);
+
+        // The probe restarts: its Hello resets only the live runs.
+        apply(&mut state, hello());
+        assert!(state.live.runs().is_empty());
+        assert_eq!(state.file(id).map(|f| f.session.runs().len()), Some(2));
+        assert_eq!(state.selected_key(), Some(file_run));
+        assert_eq!(
+            state.live.file_bytes().map(<[u8]>::len),
+            decode_hello_len(),
+            "the live record starts over with the new Hello"
+        );
+
+        // A replayed or foreign run does not pull the user away from the file...
+        apply(&mut state, rr_started(5, RrSpec::default()));
+        assert_eq!(state.selected_key(), Some(file_run));
+        // ...but the run the user asked for does.
+        state.start_requested();
+        apply(&mut state, rr_started(6, RrSpec::default()));
+        assert_eq!(state.selected_key(), Some(RunKey::live(RunId(6))));
+
+        state.select(file_run);
+        state.close_file(id);
+        assert!(state.files().is_empty());
+        assert!(state.selected().is_none());
+    }
+
+    fn decode_hello_len() -> Option<usize> {
+        let mut bytes = Vec::new();
+        write_frame(&hello(), &mut bytes);
+        Some(bytes.len())
+    }
+
+    #[wasm_bindgen_test]
+    fn a_truncated_file_keeps_the_runs_before_the_cut_and_names_the_problem() {
+        let full = two_runs().live.file_bytes().expect("recorded").to_vec();
+        // Cut inside the last message (run 2's events): run 1 is whole, run 2 has begun.
+        let mut state = AppState::default();
+        let id = state.open_file("cut.ackscope", &full[..full.len() - 5]);
+        let file = state.file(id).expect("opened");
+        let error = file.error.clone().expect("an error");
+        assert!(error.starts_with("cut.ackscope: stream ends inside a message"), "{error}");
+        assert!(error.contains("truncated"), "{error}");
+        assert!(error.ends_with("the 2 runs read before it are shown"), "{error}");
+        let runs = file.session.runs();
+        assert_eq!(runs[0].summary().requests, 4);
+        assert_eq!(runs[0].status, RunStatus::Done);
+        assert_eq!(runs[1].summary().requests, 0, "its events were in the cut frame");
+    }
+
+    #[wasm_bindgen_test]
+    fn a_file_of_a_newer_version_is_refused_by_name() {
+        let mut bytes = Vec::new();
+        let newer = Hello {
+            protocol_version: PROTOCOL_VERSION + 1,
+            ackscope_version: "9.0.0".into(),
+            host: HostFacts::default(),
+        };
+        write_frame(&ToBrowser::Hello(newer), &mut bytes);
+        write_frame(&rr_started(1, RrSpec::default()), &mut bytes);
+        let mut state = AppState::default();
+        let id = state.open_file("new.ackscope", &bytes);
+        let file = state.file(id).expect("listed");
+        let error = file.error.clone().expect("refused");
+        assert!(error.starts_with("new.ackscope: "), "{error}");
+        assert!(error.contains(&format!("protocol version {}", PROTOCOL_VERSION + 1)), "{error}");
+        assert!(error.contains(&format!("reads version {PROTOCOL_VERSION}")), "{error}");
+        assert!(file.session.runs().is_empty());
+        assert!(state.selected().is_none());
     }
 }

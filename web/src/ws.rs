@@ -49,10 +49,7 @@ pub fn probe_url(protocol: &str, host: &str) -> String {
 /// The address for the page this app was loaded from.
 pub fn probe_url_for_this_page() -> Option<String> {
     let location = web_sys::window()?.location();
-    Some(probe_url(
-        &location.protocol().ok()?,
-        &location.host().ok()?,
-    ))
+    Some(probe_url(&location.protocol().ok()?, &location.host().ok()?))
 }
 
 /// A connection to the probe that keeps itself up. Dropping the last clone closes the socket
@@ -188,13 +185,7 @@ mod tests {
 
     #[wasm_bindgen_test]
     fn the_socket_is_on_the_page_origin() {
-        assert_eq!(
-            probe_url("http:", "127.0.0.1:7878"),
-            "ws://127.0.0.1:7878/ws"
-        );
-        assert_eq!(
-            probe_url("https:", "lab.example:443"),
-            "wss://lab.example:443/ws"
-        );
+        assert_eq!(probe_url("http:", "127.0.0.1:7878"), "ws://127.0.0.1:7878/ws");
+        assert_eq!(probe_url("https:", "lab.example:443"), "wss://lab.example:443/ws");
     }
 }

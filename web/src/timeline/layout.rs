@@ -43,12 +43,8 @@ pub enum Lane {
 }
 
 impl Lane {
-    pub const ALL: [Lane; 4] = [
-        Lane::ClientWrite,
-        Lane::ClientRead,
-        Lane::ServerRead,
-        Lane::ServerWrite,
-    ];
+    pub const ALL: [Lane; 4] =
+        [Lane::ClientWrite, Lane::ClientRead, Lane::ServerRead, Lane::ServerWrite];
 
     fn index(self) -> usize {
         match self {
@@ -208,12 +204,7 @@ pub fn layout_run(analysis: &RunAnalysis, width_px: f64) -> TimelineLayout {
             layout_row(analysis, req, view, &scale)
         })
         .collect();
-    TimelineLayout {
-        scale,
-        rows,
-        total: requests.len(),
-        shown,
-    }
+    TimelineLayout { scale, rows, total: requests.len(), shown }
 }
 
 /// The marks of one request, or `None` while its start is unknown (the client's events of it
@@ -247,11 +238,7 @@ pub fn layout_row(
                 let text = format!("{ms} ms");
                 let inside = width >= text.len() as f64 * LABEL_CHAR_WIDTH + 6.0;
                 stalls.push(StallLabel {
-                    x: if inside {
-                        x + width - 3.0
-                    } else {
-                        x + width + 3.0
-                    },
+                    x: if inside { x + width - 3.0 } else { x + width + 3.0 },
                     y: lane.y() + LANE_HEIGHT + 1.0,
                     inside,
                     text,
@@ -267,34 +254,16 @@ pub fn layout_row(
                 });
             }
             None => {
-                let mark = if span.kind == SpanKind::Connect {
-                    Mark::Connect
-                } else {
-                    Mark::Call(lane)
-                };
-                bars.push(Bar {
-                    mark,
-                    x,
-                    y: lane.y(),
-                    width,
-                    height: LANE_HEIGHT,
-                    title,
-                });
+                let mark =
+                    if span.kind == SpanKind::Connect { Mark::Connect } else { Mark::Call(lane) };
+                bars.push(Bar { mark, x, y: lane.y(), width, height: LANE_HEIGHT, title });
             }
         }
     }
     // Stalled bars go last so that they paint over any neighbour they overhang.
     bars.sort_by_key(|bar| bar.mark == Mark::Stalled);
-    let done_x = view
-        .done_ns
-        .map(|done| scale.x(done.saturating_sub(start_ns)));
-    Some(RowLayout {
-        req,
-        y: f64::from(req) * ROW_HEIGHT,
-        bars,
-        stalls,
-        done_x,
-    })
+    let done_x = view.done_ns.map(|done| scale.x(done.saturating_sub(start_ns)));
+    Some(RowLayout { req, y: f64::from(req) * ROW_HEIGHT, bars, stalls, done_x })
 }
 
 /// "server read 2048 B in 43.712 ms, held 43.689 ms by the kernel".
@@ -341,42 +310,24 @@ mod tests {
         let row = &layout.rows[1];
         assert_eq!(row.req, 1);
         assert_eq!(row.y, ROW_HEIGHT);
-        let stalled: Vec<&Bar> = row
-            .bars
-            .iter()
-            .filter(|b| b.mark == Mark::Stalled)
-            .collect();
+        let stalled: Vec<&Bar> = row.bars.iter().filter(|b| b.mark == Mark::Stalled).collect();
         assert_eq!(stalled.len(), 2, "one per direction");
         assert!(stalled.iter().all(|b| b.height > LANE_HEIGHT));
         // The server's body read: from 21 µs to 43.71 ms after the request began.
         let server_y = Lane::ServerRead.y() - STALL_OVERHANG;
-        let server = stalled
-            .iter()
-            .find(|b| b.y == server_y)
-            .expect("a server stall");
+        let server = stalled.iter().find(|b| b.y == server_y).expect("a server stall");
         assert!((server.x - 0.168).abs() < 0.01, "{}", server.x);
         assert!((server.width - 349.5).abs() < 0.1, "{}", server.width);
         assert!(server.title.contains("held 43.689 ms"), "{}", server.title);
 
-        let labels: Vec<(&str, &str)> = row
-            .stalls
-            .iter()
-            .map(|l| (l.text.as_str(), l.ms.as_str()))
-            .collect();
+        let labels: Vec<(&str, &str)> =
+            row.stalls.iter().map(|l| (l.text.as_str(), l.ms.as_str())).collect();
         assert_eq!(labels, [("43.7 ms", "43.7"), ("43.7 ms", "43.7")]);
         // Wide bars carry their label inside, at their right end.
         assert!(row.stalls.iter().all(|l| l.inside));
-        assert!(row
-            .stalls
-            .iter()
-            .any(|l| (l.x - (server.x + server.width - 3.0)).abs() < 1e-9));
+        assert!(row.stalls.iter().any(|l| (l.x - (server.x + server.width - 3.0)).abs() < 1e-9));
         // The stalled bars are painted last, over their neighbours.
-        assert!(row
-            .bars
-            .iter()
-            .rev()
-            .take(2)
-            .all(|b| b.mark == Mark::Stalled));
+        assert!(row.bars.iter().rev().take(2).all(|b| b.mark == Mark::Stalled));
     }
 
     #[wasm_bindgen_test]
@@ -392,20 +343,12 @@ mod tests {
         assert_eq!(layout.scale.domain_ns(), MS);
         assert_eq!(layout.rows.len(), 50);
         assert!(layout.rows.iter().all(|row| row.stalls.is_empty()));
-        assert!(layout
-            .rows
-            .iter()
-            .flat_map(|row| &row.bars)
-            .all(|bar| bar.mark != Mark::Stalled));
+        assert!(layout.rows.iter().flat_map(|row| &row.bars).all(|bar| bar.mark != Mark::Stalled));
         // Each exchange: 2 writes and 2 reads per side, all in the right lanes.
         let row = &layout.rows[7];
         assert_eq!(row.bars.len(), 8);
         for lane in Lane::ALL {
-            let in_lane = row
-                .bars
-                .iter()
-                .filter(|b| b.mark == Mark::Call(lane))
-                .count();
+            let in_lane = row.bars.iter().filter(|b| b.mark == Mark::Call(lane)).count();
             assert_eq!(in_lane, 2, "{lane:?}");
             assert!(row
                 .bars
@@ -421,11 +364,7 @@ mod tests {
         let scale = Scale::fit(MS, 1000.0);
         let view = &analysis.requests()[2];
         // The server sat in read() for this request's length since 40 µs before it began.
-        let early = view
-            .spans
-            .iter()
-            .filter(|s| s.start_ns < view.start_ns.unwrap_or(0))
-            .count();
+        let early = view.spans.iter().filter(|s| s.start_ns < view.start_ns.unwrap_or(0)).count();
         assert_eq!(early, 1);
         let row = layout_row(&analysis, 2, view, &scale).expect("the request has started");
         let length_read = row
@@ -433,11 +372,7 @@ mod tests {
             .iter()
             .find(|b| b.mark == Mark::Call(Lane::ServerRead) && b.x == 0.0)
             .expect("the clipped read starts at 0");
-        assert!(
-            (length_read.width - 20.0).abs() < 1e-9,
-            "ends 20 µs in: {}",
-            length_read.width
-        );
+        assert!((length_read.width - 20.0).abs() < 1e-9, "ends 20 µs in: {}", length_read.width);
         assert!(row.bars.iter().all(|b| b.x >= 0.0));
         assert!(row.done_x.is_some());
     }
@@ -456,10 +391,7 @@ mod tests {
 
         let many = analysed(1005, 30 * US);
         let layout = layout_run(&many, 800.0);
-        assert_eq!(
-            (layout.total, layout.shown, layout.rows.len()),
-            (1005, MAX_ROWS, MAX_ROWS)
-        );
+        assert_eq!((layout.total, layout.shown, layout.rows.len()), (1005, MAX_ROWS, MAX_ROWS));
         assert_eq!(layout.height(), MAX_ROWS as f64 * ROW_HEIGHT);
     }
 

@@ -33,15 +33,13 @@ pub fn Timeline(store: Store) -> impl IntoView {
         store.read(|state| {
             state
                 .selected()
+                .filter(|run| run.is_rr())
                 .map(|run| layout_run(&run.analysis, PLOT_WIDTH))
         })
     });
     let ticks = move || {
         layout.with(|layout| {
-            layout
-                .as_ref()
-                .map(|l| l.scale.ticks(MAX_TICK_INTERVALS))
-                .unwrap_or_default()
+            layout.as_ref().map(|l| l.scale.ticks(MAX_TICK_INTERVALS)).unwrap_or_default()
         })
     };
     let height = move || layout.with(|l| l.as_ref().map_or(0.0, TimelineLayout::height));
@@ -50,10 +48,7 @@ pub fn Timeline(store: Store) -> impl IntoView {
             layout
                 .iter()
                 .flat_map(|l| &l.rows)
-                .map(|row| RowItem {
-                    key: (row.req, row.fingerprint()),
-                    row: row.clone(),
-                })
+                .map(|row| RowItem { key: (row.req, row.fingerprint()), row: row.clone() })
                 .collect::<Vec<_>>()
         })
     };
@@ -114,13 +109,7 @@ fn axis_tick(tick: Tick) -> impl IntoView {
 }
 
 fn request_row(row: RowLayout) -> impl IntoView {
-    let RowLayout {
-        req,
-        y,
-        bars,
-        stalls,
-        done_x,
-    } = row;
+    let RowLayout { req, y, bars, stalls, done_x } = row;
     let parity = if req % 2 == 0 { "row even" } else { "row odd" };
     let bars = bars
         .into_iter()
@@ -144,11 +133,7 @@ fn request_row(row: RowLayout) -> impl IntoView {
     let labels = stalls
         .into_iter()
         .map(|label| {
-            let class = if label.inside {
-                "stall-label inside"
-            } else {
-                "stall-label"
-            };
+            let class = if label.inside { "stall-label inside" } else { "stall-label" };
             view! {
                 <text
                     class=class

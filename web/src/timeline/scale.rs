@@ -31,10 +31,7 @@ impl Scale {
     /// depends on the scale, so a scale that changed with each new request would redraw every
     /// row each frame.
     pub fn fit(extent_ns: u64, width_px: f64) -> Scale {
-        Scale {
-            domain_ns: nice_ceil_ns(extent_ns.max(MIN_DOMAIN_NS)),
-            width_px,
-        }
+        Scale { domain_ns: nice_ceil_ns(extent_ns.max(MIN_DOMAIN_NS)), width_px }
     }
 
     pub fn domain_ns(&self) -> u64 {
@@ -65,10 +62,7 @@ impl Scale {
                 } else {
                     format!("{:.*} ms", decimals, at_ns as f64 / NS_PER_MS as f64)
                 };
-                Tick {
-                    x: self.x(at_ns),
-                    label,
-                }
+                Tick { x: self.x(at_ns), label }
             })
             .collect()
     }
@@ -133,11 +127,7 @@ mod tests {
         assert_eq!(scale.x(0), 0.0);
         assert_eq!(scale.x(25 * MS), 200.0);
         assert_eq!(scale.x(100 * MS), 800.0);
-        assert_eq!(
-            scale.x(250 * MS),
-            800.0,
-            "past the domain stays on the plot"
-        );
+        assert_eq!(scale.x(250 * MS), 800.0, "past the domain stays on the plot");
     }
 
     #[wasm_bindgen_test]
@@ -164,10 +154,7 @@ mod tests {
 
         let fast = Scale::fit(70 * US, 500.0).ticks(6);
         let labels: Vec<&str> = fast.iter().map(|t| t.label.as_str()).collect();
-        assert_eq!(
-            labels,
-            ["0", "0.2 ms", "0.4 ms", "0.6 ms", "0.8 ms", "1.0 ms"]
-        );
+        assert_eq!(labels, ["0", "0.2 ms", "0.4 ms", "0.6 ms", "0.8 ms", "1.0 ms"]);
         assert_eq!(fast.last().map(|t| t.x), Some(500.0));
     }
 }

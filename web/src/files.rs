@@ -1,0 +1,146 @@
+//! Session files in the browser: open a `File` (picker or drop), fetch one from `?url=`, save the
+//! live session as a download. Decoding itself is [`crate::session_file`]'s, applying it
+//! [`crate::state::AppState::open_file`]'s; this module only moves bytes in and out of the page.
+
+use std::time::Duration;
+
+use js_sys::{Array, Uint8Array};
+use leptos::prelude::set_timeout;
+use leptos::task::spawn_local;
+use wasm_bindgen::{JsCast, JsValue};
+use web_sys::{Blob, BlobPropertyBag, HtmlAnchorElement, Response, Url, UrlSearchParams};
+
+use crate::app::Store;
+use crate::promise::{describe, settle};
+use crate::session_file::{name_of_url, refuse_size};
+
+/// Reads `blob` (a `File` from the picker or a drop) and opens it as a session of its own. Too
+/// large a file is refused before a byte is read.
+pub fn open_blob(store: Store, name: String, blob: Blob) {
+    if let Some(reason) = refuse_size(blob.size() as u64) {
+        store.try_update(|state| {
+            state.refuse_file(&name, reason);
+        });
+        return;
+    }
+    spawn_local(async move {
+        let read = settle(&blob.array_buffer()).await;
+        store.try_update(|state| match read {
+            Ok(buffer) => {
+                state.open_file(&name, &Uint8Array::new(&buffer).to_vec());
+            }
+            Err(error) => {
+                state.refuse_file(&name, format!("could not read the file: {}", describe(&error)));
+            }
+        });
+    });
+}
+
+/// Fetches a session file from `url` and opens it, as [`open_blob`] does.
+pub fn open_url(store: Store, url: String) {
+    let name = name_of_url(&url);
+    spawn_local(async move {
+        let fetched = fetch_bytes(&url).await;
+        store.try_update(|state| match fetched {
+            Ok(bytes) => {
+                state.open_file(&name, &bytes);
+            }
+            Err(reason) => {
+                state.refuse_file(&name, format!("could not open {url}: {reason}"));
+            }
+        });
+    });
+}
+
+async fn fetch_bytes(url: &str) -> Result<Vec<u8>, String> {
+    let window = web_sys::window().ok_or("no window to fetch from")?;
+    let response: Response = settle(&window.fetch_with_str(url))
+        .await
+        .map_err(|error| {
+            format!(
+                "{} (a server on another origin must allow this page with CORS)",
+                describe(&error)
+            )
+        })?
+        .dyn_into()
+        .map_err(|_| "fetch did not answer with a response".to_string())?;
+    if !response.ok() {
+        return Err(format!(
+            "the server answered {} {}",
+            response.status(),
+            response.status_text()
+        ));
+    }
+    // Refused before the body is read when the server says how long it is; after, when not.
+    let declared = response
+        .headers()
+        .get("content-length")
+        .ok()
+        .flatten()
+        .and_then(|len| len.parse::<u64>().ok());
+    if let Some(reason) = declared.and_then(refuse_size) {
+        return Err(reason);
+    }
+    let body = response.array_buffer().map_err(|error| describe(&error))?;
+    let buffer = settle(&body).await.map_err(|error| describe(&error))?;
+    let bytes = Uint8Array::new(&buffer);
+    if let Some(reason) = refuse_size(u64::from(bytes.length())) {
+        return Err(reason);
+    }
+    Ok(bytes.to_vec())
+}
+
+/// The `url` query parameter of this page (`?url=https://…/run.ackscope`), if any.
+pub fn url_parameter() -> Option<String> {
+    let search = web_sys::window()?.location().search().ok()?;
+    UrlSearchParams::new_with_str(&search).ok()?.get("url").filter(|url| !url.is_empty())
+}
+
+/// `bytes` as a binary Blob (copied once, into the browser's memory).
+pub fn blob_of(bytes: &[u8]) -> Result<Blob, String> {
+    let parts = Array::of1(&Uint8Array::from(bytes));
+    let options = BlobPropertyBag::new();
+    options.set_type("application/octet-stream");
+    Blob::new_with_u8_array_sequence_and_options(&parts, &options)
+        .map_err(|error| format!("could not make the file: {}", describe(&error)))
+}
+
+/// Offers `blob` as a download named `name`, through a temporary `<a download>`.
+pub fn save(blob: &Blob, name: &str) -> Result<(), String> {
+    let failed = |error: JsValue| format!("could not save the file: {}", describe(&error));
+    let document =
+        web_sys::window().and_then(|window| window.document()).ok_or("no document to save from")?;
+    let body = document.body().ok_or("no body to save from")?;
+    let url = Url::create_object_url_with_blob(blob).map_err(failed)?;
+    let link: HtmlAnchorElement = document.create_element("a").map_err(failed)?.unchecked_into();
+    link.set_href(&url);
+    link.set_download(name);
+    link.set_hidden(true);
+    body.append_child(&link).map_err(failed)?;
+    link.click();
+    link.remove();
+    // The download reads the URL after this returns; free it once it surely has.
+    set_timeout(
+        move || {
+            let _ = Url::revoke_object_url(&url);
+        },
+        Duration::from_secs(60),
+    );
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use wasm_bindgen_test::wasm_bindgen_test;
+
+    use super::*;
+
+    #[wasm_bindgen_test]
+    async fn a_blob_holds_exactly_the_bytes() {
+        let bytes: Vec<u8> = (0..=255).cycle().take(70_000).collect();
+        let blob = blob_of(&bytes).expect("a blob");
+        assert_eq!(blob.size() as usize, bytes.len());
+        let buffer = settle(&blob.array_buffer()).await.expect("readable");
+        assert_eq!(Uint8Array::new(&buffer).to_vec(), bytes);
+    }
+}
