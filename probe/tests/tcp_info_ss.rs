@@ -79,7 +79,8 @@ struct Bracket {
 /// Samples, runs `ss`, samples again, until nothing but the ages moved in between.
 fn bracketed(socket: &TcpStream) -> Bracket {
     let port = socket.local_addr().expect("local addr").port();
-    for _ in 0..5 {
+    // A busy machine can delay ss long enough for a timer (a window probe, an ACK) to fire.
+    for _ in 0..20 {
         let before = sample(socket, false).expect("sample before ss");
         let (ss, words) = ss_fields(port);
         let after = sample(socket, false).expect("sample after ss");

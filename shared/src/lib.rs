@@ -15,6 +15,7 @@
 pub mod analysis;
 pub mod attribution;
 pub mod bulk;
+mod compact;
 pub mod event;
 pub mod presets;
 pub mod spec;

@@ -28,8 +28,13 @@ pub enum ToBrowser {
     Hello(Hello),
     /// A run began; its events follow in [`ToBrowser::Events`].
     RunStarted { run: RunId, spec: Scenario, instruments: Instruments },
-    /// A batch of a run's events, in the order each side recorded them.
-    Events { run: RunId, events: Vec<Event> },
+    /// A batch of a run's events, in the order each side recorded them (encoded compactly:
+    /// see `compact`).
+    Events {
+        run: RunId,
+        #[serde(with = "crate::compact")]
+        events: Vec<Event>,
+    },
     /// The run ended; no more events follow for it.
     RunFinished { run: RunId, outcome: RunOutcome },
     /// The probe refused a request from the browser; `reason` says why and what to do.
