@@ -15,6 +15,9 @@ use crate::event::Side;
 pub const MAX_BODY_BYTES: u32 = 64 * 1024 * 1024;
 /// The most requests one run may make: bounds the memory a run can take.
 pub const MAX_REQUESTS: u32 = 1_000_000;
+/// The most requests of a run started from the browser: keeps a browser session's memory modest
+/// (the probe keeps every run's events for tabs that connect later).
+pub const MAX_BROWSER_REQUESTS: u32 = 100_000;
 /// The most concurrent connections of one run: one thread per side and connection.
 pub const MAX_CONNECTIONS: u32 = 64;
 /// The longest think time, and the longest run by duration (an hour).

@@ -154,6 +154,40 @@ pub fn check_hello(message: &ToBrowser) -> Result<(), WireError> {
     }
 }
 
+/// The protocol version of a stream's first message, read without decoding the rest of it: a
+/// newer version may encode its Hello differently, and must be refused by name, not as garbage.
+pub fn peek_version(first_message: &[u8]) -> Option<u16> {
+    let (tag, rest) = varint(first_message)?;
+    let (version, _) = varint(rest)?;
+    (tag == 0).then_some(u16::try_from(version).ok()?)
+}
+
+/// A LEB128 varint (postcard's integer encoding) and the bytes after it.
+fn varint(bytes: &[u8]) -> Option<(u64, &[u8])> {
+    let mut value = 0u64;
+    for (i, byte) in bytes.iter().enumerate().take(10) {
+        value |= u64::from(byte & 0x7f) << (7 * i);
+        if byte & 0x80 == 0 {
+            return Some((value, &bytes[i + 1..]));
+        }
+    }
+    None
+}
+
+/// Decodes a stream's first message: its version is checked before anything else is read.
+pub fn decode_first(bytes: &[u8]) -> Result<ToBrowser, WireError> {
+    match peek_version(bytes) {
+        Some(found) if found != PROTOCOL_VERSION => {
+            Err(WireError::Version { found, supported: PROTOCOL_VERSION })
+        }
+        _ => {
+            let message = decode(bytes)?;
+            check_hello(&message)?;
+            Ok(message)
+        }
+    }
+}
+
 /// Appends one length-prefixed message to `out` (the session-file framing).
 pub fn write_frame<T: Serialize>(message: &T, out: &mut Vec<u8>) {
     let payload = encode(message);
@@ -191,8 +225,9 @@ impl<'a> FrameReader<'a> {
         let Some(payload) = rest.get(4..4 + len) else {
             return Some(Err(self.fail_truncated()));
         };
+        let first = self.offset == 0;
         self.offset += 4 + len;
-        Some(decode(payload))
+        Some(if first { decode_first(payload) } else { decode(payload) })
     }
 
     fn fail_truncated(&mut self) -> WireError {
@@ -257,6 +292,25 @@ mod tests {
         assert_eq!(err, WireError::Version { found: 9, supported: PROTOCOL_VERSION });
         assert!(err.to_string().contains("version 9"));
         assert!(check_hello(&sample_stream()[0]).is_ok());
+    }
+
+    #[test]
+    fn a_newer_hello_that_no_longer_decodes_is_still_refused_by_version() {
+        // Version 7's Hello: tag 0, version 7, then fields this build does not know.
+        let newer = [0u8, 7, 0xff, 0xff, 0xff];
+        assert_eq!(peek_version(&newer), Some(7));
+        assert_eq!(
+            decode_first(&newer).unwrap_err(),
+            WireError::Version { found: 7, supported: 1 }
+        );
+        let mut file = Vec::new();
+        file.extend_from_slice(&(newer.len() as u32).to_le_bytes());
+        file.extend_from_slice(&newer);
+        let mut reader = FrameReader::new(&file);
+        assert!(matches!(reader.next_message(), Some(Err(WireError::Version { found: 7, .. }))));
+        let current = encode(&sample_stream()[0]);
+        assert_eq!(peek_version(&current), Some(PROTOCOL_VERSION));
+        assert!(decode_first(&current).is_ok());
     }
 
     #[test]

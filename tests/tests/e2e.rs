@@ -189,7 +189,18 @@ async fn stall_rows(client: &Client) -> Result<(usize, usize, usize)> {
 
 /// Presses Run and waits for the run to finish. Returns the most rows seen while it was going.
 async fn run_and_wait(client: &Client) -> Result<usize> {
+    let before = client.find_all(css("[data-testid=run-entry]")).await?.len();
     client.find(css("[data-testid=run]")).await?.click().await?;
+    // The new run is listed and selected once the probe has started it; only then does the
+    // summary belong to it.
+    let new_run =
+        format!("[data-testid=run-entry][data-run-id='{}'][aria-selected=true]", before + 1);
+    client
+        .wait()
+        .at_most(Duration::from_secs(20))
+        .for_element(css(&new_run))
+        .await
+        .context("the new run never appeared in the run list")?;
     let deadline = Instant::now() + Duration::from_secs(90);
     let mut rows_while_running = 0;
     loop {

@@ -3,9 +3,7 @@
 
 use ackscope_shared::{PerSide, RrSpec, Scenario, WritePattern};
 
-/// The most requests the probe runs for the browser (the probe's `MAX_BROWSER_REQUESTS`): a
-/// session's memory stays modest. Longer runs are for the command line.
-pub const MAX_BROWSER_REQUESTS: u32 = 100_000;
+pub use ackscope_shared::spec::MAX_BROWSER_REQUESTS;
 
 /// What the form holds: numbers as typed, so a half-typed number is not lost or "corrected".
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -34,10 +34,7 @@ fn main() -> ExitCode {
             return ExitCode::SUCCESS;
         }
         other => {
-            eprintln!(
-                "xtask: unknown command `{other}`\n\n{}",
-                include_str!("usage.txt")
-            );
+            eprintln!("xtask: unknown command `{other}`\n\n{}", include_str!("usage.txt"));
             return ExitCode::from(2);
         }
     };
@@ -64,10 +61,7 @@ fn build_web(steps: &mut Steps) -> Result<(), String> {
         return Ok(());
     }
     steps.note("a clean build takes a few minutes on 2 cores; later ones take seconds");
-    setup::tool_command("trunk")
-        .args(["build", "--release"])
-        .current_dir(setup::root())
-        .run()?;
+    setup::tool_command("trunk").args(["build", "--release"]).current_dir(setup::root()).run()?;
     steps.done("built into dist/");
     Ok(())
 }
@@ -104,26 +98,16 @@ fn test() -> Result<(), String> {
     setup::ensure_browser(&mut steps)?;
 
     steps.start("cargo fmt --check");
-    setup::cargo()
-        .args(["fmt", "--all", "--", "--check"])
-        .run()?;
+    setup::cargo().args(["fmt", "--all", "--", "--check"]).run()?;
     steps.done("formatted");
 
     steps.start("clippy, warnings denied (native crates)");
-    setup::cargo()
-        .args(["clippy", "--all-targets", "--", "-D", "warnings"])
-        .run()?;
+    setup::cargo().args(["clippy", "--all-targets", "--", "-D", "warnings"]).run()?;
     steps.done("clean");
 
     steps.start("clippy, warnings denied (web crate, wasm32)");
     setup::cargo()
-        .args([
-            "clippy",
-            "--package",
-            "ackscope-web",
-            "--target",
-            "wasm32-unknown-unknown",
-        ])
+        .args(["clippy", "--package", "ackscope-web", "--target", "wasm32-unknown-unknown"])
         .args(["--all-targets", "--", "-D", "warnings"])
         .run()?;
     steps.done("clean");
@@ -133,13 +117,7 @@ fn test() -> Result<(), String> {
 
     steps.start("web crate tests in headless Chromium (wasm-bindgen-test)");
     setup::tool_command("cargo")
-        .args([
-            "test",
-            "--package",
-            "ackscope-web",
-            "--target",
-            "wasm32-unknown-unknown",
-        ])
+        .args(["test", "--package", "ackscope-web", "--target", "wasm32-unknown-unknown"])
         .run()?;
     steps.done("passed");
 
@@ -148,10 +126,7 @@ fn test() -> Result<(), String> {
     setup::tool_command("cargo")
         .args(["test", "--workspace", "--exclude", "ackscope-web"])
         .env("ACKSCOPE_BIN", setup::probe_binary())
-        .env(
-            "ACKSCOPE_SCREENSHOT",
-            setup::root().join("docs/screenshot.png"),
-        )
+        .env("ACKSCOPE_SCREENSHOT", setup::root().join("docs/screenshot.png"))
         .run()?;
     steps.done("passed");
     println!("\nall checks passed");

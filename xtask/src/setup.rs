@@ -18,10 +18,7 @@ const BINARYEN_VERSION: &str = "132.0.0";
 const WASM_TARGET: &str = "wasm32-unknown-unknown";
 
 pub fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("xtask/ is inside the workspace")
-        .into()
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("xtask/ is inside the workspace").into()
 }
 
 /// The release binary, in cargo's target directory (CARGO_TARGET_DIR is honoured).
@@ -68,15 +65,11 @@ fn version_of(program: &str, args: &[&str]) -> Option<String> {
 
 pub fn ensure_build_tools(steps: &mut Steps) -> Result<(), String> {
     steps.start(&format!("Rust target {WASM_TARGET}"));
-    let installed = tool_command("rustup")
-        .args(["target", "list", "--installed"])
-        .output_text();
+    let installed = tool_command("rustup").args(["target", "list", "--installed"]).output_text();
     if installed.is_some_and(|list| list.lines().any(|l| l.trim() == WASM_TARGET)) {
         steps.done("installed");
     } else {
-        tool_command("rustup")
-            .args(["target", "add", WASM_TARGET])
-            .run()?;
+        tool_command("rustup").args(["target", "add", WASM_TARGET]).run()?;
         steps.done("added");
     }
 
@@ -85,50 +78,29 @@ pub fn ensure_build_tools(steps: &mut Steps) -> Result<(), String> {
     if found.as_deref() == Some(&format!("trunk {TRUNK_VERSION}")) {
         steps.done("installed");
     } else {
-        steps.note(&format!(
-            "found {}; installing",
-            found.as_deref().unwrap_or("none")
-        ));
+        steps.note(&format!("found {}; installing", found.as_deref().unwrap_or("none")));
         steps.note("this compiles trunk from source: about 15 minutes on 2 cores, once");
-        cargo()
-            .args(["install", "--locked", "trunk", "--version", TRUNK_VERSION])
-            .run()?;
+        cargo().args(["install", "--locked", "trunk", "--version", TRUNK_VERSION]).run()?;
         steps.done("installed");
     }
 
     let wanted = lock_version("wasm-bindgen")?;
-    steps.start(&format!(
-        "wasm-bindgen-cli {wanted} (the version in Cargo.lock)"
-    ));
+    steps.start(&format!("wasm-bindgen-cli {wanted} (the version in Cargo.lock)"));
     let found = version_of("wasm-bindgen", &["--version"]);
     if found.as_deref() == Some(&format!("wasm-bindgen {wanted}")) {
         steps.done("installed");
     } else {
-        steps.note(&format!(
-            "found {}; installing",
-            found.as_deref().unwrap_or("none")
-        ));
+        steps.note(&format!("found {}; installing", found.as_deref().unwrap_or("none")));
         steps.note("this compiles wasm-bindgen-cli from source: about 4 minutes, once");
         // Not --locked: its lockfile pins a webpki-roots version the registry no longer has.
-        cargo()
-            .args([
-                "install",
-                "--force",
-                "wasm-bindgen-cli",
-                "--version",
-                &wanted,
-            ])
-            .run()?;
+        cargo().args(["install", "--force", "wasm-bindgen-cli", "--version", &wanted]).run()?;
         steps.done("installed");
     }
 
     steps.start(&format!("wasm-opt from binaryen {BINARYEN_VERSION} (npm)"));
     let found = version_of("wasm-opt", &["--version"]);
     let major = BINARYEN_VERSION.split('.').next().unwrap_or_default();
-    if found
-        .as_deref()
-        .is_some_and(|v| v.contains(&format!("version {major}")))
-    {
+    if found.as_deref().is_some_and(|v| v.contains(&format!("version {major}"))) {
         steps.done("installed");
     } else {
         steps.note(&format!(
@@ -151,52 +123,33 @@ pub fn ensure_browser(steps: &mut Steps) -> Result<(), String> {
     steps.start("chromium, chromedriver, OpenSSL headers (browser tests)");
     let have = |p: &str| version_of(p, &["--version"]).is_some();
     // The WebDriver client links the system OpenSSL.
-    let openssl = tool_command("pkg-config")
-        .args(["--exists", "openssl"])
-        .run_quietly();
+    let openssl = tool_command("pkg-config").args(["--exists", "openssl"]).run_quietly();
     if have("chromium") && have("chromedriver") && openssl {
         steps.done("installed");
         return Ok(());
     }
-    ensure_apt_packages(
-        steps,
-        &["chromium", "chromium-driver", "libssl-dev", "pkg-config"],
-    )
+    ensure_apt_packages(steps, &["chromium", "chromium-driver", "libssl-dev", "pkg-config"])
 }
 
 /// Installs those of Debian's `packages` that dpkg does not list as installed, with apt-get
 /// (through sudo unless root), and ends the step the caller started.
 pub fn ensure_apt_packages(steps: &mut Steps, packages: &[&str]) -> Result<(), String> {
-    let missing: Vec<&str> = packages
-        .iter()
-        .copied()
-        .filter(|package| !dpkg_has(package))
-        .collect();
+    let missing: Vec<&str> =
+        packages.iter().copied().filter(|package| !dpkg_has(package)).collect();
     if missing.is_empty() {
         steps.done("installed");
         return Ok(());
     }
-    steps.note(&format!(
-        "installing Debian's {} with apt-get (about a minute)",
-        missing.join(", ")
-    ));
-    let fix = format!(
-        "install them with: sudo apt-get install -y {}",
-        missing.join(" ")
-    );
-    let as_root = tool_command("id")
-        .arg("-u")
-        .output_text()
-        .is_some_and(|id| id.trim() == "0");
+    steps
+        .note(&format!("installing Debian's {} with apt-get (about a minute)", missing.join(", ")));
+    let fix = format!("install them with: sudo apt-get install -y {}", missing.join(" "));
+    let as_root = tool_command("id").arg("-u").output_text().is_some_and(|id| id.trim() == "0");
     let apt_get = |args: &[&str]| {
         let mut command = tool_command(if as_root { "apt-get" } else { "sudo" });
         if !as_root {
             command.arg("apt-get");
         }
-        command
-            .env("DEBIAN_FRONTEND", "noninteractive")
-            .args(args)
-            .run()
+        command.env("DEBIAN_FRONTEND", "noninteractive").args(args).run()
     };
     apt_get(&["update"]).map_err(|e| format!("{e}\n{fix}"))?;
     apt_get(&[&["install", "-y"][..], &missing[..]].concat()).map_err(|e| format!("{e}\n{fix}"))?;
@@ -214,27 +167,18 @@ fn dpkg_has(package: &str) -> bool {
 /// The version of `package` that Cargo.lock resolved.
 fn lock_version(package: &str) -> Result<String, String> {
     let path = root().join("Cargo.lock");
-    let lock = fs::read_to_string(&path).map_err(|e| {
-        format!(
-            "reading {}: {e}; run `cargo generate-lockfile`",
-            path.display()
-        )
-    })?;
+    let lock = fs::read_to_string(&path)
+        .map_err(|e| format!("reading {}: {e}; run `cargo generate-lockfile`", path.display()))?;
     let name_line = format!("name = \"{package}\"");
     let mut lines = lock.lines();
     while let Some(line) = lines.next() {
         if line.trim() == name_line {
-            if let Some(version) = lines
-                .next()
-                .and_then(|l| l.trim().strip_prefix("version = "))
-            {
+            if let Some(version) = lines.next().and_then(|l| l.trim().strip_prefix("version = ")) {
                 return Ok(version.trim_matches('"').to_string());
             }
         }
     }
-    Err(format!(
-        "Cargo.lock has no {package}; run `cargo update -p {package}`"
-    ))
+    Err(format!("Cargo.lock has no {package}; run `cargo update -p {package}`"))
 }
 
 /// True when dist/ was built after every input of the web build changed.
@@ -244,9 +188,7 @@ pub fn dist_is_fresh() -> bool {
         return false;
     };
     let inputs = ["web", "shared", "Trunk.toml", "Cargo.lock", "Cargo.toml"];
-    inputs
-        .iter()
-        .all(|input| newest(&root.join(input)).is_none_or(|newest| newest <= built))
+    inputs.iter().all(|input| newest(&root.join(input)).is_none_or(|newest| newest <= built))
 }
 
 fn modified(path: &Path) -> Option<SystemTime> {
@@ -259,9 +201,5 @@ fn newest(path: &Path) -> Option<SystemTime> {
         return own;
     }
     let entries = fs::read_dir(path).ok()?;
-    entries
-        .flatten()
-        .filter_map(|e| newest(&e.path()))
-        .chain(own)
-        .max()
+    entries.flatten().filter_map(|e| newest(&e.path())).chain(own).max()
 }

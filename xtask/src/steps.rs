@@ -12,11 +12,7 @@ pub struct Steps {
 
 impl Steps {
     pub fn new(total: usize) -> Steps {
-        Steps {
-            total,
-            current: 0,
-            started: Instant::now(),
-        }
+        Steps { total, current: 0, started: Instant::now() }
     }
 
     pub fn start(&mut self, what: &str) {
@@ -59,9 +55,7 @@ impl RunExt for Command {
             .map(|part| part.to_string_lossy())
             .collect::<Vec<_>>()
             .join(" ");
-        let status = self
-            .status()
-            .map_err(|e| format!("could not start `{shown}`: {e}"))?;
+        let status = self.status().map_err(|e| format!("could not start `{shown}`: {e}"))?;
         if status.success() {
             Ok(())
         } else {
@@ -71,10 +65,7 @@ impl RunExt for Command {
 
     fn output_text(&mut self) -> Option<String> {
         let output = self.output().ok()?;
-        output
-            .status
-            .success()
-            .then(|| String::from_utf8_lossy(&output.stdout).into_owned())
+        output.status.success().then(|| String::from_utf8_lossy(&output.stdout).into_owned())
     }
 
     fn run_quietly(&mut self) -> bool {

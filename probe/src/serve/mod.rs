@@ -13,6 +13,7 @@ use std::sync::Arc;
 
 use std::sync::atomic::AtomicBool;
 
+use ackscope_shared::spec::MAX_BROWSER_REQUESTS;
 use ackscope_shared::wire::{self, Hello, Instruments, ToBrowser, ToProbe};
 use ackscope_shared::Scenario;
 use axum::extract::ws::{Message, WebSocket, WebSocketUpgrade};
@@ -25,8 +26,6 @@ use axum::Router;
 use self::session::{Cursor, Session};
 use crate::scenario;
 
-/// The most requests a run started from the browser may make: keeps a session's memory modest.
-pub const MAX_BROWSER_REQUESTS: u32 = 100_000;
 /// Browser messages are a few dozen bytes; anything near this is not ours.
 const MAX_INCOMING_MESSAGE_BYTES: usize = 64 * 1024;
 
