@@ -352,6 +352,18 @@ fn print_rr(out: &mut impl Write, s: &Summary) -> io::Result<()> {
     )
 }
 
+#[cfg(test)]
+mod tests {
+    use super::bar;
+
+    #[test]
+    fn the_progress_bar_fills_with_the_run() {
+        assert_eq!(bar(0, 200), format!("[{}]", ".".repeat(30)));
+        assert_eq!(bar(100, 200), format!("[{}{}]", "#".repeat(15), ".".repeat(15)));
+        assert_eq!(bar(500, 200), format!("[{}]", "#".repeat(30)));
+    }
+}
+
 fn print_bulk(out: &mut impl Write, s: &BulkSummary) -> io::Result<()> {
     writeln!(out, "  transferred    {} bytes in {:.2} s", s.bytes, s.duration_s)?;
     writeln!(out, "  goodput        {:.1} Mbit/s", s.goodput_mbps)?;
@@ -365,23 +377,34 @@ fn print_bulk(out: &mut impl Write, s: &BulkSummary) -> io::Result<()> {
     )
 }
 
+/// `[#########.....................]`: how much of `total` is done.
+fn bar(done: u64, total: u64) -> String {
+    let filled = (done.min(total) as u128 * BAR_WIDTH as u128 / u128::from(total.max(1))) as usize;
+    format!("[{}{}]", "#".repeat(filled), ".".repeat(BAR_WIDTH - filled))
+}
+
 /// A progress line on the terminal for runs longer than a second (never when the output is
 /// not a terminal, or with --json).
 struct Progress {
     enabled: bool,
     started: Instant,
     last_drawn: Option<Instant>,
-    total: String,
+    /// Requests (rr) or bytes (bulk) the run will make at most, and their unit.
+    total: u64,
+    unit: &'static str,
 }
+
+/// Characters of the bar.
+const BAR_WIDTH: usize = 30;
 
 impl Progress {
     fn new(scenario: &Scenario, json: bool) -> Progress {
-        let total = match scenario {
-            Scenario::Rr(spec) | Scenario::Server(spec) => format!("{} requests", spec.requests),
-            Scenario::Bulk(spec) => format!("{} bytes", spec.bytes),
+        let (total, unit) = match scenario {
+            Scenario::Rr(spec) | Scenario::Server(spec) => (u64::from(spec.requests), "requests"),
+            Scenario::Bulk(spec) => (spec.bytes, "bytes"),
         };
         let enabled = !json && io::stderr().is_terminal();
-        Progress { enabled, started: Instant::now(), last_drawn: None, total }
+        Progress { enabled, started: Instant::now(), last_drawn: None, total, unit }
     }
 
     fn update(&mut self, tally: &Tally) {
@@ -392,12 +415,14 @@ impl Progress {
         }
         self.last_drawn = Some(now);
         let done = match tally.analysis {
-            Analysis::Rr(..) => tally.requests_done.to_string(),
-            Analysis::Bulk(_) => tally.bytes_read.to_string(),
+            Analysis::Rr(..) => tally.requests_done,
+            Analysis::Bulk(_) => tally.bytes_read,
         };
         eprint!(
-            "\r\x1b[2Kackscope: {done} of {} ({:.0} s)",
+            "\r\x1b[2K{} {done} of {} {} ({:.0} s)",
+            bar(done, self.total),
             self.total,
+            self.unit,
             self.started.elapsed().as_secs_f64()
         );
     }

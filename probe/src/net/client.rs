@@ -164,3 +164,73 @@ fn closed_by_server(req: ReqId, server: SocketAddr) -> io::Error {
         format!("request {}: the server on {server} closed the connection before answering", req.0),
     )
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::{Read, Write};
+    use std::net::TcpListener;
+    use std::sync::mpsc::sync_channel;
+
+    use ackscope_shared::wire::Instruments;
+
+    use crate::net::record::Clock;
+
+    /// A peer that answers `answers` requests, then resets the connection (SO_LINGER 0) once the
+    /// next request's length has arrived.
+    fn resetting_peer(answers: usize) -> SocketAddr {
+        let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
+        let addr = listener.local_addr().unwrap();
+        std::thread::spawn(move || {
+            let (mut stream, _) = listener.accept().unwrap();
+            for _ in 0..answers {
+                let mut prefix = [0u8; 4];
+                stream.read_exact(&mut prefix).unwrap();
+                let mut body = vec![0u8; u32::from_be_bytes(prefix) as usize];
+                stream.read_exact(&mut body).unwrap();
+                let mut answer = Vec::new();
+                answer_into(&body, body.len() as u32, &mut answer);
+                stream.write_all(&prefix).unwrap();
+                stream.write_all(&answer).unwrap();
+            }
+            let mut prefix = [0u8; 4];
+            stream.read_exact(&mut prefix).unwrap();
+            socket2::SockRef::from(&stream).set_linger(Some(std::time::Duration::ZERO)).unwrap();
+        });
+        addr
+    }
+
+    #[test]
+    fn a_peer_that_resets_mid_run_ends_it_with_an_error_and_keeps_what_was_recorded() {
+        let server = resetting_peer(3);
+        let spec = RrSpec {
+            requests: 10,
+            nodelay: ackscope_shared::PerSide::both(true),
+            ..RrSpec::default()
+        };
+        let stop = AtomicBool::new(false);
+        let shared = Shared {
+            spec: &spec,
+            server,
+            peers: &Peers::default(),
+            next_req: AtomicU32::new(0),
+            next_conn: AtomicU32::new(0),
+            deadline: None,
+            stop: &stop,
+            instruments: Instruments {
+                events: true,
+                tcp_info_at_syscalls: false,
+                tcp_info_interval_us: 0,
+            },
+        };
+        let (sink, batches) = sync_channel(1024);
+        let mut rec = Recorder::new(Clock::start(), Side::Client, sink);
+        let error = run(&shared, &mut rec).unwrap_err().to_string();
+        drop(rec);
+        assert!(error.contains("request 3"), "the error names the request: {error}");
+        let events: Vec<_> = batches.iter().flatten().collect();
+        let done = events.iter().filter(|e| e.kind == EventKind::RequestDone).count();
+        assert_eq!(done, 3, "the three answered requests are kept");
+        assert!(events.iter().any(|e| e.req == ReqId(3)), "so is what request 3 did");
+    }
+}
