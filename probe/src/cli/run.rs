@@ -352,18 +352,6 @@ fn print_rr(out: &mut impl Write, s: &Summary) -> io::Result<()> {
     )
 }
 
-#[cfg(test)]
-mod tests {
-    use super::bar;
-
-    #[test]
-    fn the_progress_bar_fills_with_the_run() {
-        assert_eq!(bar(0, 200), format!("[{}]", ".".repeat(30)));
-        assert_eq!(bar(100, 200), format!("[{}{}]", "#".repeat(15), ".".repeat(15)));
-        assert_eq!(bar(500, 200), format!("[{}]", "#".repeat(30)));
-    }
-}
-
 fn print_bulk(out: &mut impl Write, s: &BulkSummary) -> io::Result<()> {
     writeln!(out, "  transferred    {} bytes in {:.2} s", s.bytes, s.duration_s)?;
     writeln!(out, "  goodput        {:.1} Mbit/s", s.goodput_mbps)?;
@@ -431,5 +419,17 @@ impl Progress {
         if self.last_drawn.is_some() {
             eprint!("\r\x1b[2K");
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::bar;
+
+    #[test]
+    fn the_progress_bar_fills_with_the_run() {
+        assert_eq!(bar(0, 200), format!("[{}]", ".".repeat(30)));
+        assert_eq!(bar(100, 200), format!("[{}{}]", "#".repeat(15), ".".repeat(15)));
+        assert_eq!(bar(500, 200), format!("[{}]", "#".repeat(30)));
     }
 }
