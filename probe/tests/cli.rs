@@ -6,19 +6,12 @@
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{Ipv4Addr, TcpListener, TcpStream};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-fn ackscope(args: &[&str]) -> Output {
-    let output = Command::new(env!("CARGO_BIN_EXE_ackscope")).args(args).output().unwrap();
-    eprintln!(
-        "$ ackscope {}\n{}{}",
-        args.join(" "),
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    );
-    output
-}
+mod common;
+
+use common::ackscope;
 
 fn run_json(args: &[&str]) -> serde_json::Value {
     let mut argv = vec!["run", "rr", "--json"];

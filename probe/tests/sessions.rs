@@ -3,19 +3,12 @@
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-fn ackscope(args: &[&str]) -> Output {
-    let output = Command::new(env!("CARGO_BIN_EXE_ackscope")).args(args).output().unwrap();
-    eprintln!(
-        "$ ackscope {}\n{}{}",
-        args.join(" "),
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    );
-    output
-}
+mod common;
+
+use common::ackscope;
 
 fn temp(name: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("ackscope-test-{}", std::process::id()));
