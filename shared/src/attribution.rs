@@ -494,6 +494,38 @@ mod tests {
     }
 
     #[test]
+    fn a_write_blocked_behind_a_closed_window_is_receive_window_limited() {
+        use Side::{Client, Server};
+        let mut script = Script::default();
+        script.event(0, Client, 0, EventKind::RequestStart);
+        // A 1 MB request whose write blocks 30 ms while the server advertises almost nothing.
+        script.write(Client, 0, 0, 5 * US, 4);
+        script.write(Client, 0, 6 * US, 30 * MS, 1_000_000);
+        script.events.push(crate::event::Event {
+            at_ns: 10 * MS,
+            side: Client,
+            conn: ConnId(0),
+            req: ReqId(0),
+            kind: EventKind::TcpInfo(Box::new(TcpInfoSample {
+                during_block: true,
+                snd_mss: 1448,
+                snd_wnd: Some(0),
+                notsent_bytes: Some(600_000),
+                ..TcpInfoSample::default()
+            })),
+        });
+        script.read(Server, 0, 0, 31 * MS, 4);
+        script.event(32 * MS, Client, 0, EventKind::RequestDone);
+        let stalls = attribute(&analysed(&script.events), None);
+        let blocked = stalls.iter().find(|s| s.side == Client).expect("the blocked write");
+        assert_eq!(blocked.class, StallClass::ReceiveWindowLimited, "{}", blocked.evidence);
+        assert_eq!((blocked.from, blocked.to), (Client, Server));
+        assert!(blocked.evidence.contains("window under two segments"), "{}", blocked.evidence);
+        let fixes = blocked.class.fixes(Client, Server).join("; ");
+        assert!(fixes.contains("SO_RCVBUF on the server"), "{fixes}");
+    }
+
+    #[test]
     fn think_time_slow_connects_and_blocked_writes() {
         use Side::{Client, Server};
         let mut script = Script::default();
