@@ -10,7 +10,9 @@
 use std::cell::Cell;
 use std::rc::Rc;
 
+use ackscope_shared::attribution::{ClassSummary, StallClass};
 use ackscope_shared::bulk::BulkSummary;
+use ackscope_shared::presets::{Preset, PRESETS};
 use ackscope_shared::wire::{HostFacts, Instruments, ToBrowser, ToProbe, WireError};
 use ackscope_shared::{PerSide, RrSpec, Scenario, Summary, WritePattern};
 use leptos::ev::{DragEvent, Event, KeyboardEvent, SubmitEvent};
@@ -21,6 +23,7 @@ use crate::files::{blob_of, open_blob, open_url, save, url_parameter};
 use crate::form::{write_pattern, FieldError, FormFields};
 use crate::session_file::DOWNLOAD_NAME;
 use crate::state::{apply, AppState, FileId, Run, RunKey, Source};
+use crate::timeline::layout::class_word;
 use crate::timeline::render::Timeline;
 use crate::ws::{probe_url_for_this_page, Link, LinkStatus};
 
@@ -99,6 +102,10 @@ impl FrameBatch {
     }
 }
 
+/// Where the page's requests to the probe go: the probe's [`Link`] in the app; tests pass one
+/// that keeps what was sent. `Err` says why it was not sent.
+pub type Outbox = Rc<dyn Fn(&ToProbe) -> Result<(), String>>;
+
 /// The app as served by the probe: connects to the page's own origin and shows what comes, and
 /// opens the session file named by `?url=`, if any.
 #[component]
@@ -106,14 +113,20 @@ pub fn App() -> impl IntoView {
     let store = Store::new(AppState::default());
     let link_status = RwSignal::new(LinkStatus::Connecting);
     let batch = FrameBatch::new(store);
-    let link = probe_url_for_this_page().map(|url| {
-        Link::open(url, move |message| batch.apply(message), move |status| link_status.set(status))
+    let outbox = probe_url_for_this_page().map(|url| {
+        let link = Link::open(
+            url,
+            move |message| batch.apply(message),
+            move |status| link_status.set(status),
+        );
+        // The outbox holds the link, and with it the socket, for as long as the page lives.
+        Rc::new(move |message: &ToProbe| link.send(message)) as Outbox
     });
-    let link = StoredValue::new_local(link);
+    let outbox = StoredValue::new_local(outbox);
     if let Some(url) = url_parameter() {
         open_url(store, url);
     }
-    view! { <Page store link_status link /> }
+    view! { <Page store link_status outbox /> }
 }
 
 /// Opens every file of a picker's or a drop's list.
@@ -123,13 +136,13 @@ fn open_files(store: Store, files: &FileList) {
     }
 }
 
-/// The whole page over a given store and link (tests pass their own). A session file dropped
+/// The whole page over a given store and outbox (tests pass their own). A session file dropped
 /// anywhere on it is opened.
 #[component]
 pub fn Page(
     store: Store,
     link_status: RwSignal<LinkStatus>,
-    link: StoredValue<Option<Link>, LocalStorage>,
+    outbox: StoredValue<Option<Outbox>, LocalStorage>,
 ) -> impl IntoView {
     let dragging = RwSignal::new(false);
     let drag_over = move |ev: DragEvent| {
@@ -165,7 +178,7 @@ pub fn Page(
             <ProtocolError store />
             <main class="layout">
                 <aside class="side">
-                    <RunForm store link_status link />
+                    <RunForm store link_status outbox />
                     <RunList store />
                     <OpenedFiles store />
                 </aside>
@@ -223,6 +236,11 @@ fn per_side<T: Copy + Send + Sync + 'static>(values: PerSide<T>) -> PerSide<RwSi
     PerSide { client: RwSignal::new(values.client), server: RwSignal::new(values.server) }
 }
 
+fn set_per_side<T: Send + Sync + 'static>(signals: PerSide<RwSignal<T>>, values: PerSide<T>) {
+    signals.client.set(values.client);
+    signals.server.set(values.server);
+}
+
 fn per_side_untracked<T: Clone + Send + Sync + 'static>(
     signals: PerSide<RwSignal<T>>,
 ) -> PerSide<T> {
@@ -241,6 +259,41 @@ impl FormSignals {
             nodelay: per_side(fields.nodelay),
             cork: per_side(fields.cork),
             quickack: per_side(fields.quickack),
+        }
+    }
+
+    /// Fills every field from `fields` (a preset's).
+    fn set(&self, fields: FormFields) {
+        self.requests.set(fields.requests);
+        self.size_bytes.set(fields.size_bytes);
+        self.response_bytes.set(fields.response_bytes);
+        self.reconnect_every.set(fields.reconnect_every);
+        self.think_us.set(fields.think_us);
+        set_per_side(self.write, fields.write);
+        set_per_side(self.nodelay, fields.nodelay);
+        set_per_side(self.cork, fields.cork);
+        set_per_side(self.quickack, fields.quickack);
+    }
+
+    /// The fields as typed, re-running the caller when any of them changes.
+    fn tracked_fields(&self) -> FormFields {
+        self.track();
+        self.fields()
+    }
+
+    fn track(&self) {
+        let texts = [
+            self.requests,
+            self.size_bytes,
+            self.response_bytes,
+            self.reconnect_every,
+            self.think_us,
+        ];
+        texts.iter().for_each(Track::track);
+        [self.write.client, self.write.server].iter().for_each(Track::track);
+        for flags in [self.nodelay, self.cork, self.quickack] {
+            flags.client.track();
+            flags.server.track();
         }
     }
 
@@ -360,14 +413,90 @@ fn option_row(
     }
 }
 
+/// The preset the form shows: the bulk preset chosen, else the request/response preset whose
+/// spec the fields spell exactly (any edit makes the form "custom" again).
+fn shown_preset(form: &FormFields, bulk: Option<&'static Preset>) -> Option<&'static Preset> {
+    if bulk.is_some() {
+        return bulk;
+    }
+    let scenario = form.to_scenario().ok()?;
+    PRESETS.iter().find(|preset| (preset.build)() == scenario)
+}
+
+/// The `data-testid=preset` select and its preset's `about` line. Choosing a request/response
+/// preset fills every field from its spec, requests included; choosing a bulk one sets the
+/// fields aside and Run sends the preset as it is.
+fn preset_picker(
+    form: FormSignals,
+    bulk: RwSignal<Option<&'static Preset>>,
+    error: RwSignal<Option<FieldError>>,
+) -> impl IntoView {
+    let shown = move || shown_preset(&form.tracked_fields(), bulk.get());
+    let choose = move |ev: Event| {
+        let name = event_target_value(&ev);
+        let preset = PRESETS.iter().find(|preset| preset.name == name);
+        match preset.map(|preset| (preset, (preset.build)())) {
+            Some((_, Scenario::Rr(spec))) => {
+                bulk.set(None);
+                form.set(FormFields::from_spec(&spec));
+            }
+            Some((preset, _)) => bulk.set(Some(preset)),
+            None => bulk.set(None),
+        }
+        error.set(None);
+        // "custom" while the fields still spell a preset is that preset: say so.
+        let select: web_sys::HtmlSelectElement = event_target(&ev);
+        select.set_value(shown_preset(&form.fields(), bulk.get_untracked()).map_or("", |p| p.name));
+    };
+    let option = |preset: &'static Preset| {
+        view! {
+            <option value=preset.name title=preset.about>
+                {preset.name}
+            </option>
+        }
+    };
+    let is_rr = |preset: &&'static Preset| matches!((preset.build)(), Scenario::Rr(_));
+    let about = move || match shown() {
+        Some(preset) if bulk.get().is_some() => format!(
+            "{}. Run starts it as it is; to change a bulk run use the command line: ackscope \
+             run {} --print-spec > spec.json, edit it, then ackscope run --spec spec.json.",
+            preset.about, preset.name
+        ),
+        Some(preset) => preset.about.to_string(),
+        None => "your own settings; a preset sets every field, requests included".to_string(),
+    };
+    view! {
+        <label class="preset">
+            <span>"preset"</span>
+            <select
+                data-testid="preset"
+                aria-describedby="preset-about"
+                prop:value=move || shown().map_or("", |preset| preset.name)
+                on:change=choose
+            >
+                <option value="">"custom"</option>
+                <optgroup label="request/response">
+                    {PRESETS.iter().filter(is_rr).map(option).collect_view()}
+                </optgroup>
+                <optgroup label="bulk">
+                    {PRESETS.iter().filter(|p| !is_rr(p)).map(option).collect_view()}
+                </optgroup>
+            </select>
+        </label>
+        <p class="hint preset-about" id="preset-about" data-testid="preset-about">{about}</p>
+    }
+}
+
 #[component]
 fn RunForm(
     store: Store,
     link_status: RwSignal<LinkStatus>,
-    link: StoredValue<Option<Link>, LocalStorage>,
+    outbox: StoredValue<Option<Outbox>, LocalStorage>,
 ) -> impl IntoView {
     let form = FormSignals::new(FormFields::from_spec(&RrSpec::default()));
     let error = RwSignal::new(None::<FieldError>);
+    // A bulk preset the user chose: Run sends it as it is, and the rr fields step aside.
+    let bulk = RwSignal::new(None::<&'static Preset>);
 
     // Why Run cannot be pressed right now, if it cannot.
     let blocked = move || -> Option<&'static str> {
@@ -389,7 +518,8 @@ fn RunForm(
 
     let submit = move |event: SubmitEvent| {
         event.prevent_default();
-        let spec = match form.fields().to_scenario() {
+        let chosen = bulk.get_untracked().map(|preset| (preset.build)());
+        let spec = match chosen.map_or_else(|| form.fields().to_scenario(), Ok) {
             Ok(spec) => spec,
             Err(invalid) => {
                 error.set(Some(invalid));
@@ -398,8 +528,8 @@ fn RunForm(
         };
         error.set(None);
         store.update(AppState::start_requested);
-        let sent = link.with_value(|link| match link {
-            Some(link) => link.send(&ToProbe::StartRun { spec }),
+        let sent = outbox.with_value(|outbox| match outbox {
+            Some(send) => send(&ToProbe::StartRun { spec }),
             None => Err("no probe to talk to: open this page from the URL ackscope prints".into()),
         });
         if let Err(reason) = sent {
@@ -416,6 +546,8 @@ fn RunForm(
         <form class="card run-form" on:submit=submit novalidate=true>
             <h2>"New run"</h2>
             <p class="hint">"Story 1: a 4-byte length, then the body, each way."</p>
+            {preset_picker(form, bulk, error)}
+            <div class="rr-fields" prop:hidden=move || bulk.get().is_some()>
             {number_field("requests", "requests", "requests", form.requests, invalid, "")}
             {number_field("body size (bytes)", "size", "size_bytes", form.size_bytes, invalid, "")}
             {number_field(
@@ -477,6 +609,7 @@ fn RunForm(
                     )}
                 </tbody>
             </table>
+            </div>
             <div class="actions">
                 <button type="submit" data-testid="run" disabled=move || blocked().is_some()>
                     "Run"
@@ -852,7 +985,8 @@ struct SelectedRun {
 
 #[derive(Clone, Debug, PartialEq)]
 enum Numbers {
-    Rr(SummaryText),
+    /// The numbers, and why the calls that waited waited.
+    Rr(SummaryText, Vec<ClassText>),
     Bulk(BulkText),
     /// A scenario the browser has no analysis for (the echo server alone).
     Events(u64),
@@ -875,7 +1009,10 @@ impl SelectedRun {
             host: state.session(key.source).and_then(|s| s.host()).cloned(),
             numbers: match run.bulk_summary() {
                 Some(bulk) => Numbers::Bulk(BulkText::of(bulk, run.events)),
-                None if run.is_rr() => Numbers::Rr(SummaryText::of(run.summary())),
+                None if run.is_rr() => Numbers::Rr(
+                    SummaryText::of(run.summary()),
+                    run.attribution().classes.iter().map(ClassText::of).collect(),
+                ),
                 None => Numbers::Events(run.events),
             },
         })
@@ -898,6 +1035,68 @@ fn rr_numbers(text: SummaryText) -> impl IntoView {
             </div>
         </dl>
     }
+}
+
+/// One class of waits in one direction, as the summary prints it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ClassText {
+    /// The serde name (`nagle_delayed_ack`), the `data-class` value.
+    pub class: &'static str,
+    pub count: u32,
+    /// "client->server".
+    pub direction: String,
+    /// The CLI's line up to its fixes: "19 stalls: Nagle x delayed ACK, client->server, median
+    /// 43.6 ms".
+    pub sentence: String,
+    pub fixes: Vec<String>,
+    /// A held read (red, as on the timeline) rather than another wait (amber).
+    pub held: bool,
+}
+
+impl ClassText {
+    pub fn of(summary: &ClassSummary) -> ClassText {
+        let line = summary.line();
+        let sentence = line.split_once("; fixes: ").map_or(line.as_str(), |(head, _)| head);
+        ClassText {
+            class: class_word(summary.class),
+            count: summary.count,
+            direction: summary.direction.clone(),
+            sentence: sentence.to_string(),
+            fixes: summary.fixes.clone(),
+            // Shared gives these two classes to held reads only.
+            held: matches!(summary.class, StallClass::NagleDelayedAck | StallClass::Unexplained),
+        }
+    }
+}
+
+fn class_lines(classes: Vec<ClassText>) -> impl IntoView {
+    (!classes.is_empty()).then(|| {
+        view! {
+            <ul class="stall-classes" aria-label="why calls waited">
+                {classes
+                    .into_iter()
+                    .map(|class| {
+                        view! {
+                            <li
+                                class="stall-class"
+                                class:held=class.held
+                                data-testid="stall-class"
+                                data-class=class.class
+                                data-count=class.count.to_string()
+                                data-direction=class.direction
+                            >
+                                <span class="sentence">{class.sentence}</span>
+                                <span class="fixes-head">"fixes:"</span>
+                                <ul class="fixes">
+                                    {class.fixes.into_iter().map(|fix| view! { <li>{fix}</li> }).collect_view()}
+                                </ul>
+                            </li>
+                        }
+                    })
+                    .collect_view()}
+            </ul>
+        }
+    })
 }
 
 fn bulk_numbers(text: BulkText) -> impl IntoView {
@@ -947,7 +1146,9 @@ fn SummaryPanel(store: Store) -> impl IntoView {
                 <p class="instruments" data-testid="instruments">{run.instruments}</p>
                 {run.host.map(machine_line)}
                 {match run.numbers {
-                    Numbers::Rr(text) => rr_numbers(text).into_any(),
+                    Numbers::Rr(text, classes) => {
+                        view! { {rr_numbers(text)} {class_lines(classes)} }.into_any()
+                    }
                     Numbers::Bulk(text) => bulk_numbers(text).into_any(),
                     Numbers::Events(events) => event_count(events).into_any(),
                 }}
@@ -996,6 +1197,8 @@ mod tests {
         HtmlSelectElement,
     };
 
+    use std::cell::RefCell;
+
     use super::*;
     use crate::fixtures::{hello, nagle_run, rr_started, MS, US};
     use crate::promise::tests::sleep;
@@ -1021,6 +1224,32 @@ mod tests {
 
     fn text(root: &Element, selector: &str) -> String {
         one(root, selector).text_content().unwrap_or_default()
+    }
+
+    /// The text a label renders (what WebDriver's `text()` reads): its own text, not its hidden
+    /// `<title>` tooltip.
+    fn shown_text(label: &Element) -> String {
+        let nodes = label.child_nodes();
+        let title = one(label, "title");
+        let hidden = window()
+            .get_computed_style(&title)
+            .ok()
+            .flatten()
+            .map(|style| style.get_property_value("display").unwrap_or_default());
+        assert_eq!(hidden.as_deref(), Some("none"), "the tooltip must not be rendered text");
+        (0..nodes.length())
+            .filter_map(|i| nodes.item(i))
+            .filter(|node| node.node_type() == web_sys::Node::TEXT_NODE)
+            .filter_map(|node| node.text_content())
+            .collect()
+    }
+
+    /// The tooltip of an SVG element: its `<title>` child, in SVG's namespace (an HTML `title`
+    /// there would show nothing).
+    fn tooltip(element: &Element) -> String {
+        let title = one(element, "title");
+        assert_eq!(title.namespace_uri().as_deref(), Some("http://www.w3.org/2000/svg"));
+        title.text_content().unwrap_or_default()
     }
 
     /// Lets Leptos run the effects a signal change queued.
@@ -1075,7 +1304,7 @@ mod tests {
         let root = container();
         let status = RwSignal::new(LinkStatus::Connected);
         let _mounted = mount_to(root.clone(), move || {
-            view! { <Page store link_status=status link=StoredValue::new_local(None) /> }
+            view! { <Page store link_status=status outbox=StoredValue::new_local(None) /> }
         });
         let root: &Element = &root;
         store.update(|s| {
@@ -1108,7 +1337,7 @@ mod tests {
         assert_eq!(labels.len(), 4, "two per request after the first");
         for label in &labels {
             assert_eq!(label.get_attribute("data-stall-ms").as_deref(), Some("43.7"));
-            assert_eq!(label.text_content().as_deref(), Some("43.7 ms"));
+            assert_eq!(shown_text(label), "43.7 ms");
         }
         assert_eq!(all(root, "[data-req='0'] [data-testid=stall-label]").len(), 0);
         assert_eq!(all(root, "rect.stalled").len(), 4);
@@ -1163,7 +1392,7 @@ mod tests {
         let root = container();
         let status = RwSignal::new(LinkStatus::Connected);
         let _mounted = mount_to(root.clone(), move || {
-            view! { <Page store link_status=status link=StoredValue::new_local(None) /> }
+            view! { <Page store link_status=status outbox=StoredValue::new_local(None) /> }
         });
         let spec = RrSpec { requests: 1005, ..RrSpec::default() };
         store.update(|s| {
@@ -1185,7 +1414,7 @@ mod tests {
         let root = container();
         let status = RwSignal::new(LinkStatus::Connected);
         let _mounted = mount_to(root.clone(), move || {
-            view! { <Page store link_status=status link=StoredValue::new_local(None) /> }
+            view! { <Page store link_status=status outbox=StoredValue::new_local(None) /> }
         });
         let root: &Element = &root;
         let size = one(root, "input[data-testid=size]").unchecked_into::<HtmlInputElement>();
@@ -1219,7 +1448,7 @@ mod tests {
         let root = container();
         let status = RwSignal::new(LinkStatus::Connected);
         let _mounted = mount_to(root.clone(), move || {
-            view! { <Page store link_status=status link=StoredValue::new_local(None) /> }
+            view! { <Page store link_status=status outbox=StoredValue::new_local(None) /> }
         });
         let newer = ackscope_shared::wire::Hello {
             protocol_version: 99,
@@ -1238,7 +1467,7 @@ mod tests {
         let root = container();
         let status = RwSignal::new(LinkStatus::Connected);
         let mounted = mount_to(root.clone(), move || {
-            view! { <Page store link_status=status link=StoredValue::new_local(None) /> }
+            view! { <Page store link_status=status outbox=StoredValue::new_local(None) /> }
         });
         (root, mounted)
     }
@@ -1523,6 +1752,273 @@ mod tests {
             }
         });
         assert_eq!(text(root, "[data-testid=summary-requests]"), "3");
+    }
+
+    /// The page over `store` with an outbox that keeps every message Run sends.
+    fn mount_recording(store: Store) -> (HtmlElement, impl Sized, Rc<RefCell<Vec<ToProbe>>>) {
+        let sent = Rc::new(RefCell::new(Vec::new()));
+        let keep = Rc::clone(&sent);
+        let outbox: Outbox = Rc::new(move |message: &ToProbe| {
+            keep.borrow_mut().push(message.clone());
+            Ok(())
+        });
+        let root = container();
+        let status = RwSignal::new(LinkStatus::Connected);
+        let outbox = StoredValue::new_local(Some(outbox));
+        let mounted = mount_to(root.clone(), move || {
+            view! { <Page store link_status=status outbox /> }
+        });
+        (root, mounted, sent)
+    }
+
+    /// A live session with one finished rr run of `spec` made of `events`.
+    fn one_run(spec: RrSpec, events: Vec<ackscope_shared::Event>) -> Store {
+        let store = Store::new(AppState::default());
+        store.update(|s| {
+            apply(s, hello());
+            apply(s, rr_started(1, spec));
+            apply(s, ToBrowser::Events { run: RunId(1), events });
+            apply(s, ToBrowser::RunFinished { run: RunId(1), outcome: RunOutcome::Completed });
+        });
+        store
+    }
+
+    /// (data-class, data-direction, data-count) of every class line.
+    fn class_lines_of(root: &Element) -> Vec<(String, String, String)> {
+        all(root, "[data-testid=stall-class]")
+            .iter()
+            .map(|line| {
+                let attr = |name| line.get_attribute(name).unwrap_or_default();
+                (attr("data-class"), attr("data-direction"), attr("data-count"))
+            })
+            .collect()
+    }
+
+    fn owned(lines: &[(&str, &str, &str)]) -> Vec<(String, String, String)> {
+        lines.iter().map(|&(a, b, c)| (a.into(), b.into(), c.into())).collect()
+    }
+
+    #[wasm_bindgen_test]
+    async fn each_stall_is_named_under_the_summary_and_on_its_label() {
+        let store =
+            one_run(RrSpec { requests: 20, ..RrSpec::default() }, nagle_run(20, 43_600 * US));
+        let (root, _mounted) = mount_page(store);
+        let root: &Element = &root;
+        settle().await;
+        assert_eq!(
+            class_lines_of(root),
+            owned(&[
+                ("nagle_delayed_ack", "client->server", "19"),
+                ("nagle_delayed_ack", "server->client", "19"),
+            ])
+        );
+        let line = one(root, "[data-testid=stall-class][data-direction='client->server']");
+        assert_eq!(
+            text(&line, ".sentence"),
+            "19 stalls: Nagle x delayed ACK, client->server, median 43.6 ms"
+        );
+        let fixes: Vec<String> =
+            all(&line, ".fixes li").iter().filter_map(|li| li.text_content()).collect();
+        assert_eq!(fixes.len(), 4, "{fixes:?}");
+        assert_eq!(fixes[0], "TCP_NODELAY on the client");
+        assert!(fixes
+            .iter()
+            .any(|fix| fix == "TCP_QUICKACK on the server, set again after every read"));
+        let answer = one(root, "[data-testid=stall-class][data-direction='server->client']");
+        assert_eq!(text(&answer, ".fixes li"), "TCP_NODELAY on the server");
+
+        let labels = all(root, "[data-testid=stall-label]");
+        assert_eq!(labels.len(), 38);
+        for label in &labels {
+            assert_eq!(shown_text(label), "43.6 ms");
+            assert_eq!(label.get_attribute("data-stall-ms").as_deref(), Some("43.6"));
+            assert_eq!(label.get_attribute("data-class").as_deref(), Some("nagle_delayed_ack"));
+            let why = tooltip(label);
+            assert!(why.starts_with("Nagle x delayed ACK: the "), "{why}");
+            assert!(why.contains("wrote 4 bytes, then 2048 bytes"), "{why}");
+        }
+        // The request's body, held on its way to the server: the client wrote it.
+        let request_body = one(root, "[data-req='5'] rect.stalled");
+        let bars = all(root, "[data-req='5'] rect.stalled");
+        assert_eq!(bars.len(), 2);
+        assert!(bars
+            .iter()
+            .any(|bar| tooltip(bar).contains("Nagle x delayed ACK: the client wrote")));
+        assert!(tooltip(&request_body).contains("held 43."));
+        assert!(all(root, "[data-testid=wait-label]").is_empty());
+    }
+
+    #[wasm_bindgen_test]
+    async fn a_writer_with_nodelay_leaves_its_stalls_unexplained() {
+        let spec = RrSpec {
+            requests: 20,
+            nodelay: NoDelay { client: true, server: false },
+            ..RrSpec::default()
+        };
+        let (root, _mounted) = mount_page(one_run(spec, nagle_run(20, 43_600 * US)));
+        let root: &Element = &root;
+        settle().await;
+        // Equal counts: shared orders the classes by name then.
+        assert_eq!(
+            class_lines_of(root),
+            owned(&[
+                ("nagle_delayed_ack", "server->client", "19"),
+                ("unexplained", "client->server", "19"),
+            ])
+        );
+        let line = one(root, "[data-testid=stall-class][data-class=unexplained]");
+        assert!(text(&line, ".sentence").starts_with("19 stalls: unexplained, client->server"));
+        assert_eq!(text(&line, ".fixes li"), "capture packets to see what the kernel did");
+
+        let unexplained = all(root, "[data-testid=stall-label][data-class=unexplained]");
+        assert_eq!(unexplained.len(), 19);
+        for label in &unexplained {
+            let why = tooltip(label);
+            assert!(why.starts_with("unexplained: the server waited"), "{why}");
+            assert!(why.contains("the client had TCP_NODELAY on"), "{why}");
+            assert_eq!(shown_text(label), "43.6 ms");
+        }
+        let nagle = all(root, "[data-testid=stall-label][data-class=nagle_delayed_ack]");
+        assert_eq!(nagle.len(), 19);
+    }
+
+    #[wasm_bindgen_test]
+    async fn server_think_time_is_a_labelled_wait_not_nothing() {
+        use ackscope_shared::synthetic::Script;
+        use ackscope_shared::{EventKind, Side};
+        // Keep-alive, no Nagle: the client writes, the server thinks 30 ms, then answers.
+        let mut script = Script::default();
+        for req in 0..3u32 {
+            let t = u64::from(req) * 40 * MS;
+            script.event(t, Side::Client, req, EventKind::RequestStart);
+            script.write(Side::Client, req, t, t + 5 * US, 4);
+            script.write(Side::Client, req, t + 6 * US, t + 10 * US, 100);
+            script.read(Side::Server, req, t, t + 20 * US, 4);
+            script.read(Side::Server, req, t + 21 * US, t + 30 * US, 100);
+            let answer = t + 30 * MS;
+            script.write(Side::Server, req, answer, answer + 5 * US, 4);
+            script.write(Side::Server, req, answer + 6 * US, answer + 10 * US, 100);
+            script.read(Side::Client, req, t + 11 * US, answer + 10 * US, 4);
+            script.read(Side::Client, req, answer + 11 * US, answer + 20 * US, 100);
+            script.event(answer + 21 * US, Side::Client, req, EventKind::RequestDone);
+        }
+        let spec = RrSpec {
+            requests: 3,
+            size_bytes: 100,
+            think_us: 30_000,
+            nodelay: NoDelay { client: true, server: true },
+            ..RrSpec::default()
+        };
+        let (root, _mounted) = mount_page(one_run(spec, script.events));
+        let root: &Element = &root;
+        settle().await;
+        assert_eq!(text(root, "[data-testid=summary-stalled-reads]"), "0", "no read was held");
+        assert!(all(root, "[data-testid=stall-label]").is_empty());
+        assert_eq!(class_lines_of(root), owned(&[("server_think_time", "server->client", "3")]));
+        let line = one(root, "[data-testid=stall-class]");
+        assert!(text(&line, ".sentence").starts_with("3 stalls: server think time"));
+        assert_eq!(text(&line, ".fixes li"), "make the server answer faster");
+
+        let waits = all(root, "[data-testid=wait-label]");
+        assert_eq!(waits.len(), 3, "one per request");
+        for wait in &waits {
+            assert_eq!(wait.get_attribute("data-class").as_deref(), Some("server_think_time"));
+            assert_eq!(shown_text(wait), "server think time 30.0 ms");
+            assert_eq!(wait.get_attribute("data-wait-ms").as_deref(), Some("30.0"));
+            let why = tooltip(wait);
+            assert!(
+                why.starts_with("server think time: the server read the whole request, then spent"),
+                "{why}"
+            );
+        }
+        assert_eq!(all(root, "rect.waited").len(), 3);
+        assert!(all(root, "rect.stalled").is_empty());
+    }
+
+    #[wasm_bindgen_test]
+    async fn a_preset_fills_every_field_and_run_sends_its_spec() {
+        use ackscope_shared::presets::find;
+
+        let store = Store::new(AppState::default());
+        store.update(|s| apply(s, hello()));
+        let (root, _mounted, sent) = mount_recording(store);
+        let root: &Element = &root;
+        let input = |id: &str| {
+            one(root, &format!("input[data-testid={id}]")).unchecked_into::<HtmlInputElement>()
+        };
+        let select = one(root, "select[data-testid=preset]").unchecked_into::<HtmlSelectElement>();
+        assert_eq!(select.value(), "", "the defaults are no preset (story1 makes 100 requests)");
+        let names: Vec<String> = all(root, "select[data-testid=preset] option")
+            .iter()
+            .filter_map(|option| option.get_attribute("value"))
+            .collect();
+        let mut expected = vec![String::new()];
+        expected.extend(PRESETS.iter().map(|preset| preset.name.to_string()));
+        assert_eq!(names, expected, "custom, then every preset");
+        let choose = |name: &str| {
+            select.set_value(name);
+            select
+                .dispatch_event(&web_sys::Event::new("change").expect("a change event"))
+                .expect("dispatch");
+        };
+
+        // A bad field first: choosing a preset replaces it and clears the error.
+        type_into(&input("size"), "0");
+        one(root, "button[data-testid=run]").unchecked_into::<HtmlElement>().click();
+        settle().await;
+        assert!(root.query_selector("[data-testid=form-error]").ok().flatten().is_some());
+
+        let cork = find("story1-cork").expect("a preset");
+        choose("story1-cork");
+        settle().await;
+        assert!(input("cork-client").checked() && input("cork-server").checked());
+        assert!(!input("nodelay-client").checked() && !input("nodelay-server").checked());
+        assert_eq!(input("requests").value(), "100", "the preset sets requests too");
+        assert_eq!(input("size").value(), "2048");
+        assert_eq!(text(root, "[data-testid=preset-about]"), cork.about);
+        assert!(root.query_selector("[data-testid=form-error]").ok().flatten().is_none());
+        assert_eq!(select.value(), "story1-cork");
+
+        one(root, "button[data-testid=run]").unchecked_into::<HtmlElement>().click();
+        settle().await;
+        assert_eq!(*sent.borrow(), [ToProbe::StartRun { spec: (cork.build)() }]);
+        store.update(|s| s.start_failed());
+
+        // An edit that spells another preset shows that one...
+        input("cork-server").click();
+        settle().await;
+        assert_eq!(select.value(), "story1-cork-client");
+        // ...and one that spells none makes the form the user's own.
+        type_into(&input("requests"), "20");
+        settle().await;
+        assert_eq!(select.value(), "");
+        assert!(text(root, "[data-testid=preset-about]").starts_with("your own settings"));
+        choose("story1-cork");
+        settle().await;
+        assert_eq!(input("requests").value(), "100");
+
+        // A bulk preset is sent as it is; the request/response fields step aside.
+        let bulk = PRESETS
+            .iter()
+            .find(|preset| matches!((preset.build)(), Scenario::Bulk(_)))
+            .expect("a bulk preset");
+        choose(bulk.name);
+        settle().await;
+        assert!(one(root, ".rr-fields").has_attribute("hidden"));
+        let about = text(root, "[data-testid=preset-about]");
+        assert!(about.starts_with(bulk.about), "{about}");
+        assert!(about.contains(&format!("ackscope run {} --print-spec", bulk.name)), "{about}");
+        one(root, "button[data-testid=run]").unchecked_into::<HtmlElement>().click();
+        settle().await;
+        assert_eq!(sent.borrow().last(), Some(&ToProbe::StartRun { spec: (bulk.build)() }));
+        store.update(|s| s.start_failed());
+
+        // Back to custom: the fields are as they were.
+        choose("");
+        settle().await;
+        assert!(!one(root, ".rr-fields").has_attribute("hidden"));
+        assert_eq!(select.value(), "story1-cork", "the fields still spell story1-cork");
+        assert!(input("cork-client").checked());
     }
 
     #[wasm_bindgen_test]

@@ -206,6 +206,17 @@ mod tests {
     }
 
     #[wasm_bindgen_test]
+    fn every_request_response_preset_round_trips_through_the_form() {
+        // The form has a field for everything a preset sets: what Run sends is the preset.
+        for preset in ackscope_shared::presets::PRESETS {
+            if let Scenario::Rr(spec) = (preset.build)() {
+                let fields = FormFields::from_spec(&spec);
+                assert_eq!(fields.to_scenario(), Ok(Scenario::Rr(spec)), "{}", preset.name);
+            }
+        }
+    }
+
+    #[wasm_bindgen_test]
     fn select_values_are_the_pattern_names() {
         for pattern in [WritePattern::Split, WritePattern::Single, WritePattern::Writev] {
             assert_eq!(write_pattern(pattern.name()), pattern);

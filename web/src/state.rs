@@ -14,11 +14,12 @@
 use std::cell::OnceCell;
 
 use ackscope_shared::analysis::{RunAnalysis, Summary};
+use ackscope_shared::attribution::{attribute, summarize, ClassSummary, Stall};
 use ackscope_shared::bulk::{BulkAnalysis, BulkSummary};
 use ackscope_shared::wire::{
     check_hello, write_frame, Hello, HostFacts, Instruments, RunOutcome, ToBrowser, WireError,
 };
-use ackscope_shared::{Event, RunId, Scenario};
+use ackscope_shared::{Event, RrSpec, RunId, Scenario};
 
 use crate::session_file::decode_session;
 
@@ -74,6 +75,33 @@ pub struct Run {
     /// Summaries sort every latency or window: computed at most once per change, not per read.
     summary: OnceCell<Summary>,
     bulk_summary: OnceCell<BulkSummary>,
+    /// Why each wait happened: classifies every request's spans, so cached like the summary.
+    attribution: OnceCell<Attribution>,
+}
+
+/// Every wait of a run with its class and evidence (shared's [`attribute`]), and the waits
+/// grouped by class and direction as the CLI prints them ([`summarize`]).
+#[derive(Debug, Default, PartialEq)]
+pub struct Attribution {
+    /// In request order (then in the order of the request's spans).
+    pub stalls: Vec<Stall>,
+    /// Most frequent first.
+    pub classes: Vec<ClassSummary>,
+}
+
+impl Attribution {
+    pub fn of(analysis: &RunAnalysis, spec: Option<&RrSpec>) -> Attribution {
+        let stalls = attribute(analysis, spec);
+        let classes = summarize(&stalls);
+        Attribution { stalls, classes }
+    }
+
+    /// The stalls of request `req` (an id, as in the analysis).
+    pub fn of_request(&self, req: u32) -> &[Stall] {
+        let from = self.stalls.partition_point(|stall| stall.req.0 < req);
+        let to = self.stalls.partition_point(|stall| stall.req.0 <= req);
+        &self.stalls[from..to]
+    }
 }
 
 impl Run {
@@ -89,6 +117,7 @@ impl Run {
             events: 0,
             summary: OnceCell::new(),
             bulk_summary: OnceCell::new(),
+            attribution: OnceCell::new(),
         }
     }
 
@@ -101,11 +130,21 @@ impl Run {
         }
         self.summary = OnceCell::new();
         self.bulk_summary = OnceCell::new();
+        self.attribution = OnceCell::new();
     }
 
     /// The request/response summary (all zeros for a run of another scenario).
     pub fn summary(&self) -> &Summary {
         self.summary.get_or_init(|| self.analysis.summary())
+    }
+
+    /// Why each wait of the whole run happened, with the spec ruling classes out (no Nagle
+    /// stall from a writer with TCP_NODELAY). Empty for a run of another scenario.
+    pub fn attribution(&self) -> &Attribution {
+        self.attribution.get_or_init(|| match &self.spec {
+            Scenario::Rr(spec) => Attribution::of(&self.analysis, Some(spec)),
+            _ => Attribution::default(),
+        })
     }
 
     /// What a bulk run moved so far; `None` for other scenarios.
@@ -533,6 +572,54 @@ mod tests {
         started(&mut state, 2);
         apply(&mut state, finished(2, RunOutcome::Interrupted));
         assert_eq!(state.live.runs()[1].status.word(), "interrupted");
+    }
+
+    #[wasm_bindgen_test]
+    fn attribution_follows_the_events_and_the_spec() {
+        use ackscope_shared::attribution::StallClass;
+
+        let mut state = AppState::default();
+        started(&mut state, 1);
+        let all = nagle_run(5, 44 * MS);
+        let (first, rest) = all.split_at(all.len() / 2);
+        apply(&mut state, events(1, first.to_vec()));
+        let partial = state.selected().map(|run| run.attribution().stalls.len());
+        apply(&mut state, events(1, rest.to_vec()));
+        let run = state.selected().expect("run 1 is selected");
+        // The cached attribution was dropped when more events came.
+        assert!(partial < Some(8), "{partial:?}");
+        let attribution = run.attribution();
+        assert_eq!(attribution.stalls.len(), 8, "two per request after the first");
+        assert!(attribution.stalls.iter().all(|s| s.class == StallClass::NagleDelayedAck));
+        assert_eq!(attribution.classes.len(), 2, "one line per direction");
+        assert!(std::ptr::eq(attribution, run.attribution()), "computed once, then cached");
+        assert!(attribution.of_request(0).is_empty());
+        let second = attribution.of_request(2);
+        assert_eq!(second.len(), 2);
+        assert!(second.iter().all(|s| s.req.0 == 2));
+        assert!(attribution.of_request(9).is_empty());
+
+        // The spec rules Nagle out for a writer with TCP_NODELAY.
+        let client_nodelay = RrSpec {
+            nodelay: ackscope_shared::PerSide { client: true, server: false },
+            ..RrSpec::default()
+        };
+        apply(&mut state, rr_started(2, client_nodelay));
+        apply(&mut state, events(2, nagle_run(5, 44 * MS)));
+        let run = state.selected().expect("run 2 is selected");
+        let classes: Vec<(StallClass, &str, u32)> = run
+            .attribution()
+            .classes
+            .iter()
+            .map(|c| (c.class, c.direction.as_str(), c.count))
+            .collect();
+        assert_eq!(
+            classes,
+            [
+                (StallClass::NagleDelayedAck, "server->client", 4),
+                (StallClass::Unexplained, "client->server", 4)
+            ]
+        );
     }
 
     #[wasm_bindgen_test]

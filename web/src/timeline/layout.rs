@@ -12,9 +12,11 @@ use std::collections::hash_map::DefaultHasher;
 use std::hash::{Hash, Hasher};
 
 use ackscope_shared::analysis::{RunAnalysis, Span, SpanKind};
+use ackscope_shared::attribution::{Stall, StallClass};
 use ackscope_shared::{RequestView, Side};
 
 use super::scale::Scale;
+use crate::state::Attribution;
 
 /// Rows drawn at most; the rest are counted in a note. Beyond this, SVG's DOM cost grows faster
 /// than what a person can read from more rows.
@@ -32,6 +34,12 @@ pub const MIN_BAR_WIDTH: f64 = 1.0;
 /// Rough width of one label character at the timeline's font size, to decide whether a label
 /// fits inside its bar.
 const LABEL_CHAR_WIDTH: f64 = 6.0;
+/// Room right of the plot for a label past the last bar (the SVG is this much wider).
+pub const RIGHT_MARGIN: f64 = 64.0;
+/// Room left of the plot (the request number's gutter) a label before its bar may use.
+pub const LEFT_ROOM: f64 = 16.0;
+/// Space between a bar's end and its label.
+const LABEL_GAP: f64 = 3.0;
 
 /// The four lanes of a row, top to bottom.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -90,6 +98,10 @@ pub enum Mark {
     Connect,
     /// A read the kernel held past the stall threshold after the peer had written its bytes.
     Stalled,
+    /// A call that waited past the threshold for another reason the attribution names: the
+    /// server thinking before it answered, a slow connect, a write blocked on a full buffer or a
+    /// closed window.
+    Waited,
 }
 
 impl Mark {
@@ -98,7 +110,25 @@ impl Mark {
             Mark::Call(lane) => lane.class(),
             Mark::Connect => "connect",
             Mark::Stalled => "stalled",
+            Mark::Waited => "waited",
         }
+    }
+
+    /// Drawn over its lane's neighbours, taller than the lane.
+    fn stands_out(self) -> bool {
+        matches!(self, Mark::Stalled | Mark::Waited)
+    }
+}
+
+/// The word shared's JSON (and the `data-class` attribute) uses for a class: its serde name.
+pub fn class_word(class: StallClass) -> &'static str {
+    match class {
+        StallClass::NagleDelayedAck => "nagle_delayed_ack",
+        StallClass::ConnectionSetup => "connection_setup",
+        StallClass::ServerThinkTime => "server_think_time",
+        StallClass::ReceiveWindowLimited => "receive_window_limited",
+        StallClass::SendBufferLimited => "send_buffer_limited",
+        StallClass::Unexplained => "unexplained",
     }
 }
 
@@ -114,19 +144,43 @@ pub struct Bar {
     pub title: String,
 }
 
-/// The held time printed next to a stalled read.
+/// Which mark a label belongs to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum LabelKind {
+    /// A stalled read's held time: "43.7 ms".
+    Stall,
+    /// Another wait, named: "server think time 30.0 ms".
+    Wait,
+}
+
+/// Where a label sits against its bar.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Anchor {
+    /// Inside the bar, ending at its right end.
+    Inside,
+    /// Just right of the bar, starting there.
+    After,
+    /// Just left of the bar, ending there (when there is no room right of it).
+    Before,
+}
+
+/// The text printed at a stalled read or another wait, and why it waited.
 #[derive(Clone, Debug, PartialEq)]
-pub struct StallLabel {
-    /// Where the text anchors: the bar's right end, inside or just past it.
+pub struct Label {
+    pub kind: LabelKind,
+    /// Where the text anchors (see [`Anchor`]).
     pub x: f64,
     /// The text's baseline.
     pub y: f64,
-    /// Inside the bar (white, anchored at its end) or just right of it (red, anchored at start).
-    pub inside: bool,
-    /// "43.7 ms".
+    pub anchor: Anchor,
+    /// "43.7 ms" for a stall; "server think time 30.0 ms" for a wait.
     pub text: String,
-    /// "43.7": the same number, for machines.
+    /// "43.7": the waited time alone, for machines.
     pub ms: String,
+    /// Why, from shared's attribution; `None` only if it had no entry for this call.
+    pub class: Option<StallClass>,
+    /// Hover text: "Nagle x delayed ACK: the client wrote 4 bytes, then 2048 bytes; …".
+    pub title: String,
 }
 
 /// Everything one request draws.
@@ -136,7 +190,8 @@ pub struct RowLayout {
     /// Top of the row within the plot.
     pub y: f64,
     pub bars: Vec<Bar>,
-    pub stalls: Vec<StallLabel>,
+    /// Stall labels and wait labels, in the order of their calls.
+    pub labels: Vec<Label>,
     /// Where the client had read the whole response, if it has.
     pub done_x: Option<f64>,
 }
@@ -155,10 +210,13 @@ impl RowLayout {
             }
             bar.title.hash(&mut hasher);
         }
-        for label in &self.stalls {
+        for label in &self.labels {
+            label.kind.hash(&mut hasher);
             label.x.to_bits().hash(&mut hasher);
+            label.anchor.hash(&mut hasher);
             label.text.hash(&mut hasher);
-            label.inside.hash(&mut hasher);
+            label.class.hash(&mut hasher);
+            label.title.hash(&mut hasher);
         }
         hasher.finish()
     }
@@ -190,8 +248,9 @@ pub fn extent_ns(view: &RequestView) -> Option<u64> {
 }
 
 /// Lays out the first [`MAX_ROWS`] requests of a run on a plot `width_px` wide, the scale fitted
-/// to the slowest request of the whole run.
-pub fn layout_run(analysis: &RunAnalysis, width_px: f64) -> TimelineLayout {
+/// to the slowest request of the whole run. `why` is the run's attribution: it names each
+/// stall's class and marks the other waits.
+pub fn layout_run(analysis: &RunAnalysis, why: &Attribution, width_px: f64) -> TimelineLayout {
     let requests = analysis.requests();
     let slowest = requests.iter().filter_map(extent_ns).max().unwrap_or(0);
     let scale = Scale::fit(slowest, width_px);
@@ -201,26 +260,28 @@ pub fn layout_run(analysis: &RunAnalysis, width_px: f64) -> TimelineLayout {
         .enumerate()
         .filter_map(|(index, view)| {
             let req = u32::try_from(index).ok()?;
-            layout_row(analysis, req, view, &scale)
+            layout_row(analysis, req, view, why.of_request(req), &scale)
         })
         .collect();
     TimelineLayout { scale, rows, total: requests.len(), shown }
 }
 
 /// The marks of one request, or `None` while its start is unknown (the client's events of it
-/// have not arrived yet: there is nothing to align it on).
+/// have not arrived yet: there is nothing to align it on). `stalls` are the attribution's for
+/// this request.
 pub fn layout_row(
     analysis: &RunAnalysis,
     req: u32,
     view: &RequestView,
+    stalls: &[Stall],
     scale: &Scale,
 ) -> Option<RowLayout> {
     let start_ns = view.start_ns?;
     let mut bars = Vec::with_capacity(view.spans.len());
-    let mut stalls = Vec::new();
+    let mut labels = Vec::new();
     for span in &view.spans {
-        // A server read that began before the request (the server idling for the next
-        // request) is drawn from the request's start: before it, nothing of this request
+        // A server read that began before the request (the server idling in read() for the
+        // next request) is drawn from the request's start: before it, nothing of this request
         // existed to wait for.
         if span.end_ns < start_ns {
             continue;
@@ -230,40 +291,80 @@ pub fn layout_row(
         let x = scale.x(from_ns);
         let width = (scale.x(to_ns) - x).max(MIN_BAR_WIDTH);
         let lane = Lane::of(span);
-        let stall_ns = view.conn.and_then(|conn| analysis.stall_ns(conn, span));
-        let title = describe_span(span, stall_ns);
-        match stall_ns {
-            Some(held_ns) => {
-                let ms = format!("{:.1}", held_ns as f64 / 1e6);
-                let text = format!("{ms} ms");
-                let inside = width >= text.len() as f64 * LABEL_CHAR_WIDTH + 6.0;
-                stalls.push(StallLabel {
-                    x: if inside { x + width - 3.0 } else { x + width + 3.0 },
-                    y: lane.y() + LANE_HEIGHT + 1.0,
-                    inside,
-                    text,
-                    ms,
-                });
-                bars.push(Bar {
-                    mark: Mark::Stalled,
-                    x,
-                    y: lane.y() - STALL_OVERHANG,
-                    width,
-                    height: LANE_HEIGHT + 2.0 * STALL_OVERHANG,
-                    title,
-                });
-            }
-            None => {
+        let held_ns = view.conn.and_then(|conn| analysis.stall_ns(conn, span));
+        let why = stalls.iter().find(|stall| {
+            stall.side == span.side
+                && stall.start_ns == span.start_ns
+                && stall.end_ns == span.end_ns
+        });
+        let mut title = describe_span(span, held_ns);
+        if let Some(stall) = why {
+            title.push_str(&format!("\n{}", explain(stall)));
+        }
+        // A held read is a stall whatever its class; any other call the attribution names
+        // waited for something else.
+        let (kind, wait_ns) = match (held_ns, why) {
+            (Some(held_ns), _) => (LabelKind::Stall, held_ns),
+            (None, Some(stall)) => (LabelKind::Wait, stall.wait_ns),
+            (None, None) => {
                 let mark =
                     if span.kind == SpanKind::Connect { Mark::Connect } else { Mark::Call(lane) };
                 bars.push(Bar { mark, x, y: lane.y(), width, height: LANE_HEIGHT, title });
+                continue;
             }
-        }
+        };
+        let ms = format!("{:.1}", wait_ns as f64 / 1e6);
+        let (mark, text) = match kind {
+            LabelKind::Stall => (Mark::Stalled, format!("{ms} ms")),
+            LabelKind::Wait => {
+                let name = why.map_or("wait", |stall| stall.class.name());
+                (Mark::Waited, format!("{name} {ms} ms"))
+            }
+        };
+        let (anchor, label_x) = place_label(x, width, &text, scale.width_px());
+        labels.push(Label {
+            kind,
+            x: label_x,
+            y: lane.y() + LANE_HEIGHT + 1.0,
+            anchor,
+            text,
+            ms,
+            class: why.map(|stall| stall.class),
+            title: why.map_or_else(|| title.clone(), explain),
+        });
+        bars.push(Bar {
+            mark,
+            x,
+            y: lane.y() - STALL_OVERHANG,
+            width,
+            height: LANE_HEIGHT + 2.0 * STALL_OVERHANG,
+            title,
+        });
     }
-    // Stalled bars go last so that they paint over any neighbour they overhang.
-    bars.sort_by_key(|bar| bar.mark == Mark::Stalled);
+    // Stalls and waits go last so that they paint over any neighbour they overhang.
+    bars.sort_by_key(|bar| bar.mark.stands_out());
     let done_x = view.done_ns.map(|done| scale.x(done.saturating_sub(start_ns)));
-    Some(RowLayout { req, y: f64::from(req) * ROW_HEIGHT, bars, stalls, done_x })
+    Some(RowLayout { req, y: f64::from(req) * ROW_HEIGHT, bars, labels, done_x })
+}
+
+/// Inside the bar if the text fits there, else right of it if the plot (and its margin) has
+/// room, else left of it.
+fn place_label(x: f64, width: f64, text: &str, plot_width: f64) -> (Anchor, f64) {
+    let text_width = text.chars().count() as f64 * LABEL_CHAR_WIDTH;
+    if width >= text_width + 2.0 * LABEL_GAP {
+        (Anchor::Inside, x + width - LABEL_GAP)
+    } else if x + width + LABEL_GAP + text_width <= plot_width + RIGHT_MARGIN
+        || x - LABEL_GAP - text_width < -LEFT_ROOM
+    {
+        (Anchor::After, x + width + LABEL_GAP)
+    } else {
+        (Anchor::Before, x - LABEL_GAP)
+    }
+}
+
+/// "Nagle x delayed ACK: the client wrote 4 bytes, then 2048 bytes; …".
+fn explain(stall: &Stall) -> String {
+    format!("{}: {}", stall.class.name(), stall.evidence)
 }
 
 /// "server read 2048 B in 43.712 ms, held 43.689 ms by the kernel".
@@ -288,6 +389,8 @@ fn format_ms(ns: u64) -> String {
 #[cfg(test)]
 mod tests {
     use ackscope_shared::analysis::RunAnalysis;
+    use ackscope_shared::synthetic::Script;
+    use ackscope_shared::{EventKind, PerSide, RrSpec};
     use wasm_bindgen_test::wasm_bindgen_test;
 
     use super::*;
@@ -299,10 +402,89 @@ mod tests {
         analysis
     }
 
+    /// The attribution of story 1's spec (Nagle on both sides).
+    fn why(analysis: &RunAnalysis) -> Attribution {
+        Attribution::of(analysis, Some(&RrSpec::default()))
+    }
+
+    /// One exchange: a 25 ms connect, the server thinking 30 ms before it answers, and its
+    /// body's write blocked 15 ms (as in shared's attribution tests).
+    fn think_time_exchange() -> RunAnalysis {
+        use Side::{Client, Server};
+        let mut script = Script::default();
+        script.event(0, Client, 0, EventKind::RequestStart);
+        script.event(0, Client, 0, EventKind::ConnectStart);
+        script.event(25 * MS, Client, 0, EventKind::Connected);
+        let t = 25 * MS;
+        script.write(Client, 0, t, t + 5 * US, 4);
+        script.write(Client, 0, t + 6 * US, t + 10 * US, 100);
+        script.read(Server, 0, t, t + 20 * US, 4);
+        script.read(Server, 0, t + 21 * US, t + 30 * US, 100);
+        let answer = t + 30 * MS;
+        script.write(Server, 0, answer, answer + 5 * US, 4);
+        script.write(Server, 0, answer + 6 * US, answer + 15 * MS, 100);
+        script.read(Client, 0, t + 11 * US, answer + 10 * US, 4);
+        script.read(Client, 0, answer + 11 * US, answer + 15 * MS + 10 * US, 100);
+        script.event(answer + 16 * MS, Client, 0, EventKind::RequestDone);
+        let mut analysis = RunAnalysis::new();
+        analysis.push_all(&script.events);
+        analysis
+    }
+
+    #[wasm_bindgen_test]
+    fn waits_that_are_not_held_reads_get_a_mark_and_a_named_label() {
+        let analysis = think_time_exchange();
+        let layout = layout_run(&analysis, &why(&analysis), 800.0);
+        let row = &layout.rows[0];
+        assert!(row.bars.iter().all(|b| b.mark != Mark::Stalled), "no read was held");
+        let waits: Vec<(Option<StallClass>, &str, &str)> = row
+            .labels
+            .iter()
+            .map(|l| {
+                assert_eq!(l.kind, LabelKind::Wait);
+                (l.class, l.text.as_str(), l.ms.as_str())
+            })
+            .collect();
+        assert_eq!(
+            waits,
+            [
+                (Some(StallClass::ConnectionSetup), "connection set-up 25.0 ms", "25.0"),
+                (Some(StallClass::SendBufferLimited), "send-buffer limited 15.0 ms", "15.0"),
+                (Some(StallClass::ServerThinkTime), "server think time 30.0 ms", "30.0"),
+            ]
+        );
+        let think = row.labels.iter().find(|l| l.class == Some(StallClass::ServerThinkTime));
+        let title = think.map(|l| l.title.as_str()).unwrap_or_default();
+        assert!(
+            title.starts_with("server think time: the server read the whole request, then spent"),
+            "{title}"
+        );
+        // One mark per wait, in the lane of the call that waited, standing out of it.
+        let waited: Vec<&Bar> = row.bars.iter().filter(|b| b.mark == Mark::Waited).collect();
+        assert_eq!(waited.len(), 3);
+        assert!(waited.iter().all(|b| b.height > LANE_HEIGHT));
+        let client_read = Lane::ClientRead.y() - STALL_OVERHANG;
+        assert!(waited.iter().any(|b| b.y == client_read && b.title.contains("server think")));
+        assert!(row.bars.iter().rev().take(3).all(|b| b.mark == Mark::Waited), "painted last");
+        assert_eq!(class_word(StallClass::ServerThinkTime), "server_think_time");
+    }
+
+    #[wasm_bindgen_test]
+    fn a_label_goes_inside_its_bar_else_after_it_else_before_it() {
+        // 800 px of plot and 64 px of margin; "server think time 30.0 ms" is about 150 px.
+        let text = "server think time 30.0 ms";
+        assert_eq!(place_label(100.0, 200.0, text, 800.0), (Anchor::Inside, 297.0));
+        assert_eq!(place_label(100.0, 20.0, text, 800.0), (Anchor::After, 123.0));
+        assert_eq!(place_label(700.0, 20.0, text, 800.0), (Anchor::Before, 697.0));
+        assert_eq!(place_label(60.0, 700.0, text, 800.0).0, Anchor::Inside);
+        // No room on either side: after it, cut off at the edge.
+        assert_eq!(place_label(10.0, 780.0, &"x".repeat(200), 800.0).0, Anchor::After);
+    }
+
     #[wasm_bindgen_test]
     fn a_stalled_read_is_a_tall_red_bar_labelled_with_its_held_time() {
         let analysis = analysed(3, 43_700 * US);
-        let layout = layout_run(&analysis, 800.0);
+        let layout = layout_run(&analysis, &why(&analysis), 800.0);
         assert_eq!((layout.total, layout.shown, layout.rows.len()), (3, 3, 3));
         // 43.7 ms held each way: ~87.5 ms per request, fitted to a 100 ms axis.
         assert_eq!(layout.scale.domain_ns(), 100 * MS);
@@ -321,11 +503,23 @@ mod tests {
         assert!(server.title.contains("held 43.689 ms"), "{}", server.title);
 
         let labels: Vec<(&str, &str)> =
-            row.stalls.iter().map(|l| (l.text.as_str(), l.ms.as_str())).collect();
+            row.labels.iter().map(|l| (l.text.as_str(), l.ms.as_str())).collect();
         assert_eq!(labels, [("43.7 ms", "43.7"), ("43.7 ms", "43.7")]);
         // Wide bars carry their label inside, at their right end.
-        assert!(row.stalls.iter().all(|l| l.inside));
-        assert!(row.stalls.iter().any(|l| (l.x - (server.x + server.width - 3.0)).abs() < 1e-9));
+        assert!(row.labels.iter().all(|l| l.anchor == Anchor::Inside));
+        assert!(row.labels.iter().any(|l| (l.x - (server.x + server.width - 3.0)).abs() < 1e-9));
+        // Each says why: the class, and the evidence as hover text on label and bar.
+        for label in &row.labels {
+            assert_eq!(label.kind, LabelKind::Stall);
+            assert_eq!(label.class, Some(StallClass::NagleDelayedAck));
+            assert!(label.title.starts_with("Nagle x delayed ACK: the "), "{}", label.title);
+            assert!(label.title.contains("wrote 4 bytes, then 2048 bytes"), "{}", label.title);
+        }
+        assert!(
+            server.title.contains("\nNagle x delayed ACK: the client wrote"),
+            "{}",
+            server.title
+        );
         // The stalled bars are painted last, over their neighbours.
         assert!(row.bars.iter().rev().take(2).all(|b| b.mark == Mark::Stalled));
     }
@@ -333,16 +527,16 @@ mod tests {
     #[wasm_bindgen_test]
     fn the_first_request_of_a_connection_and_a_nodelay_run_have_no_stall() {
         let analysis = analysed(2, 44 * MS);
-        let layout = layout_run(&analysis, 800.0);
-        assert!(layout.rows[0].stalls.is_empty());
+        let layout = layout_run(&analysis, &why(&analysis), 800.0);
+        assert!(layout.rows[0].labels.is_empty());
         assert!(layout.rows[0].bars.iter().all(|b| b.mark != Mark::Stalled));
 
         // Every body held 30 µs: TCP_NODELAY on both sides.
         let fast = analysed(50, 30 * US);
-        let layout = layout_run(&fast, 800.0);
+        let layout = layout_run(&fast, &why(&fast), 800.0);
         assert_eq!(layout.scale.domain_ns(), MS);
         assert_eq!(layout.rows.len(), 50);
-        assert!(layout.rows.iter().all(|row| row.stalls.is_empty()));
+        assert!(layout.rows.iter().all(|row| row.labels.is_empty()));
         assert!(layout.rows.iter().flat_map(|row| &row.bars).all(|bar| bar.mark != Mark::Stalled));
         // Each exchange: 2 writes and 2 reads per side, all in the right lanes.
         let row = &layout.rows[7];
@@ -366,7 +560,7 @@ mod tests {
         // The server sat in read() for this request's length since 40 µs before it began.
         let early = view.spans.iter().filter(|s| s.start_ns < view.start_ns.unwrap_or(0)).count();
         assert_eq!(early, 1);
-        let row = layout_row(&analysis, 2, view, &scale).expect("the request has started");
+        let row = layout_row(&analysis, 2, view, &[], &scale).expect("the request has started");
         let length_read = row
             .bars
             .iter()
@@ -384,13 +578,13 @@ mod tests {
         let cut = events.len() - 8;
         let mut analysis = RunAnalysis::new();
         analysis.push_all(&events[..cut]);
-        let layout = layout_run(&analysis, 800.0);
+        let layout = layout_run(&analysis, &why(&analysis), 800.0);
         assert_eq!(layout.rows.len(), 2);
         assert!(layout.rows[1].done_x.is_none());
         assert!(!layout.rows[1].bars.is_empty());
 
         let many = analysed(1005, 30 * US);
-        let layout = layout_run(&many, 800.0);
+        let layout = layout_run(&many, &why(&many), 800.0);
         assert_eq!((layout.total, layout.shown, layout.rows.len()), (1005, MAX_ROWS, MAX_ROWS));
         assert_eq!(layout.height(), MAX_ROWS as f64 * ROW_HEIGHT);
     }
@@ -400,10 +594,20 @@ mod tests {
         let analysis = analysed(2, 44 * MS);
         let scale = Scale::fit(100 * MS, 800.0);
         let view = &analysis.requests()[1];
-        let row = layout_row(&analysis, 1, view, &scale).expect("started");
-        let same = layout_row(&analysis, 1, view, &scale).expect("started");
+        let attribution = why(&analysis);
+        let stalls = attribution.of_request(1);
+        let row = layout_row(&analysis, 1, view, stalls, &scale).expect("started");
+        let same = layout_row(&analysis, 1, view, stalls, &scale).expect("started");
         assert_eq!(row.fingerprint(), same.fingerprint());
-        let rescaled = layout_row(&analysis, 1, view, &Scale::fit(200 * MS, 800.0));
+        let rescaled = layout_row(&analysis, 1, view, stalls, &Scale::fit(200 * MS, 800.0));
         assert_ne!(rescaled.map(|r| r.fingerprint()), Some(row.fingerprint()));
+        // A different verdict on the same spans is a different row.
+        let unexplained = Attribution::of(
+            &analysis,
+            Some(&RrSpec { nodelay: PerSide::both(true), ..RrSpec::default() }),
+        );
+        let reclassed =
+            layout_row(&analysis, 1, view, unexplained.of_request(1), &scale).expect("started");
+        assert_ne!(reclassed.fingerprint(), row.fingerprint());
     }
 }

@@ -6,7 +6,10 @@
 
 use leptos::prelude::*;
 
-use super::layout::{layout_run, RowLayout, TimelineLayout, ROW_HEIGHT};
+use super::layout::{
+    class_word, layout_run, Anchor, Label, LabelKind, RowLayout, TimelineLayout, RIGHT_MARGIN,
+    ROW_HEIGHT,
+};
 use super::scale::Tick;
 use crate::app::Store;
 
@@ -14,8 +17,6 @@ use crate::app::Store;
 const GUTTER: f64 = 40.0;
 /// The plot itself: time maps onto this many pixels.
 const PLOT_WIDTH: f64 = 752.0;
-/// Room right of the plot for a stall label past the last bar.
-const RIGHT_MARGIN: f64 = 64.0;
 const SVG_WIDTH: f64 = GUTTER + PLOT_WIDTH + RIGHT_MARGIN;
 const AXIS_HEIGHT: f64 = 22.0;
 const MAX_TICK_INTERVALS: u64 = 6;
@@ -34,7 +35,7 @@ pub fn Timeline(store: Store) -> impl IntoView {
             state
                 .selected()
                 .filter(|run| run.is_rr())
-                .map(|run| layout_run(&run.analysis, PLOT_WIDTH))
+                .map(|run| layout_run(&run.analysis, run.attribution(), PLOT_WIDTH))
         })
     });
     let ticks = move || {
@@ -109,7 +110,7 @@ fn axis_tick(tick: Tick) -> impl IntoView {
 }
 
 fn request_row(row: RowLayout) -> impl IntoView {
-    let RowLayout { req, y, bars, stalls, done_x } = row;
+    let RowLayout { req, y, bars, labels, done_x } = row;
     let parity = if req % 2 == 0 { "row even" } else { "row odd" };
     let bars = bars
         .into_iter()
@@ -130,23 +131,7 @@ fn request_row(row: RowLayout) -> impl IntoView {
     let done = done_x.map(|x| {
         view! { <line class="done" x1=px(x) x2=px(x) y1="1" y2=px(ROW_HEIGHT - 1.0) /> }
     });
-    let labels = stalls
-        .into_iter()
-        .map(|label| {
-            let class = if label.inside { "stall-label inside" } else { "stall-label" };
-            view! {
-                <text
-                    class=class
-                    data-testid="stall-label"
-                    data-stall-ms=label.ms
-                    x=px(label.x)
-                    y=px(label.y)
-                >
-                    {label.text}
-                </text>
-            }
-        })
-        .collect_view();
+    let labels = labels.into_iter().map(label).collect_view();
     view! {
         <g
             class=parity
@@ -161,6 +146,57 @@ fn request_row(row: RowLayout) -> impl IntoView {
             <g transform=format!("translate({} 0)", px(GUTTER))>{bars} {done} {labels}</g>
         </g>
     }
+}
+
+/// A stall's or a wait's text, with why it waited as its hover text.
+///
+/// The `<title>` child is SVG's tooltip. It is hidden (`display: none`) so that the label's
+/// rendered text, what a person or a WebDriver `text()` reads, stays "43.7 ms"; browsers show
+/// the tooltip from the element, not from its rendering.
+fn label(label: Label) -> impl IntoView {
+    let Label { kind, x, y, anchor, text, ms, class, title } = label;
+    let place = match anchor {
+        Anchor::Inside => " inside",
+        Anchor::After => "",
+        Anchor::Before => " before",
+    };
+    let class_name = class.map_or("", class_word);
+    match kind {
+        LabelKind::Stall => view! {
+            <text
+                class=format!("stall-label{place}")
+                data-testid="stall-label"
+                data-stall-ms=ms
+                data-class=class_name
+                x=px(x)
+                y=px(y)
+            >
+                {text}
+                {svg_title(title)}
+            </text>
+        }
+        .into_any(),
+        LabelKind::Wait => view! {
+            <text
+                class=format!("wait-label{place}")
+                data-testid="wait-label"
+                data-wait-ms=ms
+                data-class=class_name
+                x=px(x)
+                y=px(y)
+            >
+                {text}
+                {svg_title(title)}
+            </text>
+        }
+        .into_any(),
+    }
+}
+
+/// A hidden SVG `<title>`. Built by hand: `view!` makes a `title` that is one of several
+/// children an HTML element, which shows no tooltip inside SVG.
+fn svg_title(text: String) -> impl IntoView {
+    leptos::tachys::svg::title().attr("style", "display: none").child(text)
 }
 
 #[component]
@@ -187,7 +223,12 @@ fn Legend() -> impl IntoView {
                 .collect_view()}
             <li><span class="swatch connect"></span>"connect()"</li>
             <li><span class="swatch stalled"></span>"read held > 10 ms by the kernel"</li>
+            <li>
+                <span class="swatch waited"></span>
+                "waited > 10 ms for something else: server think time, connect, a blocked write"
+            </li>
             <li><span class="swatch done"></span>"response read"</li>
+            <li class="lanes-note">"hover a label or a bar for why"</li>
         </ul>
     }
 }
