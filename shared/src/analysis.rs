@@ -206,7 +206,9 @@ impl RunAnalysis {
             EventKind::Accepted
             | EventKind::Closed
             | EventKind::SockOpt { .. }
-            | EventKind::Buffers { .. } => {}
+            | EventKind::Buffers { .. }
+            | EventKind::Segment(_)
+            | EventKind::Link(_) => {}
         }
     }
 

@@ -83,6 +83,79 @@ pub enum EventKind {
     /// The kernel's view of the connection (struct tcp_info), sampled at a syscall boundary or
     /// while a call is blocked.
     TcpInfo(Box<TcpInfoSample>),
+    /// A TCP segment seen on the wire (packet capture). `side` is the side that sent it.
+    Segment(Box<Segment>),
+    /// A packet in the emulated link's relay. `side` is the side that sent it.
+    Link(LinkEvent),
+}
+
+/// TCP header flags, as the bits of the header's flags byte.
+pub mod tcp_flags {
+    pub const FIN: u8 = 0x01;
+    pub const SYN: u8 = 0x02;
+    pub const RST: u8 = 0x04;
+    pub const PSH: u8 = 0x08;
+    pub const ACK: u8 = 0x10;
+    pub const URG: u8 = 0x20;
+    pub const ECE: u8 = 0x40;
+    pub const CWR: u8 = 0x80;
+}
+
+/// One captured TCP segment: what a reader of a tcpdump line needs to follow the exchange.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Segment {
+    /// [`tcp_flags`] bits.
+    pub flags: u8,
+    pub seq: u32,
+    pub ack: u32,
+    /// Payload bytes, from the IP header's length (loopback hands over segmentation-offload
+    /// super-packets far larger than the MTU).
+    pub len: u32,
+    /// The window field as sent (unscaled; the scale is in the SYN's `wscale`).
+    pub window: u16,
+    /// Options that matter, when present.
+    pub mss: Option<u16>,
+    pub wscale: Option<u8>,
+    pub sack_permitted: bool,
+    /// SACK blocks carried (0 when none).
+    pub sack_blocks: u8,
+    /// TSval and TSecr.
+    pub timestamps: Option<(u32, u32)>,
+}
+
+impl Segment {
+    pub fn has(&self, flag: u8) -> bool {
+        self.flags & flag != 0
+    }
+
+    /// An ACK carrying no data and no SYN, FIN or RST: what a delayed ACK looks like.
+    pub fn is_pure_ack(&self) -> bool {
+        self.len == 0
+            && self.flags & (tcp_flags::SYN | tcp_flags::FIN | tcp_flags::RST) == 0
+            && self.has(tcp_flags::ACK)
+    }
+}
+
+/// What the emulated link did with a packet.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LinkEvent {
+    pub action: LinkAction,
+    /// The packet's number in its direction, from 0, to follow it from queue to delivery.
+    pub packet: u32,
+    /// IP packet bytes.
+    pub bytes: u32,
+    /// Bytes waiting in the direction's queue after the action.
+    pub queued_bytes: u32,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum LinkAction {
+    /// Entered the drop-tail queue.
+    Enqueued,
+    /// Left the far end after its serialization time and the fixed delay.
+    Delivered,
+    /// Dropped: the queue was full, or by the configured loss.
+    Dropped,
 }
 
 /// Socket options whose changes during a run are recorded.

@@ -25,5 +25,8 @@ pub mod tcp_info;
 pub mod wire;
 
 pub use analysis::{RequestView, Summary};
-pub use event::{ConnId, Event, EventKind, ReqId, RunId, Side, SockOpt, TcpInfoSample};
+pub use event::{
+    ConnId, Event, EventKind, LinkAction, LinkEvent, ReqId, RunId, Segment, Side, SockOpt,
+    TcpInfoSample,
+};
 pub use spec::{BulkSpec, NoDelay, PerSide, RrSpec, Scenario, SpecError, WritePattern};

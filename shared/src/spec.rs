@@ -136,6 +136,135 @@ pub struct RrSpec {
     /// TCP_CONGESTION per socket (e.g. "cubic", "reno", "bbr"); `None`: the system default.
     #[serde(default)]
     pub congestion: PerSide<Option<String>>,
+    /// Run over an emulated link instead of loopback.
+    #[serde(default)]
+    pub link: Option<LinkSpec>,
+}
+
+/// An emulated link between client and server: per direction a drop-tail queue, a rate and a
+/// fixed delay (the Mahimahi design), between two network namespaces.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LinkSpec {
+    /// Round-trip time the link adds (half in each direction), in microseconds.
+    pub rtt_us: u32,
+    /// Bits per second in each direction; `None`: as fast as the relay goes.
+    #[serde(default)]
+    pub rate_bps: Option<u64>,
+    /// MTU of the link's devices.
+    #[serde(default = "default_mtu")]
+    pub mtu: u32,
+    /// Drop-tail queue length per direction, in packets.
+    #[serde(default = "default_queue")]
+    pub queue_packets: u32,
+    /// Random loss per direction, in parts per million.
+    #[serde(default)]
+    pub loss_ppm: u32,
+}
+
+impl LinkSpec {
+    pub fn validate(&self) -> Result<(), SpecError> {
+        in_range("link.rtt_us", self.rtt_us, 0, 10_000_000, " us")?;
+        if let Some(bps) = self.rate_bps {
+            in_range("link.rate_bps", bps, 8_000, 100_000_000_000, " bit/s")?;
+        }
+        in_range("link.mtu", self.mtu, 576, 9000, " bytes")?;
+        in_range("link.queue_packets", self.queue_packets, 1, 1_000_000, " packets")?;
+        in_range("link.loss_ppm", self.loss_ppm, 0, 1_000_000, " ppm")
+    }
+
+    /// "a 40 ms, 100 Mbit/s, MTU 1500 link".
+    pub fn describe(&self) -> String {
+        let mut parts = vec![format!("{} ms", f64::from(self.rtt_us) / 1000.0)];
+        if let Some(bps) = self.rate_bps {
+            parts.push(format!("{} Mbit/s", bps as f64 / 1e6));
+        }
+        parts.push(format!("MTU {}", self.mtu));
+        if self.loss_ppm > 0 {
+            parts.push(format!("{}% loss", f64::from(self.loss_ppm) / 10_000.0));
+        }
+        format!("over a {} link", parts.join(", "))
+    }
+
+    /// Parses the CLI's `rtt=40ms,rate=100mbit,mtu=1500,queue=1000,loss=0.1%`. `rtt` is
+    /// required; the error names the part that is wrong and the form it should take.
+    pub fn parse(text: &str) -> Result<LinkSpec, String> {
+        let mut link = LinkSpec {
+            rtt_us: u32::MAX,
+            rate_bps: None,
+            mtu: default_mtu(),
+            queue_packets: default_queue(),
+            loss_ppm: 0,
+        };
+        for part in text.split(',').filter(|p| !p.is_empty()) {
+            let (key, value) = part
+                .split_once('=')
+                .ok_or_else(|| format!("{part:?}: write name=value, e.g. rtt=40ms"))?;
+            let bad = |form: &str| format!("{part:?}: {key} takes {form}");
+            match key {
+                "rtt" => {
+                    link.rtt_us =
+                        parse_time_us(value).ok_or_else(|| bad("a time such as 40ms or 500us"))?
+                }
+                "rate" => {
+                    link.rate_bps = Some(
+                        parse_rate(value)
+                            .ok_or_else(|| bad("a rate such as 100mbit, 1gbit or 500kbit"))?,
+                    )
+                }
+                "mtu" => link.mtu = value.parse().map_err(|_| bad("bytes, e.g. 1500"))?,
+                "queue" => {
+                    link.queue_packets = value.parse().map_err(|_| bad("packets, e.g. 1000"))?
+                }
+                "loss" => {
+                    link.loss_ppm =
+                        parse_percent_ppm(value).ok_or_else(|| bad("a percentage such as 0.1%"))?
+                }
+                _ => return Err(format!("{part:?}: unknown; use rtt, rate, mtu, queue and loss")),
+            }
+        }
+        if link.rtt_us == u32::MAX {
+            return Err("give the round-trip time, e.g. rtt=40ms".into());
+        }
+        link.validate().map_err(|e| e.to_string())?;
+        Ok(link)
+    }
+}
+
+fn parse_time_us(text: &str) -> Option<u32> {
+    let (number, scale) = if let Some(n) = text.strip_suffix("ms") {
+        (n, 1000.0)
+    } else if let Some(n) = text.strip_suffix("us") {
+        (n, 1.0)
+    } else if let Some(n) = text.strip_suffix('s') {
+        (n, 1e6)
+    } else {
+        return None;
+    };
+    let us = number.parse::<f64>().ok()? * scale;
+    (us.is_finite() && (0.0..=f64::from(u32::MAX - 1)).contains(&us)).then_some(us.round() as u32)
+}
+
+fn parse_rate(text: &str) -> Option<u64> {
+    let lower = text.to_ascii_lowercase();
+    let (number, scale) = [("gbit", 1e9), ("mbit", 1e6), ("kbit", 1e3), ("bit", 1.0)]
+        .iter()
+        .find_map(|(unit, scale)| lower.strip_suffix(unit).map(|n| (n.to_string(), *scale)))?;
+    let bps = number.parse::<f64>().ok()? * scale;
+    (bps.is_finite() && bps >= 1.0 && bps < 1e12).then_some(bps.round() as u64)
+}
+
+fn parse_percent_ppm(text: &str) -> Option<u32> {
+    let percent: f64 = text.strip_suffix('%')?.parse().ok()?;
+    (0.0..=100.0).contains(&percent).then_some((percent * 10_000.0).round() as u32)
+}
+
+fn default_mtu() -> u32 {
+    1500
+}
+
+fn default_queue() -> u32 {
+    1000
 }
 
 fn one() -> u32 {
@@ -158,6 +287,9 @@ pub struct BulkSpec {
     pub rcvbuf: PerSide<Option<u32>>,
     #[serde(default)]
     pub congestion: PerSide<Option<String>>,
+    /// Run over an emulated link instead of loopback.
+    #[serde(default)]
+    pub link: Option<LinkSpec>,
 }
 
 impl Default for RrSpec {
@@ -178,6 +310,7 @@ impl Default for RrSpec {
             sndbuf: PerSide::default(),
             rcvbuf: PerSide::default(),
             congestion: PerSide::default(),
+            link: None,
         }
     }
 }
@@ -191,6 +324,7 @@ impl Default for BulkSpec {
             sndbuf: PerSide::default(),
             rcvbuf: PerSide::default(),
             congestion: PerSide::default(),
+            link: None,
         }
     }
 }
@@ -273,7 +407,8 @@ impl RrSpec {
         in_range("connections", self.connections, 1, MAX_CONNECTIONS, "")?;
         in_range("think_us", self.think_us, 0, MAX_THINK_US, " us")?;
         check_buffers(&self.sndbuf, &self.rcvbuf)?;
-        check_congestion(&self.congestion)
+        check_congestion(&self.congestion)?;
+        self.link.as_ref().map_or(Ok(()), LinkSpec::validate)
     }
 
     /// The response body size the client expects.
@@ -337,6 +472,7 @@ impl RrSpec {
             }
         }
         parts.extend(describe_buffers(&self.sndbuf, &self.rcvbuf, &self.congestion));
+        parts.extend(self.link.map(|link| link.describe()));
         parts.join(", ")
     }
 }
@@ -404,7 +540,8 @@ impl BulkSpec {
         }
         in_range("app_buffer_bytes", self.app_buffer_bytes, 1, MAX_APP_BUFFER_BYTES, " bytes")?;
         check_buffers(&self.sndbuf, &self.rcvbuf)?;
-        check_congestion(&self.congestion)
+        check_congestion(&self.congestion)?;
+        self.link.as_ref().map_or(Ok(()), LinkSpec::validate)
     }
 
     pub fn describe(&self) -> String {
@@ -414,6 +551,7 @@ impl BulkSpec {
         }];
         parts.push(format!("{} B application buffer", self.app_buffer_bytes));
         parts.extend(describe_buffers(&self.sndbuf, &self.rcvbuf, &self.congestion));
+        parts.extend(self.link.map(|link| link.describe()));
         parts.join(", ")
     }
 }
@@ -501,6 +639,40 @@ mod tests {
         assert_eq!(spec.connections, 1);
         assert_eq!(spec.write.client, WritePattern::Split);
         assert_eq!(spec.response_size(), 100);
+    }
+
+    #[test]
+    fn link_specs_parse_from_the_command_line_form() {
+        let link = LinkSpec::parse("rtt=40ms,rate=100mbit,mtu=1500,queue=64,loss=0.5%").unwrap();
+        assert_eq!(
+            link,
+            LinkSpec {
+                rtt_us: 40_000,
+                rate_bps: Some(100_000_000),
+                mtu: 1500,
+                queue_packets: 64,
+                loss_ppm: 5000
+            }
+        );
+        assert_eq!(LinkSpec::parse("rtt=500us").unwrap().rate_bps, None);
+        assert_eq!(LinkSpec::parse("rtt=1s,rate=1Gbit").unwrap().rate_bps, Some(1_000_000_000));
+        for (bad, says) in [
+            ("rate=100mbit", "rtt=40ms"),
+            ("rtt=40", "a time such as 40ms"),
+            ("rtt=40ms,rate=fast", "rate such as 100mbit"),
+            ("rtt=40ms,jitter=5ms", "unknown"),
+            ("rtt=40ms,mtu=100", "link.mtu"),
+            ("rtt=40ms,loss=200%", "percentage"),
+        ] {
+            let err = LinkSpec::parse(bad).unwrap_err();
+            assert!(err.contains(says), "{bad}: {err}");
+        }
+        let spec = RrSpec { link: Some(link), ..RrSpec::default() };
+        assert!(
+            spec.describe().ends_with("over a 40 ms, 100 Mbit/s, MTU 1500, 0.5% loss link"),
+            "{}",
+            spec.describe()
+        );
     }
 
     #[test]

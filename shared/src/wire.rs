@@ -89,11 +89,18 @@ pub struct Instruments {
     pub tcp_info_at_syscalls: bool,
     /// TCP_INFO read this often while a call is blocked; 0: not sampled while blocked.
     pub tcp_info_interval_us: u32,
+    /// Packets of the run's connections captured (AF_PACKET).
+    pub capture: bool,
 }
 
 impl Default for Instruments {
     fn default() -> Self {
-        Instruments { events: true, tcp_info_at_syscalls: true, tcp_info_interval_us: 1000 }
+        Instruments {
+            events: true,
+            tcp_info_at_syscalls: true,
+            tcp_info_interval_us: 1000,
+            capture: false,
+        }
     }
 }
 

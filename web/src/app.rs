@@ -926,6 +926,9 @@ pub fn describe_instruments(instruments: &Instruments) -> String {
         }
         us => parts.push(format!("TCP_INFO every {us} µs while blocked")),
     }
+    if instruments.capture {
+        parts.push("packets".into());
+    }
     format!("recording: {}", parts.join(", "))
 }
 
@@ -1583,8 +1586,11 @@ mod tests {
         assert!(details.contains("4096 16384 4194304"), "{details}");
 
         let bulk = BulkSpec::default();
-        let quiet =
-            Instruments { events: true, tcp_info_at_syscalls: false, tcp_info_interval_us: 0 };
+        let quiet = Instruments {
+            tcp_info_at_syscalls: false,
+            tcp_info_interval_us: 0,
+            ..Instruments::default()
+        };
         let read = |at_ns| ackscope_shared::Event {
             at_ns,
             side: ackscope_shared::Side::Server,
@@ -2028,6 +2034,7 @@ mod tests {
                 events,
                 tcp_info_at_syscalls,
                 tcp_info_interval_us,
+                capture: false,
             })
         };
         assert_eq!(

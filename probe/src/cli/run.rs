@@ -62,6 +62,7 @@ impl RunArgs {
             events: !self.no_events,
             tcp_info_at_syscalls: !self.no_tcp_info,
             tcp_info_interval_us: if self.no_tcp_info { 0 } else { self.tcp_info_interval_us },
+            capture: false,
         }
     }
 

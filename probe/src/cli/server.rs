@@ -45,8 +45,7 @@ pub fn run(args: &ServerArgs) -> Result<Ended, Failure> {
         .validate()
         .map_err(|e| Failure::Usage(format!("{}: {}", knobs::flag_of(e.field), e.problem)))?;
     let Scenario::Server(spec) = &scenario else { unreachable!("built as a server spec above") };
-    let instruments =
-        Instruments { events: true, tcp_info_at_syscalls: false, tcp_info_interval_us: 0 };
+    let instruments = Instruments::default();
     let mut file = match &args.output {
         Some(path) => Some(SessionWriter::create(path).map_err(|e| e.to_string())?),
         None => None,

@@ -218,9 +218,9 @@ mod tests {
             deadline: None,
             stop: &stop,
             instruments: Instruments {
-                events: true,
                 tcp_info_at_syscalls: false,
                 tcp_info_interval_us: 0,
+                ..Instruments::default()
             },
         };
         let (sink, batches) = sync_channel(1024);
