@@ -17,6 +17,7 @@ pub mod attribution;
 pub mod bulk;
 mod compact;
 pub mod event;
+pub mod packet;
 pub mod presets;
 pub mod spec;
 #[cfg(any(test, feature = "synthetic"))]
