@@ -15,7 +15,7 @@ use std::collections::HashMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::event::{ConnId, Event, EventKind, ReqId, Side};
+use crate::event::{tcp_flags, ConnId, Event, EventKind, ReqId, Segment, Side};
 use crate::spec::MAX_REQUESTS;
 
 /// Reads held longer than this are stalls (the summary's "reads blocked longer than 10 ms").
@@ -59,6 +59,42 @@ pub struct RequestView {
     pub spans: Vec<Span>,
     /// TCP_INFO read while a call of this request was blocked (the kernel's view of a wait).
     pub kernel: Vec<KernelSample>,
+    /// Captured segments of this request's connection while it was under way, in the order
+    /// they arrived (empty without packet capture).
+    pub segments: Vec<SegmentSample>,
+}
+
+/// The part of a captured segment that explains waits.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SegmentSample {
+    /// The side that sent it.
+    pub side: Side,
+    pub at_ns: u64,
+    /// [`tcp_flags`] bits.
+    pub flags: u8,
+    pub seq: u32,
+    pub ack: u32,
+    /// Payload bytes.
+    pub len: u32,
+}
+
+impl SegmentSample {
+    pub fn new(side: Side, at_ns: u64, segment: &Segment) -> SegmentSample {
+        let Segment { flags, seq, ack, len, .. } = *segment;
+        SegmentSample { side, at_ns, flags, seq, ack, len }
+    }
+
+    /// An ACK carrying no data and no SYN, FIN or RST: what a delayed ACK looks like.
+    pub fn is_pure_ack(&self) -> bool {
+        self.len == 0
+            && self.flags & (tcp_flags::SYN | tcp_flags::FIN | tcp_flags::RST) == 0
+            && self.flags & tcp_flags::ACK != 0
+    }
+
+    /// The sequence number just past this segment's payload (what acknowledges all of it).
+    pub fn seq_end(&self) -> u32 {
+        self.seq.wrapping_add(self.len)
+    }
 }
 
 /// The part of a TCP_INFO sample taken during a blocked call that explains waits.
@@ -203,11 +239,16 @@ impl RunAnalysis {
                     }
                 }
             }
+            EventKind::Segment(ref segment) => {
+                let sample = SegmentSample::new(event.side, event.at_ns, segment);
+                if let Some(view) = self.request_mut(event.req) {
+                    view.segments.push(sample);
+                }
+            }
             EventKind::Accepted
             | EventKind::Closed
             | EventKind::SockOpt { .. }
             | EventKind::Buffers { .. }
-            | EventKind::Segment(_)
             | EventKind::Link(_) => {}
         }
     }

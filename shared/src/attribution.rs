@@ -7,7 +7,9 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::analysis::{percentile, RequestView, RunAnalysis, Span, SpanKind, STALL_THRESHOLD_NS};
+use crate::analysis::{
+    percentile, RequestView, RunAnalysis, SegmentSample, Span, SpanKind, STALL_THRESHOLD_NS,
+};
 use crate::event::{ConnId, ReqId, Side};
 use crate::spec::RrSpec;
 
@@ -94,6 +96,9 @@ const MIN_MSS: u32 = 536;
 /// Linux's delayed-ACK timer runs between its minimum (40 ms with HZ >= 100; the stall table
 /// measured 43-44 ms) and its maximum (200 ms); allow room on both ends.
 const DELAYED_ACK_NS: std::ops::RangeInclusive<u64> = 20_000_000..=500_000_000;
+/// Nagle sends the held data as soon as the ACK is processed (tens of microseconds on loopback):
+/// data later than this after the ACK was not released by it.
+const NAGLE_RELEASE_NS: u64 = 5_000_000;
 
 /// Classifies every wait longer than [`STALL_THRESHOLD_NS`] in the run. `spec`, when known,
 /// rules classes out (no Nagle stall from a writer with TCP_NODELAY).
@@ -249,6 +254,12 @@ fn held_read(
         body.bytes,
         ms(held)
     );
+    if view.segments.iter().any(|s| s.side == writer) {
+        match on_the_wire(view, read, small.bytes, writer) {
+            Ok(packets) => evidence.push_str(&format!("; on the wire: {packets}")),
+            Err(why) => return unexplained(format!("the packets contradict Nagle: {why}")),
+        }
+    }
     let during = view
         .kernel
         .iter()
@@ -265,6 +276,61 @@ fn held_read(
         }
     }
     (StallClass::NagleDelayedAck, evidence)
+}
+
+/// The captured segments of a Nagle x delayed ACK hold: the small segment, the reader's pure
+/// ACK of it, then the held data right after that ACK. `Err` says what the packets show instead.
+fn on_the_wire(
+    view: &RequestView,
+    read: &Span,
+    small_bytes: u32,
+    writer: Side,
+) -> Result<String, String> {
+    let (w, r) = (writer.name(), writer.peer().name());
+    let mut data: Vec<&SegmentSample> = view
+        .segments
+        .iter()
+        .filter(|s| s.side == writer && s.len > 0 && s.at_ns <= read.end_ns)
+        .collect();
+    data.sort_by_key(|s| s.at_ns);
+    let Some(index) = data.iter().position(|s| s.len == small_bytes) else {
+        return Err(format!("no {small_bytes}-byte segment from the {w} went out on its own"));
+    };
+    let small = data[index];
+    let Some(held) = data.get(index + 1) else {
+        return Err(format!("nothing from the {w} followed the {small_bytes}-byte segment"));
+    };
+    // The reader's pure ACK of the small segment, sent while the rest was held.
+    let ack = view.segments.iter().filter(|s| {
+        s.side == writer.peer()
+            && s.is_pure_ack()
+            && s.ack == small.seq_end()
+            && s.at_ns >= small.at_ns
+            && s.at_ns <= held.at_ns
+    });
+    let Some(ack) = ack.max_by_key(|s| s.at_ns) else {
+        return Err(format!(
+            "no pure ACK from the {r} came between the {small_bytes}-byte segment and the held \
+             {} bytes",
+            held.len
+        ));
+    };
+    let release = held.at_ns - ack.at_ns;
+    if release > NAGLE_RELEASE_NS {
+        return Err(format!(
+            "the held {} bytes left {:.1} ms after the {r}'s ACK, not at once",
+            held.len,
+            ms(release)
+        ));
+    }
+    Ok(format!(
+        "the {small_bytes}-byte segment at {:.3} ms, the {r}'s pure ACK {:.1} ms later, the {} \
+         bytes {} us after that ACK",
+        ms(small.at_ns),
+        ms(ack.at_ns - small.at_ns),
+        held.len,
+        release / 1_000
+    ))
 }
 
 fn write_stall(view: &RequestView, conn: ConnId, req: ReqId, write: &Span) -> Stall {
@@ -395,7 +461,7 @@ mod tests {
     use super::*;
     use crate::event::{EventKind, TcpInfoSample};
     use crate::spec::PerSide;
-    use crate::synthetic::{nagle_run, Script, MS, US};
+    use crate::synthetic::{nagle_run, nagle_run_with_packets, Script, MS, US};
 
     fn analysed(events: &[crate::event::Event]) -> RunAnalysis {
         let mut analysis = RunAnalysis::new();
@@ -469,6 +535,61 @@ mod tests {
             .find(|e| e.req == ReqId(req) && e.kind == EventKind::RequestStart)
             .unwrap()
             .at_ns
+    }
+
+    #[test]
+    fn captured_segments_are_cited_as_evidence() {
+        let analysis = analysed(&nagle_run_with_packets(4, 43_600 * US));
+        let stalls = attribute(&analysis, None);
+        assert_eq!(stalls.len(), 6);
+        assert!(stalls.iter().all(|s| s.class == StallClass::NagleDelayedAck), "{stalls:#?}");
+        let to_server = stalls.iter().find(|s| s.req == ReqId(1) && s.to == Side::Server).unwrap();
+        let evidence = &to_server.evidence;
+        assert!(
+            evidence.contains("on the wire: the 4-byte segment at ")
+                && evidence.contains("the server's pure ACK 43.6 ms later")
+                && evidence.contains("the 2048 bytes 29 us after that ACK"),
+            "{evidence}"
+        );
+        let to_client = stalls.iter().find(|s| s.req == ReqId(1) && s.to == Side::Client).unwrap();
+        assert!(to_client.evidence.contains("the client's pure ACK"), "{}", to_client.evidence);
+    }
+
+    #[test]
+    fn packets_without_a_pure_ack_before_the_held_data_contradict_nagle() {
+        use crate::event::Event;
+        let mut events = nagle_run_with_packets(3, 44 * MS);
+        let is_servers_ack = |e: &Event| {
+            e.side == Side::Server
+                && e.req == ReqId(1)
+                && matches!(&e.kind, EventKind::Segment(s) if s.is_pure_ack())
+        };
+        events.retain(|e| !is_servers_ack(e));
+        let stalls = attribute(&analysed(&events), None);
+        let to_server = stalls.iter().find(|s| s.req == ReqId(1) && s.to == Side::Server).unwrap();
+        assert_eq!(to_server.class, StallClass::Unexplained, "{}", to_server.evidence);
+        assert!(
+            to_server.evidence.contains("no pure ACK from the server came between"),
+            "{}",
+            to_server.evidence
+        );
+        // The other direction's packets still tell the Nagle story.
+        let to_client = stalls.iter().find(|s| s.req == ReqId(1) && s.to == Side::Client).unwrap();
+        assert_eq!(to_client.class, StallClass::NagleDelayedAck);
+
+        // Length and body in one segment: Nagle held nothing.
+        let mut events = nagle_run_with_packets(3, 44 * MS);
+        for event in &mut events {
+            if let EventKind::Segment(segment) = &mut event.kind {
+                if event.side == Side::Client && segment.len == 4 && event.req == ReqId(2) {
+                    segment.len = 2052;
+                }
+            }
+        }
+        let stalls = attribute(&analysed(&events), None);
+        let merged = stalls.iter().find(|s| s.req == ReqId(2) && s.to == Side::Server).unwrap();
+        assert_eq!(merged.class, StallClass::Unexplained, "{}", merged.evidence);
+        assert!(merged.evidence.contains("no 4-byte segment"), "{}", merged.evidence);
     }
 
     #[test]

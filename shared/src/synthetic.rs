@@ -2,7 +2,7 @@
 //! views. They are never shown as measurements. Compiled for this crate's tests and, through the
 //! `synthetic` feature, for other crates' tests.
 
-use crate::event::{ConnId, Event, EventKind, ReqId, Side};
+use crate::event::{tcp_flags, ConnId, Event, EventKind, ReqId, Segment, Side};
 
 pub const US: u64 = 1_000;
 pub const MS: u64 = 1_000_000;
@@ -11,6 +11,11 @@ pub const MS: u64 = 1_000_000;
 #[derive(Debug, Default)]
 pub struct Script {
     pub events: Vec<Event>,
+    /// Also emit the segments a capture would see ([`Script::exchange`]).
+    pub packets: bool,
+    /// The next sequence number of each side's stream.
+    client_seq: u32,
+    server_seq: u32,
 }
 
 impl Script {
@@ -29,6 +34,49 @@ impl Script {
         self.event(end, side, req, EventKind::ReadDone { bytes });
     }
 
+    /// A captured segment sent by `side`.
+    pub fn segment(&mut self, at_ns: u64, side: Side, req: u32, segment: Segment) {
+        self.event(at_ns, side, req, EventKind::Segment(Box::new(segment)));
+    }
+
+    /// The packets of one message held by Nagle x delayed ACK as the capture sees them: the
+    /// 4-byte length at `length_at`, the reader's pure ACK of it at `ack_at`, the body 29 us
+    /// later. Returns when the body was sent.
+    pub fn held_message(
+        &mut self,
+        writer: Side,
+        req: u32,
+        length_at: u64,
+        ack_at: u64,
+        body: u32,
+    ) -> u64 {
+        let (seq, peer_seq) = match writer {
+            Side::Client => (self.client_seq, self.server_seq),
+            Side::Server => (self.server_seq, self.client_seq),
+        };
+        let (ack, psh) = (tcp_flags::ACK, tcp_flags::ACK | tcp_flags::PSH);
+        // A quick exchange's ACK still comes after the segment it acknowledges.
+        let ack_at = ack_at.max(length_at + 2 * US);
+        let segment = |flags, seq, ack, len| Segment {
+            flags,
+            seq,
+            ack,
+            len,
+            window: 512,
+            ..Segment::default()
+        };
+        self.segment(length_at, writer, req, segment(psh, seq, peer_seq, 4));
+        self.segment(ack_at, writer.peer(), req, segment(ack, peer_seq, seq.wrapping_add(4), 0));
+        let body_at = ack_at + 29 * US;
+        self.segment(body_at, writer, req, segment(psh, seq.wrapping_add(4), peer_seq, body));
+        let next = seq.wrapping_add(4 + body);
+        match writer {
+            Side::Client => self.client_seq = next,
+            Side::Server => self.server_seq = next,
+        }
+        body_at
+    }
+
     /// One length+body exchange of 2048 bytes starting at `t`, whose body is held `hold` in each
     /// direction after being written. The server sat in `read()` for the length since
     /// `server_idle_from` (a real server waits there for the next request). Returns the time the
@@ -42,12 +90,18 @@ impl Script {
         self.read(Server, req, server_idle_from, t + 20 * US, 4);
         let body = t + 10 * US + hold;
         self.read(Server, req, t + 21 * US, body, 2048);
+        if self.packets {
+            self.held_message(Client, req, t + 3 * US, body - 40 * US, 2048);
+        }
         self.write(Server, req, body + 5 * US, body + 10 * US, 4);
         self.write(Server, req, body + 11 * US, body + 15 * US, 2048);
         // The client waits for the length while the server is held: waiting, not held itself.
         self.read(Client, req, t + 11 * US, body + 20 * US, 4);
         let end = body + 15 * US + hold;
         self.read(Client, req, body + 21 * US, end, 2048);
+        if self.packets {
+            self.held_message(Server, req, body + 7 * US, end - 40 * US, 2048);
+        }
         self.event(end + US, Client, req, EventKind::RequestDone);
         end + US
     }
@@ -57,12 +111,21 @@ impl Script {
 /// connection ACKs at once); every later body is held `hold` in both directions, as Nagle x
 /// delayed ACK holds it.
 pub fn nagle_run(requests: u32, hold: u64) -> Vec<Event> {
-    let mut script = Script::default();
+    nagle_script(requests, hold, false).events
+}
+
+/// [`nagle_run`] with the segments a packet capture records.
+pub fn nagle_run_with_packets(requests: u32, hold: u64) -> Vec<Event> {
+    nagle_script(requests, hold, true).events
+}
+
+fn nagle_script(requests: u32, hold: u64, packets: bool) -> Script {
+    let mut script = Script { packets, ..Script::default() };
     let mut t: u64 = 0;
     for req in 0..requests {
         let this_hold = if req == 0 { 30 * US } else { hold };
         let server_idle_from = t.saturating_sub(40 * US);
         t = script.exchange(req, t, server_idle_from, this_hold) + 50 * US;
     }
-    script.events
+    script
 }

@@ -8,6 +8,9 @@
 //! cannot count them itself: before sending its k-th request on a connection, the client appends
 //! the request's id to the connection's list; the server reads entry k once it has read that
 //! request's length prefix (the bytes cannot arrive before the entry was written).
+//!
+//! Packet capture reads the same tags by port without taking them ([`Peers::lookup`]): a
+//! segment belongs to the connection of its client port and to the request announced last.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -35,16 +38,33 @@ impl ConnTag {
     pub fn request_at(&self, index: usize) -> Option<ReqId> {
         lock(&self.requests).get(index).copied()
     }
+
+    /// The request announced last on this connection, if any (packet capture: a segment belongs
+    /// to the exchange under way when it was sent).
+    pub fn latest(&self) -> Option<ReqId> {
+        lock(&self.requests).last().copied()
+    }
 }
 
 #[derive(Debug, Default)]
 pub struct Peers {
+    /// Taken once by the server's accept.
     by_port: Mutex<HashMap<u16, ConnTag>>,
+    /// Every client port's latest connection, kept for lookups (bounded by the port space; a
+    /// port reused by a later connection points at the later one).
+    known: Mutex<HashMap<u16, ConnTag>>,
 }
 
 impl Peers {
     pub fn register(&self, local_port: u16, tag: ConnTag) {
+        lock(&self.known).insert(local_port, tag.clone());
         lock(&self.by_port).insert(local_port, tag);
+    }
+
+    /// The tag of the connection from client port `port`, left in place (for packet capture,
+    /// which sees every segment of a connection, before and after the server's accept).
+    pub fn lookup(&self, port: u16) -> Option<ConnTag> {
+        lock(&self.known).get(&port).cloned()
     }
 
     /// The tag of the connection from `peer_port`, or `None` for a connection this run did not
@@ -57,4 +77,26 @@ impl Peers {
 /// A panic while holding one of these locks leaves plain data behind: still usable.
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_lookup_leaves_the_tag_for_the_server_and_sees_the_latest_request() {
+        let peers = Peers::default();
+        let tag = ConnTag::new(ConnId(7));
+        peers.register(40_000, tag.clone());
+        let seen = peers.lookup(40_000).expect("registered");
+        assert_eq!(seen.conn, ConnId(7));
+        assert_eq!(seen.latest(), None, "nothing announced yet");
+        tag.announce(ReqId(3));
+        tag.announce(ReqId(9));
+        assert_eq!(seen.latest(), Some(ReqId(9)), "the lookup shares the request list");
+        assert_eq!(peers.take(40_000).map(|t| t.conn), Some(ConnId(7)));
+        assert!(peers.take(40_000).is_none(), "taken once");
+        assert!(peers.lookup(40_000).is_some(), "still known to the capture");
+        assert!(peers.lookup(40_001).is_none());
+    }
 }
