@@ -18,6 +18,7 @@ pub mod bulk;
 mod compact;
 pub mod event;
 pub mod packet;
+pub mod packet_stalls;
 pub mod pcap;
 pub mod presets;
 pub mod spec;
