@@ -120,15 +120,22 @@ pub fn ensure_build_tools(steps: &mut Steps) -> Result<(), String> {
 
 /// Chromium and ChromeDriver for the browser tests, from Debian's packages when missing.
 pub fn ensure_browser(steps: &mut Steps) -> Result<(), String> {
-    steps.start("chromium, chromedriver, OpenSSL headers (browser tests)");
+    steps.start(
+        "chromium, chromedriver, OpenSSL headers (browser tests), tcpdump, tshark (capture tests)",
+    );
     let have = |p: &str| version_of(p, &["--version"]).is_some();
     // The WebDriver client links the system OpenSSL.
     let openssl = tool_command("pkg-config").args(["--exists", "openssl"]).run_quietly();
-    if have("chromium") && have("chromedriver") && openssl {
+    // tcpdump and tshark: the capture import/export tests make and read real captures.
+    let capture_tools = have("tcpdump") && have("tshark");
+    if have("chromium") && have("chromedriver") && openssl && capture_tools {
         steps.done("installed");
         return Ok(());
     }
-    ensure_apt_packages(steps, &["chromium", "chromium-driver", "libssl-dev", "pkg-config"])
+    ensure_apt_packages(
+        steps,
+        &["chromium", "chromium-driver", "libssl-dev", "pkg-config", "tcpdump", "tshark"],
+    )
 }
 
 /// Installs those of Debian's `packages` that dpkg does not list as installed, with apt-get

@@ -6,11 +6,14 @@
 //! ackscope server --listen ADDR          the echo server alone, recording its side
 //! ackscope show FILE                     a session file's summary
 //! ackscope export FILE --json            a session file as plain JSON
+//! ackscope export FILE --pcapng OUT      its captured segments as pcapng, stalls as comments
+//! ackscope import CAPTURE [-o FILE]      a pcap/pcapng capture as a session, with its stalls
 //! ```
 //!
 //! Exit codes: 0 success, 1 the run or the server failed, 2 the command line was wrong,
 //! 130 the run was interrupted with Ctrl-C (its session file is complete).
 
+mod import;
 mod knobs;
 mod run;
 mod serve_ui;
@@ -54,13 +57,20 @@ enum Command {
         file: PathBuf,
     },
     /// Write a session file in another format
+    #[command(group(clap::ArgGroup::new("format").required(true).args(["json", "pcapng"])))]
     Export {
         /// A session file written with -o
         file: PathBuf,
         /// As one JSON document on standard output
-        #[arg(long, required = true)]
+        #[arg(long)]
         json: bool,
+        /// Its captured segments as a pcapng file (headers only), each stall's explanation as
+        /// the comment of the packet that ended it
+        #[arg(long, value_name = "OUT")]
+        pcapng: Option<PathBuf>,
     },
+    /// Turn a pcap or pcapng capture of TCP connections into a session file, with its stalls
+    Import(import::ImportArgs),
 }
 
 /// How a command ended, for the exit code.
@@ -88,7 +98,9 @@ pub fn main() -> ExitCode {
         Some(Command::Run(args)) => run::run(&args),
         Some(Command::Server(args)) => server::run(&args),
         Some(Command::Show { file }) => show::show(&file),
+        Some(Command::Export { file, pcapng: Some(out), .. }) => show::export_pcapng(&file, &out),
         Some(Command::Export { file, .. }) => show::export_json(&file),
+        Some(Command::Import(args)) => import::import(&args),
     };
     match result {
         Ok(Ended::Ok) => ExitCode::SUCCESS,

@@ -1,10 +1,14 @@
-//! `ackscope show FILE` and `ackscope export FILE --json`.
+//! `ackscope show FILE` and `ackscope export FILE --json | --pcapng OUT`.
 
 use std::io::{self, Write};
 use std::path::Path;
 
-use ackscope_shared::wire::{RunOutcome, ToBrowser, PROTOCOL_VERSION};
-use ackscope_shared::Scenario;
+use ackscope_shared::analysis::RunAnalysis;
+use ackscope_shared::attribution::{self, Stall, StallClass};
+use ackscope_shared::packet::{synthesize, Packet};
+use ackscope_shared::pcap::{linktype, PcapngWriter};
+use ackscope_shared::wire::{Instruments, RunOutcome, ToBrowser, PROTOCOL_VERSION};
+use ackscope_shared::{packet_stalls, ConnId, Event, EventKind, RunId, Scenario, Side};
 
 use super::run::Tally;
 use super::{Ended, Failure};
@@ -15,6 +19,13 @@ struct FileRun {
     scenario: Scenario,
     tally: Tally,
     outcome: Option<RunOutcome>,
+    /// An imported capture's events (see `import`): shown as connections and packet stalls.
+    imported: Option<Vec<Event>>,
+}
+
+/// A run made by `ackscope import`: packets only, no syscall events.
+fn is_imported(instruments: &Instruments) -> bool {
+    instruments.capture && !instruments.events
 }
 
 pub fn show(path: &Path) -> Result<Ended, Failure> {
@@ -31,13 +42,21 @@ pub fn show(path: &Path) -> Result<Ended, Failure> {
                     hello.ackscope_version, h.os, h.kernel, h.congestion_control, h.tcp_rmem, h.tcp_wmem
                 );
             }
-            ToBrowser::RunStarted { run, spec, .. } => runs.push((
+            ToBrowser::RunStarted { run, spec, instruments } => runs.push((
                 *run,
-                FileRun { scenario: spec.clone(), tally: Tally::new(spec), outcome: None },
+                FileRun {
+                    scenario: spec.clone(),
+                    tally: Tally::new(spec),
+                    outcome: None,
+                    imported: is_imported(instruments).then(Vec::new),
+                },
             )),
             ToBrowser::Events { run, events } => {
                 if let Some((_, r)) = runs.iter_mut().find(|(id, _)| id == run) {
-                    r.tally.push(events);
+                    match &mut r.imported {
+                        Some(all) => all.extend_from_slice(events),
+                        None => r.tally.push(events),
+                    }
                 }
             }
             ToBrowser::RunFinished { run, outcome } => {
@@ -49,6 +68,15 @@ pub fn show(path: &Path) -> Result<Ended, Failure> {
         }
     }
     for (id, run) in &runs {
+        if let Some(events) = &run.imported {
+            let _ = writeln!(
+                out,
+                "run {}: an imported packet capture (no syscalls, no TCP_INFO)",
+                id.0
+            );
+            print_imported(&mut out, events);
+            continue;
+        }
         let _ = write!(out, "run {} ", id.0);
         let outcome = run
             .outcome
@@ -92,4 +120,152 @@ pub fn export_json(path: &Path) -> Result<Ended, Failure> {
             path.display()
         ))),
     }
+}
+
+/// An imported run's connections (by id: the session keeps no addresses) and packet stalls.
+fn print_imported(out: &mut impl Write, events: &[Event]) {
+    let mut conns: Vec<(ConnId, u32, [u64; 2])> = Vec::new();
+    for e in events {
+        let EventKind::Segment(s) = &e.kind else { continue };
+        let i = match conns.iter().position(|c| c.0 == e.conn) {
+            Some(i) => i,
+            None => {
+                conns.push((e.conn, 0, [0, 0]));
+                conns.len() - 1
+            }
+        };
+        conns[i].1 += 1;
+        conns[i].2[usize::from(e.side == Side::Server)] += u64::from(s.len);
+    }
+    for (conn, segments, bytes) in &conns {
+        let _ = writeln!(
+            out,
+            "conn {}: {segments} segments, {} bytes client->server, {} bytes server->client",
+            conn.0, bytes[0], bytes[1]
+        );
+    }
+    let stalls: Vec<Stall> = packet_stalls::find(events).into_iter().map(|s| s.stall).collect();
+    super::import::print_stalls(out, &stalls);
+}
+
+/// Addresses for synthesized headers: a session keeps no addresses, so every connection is
+/// shown between 127.0.0.1 ports (client 49152 + conn id, server 7, the echo port).
+fn endpoints(conn: ConnId, side: Side) -> Packet {
+    let client_port = 49152 + (conn.0 % 16384) as u16;
+    let (src_port, dst_port) = match side {
+        Side::Client => (client_port, 7),
+        Side::Server => (7, client_port),
+    };
+    let lo = std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST);
+    Packet { src: lo, dst: lo, src_port, dst_port, segment: Default::default() }
+}
+
+/// The stalls of one run with the index (into `events`) of the segment that ended each: from the
+/// syscall analysis when the run has syscall events, and from the packets alone otherwise.
+fn stalls_with_segments(scenario: &Scenario, events: &[Event]) -> Vec<(usize, Stall)> {
+    let mut found: Vec<(usize, Stall)> =
+        packet_stalls::find(events).into_iter().map(|s| (s.ended_by, s.stall)).collect();
+    if let Scenario::Rr(spec) | Scenario::Server(spec) = scenario {
+        let mut analysis = RunAnalysis::new();
+        analysis.push_all(events);
+        for stall in attribution::attribute(&analysis, Some(spec)) {
+            if let Some(i) = ending_segment(events, &stall) {
+                if !found.iter().any(|(j, _)| *j == i) {
+                    found.push((i, stall));
+                }
+            }
+        }
+    }
+    found
+}
+
+/// The segment that ended a stall found from syscalls: the last data segment from the writer on
+/// the stall's connection within the stall (for Nagle x delayed ACK, the held data that followed
+/// the delayed ACK).
+fn ending_segment(events: &[Event], stall: &Stall) -> Option<usize> {
+    events
+        .iter()
+        .enumerate()
+        .filter(|(_, e)| {
+            e.conn == stall.conn
+                && e.side == stall.from
+                && (stall.start_ns..=stall.end_ns).contains(&e.at_ns)
+                && matches!(&e.kind, EventKind::Segment(s) if s.len > 0)
+        })
+        .max_by_key(|(i, e)| (e.at_ns, *i))
+        .map(|(i, _)| i)
+}
+
+/// `ackscope export FILE --pcapng OUT`: the captured segments of every run as pcapng, one
+/// interface per run, each stall's explanation as the comment of the packet that ended it.
+pub fn export_pcapng(path: &Path, out_path: &Path) -> Result<Ended, Failure> {
+    let file = record::read(path)?;
+    let mut runs: Vec<(RunId, Scenario, Vec<Event>)> = Vec::new();
+    for message in &file.messages {
+        match message {
+            ToBrowser::RunStarted { run, spec, .. } => runs.push((*run, spec.clone(), Vec::new())),
+            ToBrowser::Events { run, events } => {
+                if let Some((_, _, all)) = runs.iter_mut().find(|(id, _, _)| id == run) {
+                    all.extend_from_slice(events);
+                }
+            }
+            _ => {}
+        }
+    }
+    let mut bytes = Vec::new();
+    let mut writer = PcapngWriter::new(&mut bytes);
+    let (mut packets, mut comments) = (0usize, 0usize);
+    for (run, scenario, events) in &runs {
+        let iface = writer.interface(&format!("ackscope run {}", run.0), linktype::RAW);
+        let stalls = stalls_with_segments(scenario, events);
+        for (i, e) in events.iter().enumerate() {
+            let EventKind::Segment(segment) = &e.kind else { continue };
+            let packet = Packet { segment: (**segment).clone(), ..endpoints(e.conn, e.side) };
+            let comment = stalls.iter().find(|(j, _)| *j == i).map(|(_, s)| comment_of(s));
+            writer.packet_with_len(
+                iface,
+                e.at_ns,
+                &synthesize(&packet),
+                // On the wire: headers plus the payload that the synthesized packet leaves out.
+                (synthesize(&packet).len() as u32).saturating_add(segment.len),
+                comment.as_deref(),
+            );
+            packets += 1;
+            comments += usize::from(comment.is_some());
+        }
+    }
+    std::fs::write(out_path, &bytes)
+        .map_err(|e| format!("cannot write {}: {e}", out_path.display()))?;
+    println!(
+        "wrote {packets} packets ({comments} with a stall's explanation) to {}",
+        out_path.display()
+    );
+    match file.error {
+        None => Ok(Ended::Ok),
+        Some(error) => Err(Failure::Run(format!(
+            "{}: {error}; everything before that point was exported",
+            path.display()
+        ))),
+    }
+}
+
+/// "stall: Nagle x delayed ACK, client->server, 43.6 ms wait: 4-byte segment at ..."
+fn comment_of(stall: &Stall) -> String {
+    let class = stall.class.name();
+    let fix = stall.class.fixes(stall.from, stall.to).into_iter().next();
+    let mut comment = format!(
+        "stall: {class}, {}->{}, {:.1} ms wait",
+        stall.from.name(),
+        stall.to.name(),
+        stall.wait_ns as f64 / 1e6
+    );
+    if !stall.evidence.is_empty() {
+        comment.push_str(": ");
+        comment.push_str(&stall.evidence);
+    }
+    if let (Some(fix), false) = (fix, stall.class == StallClass::Unexplained) {
+        comment.push_str("; fix: ");
+        comment.push_str(&fix);
+    }
+    comment
 }
