@@ -1,5 +1,5 @@
 //! Facts about this machine for the session header: what a reader needs to trust or compare the
-//! numbers (kernel, buffer limits, default congestion control).
+//! numbers (kernel, buffer limits, default congestion control, whether packets can be captured).
 
 use ackscope_shared::wire::HostFacts;
 
@@ -18,6 +18,6 @@ pub fn facts() -> HostFacts {
         rmem_max: proc_value("/proc/sys/net/core/rmem_max"),
         wmem_max: proc_value("/proc/sys/net/core/wmem_max"),
         congestion_control: proc_value("/proc/sys/net/ipv4/tcp_congestion_control"),
-        capture: "not attempted: packet capture is not built into this version".into(),
+        capture: crate::capture::availability(),
     }
 }

@@ -3,6 +3,7 @@
 //!
 //! - [`net`]: the only module that calls socket APIs: the echo server, the request/response
 //!   client, and the recorder that stamps each syscall.
+//! - [`capture`]: packet capture of a run's own connections, stamped on the run's clock.
 //! - [`scenario`]: what a run does and in what order; starts the threads, gathers their events.
 //! - [`serve`]: the HTTP server for the embedded web app and the WebSocket that streams runs.
 //! - [`cli`]: argument parsing and the headless summary.
@@ -11,6 +12,7 @@
 //! runtime's wake-ups would add their own latency to what we claim is the kernel's. tokio only
 //! serves the UI and the WebSocket.
 
+pub mod capture;
 pub mod cli;
 pub mod host;
 pub mod interrupt;

@@ -13,6 +13,7 @@ use ackscope_shared::{BulkSpec, Event, EventKind, RrSpec, RunId, Scenario, Summa
 
 use super::knobs::{self, BulkKnobs, CommonKnobs, RrKnobs};
 use super::{Ended, Failure};
+use crate::capture::CaptureReport;
 use crate::record::SessionWriter;
 use crate::{host, interrupt, scenario};
 
@@ -54,6 +55,9 @@ pub struct RunArgs {
     /// How often TCP_INFO is read while a call is blocked, in microseconds; 0: never
     #[arg(long, value_name = "US", default_value_t = 1000, help_heading = "Instruments")]
     tcp_info_interval_us: u32,
+    /// Capture the run's packets on lo (AF_PACKET; needs CAP_NET_RAW: docs/CAPTURE.md)
+    #[arg(long, help_heading = "Instruments")]
+    capture: bool,
 }
 
 impl RunArgs {
@@ -62,7 +66,7 @@ impl RunArgs {
             events: !self.no_events,
             tcp_info_at_syscalls: !self.no_tcp_info,
             tcp_info_interval_us: if self.no_tcp_info { 0 } else { self.tcp_info_interval_us },
-            capture: false,
+            capture: self.capture,
         }
     }
 
@@ -139,6 +143,9 @@ pub fn run(args: &RunArgs) -> Result<Ended, Failure> {
         return Ok(Ended::Ok);
     }
     let instruments = args.instruments();
+    if instruments.capture {
+        check_capture(&scenario, instruments)?;
+    }
     let mut file = match &args.output {
         Some(path) => Some(SessionWriter::create(path).map_err(|e| e.to_string())?),
         None => None,
@@ -155,7 +162,8 @@ pub fn run(args: &RunArgs) -> Result<Ended, Failure> {
     let mut tally = Tally::new(&scenario);
     let mut progress = Progress::new(&scenario, args.json);
     let mut write_error = None;
-    let outcome = scenario::run(&scenario, instruments, stop, |events| {
+    let mut notes = scenario::RunNotes::default();
+    let outcome = scenario::run_noting(&scenario, instruments, stop, &mut notes, |events| {
         tally.push(&events);
         progress.update(&tally);
         if write_error.is_none() {
@@ -165,6 +173,7 @@ pub fn run(args: &RunArgs) -> Result<Ended, Failure> {
     })
     .map_err(|e| Failure::Usage(format!("{}: {}", knobs::flag_of(e.field), e.problem)))?;
     progress.finish();
+    tally.capture = notes.capture;
     write_to(&mut file, &ToBrowser::RunFinished { run, outcome: outcome.clone() })?;
     if let Some(Failure::Run(message)) = write_error {
         return Err(Failure::Run(format!(
@@ -187,6 +196,35 @@ pub fn run(args: &RunArgs) -> Result<Ended, Failure> {
         RunOutcome::Failed { error } => {
             Err(Failure::Run(format!("the run stopped early: {error}")))
         }
+    }
+}
+
+/// Packet capture is possible for this run: it fails here, before anything starts, if not.
+fn check_capture(scenario: &Scenario, instruments: Instruments) -> Result<(), Failure> {
+    match scenario {
+        Scenario::Rr(RrSpec { link: None, .. }) => {}
+        Scenario::Rr(_) => {
+            return Err(Failure::Usage(
+                "--capture captures on lo; with --link the packets cross the emulated link's \
+                 devices instead, which are not captured yet"
+                    .into(),
+            ))
+        }
+        _ => {
+            return Err(Failure::Usage(format!(
+                "--capture applies to request/response runs, not {} runs",
+                scenario.name()
+            )))
+        }
+    }
+    if !instruments.events {
+        return Err(Failure::Usage(
+            "--capture records segments as events: leave out --no-events".into(),
+        ));
+    }
+    match crate::capture::open() {
+        Ok(_) => Ok(()),
+        Err(e) => Err(Failure::Run(e.to_string())),
     }
 }
 
@@ -246,6 +284,8 @@ pub struct Tally {
     pub events: u64,
     pub requests_done: u64,
     pub bytes_read: u64,
+    /// How the packet capture went, when there was one.
+    pub capture: Option<CaptureReport>,
 }
 
 impl Tally {
@@ -256,7 +296,7 @@ impl Tally {
             // A standalone server does not know how its clients write.
             Scenario::Server(_) => Analysis::Rr(Box::new(RrTally::new(None))),
         };
-        Tally { analysis, events: 0, requests_done: 0, bytes_read: 0 }
+        Tally { analysis, events: 0, requests_done: 0, bytes_read: 0, capture: None }
     }
 
     pub fn push(&mut self, events: &[Event]) {
@@ -309,6 +349,15 @@ impl Tally {
         object.insert("outcome".into(), outcome_name.into());
         object.insert("error".into(), error.into());
         object.insert("events".into(), self.events.into());
+        if let Some(capture) = &self.capture {
+            let capture = serde_json::json!({
+                "segments": capture.segments,
+                "offset_uncertainty_ns": capture.offset_uncertainty_ns,
+                "drift_ns": capture.drift_ns,
+                "dropped": capture.dropped,
+            });
+            object.insert("capture".into(), capture);
+        }
         object.insert("ackscope_version".into(), env!("CARGO_PKG_VERSION").into());
         value
     }

@@ -10,10 +10,13 @@
 //! request's length prefix (the bytes cannot arrive before the entry was written).
 //!
 //! Packet capture reads the same tags by port without taking them ([`Peers::lookup`]): a
-//! segment belongs to the connection of its client port and to the request announced last.
+//! segment belongs to the connection of its client port and to the request announced last
+//! before it was sent (the capture reads segments a little later than they were sent, when the
+//! client may have announced the next request already).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Instant;
 
 use ackscope_shared::{ConnId, ReqId};
 
@@ -21,7 +24,8 @@ use ackscope_shared::{ConnId, ReqId};
 #[derive(Clone, Debug)]
 pub struct ConnTag {
     pub conn: ConnId,
-    requests: Arc<Mutex<Vec<ReqId>>>,
+    /// Each request on the connection, and when the client announced it.
+    requests: Arc<Mutex<Vec<(ReqId, Instant)>>>,
 }
 
 impl ConnTag {
@@ -31,18 +35,25 @@ impl ConnTag {
 
     /// Client: request `req` is the next one on this connection.
     pub fn announce(&self, req: ReqId) {
-        lock(&self.requests).push(req);
+        lock(&self.requests).push((req, Instant::now()));
     }
 
     /// Server: the id of the `index`-th request on this connection (from 0), if announced.
     pub fn request_at(&self, index: usize) -> Option<ReqId> {
-        lock(&self.requests).get(index).copied()
+        lock(&self.requests).get(index).map(|&(req, _)| req)
     }
 
     /// The request announced last on this connection, if any (packet capture: a segment belongs
     /// to the exchange under way when it was sent).
     pub fn latest(&self) -> Option<ReqId> {
-        lock(&self.requests).last().copied()
+        lock(&self.requests).last().map(|&(req, _)| req)
+    }
+
+    /// The request announced last at or before `at`, if any.
+    pub fn request_before(&self, at: Instant) -> Option<ReqId> {
+        let requests = lock(&self.requests);
+        let after = requests.partition_point(|&(_, announced)| announced <= at);
+        after.checked_sub(1).map(|index| requests[index].0)
     }
 }
 
@@ -98,5 +109,17 @@ mod tests {
         assert!(peers.take(40_000).is_none(), "taken once");
         assert!(peers.lookup(40_000).is_some(), "still known to the capture");
         assert!(peers.lookup(40_001).is_none());
+    }
+
+    #[test]
+    fn a_segment_belongs_to_the_request_announced_before_it() {
+        let tag = ConnTag::new(ConnId(0));
+        let before_any = Instant::now();
+        tag.announce(ReqId(4));
+        let during_4 = Instant::now();
+        tag.announce(ReqId(5));
+        assert_eq!(tag.request_before(before_any), None);
+        assert_eq!(tag.request_before(during_4), Some(ReqId(4)));
+        assert_eq!(tag.request_before(Instant::now()), Some(ReqId(5)));
     }
 }

@@ -21,6 +21,11 @@ impl Clock {
         // u64 nanoseconds last 584 years.
         self.epoch.elapsed().as_nanos() as u64
     }
+
+    /// The instant `at_ns` on this clock stands for.
+    pub fn instant_at(&self, at_ns: u64) -> Instant {
+        self.epoch + std::time::Duration::from_nanos(at_ns)
+    }
 }
 
 /// Events recorded by one thread (one side of one or more connections), sent on in batches.
@@ -70,10 +75,15 @@ impl Recorder {
     }
 
     pub fn record(&mut self, at_ns: u64, conn: ConnId, req: ReqId, kind: EventKind) {
+        self.record_as(self.side, at_ns, conn, req, kind);
+    }
+
+    /// Records an event of `side` (packet capture sees both sides' segments on one thread).
+    pub fn record_as(&mut self, side: Side, at_ns: u64, conn: ConnId, req: ReqId, kind: EventKind) {
         if self.sink.is_none() {
             return;
         }
-        self.batch.push(Event { at_ns, side: self.side, conn, req, kind });
+        self.batch.push(Event { at_ns, side, conn, req, kind });
         if self.batch.len() >= BATCH_CAP {
             self.flush();
         }

@@ -6,10 +6,13 @@ pub mod rr;
 
 use std::sync::atomic::AtomicBool;
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
+use std::sync::Arc;
 
 use ackscope_shared::wire::{Instruments, RunOutcome};
 use ackscope_shared::{Event, Scenario, Side, SpecError};
 
+use crate::capture::{self, Capture, CaptureReport, CaptureSocket};
+use crate::net::peers::Peers;
 use crate::net::record::{Clock, Recorder};
 
 /// Batches in flight between the experiment threads and the collector. Each is one exchange (a
@@ -25,9 +28,27 @@ pub fn run(
     stop: &AtomicBool,
     on_events: impl FnMut(Vec<Event>),
 ) -> Result<RunOutcome, SpecError> {
+    run_noting(scenario, instruments, stop, &mut RunNotes::default(), on_events)
+}
+
+/// What a run measured about its own instruments, besides its events.
+#[derive(Debug, Default)]
+pub struct RunNotes {
+    /// How the packet capture went (`Instruments.capture`, request/response runs).
+    pub capture: Option<CaptureReport>,
+}
+
+/// [`run`], also filling in `notes`.
+pub fn run_noting(
+    scenario: &Scenario,
+    instruments: Instruments,
+    stop: &AtomicBool,
+    notes: &mut RunNotes,
+    on_events: impl FnMut(Vec<Event>),
+) -> Result<RunOutcome, SpecError> {
     scenario.validate()?;
     Ok(match scenario {
-        Scenario::Rr(spec) => rr::run(spec, instruments, stop, on_events),
+        Scenario::Rr(spec) => rr::run(spec, instruments, stop, notes, on_events),
         Scenario::Bulk(spec) => bulk::run(spec, instruments, stop, on_events),
         Scenario::Server(_) => RunOutcome::Failed {
             error: "a standalone echo server is run with `ackscope server`, not as a run".into(),
@@ -59,6 +80,26 @@ impl Collector {
     pub fn sink(&self) -> Option<SyncSender<Vec<Event>>> {
         self.instruments.events.then(|| self.sink.clone())
     }
+
+    /// Starts capturing the segments to and from `server_port` on `socket` (opened with
+    /// [`open_capture`] before anything else started).
+    pub fn capture(
+        &self,
+        socket: Option<CaptureSocket>,
+        server_port: u16,
+        peers: &Arc<Peers>,
+    ) -> Result<Option<Capture>, String> {
+        let (Some(socket), Some(sink)) = (socket, self.sink()) else { return Ok(None) };
+        Capture::start(socket, server_port, Arc::clone(peers), self.clock, sink)
+            .map(Some)
+            .map_err(|e| format!("packet capture thread: {e}"))
+    }
+}
+
+/// The capture socket when the instruments ask for one: a run without the permission fails
+/// before it starts.
+pub(crate) fn open_capture(instruments: Instruments) -> Result<Option<CaptureSocket>, String> {
+    instruments.capture.then(capture::open).transpose().map_err(|e| e.to_string())
 }
 
 /// The outcome from the first error, if any, given the stop flag.

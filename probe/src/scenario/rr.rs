@@ -10,7 +10,8 @@ use ackscope_shared::spec::MAX_BODY_BYTES;
 use ackscope_shared::wire::{Instruments, RunOutcome};
 use ackscope_shared::{Event, RrSpec, Side};
 
-use super::{outcome, Collector};
+use super::{open_capture, outcome, Collector, RunNotes};
+use crate::capture::Capture;
 use crate::net::client::{self, Shared};
 use crate::net::echo::{EchoConfig, EchoServer, Tagging};
 use crate::net::options::SideOptions;
@@ -20,8 +21,13 @@ pub fn run(
     spec: &RrSpec,
     instruments: Instruments,
     user_stop: &AtomicBool,
+    notes: &mut RunNotes,
     mut on_events: impl FnMut(Vec<Event>),
 ) -> RunOutcome {
+    let capture_socket = match open_capture(instruments) {
+        Ok(socket) => socket,
+        Err(error) => return RunOutcome::Failed { error },
+    };
     let (collector, batches) = Collector::new(instruments);
     let peers = Arc::new(Peers::default());
     let config = EchoConfig {
@@ -37,6 +43,10 @@ pub fn run(
     {
         Ok(server) => server,
         Err(e) => return RunOutcome::Failed { error: e.to_string() },
+    };
+    let capture = match collector.capture(capture_socket, server.addr().port(), &peers) {
+        Ok(capture) => capture,
+        Err(error) => return RunOutcome::Failed { error },
     };
     let first_error = Mutex::new(None);
     // One flag for "stop starting requests": set by the user, or by the first thread to fail.
@@ -77,6 +87,8 @@ pub fn run(
                 let _ = client.join();
             }
             server_sink_owner.shutdown();
+            // After the server: the last segments are in, and its sender goes.
+            notes.capture = capture.map(Capture::stop);
             clients_done.store(true, Ordering::Relaxed);
         });
         let watch_user = scope.spawn(|| {

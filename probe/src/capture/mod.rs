@@ -1,0 +1,445 @@
+//! Packet capture of a run's own connections, on the run's clock.
+//!
+//! An AF_PACKET socket on `lo` sees every segment of the run's connections (and everything else
+//! on loopback: only segments to or from the echo server's port are kept). Each packet carries a
+//! kernel timestamp (SO_TIMESTAMPNS, CLOCK_REALTIME, taken when loopback delivers the packet);
+//! events count monotonic nanoseconds since the run started, so the offset between the two
+//! clocks is measured at the start and the end of the capture ([`ClockOffset`]) and each stamp is
+//! converted with it. docs/CAPTURE.md has the measured agreement and the permissions.
+//!
+//! Every `unsafe` of the capture is in this module.
+
+use std::io;
+use std::mem::{size_of, size_of_val};
+use std::os::fd::{AsRawFd, RawFd};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::SyncSender;
+use std::sync::Arc;
+use std::thread::{self, JoinHandle};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use ackscope_shared::packet::parse_ethernet;
+use ackscope_shared::{Event, EventKind, ReqId, Side};
+use serde::Serialize;
+use socket2::{Domain, Protocol, Socket, Type};
+
+use crate::net::peers::{ConnTag, Peers};
+use crate::net::record::{Clock, Recorder};
+
+/// `PACKET_IGNORE_OUTGOING` (linux/if_packet.h, Linux 4.20): on lo each packet passes the tap
+/// twice, once outgoing and once incoming; this keeps the incoming copy only.
+const PACKET_IGNORE_OUTGOING: libc::c_int = 23;
+/// `PACKET_STATISTICS`: packets seen and dropped for a full buffer since the last read.
+const PACKET_STATISTICS: libc::c_int = 6;
+/// Bytes of each frame copied out: Ethernet + IP + TCP headers with options fit; the payload is
+/// not needed (lengths come from the IP header), and copying less keeps the capture cheap.
+const SNAP_BYTES: usize = 256;
+/// How long a read waits before the thread looks at its stop flag.
+const READ_TIMEOUT: Duration = Duration::from_millis(10);
+/// Captured segments are sent on at least this often, so a live view keeps up.
+const FLUSH_EVERY: Duration = Duration::from_millis(20);
+/// Asked for as the socket's receive buffer (the kernel caps it at rmem_max without
+/// CAP_NET_ADMIN): a burst of packets while the thread is descheduled must not be dropped.
+const RCVBUF_BYTES: usize = 32 << 20;
+/// Segments sent before their connection's first request was announced (the handshake) wait
+/// this long for it before they are dropped.
+const PENDING_FOR: Duration = Duration::from_secs(1);
+
+/// Why the capture could not be started.
+#[derive(Debug, thiserror::Error)]
+pub enum CaptureError {
+    #[error(
+        "packet capture (--capture) needs the CAP_NET_RAW capability, which this process does \
+         not have (opening an AF_PACKET socket: {0}); run ackscope as root, or give it the \
+         capability once with `sudo setcap cap_net_raw+ep $(which ackscope)`, or run it in a \
+         user namespace with its own network namespace (`unshare -rn sh -c 'ip link set lo up; \
+         ackscope run ... --capture'`); runs without --capture need none of this"
+    )]
+    Permission(io::Error),
+    #[error("packet capture: {op}: {source}")]
+    Io { op: &'static str, source: io::Error },
+}
+
+fn io_error(op: &'static str) -> impl FnOnce(io::Error) -> CaptureError {
+    move |source| CaptureError::Io { op, source }
+}
+
+/// A packet socket bound to `lo`, stamping each packet, not yet read.
+pub struct CaptureSocket {
+    socket: Socket,
+}
+
+/// Opens the capture socket (see the module docs). Fails with [`CaptureError::Permission`]
+/// without CAP_NET_RAW.
+pub fn open() -> Result<CaptureSocket, CaptureError> {
+    let all = i32::from((libc::ETH_P_ALL as u16).to_be());
+    let socket =
+        Socket::new(Domain::PACKET, Type::RAW, Some(Protocol::from(all))).map_err(|e| {
+            match e.raw_os_error() {
+                Some(libc::EPERM | libc::EACCES) => CaptureError::Permission(e),
+                _ => CaptureError::Io { op: "AF_PACKET socket", source: e },
+            }
+        })?;
+    let fd = socket.as_raw_fd();
+    set_int(fd, libc::SOL_PACKET, PACKET_IGNORE_OUTGOING, 1)
+        .map_err(io_error("PACKET_IGNORE_OUTGOING (Linux 4.20 or later)"))?;
+    set_int(fd, libc::SOL_SOCKET, libc::SO_TIMESTAMPNS, 1).map_err(io_error("SO_TIMESTAMPNS"))?;
+    let rcvbuf = i32::try_from(RCVBUF_BYTES).expect("a few MB fit an int");
+    if set_int(fd, libc::SOL_SOCKET, libc::SO_RCVBUFFORCE, rcvbuf).is_err() {
+        socket.set_recv_buffer_size(RCVBUF_BYTES).map_err(io_error("SO_RCVBUF"))?;
+    }
+    socket.set_read_timeout(Some(READ_TIMEOUT)).map_err(io_error("SO_RCVTIMEO"))?;
+    bind_to_loopback(fd)?;
+    Ok(CaptureSocket { socket })
+}
+
+/// "available", or why packets cannot be captured here (for the session's host facts).
+pub fn availability() -> String {
+    match open() {
+        Ok(_) => "available".into(),
+        Err(CaptureError::Permission(e)) => format!("not permitted: needs CAP_NET_RAW ({e})"),
+        Err(e) => format!("unavailable: {e}"),
+    }
+}
+
+fn set_int(fd: RawFd, level: libc::c_int, name: libc::c_int, value: libc::c_int) -> io::Result<()> {
+    // SAFETY: `value` is a live c_int and the length passed is its size; the kernel only reads it.
+    let rc = unsafe {
+        libc::setsockopt(
+            fd,
+            level,
+            name,
+            (&value as *const libc::c_int).cast(),
+            size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+fn bind_to_loopback(fd: RawFd) -> Result<(), CaptureError> {
+    // SAFETY: the argument is a NUL-terminated string literal.
+    let ifindex = unsafe { libc::if_nametoindex(c"lo".as_ptr()) };
+    if ifindex == 0 {
+        return Err(CaptureError::Io { op: "find lo", source: io::Error::last_os_error() });
+    }
+    // SAFETY: sockaddr_ll is plain data; all zeroes is a valid value of it.
+    let mut addr: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
+    addr.sll_family = libc::AF_PACKET as u16;
+    addr.sll_protocol = (libc::ETH_P_ALL as u16).to_be();
+    addr.sll_ifindex = i32::try_from(ifindex).unwrap_or(i32::MAX);
+    // SAFETY: `addr` is a live sockaddr_ll and the length passed is its size.
+    let rc = unsafe {
+        libc::bind(
+            fd,
+            (&addr as *const libc::sockaddr_ll).cast(),
+            size_of::<libc::sockaddr_ll>() as libc::socklen_t,
+        )
+    };
+    if rc != 0 {
+        return Err(CaptureError::Io { op: "bind to lo", source: io::Error::last_os_error() });
+    }
+    Ok(())
+}
+
+impl CaptureSocket {
+    /// One frame's first bytes into `buf` and its kernel timestamp (realtime ns), or `None` when
+    /// nothing came within the read timeout (or at once, with `nonblocking`).
+    fn recv(&self, buf: &mut [u8], nonblocking: bool) -> io::Result<Option<(usize, Option<i128>)>> {
+        let mut iov = libc::iovec { iov_base: buf.as_mut_ptr().cast(), iov_len: buf.len() };
+        // u64s: cmsg headers need their natural alignment. Room for a timespec and then some.
+        let mut control = [0u64; 16];
+        // SAFETY: msghdr is plain data; all zeroes is a valid (empty) value of it.
+        let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+        msg.msg_iov = &mut iov;
+        msg.msg_iovlen = 1;
+        msg.msg_control = control.as_mut_ptr().cast();
+        msg.msg_controllen = size_of_val(&control) as _;
+        let flags = if nonblocking { libc::MSG_DONTWAIT } else { 0 };
+        // SAFETY: `msg` points at `iov` (into `buf`) and `control`, all live and writable for
+        // their stated lengths for the duration of the call.
+        let n = unsafe { libc::recvmsg(self.socket.as_raw_fd(), &mut msg, flags) };
+        if n < 0 {
+            let e = io::Error::last_os_error();
+            return match e.kind() {
+                io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => Ok(None),
+                _ => Err(e),
+            };
+        }
+        let mut stamp = None;
+        // SAFETY: `msg` was filled by recvmsg; CMSG_FIRSTHDR/NXTHDR stay within msg_controllen.
+        let mut cmsg = unsafe { libc::CMSG_FIRSTHDR(&msg) };
+        while !cmsg.is_null() {
+            // SAFETY: a non-null pointer from CMSG_FIRSTHDR/NXTHDR is a complete header.
+            let header = unsafe { &*cmsg };
+            if header.cmsg_level == libc::SOL_SOCKET && header.cmsg_type == libc::SCM_TIMESTAMPNS {
+                // SAFETY: SCM_TIMESTAMPNS carries one struct timespec; read_unaligned makes no
+                // assumption about the data's alignment.
+                let ts: libc::timespec =
+                    unsafe { std::ptr::read_unaligned(libc::CMSG_DATA(cmsg).cast()) };
+                stamp = Some(i128::from(ts.tv_sec) * 1_000_000_000 + i128::from(ts.tv_nsec));
+            }
+            // SAFETY: as above.
+            cmsg = unsafe { libc::CMSG_NXTHDR(&msg, cmsg) };
+        }
+        Ok(Some((usize::try_from(n).unwrap_or(0).min(buf.len()), stamp)))
+    }
+
+    /// Packets dropped for a full receive buffer since the last call.
+    fn drops(&self) -> u32 {
+        let mut stats = [0u32; 2];
+        let mut len = size_of_val(&stats) as libc::socklen_t;
+        // SAFETY: `stats` is a live struct tpacket_stats (two u32s) and `len` its size.
+        let rc = unsafe {
+            libc::getsockopt(
+                self.socket.as_raw_fd(),
+                libc::SOL_PACKET,
+                PACKET_STATISTICS,
+                stats.as_mut_ptr().cast(),
+                &mut len,
+            )
+        };
+        if rc == 0 {
+            stats[1]
+        } else {
+            0
+        }
+    }
+}
+
+/// CLOCK_REALTIME minus the run's clock, as measured by reading both back to back.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ClockOffset {
+    pub realtime_minus_run_ns: i128,
+    /// Half the gap between the two reads of the run's clock around the realtime read: the
+    /// offset is right to within this.
+    pub uncertainty_ns: u64,
+}
+
+impl ClockOffset {
+    /// The tightest of several back-to-back readings (a preemption between two reads only
+    /// widens that one reading).
+    pub fn measure(clock: &Clock) -> ClockOffset {
+        (0..32)
+            .map(|_| {
+                let before = clock.now_ns();
+                let real = realtime_ns();
+                let after = clock.now_ns();
+                let gap = after.saturating_sub(before);
+                ClockOffset {
+                    realtime_minus_run_ns: real - i128::from(before) - i128::from(gap / 2),
+                    uncertainty_ns: gap.div_ceil(2),
+                }
+            })
+            .min_by_key(|offset| offset.uncertainty_ns)
+            .expect("32 readings")
+    }
+
+    /// A realtime stamp on the run's clock (0 for a stamp before the run started).
+    pub fn to_run_ns(&self, realtime_ns: i128) -> u64 {
+        u64::try_from((realtime_ns - self.realtime_minus_run_ns).max(0)).unwrap_or(u64::MAX)
+    }
+}
+
+fn realtime_ns() -> i128 {
+    // A clock before 1970 reads as 1970: the offset is then wrong, and the drift says so.
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos() as i128)
+}
+
+/// How a capture went: what the run's summary and its log report.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct CaptureReport {
+    /// Segments of the run's connections recorded.
+    pub segments: u64,
+    /// The larger of the start and end offsets' uncertainties.
+    pub offset_uncertainty_ns: u64,
+    /// The offset at the end minus the offset at the start: how far the clocks moved apart
+    /// while stamps were converted with the start's offset (0 unless the realtime clock was
+    /// stepped or slewed differently).
+    pub drift_ns: i64,
+    /// Packets the kernel dropped because the capture's buffer was full.
+    pub dropped: u32,
+}
+
+/// A running capture. [`Capture::stop`] ends it and drops its channel sender.
+pub struct Capture {
+    stop: Arc<AtomicBool>,
+    thread: JoinHandle<CaptureReport>,
+}
+
+impl Capture {
+    /// Captures the segments to or from `server_port` on its own thread, recording them for the
+    /// connection whose client port `peers` knows.
+    pub fn start(
+        socket: CaptureSocket,
+        server_port: u16,
+        peers: Arc<Peers>,
+        clock: Clock,
+        sink: SyncSender<Vec<Event>>,
+    ) -> io::Result<Capture> {
+        let stop = Arc::new(AtomicBool::new(false));
+        let offset = ClockOffset::measure(&clock);
+        let reader = Reader {
+            socket,
+            server_port,
+            peers,
+            offset,
+            rec: Recorder::new(clock, Side::Client, sink),
+            pending: Vec::new(),
+            segments: 0,
+            unmatched: 0,
+        };
+        let stopping = Arc::clone(&stop);
+        let thread =
+            thread::Builder::new().name("capture".into()).spawn(move || reader.run(&stopping))?;
+        Ok(Capture { stop, thread })
+    }
+
+    /// Reads what is still queued, then ends; returns how it went.
+    pub fn stop(self) -> CaptureReport {
+        self.stop.store(true, Ordering::SeqCst);
+        let report = self.thread.join().unwrap_or_else(|_| {
+            tracing::warn!("the capture thread panicked; its segments are incomplete");
+            CaptureReport::default()
+        });
+        tracing::info!(
+            segments = report.segments,
+            offset_uncertainty_ns = report.offset_uncertainty_ns,
+            drift_ns = report.drift_ns,
+            dropped = report.dropped,
+            "capture: {} segments; packet stamps agree with the run's clock to within {} ns \
+             (clock offset uncertainty), the offset drifted {} ns over the run",
+            report.segments,
+            report.offset_uncertainty_ns,
+            report.drift_ns
+        );
+        if report.dropped > 0 {
+            tracing::warn!("capture: the kernel dropped {} packets (buffer full)", report.dropped);
+        }
+        report
+    }
+}
+
+/// The capture thread's state.
+struct Reader {
+    socket: CaptureSocket,
+    server_port: u16,
+    peers: Arc<Peers>,
+    offset: ClockOffset,
+    /// Records for both sides ([`Recorder::record_as`]).
+    rec: Recorder,
+    /// Handshake segments, waiting for their connection's first request id.
+    pending: Vec<(Instant, ConnTag, Event)>,
+    segments: u64,
+    unmatched: u64,
+}
+
+impl Reader {
+    fn run(mut self, stop: &AtomicBool) -> CaptureReport {
+        let mut buf = [0u8; SNAP_BYTES];
+        let mut flushed = Instant::now();
+        let mut dropped = 0u32;
+        loop {
+            // Once stopping, what is queued is read without waiting: the last FINs are in it.
+            let stopping = stop.load(Ordering::SeqCst);
+            match self.socket.recv(&mut buf, stopping) {
+                Ok(Some((len, stamp))) => self.handle(&buf[..len], stamp),
+                Ok(None) if stopping => break,
+                Ok(None) => {}
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => {
+                    tracing::warn!("capture: read from the packet socket: {e}; capture stopped");
+                    break;
+                }
+            }
+            if flushed.elapsed() >= FLUSH_EVERY {
+                self.resolve_pending(false);
+                self.rec.flush();
+                dropped = dropped.saturating_add(self.socket.drops());
+                flushed = Instant::now();
+            }
+        }
+        self.resolve_pending(true);
+        self.rec.flush();
+        dropped = dropped.saturating_add(self.socket.drops());
+        let end = ClockOffset::measure(&self.rec.clock());
+        let drift = end.realtime_minus_run_ns - self.offset.realtime_minus_run_ns;
+        if self.unmatched > 0 {
+            tracing::debug!("capture: {} segments of connections not the run's", self.unmatched);
+        }
+        CaptureReport {
+            segments: self.segments,
+            offset_uncertainty_ns: self.offset.uncertainty_ns.max(end.uncertainty_ns),
+            drift_ns: i64::try_from(drift).unwrap_or(i64::MAX),
+            dropped,
+        }
+    }
+
+    fn handle(&mut self, frame: &[u8], stamp: Option<i128>) {
+        let Ok(packet) = parse_ethernet(frame) else { return };
+        let (side, client_port) = match (packet.src_port, packet.dst_port) {
+            (src, dst) if src == self.server_port => (Side::Server, dst),
+            (src, dst) if dst == self.server_port => (Side::Client, src),
+            _ => return,
+        };
+        // A connection the run did not make (the server's own wake-up connect at shutdown).
+        let Some(tag) = self.peers.lookup(client_port) else {
+            self.unmatched += 1;
+            return;
+        };
+        let at_ns = match stamp {
+            Some(realtime) => self.offset.to_run_ns(realtime),
+            None => self.rec.now_ns(),
+        };
+        let kind = EventKind::Segment(Box::new(packet.segment));
+        match tag.request_before(self.rec.clock().instant_at(at_ns)) {
+            Some(req) => self.record(side, at_ns, &tag, req, kind),
+            None => {
+                let event = Event { at_ns, side, conn: tag.conn, req: ReqId(0), kind };
+                self.pending.push((Instant::now(), tag, event));
+            }
+        }
+    }
+
+    fn record(&mut self, side: Side, at_ns: u64, tag: &ConnTag, req: ReqId, kind: EventKind) {
+        self.rec.record_as(side, at_ns, tag.conn, req, kind);
+        self.segments += 1;
+        self.rec.flush_if_large();
+    }
+
+    /// Handshake segments belong to the first request on their connection, once announced;
+    /// those still without one after [`PENDING_FOR`] (or at the end) are dropped.
+    fn resolve_pending(&mut self, last: bool) {
+        for (since, tag, event) in std::mem::take(&mut self.pending) {
+            match tag.request_at(0) {
+                Some(req) => self.record(event.side, event.at_ns, &tag, req, event.kind),
+                None if last || since.elapsed() > PENDING_FOR => {}
+                None => self.pending.push((since, tag, event)),
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_clock_offset_is_tight_and_converts_both_ways() {
+        let clock = Clock::start();
+        let offset = ClockOffset::measure(&clock);
+        assert!(offset.uncertainty_ns < 50_000, "{offset:?}");
+        let now_run = clock.now_ns();
+        let converted = offset.to_run_ns(realtime_ns());
+        let after = clock.now_ns();
+        let slack = offset.uncertainty_ns + 1;
+        assert!(
+            converted + slack >= now_run && converted <= after + slack,
+            "{now_run} <= {converted} <= {after} (+- {slack})"
+        );
+        assert_eq!(offset.to_run_ns(0), 0, "before the run: clamped to its start");
+    }
+}
