@@ -1,0 +1,224 @@
+//! Packet capture (`--capture`): story 1 on the wire, the packet stamps against the syscalls',
+//! and the message without CAP_NET_RAW. Needs root (CI runs as root); skipped otherwise.
+
+mod common;
+
+use std::collections::HashMap;
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+use std::process::Command;
+use std::sync::atomic::AtomicBool;
+
+use ackscope_probe::scenario::{self, RunNotes};
+use ackscope_shared::event::tcp_flags;
+use ackscope_shared::wire::Instruments;
+use ackscope_shared::{ConnId, Event, EventKind, RrSpec, Scenario, Segment, Side};
+use common::ackscope;
+
+fn is_root() -> bool {
+    let root = std::fs::read_to_string("/proc/self/status")
+        .map(|s| {
+            s.lines().any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(1) == Some("0"))
+        })
+        .unwrap_or(false);
+    if !root {
+        eprintln!("skipped: packet capture tests need root");
+    }
+    root
+}
+
+fn segments(events: &[Event]) -> Vec<(&Event, &Segment)> {
+    let mut segments: Vec<_> = events
+        .iter()
+        .filter_map(|e| match &e.kind {
+            EventKind::Segment(segment) => Some((e, &**segment)),
+            _ => None,
+        })
+        .collect();
+    segments.sort_by_key(|(e, _)| e.at_ns);
+    segments
+}
+
+#[test]
+fn story_1_on_the_wire_small_segment_delayed_pure_ack_then_the_body() {
+    if !is_root() {
+        return;
+    }
+    let dir = tempdir();
+    let file = dir.join("story1.ackscope");
+    let file = file.to_str().unwrap();
+    let run = ackscope(&["run", "story1", "--count", "10", "--capture", "--json", "-o", file]);
+    assert!(run.status.success());
+    let summary: serde_json::Value = serde_json::from_slice(&run.stdout).unwrap();
+    let capture = &summary["capture"];
+    assert!(capture["segments"].as_u64().unwrap() >= 60, "{capture}");
+    assert!(capture["offset_uncertainty_ns"].as_u64().unwrap() < 10_000, "{capture}");
+    assert!(capture["drift_ns"].as_i64().unwrap().abs() < 100_000, "{capture}");
+
+    let export = ackscope(&["export", file, "--json"]);
+    assert!(export.status.success());
+    let export: serde_json::Value = serde_json::from_slice(&export.stdout).unwrap();
+    let events: Vec<Event> = export["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|m| m.get("Events"))
+        .flat_map(|batch| serde_json::from_value::<Vec<Event>>(batch["events"].clone()).unwrap())
+        .collect();
+    let segments = segments(&events);
+    // Every request after the first (a new connection ACKs at once) stalls client->server.
+    for req in 1..10 {
+        let of_req: Vec<_> = segments.iter().filter(|(e, _)| e.req.0 == req).collect();
+        let from = |side: Side| of_req.iter().filter(move |(e, _)| e.side == side);
+        let (length_at, length) = from(Side::Client)
+            .find(|(_, s)| s.len == 4)
+            .map(|(e, s)| (e.at_ns, *s))
+            .unwrap_or_else(|| panic!("request {req}: no 4-byte segment: {of_req:#?}"));
+        let (ack_at, _) = from(Side::Server)
+            .find(|(e, s)| {
+                s.is_pure_ack() && s.ack == length.seq.wrapping_add(4) && e.at_ns > length_at
+            })
+            .map(|(e, s)| (e.at_ns, *s))
+            .unwrap_or_else(|| panic!("request {req}: no pure ACK of it: {of_req:#?}"));
+        let delay = ack_at - length_at;
+        assert!((30_000_000..60_000_000).contains(&delay), "request {req}: ACK after {delay} ns");
+        let (body_at, _) = from(Side::Client)
+            .find(|(e, s)| s.len == 2048 && e.at_ns >= ack_at)
+            .map(|(e, s)| (e.at_ns, *s))
+            .unwrap_or_else(|| panic!("request {req}: no body after the ACK: {of_req:#?}"));
+        assert!(body_at - ack_at < 5_000_000, "request {req}: body {} ns after", body_at - ack_at);
+        assert!(length.has(tcp_flags::ACK));
+    }
+}
+
+/// Each captured data segment is stamped after the write that gave its first byte started,
+/// and before the peer's read of its last byte returned: packet and syscall stamps agree.
+#[test]
+fn packet_stamps_fall_between_the_write_and_the_peers_read() {
+    if !is_root() {
+        return;
+    }
+    let spec = RrSpec { requests: 10, ..RrSpec::default() };
+    let instruments = Instruments { capture: true, ..Instruments::default() };
+    let mut events = Vec::new();
+    let mut notes = RunNotes::default();
+    let stop = AtomicBool::new(false);
+    let outcome =
+        scenario::run_noting(&Scenario::Rr(spec), instruments, &stop, &mut notes, |batch| {
+            events.extend(batch)
+        })
+        .unwrap();
+    assert_eq!(outcome, ackscope_shared::wire::RunOutcome::Completed);
+    let report = notes.capture.expect("a capture report");
+    // Allow the measured offset uncertainty and its drift, plus 2 us.
+    let slack = report.offset_uncertainty_ns + report.drift_ns.unsigned_abs() + 2_000;
+
+    // Each side's stream: (offset after the call, start of the write / end of the read).
+    let mut writes: HashMap<(ConnId, Side), Vec<(u64, u64, u64)>> = HashMap::new();
+    let mut reads: HashMap<(ConnId, Side), Vec<(u64, u64)>> = HashMap::new();
+    let mut open: HashMap<(ConnId, Side), u64> = HashMap::new();
+    for e in &events {
+        let key = (e.conn, e.side);
+        match e.kind {
+            EventKind::WriteStart { .. } | EventKind::ReadStart { .. } => {
+                open.insert(key, e.at_ns);
+            }
+            EventKind::WriteDone { bytes } => {
+                let list = writes.entry(key).or_default();
+                let start = list.last().map_or(0, |w| w.1);
+                list.push((start, start + u64::from(bytes), open[&key]));
+            }
+            EventKind::ReadDone { bytes } => {
+                let list = reads.entry(key).or_default();
+                let end = list.last().map_or(0, |r| r.0) + u64::from(bytes);
+                list.push((end, e.at_ns));
+            }
+            _ => {}
+        }
+    }
+    let segments = segments(&events);
+    let isn: HashMap<(ConnId, Side), u32> = segments
+        .iter()
+        .filter(|(_, s)| s.has(tcp_flags::SYN))
+        .map(|(e, s)| ((e.conn, e.side), s.seq))
+        .collect();
+    let (mut checked, mut min_after_write, mut min_before_read) = (0, u64::MAX, u64::MAX);
+    for (e, s) in segments.iter().filter(|(_, s)| s.len > 0) {
+        let first = u64::from(s.seq.wrapping_sub(isn[&(e.conn, e.side)]).wrapping_sub(1));
+        let last = first + u64::from(s.len);
+        let write = writes[&(e.conn, e.side)].iter().find(|w| w.0 <= first && first < w.1);
+        let read = reads[&(e.conn, e.side.peer())].iter().find(|r| r.0 >= last);
+        let (Some(&(_, _, write_start)), Some(&(_, read_done))) = (write, read) else {
+            panic!("segment {s:?} at {} has no write or read", e.at_ns);
+        };
+        assert!(
+            e.at_ns + slack >= write_start && e.at_ns <= read_done + slack,
+            "{} bytes stamped {} ns: the write started at {write_start}, the read returned at \
+             {read_done} (slack {slack} ns)",
+            s.len,
+            e.at_ns
+        );
+        min_after_write = min_after_write.min(e.at_ns.saturating_sub(write_start));
+        min_before_read = min_before_read.min(read_done.saturating_sub(e.at_ns));
+        checked += 1;
+    }
+    assert!(checked >= 30, "{checked} data segments checked");
+    eprintln!(
+        "{checked} data segments; closest to their write's start: {min_after_write} ns after; \
+         closest to the peer's read: {min_before_read} ns before; {report:?}"
+    );
+}
+
+#[test]
+fn without_cap_net_raw_capture_fails_before_starting_and_plain_runs_work() {
+    if !is_root() {
+        return;
+    }
+    let drop_to_nobody: Vec<&str> = if Path::new("/usr/bin/setpriv").exists()
+        || Command::new("setpriv").arg("--version").output().is_ok()
+    {
+        vec!["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--"]
+    } else {
+        vec!["runuser", "-u", "nobody", "--"]
+    };
+    // A copy the unprivileged user can reach and run.
+    let dir = tempdir();
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let binary = dir.join("ackscope");
+    std::fs::copy(env!("CARGO_BIN_EXE_ackscope"), &binary).unwrap();
+    std::fs::set_permissions(&binary, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let run = |extra: &[&str]| {
+        let mut args: Vec<&str> = drop_to_nobody[1..].to_vec();
+        args.push(binary.to_str().unwrap());
+        args.extend(["run", "story1-nodelay", "--count", "3"]);
+        args.extend(extra);
+        let output =
+            Command::new(drop_to_nobody[0]).args(&args).current_dir(&dir).output().unwrap();
+        eprintln!(
+            "$ {} {}\n{}{}",
+            drop_to_nobody[0],
+            args.join(" "),
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        );
+        output
+    };
+    let refused = run(&["--capture"]);
+    assert_eq!(refused.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(stderr.contains("CAP_NET_RAW") && stderr.contains("setcap cap_net_raw+ep"), "{stderr}");
+    assert!(stderr.lines().count() == 1, "one message: {stderr}");
+    assert!(refused.stdout.is_empty(), "nothing ran");
+    let plain = run(&[]);
+    assert!(plain.status.success());
+}
+
+fn tempdir() -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!(
+        "ackscope-capture-{}-{}",
+        std::process::id(),
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos()
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
