@@ -251,7 +251,7 @@ fn parse_rate(text: &str) -> Option<u64> {
         .iter()
         .find_map(|(unit, scale)| lower.strip_suffix(unit).map(|n| (n.to_string(), *scale)))?;
     let bps = number.parse::<f64>().ok()? * scale;
-    (bps.is_finite() && bps >= 1.0 && bps < 1e12).then_some(bps.round() as u64)
+    (bps.is_finite() && (1.0..1e12).contains(&bps)).then_some(bps.round() as u64)
 }
 
 fn parse_percent_ppm(text: &str) -> Option<u32> {
