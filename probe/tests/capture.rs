@@ -91,6 +91,9 @@ fn story_1_on_the_wire_small_segment_delayed_pure_ack_then_the_body() {
     }
 }
 
+/// A write's stream offsets before and after it, and when it started.
+type Write = (u64, u64, u64);
+
 /// Each captured data segment is stamped after the write that gave its first byte started,
 /// and before the peer's read of its last byte returned: packet and syscall stamps agree.
 #[test]
@@ -114,7 +117,7 @@ fn packet_stamps_fall_between_the_write_and_the_peers_read() {
     let slack = report.offset_uncertainty_ns + report.drift_ns.unsigned_abs() + 2_000;
 
     // Each side's stream: (offset after the call, start of the write / end of the read).
-    let mut writes: HashMap<(ConnId, Side), Vec<(u64, u64, u64)>> = HashMap::new();
+    let mut writes: HashMap<(ConnId, Side), Vec<Write>> = HashMap::new();
     let mut reads: HashMap<(ConnId, Side), Vec<(u64, u64)>> = HashMap::new();
     let mut open: HashMap<(ConnId, Side), u64> = HashMap::new();
     for e in &events {
