@@ -5,6 +5,7 @@
 //!   client, and the recorder that stamps each syscall.
 //! - [`capture`]: packet capture of a run's own connections, stamped on the run's clock.
 //! - [`scenario`]: what a run does and in what order; starts the threads, gathers their events.
+//! - [`emulate`]: the emulated link (`--link`): two network namespaces joined by a relay.
 //! - [`serve`]: the HTTP server for the embedded web app and the WebSocket that streams runs.
 //! - [`cli`]: argument parsing and the headless summary.
 //!
@@ -14,6 +15,7 @@
 
 pub mod capture;
 pub mod cli;
+pub mod emulate;
 pub mod host;
 pub mod interrupt;
 pub mod net;

@@ -1,5 +1,6 @@
 //! Flags that change a spec: each overrides one field of the preset, spec file or default.
 
+use ackscope_shared::spec::LinkSpec;
 use ackscope_shared::{PerSide, Scenario, WritePattern};
 use clap::ValueEnum;
 
@@ -131,6 +132,10 @@ pub struct CommonKnobs {
     /// TCP_CONGESTION on both sides (e.g. cubic, reno, bbr)
     #[arg(long, value_name = "NAME")]
     pub cc: Option<String>,
+    /// Run over an emulated link: rtt=40ms[,rate=100mbit][,mtu=1500][,queue=1000][,loss=0.1%]
+    /// (docs/LINK.md; without root, in a user namespace)
+    #[arg(long, value_name = "SPEC", value_parser = LinkSpec::parse)]
+    pub link: Option<LinkSpec>,
 }
 
 /// A flag given for a scenario it does not apply to.
@@ -176,6 +181,7 @@ pub fn apply(
             spec.connections = rr.connections.unwrap_or(spec.connections);
             spec.think_us = rr.think_us.unwrap_or(spec.think_us);
             spec.duration_ms = common.duration.or(spec.duration_ms);
+            spec.link = common.link.or(spec.link);
             if let Some(sides) = rr.nodelay {
                 spec.nodelay = sides.flags();
             }
@@ -214,6 +220,7 @@ pub fn apply(
             spec.bytes = bulk.bytes.unwrap_or(spec.bytes);
             spec.app_buffer_bytes = bulk.app_buffer.unwrap_or(spec.app_buffer_bytes);
             spec.duration_ms = common.duration.or(spec.duration_ms);
+            spec.link = common.link.or(spec.link);
             apply_buffers(&mut spec.sndbuf, &mut spec.rcvbuf, &mut spec.congestion, common, some);
         }
     }
@@ -248,6 +255,7 @@ pub fn flag_of(field: &str) -> String {
         "rcvbuf.client" => "client-rcvbuf",
         "rcvbuf.server" => "server-rcvbuf",
         "congestion.client" | "congestion.server" => "cc",
+        link if link.starts_with("link.") => "link",
         other => return format!("--{}", other.replace('_', "-")),
     };
     format!("--{flag}")

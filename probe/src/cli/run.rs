@@ -15,7 +15,7 @@ use super::knobs::{self, BulkKnobs, CommonKnobs, RrKnobs};
 use super::{Ended, Failure};
 use crate::capture::CaptureReport;
 use crate::record::SessionWriter;
-use crate::{host, interrupt, scenario};
+use crate::{emulate, host, interrupt, scenario};
 
 /// Spec files are small; anything bigger is not one.
 const MAX_SPEC_FILE_BYTES: u64 = 1 << 20;
@@ -141,6 +141,12 @@ pub fn run(args: &RunArgs) -> Result<Ended, Failure> {
         let json = serde_json::to_string_pretty(&scenario).expect("a spec is plain data");
         println!("{json}");
         return Ok(Ended::Ok);
+    }
+    if let Scenario::Rr(RrSpec { link: Some(_), .. })
+    | Scenario::Bulk(BulkSpec { link: Some(_), .. }) = &scenario
+    {
+        // Before any thread exists: a user namespace is refused to a multithreaded process.
+        emulate::privilege::ensure_link_privileges().map_err(|e| Failure::Run(e.to_string()))?;
     }
     let instruments = args.instruments();
     if instruments.capture {

@@ -20,15 +20,15 @@ use ackscope_shared::wire::Instruments;
 pub const TRANSFER: ReqId = ReqId(0);
 pub const CONN: ConnId = ConnId(0);
 
-/// A listener with the server side's buffers set before `listen()`, so the accepted socket
-/// inherits them (and the window scale they need).
-pub fn listen(spec: &BulkSpec) -> io::Result<TcpListener> {
+/// A listener on `ip` with the server side's buffers set before `listen()`, so the accepted
+/// socket inherits them (and the window scale they need).
+pub fn listen(spec: &BulkSpec, ip: Ipv4Addr) -> io::Result<TcpListener> {
     let opts = SideOptions::bulk(spec, Side::Server);
     let socket = Socket::new(Domain::IPV4, Type::STREAM, Some(Protocol::TCP))
         .map_err(|e| context(e, "bulk server socket"))?;
     opts.apply_before_handshake(&socket)?;
-    let addr: SocketAddr = SocketAddrV4::new(Ipv4Addr::LOCALHOST, 0).into();
-    socket.bind(&addr.into()).map_err(|e| context(e, "bulk server bind on 127.0.0.1"))?;
+    let addr: SocketAddr = SocketAddrV4::new(ip, 0).into();
+    socket.bind(&addr.into()).map_err(|e| context(e, format!("bulk server bind on {ip}")))?;
     socket.listen(1).map_err(|e| context(e, "bulk server listen"))?;
     Ok(socket.into())
 }
@@ -68,16 +68,16 @@ pub fn serve(
     Ok(received)
 }
 
-/// A connected client socket, not yet sending: its port tells the server which connection is
-/// the run's.
-pub fn client_socket(spec: &BulkSpec) -> io::Result<(Socket, u16)> {
+/// A client socket bound to `ip`, not yet connected: its port tells the server which
+/// connection is the run's.
+pub fn client_socket(spec: &BulkSpec, ip: Ipv4Addr) -> io::Result<(Socket, u16)> {
     let opts = SideOptions::bulk(spec, Side::Client);
     let socket = Socket::new(Domain::IPV4, Type::STREAM, Some(Protocol::TCP))
         .map_err(|e| context(e, "bulk client socket"))?;
     opts.apply_before_handshake(&socket)?;
     socket
-        .bind(&SocketAddrV4::new(Ipv4Addr::LOCALHOST, 0).into())
-        .map_err(|e| context(e, "bulk client bind on 127.0.0.1"))?;
+        .bind(&SocketAddrV4::new(ip, 0).into())
+        .map_err(|e| context(e, format!("bulk client bind on {ip}")))?;
     let port = socket.local_addr()?.as_socket().map_or(0, |a| a.port());
     Ok((socket, port))
 }

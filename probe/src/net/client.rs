@@ -21,6 +21,8 @@ use ackscope_shared::wire::Instruments;
 pub struct Shared<'a> {
     pub spec: &'a RrSpec,
     pub server: SocketAddr,
+    /// The address client sockets bind to: loopback, or the client's end of an emulated link.
+    pub bind: Ipv4Addr,
     pub peers: &'a Peers,
     pub next_req: AtomicU32,
     pub next_conn: AtomicU32,
@@ -64,7 +66,7 @@ pub fn run(shared: &Shared, rec: &mut Recorder) -> io::Result<()> {
             }
             let conn = ConnId(shared.next_conn.fetch_add(1, Ordering::Relaxed));
             rec.record(rec.now_ns(), conn, req, EventKind::RequestStart);
-            let (stream, tag) = connect(&opts, server, ConnTag::new(conn), shared.peers, req, rec)?;
+            let (stream, tag) = connect(shared, &opts, ConnTag::new(conn), req, rec)?;
             let kernel = KernelProbe::start(shared.instruments, &stream, rec, conn);
             open = Some((stream, tag, kernel));
         } else if let Some((_, tag, _)) = &open {
@@ -114,25 +116,25 @@ pub fn run(shared: &Shared, rec: &mut Recorder) -> io::Result<()> {
 
 /// Opens a connection, registering its port first so the server can tag its side alike.
 fn connect(
+    shared: &Shared,
     opts: &SideOptions,
-    server: SocketAddr,
     tag: ConnTag,
-    peers: &Peers,
     req: ReqId,
     rec: &mut Recorder,
 ) -> io::Result<(TcpStream, ConnTag)> {
+    let (server, bind) = (shared.server, shared.bind);
     let socket = Socket::new(Domain::IPV4, Type::STREAM, Some(Protocol::TCP))
         .map_err(|e| context(e, "client socket"))?;
     opts.apply_before_handshake(&socket)?;
     socket
-        .bind(&SocketAddrV4::new(Ipv4Addr::LOCALHOST, 0).into())
-        .map_err(|e| context(e, "client bind on 127.0.0.1"))?;
+        .bind(&SocketAddrV4::new(bind, 0).into())
+        .map_err(|e| context(e, format!("client bind on {bind}")))?;
     let port = socket
         .local_addr()?
         .as_socket()
         .map(|a| a.port())
         .ok_or_else(|| io::Error::other("client socket has no IP address"))?;
-    peers.register(port, tag.clone());
+    shared.peers.register(port, tag.clone());
     let start_ns = rec.now_ns();
     let connected = socket.connect(&server.into());
     let done_ns = rec.now_ns();
@@ -212,6 +214,7 @@ mod tests {
         let shared = Shared {
             spec: &spec,
             server,
+            bind: Ipv4Addr::LOCALHOST,
             peers: &Peers::default(),
             next_req: AtomicU32::new(0),
             next_conn: AtomicU32::new(0),

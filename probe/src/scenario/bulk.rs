@@ -7,7 +7,8 @@ use std::time::{Duration, Instant};
 use ackscope_shared::wire::{Instruments, RunOutcome};
 use ackscope_shared::{BulkSpec, Event, Side};
 
-use super::{outcome, Collector};
+use super::{outcome, start_link, Collector};
+use crate::emulate::Placement;
 use crate::net::bulk;
 
 pub fn run(
@@ -17,11 +18,20 @@ pub fn run(
     mut on_events: impl FnMut(Vec<Event>),
 ) -> RunOutcome {
     let (collector, batches) = Collector::new(instruments);
-    let setup = bulk::listen(spec).and_then(|listener| {
-        let server = listener.local_addr()?;
-        let (socket, port) = bulk::client_socket(spec)?;
-        Ok((listener, server, socket, port))
-    });
+    let link = match spec.link.map(|link| start_link(&link, &collector)).transpose() {
+        Ok(link) => link,
+        Err(error) => return RunOutcome::Failed { error },
+    };
+    // Sockets stay in the namespace they were made in: only their creation needs placing.
+    let placement = Placement::new(link.as_ref());
+    let (server_ip, client_ip) = (placement.ip(Side::Server), placement.ip(Side::Client));
+    let setup =
+        placement.run_in(Side::Server, || bulk::listen(spec, server_ip)).and_then(|listener| {
+            let server = listener.local_addr()?;
+            let (socket, port) =
+                placement.run_in(Side::Client, || bulk::client_socket(spec, client_ip))?;
+            Ok((listener, server, socket, port))
+        });
     let (listener, server, socket, client_port) = match setup {
         Ok(parts) => parts,
         Err(e) => return RunOutcome::Failed { error: e.to_string() },
@@ -30,19 +40,27 @@ pub fn run(
     let mut server_rec = collector.recorder(Side::Server);
     let mut client_rec = collector.recorder(Side::Client);
     drop(collector);
-    let (sent, received) = thread::scope(|scope| {
+    let link = &link;
+    let (sent, received, relayed) = thread::scope(|scope| {
         let receiver = scope
             .spawn(move || bulk::serve(spec, instruments, listener, client_port, &mut server_rec));
         let sender = scope.spawn(move || {
             bulk::send(spec, instruments, socket, server, deadline, stop, &mut client_rec)
         });
+        // The relay records too: the events end when it stops, after both ends are done.
+        let ends = scope.spawn(move || {
+            let ends = (join(sender), join(receiver));
+            let relayed = link.as_ref().map_or(Ok(()), |l| l.stop_relay().map(drop));
+            (ends.0, ends.1, relayed.map_err(|e| e.to_string()))
+        });
         for batch in batches {
             on_events(batch);
         }
-        (join(sender), join(receiver))
+        ends.join().expect("the thread joining the ends does not panic")
     });
     let error = match (sent, received) {
         (Err(e), _) | (_, Err(e)) => Some(e),
+        _ if relayed.is_err() => relayed.err(),
         (Ok(sent), Ok(received)) if sent != received => {
             Some(format!("the client sent {sent} bytes but the server read {received}"))
         }

@@ -8,10 +8,12 @@ use std::sync::atomic::AtomicBool;
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
 use std::sync::Arc;
 
+use ackscope_shared::spec::LinkSpec;
 use ackscope_shared::wire::{Instruments, RunOutcome};
 use ackscope_shared::{Event, Scenario, Side, SpecError};
 
 use crate::capture::{self, Capture, CaptureReport, CaptureSocket};
+use crate::emulate::Link;
 use crate::net::peers::Peers;
 use crate::net::record::{Clock, Recorder};
 
@@ -109,4 +111,10 @@ pub(crate) fn outcome(first_error: Option<String>, stop: &AtomicBool) -> RunOutc
         None if stop.load(std::sync::atomic::Ordering::Relaxed) => RunOutcome::Interrupted,
         None => RunOutcome::Completed,
     }
+}
+
+/// The emulated link of a run, its relay recording on the run's clock.
+pub(crate) fn start_link(link: &LinkSpec, collector: &Collector) -> Result<Link, String> {
+    let (client, server) = (collector.recorder(Side::Client), collector.recorder(Side::Server));
+    Link::start(link, collector.clock, client, server).map_err(|e| e.to_string())
 }

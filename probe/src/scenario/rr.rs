@@ -1,6 +1,6 @@
 //! The request/response scenario: the probe's echo server and its client threads on loopback.
 
-use std::net::{Ipv4Addr, SocketAddr};
+use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread;
@@ -10,8 +10,9 @@ use ackscope_shared::spec::MAX_BODY_BYTES;
 use ackscope_shared::wire::{Instruments, RunOutcome};
 use ackscope_shared::{Event, RrSpec, Side};
 
-use super::{open_capture, outcome, Collector, RunNotes};
+use super::{open_capture, outcome, start_link, Collector, RunNotes};
 use crate::capture::Capture;
+use crate::emulate::{Link, Placement};
 use crate::net::client::{self, Shared};
 use crate::net::echo::{EchoConfig, EchoServer, Tagging};
 use crate::net::options::SideOptions;
@@ -37,10 +38,17 @@ pub fn run(
         think: Duration::from_micros(u64::from(spec.think_us)),
         instruments,
     };
-    let listen: SocketAddr = (Ipv4Addr::LOCALHOST, 0).into();
+    let link = match spec.link.map(|link| start_link(&link, &collector)).transpose() {
+        Ok(link) => link,
+        Err(error) => return RunOutcome::Failed { error },
+    };
+    let placement = Placement::new(link.as_ref());
+    let listen: SocketAddr = (placement.ip(Side::Server), 0).into();
     let tagging = Tagging::Run(Arc::clone(&peers));
-    let server = match EchoServer::start(listen, config, collector.clock, tagging, collector.sink())
-    {
+    let (clock, sink) = (collector.clock, collector.sink());
+    let started = placement
+        .run_in(Side::Server, move || EchoServer::start(listen, config, clock, tagging, sink));
+    let server = match started {
         Ok(server) => server,
         Err(e) => return RunOutcome::Failed { error: e.to_string() },
     };
@@ -54,6 +62,7 @@ pub fn run(
     let shared = Shared {
         spec,
         server: server.addr(),
+        bind: placement.ip(Side::Client),
         peers: &peers,
         next_req: AtomicU32::new(0),
         next_conn: AtomicU32::new(0),
@@ -68,7 +77,9 @@ pub fn run(
             let mut rec = collector.recorder(Side::Client);
             let (shared, first_error) = (&shared, &first_error);
             clients.push(scope.spawn(move || {
-                if let Err(e) = client::run(shared, &mut rec) {
+                let ran =
+                    placement.enter(Side::Client).and_then(|()| client::run(shared, &mut rec));
+                if let Err(e) = ran {
                     shared.stop.store(true, Ordering::Relaxed);
                     first_error
                         .lock()
@@ -81,14 +92,19 @@ pub fn run(
         // threads' (when they end) and the server's (when it is shut down after them).
         let server_sink_owner = server;
         drop(collector);
-        let clients_done = &clients_done;
+        let (clients_done, first_error, link) = (&clients_done, &first_error, &link);
         scope.spawn(move || {
             for client in clients {
                 let _ = client.join();
             }
+            // The server wakes its accept() with a connection of its own: from its namespace.
+            let _ = placement.enter(Side::Server);
             server_sink_owner.shutdown();
             // After the server: the last segments are in, and its sender goes.
             notes.capture = capture.map(Capture::stop);
+            if let Some(Err(e)) = link.as_ref().map(Link::stop_relay) {
+                first_error.lock().unwrap_or_else(|p| p.into_inner()).get_or_insert(e.to_string());
+            }
             clients_done.store(true, Ordering::Relaxed);
         });
         let watch_user = scope.spawn(|| {

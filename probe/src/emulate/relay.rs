@@ -1,0 +1,191 @@
+//! The relay thread: reads packets from each namespace's TUN device, passes them through that
+//! direction's [`Direction`], and writes them into the other namespace when they are due.
+//! It sleeps in ppoll() until a packet arrives or the next one is due, never spinning.
+
+use std::fs::File;
+use std::io::{self, Read, Write};
+use std::os::fd::AsRawFd;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::{self, JoinHandle};
+
+use ackscope_shared::{ConnId, EventKind, LinkAction, LinkEvent, ReqId};
+
+use super::queue::Direction;
+use crate::net::record::{Clock, Recorder};
+
+/// The longest sleep: how soon the relay sees that it should stop.
+const STOP_CHECK_NS: u64 = 20_000_000;
+/// Events are handed on at least this often, so a viewer sees the link while it runs.
+const FLUSH_EVERY_NS: u64 = 100_000_000;
+/// Packets read from one device before looking at due deliveries again.
+const READ_BURST: usize = 64;
+/// Lateness samples kept for [`RelayStats`] (a few MB at most).
+const MAX_LATENESS_SAMPLES: usize = 1 << 20;
+
+/// One direction: the device its packets come from (they go to the other path's device).
+pub struct Path {
+    pub from: File,
+    pub direction: Direction,
+    pub recorder: Recorder,
+}
+
+/// What the relay did, for benchmarks and tests.
+#[derive(Clone, Debug, Default)]
+pub struct RelayStats {
+    pub delivered_packets: u64,
+    pub delivered_bytes: u64,
+    pub dropped_packets: u64,
+    /// Each delivery's write time minus its due time, in nanoseconds (the first million).
+    pub lateness_ns: Vec<u64>,
+}
+
+pub struct Relay {
+    stop: Arc<AtomicBool>,
+    /// Taken by the first [`Relay::stop`]; behind a lock so a shared link can be stopped.
+    thread: Mutex<Option<JoinHandle<io::Result<RelayStats>>>>,
+}
+
+impl Relay {
+    /// Starts relaying `paths[0]` (client to server) and `paths[1]` (server to client).
+    pub fn start(paths: [Path; 2], clock: Clock) -> io::Result<Relay> {
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = Arc::clone(&stop);
+        let thread = thread::Builder::new()
+            .name("link-relay".into())
+            .spawn(move || run(paths, clock, &flag))?;
+        Ok(Relay { stop, thread: Mutex::new(Some(thread)) })
+    }
+
+    /// Stops the relay (packets still held are dropped silently) and returns what it did. Its
+    /// recorders are dropped then, so a run's collector can see the end of its events.
+    pub fn stop(&self) -> io::Result<RelayStats> {
+        self.stop.store(true, Ordering::Relaxed);
+        let thread = self.thread.lock().unwrap_or_else(|p| p.into_inner()).take();
+        match thread {
+            Some(thread) => {
+                thread.join().map_err(|_| io::Error::other("the link relay thread panicked"))?
+            }
+            None => Ok(RelayStats::default()),
+        }
+    }
+}
+
+impl Drop for Relay {
+    fn drop(&mut self) {
+        let _ = self.stop();
+    }
+}
+
+fn run(mut paths: [Path; 2], clock: Clock, stop: &AtomicBool) -> io::Result<RelayStats> {
+    // SAFETY: PR_SET_TIMERSLACK only changes this thread's timer slack; 1 ns keeps ppoll()'s
+    // wake-ups within microseconds of the due time instead of the default 50 us slack.
+    unsafe {
+        libc::prctl(libc::PR_SET_TIMERSLACK, 1 as libc::c_ulong, 0, 0, 0);
+    }
+    let mut stats = RelayStats::default();
+    let mut buffer = vec![0u8; 65_536];
+    let mut last_flush_ns = clock.now_ns();
+    while !stop.load(Ordering::Relaxed) {
+        deliver_due(&mut paths, &clock, &mut stats);
+        let now_ns = clock.now_ns();
+        let next_due = paths.iter().filter_map(|p| p.direction.next_due_ns()).min();
+        let sleep_ns =
+            next_due.map_or(STOP_CHECK_NS, |due| due.saturating_sub(now_ns)).min(STOP_CHECK_NS);
+        let ready = wait_readable([&paths[0].from, &paths[1].from], sleep_ns)?;
+        for (path, readable) in paths.iter_mut().zip(ready) {
+            if readable {
+                read_burst(path, &mut buffer, &clock, &mut stats)?;
+            }
+        }
+        let now_ns = clock.now_ns();
+        if now_ns - last_flush_ns >= FLUSH_EVERY_NS {
+            last_flush_ns = now_ns;
+            paths.iter_mut().for_each(|p| p.recorder.flush());
+        } else {
+            paths.iter_mut().for_each(|p| p.recorder.flush_if_large());
+        }
+    }
+    Ok(stats)
+}
+
+fn deliver_due(paths: &mut [Path; 2], clock: &Clock, stats: &mut RelayStats) {
+    for index in 0..paths.len() {
+        let now_ns = clock.now_ns();
+        let to_index = 1 - index;
+        while let Some(delivery) = paths[index].direction.poll_delivery(now_ns) {
+            // A write to a TUN device hands the packet to the namespace's stack at once; if the
+            // stack refuses it (memory), the packet is lost like on a real link.
+            let written = (&paths[to_index].from).write(&delivery.bytes);
+            let written_ns = clock.now_ns();
+            let mut event = delivery.event;
+            if written.is_ok() {
+                stats.delivered_packets += 1;
+                stats.delivered_bytes += delivery.bytes.len() as u64;
+                if stats.lateness_ns.len() < MAX_LATENESS_SAMPLES {
+                    stats.lateness_ns.push(written_ns.saturating_sub(delivery.due_ns));
+                }
+            } else {
+                stats.dropped_packets += 1;
+                event.action = LinkAction::Dropped;
+            }
+            record(&mut paths[index].recorder, written_ns, event);
+        }
+    }
+}
+
+fn read_burst(
+    path: &mut Path,
+    buffer: &mut [u8],
+    clock: &Clock,
+    stats: &mut RelayStats,
+) -> io::Result<()> {
+    for _ in 0..READ_BURST {
+        let len = match path.from.read(buffer) {
+            Ok(len) => len,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(io::Error::new(e.kind(), format!("link relay read: {e}"))),
+        };
+        // Only IPv4 is relayed: the kernel's own IPv6 chatter (router solicitations) is not
+        // part of any experiment.
+        if len == 0 || buffer[0] >> 4 != 4 {
+            continue;
+        }
+        let now_ns = clock.now_ns();
+        let event = path.direction.handle_packet(now_ns, buffer[..len].to_vec());
+        if event.action == LinkAction::Dropped {
+            stats.dropped_packets += 1;
+        }
+        record(&mut path.recorder, now_ns, event);
+    }
+    Ok(())
+}
+
+fn record(recorder: &mut Recorder, at_ns: u64, event: LinkEvent) {
+    recorder.record(at_ns, ConnId(0), ReqId(0), EventKind::Link(event));
+}
+
+/// Waits up to `timeout_ns` for either device to have a packet; which ones do.
+fn wait_readable(files: [&File; 2], timeout_ns: u64) -> io::Result<[bool; 2]> {
+    let mut fds =
+        files.map(|f| libc::pollfd { fd: f.as_raw_fd(), events: libc::POLLIN, revents: 0 });
+    let timeout = libc::timespec {
+        tv_sec: (timeout_ns / 1_000_000_000) as libc::time_t,
+        tv_nsec: (timeout_ns % 1_000_000_000) as libc::c_long,
+    };
+    // SAFETY: `fds` is a live array of two pollfd and `timeout` a live timespec; no signal mask.
+    let n = unsafe { libc::ppoll(fds.as_mut_ptr(), 2, &timeout, std::ptr::null()) };
+    if n < 0 {
+        let e = io::Error::last_os_error();
+        if e.kind() == io::ErrorKind::Interrupted {
+            return Ok([false; 2]);
+        }
+        return Err(io::Error::new(e.kind(), format!("link relay ppoll: {e}")));
+    }
+    let bad = libc::POLLERR | libc::POLLHUP | libc::POLLNVAL;
+    if fds.iter().any(|fd| fd.revents & bad != 0) {
+        return Err(io::Error::other("link relay: a TUN device went away"));
+    }
+    Ok(fds.map(|fd| fd.revents & libc::POLLIN != 0))
+}

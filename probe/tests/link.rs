@@ -1,0 +1,144 @@
+//! `--link`: runs over the emulated link (two network namespaces and a relay), as root and as
+//! an unprivileged user through a user namespace; nothing may be left behind.
+
+use std::process::Command;
+use std::sync::Mutex;
+
+mod common;
+
+use common::ackscope;
+
+/// The tests count namespaces and devices around their runs: one run at a time.
+static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+
+fn run_json(args: &[&str]) -> serde_json::Value {
+    let output = ackscope(args);
+    assert!(output.status.success(), "ackscope {args:?} failed");
+    let v: serde_json::Value =
+        serde_json::from_slice(&output.stdout).expect("--json prints one JSON object");
+    assert_eq!(v["outcome"], "completed");
+    v
+}
+
+fn num(v: &serde_json::Value, field: &str) -> f64 {
+    v[field].as_f64().unwrap_or_else(|| panic!("{field} is a number in {v}"))
+}
+
+fn is_root() -> bool {
+    // SAFETY: geteuid() cannot fail and has no side effects.
+    unsafe { libc::geteuid() == 0 }
+}
+
+/// What a run could leave behind: named namespaces and TUN devices, in the host's namespace.
+fn leftovers() -> (String, String) {
+    let out = |args: &[&str]| {
+        Command::new("ip")
+            .args(args)
+            .output()
+            .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+            .unwrap_or_default()
+    };
+    (out(&["netns", "list"]), out(&["-o", "link", "show", "type", "tun"]))
+}
+
+#[test]
+fn rr_over_a_40ms_link_takes_one_round_trip_per_exchange() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let before = leftovers();
+    let v = run_json(&[
+        "run",
+        "rr",
+        "--link",
+        "rtt=40ms",
+        "--count",
+        "5",
+        "--nodelay",
+        "both",
+        "--json",
+    ]);
+    let p50 = num(&v, "p50_ms");
+    assert!((38.0..60.0).contains(&p50), "one 40 ms RTT per exchange, got p50 {p50} ms");
+    assert_eq!(v["config"]["link"]["rtt_us"], 40_000);
+    assert_eq!(leftovers(), before, "no namespace or TUN device is left behind");
+}
+
+#[test]
+fn bulk_goodput_is_the_window_over_the_rtt() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let before = leftovers();
+    let v = run_json(&[
+        "run",
+        "bulk",
+        "--link",
+        "rtt=40ms,rate=100mbit",
+        "--duration",
+        "3s",
+        "--server-rcvbuf",
+        "65536",
+        "--json",
+    ]);
+    let window = num(&v, "server_rcv_wnd_bytes");
+    let rtt_s = num(&v, "min_rtt_us") / 1e6;
+    assert!((0.038..0.050).contains(&rtt_s), "the link's RTT, got {rtt_s} s");
+    let expected_mbps = window * 8.0 / rtt_s / 1e6;
+    let goodput = num(&v, "goodput_mbps");
+    assert!(
+        (goodput - expected_mbps).abs() <= 0.25 * expected_mbps,
+        "goodput {goodput} Mbit/s vs window/RTT {expected_mbps} Mbit/s"
+    );
+    assert!(goodput < 50.0, "the window, not the 100 Mbit/s link, limits it: {goodput}");
+    assert_eq!(leftovers(), before, "no namespace or TUN device is left behind");
+}
+
+/// As an unprivileged user, the run enters a user namespace of its own. This machine allows
+/// unprivileged user namespaces, so the run works; where the kernel refuses them the run stops
+/// before starting with one message naming the sysctl that allows them.
+#[test]
+fn an_unprivileged_user_runs_over_the_link_in_a_user_namespace() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    if !is_root() {
+        eprintln!("not root: cannot switch to an unprivileged uid; the other tests cover it");
+        return;
+    }
+    let before = leftovers();
+    let output = Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .arg(env!("CARGO_BIN_EXE_ackscope"))
+        .args(["run", "rr", "--link", "rtt=20ms", "--count", "3", "--nodelay", "both", "--json"])
+        .current_dir("/")
+        .output()
+        .expect("setpriv runs");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    eprintln!("{stdout}{stderr}");
+    if userns_allowed() {
+        assert!(output.status.success(), "the user-namespace path works here");
+        let v: serde_json::Value = serde_json::from_str(&stdout).expect("one JSON object");
+        let p50 = num(&v, "p50_ms");
+        assert!((18.0..40.0).contains(&p50), "one 20 ms RTT per exchange, got {p50}");
+    } else {
+        assert_eq!(output.status.code(), Some(1));
+        assert!(stdout.is_empty(), "the run did not start");
+        assert_eq!(stderr.lines().count(), 1, "one message: {stderr}");
+        assert!(
+            stderr.contains("--link needs root or a user namespace") && stderr.contains("sysctl")
+        );
+    }
+    assert_eq!(leftovers(), before, "no namespace or TUN device is left behind");
+}
+
+fn userns_allowed() -> bool {
+    let read =
+        |path: &str| std::fs::read_to_string(path).ok().and_then(|s| s.trim().parse::<i64>().ok());
+    read("/proc/sys/user/max_user_namespaces") != Some(0)
+        && read("/proc/sys/kernel/unprivileged_userns_clone") != Some(0)
+        && read("/proc/sys/kernel/apparmor_restrict_unprivileged_userns") != Some(1)
+}
+
+#[test]
+fn a_bad_link_spec_exits_2_and_names_the_flag() {
+    let output = ackscope(&["run", "rr", "--link", "rate=100mbit", "--json"]);
+    assert_eq!(output.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("--link") && stderr.contains("rtt=40ms"), "{stderr}");
+}
