@@ -142,3 +142,16 @@ fn a_bad_link_spec_exits_2_and_names_the_flag() {
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("--link") && stderr.contains("rtt=40ms"), "{stderr}");
 }
+
+/// Story 3's split write over a 40 ms, MTU 1500 link (Nagle on): a 1000-byte body waits for
+/// delayed ACKs, a full 1448-byte segment goes at once, a 2048-byte body's tail costs an RTT.
+#[test]
+fn story3_split_writes_stall_by_body_size() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let p50 = |preset: &str| num(&run_json(&["run", preset, "--json"]), "p50_ms");
+    let (small, full, larger) =
+        (p50("story3-split-1000"), p50("story3-split-1448"), p50("story3-split-2048"));
+    assert!((150.0..260.0).contains(&small), "1000 B: ~208 ms, got {small}");
+    assert!((38.0..60.0).contains(&full), "1448 B: one RTT, got {full}");
+    assert!((90.0..160.0).contains(&larger), "2048 B: ~123 ms, got {larger}");
+}

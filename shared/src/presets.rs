@@ -1,7 +1,7 @@
 //! Named scenarios: the stories' experiments and every loopback row of the stall table, each a
 //! plain spec (`ackscope run NAME --print-spec` shows it; edit it and run it with `--spec FILE`).
 
-use crate::spec::{BulkSpec, PerSide, RrSpec, Scenario, WritePattern};
+use crate::spec::{BulkSpec, LinkSpec, PerSide, RrSpec, Scenario, WritePattern};
 
 /// What a preset shows, for `ackscope run --help` and the browser.
 pub struct Preset {
@@ -11,6 +11,19 @@ pub struct Preset {
     /// first (a delayed-ACK wait of ~40 ms or more per exchange).
     pub stalls: Option<bool>,
     pub build: fn() -> Scenario,
+}
+
+/// Story 3 on a 40 ms RTT, MTU 1500 link (docs/LINK.md): bodies of `size_bytes`, Nagle on.
+fn story3(size_bytes: u32, write: WritePattern, requests: u32) -> Scenario {
+    let link =
+        LinkSpec { rtt_us: 40_000, rate_bps: None, mtu: 1500, queue_packets: 1000, loss_ppm: 0 };
+    Scenario::Rr(RrSpec {
+        requests,
+        size_bytes,
+        write: PerSide::both(write),
+        link: Some(link),
+        ..RrSpec::default()
+    })
 }
 
 fn story1(change: impl FnOnce(&mut RrSpec)) -> Scenario {
@@ -112,6 +125,43 @@ pub const PRESETS: &[Preset] = &[
                 ..BulkSpec::default()
             })
         },
+    },
+    Preset {
+        name: "story3-split-1000",
+        about: "40 ms link, length then a 1000-byte body, Nagle: the sub-MSS body waits for the \
+                delayed ACK of the length in each direction (~208 ms per request)",
+        stalls: Some(true),
+        build: || story3(1000, WritePattern::Split, 10),
+    },
+    Preset {
+        name: "story3-split-1448",
+        about: "40 ms link, length then a 1448-byte body (one full MSS): Nagle sends a full \
+                segment at once, one RTT per request (~41 ms)",
+        stalls: Some(false),
+        build: || story3(1448, WritePattern::Split, 10),
+    },
+    Preset {
+        name: "story3-split-2048",
+        about: "40 ms link, length then a 2048-byte body: the 600-byte tail waits for an ACK, \
+                an extra RTT per direction (~123 ms per request)",
+        stalls: Some(true),
+        build: || story3(2048, WritePattern::Split, 10),
+    },
+    Preset {
+        name: "story3-cheshire-99900",
+        about: "Cheshire's 99,900 bytes in one write over a 40 ms link: 68 full segments and a \
+                tail; Linux uses Minshall's variant of Nagle (a small segment waits only for \
+                another unacknowledged small one), so it does not stall",
+        stalls: Some(false),
+        build: || story3(99_900, WritePattern::Single, 6),
+    },
+    Preset {
+        name: "story3-cheshire-100000",
+        about: "Cheshire's 100,000 bytes in one write over a 40 ms link: the classic stall of \
+                the odd last segment does not happen on Linux (Minshall's variant of Nagle): \
+                the same time as 99,900",
+        stalls: Some(false),
+        build: || story3(100_000, WritePattern::Single, 6),
     },
 ];
 
