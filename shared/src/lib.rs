@@ -32,4 +32,7 @@ pub use event::{
     ConnId, Event, EventKind, LinkAction, LinkEvent, ReqId, RunId, Segment, Side, SockOpt,
     TcpInfoSample,
 };
-pub use spec::{BulkSpec, NoDelay, PerSide, RrSpec, Scenario, SpecError, WritePattern};
+pub use spec::{
+    BulkSpec, ImportSpec, ImportedConnection, NoDelay, PerSide, RrSpec, Scenario, SpecError,
+    WritePattern,
+};

@@ -40,6 +40,28 @@ pub enum Scenario {
     /// The echo server alone (`ackscope server`), serving any client that speaks the protocol,
     /// with the server-side fields of this spec; its client-side fields are unused.
     Server(RrSpec),
+    /// A packet capture made by another tool (`ackscope import`): not run, only read.
+    Import(ImportSpec),
+}
+
+/// Where an imported capture came from, and the connections found in it.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ImportSpec {
+    /// The capture file's name, as given to `ackscope import`.
+    pub source: String,
+    /// Connection `i` of the session's events is `connections[i - 1]`.
+    pub connections: Vec<ImportedConnection>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ImportedConnection {
+    /// "192.0.2.1:51234".
+    pub client: String,
+    pub server: String,
+    /// How the client was told apart: "SYN", "SYN+ACK" or "higher port".
+    pub client_by: String,
 }
 
 /// A value per side of the connection. Serialized as `{"client": .., "server": ..}`.
@@ -562,6 +584,7 @@ impl Scenario {
             Scenario::Rr(spec) => spec.validate(),
             Scenario::Bulk(spec) => spec.validate(),
             Scenario::Server(spec) => spec.validate(),
+            Scenario::Import(_) => Ok(()),
         }
     }
 
@@ -570,6 +593,12 @@ impl Scenario {
             Scenario::Rr(spec) => spec.describe(),
             Scenario::Bulk(spec) => spec.describe(),
             Scenario::Server(spec) => format!("echo server: {}", spec.describe_server()),
+            Scenario::Import(spec) => format!(
+                "imported from {}: {} connection{}",
+                spec.source,
+                spec.connections.len(),
+                if spec.connections.len() == 1 { "" } else { "s" }
+            ),
         }
     }
 
@@ -579,6 +608,7 @@ impl Scenario {
             Scenario::Rr(_) => "rr",
             Scenario::Bulk(_) => "bulk",
             Scenario::Server(_) => "server",
+            Scenario::Import(_) => "import",
         }
     }
 }

@@ -19,7 +19,8 @@ use ackscope_shared::packet::Packet;
 use ackscope_shared::pcap;
 use ackscope_shared::wire::{Hello, HostFacts, Instruments, RunOutcome, ToBrowser};
 use ackscope_shared::{
-    packet_stalls, ConnId, Event, EventKind, ReqId, RrSpec, RunId, Scenario, Side,
+    packet_stalls, ConnId, Event, EventKind, ImportSpec, ImportedConnection, ReqId, RunId,
+    Scenario, Side,
 };
 
 use super::{Ended, Failure};
@@ -139,14 +140,29 @@ pub fn import_bytes(bytes: &[u8]) -> Imported {
     Imported { connections, events, packets: capture.packets.len(), skipped, error: capture.error }
 }
 
+/// What the session says about where its packets came from.
+pub fn import_spec(source: &Path, connections: &[Connection]) -> ImportSpec {
+    ImportSpec {
+        source: source.display().to_string(),
+        connections: connections
+            .iter()
+            .map(|c| ImportedConnection {
+                client: endpoint(c.client),
+                server: endpoint(c.server),
+                client_by: c.told_by.to_string(),
+            })
+            .collect(),
+    }
+}
+
 /// The session's messages for an import: one run, no syscall events, packets captured.
-pub fn session_messages(events: Vec<Event>) -> Vec<ToBrowser> {
+pub fn session_messages(spec: ImportSpec, events: Vec<Event>) -> Vec<ToBrowser> {
     let run = RunId(1);
     let mut messages = vec![
         ToBrowser::Hello(Hello::current(env!("CARGO_PKG_VERSION"), HostFacts::default())),
         ToBrowser::RunStarted {
             run,
-            spec: Scenario::Rr(RrSpec::default()),
+            spec: Scenario::Import(spec),
             instruments: imported_instruments(),
         },
     ];
@@ -159,7 +175,7 @@ pub fn session_messages(events: Vec<Event>) -> Vec<ToBrowser> {
     messages
 }
 
-/// The instruments of an imported run: packets only. `show` recognises an import by them.
+/// The instruments of an imported run: packets only.
 pub fn imported_instruments() -> Instruments {
     Instruments {
         events: false,
@@ -206,7 +222,8 @@ pub fn import(args: &ImportArgs) -> Result<Ended, Failure> {
     print_stalls(&mut out, &stalls);
     let events = imported.events.len();
     let mut writer = SessionWriter::create(&output).map_err(|e| e.to_string())?;
-    for message in session_messages(imported.events) {
+    let spec = import_spec(path, &imported.connections);
+    for message in session_messages(spec, imported.events) {
         writer.write(&message).map_err(|e| e.to_string())?;
     }
     let _ = writeln!(out, "wrote {events} segments to {}", output.display());

@@ -299,8 +299,9 @@ impl Tally {
         let analysis = match scenario {
             Scenario::Bulk(_) => Analysis::Bulk(BulkAnalysis::new()),
             Scenario::Rr(spec) => Analysis::Rr(Box::new(RrTally::new(Some(spec.clone())))),
-            // A standalone server does not know how its clients write.
-            Scenario::Server(_) => Analysis::Rr(Box::new(RrTally::new(None))),
+            // A standalone server does not know how its clients write; an imported capture has
+            // no syscalls (`show` reads its packets instead).
+            Scenario::Server(_) | Scenario::Import(_) => Analysis::Rr(Box::new(RrTally::new(None))),
         };
         Tally { analysis, events: 0, requests_done: 0, bytes_read: 0, capture: None }
     }
@@ -342,6 +343,7 @@ impl Tally {
         let config = match scenario {
             Scenario::Rr(spec) | Scenario::Server(spec) => serde_json::to_value(spec),
             Scenario::Bulk(spec) => serde_json::to_value(spec),
+            Scenario::Import(spec) => serde_json::to_value(spec),
         }
         .expect("a spec is plain data");
         let (outcome_name, error) = match outcome {
@@ -446,6 +448,7 @@ impl Progress {
         let (total, unit) = match scenario {
             Scenario::Rr(spec) | Scenario::Server(spec) => (u64::from(spec.requests), "requests"),
             Scenario::Bulk(spec) => (spec.bytes, "bytes"),
+            Scenario::Import(_) => (0, "segments"),
         };
         let enabled = !json && io::stderr().is_terminal();
         Progress { enabled, started: Instant::now(), last_drawn: None, total, unit }

@@ -7,8 +7,10 @@ use ackscope_shared::analysis::RunAnalysis;
 use ackscope_shared::attribution::{self, Stall, StallClass};
 use ackscope_shared::packet::{synthesize, Packet};
 use ackscope_shared::pcap::{linktype, PcapngWriter};
-use ackscope_shared::wire::{Instruments, RunOutcome, ToBrowser, PROTOCOL_VERSION};
-use ackscope_shared::{packet_stalls, ConnId, Event, EventKind, RunId, Scenario, Side};
+use ackscope_shared::wire::{RunOutcome, ToBrowser, PROTOCOL_VERSION};
+use ackscope_shared::{
+    packet_stalls, ConnId, Event, EventKind, ImportedConnection, RunId, Scenario, Side,
+};
 
 use super::run::Tally;
 use super::{Ended, Failure};
@@ -21,11 +23,6 @@ struct FileRun {
     outcome: Option<RunOutcome>,
     /// An imported capture's events (see `import`): shown as connections and packet stalls.
     imported: Option<Vec<Event>>,
-}
-
-/// A run made by `ackscope import`: packets only, no syscall events.
-fn is_imported(instruments: &Instruments) -> bool {
-    instruments.capture && !instruments.events
 }
 
 pub fn show(path: &Path) -> Result<Ended, Failure> {
@@ -42,13 +39,13 @@ pub fn show(path: &Path) -> Result<Ended, Failure> {
                     hello.ackscope_version, h.os, h.kernel, h.congestion_control, h.tcp_rmem, h.tcp_wmem
                 );
             }
-            ToBrowser::RunStarted { run, spec, instruments } => runs.push((
+            ToBrowser::RunStarted { run, spec, .. } => runs.push((
                 *run,
                 FileRun {
                     scenario: spec.clone(),
                     tally: Tally::new(spec),
                     outcome: None,
-                    imported: is_imported(instruments).then(Vec::new),
+                    imported: matches!(spec, Scenario::Import(_)).then(Vec::new),
                 },
             )),
             ToBrowser::Events { run, events } => {
@@ -74,7 +71,11 @@ pub fn show(path: &Path) -> Result<Ended, Failure> {
                 "run {}: an imported packet capture (no syscalls, no TCP_INFO)",
                 id.0
             );
-            print_imported(&mut out, events);
+            let connections = match &run.scenario {
+                Scenario::Import(spec) => spec.connections.as_slice(),
+                _ => &[],
+            };
+            print_imported(&mut out, connections, events);
             continue;
         }
         let _ = write!(out, "run {} ", id.0);
@@ -122,8 +123,8 @@ pub fn export_json(path: &Path) -> Result<Ended, Failure> {
     }
 }
 
-/// An imported run's connections (by id: the session keeps no addresses) and packet stalls.
-fn print_imported(out: &mut impl Write, events: &[Event]) {
+/// An imported run's connections and packet stalls.
+fn print_imported(out: &mut impl Write, connections: &[ImportedConnection], events: &[Event]) {
     let mut conns: Vec<(ConnId, u32, [u64; 2])> = Vec::new();
     for e in events {
         let EventKind::Segment(s) = &e.kind else { continue };
@@ -138,9 +139,16 @@ fn print_imported(out: &mut impl Write, events: &[Event]) {
         conns[i].2[usize::from(e.side == Side::Server)] += u64::from(s.len);
     }
     for (conn, segments, bytes) in &conns {
+        // Connection ids of an import count from 1.
+        let addresses = (conn.0 as usize)
+            .checked_sub(1)
+            .and_then(|i| connections.get(i))
+            .map(|c| format!(" client {} -> server {}", c.client, c.server))
+            .unwrap_or_default();
         let _ = writeln!(
             out,
-            "conn {}: {segments} segments, {} bytes client->server, {} bytes server->client",
+            "conn {}:{addresses} {segments} segments, {} bytes client->server, {} bytes \
+             server->client",
             conn.0, bytes[0], bytes[1]
         );
     }

@@ -55,6 +55,9 @@ pub fn run_noting(
         Scenario::Server(_) => RunOutcome::Failed {
             error: "a standalone echo server is run with `ackscope server`, not as a run".into(),
         },
+        Scenario::Import(_) => RunOutcome::Failed {
+            error: "an imported capture is read with `ackscope show`, not run".into(),
+        },
     })
 }
 

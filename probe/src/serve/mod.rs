@@ -149,7 +149,7 @@ pub fn start_run(session: &Arc<Session>, spec: Scenario) -> Result<(), String> {
                  the command line (ackscope run rr) for longer runs"
             ))
         }
-        Scenario::Server(_) => {
+        Scenario::Server(_) | Scenario::Import(_) => {
             return Err("the browser starts rr and bulk runs; run `ackscope server` for a \
                         standalone echo server"
                 .into())
