@@ -19,6 +19,7 @@ mod run;
 mod serve_ui;
 mod server;
 mod show;
+mod sweep;
 
 use std::io;
 use std::path::PathBuf;

@@ -12,6 +12,7 @@ use ackscope_shared::wire::{Hello, Instruments, RunOutcome, ToBrowser};
 use ackscope_shared::{BulkSpec, Event, EventKind, RrSpec, RunId, Scenario, Summary};
 
 use super::knobs::{self, BulkKnobs, CommonKnobs, RrKnobs};
+use super::sweep;
 use super::{Ended, Failure};
 use crate::capture::CaptureReport;
 use crate::record::SessionWriter;
@@ -55,6 +56,11 @@ pub struct RunArgs {
     /// How often TCP_INFO is read while a call is blocked, in microseconds; 0: never
     #[arg(long, value_name = "US", default_value_t = 1000, help_heading = "Instruments")]
     tcp_info_interval_us: u32,
+    /// Bulk only: one run per server SO_RCVBUF in LIST (16k,64k,256k,1m,auto) and a table of
+    /// asked, getsockopt, window, window/RTT and measured goodput (story 2)
+    #[arg(long, value_name = "LIST", value_delimiter = ',', value_parser = sweep::parse_size,
+          help_heading = "Bulk transfer (bulk)")]
+    sweep_rcvbuf: Option<Vec<Option<u32>>>,
     /// Capture the run's packets on lo (AF_PACKET; needs CAP_NET_RAW: docs/CAPTURE.md)
     #[arg(long, help_heading = "Instruments")]
     capture: bool,
@@ -151,6 +157,15 @@ pub fn run(args: &RunArgs) -> Result<Ended, Failure> {
     let instruments = args.instruments();
     if instruments.capture {
         check_capture(&scenario, instruments)?;
+    }
+    if let Some(sizes) = &args.sweep_rcvbuf {
+        let Scenario::Bulk(base) = &scenario else {
+            return Err(Failure::Usage("--sweep-rcvbuf applies to bulk runs".into()));
+        };
+        if args.output.is_some() {
+            return Err(Failure::Usage("--sweep-rcvbuf makes several runs: leave out -o".into()));
+        }
+        return sweep::sweep(base, sizes, instruments, interrupt::install(), args.json);
     }
     let mut file = match &args.output {
         Some(path) => Some(SessionWriter::create(path).map_err(|e| e.to_string())?),
