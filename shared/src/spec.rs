@@ -208,6 +208,30 @@ impl LinkSpec {
         format!("over a {} link", parts.join(", "))
     }
 
+    /// The form [`LinkSpec::parse`] reads: `rtt=40ms,rate=100mbit,mtu=1500,queue=1000`.
+    pub fn to_cli(&self) -> String {
+        let mut parts = vec![if self.rtt_us % 1000 == 0 {
+            format!("rtt={}ms", self.rtt_us / 1000)
+        } else {
+            format!("rtt={}us", self.rtt_us)
+        }];
+        if let Some(bps) = self.rate_bps {
+            let unit = [(1_000_000_000, "gbit"), (1_000_000, "mbit"), (1_000, "kbit")]
+                .into_iter()
+                .find(|(scale, _)| bps % scale == 0);
+            parts.push(match unit {
+                Some((scale, name)) => format!("rate={}{name}", bps / scale),
+                None => format!("rate={bps}bit"),
+            });
+        }
+        parts.push(format!("mtu={}", self.mtu));
+        parts.push(format!("queue={}", self.queue_packets));
+        if self.loss_ppm > 0 {
+            parts.push(format!("loss={}%", f64::from(self.loss_ppm) / 10_000.0));
+        }
+        parts.join(",")
+    }
+
     /// Parses the CLI's `rtt=40ms,rate=100mbit,mtu=1500,queue=1000,loss=0.1%`. `rtt` is
     /// required; the error names the part that is wrong and the form it should take.
     pub fn parse(text: &str) -> Result<LinkSpec, String> {
@@ -697,6 +721,9 @@ mod tests {
             let err = LinkSpec::parse(bad).unwrap_err();
             assert!(err.contains(says), "{bad}: {err}");
         }
+        assert_eq!(LinkSpec::parse(&link.to_cli()), Ok(link), "{}", link.to_cli());
+        let odd = LinkSpec { rtt_us: 1500, rate_bps: Some(12_345), ..link };
+        assert_eq!(LinkSpec::parse(&odd.to_cli()), Ok(odd), "{}", odd.to_cli());
         let spec = RrSpec { link: Some(link), ..RrSpec::default() };
         assert!(
             spec.describe().ends_with("over a 40 ms, 100 Mbit/s, MTU 1500, 0.5% loss link"),

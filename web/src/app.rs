@@ -230,6 +230,7 @@ struct FormSignals {
     nodelay: PerSide<RwSignal<bool>>,
     cork: PerSide<RwSignal<bool>>,
     quickack: PerSide<RwSignal<bool>>,
+    link: RwSignal<String>,
 }
 
 fn per_side<T: Copy + Send + Sync + 'static>(values: PerSide<T>) -> PerSide<RwSignal<T>> {
@@ -259,6 +260,7 @@ impl FormSignals {
             nodelay: per_side(fields.nodelay),
             cork: per_side(fields.cork),
             quickack: per_side(fields.quickack),
+            link: RwSignal::new(fields.link),
         }
     }
 
@@ -273,6 +275,7 @@ impl FormSignals {
         set_per_side(self.nodelay, fields.nodelay);
         set_per_side(self.cork, fields.cork);
         set_per_side(self.quickack, fields.quickack);
+        self.link.set(fields.link);
     }
 
     /// The fields as typed, re-running the caller when any of them changes.
@@ -288,6 +291,7 @@ impl FormSignals {
             self.response_bytes,
             self.reconnect_every,
             self.think_us,
+            self.link,
         ];
         texts.iter().for_each(Track::track);
         [self.write.client, self.write.server].iter().for_each(Track::track);
@@ -308,6 +312,7 @@ impl FormSignals {
             nodelay: per_side_untracked(self.nodelay),
             cork: per_side_untracked(self.cork),
             quickack: per_side_untracked(self.quickack),
+            link: self.link.get_untracked(),
         }
     }
 }
@@ -572,6 +577,19 @@ fn RunForm(
                 <small>"requests (0 = keep-alive)"</small>
             </label>
             {number_field("server think time (µs)", "think-us", "think_us", form.think_us, invalid, "")}
+            <label>
+                <span>"emulated link"</span>
+                <input
+                    type="text"
+                    spellcheck="false"
+                    placeholder="loopback"
+                    data-testid="link"
+                    aria-invalid=move || invalid.run("link")
+                    prop:value=move || form.link.get()
+                    on:input=move |ev| form.link.set(event_target_value(&ev))
+                />
+                <small>"e.g. rtt=40ms,rate=100mbit (docs/LINK.md)"</small>
+            </label>
             <table class="per-side">
                 <thead>
                     <tr>
@@ -1958,8 +1976,11 @@ mod tests {
             .iter()
             .filter_map(|option| option.get_attribute("value"))
             .collect();
+        // Request/response presets first, then the others (bulk).
+        let is_rr = |preset: &&Preset| matches!((preset.build)(), Scenario::Rr(_));
         let mut expected = vec![String::new()];
-        expected.extend(PRESETS.iter().map(|preset| preset.name.to_string()));
+        expected.extend(PRESETS.iter().filter(is_rr).map(|preset| preset.name.to_string()));
+        expected.extend(PRESETS.iter().filter(|p| !is_rr(p)).map(|p| p.name.to_string()));
         assert_eq!(names, expected, "custom, then every preset");
         let choose = |name: &str| {
             select.set_value(name);

@@ -1,6 +1,7 @@
 //! The run form's fields to a checked [`Scenario`], with errors that name the field the user
 //! typed in.
 
+use ackscope_shared::spec::LinkSpec;
 use ackscope_shared::{PerSide, RrSpec, Scenario, WritePattern};
 
 pub use ackscope_shared::spec::MAX_BROWSER_REQUESTS;
@@ -18,6 +19,8 @@ pub struct FormFields {
     pub nodelay: PerSide<bool>,
     pub cork: PerSide<bool>,
     pub quickack: PerSide<bool>,
+    /// Empty: loopback; else the emulated link as the command line writes it (`rtt=40ms,...`).
+    pub link: String,
 }
 
 /// A field the probe would refuse, found before asking it.
@@ -42,6 +45,7 @@ impl FormFields {
             nodelay: spec.nodelay,
             cork: spec.cork,
             quickack: spec.quickack,
+            link: spec.link.map(|link| link.to_cli()).unwrap_or_default(),
         }
     }
 
@@ -62,6 +66,13 @@ impl FormFields {
             "" => None,
             text => Some(whole_number("response_bytes", text)?),
         };
+        let link = match self.link.trim() {
+            "" => None,
+            text => Some(LinkSpec::parse(text).map_err(|problem| FieldError {
+                field: Some("link"),
+                message: format!("emulated link: {problem}"),
+            })?),
+        };
         let scenario = Scenario::Rr(RrSpec {
             requests,
             size_bytes: whole_number("size_bytes", &self.size_bytes)?,
@@ -72,6 +83,7 @@ impl FormFields {
             nodelay: self.nodelay,
             cork: self.cork,
             quickack: self.quickack,
+            link,
             ..RrSpec::default()
         });
         scenario.validate().map_err(|error| FieldError {
@@ -89,6 +101,7 @@ pub fn label(field: &str) -> &str {
         "response_bytes" => "response size (bytes)",
         "reconnect_every" => "reconnect every",
         "think_us" => "server think time (µs)",
+        link if link.starts_with("link") => "emulated link",
         other => other,
     }
 }
