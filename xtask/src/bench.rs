@@ -8,6 +8,7 @@
 //! These are measurements, not tests: a missed target is printed, and the exit code stays 0.
 //! What they measure and the figures of one machine: docs/BENCHMARKS.md.
 
+use std::ffi::OsStr;
 use std::fs;
 use std::net::{Ipv4Addr, TcpListener, TcpStream};
 use std::path::Path;
@@ -18,7 +19,7 @@ use std::time::{Duration, Instant};
 use crate::setup;
 use crate::steps::Steps;
 
-const USAGE: &str = "usage: cargo xtask bench rr [--rounds N] [--seconds S]\n       \
+const USAGE: &str = "usage: cargo xtask bench rr [--rounds N] [--seconds S] [--pin CPU]\n       \
                      cargo xtask bench memory [--count N]";
 
 /// The request and answer body of every rr benchmark run, in bytes.
@@ -34,15 +35,16 @@ const FILE_BYTES_PER_EVENT_TARGET: f64 = 24.0;
 pub fn run(args: &[String]) -> Result<(), String> {
     match args.split_first() {
         Some((which, rest)) if which == "rr" => {
-            let rounds = flag_value(rest, "--rounds", &["--seconds"])?.unwrap_or(5);
-            let seconds = flag_value(rest, "--seconds", &["--rounds"])?.unwrap_or(3);
+            let options = options(rest, &["--rounds", "--seconds", "--pin"])?;
+            let rounds = option(&options, "--rounds").unwrap_or(5);
+            let seconds = option(&options, "--seconds").unwrap_or(3);
             if rounds == 0 || seconds == 0 {
                 return Err(format!("--rounds and --seconds must be at least 1\n{USAGE}"));
             }
-            rr(rounds, seconds)
+            rr(rounds, seconds, option(&options, "--pin"))
         }
         Some((which, rest)) if which == "memory" => {
-            let count = flag_value(rest, "--count", &[])?.unwrap_or(MAX_COUNT);
+            let count = option(&options(rest, &["--count"])?, "--count").unwrap_or(MAX_COUNT);
             if !(1..=MAX_COUNT).contains(&count) {
                 return Err(format!("--count must be 1 to {MAX_COUNT}\n{USAGE}"));
             }
@@ -53,24 +55,38 @@ pub fn run(args: &[String]) -> Result<(), String> {
     }
 }
 
-/// The number after `flag`, if given; `others` are the flags that may also appear.
-fn flag_value(args: &[String], flag: &str, others: &[&str]) -> Result<Option<u32>, String> {
-    let mut found = None;
+/// `--name NUMBER` pairs, each name one of `allowed`.
+fn options<'a>(args: &'a [String], allowed: &[&str]) -> Result<Vec<(&'a str, u32)>, String> {
+    let mut found = Vec::new();
     let mut rest = args.iter();
-    while let Some(arg) = rest.next() {
-        let value = rest.next();
-        if arg != flag && !others.contains(&arg.as_str()) {
-            return Err(format!("unknown option `{arg}`\n{USAGE}"));
+    while let Some(name) = rest.next() {
+        if !allowed.contains(&name.as_str()) {
+            return Err(format!("unknown option `{name}`\n{USAGE}"));
         }
-        let value = value.ok_or_else(|| format!("{arg} needs a number\n{USAGE}"))?;
+        let value = rest.next().ok_or_else(|| format!("{name} needs a number\n{USAGE}"))?;
         let number = value
             .parse::<u32>()
-            .map_err(|_| format!("{arg} needs a whole number, not `{value}`\n{USAGE}"))?;
-        if arg == flag {
-            found = Some(number);
-        }
+            .map_err(|_| format!("{name} needs a whole number, not `{value}`\n{USAGE}"))?;
+        found.push((name.as_str(), number));
     }
     Ok(found)
+}
+
+/// The last value given for `name`.
+fn option(options: &[(&str, u32)], name: &str) -> Option<u32> {
+    options.iter().rev().find(|(n, _)| *n == name).map(|(_, value)| *value)
+}
+
+/// `program`, under `taskset -c CPU` when pinned to a CPU.
+fn command(program: impl AsRef<OsStr>, pin: Option<u32>) -> Command {
+    match pin {
+        Some(cpu) => {
+            let mut command = setup::tool_command("taskset");
+            command.arg("-c").arg(cpu.to_string()).arg(program);
+            command
+        }
+        None => Command::new(program),
+    }
 }
 
 /// Install what is missing and build the release probe; `more` steps follow.
@@ -110,17 +126,17 @@ enum Program {
     RecordingOff,
 }
 
-fn rr(rounds: u32, seconds: u32) -> Result<(), String> {
+fn rr(rounds: u32, seconds: u32, pin: Option<u32>) -> Result<(), String> {
     let mut steps = prepare(2 + rounds as usize, &["sockperf"])?;
 
     let ticks_before = cpu_ticks();
     steps.start("sockperf server on 127.0.0.1 (TCP)");
-    let server = SockperfServer::start()?;
+    let server = SockperfServer::start(pin)?;
     steps.done(&format!("listening on port {}", server.port));
 
     steps.start(&format!("calibrating ackscope's request count to last about {seconds} s"));
     // A short run with recording on (the slower mode) also warms up the binary and the caches.
-    let rps = ackscope_rr(10_000, true)?.wall_rps;
+    let rps = ackscope_rr(10_000, true, pin)?.wall_rps;
     let count = ((rps * f64::from(seconds) / 1000.0).round() as u32 * 1000).clamp(1000, MAX_COUNT);
     steps.done(&format!("{rps:.0} requests/s with recording on: --count {count}"));
 
@@ -137,12 +153,12 @@ fn rr(rounds: u32, seconds: u32) -> Result<(), String> {
         for program in order {
             match program {
                 Program::Sockperf => {
-                    let ping_pong = sockperf_ping_pong(server.port, seconds)?;
+                    let ping_pong = sockperf_ping_pong(server.port, seconds, pin)?;
                     result.sockperf_tps = ping_pong.tps;
                     result.sockperf_half_rtt_us = ping_pong.half_rtt_us;
                 }
-                Program::RecordingOn => result.on = ackscope_rr(count, true)?,
-                Program::RecordingOff => result.off = ackscope_rr(count, false)?,
+                Program::RecordingOn => result.on = ackscope_rr(count, true, pin)?,
+                Program::RecordingOff => result.off = ackscope_rr(count, false, pin)?,
             }
         }
         // Recording on against off: ackscope's own rps when both runs report it, otherwise
@@ -164,9 +180,13 @@ fn rr(rounds: u32, seconds: u32) -> Result<(), String> {
         ticks_before.zip(cpu_ticks()).map(|(before, after)| after.others_busy_since(&before));
     let wall_clock = results.iter().any(|r| r.off.json_rps.is_none());
 
+    let placement = match pin {
+        Some(cpu) => format!("every program pinned to CPU {cpu}"),
+        None => "not pinned".to_string(),
+    };
     println!(
         "\nrr on loopback, {SIZE_BYTES}-byte request and answer, TCP_NODELAY on both sides, \
-         transactions/s\n"
+         {placement}; transactions/s\n"
     );
     let (on_heading, off_heading) =
         if wall_clock { ("on (wall)", "off (wall)") } else { ("on", "off") };
@@ -208,7 +228,7 @@ fn rr(rounds: u32, seconds: u32) -> Result<(), String> {
     let off_tps = median(rows.iter().map(|r| r.3));
     if let Some(share) = others_busy {
         let warning = if share > OTHERS_BUSY_LIMIT {
-            ": the figures are disturbed, run again on an idle machine"
+            ": the figures may be disturbed; run again on an idle machine"
         } else {
             ""
         };
@@ -305,8 +325,8 @@ fn median(values: impl Iterator<Item = f64>) -> f64 {
     }
 }
 
-fn ackscope_rr(count: u32, recording: bool) -> Result<AckscopeRun, String> {
-    let mut command = Command::new(setup::probe_binary());
+fn ackscope_rr(count: u32, recording: bool, pin: Option<u32>) -> Result<AckscopeRun, String> {
+    let mut command = command(setup::probe_binary(), pin);
     command.args(["run", "rr", "--count", &count.to_string()]);
     command.args(["--size", &SIZE_BYTES.to_string(), "--nodelay", "both", "--json"]);
     if !recording {
@@ -414,9 +434,9 @@ struct SockperfServer {
 }
 
 impl SockperfServer {
-    fn start() -> Result<SockperfServer, String> {
+    fn start(pin: Option<u32>) -> Result<SockperfServer, String> {
         let port = free_port()?;
-        let child = setup::tool_command("sockperf")
+        let child = command("sockperf", pin)
             .args(["server", "-i", "127.0.0.1", "-p", &port.to_string(), "--tcp"])
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -464,8 +484,8 @@ struct PingPong {
 /// sockperf's ping-pong client: one message, wait for the answer, the next message.
 /// TCP_NODELAY is sockperf's default (only `--tcp-avoid-nodelay` turns it off), as with
 /// ackscope's `--nodelay both`.
-fn sockperf_ping_pong(port: u16, seconds: u32) -> Result<PingPong, String> {
-    let output = checked_output(setup::tool_command("sockperf").args([
+fn sockperf_ping_pong(port: u16, seconds: u32, pin: Option<u32>) -> Result<PingPong, String> {
+    let output = checked_output(command("sockperf", pin).args([
         "ping-pong",
         "-i",
         "127.0.0.1",
@@ -485,20 +505,22 @@ fn sockperf_ping_pong(port: u16, seconds: u32) -> Result<PingPong, String> {
     parse_ping_pong(&text)
 }
 
-/// Transactions per second from sockperf's report, for example (sockperf 3.7):
+/// Transactions per second from sockperf's report, for example (sockperf 3.7, `-t 2`):
 ///
 /// ```text
-/// sockperf: [Valid Duration] RunTime=2.999 sec; SentMessages=90718; ReceivedMessages=90718
-/// sockperf: ====> avg-latency=16.478 (std-dev=3.063, ...)
-/// sockperf: Summary: Latency is 16.478 usec
+/// sockperf: [Total Run] RunTime=2.001 sec; Warm up time=400 msec; SentMessages=88285; ...
+/// sockperf: [Valid Duration] RunTime=1.549 sec; SentMessages=77916; ReceivedMessages=77916
+/// sockperf: ====> avg-latency=9.923 (std-dev=43.722)
+/// sockperf: Summary: Latency is 9.923 usec
 /// ```
 ///
 /// In ping-pong mode every message sent is a request that the server answers, and the next one
 /// leaves only when the answer is in, so one received message is one transaction (request plus
 /// answer), like one of ackscope's `requests`: tps = ReceivedMessages / RunTime of the valid
-/// duration (the warm-up is excluded). Its "latency" is half a round trip (RTT / 2, in
-/// microseconds), kept for the table: 1e6 / (2 x latency) is an upper bound on the tps, as the
-/// client's own time between an answer and the next request is not in it.
+/// duration (the warm-up is excluded): 77916 / 1.549 = 50,301 here. Its "latency" is half a
+/// round trip (RTT / 2, in microseconds), kept for the table: 1e6 / (2 x latency) = 50,388 is an
+/// upper bound on the tps, as the client's own time between an answer and the next request is
+/// not in it.
 fn parse_ping_pong(text: &str) -> Result<PingPong, String> {
     let valid = text
         .lines()
