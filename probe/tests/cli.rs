@@ -174,3 +174,12 @@ fn the_websocket_is_only_for_the_probes_own_page() {
     let page = served.status_of("GET / HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n");
     assert!(page.contains("200"), "{page}");
 }
+
+#[test]
+fn with_recording_off_the_throughput_is_still_measured() {
+    let v = run_json(&["--count", "50", "--nodelay", "both", "--no-events"]);
+    assert_eq!(v["requests"], 50, "{v}");
+    assert!(num(&v, "rps") > 0.0 && num(&v, "duration_s") > 0.0, "{v}");
+    assert_eq!(v["p50_ms"], serde_json::Value::Null, "latency needs the events: {v}");
+    assert_eq!(v["events"], 0);
+}

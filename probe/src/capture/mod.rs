@@ -411,7 +411,7 @@ impl Reader {
     fn record(&mut self, side: Side, at_ns: u64, tag: &ConnTag, req: ReqId, kind: EventKind) {
         self.rec.record_as(side, at_ns, tag.conn, req, kind);
         self.segments += 1;
-        self.rec.flush_if_large();
+        self.rec.hand_over();
     }
 
     /// Handshake segments belong to the first request on their connection, once announced;

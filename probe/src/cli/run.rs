@@ -195,6 +195,9 @@ pub fn run(args: &RunArgs) -> Result<Ended, Failure> {
     .map_err(|e| Failure::Usage(format!("{}: {}", knobs::flag_of(e.field), e.problem)))?;
     progress.finish();
     tally.capture = notes.capture;
+    if !instruments.events {
+        tally.unrecorded = Some((notes.requests_completed, notes.clients_elapsed));
+    }
     write_to(&mut file, &ToBrowser::RunFinished { run, outcome: outcome.clone() })?;
     if let Some(Failure::Run(message)) = write_error {
         return Err(Failure::Run(format!(
@@ -307,6 +310,8 @@ pub struct Tally {
     pub bytes_read: u64,
     /// How the packet capture went, when there was one.
     pub capture: Option<CaptureReport>,
+    /// With events off: requests the clients answered and how long they ran.
+    pub unrecorded: Option<(u32, std::time::Duration)>,
 }
 
 impl Tally {
@@ -318,7 +323,14 @@ impl Tally {
             // no syscalls (`show` reads its packets instead).
             Scenario::Server(_) | Scenario::Import(_) => Analysis::Rr(Box::new(RrTally::new(None))),
         };
-        Tally { analysis, events: 0, requests_done: 0, bytes_read: 0, capture: None }
+        Tally {
+            analysis,
+            events: 0,
+            requests_done: 0,
+            bytes_read: 0,
+            capture: None,
+            unrecorded: None,
+        }
     }
 
     pub fn push(&mut self, events: &[Event]) {
@@ -351,6 +363,18 @@ impl Tally {
             Analysis::Bulk(analysis) => serde_json::to_value(analysis.summary()),
         }
         .expect("a summary is plain data");
+        if let Some((requests, elapsed)) = self.unrecorded {
+            // Nothing was recorded: only what the client threads counted is known.
+            let secs = elapsed.as_secs_f64();
+            let rps = if secs > 0.0 { f64::from(requests) / secs } else { 0.0 };
+            let object = value.as_object_mut().expect("a summary is an object");
+            object.insert("requests".into(), requests.into());
+            object.insert("duration_s".into(), secs.into());
+            object.insert("rps".into(), rps.into());
+            for unknown in ["p50_ms", "p99_ms", "max_ms", "stalled_reads"] {
+                object.insert(unknown.into(), serde_json::Value::Null);
+            }
+        }
         if let Some(stalls) = self.stall_classes() {
             let stalls = serde_json::to_value(stalls).expect("stall summaries are plain data");
             value.as_object_mut().expect("a summary is an object").insert("stalls".into(), stalls);

@@ -103,7 +103,7 @@ fn run(mut paths: [Path; 2], clock: Clock, stop: &AtomicBool) -> io::Result<Rela
             last_flush_ns = now_ns;
             paths.iter_mut().for_each(|p| p.recorder.flush());
         } else {
-            paths.iter_mut().for_each(|p| p.recorder.flush_if_large());
+            paths.iter_mut().for_each(|p| p.recorder.hand_over());
         }
     }
     Ok(stats)

@@ -119,7 +119,7 @@ pub fn send(
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
             Err(e) => return Err(context(e, "bulk client write")),
         }
-        end.recorder().flush_if_large();
+        end.recorder().hand_over();
     }
     // Half-close, then wait for the server's close: the transfer is done when it has read all.
     end.stream.shutdown(Shutdown::Write).map_err(|e| context(e, "bulk client shutdown"))?;

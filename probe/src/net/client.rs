@@ -26,6 +26,8 @@ pub struct Shared<'a> {
     pub peers: &'a Peers,
     pub next_req: AtomicU32,
     pub next_conn: AtomicU32,
+    /// Requests answered, counted apart from the events (which may be off).
+    pub completed: AtomicU32,
     /// No new requests after this.
     pub deadline: Option<Instant>,
     /// Set when any thread fails, or the user interrupts: the others stop after their request.
@@ -99,7 +101,8 @@ pub fn run(shared: &Shared, rec: &mut Recorder) -> io::Result<()> {
             return Err(closed_by_server(req, server));
         }
         end.note(req, EventKind::RequestDone);
-        rec.flush();
+        shared.completed.fetch_add(1, Ordering::Relaxed);
+        rec.hand_over();
         if response != expected {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidData,
@@ -218,6 +221,7 @@ mod tests {
             peers: &Peers::default(),
             next_req: AtomicU32::new(0),
             next_conn: AtomicU32::new(0),
+            completed: AtomicU32::new(0),
             deadline: None,
             stop: &stop,
             instruments: Instruments {

@@ -271,7 +271,7 @@ impl Connection<'_> {
             if let Err(e) = end.write_message(req, &answer) {
                 break Err(context(e, format!("echo server write to {peer}")));
             }
-            end.recorder().flush();
+            end.recorder().hand_over();
         };
         // The accept loop holds a clone of this socket (to unblock it on shutdown), so dropping
         // ours would not close it: shut it down explicitly so the peer sees the close now.

@@ -38,19 +38,29 @@ pub struct Recorder {
     batch: Vec<Event>,
     /// `None`: a recorder that keeps nothing (recording off, or a connection a run did not make).
     sink: Option<SyncSender<Vec<Event>>>,
+    last_sent: Instant,
 }
 
 /// A batch is sent on by itself past this many events (a bulk transfer's thousands of writes).
 const BATCH_CAP: usize = 16 * 1024;
+/// [`Recorder::hand_over`] sends a batch this large, or this old.
+const HAND_OVER_EVENTS: usize = 256;
+const HAND_OVER_AFTER: std::time::Duration = std::time::Duration::from_millis(10);
 
 impl Recorder {
     pub fn new(clock: Clock, side: Side, sink: SyncSender<Vec<Event>>) -> Recorder {
-        Recorder { clock, side, batch: Vec::with_capacity(64), sink: Some(sink) }
+        Recorder {
+            clock,
+            side,
+            batch: Vec::with_capacity(HAND_OVER_EVENTS),
+            sink: Some(sink),
+            last_sent: Instant::now(),
+        }
     }
 
     /// A recorder that stamps nothing and keeps nothing.
     pub fn discarding(clock: Clock, side: Side) -> Recorder {
-        Recorder { clock, side, batch: Vec::new(), sink: None }
+        Recorder { clock, side, batch: Vec::new(), sink: None, last_sent: Instant::now() }
     }
 
     pub fn is_recording(&self) -> bool {
@@ -106,10 +116,12 @@ impl Recorder {
         }
     }
 
-    /// Sends the batch on if it has grown past a few hundred events: keeps a long transfer
-    /// visible while it goes without a channel send per syscall.
-    pub fn flush_if_large(&mut self) {
-        if self.batch.len() >= 256 {
+    /// A good moment to hand the batch over (an exchange ended): it is sent once it holds a few
+    /// hundred events or the last one left 10 ms ago. Sending after every exchange would wake
+    /// the collector thousands of times a second, on the cores the experiment measures; every
+    /// 10 ms still shows a run live.
+    pub fn hand_over(&mut self) {
+        if self.batch.len() >= HAND_OVER_EVENTS || self.last_sent.elapsed() >= HAND_OVER_AFTER {
             self.flush();
         }
     }
@@ -118,8 +130,9 @@ impl Recorder {
     /// are dropped; the run itself is ending then.
     pub fn flush(&mut self) {
         if let (Some(sink), false) = (&self.sink, self.batch.is_empty()) {
-            let batch = std::mem::replace(&mut self.batch, Vec::with_capacity(64));
+            let batch = std::mem::replace(&mut self.batch, Vec::with_capacity(HAND_OVER_EVENTS));
             let _ = sink.send(batch);
+            self.last_sent = Instant::now();
         }
     }
 }

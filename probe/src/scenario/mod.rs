@@ -7,6 +7,7 @@ pub mod rr;
 use std::sync::atomic::AtomicBool;
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
 use std::sync::Arc;
+use std::time::Duration;
 
 use ackscope_shared::spec::LinkSpec;
 use ackscope_shared::wire::{Instruments, RunOutcome};
@@ -38,6 +39,10 @@ pub fn run(
 pub struct RunNotes {
     /// How the packet capture went (`Instruments.capture`, request/response runs).
     pub capture: Option<CaptureReport>,
+    /// Requests answered and how long the client threads ran (request/response runs): the
+    /// throughput when events are not recorded.
+    pub requests_completed: u32,
+    pub clients_elapsed: Duration,
 }
 
 /// [`run`], also filling in `notes`.

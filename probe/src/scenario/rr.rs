@@ -66,11 +66,13 @@ pub fn run(
         peers: &peers,
         next_req: AtomicU32::new(0),
         next_conn: AtomicU32::new(0),
+        completed: AtomicU32::new(0),
         deadline: spec.duration_ms.map(|ms| Instant::now() + Duration::from_millis(u64::from(ms))),
         stop: &stop,
         instruments,
     };
     let clients_done = AtomicBool::new(false);
+    let clients_started = Instant::now();
     thread::scope(|scope| {
         let mut clients = Vec::new();
         for _ in 0..spec.connections {
@@ -93,10 +95,13 @@ pub fn run(
         let server_sink_owner = server;
         drop(collector);
         let (clients_done, first_error, link) = (&clients_done, &first_error, &link);
+        let completed = &shared.completed;
         scope.spawn(move || {
             for client in clients {
                 let _ = client.join();
             }
+            notes.clients_elapsed = clients_started.elapsed();
+            notes.requests_completed = completed.load(Ordering::Relaxed);
             // The server wakes its accept() with a connection of its own: from its namespace.
             let _ = placement.enter(Side::Server);
             server_sink_owner.shutdown();
