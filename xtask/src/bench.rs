@@ -329,6 +329,9 @@ fn ackscope_rr(count: u32, recording: bool, pin: Option<u32>) -> Result<Ackscope
     let mut command = command(setup::probe_binary(), pin);
     command.args(["run", "rr", "--count", &count.to_string()]);
     command.args(["--size", &SIZE_BYTES.to_string(), "--nodelay", "both", "--json"]);
+    // sockperf sends each message with one call; so does ackscope here, so that the ratio is
+    // the probe's own cost, not story 1's length-then-body protocol (which doubles the segments).
+    command.args(["--write", "single"]);
     if !recording {
         command.args(["--no-events", "--no-tcp-info"]);
     }
