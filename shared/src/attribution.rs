@@ -461,7 +461,9 @@ mod tests {
     use super::*;
     use crate::event::{EventKind, TcpInfoSample};
     use crate::spec::PerSide;
-    use crate::synthetic::{nagle_run, nagle_run_with_packets, Script, MS, US};
+    use crate::synthetic::{
+        nagle_run, nagle_run_with_packets, think_time_exchange, Script, MS, US,
+    };
 
     fn analysed(events: &[crate::event::Event]) -> RunAnalysis {
         let mut analysis = RunAnalysis::new();
@@ -648,25 +650,7 @@ mod tests {
 
     #[test]
     fn think_time_slow_connects_and_blocked_writes() {
-        use Side::{Client, Server};
-        let mut script = Script::default();
-        // A request whose server thinks 30 ms between reading and answering.
-        script.event(0, Client, 0, EventKind::RequestStart);
-        script.event(0, Client, 0, EventKind::ConnectStart);
-        script.event(25 * MS, Client, 0, EventKind::Connected);
-        let t = 25 * MS;
-        script.write(Client, 0, t, t + 5 * US, 4);
-        script.write(Client, 0, t + 6 * US, t + 10 * US, 100);
-        script.read(Server, 0, t, t + 20 * US, 4);
-        script.read(Server, 0, t + 21 * US, t + 30 * US, 100);
-        let answer = t + 30 * MS;
-        script.write(Server, 0, answer, answer + 5 * US, 4);
-        // The body's write blocks 15 ms (a full send buffer).
-        script.write(Server, 0, answer + 6 * US, answer + 15 * MS, 100);
-        script.read(Client, 0, t + 11 * US, answer + 10 * US, 4);
-        script.read(Client, 0, answer + 11 * US, answer + 15 * MS + 10 * US, 100);
-        script.event(answer + 16 * MS, Client, 0, EventKind::RequestDone);
-        let stalls = attribute(&analysed(&script.events), None);
+        let stalls = attribute(&analysed(&think_time_exchange()), None);
         let classes: Vec<StallClass> = stalls.iter().map(|s| s.class).collect();
         assert!(classes.contains(&StallClass::ConnectionSetup), "{classes:?}");
         assert!(classes.contains(&StallClass::ServerThinkTime), "{classes:?}");

@@ -129,3 +129,26 @@ fn nagle_script(requests: u32, hold: u64, packets: bool) -> Script {
     }
     script
 }
+
+/// One exchange of 100-byte messages with three waits that are not held reads: a 25 ms connect,
+/// the server thinking 30 ms between reading the request and answering, and the answer's body
+/// write blocked 15 ms (a full send buffer).
+pub fn think_time_exchange() -> Vec<Event> {
+    use Side::{Client, Server};
+    let mut script = Script::default();
+    script.event(0, Client, 0, EventKind::RequestStart);
+    script.event(0, Client, 0, EventKind::ConnectStart);
+    script.event(25 * MS, Client, 0, EventKind::Connected);
+    let t = 25 * MS;
+    script.write(Client, 0, t, t + 5 * US, 4);
+    script.write(Client, 0, t + 6 * US, t + 10 * US, 100);
+    script.read(Server, 0, t, t + 20 * US, 4);
+    script.read(Server, 0, t + 21 * US, t + 30 * US, 100);
+    let answer = t + 30 * MS;
+    script.write(Server, 0, answer, answer + 5 * US, 4);
+    script.write(Server, 0, answer + 6 * US, answer + 15 * MS, 100);
+    script.read(Client, 0, t + 11 * US, answer + 10 * US, 4);
+    script.read(Client, 0, answer + 11 * US, answer + 15 * MS + 10 * US, 100);
+    script.event(answer + 16 * MS, Client, 0, EventKind::RequestDone);
+    script.events
+}

@@ -389,8 +389,7 @@ fn format_ms(ns: u64) -> String {
 #[cfg(test)]
 mod tests {
     use ackscope_shared::analysis::RunAnalysis;
-    use ackscope_shared::synthetic::Script;
-    use ackscope_shared::{EventKind, PerSide, RrSpec};
+    use ackscope_shared::{PerSide, RrSpec};
     use wasm_bindgen_test::wasm_bindgen_test;
 
     use super::*;
@@ -410,24 +409,8 @@ mod tests {
     /// One exchange: a 25 ms connect, the server thinking 30 ms before it answers, and its
     /// body's write blocked 15 ms (as in shared's attribution tests).
     fn think_time_exchange() -> RunAnalysis {
-        use Side::{Client, Server};
-        let mut script = Script::default();
-        script.event(0, Client, 0, EventKind::RequestStart);
-        script.event(0, Client, 0, EventKind::ConnectStart);
-        script.event(25 * MS, Client, 0, EventKind::Connected);
-        let t = 25 * MS;
-        script.write(Client, 0, t, t + 5 * US, 4);
-        script.write(Client, 0, t + 6 * US, t + 10 * US, 100);
-        script.read(Server, 0, t, t + 20 * US, 4);
-        script.read(Server, 0, t + 21 * US, t + 30 * US, 100);
-        let answer = t + 30 * MS;
-        script.write(Server, 0, answer, answer + 5 * US, 4);
-        script.write(Server, 0, answer + 6 * US, answer + 15 * MS, 100);
-        script.read(Client, 0, t + 11 * US, answer + 10 * US, 4);
-        script.read(Client, 0, answer + 11 * US, answer + 15 * MS + 10 * US, 100);
-        script.event(answer + 16 * MS, Client, 0, EventKind::RequestDone);
         let mut analysis = RunAnalysis::new();
-        analysis.push_all(&script.events);
+        analysis.push_all(&ackscope_shared::synthetic::think_time_exchange());
         analysis
     }
 
