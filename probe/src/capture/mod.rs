@@ -7,6 +7,9 @@
 //! clocks is measured at the start and the end of the capture ([`ClockOffset`]) and each stamp is
 //! converted with it. docs/CAPTURE.md has the measured agreement and the permissions.
 //!
+//! On the emulated link (`--link`) there is no socket: the link's relay already holds every
+//! packet and stamps it on the run's clock, and tags it with a [`Tagger`] as this module does.
+//!
 //! Every `unsafe` of the capture is in this module.
 
 use std::io;
@@ -19,7 +22,7 @@ use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use ackscope_shared::packet::parse_ethernet;
-use ackscope_shared::{Event, EventKind, ReqId, Side};
+use ackscope_shared::{Event, EventKind, ReqId, Segment, Side};
 use serde::Serialize;
 use socket2::{Domain, Protocol, Socket, Type};
 
@@ -289,12 +292,9 @@ impl Capture {
         let reader = Reader {
             socket,
             server_port,
-            peers,
             offset,
             rec: Recorder::new(clock, Side::Client, sink),
-            pending: Vec::new(),
-            segments: 0,
-            unmatched: 0,
+            tagger: Tagger::new(peers),
         };
         let stopping = Arc::clone(&stop);
         let thread =
@@ -331,14 +331,10 @@ impl Capture {
 struct Reader {
     socket: CaptureSocket,
     server_port: u16,
-    peers: Arc<Peers>,
     offset: ClockOffset,
     /// Records for both sides ([`Recorder::record_as`]).
     rec: Recorder,
-    /// Handshake segments, waiting for their connection's first request id.
-    pending: Vec<(Instant, ConnTag, Event)>,
-    segments: u64,
-    unmatched: u64,
+    tagger: Tagger,
 }
 
 impl Reader {
@@ -360,22 +356,20 @@ impl Reader {
                 }
             }
             if flushed.elapsed() >= FLUSH_EVERY {
-                self.resolve_pending(false);
+                self.tagger.resolve_pending(&mut self.rec, false);
                 self.rec.flush();
                 dropped = dropped.saturating_add(self.socket.drops());
                 flushed = Instant::now();
             }
         }
-        self.resolve_pending(true);
+        self.tagger.resolve_pending(&mut self.rec, true);
         self.rec.flush();
         dropped = dropped.saturating_add(self.socket.drops());
         let end = ClockOffset::measure(&self.rec.clock());
         let drift = end.realtime_minus_run_ns - self.offset.realtime_minus_run_ns;
-        if self.unmatched > 0 {
-            tracing::debug!("capture: {} segments of connections not the run's", self.unmatched);
-        }
+        self.tagger.log_unmatched();
         CaptureReport {
-            segments: self.segments,
+            segments: self.tagger.segments(),
             offset_uncertainty_ns: self.offset.uncertainty_ns.max(end.uncertainty_ns),
             drift_ns: i64::try_from(drift).unwrap_or(i64::MAX),
             dropped,
@@ -389,18 +383,53 @@ impl Reader {
             (src, dst) if dst == self.server_port => (Side::Client, src),
             _ => return,
         };
-        // A connection the run did not make (the server's own wake-up connect at shutdown).
-        let Some(tag) = self.peers.lookup(client_port) else {
-            self.unmatched += 1;
-            return;
-        };
         let at_ns = match stamp {
             Some(realtime) => self.offset.to_run_ns(realtime),
             None => self.rec.now_ns(),
         };
-        let kind = EventKind::Segment(Box::new(packet.segment));
-        match tag.request_before(self.rec.clock().instant_at(at_ns)) {
-            Some(req) => self.record(side, at_ns, &tag, req, kind),
+        self.tagger.record(&mut self.rec, side, client_port, at_ns, packet.segment);
+        self.rec.hand_over();
+    }
+}
+
+/// Gives captured segments their connection and request, and records them: the lo capture's
+/// reader and the emulated link's relay share it.
+pub struct Tagger {
+    peers: Arc<Peers>,
+    /// Handshake segments, waiting for their connection's first request id.
+    pending: Vec<(Instant, ConnTag, Event)>,
+    segments: u64,
+    unmatched: u64,
+}
+
+impl Tagger {
+    /// Tags segments of the connections whose client ports `peers` knows.
+    pub fn new(peers: Arc<Peers>) -> Tagger {
+        Tagger { peers, pending: Vec::new(), segments: 0, unmatched: 0 }
+    }
+
+    /// Records `segment`, sent by `side` at `at_ns` on the connection from `client_port`, for
+    /// the request the client announced last before `at_ns` (handshake segments wait for the
+    /// connection's first request: [`Tagger::resolve_pending`]). Segments of a connection the
+    /// run did not make (the server's own wake-up connect at shutdown) are only counted.
+    pub fn record(
+        &mut self,
+        rec: &mut Recorder,
+        side: Side,
+        client_port: u16,
+        at_ns: u64,
+        segment: Segment,
+    ) {
+        let Some(tag) = self.peers.lookup(client_port) else {
+            self.unmatched += 1;
+            return;
+        };
+        let kind = EventKind::Segment(Box::new(segment));
+        match tag.request_before(rec.clock().instant_at(at_ns)) {
+            Some(req) => {
+                rec.record_as(side, at_ns, tag.conn, req, kind);
+                self.segments += 1;
+            }
             None => {
                 let event = Event { at_ns, side, conn: tag.conn, req: ReqId(0), kind };
                 self.pending.push((Instant::now(), tag, event));
@@ -408,21 +437,32 @@ impl Reader {
         }
     }
 
-    fn record(&mut self, side: Side, at_ns: u64, tag: &ConnTag, req: ReqId, kind: EventKind) {
-        self.rec.record_as(side, at_ns, tag.conn, req, kind);
-        self.segments += 1;
-        self.rec.hand_over();
-    }
-
     /// Handshake segments belong to the first request on their connection, once announced;
-    /// those still without one after [`PENDING_FOR`] (or at the end) are dropped.
-    fn resolve_pending(&mut self, last: bool) {
+    /// those still without one after [`PENDING_FOR`] (or at the end, `last`) are dropped.
+    pub fn resolve_pending(&mut self, rec: &mut Recorder, last: bool) {
+        if self.pending.is_empty() {
+            return;
+        }
         for (since, tag, event) in std::mem::take(&mut self.pending) {
             match tag.request_at(0) {
-                Some(req) => self.record(event.side, event.at_ns, &tag, req, event.kind),
+                Some(req) => {
+                    rec.record_as(event.side, event.at_ns, tag.conn, req, event.kind);
+                    self.segments += 1;
+                }
                 None if last || since.elapsed() > PENDING_FOR => {}
                 None => self.pending.push((since, tag, event)),
             }
+        }
+    }
+
+    /// Segments recorded so far.
+    pub fn segments(&self) -> u64 {
+        self.segments
+    }
+
+    pub fn log_unmatched(&self) {
+        if self.unmatched > 0 {
+            tracing::debug!("capture: {} segments of connections not the run's", self.unmatched);
         }
     }
 }

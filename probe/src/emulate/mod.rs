@@ -17,11 +17,14 @@ pub mod relay;
 
 use std::io;
 use std::net::Ipv4Addr;
+use std::sync::Arc;
 use std::thread;
 
 use ackscope_shared::spec::LinkSpec;
 use ackscope_shared::Side;
 
+use crate::capture::Tagger;
+use crate::net::peers::Peers;
 use crate::net::record::{Clock, Recorder};
 use netns::Namespace;
 use queue::{Direction, DirectionConfig};
@@ -58,6 +61,19 @@ impl Link {
         client_recorder: Recorder,
         server_recorder: Recorder,
     ) -> Result<Link, LinkError> {
+        Link::start_capturing(spec, clock, client_recorder, server_recorder, None)
+    }
+
+    /// [`Link::start`], and with `capture` (the run's connections) the relay also records each
+    /// TCP packet it reads as a `Segment` event of its sender, in that side's recorder
+    /// (`--capture` on the link: docs/CAPTURE.md).
+    pub fn start_capturing(
+        spec: &LinkSpec,
+        clock: Clock,
+        client_recorder: Recorder,
+        server_recorder: Recorder,
+        capture: Option<Arc<Peers>>,
+    ) -> Result<Link, LinkError> {
         let (client, client_tun) = Namespace::create(CLIENT_IP, SERVER_IP, spec.mtu)
             .map_err(|source| LinkError::Namespace { side: "client", source })?;
         let (server, server_tun) = Namespace::create(SERVER_IP, CLIENT_IP, spec.mtu)
@@ -82,7 +98,8 @@ impl Link {
                 recorder: server_recorder,
             },
         ];
-        let relay = Relay::start(paths, clock).map_err(LinkError::Relay)?;
+        let relay =
+            Relay::start(paths, clock, capture.map(Tagger::new)).map_err(LinkError::Relay)?;
         Ok(Link { client, server, relay, seed })
     }
 

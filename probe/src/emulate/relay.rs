@@ -1,6 +1,10 @@
 //! The relay thread: reads packets from each namespace's TUN device, passes them through that
 //! direction's [`Direction`], and writes them into the other namespace when they are due.
 //! It sleeps in ppoll() until a packet arrives or the next one is due, never spinning.
+//!
+//! With packet capture on (`--capture`), each TCP packet read from a device is also recorded as
+//! a `Segment` event of the side that sent it, stamped when it was read: as the sender's kernel
+//! handed it to its device, before the link's queue and delay. Only its headers are parsed.
 
 use std::fs::File;
 use std::io::{self, Read, Write};
@@ -9,9 +13,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::{self, JoinHandle};
 
-use ackscope_shared::{ConnId, EventKind, LinkAction, LinkEvent, ReqId};
+use ackscope_shared::packet::parse_ip;
+use ackscope_shared::{ConnId, EventKind, LinkAction, LinkEvent, ReqId, Side};
 
 use super::queue::Direction;
+use crate::capture::Tagger;
 use crate::net::record::{Clock, Recorder};
 
 /// The longest sleep: how soon the relay sees that it should stop.
@@ -38,6 +44,8 @@ pub struct RelayStats {
     pub dropped_packets: u64,
     /// Each delivery's write time minus its due time, in nanoseconds (the first million).
     pub lateness_ns: Vec<u64>,
+    /// Segments recorded by the capture, when there was one.
+    pub captured_segments: Option<u64>,
 }
 
 pub struct Relay {
@@ -47,13 +55,14 @@ pub struct Relay {
 }
 
 impl Relay {
-    /// Starts relaying `paths[0]` (client to server) and `paths[1]` (server to client).
-    pub fn start(paths: [Path; 2], clock: Clock) -> io::Result<Relay> {
+    /// Starts relaying `paths[0]` (client to server) and `paths[1]` (server to client); with a
+    /// `capture`, recording each TCP packet read as a segment of the side that sent it.
+    pub fn start(paths: [Path; 2], clock: Clock, capture: Option<Tagger>) -> io::Result<Relay> {
         let stop = Arc::new(AtomicBool::new(false));
         let flag = Arc::clone(&stop);
         let thread = thread::Builder::new()
             .name("link-relay".into())
-            .spawn(move || run(paths, clock, &flag))?;
+            .spawn(move || run(paths, clock, capture, &flag))?;
         Ok(Relay { stop, thread: Mutex::new(Some(thread)) })
     }
 
@@ -77,7 +86,12 @@ impl Drop for Relay {
     }
 }
 
-fn run(mut paths: [Path; 2], clock: Clock, stop: &AtomicBool) -> io::Result<RelayStats> {
+fn run(
+    mut paths: [Path; 2],
+    clock: Clock,
+    mut capture: Option<Tagger>,
+    stop: &AtomicBool,
+) -> io::Result<RelayStats> {
     // SAFETY: PR_SET_TIMERSLACK only changes this thread's timer slack; 1 ns keeps ppoll()'s
     // wake-ups within microseconds of the due time instead of the default 50 us slack.
     unsafe {
@@ -93,21 +107,33 @@ fn run(mut paths: [Path; 2], clock: Clock, stop: &AtomicBool) -> io::Result<Rela
         let sleep_ns =
             next_due.map_or(STOP_CHECK_NS, |due| due.saturating_sub(now_ns)).min(STOP_CHECK_NS);
         let ready = wait_readable([&paths[0].from, &paths[1].from], sleep_ns)?;
-        for (path, readable) in paths.iter_mut().zip(ready) {
+        for ((path, readable), sender) in paths.iter_mut().zip(ready).zip(SENDERS) {
             if readable {
-                read_burst(path, &mut buffer, &clock, &mut stats)?;
+                let capture = capture.as_mut().map(|tagger| (tagger, sender));
+                read_burst(path, &mut buffer, &clock, &mut stats, capture)?;
             }
         }
         let now_ns = clock.now_ns();
         if now_ns - last_flush_ns >= FLUSH_EVERY_NS {
             last_flush_ns = now_ns;
+            if let Some(tagger) = &mut capture {
+                tagger.resolve_pending(&mut paths[0].recorder, false);
+            }
             paths.iter_mut().for_each(|p| p.recorder.flush());
         } else {
             paths.iter_mut().for_each(|p| p.recorder.hand_over());
         }
     }
+    if let Some(tagger) = &mut capture {
+        tagger.resolve_pending(&mut paths[0].recorder, true);
+        tagger.log_unmatched();
+        stats.captured_segments = Some(tagger.segments());
+    }
     Ok(stats)
 }
+
+/// Who sends the packets read from `paths[0]` and `paths[1]`.
+const SENDERS: [Side; 2] = [Side::Client, Side::Server];
 
 fn deliver_due(paths: &mut [Path; 2], clock: &Clock, stats: &mut RelayStats) {
     for index in 0..paths.len() {
@@ -139,6 +165,7 @@ fn read_burst(
     buffer: &mut [u8],
     clock: &Clock,
     stats: &mut RelayStats,
+    mut capture: Option<(&mut Tagger, Side)>,
 ) -> io::Result<()> {
     for _ in 0..READ_BURST {
         let len = match path.from.read(buffer) {
@@ -153,6 +180,9 @@ fn read_burst(
             continue;
         }
         let now_ns = clock.now_ns();
+        if let Some((tagger, sender)) = &mut capture {
+            capture_segment(tagger, &mut path.recorder, *sender, &buffer[..len], now_ns);
+        }
         let event = path.direction.handle_packet(now_ns, buffer[..len].to_vec());
         if event.action == LinkAction::Dropped {
             stats.dropped_packets += 1;
@@ -160,6 +190,23 @@ fn read_burst(
         record(&mut path.recorder, now_ns, event);
     }
     Ok(())
+}
+
+/// Records the TCP segment in `packet`, sent by `sender` and read from its device at `at_ns`,
+/// for the connection of its client port (anything else is not the run's, and skipped).
+fn capture_segment(
+    tagger: &mut Tagger,
+    recorder: &mut Recorder,
+    sender: Side,
+    packet: &[u8],
+    at_ns: u64,
+) {
+    let Ok(packet) = parse_ip(packet) else { return };
+    let client_port = match sender {
+        Side::Client => packet.src_port,
+        Side::Server => packet.dst_port,
+    };
+    tagger.record(recorder, sender, client_port, at_ns, packet.segment);
 }
 
 fn record(recorder: &mut Recorder, at_ns: u64, event: LinkEvent) {

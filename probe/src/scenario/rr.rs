@@ -10,8 +10,8 @@ use ackscope_shared::spec::MAX_BODY_BYTES;
 use ackscope_shared::wire::{Instruments, RunOutcome};
 use ackscope_shared::{Event, RrSpec, Side};
 
-use super::{open_capture, outcome, start_link, Collector, RunNotes};
-use crate::capture::Capture;
+use super::{open_capture, outcome, Collector, RunNotes};
+use crate::capture::{Capture, CaptureReport};
 use crate::emulate::{Link, Placement};
 use crate::net::client::{self, Shared};
 use crate::net::echo::{EchoConfig, EchoServer, Tagging};
@@ -25,7 +25,9 @@ pub fn run(
     notes: &mut RunNotes,
     mut on_events: impl FnMut(Vec<Event>),
 ) -> RunOutcome {
-    let capture_socket = match open_capture(instruments) {
+    // On the link the relay captures (it holds every packet already): no socket on lo.
+    let on_lo = Instruments { capture: instruments.capture && spec.link.is_none(), ..instruments };
+    let capture_socket = match open_capture(on_lo) {
         Ok(socket) => socket,
         Err(error) => return RunOutcome::Failed { error },
     };
@@ -38,7 +40,13 @@ pub fn run(
         think: Duration::from_micros(u64::from(spec.think_us)),
         instruments,
     };
-    let link = match spec.link.map(|link| start_link(&link, &collector)).transpose() {
+    let link_capture = (instruments.capture && instruments.events).then(|| Arc::clone(&peers));
+    let link = spec.link.map(|link| {
+        let (client, server) = (collector.recorder(Side::Client), collector.recorder(Side::Server));
+        Link::start_capturing(&link, collector.clock, client, server, link_capture)
+            .map_err(|e| e.to_string())
+    });
+    let link = match link.transpose() {
         Ok(link) => link,
         Err(error) => return RunOutcome::Failed { error },
     };
@@ -107,8 +115,18 @@ pub fn run(
             server_sink_owner.shutdown();
             // After the server: the last segments are in, and its sender goes.
             notes.capture = capture.map(Capture::stop);
-            if let Some(Err(e)) = link.as_ref().map(Link::stop_relay) {
-                first_error.lock().unwrap_or_else(|p| p.into_inner()).get_or_insert(e.to_string());
+            match link.as_ref().map(Link::stop_relay) {
+                Some(Err(e)) => {
+                    let mut first = first_error.lock().unwrap_or_else(|p| p.into_inner());
+                    first.get_or_insert(e.to_string());
+                }
+                // The relay stamps on the run's clock: no offset to measure, nothing dropped.
+                Some(Ok(stats)) => {
+                    if let Some(segments) = stats.captured_segments {
+                        notes.capture = Some(CaptureReport { segments, ..Default::default() });
+                    }
+                }
+                None => {}
             }
             clients_done.store(true, Ordering::Relaxed);
         });

@@ -1,0 +1,124 @@
+//! `--capture` with `--link`: the relay records each packet it reads from a TUN device as a
+//! segment of its sender, stamped as the sender's kernel sent it. Needs root or a user namespace
+//! for the link (CI runs as root); skipped otherwise.
+
+mod common;
+
+use ackscope_shared::analysis::RunAnalysis;
+use ackscope_shared::attribution;
+use ackscope_shared::event::tcp_flags;
+use ackscope_shared::{Event, EventKind, LinkAction, RrSpec, Segment, Side};
+use common::ackscope;
+
+fn is_root() -> bool {
+    // SAFETY: geteuid() cannot fail and has no side effects.
+    let root = unsafe { libc::geteuid() == 0 };
+    if !root {
+        eprintln!("skipped: the link capture test runs as root");
+    }
+    root
+}
+
+/// A story-3 split write over a 40 ms link (the rr defaults: length then a 2048-byte body,
+/// Nagle on both sides, MTU 1500), captured at the relay.
+#[test]
+fn the_relay_captures_both_directions_on_the_run_clock_and_stalls_cite_the_packets() {
+    if !is_root() {
+        return;
+    }
+    let file = std::env::temp_dir().join(format!("ackscope-link-capture-{}", std::process::id()));
+    let file = file.to_str().unwrap();
+    let args = ["run", "rr", "--link", "rtt=40ms", "--count", "6", "--capture", "-o", file];
+    let run = ackscope(&[&args[..], &["--json"]].concat());
+    assert!(run.status.success());
+    let summary: serde_json::Value = serde_json::from_slice(&run.stdout).unwrap();
+    assert_eq!(summary["outcome"], "completed");
+    let captured = summary["capture"]["segments"].as_u64().unwrap();
+    assert!(captured >= 50, "{}", summary["capture"]);
+    let spec: RrSpec = serde_json::from_value(summary["config"].clone()).unwrap();
+
+    let export = ackscope(&["export", file, "--json"]);
+    let _ = std::fs::remove_file(file);
+    assert!(export.status.success());
+    let export: serde_json::Value = serde_json::from_slice(&export.stdout).unwrap();
+    let events: Vec<Event> = export["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|m| m.get("Events"))
+        .flat_map(|batch| serde_json::from_value::<Vec<Event>>(batch["events"].clone()).unwrap())
+        .collect();
+    let mut segments: Vec<(&Event, &Segment)> = events
+        .iter()
+        .filter_map(|e| match &e.kind {
+            EventKind::Segment(s) => Some((e, &**s)),
+            _ => None,
+        })
+        .collect();
+    segments.sort_by_key(|(e, _)| e.at_ns);
+    assert_eq!(segments.len() as u64, captured, "every recorded segment is in the file");
+    let syn = |side: Side| segments.iter().any(|(e, s)| e.side == side && s.has(tcp_flags::SYN));
+    assert!(syn(Side::Client) && syn(Side::Server), "the handshake, both ways, is tagged");
+
+    // When the link delivered the packet `side` sent at `at_ns`: its Enqueued event has the
+    // segment's stamp, its Delivered event the same packet number.
+    let delivered = |side: Side, at_ns: u64| {
+        let link = |e: &Event| match &e.kind {
+            EventKind::Link(link) if e.side == side => Some(*link),
+            _ => None,
+        };
+        let packet = events
+            .iter()
+            .filter(|e| e.at_ns == at_ns)
+            .filter_map(link)
+            .find(|l| l.action == LinkAction::Enqueued)
+            .unwrap_or_else(|| panic!("no Enqueued link event at {at_ns} for {side:?}"))
+            .packet;
+        events
+            .iter()
+            .filter(|e| {
+                link(e).is_some_and(|l| l.packet == packet && l.action == LinkAction::Delivered)
+            })
+            .map(|e| e.at_ns)
+            .next()
+            .unwrap_or_else(|| panic!("packet {packet} from {side:?} never delivered"))
+    };
+    let ms = |ns: u64| ns as f64 / 1e6;
+    for req in 1..6 {
+        let data = |side: Side| {
+            segments
+                .iter()
+                .filter(move |(e, s)| e.req.0 == req && e.side == side && s.len > 0)
+                .copied()
+                .collect::<Vec<_>>()
+        };
+        let (request, answer) = (data(Side::Client), data(Side::Server));
+        let bytes = |list: &[(&Event, &Segment)]| list.iter().map(|(_, s)| s.len).sum::<u32>();
+        assert_eq!(bytes(&request), 2052, "request {req}: the length and body: {request:?}");
+        assert_eq!(bytes(&answer), 2052, "request {req}: the echo: {answer:?}");
+        // The segment that completed the request, and the first of the answer.
+        let (last, _) = request.last().unwrap();
+        let (first, _) = answer[0];
+        let sent = first.at_ns - last.at_ns;
+        let arrived = delivered(Side::Server, first.at_ns) - last.at_ns;
+        eprintln!(
+            "request {req}: answer sent {:.2} ms, delivered {:.2} ms after the request's last \
+             segment",
+            ms(sent),
+            ms(arrived)
+        );
+        assert!((15_000_000..35_000_000).contains(&sent), "half an RTT: {sent} ns");
+        assert!((35_000_000..60_000_000).contains(&arrived), "one RTT: {arrived} ns");
+    }
+
+    let mut analysis = RunAnalysis::new();
+    analysis.push_all(&events);
+    let stalls = attribution::attribute(&analysis, Some(&spec));
+    for stall in &stalls {
+        eprintln!("{:?} {:.1} ms: {}", stall.class, ms(stall.wait_ns), stall.evidence);
+    }
+    assert!(
+        stalls.iter().any(|s| s.evidence.contains("the 4-byte segment")),
+        "a stall's evidence cites the captured packets"
+    );
+}
