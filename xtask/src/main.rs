@@ -10,6 +10,7 @@
 //! ```
 
 mod bench;
+mod bench_link;
 mod setup;
 mod steps;
 
@@ -28,7 +29,7 @@ fn main() -> ExitCode {
         "build" => build(),
         "run" => build().and_then(|()| run_probe(rest)),
         "test" => test(),
-        "bench" => bench::run(rest),
+        "bench" => bench_link::run(rest).unwrap_or_else(|| bench::run(rest)),
         "help" | "--help" | "-h" => {
             println!("{}", include_str!("usage.txt"));
             return ExitCode::SUCCESS;

@@ -1,0 +1,569 @@
+//! `cargo xtask bench link` and `cargo xtask bench capture`: the emulated link and packet
+//! capture, measured through the release binary (`ackscope run`, `ackscope export`).
+//!
+//! - `link`: the relay's throughput with no rate limit (TCP goodput of a bulk run over
+//!   `--link rtt=1ms`), and how late the relay delivers packets against its own queue model,
+//!   from the `Link` events of a rate-limited bulk run's session file.
+//! - `capture`: `ackscope run rr` with `--capture` against without, rounds alternating the order.
+//!
+//! Like `bench rr`, these measure: a missed target is printed and the exit code stays 0.
+//! What they measure and the figures of one machine: docs/BENCHMARKS.md.
+
+use std::collections::HashMap;
+use std::fs;
+use std::path::Path;
+use std::process::{Command, Output};
+use std::time::Instant;
+
+use crate::setup;
+use crate::steps::Steps;
+
+const USAGE: &str = "usage: cargo xtask bench link [--rounds N]\n       \
+                     cargo xtask bench capture [--rounds N] [--seconds S]";
+
+/// The throughput runs: a short RTT and no rate, so the relay is the only limit.
+const THROUGHPUT_LINK: &str = "rtt=1ms";
+const THROUGHPUT_SECONDS: u32 = 5;
+/// Enough bytes that the throughput run stops at its duration, not at its byte count (the
+/// largest count ackscope accepts: 1 TiB).
+const THROUGHPUT_BYTES: u64 = 1 << 40;
+/// The delay run: a rate-limited link that a bulk transfer keeps queueing.
+const DELAY_RTT_NS: u64 = 40_000_000;
+const DELAY_RATE_BPS: u64 = 100_000_000;
+const DELAY_LINK: &str = "rtt=40ms,rate=100mbit";
+const DELAY_SECONDS: u32 = 3;
+/// The measured link rate leaves out the first second of deliveries (slow start).
+const RATE_SKIP_NS: u64 = 1_000_000_000;
+
+const GBPS_TARGET: f64 = 1.0;
+const DELAY_ERR_P99_TARGET_MS: f64 = 1.0;
+const CAPTURE_TARGET: f64 = 0.8;
+
+/// The rr runs of `bench capture`, as `bench rr` runs ackscope with recording on.
+const RR_ARGS: [&str; 7] = ["--size", "2048", "--nodelay", "both", "--write", "single", "--json"];
+const MAX_COUNT: u32 = 1_000_000;
+
+/// `bench link` and `bench capture`; `None` for the other benchmarks (`bench.rs`).
+pub fn run(args: &[String]) -> Option<Result<(), String>> {
+    let (which, rest) = args.split_first()?;
+    match which.as_str() {
+        "link" => Some(option(rest, &["--rounds"]).and_then(|options| {
+            match options.last().map_or(3, |(_, n)| *n) {
+                0 => Err(format!("--rounds must be at least 1\n{USAGE}")),
+                rounds => link(rounds),
+            }
+        })),
+        "capture" => Some(option(rest, &["--rounds", "--seconds"]).and_then(|options| {
+            let find = |name: &str| options.iter().rev().find(|(n, _)| n == name).map(|o| o.1);
+            let rounds = find("--rounds").unwrap_or(5);
+            let seconds = find("--seconds").unwrap_or(3);
+            if rounds == 0 || seconds == 0 {
+                return Err(format!("--rounds and --seconds must be at least 1\n{USAGE}"));
+            }
+            capture(rounds, seconds)
+        })),
+        _ => None,
+    }
+}
+
+/// `--name NUMBER` pairs, each name one of `allowed`.
+fn option(args: &[String], allowed: &[&str]) -> Result<Vec<(String, u32)>, String> {
+    let mut found = Vec::new();
+    let mut rest = args.iter();
+    while let Some(name) = rest.next() {
+        if !allowed.contains(&name.as_str()) {
+            return Err(format!("unknown option `{name}`\n{USAGE}"));
+        }
+        let value = rest.next().ok_or_else(|| format!("{name} needs a number\n{USAGE}"))?;
+        let number = value
+            .parse::<u32>()
+            .map_err(|_| format!("{name} needs a whole number, not `{value}`\n{USAGE}"))?;
+        found.push((name.clone(), number));
+    }
+    Ok(found)
+}
+
+/// Install what is missing and build the release probe; `more` steps follow.
+fn prepare(more: usize) -> Result<Steps, String> {
+    let mut steps = Steps::new(6 + more);
+    setup::ensure_build_tools(&mut steps)?;
+    crate::build_web(&mut steps)?;
+    crate::build_probe(&mut steps)?;
+    Ok(steps)
+}
+
+fn link(rounds: u32) -> Result<(), String> {
+    let mut steps = prepare(rounds as usize + 1)?;
+    let mut gbps = Vec::new();
+    for round in 1..=rounds {
+        steps.start(&format!(
+            "round {round} of {rounds}: ackscope run bulk --link {THROUGHPUT_LINK} --duration \
+             {THROUGHPUT_SECONDS}s"
+        ));
+        let output = checked_output(Command::new(setup::probe_binary()).args([
+            "run",
+            "bulk",
+            "--link",
+            THROUGHPUT_LINK,
+            "--duration",
+            &format!("{THROUGHPUT_SECONDS}s"),
+            "--bytes",
+            &THROUGHPUT_BYTES.to_string(),
+            "--json",
+        ]))?;
+        let json = summary(&output)?;
+        let round_gbps = number(&json, "goodput_mbps")? / 1000.0;
+        steps.done(&format!("{round_gbps:.3} Gbit/s TCP goodput"));
+        gbps.push(round_gbps);
+    }
+
+    steps.start(&format!(
+        "ackscope run bulk --link {DELAY_LINK} --duration {DELAY_SECONDS}s -o FILE, then \
+         ackscope export FILE --json"
+    ));
+    let dir = std::env::temp_dir().join(format!("ackscope-bench-link-{}", std::process::id()));
+    fs::create_dir_all(&dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
+    let measured = delay_run(&dir.join("link.session"));
+    let _ = fs::remove_dir_all(&dir);
+    let (events, goodput_mbps) = measured?;
+    let delay = Lateness::from_events(&events, DELAY_RATE_BPS, DELAY_RTT_NS / 2)?;
+    steps.done(&format!(
+        "{} Link events, {} deliveries paired with their enqueue; TCP goodput {goodput_mbps:.1} \
+         Mbit/s",
+        events.len(),
+        delay.errors_ns.len()
+    ));
+
+    let gbps_median = median(gbps.iter().copied());
+    let rounds_text: Vec<String> = gbps.iter().map(|g| format!("{g:.3}")).collect();
+    let p50 = delay.percentile_ms(0.50);
+    let p99 = delay.percentile_ms(0.99);
+    let max = delay.percentile_ms(1.0);
+    let min = delay.errors_ns.first().map_or(0.0, |&ns| ns as f64 / 1e6);
+    println!(
+        "\nthroughput: TCP goodput of `ackscope run bulk --link {THROUGHPUT_LINK}` (no rate \
+         limit) through the relay, whose own packet rate is the limit; Gbit/s by round: {}",
+        rounds_text.join(", ")
+    );
+    println!(
+        "delay error: delivery time - due time per packet, over `--link {DELAY_LINK}` under a \
+         bulk load, both directions; due = max(enqueued, previous packet's serialization end) \
+         + bytes*8/rate + rtt/2 (probe/src/emulate/queue.rs)"
+    );
+    println!(
+        "  {} packets: min {min:.3} ms, p50 {p50:.3} ms, p99 {p99:.3} ms, max {max:.3} ms; {} \
+         enqueued packets not delivered (held at the end, or refused by the stack)",
+        delay.errors_ns.len(),
+        delay.undelivered
+    );
+    let rate_ratio = delay.client_rate_bps / DELAY_RATE_BPS as f64;
+    println!(
+        "link_rate measured_vs_configured ratio={rate_ratio:.3} measured_mbps={:.2} \
+         configured_mbps={:.0}  (IP bytes the relay delivered client to server, after the \
+         first second)",
+        delay.client_rate_bps / 1e6,
+        DELAY_RATE_BPS as f64 / 1e6
+    );
+    println!("\nmedian over {rounds} throughput rounds, p99 over one delay run:");
+    println!("link gbps={gbps_median:.3} delay_err_p99_ms={p99:.3}");
+    println!(
+        "  gbps >= {GBPS_TARGET} (TCP goodput through the relay):{}",
+        met_or_missed(gbps_median >= GBPS_TARGET)
+    );
+    println!(
+        "  delay_err_p99_ms <= {DELAY_ERR_P99_TARGET_MS}:{}",
+        met_or_missed(p99 <= DELAY_ERR_P99_TARGET_MS)
+    );
+    Ok(())
+}
+
+/// The delay run's `Link` events (from its exported session) and its TCP goodput.
+fn delay_run(file: &Path) -> Result<(Vec<LinkEvent>, f64), String> {
+    let mut command = Command::new(setup::probe_binary());
+    command.args(["run", "bulk", "--link", DELAY_LINK, "--duration"]);
+    command.arg(format!("{DELAY_SECONDS}s")).arg("-o").arg(file).arg("--json");
+    let json = summary(&checked_output(&mut command)?)?;
+    let goodput_mbps = number(&json, "goodput_mbps")?;
+    let mut command = Command::new(setup::probe_binary());
+    command.arg("export").arg(file).arg("--json");
+    let export = checked_output(&mut command)?;
+    let events = link_events(&String::from_utf8_lossy(&export.stdout))?;
+    if events.is_empty() {
+        return Err("the exported session has no Link events".to_string());
+    }
+    Ok((events, goodput_mbps))
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Action {
+    Enqueued,
+    Delivered,
+    Dropped,
+}
+
+/// One `Link` event of an exported session.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct LinkEvent {
+    at_ns: u64,
+    /// The side that sent the packet: each side's packets are numbered on their own.
+    client: bool,
+    action: Action,
+    packet: u32,
+    bytes: u32,
+}
+
+/// Every `Link` event in `ackscope export --json` output, whose events look like
+/// `{"at_ns":2126088,"side":"Client","conn":0,"req":0,"kind":{"Link":{"action":"Enqueued",
+/// "packet":0,"bytes":60,"queued_bytes":60}}}` (the fields are looked up by name).
+fn link_events(export: &str) -> Result<Vec<LinkEvent>, String> {
+    let mut events = Vec::new();
+    for (start, _) in export.match_indices("{\"at_ns\":") {
+        let text = &export[start..object_end(export, start)];
+        if !text.contains("{\"Link\":{") {
+            continue;
+        }
+        let side = string_field(text, "side")?;
+        let action = match string_field(text, "action")? {
+            "Enqueued" => Action::Enqueued,
+            "Delivered" => Action::Delivered,
+            "Dropped" => Action::Dropped,
+            other => return Err(format!("unknown Link action `{other}` in {text}")),
+        };
+        events.push(LinkEvent {
+            at_ns: number(text, "at_ns")? as u64,
+            client: side == "Client",
+            action,
+            packet: number(text, "packet")? as u32,
+            bytes: number(text, "bytes")? as u32,
+        });
+    }
+    Ok(events)
+}
+
+/// The index just past the JSON object that starts at `start` (braces in strings skipped).
+fn object_end(json: &str, start: usize) -> usize {
+    let bytes = json.as_bytes();
+    let mut depth = 0usize;
+    let mut index = start;
+    while index < bytes.len() {
+        match bytes[index] {
+            b'"' => {
+                index += 1;
+                while index < bytes.len() && bytes[index] != b'"' {
+                    index += if bytes[index] == b'\\' { 2 } else { 1 };
+                }
+            }
+            b'{' => depth += 1,
+            b'}' => {
+                depth -= 1;
+                if depth == 0 {
+                    return index + 1;
+                }
+            }
+            _ => {}
+        }
+        index += 1;
+    }
+    bytes.len()
+}
+
+/// The raw value after the first `"field":` in `json`, up to the next `,`, `}` or `]`.
+fn raw_field<'a>(json: &'a str, field: &str) -> Option<&'a str> {
+    let key = format!("\"{field}\":");
+    let start = json.find(&key)? + key.len();
+    let rest = &json[start..];
+    let end = rest.find([',', '}', ']']).unwrap_or(rest.len());
+    Some(rest[..end].trim())
+}
+
+fn number(json: &str, field: &str) -> Result<f64, String> {
+    let raw = raw_field(json, field).ok_or_else(|| format!("no `{field}` field in {json}"))?;
+    raw.parse().map_err(|_| format!("`{field}` is `{raw}`, not a number, in {json}"))
+}
+
+fn string_field<'a>(json: &'a str, field: &str) -> Result<&'a str, String> {
+    raw_field(json, field)
+        .and_then(|raw| raw.strip_prefix('"')?.strip_suffix('"'))
+        .ok_or_else(|| format!("no string `{field}` field in {json}"))
+}
+
+/// Delivery time minus due time of every delivered packet, sorted, and the link's rate.
+struct Lateness {
+    errors_ns: Vec<i64>,
+    undelivered: usize,
+    /// IP bytes per second delivered client to server after the first [`RATE_SKIP_NS`].
+    client_rate_bps: f64,
+}
+
+impl Lateness {
+    /// Replays each direction's serializer as `Direction::handle_packet` does: packets in their
+    /// number order (the order they arrived), a dropped packet takes no serializer time, and
+    /// `sent = max(serializer free, enqueued) + bytes * 8 / rate` (whole nanoseconds, rounded
+    /// down), `due = sent + delay`.
+    fn from_events(events: &[LinkEvent], rate_bps: u64, delay_ns: u64) -> Result<Lateness, String> {
+        let mut errors_ns = Vec::new();
+        let mut undelivered = 0;
+        for client in [true, false] {
+            let side = events.iter().filter(|e| e.client == client);
+            let mut enqueued: Vec<&LinkEvent> =
+                side.clone().filter(|e| e.action == Action::Enqueued).collect();
+            enqueued.sort_by_key(|e| e.packet);
+            let delivered: HashMap<u32, u64> = side
+                .filter(|e| e.action == Action::Delivered)
+                .map(|e| (e.packet, e.at_ns))
+                .collect();
+            let mut free_ns = 0u64;
+            for packet in enqueued {
+                let serialize_ns =
+                    (u128::from(packet.bytes) * 8 * 1_000_000_000 / u128::from(rate_bps)) as u64;
+                let sent_ns = free_ns.max(packet.at_ns) + serialize_ns;
+                free_ns = sent_ns;
+                let due_ns = sent_ns + delay_ns;
+                match delivered.get(&packet.packet) {
+                    Some(&at_ns) => errors_ns.push(at_ns as i64 - due_ns as i64),
+                    None => undelivered += 1,
+                }
+            }
+        }
+        if errors_ns.is_empty() {
+            return Err("no Enqueued event has a Delivered event with its packet number".into());
+        }
+        errors_ns.sort_unstable();
+        Ok(Lateness { errors_ns, undelivered, client_rate_bps: client_rate_bps(events) })
+    }
+
+    /// The `q` quantile (nearest rank), in milliseconds.
+    fn percentile_ms(&self, q: f64) -> f64 {
+        let rank = (q * self.errors_ns.len() as f64).ceil() as usize;
+        self.errors_ns[rank.clamp(1, self.errors_ns.len()) - 1] as f64 / 1e6
+    }
+}
+
+fn client_rate_bps(events: &[LinkEvent]) -> f64 {
+    let mut delivered: Vec<&LinkEvent> =
+        events.iter().filter(|e| e.client && e.action == Action::Delivered).collect();
+    delivered.sort_by_key(|e| e.at_ns);
+    let (Some(first), Some(last)) = (delivered.first(), delivered.last()) else {
+        return 0.0;
+    };
+    let from_ns = first.at_ns + RATE_SKIP_NS;
+    if last.at_ns <= from_ns {
+        return 0.0;
+    }
+    let bytes: u64 =
+        delivered.iter().filter(|e| e.at_ns > from_ns).map(|e| u64::from(e.bytes)).sum();
+    bytes as f64 * 8.0 * 1e9 / (last.at_ns - from_ns) as f64
+}
+
+fn capture(rounds: u32, seconds: u32) -> Result<(), String> {
+    let mut steps = prepare(2 + rounds as usize)?;
+    steps.start("can this user capture? (ackscope run rr --capture --count 100)");
+    let uid = Command::new("id").arg("-u").output().ok().map_or_else(
+        || "unknown".to_string(),
+        |o| String::from_utf8_lossy(&o.stdout).trim().to_string(),
+    );
+    if let Err(error) = rr(100, true) {
+        steps.done("no");
+        let why = if uid == "0" {
+            "running as root, yet ackscope could not capture".to_string()
+        } else {
+            format!(
+                "not root (uid {uid}): --capture needs CAP_NET_RAW (docs/CAPTURE.md, \
+                 Permissions)"
+            )
+        };
+        println!("\ncapture_vs_off skipped: {why}\n{error}");
+        return Ok(());
+    }
+    steps.done(&format!("yes (uid {uid})"));
+
+    steps.start(&format!("calibrating the request count to last about {seconds} s"));
+    let started = Instant::now();
+    rr(10_000, true)?;
+    let rps = 10_000.0 / started.elapsed().as_secs_f64();
+    let count = ((rps * f64::from(seconds) / 1000.0).round() as u32 * 1000).clamp(1000, MAX_COUNT);
+    steps.done(&format!("{rps:.0} requests/s with capture on: --count {count}"));
+
+    let mut results = Vec::new();
+    for round in 1..=rounds {
+        steps.start(&format!("round {round} of {rounds}"));
+        // Every other round runs capture first, so that drift favours neither.
+        let (on, off) = if round % 2 == 1 {
+            let off = rr(count, false)?;
+            (rr(count, true)?, off)
+        } else {
+            let on = rr(count, true)?;
+            (on, rr(count, false)?)
+        };
+        steps.done(&format!(
+            "capture on {:.0}, off {:.0} requests/s; {} segments captured, {} dropped",
+            on.rps, off.rps, on.segments, on.dropped
+        ));
+        results.push((on, off));
+    }
+
+    println!(
+        "\nackscope run rr --count {count} {} [--capture] on loopback, not pinned; requests/s \
+         (ackscope's own rps)\n",
+        RR_ARGS.join(" ")
+    );
+    println!(
+        "{:>5}  {:>10}  {:>10}  {:>6}  {:>9}  {:>7}",
+        "round", "capture", "off", "ratio", "segments", "dropped"
+    );
+    for (index, (on, off)) in results.iter().enumerate() {
+        println!(
+            "{:>5}  {:>10.0}  {:>10.0}  {:>6.3}  {:>9}  {:>7}",
+            index + 1,
+            on.rps,
+            off.rps,
+            on.rps / off.rps,
+            on.segments,
+            on.dropped
+        );
+    }
+    let on_rps = median(results.iter().map(|r| r.0.rps));
+    let off_rps = median(results.iter().map(|r| r.1.rps));
+    let ratio = on_rps / off_rps;
+    println!("\nmedians over {rounds} rounds:");
+    println!(
+        "capture_vs_off ratio={ratio:.3} capture_rps={on_rps:.0} off_rps={off_rps:.0}  {}",
+        if ratio >= CAPTURE_TARGET {
+            format!("(target >= {CAPTURE_TARGET})")
+        } else {
+            format!("target missed (>= {CAPTURE_TARGET})")
+        }
+    );
+    Ok(())
+}
+
+#[derive(Clone, Copy)]
+struct RrRun {
+    rps: f64,
+    segments: u64,
+    dropped: u64,
+}
+
+fn rr(count: u32, capture: bool) -> Result<RrRun, String> {
+    let mut command = Command::new(setup::probe_binary());
+    command.args(["run", "rr", "--count", &count.to_string()]).args(RR_ARGS);
+    if capture {
+        command.arg("--capture");
+    }
+    let json = summary(&checked_output(&mut command)?)?;
+    let captured = |field| {
+        raw_field(&json, "capture")
+            .filter(|raw| *raw != "null")
+            .and_then(|_| number(&json, field).ok())
+            .map_or(0, |n| n as u64)
+    };
+    Ok(RrRun {
+        rps: number(&json, "rps")?,
+        segments: captured("segments"),
+        dropped: captured("dropped"),
+    })
+}
+
+/// Runs to completion capturing the output; an error shows the command and what it printed.
+fn checked_output(command: &mut Command) -> Result<Output, String> {
+    let shown = std::iter::once(command.get_program())
+        .chain(command.get_args())
+        .map(|part| part.to_string_lossy())
+        .collect::<Vec<_>>()
+        .join(" ");
+    let output = command.output().map_err(|e| format!("could not start `{shown}`: {e}"))?;
+    if output.status.success() {
+        Ok(output)
+    } else {
+        Err(format!(
+            "`{shown}` failed ({}):\n{}{}",
+            output.status,
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        ))
+    }
+}
+
+/// ackscope's one-line JSON summary; an error if the run reports one.
+fn summary(output: &Output) -> Result<String, String> {
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let json = stdout
+        .lines()
+        .find(|line| line.trim_start().starts_with('{'))
+        .map(|line| line.trim().to_string())
+        .ok_or_else(|| format!("ackscope printed no JSON object; its output:\n{stdout}"))?;
+    match raw_field(&json, "error") {
+        Some("null") | None => Ok(json),
+        Some(error) => Err(format!("ackscope's run failed: {error}")),
+    }
+}
+
+fn met_or_missed(met: bool) -> &'static str {
+    if met {
+        " met"
+    } else {
+        " target missed"
+    }
+}
+
+fn median(values: impl Iterator<Item = f64>) -> f64 {
+    let mut values: Vec<f64> = values.collect();
+    values.sort_by(f64::total_cmp);
+    let middle = values.len() / 2;
+    if values.len() % 2 == 1 {
+        values[middle]
+    } else {
+        (values[middle - 1] + values[middle]) / 2.0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const EXPORT: &str = r#"{"format":"ackscope-session","messages":[
+{"Events":{"run":1,"events":[{"at_ns":1000,"side":"Client","conn":0,"req":0,"kind":{"Link":{"action":"Enqueued","packet":0,"bytes":1500,"queued_bytes":1500}}},{"at_ns":1000,"side":"Client","conn":0,"req":0,"kind":{"Link":{"action":"Enqueued","packet":1,"bytes":1500,"queued_bytes":3000}}}]}},
+{"Events":{"run":1,"events":[{"at_ns":1000,"side":"Client","conn":0,"req":0,"kind":{"Link":{"action":"Dropped","packet":2,"bytes":1500,"queued_bytes":3000}}},{"at_ns":5,"side":"Server","conn":0,"req":0,"kind":"RequestStart"}]}},
+{"Events":{"run":1,"events":[{"at_ns":21001000,"side":"Client","conn":0,"req":0,"kind":{"Link":{"action":"Delivered","packet":0,"bytes":1500,"queued_bytes":1500}}},{"at_ns":22001500,"side":"Client","conn":0,"req":0,"kind":{"Link":{"action":"Delivered","packet":1,"bytes":1500,"queued_bytes":0}}}]}}
+]}"#;
+
+    #[test]
+    fn reads_link_events_only() {
+        let events = link_events(EXPORT).unwrap();
+        assert_eq!(events.len(), 5);
+        assert_eq!(
+            events[1],
+            LinkEvent {
+                at_ns: 1000,
+                client: true,
+                action: Action::Enqueued,
+                packet: 1,
+                bytes: 1500
+            }
+        );
+        assert_eq!(events[2].action, Action::Dropped);
+        assert_eq!(events[4].at_ns, 22_001_500);
+    }
+
+    #[test]
+    fn due_times_follow_the_serializer() {
+        // 1500 bytes at 12 Mbit/s: 1 ms each, back to back, then 20 ms: due at 21.001 ms and
+        // 22.001 ms; the second is delivered 500 ns late. The dropped third takes no time.
+        let events = link_events(EXPORT).unwrap();
+        let lateness = Lateness::from_events(&events, 12_000_000, 20_000_000).unwrap();
+        assert_eq!(lateness.errors_ns, vec![0, 500]);
+        assert_eq!(lateness.undelivered, 0);
+        assert_eq!(lateness.percentile_ms(0.99), 0.0005);
+        assert_eq!(lateness.percentile_ms(0.5), 0.0);
+    }
+
+    #[test]
+    fn reads_summary_fields() {
+        let json =
+            r#"{"capture":{"drift_ns":0,"dropped":3,"segments":4009},"error":null,"rps":2.5}"#;
+        assert_eq!(number(json, "rps"), Ok(2.5));
+        assert_eq!(number(json, "dropped"), Ok(3.0));
+        assert_eq!(raw_field(json, "error"), Some("null"));
+        assert_eq!(string_field(r#"{"side":"Server"}"#, "side"), Ok("Server"));
+    }
+}
