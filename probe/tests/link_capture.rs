@@ -112,13 +112,21 @@ fn the_relay_captures_both_directions_on_the_run_clock_and_stalls_cite_the_packe
     }
 
     let mut analysis = RunAnalysis::new();
+    // As the CLI does for a link: half the RTT is the path, not a stall.
+    analysis.set_path_delay_ns(20_000_000);
     analysis.push_all(&events);
     let stalls = attribution::attribute(&analysis, Some(&spec));
     for stall in &stalls {
         eprintln!("{:?} {:.1} ms: {}", stall.class, ms(stall.wait_ns), stall.evidence);
     }
-    assert!(
-        stalls.iter().any(|s| s.evidence.contains("the 4-byte segment")),
-        "a stall's evidence cites the captured packets"
-    );
+    // Story 3: Nagle holds the 600-byte tail until the 4-byte segment's ACK is back, one RTT.
+    assert!(!stalls.is_empty());
+    for stall in &stalls {
+        assert_eq!(stall.class, attribution::StallClass::NagleRoundTrip, "{}", stall.evidence);
+        assert!(
+            stall.evidence.contains("the 4-byte segment at"),
+            "cites the packets: {}",
+            stall.evidence
+        );
+    }
 }

@@ -147,6 +147,11 @@ pub struct RunAnalysis {
     writes: HashMap<(ConnId, Side), Vec<(u64, u64)>>,
     /// The latest send MSS TCP_INFO reported, per connection and side.
     mss: HashMap<(ConnId, Side), u32>,
+    /// The smallest RTT TCP_INFO reported, per connection and side.
+    min_rtt_us: HashMap<(ConnId, Side), u32>,
+    /// The one-way delay of the path (an emulated link's RTT / 2): bytes need it to cross, so a
+    /// read held that long is not stalled.
+    path_delay_ns: u64,
     /// Events that named a request id beyond [`MAX_REQUESTS`]; they are not analysed.
     pub ignored_events: u64,
     /// Requests below this id were retired ([`RunAnalysis::retire`]); `requests[0]` is this one.
@@ -224,6 +229,10 @@ impl RunAnalysis {
             }
             EventKind::TcpInfo(ref info) => {
                 self.mss.insert(key, info.snd_mss);
+                if let Some(rtt) = info.min_rtt_us.filter(|&rtt| rtt > 0) {
+                    let known = self.min_rtt_us.entry(key).or_insert(rtt);
+                    *known = (*known).min(rtt);
+                }
                 if info.during_block {
                     let sample = KernelSample {
                         side: event.side,
@@ -279,6 +288,21 @@ impl RunAnalysis {
         self.mss.get(&(conn, side)).copied().filter(|&mss| mss > 0)
     }
 
+    /// The smallest RTT a side of a connection measured, if TCP_INFO was sampled.
+    pub fn min_rtt_ns(&self, conn: ConnId, side: Side) -> Option<u64> {
+        self.min_rtt_us.get(&(conn, side)).map(|&us| u64::from(us) * 1000)
+    }
+
+    /// Runs over a path with a known one-way delay (an emulated link): a read held no longer
+    /// than the bytes need to cross it is not stalled.
+    pub fn set_path_delay_ns(&mut self, one_way_ns: u64) {
+        self.path_delay_ns = one_way_ns;
+    }
+
+    pub fn path_delay_ns(&self) -> u64 {
+        self.path_delay_ns
+    }
+
     /// All requests seen so far, indexed by request id.
     pub fn requests(&self) -> &[RequestView] {
         &self.requests
@@ -297,9 +321,12 @@ impl RunAnalysis {
         Some(span.end_ns.saturating_sub(span.start_ns.max(written_ns)))
     }
 
-    /// The stall of a read, if it was held longer than [`STALL_THRESHOLD_NS`].
+    /// The stall of a read: how long it stayed blocked beyond the path's one-way delay after
+    /// the peer had written its bytes, if that is longer than [`STALL_THRESHOLD_NS`].
     pub fn stall_ns(&self, conn: ConnId, span: &Span) -> Option<u64> {
-        self.held_ns(conn, span).filter(|&held| held > STALL_THRESHOLD_NS)
+        self.held_ns(conn, span)
+            .map(|held| held.saturating_sub(self.path_delay_ns))
+            .filter(|&excess| excess > STALL_THRESHOLD_NS)
     }
 
     /// The id of `requests()[0]`: 0 unless requests were retired.

@@ -20,6 +20,9 @@ pub enum StallClass {
     /// The writer's Nagle algorithm held a segment until the ACK of the previous small one,
     /// which the reader's delayed-ACK timer held back.
     NagleDelayedAck,
+    /// The writer's Nagle algorithm held a small tail until the ACK of an earlier small segment
+    /// came back, one round trip later (the reader did not delay it).
+    NagleRoundTrip,
     /// The connect handshake took long.
     ConnectionSetup,
     /// The server took long between reading the request and answering it.
@@ -36,6 +39,7 @@ impl StallClass {
     pub fn name(self) -> &'static str {
         match self {
             StallClass::NagleDelayedAck => "Nagle x delayed ACK",
+            StallClass::NagleRoundTrip => "Nagle, one round trip",
             StallClass::ConnectionSetup => "connection set-up",
             StallClass::ServerThinkTime => "server think time",
             StallClass::ReceiveWindowLimited => "receive-window limited",
@@ -53,6 +57,11 @@ impl StallClass {
                 format!("one write (or writev) for the length and the body on the {w}"),
                 format!("TCP_CORK around each message on the {w}"),
                 format!("TCP_QUICKACK on the {r}, set again after every read"),
+            ],
+            StallClass::NagleRoundTrip => vec![
+                format!("TCP_NODELAY on the {w}"),
+                format!("one write (or writev) for the length and the body on the {w}"),
+                format!("TCP_CORK around each message on the {w}"),
             ],
             StallClass::ConnectionSetup => vec![
                 "keep connections open instead of reconnecting".into(),
@@ -120,19 +129,25 @@ pub fn attribute_request(
     spec: Option<&RrSpec>,
 ) -> Vec<Stall> {
     let Some(conn) = view.conn else { return Vec::new() };
+    // A handshake takes one round trip of the path.
+    let handshake_ns = 2 * analysis.path_delay_ns();
     let classify = |span: &Span| match span.kind {
-        SpanKind::Connect if span.duration_ns() > STALL_THRESHOLD_NS => Some(Stall {
-            req,
-            conn,
-            side: span.side,
-            from: Side::Client,
-            to: Side::Server,
-            start_ns: span.start_ns,
-            end_ns: span.end_ns,
-            wait_ns: span.duration_ns(),
-            class: StallClass::ConnectionSetup,
-            evidence: format!("connect() took {:.1} ms", ms(span.duration_ns())),
-        }),
+        SpanKind::Connect
+            if span.duration_ns().saturating_sub(handshake_ns) > STALL_THRESHOLD_NS =>
+        {
+            Some(Stall {
+                req,
+                conn,
+                side: span.side,
+                from: Side::Client,
+                to: Side::Server,
+                start_ns: span.start_ns,
+                end_ns: span.end_ns,
+                wait_ns: span.duration_ns(),
+                class: StallClass::ConnectionSetup,
+                evidence: format!("connect() took {:.1} ms", ms(span.duration_ns())),
+            })
+        }
         SpanKind::Read => read_stall(analysis, view, conn, req, span, spec),
         SpanKind::Write if span.duration_ns() > STALL_THRESHOLD_NS => {
             Some(write_stall(view, conn, req, span))
@@ -238,6 +253,28 @@ fn held_read(
             small.bytes
         ));
     }
+    // On a path with a real RTT, Nagle may wait for an ACK that was not delayed at all: the
+    // earlier small segment's, one round trip after it left.
+    // From the reader's side the tail arrives one RTT after the head did (`held` counts from
+    // the head's arrival, less the path delay the tail itself needed).
+    if let Some(rtt) = analysis.min_rtt_ns(conn, writer).filter(|&rtt| rtt >= STALL_THRESHOLD_NS) {
+        let waited = held + analysis.path_delay_ns();
+        if waited * 4 >= rtt * 3 && waited * 4 <= rtt * 5 {
+            let mut evidence = format!(
+                "the {w} wrote {} bytes, then {} bytes; Nagle held the tail of the {} bytes until the ACK \
+                 of the earlier small segment came back, {:.1} ms later (the RTT is {:.1} ms)",
+                small.bytes,
+                body.bytes,
+                body.bytes,
+                ms(waited),
+                ms(rtt)
+            );
+            if let Some(packets) = round_trip_on_the_wire(view, read, small.bytes, writer) {
+                evidence.push_str(&format!("; on the wire: {packets}"));
+            }
+            return (StallClass::NagleRoundTrip, evidence);
+        }
+    }
     if !DELAYED_ACK_NS.contains(&held) {
         return unexplained(format!(
             "the wait is outside the delayed-ACK timer's range ({:.0}-{:.0} ms)",
@@ -255,7 +292,7 @@ fn held_read(
         ms(held)
     );
     if view.segments.iter().any(|s| s.side == writer) {
-        match on_the_wire(view, read, small.bytes, writer) {
+        match on_the_wire(view, read, small.bytes, writer, analysis.path_delay_ns()) {
             Ok(packets) => evidence.push_str(&format!("; on the wire: {packets}")),
             Err(why) => return unexplained(format!("the packets contradict Nagle: {why}")),
         }
@@ -285,6 +322,7 @@ fn on_the_wire(
     read: &Span,
     small_bytes: u32,
     writer: Side,
+    path_delay_ns: u64,
 ) -> Result<String, String> {
     let (w, r) = (writer.name(), writer.peer().name());
     let mut data: Vec<&SegmentSample> = view
@@ -315,7 +353,9 @@ fn on_the_wire(
             held.len
         ));
     };
-    let release = held.at_ns - ack.at_ns;
+    // Segments are stamped as their sender sent them: over a link, the ACK reaches the writer
+    // one path delay after the reader sent it.
+    let release = (held.at_ns - ack.at_ns).saturating_sub(path_delay_ns);
     if release > NAGLE_RELEASE_NS {
         return Err(format!(
             "the held {} bytes left {:.1} ms after the {r}'s ACK, not at once",
@@ -330,6 +370,33 @@ fn on_the_wire(
         ms(ack.at_ns - small.at_ns),
         held.len,
         release / 1_000
+    ))
+}
+
+/// The captured segments of a round-trip Nagle hold, if they were captured: the small segment,
+/// the reader's ACK of it, and the writer's last data before the read ended (the held tail).
+fn round_trip_on_the_wire(
+    view: &RequestView,
+    read: &Span,
+    small_bytes: u32,
+    writer: Side,
+) -> Option<String> {
+    let from_writer = |s: &&SegmentSample| s.side == writer && s.len > 0 && s.at_ns <= read.end_ns;
+    let small = view.segments.iter().filter(from_writer).find(|s| s.len == small_bytes)?;
+    let tail = view.segments.iter().filter(from_writer).max_by_key(|s| s.at_ns)?;
+    let ack = view
+        .segments
+        .iter()
+        .filter(|s| s.side == writer.peer() && s.at_ns >= small.at_ns && s.at_ns <= tail.at_ns)
+        .find(|s| s.ack.wrapping_sub(small.seq_end()) as i32 >= 0)?;
+    Some(format!(
+        "the {small_bytes}-byte segment at {:.3} ms, the {}'s ACK of it {:.1} ms later, the last {} \
+         bytes {:.1} ms after the small segment",
+        ms(small.at_ns),
+        writer.peer().name(),
+        ms(ack.at_ns - small.at_ns),
+        tail.len,
+        ms(tail.at_ns - small.at_ns)
     ))
 }
 
@@ -607,6 +674,62 @@ mod tests {
             from_server.clone().count() == 4
                 && from_server.clone().all(|s| s.class == StallClass::NagleDelayedAck)
         );
+    }
+
+    /// Story 3 on a 40 ms link: the client writes 4 bytes, then 2048; the 4 bytes and a full
+    /// 1448-byte segment leave at once, Nagle holds the 600-byte tail until the ACK of the small
+    /// segment returns one RTT later. The server reads the head after the path's 20 ms, the tail
+    /// 40 ms after that.
+    fn split_over_a_link() -> RunAnalysis {
+        use Side::{Client, Server};
+        let mut script = Script::default();
+        script.event(0, Client, 0, EventKind::RequestStart);
+        script.write(Client, 0, 0, 5 * US, 4);
+        script.write(Client, 0, 6 * US, 10 * US, 2048);
+        script.events.push(crate::event::Event {
+            at_ns: 11 * US,
+            side: Client,
+            conn: ConnId(0),
+            req: ReqId(0),
+            kind: EventKind::TcpInfo(Box::new(TcpInfoSample {
+                snd_mss: 1448,
+                min_rtt_us: Some(40_000),
+                ..TcpInfoSample::default()
+            })),
+        });
+        script.read(Server, 0, 0, 20 * MS, 4);
+        script.read(Server, 0, 20 * MS + 5 * US, 20 * MS + 10 * US, 1448);
+        script.read(Server, 0, 20 * MS + 11 * US, 60 * MS, 600);
+        let mut analysis = analysed(&script.events);
+        analysis.set_path_delay_ns(20 * MS);
+        analysis
+    }
+
+    #[test]
+    fn on_a_link_nagle_may_wait_one_round_trip_and_the_path_delay_is_not_a_stall() {
+        let analysis = split_over_a_link();
+        let stalls = attribute(&analysis, Some(&RrSpec::default()));
+        assert_eq!(stalls.len(), 1, "the 20 ms crossing of the head is not a stall: {stalls:#?}");
+        let tail = &stalls[0];
+        assert_eq!(tail.class, StallClass::NagleRoundTrip, "{}", tail.evidence);
+        assert!(
+            tail.evidence.contains("one round trip") || tail.evidence.contains("came back"),
+            "{}",
+            tail.evidence
+        );
+        assert!(tail.evidence.contains("the RTT is 40.0 ms"), "{}", tail.evidence);
+        assert!(
+            (19 * MS..21 * MS).contains(&tail.wait_ns),
+            "beyond the path delay: {}",
+            tail.wait_ns
+        );
+        let fixes = tail.class.fixes(Side::Client, Side::Server).join("; ");
+        assert!(!fixes.contains("QUICKACK"), "no delayed ACK to avoid: {fixes}");
+        // Without the path delay, the head's crossing would count too.
+        let mut loopback_view = split_over_a_link();
+        loopback_view.set_path_delay_ns(0);
+        assert_eq!(loopback_view.summary().stalled_reads, 2);
+        assert_eq!(analysis.summary().stalled_reads, 1);
     }
 
     #[test]

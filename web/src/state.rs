@@ -107,12 +107,17 @@ impl Attribution {
 impl Run {
     fn new(id: RunId, spec: Scenario, instruments: Instruments) -> Run {
         let bulk = matches!(spec, Scenario::Bulk(_)).then(BulkAnalysis::new);
+        let mut analysis = RunAnalysis::new();
+        if let Scenario::Rr(RrSpec { link: Some(link), .. }) = &spec {
+            // Bytes need half the link's RTT to cross it: that much of a read's wait is the path.
+            analysis.set_path_delay_ns(u64::from(link.rtt_us) * 1000 / 2);
+        }
         Run {
             id,
             spec,
             instruments,
             status: RunStatus::Running,
-            analysis: RunAnalysis::new(),
+            analysis,
             bulk,
             events: 0,
             summary: OnceCell::new(),

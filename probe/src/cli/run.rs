@@ -281,7 +281,12 @@ const KEEP_RECENT: usize = 1024;
 
 impl RrTally {
     fn new(spec: Option<RrSpec>) -> RrTally {
-        RrTally { analysis: RunAnalysis::new(), spec, retired_stalls: StallTally::default() }
+        let mut analysis = RunAnalysis::new();
+        if let Some(link) = spec.as_ref().and_then(|spec| spec.link) {
+            // Bytes need half the link's RTT to cross it: that much of a read's wait is the path.
+            analysis.set_path_delay_ns(u64::from(link.rtt_us) * 1000 / 2);
+        }
+        RrTally { analysis, spec, retired_stalls: StallTally::default() }
     }
 
     fn push_all(&mut self, events: &[Event]) {
