@@ -48,6 +48,28 @@ impl StallClass {
         }
     }
 
+    /// The class's name in JSON (its serde name): "nagle_delayed_ack".
+    pub fn code(self) -> &'static str {
+        match self {
+            StallClass::NagleDelayedAck => "nagle_delayed_ack",
+            StallClass::NagleRoundTrip => "nagle_round_trip",
+            StallClass::ConnectionSetup => "connection_setup",
+            StallClass::ServerThinkTime => "server_think_time",
+            StallClass::ReceiveWindowLimited => "receive_window_limited",
+            StallClass::SendBufferLimited => "send_buffer_limited",
+            StallClass::Unexplained => "unexplained",
+        }
+    }
+
+    /// Whether stalls of this class are reads the kernel held after the peer had written
+    /// (rather than waits for the peer, a handshake or buffer room).
+    pub fn is_held_read(self) -> bool {
+        matches!(
+            self,
+            StallClass::NagleDelayedAck | StallClass::NagleRoundTrip | StallClass::Unexplained
+        )
+    }
+
     /// What removes stalls of this class. `writer` and `reader` are the sides involved.
     pub fn fixes(self, writer: Side, reader: Side) -> Vec<String> {
         let (w, r) = (writer.name(), reader.name());
@@ -536,6 +558,22 @@ mod tests {
         let mut analysis = RunAnalysis::new();
         analysis.push_all(events);
         analysis
+    }
+
+    #[test]
+    fn class_codes_are_the_json_names() {
+        for class in [
+            StallClass::NagleDelayedAck,
+            StallClass::NagleRoundTrip,
+            StallClass::ConnectionSetup,
+            StallClass::ServerThinkTime,
+            StallClass::ReceiveWindowLimited,
+            StallClass::SendBufferLimited,
+            StallClass::Unexplained,
+        ] {
+            let json = serde_json::to_value(class).unwrap();
+            assert_eq!(json, class.code(), "{class:?}");
+        }
     }
 
     #[test]

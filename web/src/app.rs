@@ -10,7 +10,7 @@
 use std::cell::Cell;
 use std::rc::Rc;
 
-use ackscope_shared::attribution::{ClassSummary, StallClass};
+use ackscope_shared::attribution::ClassSummary;
 use ackscope_shared::bulk::BulkSummary;
 use ackscope_shared::presets::{Preset, PRESETS};
 use ackscope_shared::wire::{HostFacts, Instruments, ToBrowser, ToProbe, WireError};
@@ -1085,7 +1085,7 @@ impl ClassText {
             sentence: sentence.to_string(),
             fixes: summary.fixes.clone(),
             // Shared gives these two classes to held reads only.
-            held: matches!(summary.class, StallClass::NagleDelayedAck | StallClass::Unexplained),
+            held: summary.class.is_held_read(),
         }
     }
 }

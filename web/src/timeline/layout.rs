@@ -122,14 +122,7 @@ impl Mark {
 
 /// The word shared's JSON (and the `data-class` attribute) uses for a class: its serde name.
 pub fn class_word(class: StallClass) -> &'static str {
-    match class {
-        StallClass::NagleDelayedAck => "nagle_delayed_ack",
-        StallClass::ConnectionSetup => "connection_setup",
-        StallClass::ServerThinkTime => "server_think_time",
-        StallClass::ReceiveWindowLimited => "receive_window_limited",
-        StallClass::SendBufferLimited => "send_buffer_limited",
-        StallClass::Unexplained => "unexplained",
-    }
+    class.code()
 }
 
 /// One rectangle, in row coordinates (x from the plot's left edge, y from the row's top).
