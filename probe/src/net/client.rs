@@ -30,15 +30,18 @@ pub struct Shared<'a> {
     pub completed: AtomicU32,
     /// No new requests after this.
     pub deadline: Option<Instant>,
-    /// Set when any thread fails, or the user interrupts: the others stop after their request.
+    /// Set when any thread fails: the others stop after their request.
     pub stop: &'a AtomicBool,
+    /// Set by Ctrl-C: every thread stops after its request.
+    pub user_stop: &'a AtomicBool,
     pub instruments: Instruments,
 }
 
 impl Shared<'_> {
     /// The next request's id, or `None` when the run is over.
     fn take_request(&self) -> Option<ReqId> {
-        if self.stop.load(Ordering::Relaxed) || self.deadline.is_some_and(|d| Instant::now() >= d) {
+        let stopped = self.stop.load(Ordering::Relaxed) || self.user_stop.load(Ordering::Relaxed);
+        if stopped || self.deadline.is_some_and(|d| Instant::now() >= d) {
             return None;
         }
         let id = self.next_req.fetch_add(1, Ordering::Relaxed);
@@ -224,6 +227,7 @@ mod tests {
             completed: AtomicU32::new(0),
             deadline: None,
             stop: &stop,
+            user_stop: &AtomicBool::new(false),
             instruments: Instruments {
                 tcp_info_at_syscalls: false,
                 tcp_info_interval_us: 0,

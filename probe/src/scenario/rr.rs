@@ -65,7 +65,7 @@ pub fn run(
         Err(error) => return RunOutcome::Failed { error },
     };
     let first_error = Mutex::new(None);
-    // One flag for "stop starting requests": set by the user, or by the first thread to fail.
+    // Set by the first thread to fail: the others stop starting requests.
     let stop = AtomicBool::new(false);
     let shared = Shared {
         spec,
@@ -77,9 +77,9 @@ pub fn run(
         completed: AtomicU32::new(0),
         deadline: spec.duration_ms.map(|ms| Instant::now() + Duration::from_millis(u64::from(ms))),
         stop: &stop,
+        user_stop,
         instruments,
     };
-    let clients_done = AtomicBool::new(false);
     let clients_started = Instant::now();
     thread::scope(|scope| {
         let mut clients = Vec::new();
@@ -102,7 +102,7 @@ pub fn run(
         // threads' (when they end) and the server's (when it is shut down after them).
         let server_sink_owner = server;
         drop(collector);
-        let (clients_done, first_error, link) = (&clients_done, &first_error, &link);
+        let (first_error, link) = (&first_error, &link);
         let completed = &shared.completed;
         scope.spawn(move || {
             for client in clients {
@@ -128,20 +128,10 @@ pub fn run(
                 }
                 None => {}
             }
-            clients_done.store(true, Ordering::Relaxed);
-        });
-        let watch_user = scope.spawn(|| {
-            while !clients_done.load(Ordering::Relaxed) {
-                if user_stop.load(Ordering::Relaxed) {
-                    stop.store(true, Ordering::Relaxed);
-                }
-                thread::sleep(Duration::from_millis(20));
-            }
         });
         for batch in batches {
             on_events(batch);
         }
-        let _ = watch_user.join();
     });
     let error = first_error.into_inner().unwrap_or_else(|p| p.into_inner());
     outcome(error, user_stop)
