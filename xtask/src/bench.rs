@@ -314,7 +314,7 @@ fn verdict(met: bool, target: &str) -> String {
     }
 }
 
-fn median(values: impl Iterator<Item = f64>) -> f64 {
+pub(crate) fn median(values: impl Iterator<Item = f64>) -> f64 {
     let mut values: Vec<f64> = values.collect();
     values.sort_by(f64::total_cmp);
     let middle = values.len() / 2;
@@ -351,12 +351,8 @@ fn ackscope_rr(count: u32, recording: bool, pin: Option<u32>) -> Result<Ackscope
 }
 
 /// Runs to completion capturing the output; an error shows the command and what it printed.
-fn checked_output(command: &mut Command) -> Result<Output, String> {
-    let shown = std::iter::once(command.get_program())
-        .chain(command.get_args())
-        .map(|part| part.to_string_lossy())
-        .collect::<Vec<_>>()
-        .join(" ");
+pub(crate) fn checked_output(command: &mut Command) -> Result<Output, String> {
+    let shown = crate::steps::shown(command);
     let output = command.output().map_err(|e| format!("could not start `{shown}`: {e}"))?;
     if output.status.success() {
         Ok(output)
@@ -591,7 +587,7 @@ fn memory(count: u32) -> Result<(), String> {
     Ok(())
 }
 
-fn met_or_missed(met: bool) -> &'static str {
+pub(crate) fn met_or_missed(met: bool) -> &'static str {
     if met {
         " met"
     } else {

@@ -15,6 +15,7 @@ use std::path::Path;
 use std::process::{Command, Output};
 use std::time::Instant;
 
+use crate::bench::{checked_output, median, met_or_missed};
 use crate::setup;
 use crate::steps::Steps;
 
@@ -464,26 +465,6 @@ fn rr(count: u32, capture: bool) -> Result<RrRun, String> {
     })
 }
 
-/// Runs to completion capturing the output; an error shows the command and what it printed.
-fn checked_output(command: &mut Command) -> Result<Output, String> {
-    let shown = std::iter::once(command.get_program())
-        .chain(command.get_args())
-        .map(|part| part.to_string_lossy())
-        .collect::<Vec<_>>()
-        .join(" ");
-    let output = command.output().map_err(|e| format!("could not start `{shown}`: {e}"))?;
-    if output.status.success() {
-        Ok(output)
-    } else {
-        Err(format!(
-            "`{shown}` failed ({}):\n{}{}",
-            output.status,
-            String::from_utf8_lossy(&output.stdout),
-            String::from_utf8_lossy(&output.stderr)
-        ))
-    }
-}
-
 /// ackscope's one-line JSON summary; an error if the run reports one.
 fn summary(output: &Output) -> Result<String, String> {
     let stdout = String::from_utf8_lossy(&output.stdout);
@@ -495,25 +476,6 @@ fn summary(output: &Output) -> Result<String, String> {
     match raw_field(&json, "error") {
         Some("null") | None => Ok(json),
         Some(error) => Err(format!("ackscope's run failed: {error}")),
-    }
-}
-
-fn met_or_missed(met: bool) -> &'static str {
-    if met {
-        " met"
-    } else {
-        " target missed"
-    }
-}
-
-fn median(values: impl Iterator<Item = f64>) -> f64 {
-    let mut values: Vec<f64> = values.collect();
-    values.sort_by(f64::total_cmp);
-    let middle = values.len() / 2;
-    if values.len() % 2 == 1 {
-        values[middle]
-    } else {
-        (values[middle - 1] + values[middle]) / 2.0
     }
 }
 

@@ -50,11 +50,7 @@ pub trait RunExt {
 
 impl RunExt for Command {
     fn run(&mut self) -> Result<(), String> {
-        let shown = std::iter::once(self.get_program())
-            .chain(self.get_args())
-            .map(|part| part.to_string_lossy())
-            .collect::<Vec<_>>()
-            .join(" ");
+        let shown = shown(self);
         let status = self.status().map_err(|e| format!("could not start `{shown}`: {e}"))?;
         if status.success() {
             Ok(())
@@ -71,4 +67,13 @@ impl RunExt for Command {
     fn run_quietly(&mut self) -> bool {
         self.output().is_ok_and(|output| output.status.success())
     }
+}
+
+/// A command as a person would type it, for messages: "cargo build --release".
+pub fn shown(command: &Command) -> String {
+    std::iter::once(command.get_program())
+        .chain(command.get_args())
+        .map(|part| part.to_string_lossy())
+        .collect::<Vec<_>>()
+        .join(" ")
 }
