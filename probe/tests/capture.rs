@@ -16,15 +16,7 @@ use ackscope_shared::{ConnId, Event, EventKind, RrSpec, Scenario, Segment, Side}
 use common::ackscope;
 
 fn is_root() -> bool {
-    let root = std::fs::read_to_string("/proc/self/status")
-        .map(|s| {
-            s.lines().any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(1) == Some("0"))
-        })
-        .unwrap_or(false);
-    if !root {
-        eprintln!("skipped: packet capture tests need root");
-    }
-    root
+    common::root_or_skip("packet capture")
 }
 
 fn segments(events: &[Event]) -> Vec<(&Event, &Segment)> {
@@ -55,16 +47,7 @@ fn story_1_on_the_wire_small_segment_delayed_pure_ack_then_the_body() {
     assert!(capture["offset_uncertainty_ns"].as_u64().unwrap() < 10_000, "{capture}");
     assert!(capture["drift_ns"].as_i64().unwrap().abs() < 100_000, "{capture}");
 
-    let export = ackscope(&["export", file, "--json"]);
-    assert!(export.status.success());
-    let export: serde_json::Value = serde_json::from_slice(&export.stdout).unwrap();
-    let events: Vec<Event> = export["messages"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter_map(|m| m.get("Events"))
-        .flat_map(|batch| serde_json::from_value::<Vec<Event>>(batch["events"].clone()).unwrap())
-        .collect();
+    let events: Vec<Event> = common::exported_events(file);
     let segments = segments(&events);
     // Every request after the first (a new connection ACKs at once) stalls client->server.
     for req in 1..10 {

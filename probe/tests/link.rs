@@ -24,10 +24,7 @@ fn num(v: &serde_json::Value, field: &str) -> f64 {
     v[field].as_f64().unwrap_or_else(|| panic!("{field} is a number in {v}"))
 }
 
-fn is_root() -> bool {
-    // SAFETY: geteuid() cannot fail and has no side effects.
-    unsafe { libc::geteuid() == 0 }
-}
+use common::is_root;
 
 /// What a run could leave behind: named namespaces and TUN devices, in the host's namespace.
 fn leftovers() -> (String, String) {

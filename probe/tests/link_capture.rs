@@ -11,12 +11,7 @@ use ackscope_shared::{Event, EventKind, LinkAction, RrSpec, Segment, Side};
 use common::ackscope;
 
 fn is_root() -> bool {
-    // SAFETY: geteuid() cannot fail and has no side effects.
-    let root = unsafe { libc::geteuid() == 0 };
-    if !root {
-        eprintln!("skipped: the link capture test runs as root");
-    }
-    root
+    common::root_or_skip("the link capture test")
 }
 
 /// A story-3 split write over a 40 ms link (the rr defaults: length then a 2048-byte body,
@@ -37,17 +32,8 @@ fn the_relay_captures_both_directions_on_the_run_clock_and_stalls_cite_the_packe
     assert!(captured >= 50, "{}", summary["capture"]);
     let spec: RrSpec = serde_json::from_value(summary["config"].clone()).unwrap();
 
-    let export = ackscope(&["export", file, "--json"]);
+    let events: Vec<Event> = common::exported_events(file);
     let _ = std::fs::remove_file(file);
-    assert!(export.status.success());
-    let export: serde_json::Value = serde_json::from_slice(&export.stdout).unwrap();
-    let events: Vec<Event> = export["messages"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter_map(|m| m.get("Events"))
-        .flat_map(|batch| serde_json::from_value::<Vec<Event>>(batch["events"].clone()).unwrap())
-        .collect();
     let mut segments: Vec<(&Event, &Segment)> = events
         .iter()
         .filter_map(|e| match &e.kind {

@@ -13,3 +13,37 @@ pub fn ackscope(args: &[&str]) -> Output {
     );
     output
 }
+
+// Each test file compiles its own copy of this module and uses some of it.
+#[allow(dead_code)]
+pub fn is_root() -> bool {
+    // SAFETY: geteuid() cannot fail and has no side effects.
+    unsafe { libc::geteuid() == 0 }
+}
+
+/// True as root; otherwise says which test is skipped and why (CI runs as root).
+#[allow(dead_code)]
+pub fn root_or_skip(what: &str) -> bool {
+    let root = is_root();
+    if !root {
+        eprintln!("skipped: {what} needs root");
+    }
+    root
+}
+
+/// Every event of a session file, through `ackscope export FILE --json`.
+#[allow(dead_code)]
+pub fn exported_events(file: &str) -> Vec<ackscope_shared::Event> {
+    let export = ackscope(&["export", file, "--json"]);
+    assert!(export.status.success(), "export {file}");
+    let export: serde_json::Value = serde_json::from_slice(&export.stdout).unwrap();
+    export["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|message| message.get("Events"))
+        .flat_map(|batch| {
+            serde_json::from_value::<Vec<ackscope_shared::Event>>(batch["events"].clone()).unwrap()
+        })
+        .collect()
+}
