@@ -35,7 +35,7 @@ const FILE_BYTES_PER_EVENT_TARGET: f64 = 24.0;
 pub fn run(args: &[String]) -> Result<(), String> {
     match args.split_first() {
         Some((which, rest)) if which == "rr" => {
-            let options = options(rest, &["--rounds", "--seconds", "--pin"])?;
+            let options = options(rest, &["--rounds", "--seconds", "--pin"], USAGE)?;
             let rounds = option(&options, "--rounds").unwrap_or(5);
             let seconds = option(&options, "--seconds").unwrap_or(3);
             if rounds == 0 || seconds == 0 {
@@ -44,7 +44,8 @@ pub fn run(args: &[String]) -> Result<(), String> {
             rr(rounds, seconds, option(&options, "--pin"))
         }
         Some((which, rest)) if which == "memory" => {
-            let count = option(&options(rest, &["--count"])?, "--count").unwrap_or(MAX_COUNT);
+            let count =
+                option(&options(rest, &["--count"], USAGE)?, "--count").unwrap_or(MAX_COUNT);
             if !(1..=MAX_COUNT).contains(&count) {
                 return Err(format!("--count must be 1 to {MAX_COUNT}\n{USAGE}"));
             }
@@ -55,25 +56,29 @@ pub fn run(args: &[String]) -> Result<(), String> {
     }
 }
 
-/// `--name NUMBER` pairs, each name one of `allowed`.
-fn options<'a>(args: &'a [String], allowed: &[&str]) -> Result<Vec<(&'a str, u32)>, String> {
+/// `--name NUMBER` pairs, each name one of `allowed`; errors end with `usage`.
+pub(crate) fn options<'a>(
+    args: &'a [String],
+    allowed: &[&str],
+    usage: &str,
+) -> Result<Vec<(&'a str, u32)>, String> {
     let mut found = Vec::new();
     let mut rest = args.iter();
     while let Some(name) = rest.next() {
         if !allowed.contains(&name.as_str()) {
-            return Err(format!("unknown option `{name}`\n{USAGE}"));
+            return Err(format!("unknown option `{name}`\n{usage}"));
         }
-        let value = rest.next().ok_or_else(|| format!("{name} needs a number\n{USAGE}"))?;
+        let value = rest.next().ok_or_else(|| format!("{name} needs a number\n{usage}"))?;
         let number = value
             .parse::<u32>()
-            .map_err(|_| format!("{name} needs a whole number, not `{value}`\n{USAGE}"))?;
+            .map_err(|_| format!("{name} needs a whole number, not `{value}`\n{usage}"))?;
         found.push((name.as_str(), number));
     }
     Ok(found)
 }
 
 /// The last value given for `name`.
-fn option(options: &[(&str, u32)], name: &str) -> Option<u32> {
+pub(crate) fn option(options: &[(&str, u32)], name: &str) -> Option<u32> {
     options.iter().rev().find(|(n, _)| *n == name).map(|(_, value)| *value)
 }
 

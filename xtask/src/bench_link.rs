@@ -15,7 +15,7 @@ use std::path::Path;
 use std::process::{Command, Output};
 use std::time::Instant;
 
-use crate::bench::{checked_output, median, met_or_missed};
+use crate::bench::{checked_output, median, met_or_missed, option, options};
 use crate::setup;
 use crate::steps::Steps;
 
@@ -48,16 +48,15 @@ const MAX_COUNT: u32 = 1_000_000;
 pub fn run(args: &[String]) -> Option<Result<(), String>> {
     let (which, rest) = args.split_first()?;
     match which.as_str() {
-        "link" => Some(option(rest, &["--rounds"]).and_then(|options| {
-            match options.last().map_or(3, |(_, n)| *n) {
+        "link" => Some(options(rest, &["--rounds"], USAGE).and_then(|options| {
+            match option(&options, "--rounds").unwrap_or(3) {
                 0 => Err(format!("--rounds must be at least 1\n{USAGE}")),
                 rounds => link(rounds),
             }
         })),
-        "capture" => Some(option(rest, &["--rounds", "--seconds"]).and_then(|options| {
-            let find = |name: &str| options.iter().rev().find(|(n, _)| n == name).map(|o| o.1);
-            let rounds = find("--rounds").unwrap_or(5);
-            let seconds = find("--seconds").unwrap_or(3);
+        "capture" => Some(options(rest, &["--rounds", "--seconds"], USAGE).and_then(|options| {
+            let rounds = option(&options, "--rounds").unwrap_or(5);
+            let seconds = option(&options, "--seconds").unwrap_or(3);
             if rounds == 0 || seconds == 0 {
                 return Err(format!("--rounds and --seconds must be at least 1\n{USAGE}"));
             }
@@ -65,23 +64,6 @@ pub fn run(args: &[String]) -> Option<Result<(), String>> {
         })),
         _ => None,
     }
-}
-
-/// `--name NUMBER` pairs, each name one of `allowed`.
-fn option(args: &[String], allowed: &[&str]) -> Result<Vec<(String, u32)>, String> {
-    let mut found = Vec::new();
-    let mut rest = args.iter();
-    while let Some(name) = rest.next() {
-        if !allowed.contains(&name.as_str()) {
-            return Err(format!("unknown option `{name}`\n{USAGE}"));
-        }
-        let value = rest.next().ok_or_else(|| format!("{name} needs a number\n{USAGE}"))?;
-        let number = value
-            .parse::<u32>()
-            .map_err(|_| format!("{name} needs a whole number, not `{value}`\n{USAGE}"))?;
-        found.push((name.clone(), number));
-    }
-    Ok(found)
 }
 
 /// Install what is missing and build the release probe; `more` steps follow.
