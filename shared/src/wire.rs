@@ -21,6 +21,10 @@ pub const PROTOCOL_VERSION: u16 = 1;
 /// No message may be larger than this: bounds what a decoder allocates for a bad length.
 pub const MAX_MESSAGE_BYTES: usize = 16 * 1024 * 1024;
 
+/// At most this many events in one `Events` message: about 100 KB of syscall events, far below
+/// [`MAX_MESSAGE_BYTES`] even for TCP_INFO samples or captured segments.
+pub const EVENTS_PER_MESSAGE: usize = 8192;
+
 /// Probe to browser.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub enum ToBrowser {

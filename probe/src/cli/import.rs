@@ -17,7 +17,9 @@ use std::path::{Path, PathBuf};
 use ackscope_shared::attribution::summarize;
 use ackscope_shared::packet::Packet;
 use ackscope_shared::pcap;
-use ackscope_shared::wire::{Hello, HostFacts, Instruments, RunOutcome, ToBrowser};
+use ackscope_shared::wire::{
+    Hello, HostFacts, Instruments, RunOutcome, ToBrowser, EVENTS_PER_MESSAGE,
+};
 use ackscope_shared::{
     packet_stalls, ConnId, Event, EventKind, ImportSpec, ImportedConnection, ReqId, RunId,
     Scenario, Side,
@@ -25,9 +27,6 @@ use ackscope_shared::{
 
 use super::{Ended, Failure};
 use crate::record::{SessionWriter, MAX_FILE_BYTES};
-
-/// Events per `Events` message: far below the 16 MiB frame limit.
-const EVENTS_PER_MESSAGE: usize = 4096;
 
 #[derive(Debug, clap::Args)]
 pub struct ImportArgs {
@@ -166,10 +165,8 @@ pub fn session_messages(spec: ImportSpec, events: Vec<Event>) -> Vec<ToBrowser> 
             instruments: imported_instruments(),
         },
     ];
-    let mut events = events.into_iter().peekable();
-    while events.peek().is_some() {
-        let batch: Vec<Event> = events.by_ref().take(EVENTS_PER_MESSAGE).collect();
-        messages.push(ToBrowser::Events { run, events: batch });
+    for batch in events.chunks(EVENTS_PER_MESSAGE) {
+        messages.push(ToBrowser::Events { run, events: batch.to_vec() });
     }
     messages.push(ToBrowser::RunFinished { run, outcome: RunOutcome::Completed });
     messages

@@ -3,12 +3,9 @@
 
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use ackscope_shared::wire::{Instruments, RunOutcome, ToBrowser};
+use ackscope_shared::wire::{Instruments, RunOutcome, ToBrowser, EVENTS_PER_MESSAGE};
 use ackscope_shared::{Event, RunId, Scenario};
 use tokio::sync::watch;
-
-/// Events per WebSocket message: ~100 KB, well under the decoder's limit.
-const EVENTS_PER_MESSAGE: usize = 8192;
 
 pub struct RunRecord {
     pub id: RunId,
