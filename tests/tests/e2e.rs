@@ -127,6 +127,17 @@ mod tempdir {
     }
 }
 
+/// Saves what the page shows as `name` in ACKSCOPE_SCREENSHOT_DIR (`cargo xtask test` sets it to
+/// target/screenshots; copy one into docs/ on purpose), if set.
+async fn screenshot(client: &Client, name: &str) -> Result<()> {
+    if let Some(dir) = std::env::var_os("ACKSCOPE_SCREENSHOT_DIR") {
+        let path = PathBuf::from(dir).join(name);
+        std::fs::write(&path, client.screenshot().await?)
+            .with_context(|| format!("writing {}", path.display()))?;
+    }
+    Ok(())
+}
+
 fn css(selector: &str) -> Locator<'_> {
     Locator::Css(selector)
 }
@@ -292,9 +303,6 @@ async fn scenario(client: &Client, url: &str) -> Result<()> {
     let (_, delayed_ack, _) = stall_rows(client).await?;
     assert!(delayed_ack * 2 > REQUESTS, "the Nagle run's stalls are drawn again");
 
-    if let Some(path) = std::env::var_os("ACKSCOPE_SCREENSHOT") {
-        std::fs::write(&path, client.screenshot().await?)
-            .with_context(|| format!("writing {}", PathBuf::from(&path).display()))?;
-    }
+    screenshot(client, "story1.png").await?;
     Ok(())
 }

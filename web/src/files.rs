@@ -8,11 +8,18 @@ use js_sys::{Array, Uint8Array};
 use leptos::prelude::set_timeout;
 use leptos::task::spawn_local;
 use wasm_bindgen::{JsCast, JsValue};
-use web_sys::{Blob, BlobPropertyBag, HtmlAnchorElement, Response, Url, UrlSearchParams};
+use web_sys::{Blob, BlobPropertyBag, FileList, HtmlAnchorElement, Response, Url, UrlSearchParams};
 
-use crate::app::Store;
-use crate::promise::{describe, settle};
+use crate::js::{describe, settle};
 use crate::session_file::{name_of_url, refuse_size};
+use crate::store::Store;
+
+/// Opens every file of a picker's or a drop's list.
+pub fn open_files(store: Store, files: &FileList) {
+    for file in (0..files.length()).filter_map(|i| files.get(i)) {
+        open_blob(store, file.name(), file.into());
+    }
+}
 
 /// Reads `blob` (a `File` from the picker or a drop) and opens it as a session of its own. Too
 /// large a file is refused before a byte is read.
@@ -129,7 +136,7 @@ pub fn save(blob: &Blob, name: &str) -> Result<(), String> {
     Ok(())
 }
 
-#[cfg(test)]
+#[cfg(all(test, target_arch = "wasm32"))]
 mod tests {
     use wasm_bindgen_test::wasm_bindgen_test;
 

@@ -127,7 +127,6 @@ fn whole_number(field: &'static str, text: &str) -> Result<u32, FieldError> {
 
 #[cfg(test)]
 mod tests {
-    use wasm_bindgen_test::wasm_bindgen_test;
 
     use super::*;
 
@@ -142,7 +141,7 @@ mod tests {
         }
     }
 
-    #[wasm_bindgen_test]
+    #[test]
     fn the_defaults_are_story_one_and_round_trip() {
         let fields = defaults();
         assert_eq!(fields.requests, "200");
@@ -173,7 +172,7 @@ mod tests {
         assert_eq!(FormFields::from_spec(&spec), back, "and back");
     }
 
-    #[wasm_bindgen_test]
+    #[test]
     fn errors_name_the_field() {
         let zero = FormFields { requests: "0".into(), ..defaults() };
         let error = zero.to_scenario().unwrap_err();
@@ -205,7 +204,7 @@ mod tests {
         assert!(error.message.starts_with("server think time (µs): "), "{}", error.message);
     }
 
-    #[wasm_bindgen_test]
+    #[test]
     fn the_browser_asks_for_at_most_a_hundred_thousand_requests() {
         let most = FormFields { requests: MAX_BROWSER_REQUESTS.to_string(), ..defaults() };
         assert_eq!(rr(&most).requests, MAX_BROWSER_REQUESTS);
@@ -218,7 +217,7 @@ mod tests {
         assert!(error.message.contains("ackscope run rr"), "{}", error.message);
     }
 
-    #[wasm_bindgen_test]
+    #[test]
     fn every_request_response_preset_round_trips_through_the_form() {
         // The form has a field for everything a preset sets: what Run sends is the preset.
         for preset in ackscope_shared::presets::PRESETS {
@@ -229,7 +228,7 @@ mod tests {
         }
     }
 
-    #[wasm_bindgen_test]
+    #[test]
     fn select_values_are_the_pattern_names() {
         for pattern in [WritePattern::Split, WritePattern::Single, WritePattern::Writev] {
             assert_eq!(write_pattern(pattern.name()), pattern);

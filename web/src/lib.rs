@@ -1,27 +1,33 @@
 //! ackscope's web app: shows, per request, where each side's `recv()` blocked and why.
 //!
-//! Layers:
+//! The folder follows the page. Data flows one way: the probe's socket or a file gives
+//! messages, the reducer applies them to the state, the store tells the views, the views draw.
 //! - [`ws`]: the WebSocket to the probe (decode, reconnect); no state of its own.
 //! - [`state`]: [`state::AppState`] (the live session and every opened file's) and the pure
 //!   reducer every message goes through, whichever its source.
+//! - [`store`]: the state behind one version signal, bumped at most once per animation frame.
 //! - [`session_file`]: session files to messages (pure); [`files`]: moving them in and out of
-//!   the page (file picker, drop, `?url=`, download), with [`promise`] to await the browser.
-//! - [`form`]: the run form's fields to a checked scenario.
-//! - [`timeline`]: the per-request timeline, pure geometry apart from its rendering.
-//! - [`app`]: the page, wired to the state through one version signal per animation frame.
+//!   the page (file picker, drop, `?url=`, download); [`js`]: awaiting the browser.
+//! - [`app`]: the page, composed of [`panels`] (the run form, the run lists, the summary) and
+//!   the [`timeline`].
+//! - Pure modules, tested natively without a browser: [`form`] (the form's fields to a checked
+//!   scenario), [`text`] (the summary's words), [`timeline`]'s `scale` and `layout`, [`state`].
 #![forbid(unsafe_code)]
 
 pub mod app;
 pub mod files;
 pub mod form;
-pub mod promise;
+pub mod js;
+pub mod panels;
 pub mod session_file;
 pub mod state;
+pub mod store;
+pub mod text;
 pub mod timeline;
 pub mod ws;
 
 #[cfg(test)]
 mod fixtures;
 
-#[cfg(test)]
+#[cfg(all(test, target_arch = "wasm32"))]
 wasm_bindgen_test::wasm_bindgen_test_configure!(run_in_browser);

@@ -82,7 +82,6 @@ pub fn name_of_url(url: &str) -> String {
 mod tests {
     use ackscope_shared::wire::{write_frame, Hello, HostFacts, RunOutcome, PROTOCOL_VERSION};
     use ackscope_shared::{RrSpec, RunId};
-    use wasm_bindgen_test::wasm_bindgen_test;
 
     use super::*;
     use crate::fixtures::{hello, nagle_run, rr_started, MS};
@@ -104,12 +103,12 @@ mod tests {
         bytes
     }
 
-    #[wasm_bindgen_test]
+    #[test]
     fn a_whole_file_decodes_to_its_messages() {
         assert_eq!(decode_session(&file_of(&stream())), (stream(), None));
     }
 
-    #[wasm_bindgen_test]
+    #[test]
     fn a_cut_file_keeps_every_message_before_the_cut() {
         let bytes = file_of(&stream());
         for cut in [bytes.len() - 1, bytes.len() - 4] {
@@ -128,7 +127,7 @@ mod tests {
         assert!(error.is_some_and(|e| e.to_string().contains("over the")));
     }
 
-    #[wasm_bindgen_test]
+    #[test]
     fn a_file_must_start_with_a_readable_hello() {
         let (messages, error) = decode_session(&file_of(&stream()[1..]));
         assert!(messages.is_empty());
@@ -153,7 +152,7 @@ mod tests {
         assert!(FileError::Empty.to_string().contains("empty"));
     }
 
-    #[wasm_bindgen_test]
+    #[test]
     fn size_and_names() {
         assert_eq!(refuse_size(MAX_FILE_BYTES), None);
         let reason = refuse_size(600 * 1024 * 1024).expect("refused");

@@ -509,7 +509,6 @@ pub fn apply(state: &mut AppState, message: ToBrowser) {
 mod tests {
     use ackscope_shared::wire::PROTOCOL_VERSION;
     use ackscope_shared::{BulkSpec, EventKind, RrSpec, Side};
-    use wasm_bindgen_test::wasm_bindgen_test;
 
     use super::*;
     use crate::fixtures::{hello, host, nagle_run, rr_started, MS};
@@ -529,7 +528,7 @@ mod tests {
         ToBrowser::RunFinished { run: RunId(id), outcome }
     }
 
-    #[wasm_bindgen_test]
+    #[test]
     fn hello_starts_over() {
         let mut state = AppState::default();
         started(&mut state, 1);
@@ -546,7 +545,7 @@ mod tests {
         assert_eq!(state.live.host(), Some(&host()));
     }
 
-    #[wasm_bindgen_test]
+    #[test]
     fn events_update_the_summary_and_finish_sets_the_status() {
         let mut state = AppState::default();
         started(&mut state, 1);
@@ -579,7 +578,7 @@ mod tests {
         assert_eq!(state.live.runs()[1].status.word(), "interrupted");
     }
 
-    #[wasm_bindgen_test]
+    #[test]
     fn attribution_follows_the_events_and_the_spec() {
         use ackscope_shared::attribution::StallClass;
 
@@ -627,7 +626,7 @@ mod tests {
         );
     }
 
-    #[wasm_bindgen_test]
+    #[test]
     fn a_bulk_run_gets_the_bulk_analysis() {
         let mut state = AppState::default();
         apply(&mut state, hello());
@@ -659,7 +658,7 @@ mod tests {
         assert!((bulk.goodput_mbps - 100.0).abs() < 1e-6, "{}", bulk.goodput_mbps);
     }
 
-    #[wasm_bindgen_test]
+    #[test]
     fn the_newest_run_is_selected_and_the_user_can_go_back() {
         let mut state = AppState::default();
         started(&mut state, 1);
@@ -679,7 +678,7 @@ mod tests {
         assert!(state.live.runs().iter().all(|run| run.analysis.requests().is_empty()));
     }
 
-    #[wasm_bindgen_test]
+    #[test]
     fn rejected_keeps_the_reason_until_the_next_request() {
         let mut state = AppState::default();
         apply(&mut state, hello());
@@ -693,7 +692,7 @@ mod tests {
         assert!(state.rejected.is_none());
     }
 
-    #[wasm_bindgen_test]
+    #[test]
     fn another_protocol_version_is_shown_and_nothing_after_it_applies() {
         let mut state = AppState::default();
         let newer = Hello {
@@ -716,7 +715,7 @@ mod tests {
         assert!(fresh.live.runs().is_empty());
     }
 
-    #[wasm_bindgen_test]
+    #[test]
     fn an_undecodable_message_is_reported() {
         let mut state = AppState::default();
         let error = ackscope_shared::wire::decode::<ToBrowser>(&[0xff, 0xff]).unwrap_err();
@@ -737,7 +736,7 @@ mod tests {
         state
     }
 
-    #[wasm_bindgen_test]
+    #[test]
     fn the_downloaded_session_opens_as_the_same_runs() {
         let mut state = two_runs();
         let bytes = state.live.file_bytes().expect("a greeted live session").to_vec();
@@ -770,7 +769,7 @@ mod tests {
         );
     }
 
-    #[wasm_bindgen_test]
+    #[test]
     fn the_live_stream_leaves_opened_files_alone() {
         let mut state = two_runs();
         let bytes = state.live.file_bytes().expect("recorded").to_vec();
@@ -809,7 +808,7 @@ mod tests {
         Some(bytes.len())
     }
 
-    #[wasm_bindgen_test]
+    #[test]
     fn a_truncated_file_keeps_the_runs_before_the_cut_and_names_the_problem() {
         let full = two_runs().live.file_bytes().expect("recorded").to_vec();
         // Cut inside the last message (run 2's events): run 1 is whole, run 2 has begun.
@@ -826,7 +825,7 @@ mod tests {
         assert_eq!(runs[1].summary().requests, 0, "its events were in the cut frame");
     }
 
-    #[wasm_bindgen_test]
+    #[test]
     fn a_file_of_a_newer_version_is_refused_by_name() {
         let mut bytes = Vec::new();
         let newer = Hello {

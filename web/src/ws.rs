@@ -179,11 +179,10 @@ fn retry_later(weak: Weak<Inner>) {
 
 #[cfg(test)]
 mod tests {
-    use wasm_bindgen_test::wasm_bindgen_test;
 
     use super::*;
 
-    #[wasm_bindgen_test]
+    #[test]
     fn the_socket_is_on_the_page_origin() {
         assert_eq!(probe_url("http:", "127.0.0.1:7878"), "ws://127.0.0.1:7878/ws");
         assert_eq!(probe_url("https:", "lab.example:443"), "wss://lab.example:443/ws");

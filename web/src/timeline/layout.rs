@@ -383,7 +383,6 @@ fn format_ms(ns: u64) -> String {
 mod tests {
     use ackscope_shared::analysis::RunAnalysis;
     use ackscope_shared::{PerSide, RrSpec};
-    use wasm_bindgen_test::wasm_bindgen_test;
 
     use super::*;
     use crate::fixtures::{nagle_run, MS, US};
@@ -407,7 +406,7 @@ mod tests {
         analysis
     }
 
-    #[wasm_bindgen_test]
+    #[test]
     fn waits_that_are_not_held_reads_get_a_mark_and_a_named_label() {
         let analysis = think_time_exchange();
         let layout = layout_run(&analysis, &why(&analysis), 800.0);
@@ -445,7 +444,7 @@ mod tests {
         assert_eq!(class_word(StallClass::ServerThinkTime), "server_think_time");
     }
 
-    #[wasm_bindgen_test]
+    #[test]
     fn a_label_goes_inside_its_bar_else_after_it_else_before_it() {
         // 800 px of plot and 64 px of margin; "server think time 30.0 ms" is about 150 px.
         let text = "server think time 30.0 ms";
@@ -457,7 +456,7 @@ mod tests {
         assert_eq!(place_label(10.0, 780.0, &"x".repeat(200), 800.0).0, Anchor::After);
     }
 
-    #[wasm_bindgen_test]
+    #[test]
     fn a_stalled_read_is_a_tall_red_bar_labelled_with_its_held_time() {
         let analysis = analysed(3, 43_700 * US);
         let layout = layout_run(&analysis, &why(&analysis), 800.0);
@@ -500,7 +499,7 @@ mod tests {
         assert!(row.bars.iter().rev().take(2).all(|b| b.mark == Mark::Stalled));
     }
 
-    #[wasm_bindgen_test]
+    #[test]
     fn the_first_request_of_a_connection_and_a_nodelay_run_have_no_stall() {
         let analysis = analysed(2, 44 * MS);
         let layout = layout_run(&analysis, &why(&analysis), 800.0);
@@ -528,7 +527,7 @@ mod tests {
         }
     }
 
-    #[wasm_bindgen_test]
+    #[test]
     fn spans_before_the_request_start_are_clipped_to_it() {
         let analysis = analysed(3, 30 * US);
         let scale = Scale::fit(MS, 1000.0);
@@ -547,7 +546,7 @@ mod tests {
         assert!(row.done_x.is_some());
     }
 
-    #[wasm_bindgen_test]
+    #[test]
     fn a_request_in_flight_is_drawn_and_rows_are_capped() {
         let events = nagle_run(2, 44 * MS);
         // Only the first half of the second request has arrived.
@@ -565,7 +564,7 @@ mod tests {
         assert_eq!(layout.height(), MAX_ROWS as f64 * ROW_HEIGHT);
     }
 
-    #[wasm_bindgen_test]
+    #[test]
     fn the_fingerprint_follows_what_is_drawn() {
         let analysis = analysed(2, 44 * MS);
         let scale = Scale::fit(100 * MS, 800.0);

@@ -11,7 +11,7 @@ use super::layout::{
     ROW_HEIGHT,
 };
 use super::scale::Tick;
-use crate::app::Store;
+use crate::store::Store;
 
 /// Room left of the plot for the request number.
 const GUTTER: f64 = 40.0;

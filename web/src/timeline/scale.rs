@@ -115,12 +115,11 @@ fn decimals_for_step(step_ns: u64) -> usize {
 
 #[cfg(test)]
 mod tests {
-    use wasm_bindgen_test::wasm_bindgen_test;
 
     use super::*;
     use crate::fixtures::{MS, US};
 
-    #[wasm_bindgen_test]
+    #[test]
     fn offsets_map_linearly_onto_the_width_and_clamp() {
         let scale = Scale::fit(100 * MS, 800.0);
         assert_eq!(scale.domain_ns(), 100 * MS);
@@ -130,7 +129,7 @@ mod tests {
         assert_eq!(scale.x(250 * MS), 800.0, "past the domain stays on the plot");
     }
 
-    #[wasm_bindgen_test]
+    #[test]
     fn the_domain_rounds_up_and_never_goes_below_one_millisecond() {
         // Story 1's keep-alive run: 88 ms per request.
         assert_eq!(Scale::fit(88 * MS + 300 * US, 800.0).domain_ns(), 100 * MS);
@@ -144,7 +143,7 @@ mod tests {
         assert_eq!(nice_ceil_ns(u64::MAX), u64::MAX);
     }
 
-    #[wasm_bindgen_test]
+    #[test]
     fn ticks_are_round_and_labelled_in_milliseconds() {
         let ticks = Scale::fit(88 * MS, 800.0).ticks(6);
         let labels: Vec<&str> = ticks.iter().map(|t| t.label.as_str()).collect();

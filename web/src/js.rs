@@ -1,0 +1,47 @@
+//! Small bridges to the browser's JavaScript: awaiting a promise, naming a thrown value, and
+//! waiting on the page's clock.
+
+use js_sys::{Function, Promise};
+use wasm_bindgen::JsValue;
+use wasm_bindgen_futures::JsFuture;
+
+/// Waits for `promise`: its value, or its rejection as `Err`.
+pub async fn settle(promise: &Promise) -> Result<JsValue, JsValue> {
+    JsFuture::from(promise.clone()).await
+}
+
+/// A JavaScript error as text for people: an `Error`'s message, a thrown string, or its shape.
+pub fn describe(value: &JsValue) -> String {
+    if let Some(error) = wasm_bindgen::JsCast::dyn_ref::<js_sys::Error>(value) {
+        return String::from(error.message());
+    }
+    value.as_string().unwrap_or_else(|| format!("{value:?}"))
+}
+
+/// Waits `ms` milliseconds of the page's clock. Unlike a microtask tick, this lets the browser
+/// run its own tasks (painting, input, file reads) before the caller goes on.
+pub async fn sleep(ms: i32) {
+    let promise = Promise::new(&mut |resolve: Function, _reject: Function| {
+        if let Some(window) = web_sys::window() {
+            let _ = window.set_timeout_with_callback_and_timeout_and_arguments_0(&resolve, ms);
+        }
+    });
+    let _ = settle(&promise).await;
+}
+
+#[cfg(all(test, target_arch = "wasm32"))]
+mod tests {
+    use wasm_bindgen_test::wasm_bindgen_test;
+
+    use super::*;
+
+    #[wasm_bindgen_test]
+    async fn a_promise_settles_either_way() {
+        let ok = settle(&Promise::resolve(&JsValue::from(7))).await;
+        assert_eq!(ok.ok().and_then(|v| v.as_f64()), Some(7.0));
+        let error = js_sys::Error::new("no such file");
+        let err = settle(&Promise::reject(&error)).await.unwrap_err();
+        assert_eq!(describe(&err), "no such file");
+        sleep(1).await;
+    }
+}

@@ -1,0 +1,5 @@
+//! One module per panel of the page. Each reads the state through [`crate::store::Store`].
+
+pub mod run_form;
+pub mod runs;
+pub mod summary;

@@ -1,0 +1,209 @@
+//! The run lists: the live session's runs with Open and Download, and one card per opened file.
+
+use leptos::ev::{Event, KeyboardEvent};
+use leptos::prelude::*;
+use web_sys::HtmlInputElement;
+
+use crate::files::{blob_of, open_files, save};
+use crate::session_file::DOWNLOAD_NAME;
+use crate::state::{AppState, FileId, Run, RunKey, Source};
+use crate::store::Store;
+
+/// One line of a run list, everything it shows (and its key: any change re-creates it).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+struct RunEntry {
+    key: RunKey,
+    describe: String,
+    status_word: &'static str,
+    status: String,
+    /// "p50 1.23 ms" for request/response runs, bytes moved for bulk runs.
+    figure: String,
+    selected: bool,
+}
+
+impl RunEntry {
+    fn of(source: Source, run: &Run, selected: Option<RunKey>) -> RunEntry {
+        let key = RunKey { source, run: run.id };
+        let figure = if let Some(bulk) = run.bulk_summary() {
+            format!("{:.1} Mbit/s", bulk.goodput_mbps)
+        } else if !run.is_rr() {
+            format!("{} events", run.events)
+        } else if run.summary().requests == 0 {
+            "p50 –".into()
+        } else {
+            format!("p50 {:.2} ms", run.summary().p50_ms)
+        };
+        RunEntry {
+            key,
+            describe: run.spec.describe(),
+            status_word: run.status.word(),
+            status: run.status.label(),
+            figure,
+            selected: selected == Some(key),
+        }
+    }
+
+    /// The entries of one session's runs, newest first: the run just started is where the eye is.
+    fn list(state: &AppState, source: Source) -> Vec<RunEntry> {
+        state.session(source).map_or_else(Vec::new, |session| {
+            session
+                .runs()
+                .iter()
+                .rev()
+                .map(|run| RunEntry::of(source, run, state.selected_key()))
+                .collect()
+        })
+    }
+}
+
+fn run_list(
+    store: Store,
+    entries: impl Fn() -> Vec<RunEntry> + Send + Sync + 'static,
+) -> impl IntoView {
+    let select = move |key: RunKey| store.update(|state| state.select(key));
+    view! {
+        <ul class="run-list" role="listbox" aria-label="runs">
+            <For each=entries key=|entry| entry.clone() let(entry)>
+                <li
+                    class="run"
+                    class:selected=entry.selected
+                    role="option"
+                    tabindex="0"
+                    data-testid="run-entry"
+                    data-run-id=entry.key.run.0.to_string()
+                    data-source=entry.key.source.word()
+                    aria-selected=entry.selected.to_string()
+                    on:click=move |_| select(entry.key)
+                    on:keydown=move |ev: KeyboardEvent| {
+                        if ev.key() == "Enter" || ev.key() == " " {
+                            ev.prevent_default();
+                            select(entry.key);
+                        }
+                    }
+                >
+                    <div class="run-head">
+                        <span class="run-id">"#" {entry.key.run.0}</span>
+                        <span class="status" data-status=entry.status_word>
+                            {entry.status.clone()}
+                        </span>
+                    </div>
+                    <div class="run-spec">{entry.describe.clone()}</div>
+                    <div class="run-figure num">{entry.figure.clone()}</div>
+                </li>
+            </For>
+        </ul>
+    }
+}
+
+/// The live session's runs, and the session-file actions: open one, save this one.
+#[component]
+pub fn RunList(store: Store) -> impl IntoView {
+    let download_error = RwSignal::new(None::<String>);
+    let can_download = move || store.read(|state| state.live.file_bytes().is_some());
+    let download = move |_| {
+        let blob = store.read_untracked(|state| state.live.file_bytes().map(blob_of));
+        let saved = match blob {
+            Some(Ok(blob)) => save(&blob, DOWNLOAD_NAME),
+            Some(Err(error)) => Err(error),
+            None => Ok(()),
+        };
+        download_error.set(saved.err());
+    };
+    let pick = move |ev: Event| {
+        let input: HtmlInputElement = event_target(&ev);
+        if let Some(files) = input.files() {
+            open_files(store, &files);
+        }
+        // Picking the same file again is a change too.
+        input.set_value("");
+    };
+    view! {
+        <section class="card runs">
+            <div class="runs-head">
+                <h2>"Runs"</h2>
+                <div class="session-actions">
+                    <label class="button" title="open a session file (.ackscope); or drop one on the page">
+                        "Open…"
+                        <input
+                            type="file"
+                            accept=".ackscope,application/octet-stream"
+                            multiple=true
+                            data-testid="open-file"
+                            on:change=pick
+                        />
+                    </label>
+                    <button
+                        type="button"
+                        class="button"
+                        data-testid="download"
+                        title=format!("save every run of this probe session as {DOWNLOAD_NAME}")
+                        disabled=move || !can_download()
+                        on:click=download
+                    >
+                        "Download"
+                    </button>
+                </div>
+            </div>
+            {move || {
+                download_error
+                    .get()
+                    .map(|error| view! { <p class="error" role="alert" data-testid="download-error">{error}</p> })
+            }}
+            <Show
+                when=move || store.read(|state| !state.live.runs().is_empty())
+                fallback=|| {
+                    view! {
+                        <p class="hint">
+                            "No runs from the probe yet: press Run, or open a session file (or "
+                            "drop one on the page)."
+                        </p>
+                    }
+                }
+            >
+                {run_list(store, move || store.read(|state| RunEntry::list(state, Source::Live)))}
+            </Show>
+        </section>
+    }
+}
+
+/// One card per opened session file: its runs, or why it could not be read (in full).
+#[component]
+pub fn OpenedFiles(store: Store) -> impl IntoView {
+    let ids =
+        move || store.read(|state| state.files().iter().map(|file| file.id).collect::<Vec<_>>());
+    view! {
+        <For each=ids key=|id| *id let(id)>
+            <OpenedFile store id />
+        </For>
+    }
+}
+
+#[component]
+fn OpenedFile(store: Store, id: FileId) -> impl IntoView {
+    let name = store
+        .read_untracked(|state| state.file(id).map(|file| file.name.clone()).unwrap_or_default());
+    let error = move || store.read(|state| state.file(id).and_then(|file| file.error.clone()));
+    let entries = move || store.read(|state| RunEntry::list(state, Source::File(id)));
+    let close = move |_| store.update(|state| state.close_file(id));
+    view! {
+        <section class="card runs opened-file" data-testid="opened-file" data-file=name.clone()>
+            <div class="runs-head">
+                <h2>"from " <span class="file-name">{name.clone()}</span></h2>
+                <button
+                    type="button"
+                    class="button close"
+                    data-testid="close-file"
+                    title="close this file"
+                    aria-label=format!("close {name}")
+                    on:click=close
+                >
+                    "×"
+                </button>
+            </div>
+            {move || {
+                error().map(|error| view! { <p class="error" role="alert" data-testid="file-error">{error}</p> })
+            }}
+            {run_list(store, entries)}
+        </section>
+    }
+}

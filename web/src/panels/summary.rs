@@ -1,0 +1,211 @@
+//! The summary card of the selected run: what it was, what recorded it, its numbers and why its
+//! calls waited; and the note that stands where a timeline cannot be drawn.
+
+use ackscope_shared::wire::HostFacts;
+use ackscope_shared::Scenario;
+use leptos::prelude::*;
+
+use crate::state::{AppState, Source};
+use crate::store::Store;
+use crate::text::{describe_instruments, host_rows, BulkText, ClassText, SummaryText};
+
+/// A details element, closed: "machine: linux 6.8.0, cubic", the rest on demand.
+fn machine_line(host: HostFacts) -> impl IntoView {
+    let short = [host.os.as_str(), host.kernel.as_str(), host.congestion_control.as_str()]
+        .into_iter()
+        .filter(|part| !part.is_empty())
+        .collect::<Vec<_>>()
+        .join(" ");
+    let short = if short.is_empty() { "unknown".to_string() } else { short };
+    view! {
+        <details class="machine" data-testid="machine">
+            <summary>"machine: " {short}</summary>
+            <dl>
+                {host_rows(&host)
+                    .into_iter()
+                    .map(|(label, value)| view! { <dt>{label}</dt><dd>{value}</dd> })
+                    .collect_view()}
+            </dl>
+        </details>
+    }
+}
+
+/// Everything the summary card shows of the selected run.
+#[derive(Clone, Debug, PartialEq)]
+struct SelectedRun {
+    id: u32,
+    file: Option<String>,
+    describe: String,
+    status: String,
+    instruments: String,
+    host: Option<HostFacts>,
+    numbers: Numbers,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+enum Numbers {
+    /// The numbers, and why the calls that waited waited.
+    Rr(SummaryText, Vec<ClassText>),
+    Bulk(BulkText),
+    /// A scenario the browser has no analysis for (the echo server alone).
+    Events(u64),
+}
+
+impl SelectedRun {
+    fn of(state: &AppState) -> Option<SelectedRun> {
+        let key = state.selected_key()?;
+        let run = state.run(key)?;
+        let file = match key.source {
+            Source::Live => None,
+            Source::File(id) => state.file(id).map(|file| file.name.clone()),
+        };
+        Some(SelectedRun {
+            id: run.id.0,
+            file,
+            describe: run.spec.describe(),
+            status: run.status.label(),
+            instruments: describe_instruments(&run.instruments),
+            host: state.session(key.source).and_then(|s| s.host()).cloned(),
+            numbers: match run.bulk_summary() {
+                Some(bulk) => Numbers::Bulk(BulkText::of(bulk, run.events)),
+                None if run.is_rr() => Numbers::Rr(
+                    SummaryText::of(run.summary()),
+                    run.attribution().classes.iter().map(ClassText::of).collect(),
+                ),
+                None => Numbers::Events(run.events),
+            },
+        })
+    }
+}
+
+fn rr_numbers(text: SummaryText) -> impl IntoView {
+    view! {
+        <dl>
+            <div><dt>"requests"</dt><dd class="num" data-testid="summary-requests">{text.requests}</dd></div>
+            <div><dt>"requests/s"</dt><dd class="num" data-testid="summary-rps">{text.rps}</dd></div>
+            <div><dt>"p50 (ms)"</dt><dd class="num" data-testid="summary-p50-ms">{text.p50_ms}</dd></div>
+            <div><dt>"p99 (ms)"</dt><dd class="num" data-testid="summary-p99-ms">{text.p99_ms}</dd></div>
+            <div><dt>"max (ms)"</dt><dd class="num" data-testid="summary-max-ms">{text.max_ms}</dd></div>
+            <div>
+                <dt>"stalled reads"</dt>
+                <dd class="num" class:stalls=text.any_stalls data-testid="summary-stalled-reads">
+                    {text.stalled_reads}
+                </dd>
+            </div>
+        </dl>
+    }
+}
+
+fn class_lines(classes: Vec<ClassText>) -> impl IntoView {
+    (!classes.is_empty()).then(|| {
+        view! {
+            <ul class="stall-classes" aria-label="why calls waited">
+                {classes
+                    .into_iter()
+                    .map(|class| {
+                        view! {
+                            <li
+                                class="stall-class"
+                                class:held=class.held
+                                data-testid="stall-class"
+                                data-class=class.class
+                                data-count=class.count.to_string()
+                                data-direction=class.direction
+                            >
+                                <span class="sentence">{class.sentence}</span>
+                                <span class="fixes-head">"fixes:"</span>
+                                <ul class="fixes">
+                                    {class.fixes.into_iter().map(|fix| view! { <li>{fix}</li> }).collect_view()}
+                                </ul>
+                            </li>
+                        }
+                    })
+                    .collect_view()}
+            </ul>
+        }
+    })
+}
+
+fn bulk_numbers(text: BulkText) -> impl IntoView {
+    view! {
+        <dl>
+            <div><dt>"bytes read by the server"</dt><dd class="num" data-testid="summary-bytes">{text.bytes}</dd></div>
+            <div><dt>"duration (ms)"</dt><dd class="num" data-testid="summary-duration-ms">{text.duration_ms}</dd></div>
+            <div><dt>"goodput (Mbit/s)"</dt><dd class="num" data-testid="summary-goodput-mbps">{text.goodput_mbps}</dd></div>
+            <div><dt>"events"</dt><dd class="num" data-testid="summary-events">{text.events}</dd></div>
+        </dl>
+        {text.kernel.map(|kernel| view! { <p class="kernel-facts" data-testid="summary-kernel">{kernel}</p> })}
+    }
+}
+
+fn event_count(events: u64) -> impl IntoView {
+    view! {
+        <dl>
+            <div><dt>"events"</dt><dd class="num" data-testid="summary-events">{events}</dd></div>
+        </dl>
+    }
+}
+
+#[component]
+pub fn SummaryPanel(store: Store) -> impl IntoView {
+    let selected = move || store.read(SelectedRun::of);
+    let live_host = move || store.read(|state| state.live.host().cloned());
+    move || {
+        match selected() {
+        None => view! {
+            <section class="card summary empty">
+                <p class="hint">
+                    "Choose the knobs and press Run: each request becomes a row below, with every "
+                    "read that the kernel held for more than 10 ms drawn in red."
+                </p>
+                {live_host().map(machine_line)}
+            </section>
+        }
+        .into_any(),
+        Some(run) => view! {
+            <section class="card summary" aria-label="summary">
+                <h2>
+                    "Run #" {run.id}
+                    {run.file.map(|name| view! { <span class="from-file" data-testid="summary-file">"from " {name}</span> })}
+                    <span class="describe">{run.describe}</span>
+                    <span class="status">{run.status}</span>
+                </h2>
+                <p class="instruments" data-testid="instruments">{run.instruments}</p>
+                {run.host.map(machine_line)}
+                {match run.numbers {
+                    Numbers::Rr(text, classes) => {
+                        view! { {rr_numbers(text)} {class_lines(classes)} }.into_any()
+                    }
+                    Numbers::Bulk(text) => bulk_numbers(text).into_any(),
+                    Numbers::Events(events) => event_count(events).into_any(),
+                }}
+            </section>
+        }
+        .into_any(),
+    }
+    }
+}
+
+/// Where the timeline would be, for a run of another scenario: says there is none rather than
+/// showing nothing.
+#[component]
+pub fn NoTimeline(store: Store) -> impl IntoView {
+    let note = move || {
+        store.read(|state| {
+            state.selected().and_then(|run| match run.spec {
+                Scenario::Rr(_) => None,
+                Scenario::Bulk(_) => Some("Bulk runs have no per-request timeline yet."),
+                _ => Some("This run has no per-request timeline."),
+            })
+        })
+    };
+    move || {
+        note().map(|note| {
+            view! {
+                <section class="card timeline-note" data-testid="no-timeline">
+                    <p class="hint">{note}</p>
+                </section>
+            }
+        })
+    }
+}
