@@ -68,7 +68,7 @@ pub fn run(args: &[String]) -> Option<Result<(), String>> {
 
 /// Install what is missing and build the release probe; `more` steps follow.
 fn prepare(more: usize) -> Result<Steps, String> {
-    let mut steps = Steps::new(6 + more);
+    let mut steps = Steps::new(5 + more);
     setup::ensure_build_tools(&mut steps)?;
     crate::build_web(&mut steps)?;
     crate::build_probe(&mut steps)?;

@@ -13,6 +13,7 @@ mod bench;
 mod bench_link;
 mod setup;
 mod steps;
+mod web_build;
 
 use std::process::ExitCode;
 
@@ -25,7 +26,7 @@ fn main() -> ExitCode {
         None => ("help", &[][..]),
     };
     let result = match command {
-        "setup" => setup::ensure_build_tools(&mut Steps::new(4)),
+        "setup" => setup::ensure_build_tools(&mut Steps::new(3)),
         "build" => build(),
         "run" => build().and_then(|()| run_probe(rest)),
         "test" => test(),
@@ -49,20 +50,20 @@ fn main() -> ExitCode {
 }
 
 fn build() -> Result<(), String> {
-    let mut steps = Steps::new(6);
+    let mut steps = Steps::new(5);
     setup::ensure_build_tools(&mut steps)?;
     build_web(&mut steps)?;
     build_probe(&mut steps)
 }
 
 fn build_web(steps: &mut Steps) -> Result<(), String> {
-    steps.start("web app (Trunk: Rust to wasm32, wasm-bindgen, wasm-opt)");
+    steps.start("web app (Rust to wasm32, wasm-bindgen, wasm-opt)");
     if setup::dist_is_fresh() {
         steps.done("up to date");
         return Ok(());
     }
     steps.note("a clean build takes a few minutes on 2 cores; later ones take seconds");
-    setup::tool_command("trunk").args(["build", "--release"]).current_dir(setup::root()).run()?;
+    web_build::build()?;
     steps.done("built into dist/");
     Ok(())
 }
@@ -103,7 +104,7 @@ fn screenshot_dir() -> Result<std::path::PathBuf, String> {
 }
 
 fn test() -> Result<(), String> {
-    let mut steps = Steps::new(12);
+    let mut steps = Steps::new(11);
     setup::ensure_build_tools(&mut steps)?;
     setup::ensure_browser(&mut steps)?;
 

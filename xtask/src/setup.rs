@@ -1,8 +1,9 @@
 //! Installing what the build needs, each piece only when the installed version differs.
 //!
-//! Pinned here and nowhere else: trunk (0.22 needs a newer rustc than this toolchain), binaryen's
-//! wasm-opt (Debian's 108 silently breaks the app; 132 from npm works). wasm-bindgen-cli must
-//! equal the `wasm-bindgen` in Cargo.lock, so its version is read from there.
+//! Pinned here and nowhere else: binaryen's wasm-opt (Debian's 108 silently breaks the app; 132
+//! from npm works). wasm-bindgen-cli must equal the `wasm-bindgen` in Cargo.lock, so its version
+//! is read from there. Trunk is not needed to build (see `web_build.rs`); only `trunk serve`,
+//! for live reload while working on the web app, uses it (web/README.md says how to install it).
 
 use std::env;
 use std::ffi::OsString;
@@ -13,9 +14,8 @@ use std::time::SystemTime;
 
 use crate::steps::{RunExt, Steps};
 
-const TRUNK_VERSION: &str = "0.21.14";
 const BINARYEN_VERSION: &str = "132.0.0";
-const WASM_TARGET: &str = "wasm32-unknown-unknown";
+pub const WASM_TARGET: &str = "wasm32-unknown-unknown";
 
 pub fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("xtask/ is inside the workspace").into()
@@ -73,17 +73,6 @@ pub fn ensure_build_tools(steps: &mut Steps) -> Result<(), String> {
         steps.done("added");
     }
 
-    steps.start(&format!("trunk {TRUNK_VERSION}"));
-    let found = version_of("trunk", &["--version"]);
-    if found.as_deref() == Some(&format!("trunk {TRUNK_VERSION}")) {
-        steps.done("installed");
-    } else {
-        steps.note(&format!("found {}; installing", found.as_deref().unwrap_or("none")));
-        steps.note("this compiles trunk from source: about 15 minutes on 2 cores, once");
-        cargo().args(["install", "--locked", "trunk", "--version", TRUNK_VERSION]).run()?;
-        steps.done("installed");
-    }
-
     let wanted = lock_version("wasm-bindgen")?;
     steps.start(&format!("wasm-bindgen-cli {wanted} (the version in Cargo.lock)"));
     let found = version_of("wasm-bindgen", &["--version"]);
@@ -91,7 +80,7 @@ pub fn ensure_build_tools(steps: &mut Steps) -> Result<(), String> {
         steps.done("installed");
     } else {
         steps.note(&format!("found {}; installing", found.as_deref().unwrap_or("none")));
-        steps.note("this compiles wasm-bindgen-cli from source: about 4 minutes, once");
+        steps.note("this compiles wasm-bindgen-cli from source: about 5 minutes on 2 cores, once");
         // Not --locked: its lockfile pins a webpki-roots version the registry no longer has.
         cargo().args(["install", "--force", "wasm-bindgen-cli", "--version", &wanted]).run()?;
         steps.done("installed");

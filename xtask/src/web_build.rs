@@ -1,0 +1,260 @@
+//! Builds the web app into `dist/` without Trunk: cargo for wasm32, wasm-bindgen, wasm-opt.
+//!
+//! Installing Trunk means compiling it (about 15 minutes on 2 cores), and its build is these
+//! three steps plus rewriting `index.html`. `web/index.html`'s `data-trunk` links stay the one
+//! description of the assets: `trunk serve` reads them for live reload while working on the app,
+//! and this module reads the same links, so the two cannot drift. It knows two kinds, the ones
+//! the app uses: `rel="css"` (copied) and `rel="rust"` (built). Any other kind is an error that
+//! names it, rather than an asset silently missing from the page.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use crate::setup::{self, WASM_TARGET};
+use crate::steps::RunExt;
+
+/// One `<link data-trunk ...>` of index.html: where it is in the text and its attributes.
+#[derive(Debug, PartialEq)]
+struct TrunkLink {
+    start: usize,
+    end: usize,
+    attributes: Vec<(String, String)>,
+}
+
+impl TrunkLink {
+    fn get(&self, name: &str) -> Option<&str> {
+        self.attributes.iter().find(|(key, _)| key == name).map(|(_, value)| value.as_str())
+    }
+}
+
+/// Every `<link ...>` that carries `data-trunk`, in order.
+fn trunk_links(html: &str) -> Result<Vec<TrunkLink>, String> {
+    let mut links = Vec::new();
+    let mut from = 0;
+    while let Some(offset) = html[from..].find("<link") {
+        let start = from + offset;
+        let end =
+            start + html[start..].find('>').ok_or("web/index.html: a <link> is never closed")? + 1;
+        let inner = html[start + "<link".len()..end - 1].trim_end_matches('/');
+        let attributes = parse_attributes(inner)?;
+        if attributes.iter().any(|(key, _)| key == "data-trunk") {
+            links.push(TrunkLink { start, end, attributes });
+        }
+        from = end;
+    }
+    Ok(links)
+}
+
+/// `a="x" b c="y"` as pairs; a bare name has the empty value.
+fn parse_attributes(text: &str) -> Result<Vec<(String, String)>, String> {
+    let mut attributes = Vec::new();
+    let mut rest = text.trim_start();
+    while !rest.is_empty() {
+        let name_end = rest.find(|c: char| c.is_whitespace() || c == '=').unwrap_or(rest.len());
+        let name = rest[..name_end].to_string();
+        rest = rest[name_end..].trim_start();
+        let mut value = String::new();
+        if let Some(after) = rest.strip_prefix('=') {
+            let after = after.trim_start();
+            let quote = after.chars().next().filter(|c| *c == '"' || *c == '\'');
+            let Some(quote) = quote else {
+                return Err(format!("web/index.html: the value of {name} must be quoted"));
+            };
+            let close = after[1..]
+                .find(quote)
+                .ok_or_else(|| format!("web/index.html: the value of {name} is never closed"))?;
+            value = after[1..1 + close].to_string();
+            rest = after[close + 2..].trim_start();
+        }
+        attributes.push((name, value));
+    }
+    Ok(attributes)
+}
+
+/// What the page needs, read from index.html's links.
+#[derive(Debug, PartialEq)]
+struct Plan {
+    /// Stylesheets, relative to web/.
+    css: Vec<String>,
+    /// The binary to build, the cargo profile of a release build, and the wasm-opt level.
+    bin: String,
+    profile: String,
+    wasm_opt: String,
+}
+
+fn plan(links: &[TrunkLink]) -> Result<Plan, String> {
+    let mut css = Vec::new();
+    let mut rust = None;
+    for link in links {
+        match link.get("rel") {
+            Some("css") => css.push(
+                link.get("href").ok_or("web/index.html: a css link has no href")?.to_string(),
+            ),
+            Some("rust") if rust.is_none() => rust = Some(link),
+            Some("rust") => return Err("web/index.html: more than one rust link".into()),
+            other => return Err(format!(
+                "web/index.html: a data-trunk link with rel={other:?}, which `cargo xtask build` \
+                     does not build (it knows css and rust); add it to xtask/src/web_build.rs"
+            )),
+        }
+    }
+    let rust = rust.ok_or("web/index.html: no data-trunk rust link")?;
+    Ok(Plan {
+        css,
+        bin: rust.get("data-bin").ok_or("web/index.html: the rust link has no data-bin")?.into(),
+        profile: rust.get("data-cargo-profile-release").unwrap_or("release").into(),
+        wasm_opt: rust.get("data-wasm-opt").unwrap_or("0").into(),
+    })
+}
+
+/// index.html with each data-trunk link replaced by what it stands for in `dist/`.
+fn rewrite_html(html: &str, links: &[TrunkLink], bin: &str) -> String {
+    let mut out = String::with_capacity(html.len() + 256);
+    let mut from = 0;
+    for link in links {
+        out.push_str(&html[from..link.start]);
+        match link.get("rel") {
+            Some("css") => {
+                let href = link.get("href").unwrap_or_default();
+                out.push_str(&format!(r#"<link rel="stylesheet" href="./{href}" />"#));
+            }
+            _ => out.push_str(&format!(
+                r#"<link rel="modulepreload" href="./{bin}.js" />
+    <script type="module">
+      import init from "./{bin}.js";
+      init({{ module_or_path: "./{bin}_bg.wasm" }});
+    </script>"#
+            )),
+        }
+        from = link.end;
+    }
+    out.push_str(&html[from..]);
+    out
+}
+
+/// Builds the app into `dist/` (through `dist/.stage`, which the probe's build ignores, so a
+/// failed build never leaves half an app to embed).
+pub fn build() -> Result<(), String> {
+    let root = setup::root();
+    let web = root.join("web");
+    let html_path = web.join("index.html");
+    let html = fs::read_to_string(&html_path)
+        .map_err(|e| format!("reading {}: {e}", html_path.display()))?;
+    let links = trunk_links(&html)?;
+    let plan = plan(&links)?;
+
+    setup::cargo()
+        .args(["build", "--target", WASM_TARGET, "--package", "ackscope-web"])
+        .args(["--bin", &plan.bin, "--profile", &plan.profile])
+        .run()?;
+    let wasm =
+        target_dir().join(WASM_TARGET).join(&plan.profile).join(format!("{}.wasm", plan.bin));
+
+    let dist = root.join("dist");
+    let stage = dist.join(".stage");
+    let _ = fs::remove_dir_all(&stage);
+    fs::create_dir_all(&stage).map_err(|e| format!("creating {}: {e}", stage.display()))?;
+    setup::tool_command("wasm-bindgen")
+        .args(["--target", "web", "--no-typescript", "--out-name", &plan.bin, "--out-dir"])
+        .arg(&stage)
+        .arg(&wasm)
+        .run()?;
+    if plan.wasm_opt != "0" {
+        let output = stage.join(format!("{}_bg.wasm", plan.bin));
+        // The features Rust's wasm32 target emits by default; wasm-opt must be told to keep them.
+        setup::tool_command("wasm-opt")
+            .arg(format!("-O{}", plan.wasm_opt))
+            .args(["--strip-debug", "--strip-producers"])
+            .args(["--enable-reference-types", "--enable-bulk-memory", "--enable-sign-ext"])
+            .args(["--enable-mutable-globals", "--enable-nontrapping-float-to-int"])
+            .args(["--enable-multivalue"])
+            .arg(&output)
+            .arg("-o")
+            .arg(&output)
+            .run()?;
+    }
+    for css in &plan.css {
+        copy(&web.join(css), &stage.join(css))?;
+    }
+    let page = rewrite_html(&html, &links, &plan.bin);
+    write(&stage.join("index.html"), &page)?;
+
+    // Replace the old app by the new one: every file but the stage goes, then the stage's move up.
+    for entry in fs::read_dir(&dist).map_err(|e| format!("reading {}: {e}", dist.display()))? {
+        let path = entry.map_err(|e| e.to_string())?.path();
+        if path != stage {
+            let removed =
+                if path.is_dir() { fs::remove_dir_all(&path) } else { fs::remove_file(&path) };
+            removed.map_err(|e| format!("removing {}: {e}", path.display()))?;
+        }
+    }
+    for entry in fs::read_dir(&stage).map_err(|e| format!("reading {}: {e}", stage.display()))? {
+        let path = entry.map_err(|e| e.to_string())?.path();
+        let to = dist.join(path.file_name().expect("read_dir entries have names"));
+        fs::rename(&path, &to).map_err(|e| format!("moving {}: {e}", path.display()))?;
+    }
+    let _ = fs::remove_dir(&stage);
+    Ok(())
+}
+
+fn target_dir() -> PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| setup::root().join("target"), PathBuf::from)
+}
+
+fn copy(from: &Path, to: &Path) -> Result<(), String> {
+    if let Some(parent) = to.parent() {
+        fs::create_dir_all(parent).map_err(|e| format!("creating {}: {e}", parent.display()))?;
+    }
+    fs::copy(from, to).map(drop).map_err(|e| format!("copying {}: {e}", from.display()))
+}
+
+fn write(path: &Path, text: &str) -> Result<(), String> {
+    fs::write(path, text).map_err(|e| format!("writing {}: {e}", path.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const PAGE: &str = r#"<head>
+    <link data-trunk rel="css" href="style.css" />
+    <link
+      data-trunk
+      rel="rust"
+      data-bin="app"
+      data-cargo-profile-release="wasm-release"
+      data-wasm-opt="z"
+    />
+    <link rel="icon" href="x.png">
+</head>"#;
+
+    #[test]
+    fn the_links_of_index_html_are_the_plan() {
+        let links = trunk_links(PAGE).expect("links");
+        assert_eq!(links.len(), 2, "the icon is not a trunk link");
+        let plan = plan(&links).expect("a plan");
+        assert_eq!(
+            plan,
+            Plan {
+                css: vec!["style.css".into()],
+                bin: "app".into(),
+                profile: "wasm-release".into(),
+                wasm_opt: "z".into()
+            }
+        );
+        let html = rewrite_html(PAGE, &links, "app");
+        assert!(!html.contains("data-trunk"), "{html}");
+        assert!(html.contains(r#"<link rel="stylesheet" href="./style.css" />"#), "{html}");
+        assert!(html.contains(r#"import init from "./app.js";"#), "{html}");
+        assert!(html.contains(r#"init({ module_or_path: "./app_bg.wasm" });"#), "{html}");
+        assert!(html.contains(r#"<link rel="icon" href="x.png">"#), "other links stay");
+    }
+
+    #[test]
+    fn an_asset_kind_it_cannot_build_is_named() {
+        let links = trunk_links(r#"<link data-trunk rel="copy-dir" href="assets" />"#).unwrap();
+        let error = plan(&links).unwrap_err();
+        assert!(error.contains("rel=Some(\"copy-dir\")"), "{error}");
+        assert!(trunk_links("<link data-trunk rel=css>").unwrap_err().contains("quoted"));
+    }
+}
