@@ -7,6 +7,7 @@
 //! ackscope show FILE                     a session file's summary
 //! ackscope export FILE --json            a session file as plain JSON
 //! ackscope export FILE --pcapng OUT      its captured segments as pcapng, stalls as comments
+//! ackscope export FILE --perfetto OUT    a Chrome trace-event JSON for ui.perfetto.dev
 //! ackscope import CAPTURE [-o FILE]      a pcap/pcapng capture as a session, with its stalls
 //! ```
 //!
@@ -15,6 +16,7 @@
 
 mod import;
 mod knobs;
+mod perfetto;
 mod run;
 mod serve_ui;
 mod server;
@@ -58,7 +60,9 @@ enum Command {
         file: PathBuf,
     },
     /// Write a session file in another format
-    #[command(group(clap::ArgGroup::new("format").required(true).args(["json", "pcapng"])))]
+    #[command(group(
+        clap::ArgGroup::new("format").required(true).args(["json", "pcapng", "perfetto"])
+    ))]
     Export {
         /// A session file written with -o
         file: PathBuf,
@@ -69,6 +73,11 @@ enum Command {
         /// the comment of the packet that ended it
         #[arg(long, value_name = "OUT")]
         pcapng: Option<PathBuf>,
+        /// As a Chrome trace-event JSON file for ui.perfetto.dev or chrome://tracing: a process
+        /// per run, a thread per connection side with its syscalls and stalls as slices,
+        /// TCP_INFO as counters (docs/CLI.md)
+        #[arg(long, value_name = "OUT.json")]
+        perfetto: Option<PathBuf>,
     },
     /// Turn a pcap or pcapng capture of TCP connections into a session file, with its stalls
     Import(import::ImportArgs),
@@ -100,6 +109,7 @@ pub fn main() -> ExitCode {
         Some(Command::Server(args)) => server::run(&args),
         Some(Command::Show { file }) => show::show(&file),
         Some(Command::Export { file, pcapng: Some(out), .. }) => show::export_pcapng(&file, &out),
+        Some(Command::Export { file, perfetto: Some(out), .. }) => perfetto::export(&file, &out),
         Some(Command::Export { file, .. }) => show::export_json(&file),
         Some(Command::Import(args)) => import::import(&args),
     };

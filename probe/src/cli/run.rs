@@ -275,9 +275,9 @@ pub struct RrTally {
 }
 
 /// Past this many requests held, the oldest finished ones are retired...
-const RETIRE_ABOVE: usize = 8192;
+pub(super) const RETIRE_ABOVE: usize = 8192;
 /// ...keeping the newest, whose other side's events may still be on their way.
-const KEEP_RECENT: usize = 1024;
+pub(super) const KEEP_RECENT: usize = 1024;
 
 impl RrTally {
     fn new(spec: Option<RrSpec>) -> RrTally {

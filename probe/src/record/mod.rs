@@ -5,10 +5,10 @@
 //! kill loses at most the batch in flight; a reader keeps every message before a bad frame.
 
 use std::fs::File;
-use std::io::{self, BufWriter, Write};
+use std::io::{self, BufReader, BufWriter, Read, Write};
 use std::path::{Path, PathBuf};
 
-use ackscope_shared::wire::{self, FrameReader, ToBrowser, WireError};
+use ackscope_shared::wire::{self, ToBrowser, WireError};
 
 /// Session files larger than this are refused before reading (16 GiB: far beyond a long run).
 pub const MAX_FILE_BYTES: u64 = 16 << 30;
@@ -44,40 +44,239 @@ pub struct SessionFile {
     pub error: Option<WireError>,
 }
 
-/// Reads a session file. IO errors and a refused version are errors; a corrupt or truncated
-/// frame is reported in [`SessionFile::error`] with everything before it kept.
+/// Reads a whole session file (see [`SessionReader`] for one message at a time). IO errors and a
+/// refused version are errors; a corrupt or truncated frame is reported in
+/// [`SessionFile::error`] with everything before it kept.
 pub fn read(path: &Path) -> Result<SessionFile, String> {
-    let size =
-        std::fs::metadata(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?.len();
-    if size > MAX_FILE_BYTES {
-        return Err(format!(
-            "{} is {size} bytes, over the {MAX_FILE_BYTES}-byte limit for session files",
-            path.display()
-        ));
-    }
-    let bytes = std::fs::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-    let mut reader = FrameReader::new(&bytes);
+    let mut reader = SessionReader::open(path)?;
     let mut messages = Vec::new();
     let mut error = None;
     while let Some(next) = reader.next_message() {
         match next {
-            Ok(message) => {
-                if messages.is_empty() {
-                    wire::check_hello(&message).map_err(|e| {
-                        format!("{} is not a session file this build can read: {e}", path.display())
-                    })?;
-                }
-                messages.push(message);
-            }
+            Ok(message) => messages.push(message),
             Err(e) => {
                 error = Some(e);
                 break;
             }
         }
     }
-    if messages.is_empty() {
-        let why = error.map_or("it is empty".to_string(), |e| e.to_string());
-        return Err(format!("{} is not an ackscope session file: {why}", path.display()));
-    }
     Ok(SessionFile { messages, error })
+}
+
+/// Reads a session file one frame at a time, holding one message in memory: the framing of
+/// [`wire::FrameReader`] over a file instead of a buffer. A length over
+/// [`wire::MAX_MESSAGE_BYTES`] is refused before anything is allocated, nothing past the size
+/// checked against [`MAX_FILE_BYTES`] at open is read, and the first bad frame ends the stream.
+pub struct SessionReader {
+    input: BufReader<io::Take<File>>,
+    /// Where the next frame starts.
+    offset: u64,
+    /// The current frame's payload, reused.
+    payload: Vec<u8>,
+    /// The Hello, read and checked by [`SessionReader::open`], not yet handed out.
+    hello: Option<ToBrowser>,
+    ended: bool,
+}
+
+impl SessionReader {
+    /// Opens a session file and checks its first message: a file that is empty, does not start
+    /// with a Hello, or speaks another protocol version is an error naming the file.
+    pub fn open(path: &Path) -> Result<SessionReader, String> {
+        let size = std::fs::metadata(path)
+            .map_err(|e| format!("cannot read {}: {e}", path.display()))?
+            .len();
+        if size > MAX_FILE_BYTES {
+            return Err(format!(
+                "{} is {size} bytes, over the {MAX_FILE_BYTES}-byte limit for session files",
+                path.display()
+            ));
+        }
+        let file = File::open(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+        let mut reader = SessionReader {
+            input: BufReader::new(file.take(size)),
+            offset: 0,
+            payload: Vec::new(),
+            hello: None,
+            ended: false,
+        };
+        let hello = match reader.frame() {
+            Some(Ok(message)) => message,
+            Some(Err(e)) => {
+                return Err(format!("{} is not an ackscope session file: {e}", path.display()))
+            }
+            None => {
+                return Err(format!(
+                    "{} is not an ackscope session file: it is empty",
+                    path.display()
+                ))
+            }
+        };
+        wire::check_hello(&hello).map_err(|e| {
+            format!("{} is not a session file this build can read: {e}", path.display())
+        })?;
+        reader.hello = Some(hello);
+        Ok(reader)
+    }
+
+    /// The next message (the Hello first), `None` at a clean end, or the error that ends the
+    /// stream (nothing follows it).
+    pub fn next_message(&mut self) -> Option<Result<ToBrowser, WireError>> {
+        match self.hello.take() {
+            Some(hello) => Some(Ok(hello)),
+            None => self.frame(),
+        }
+    }
+
+    fn frame(&mut self) -> Option<Result<ToBrowser, WireError>> {
+        if self.ended {
+            return None;
+        }
+        let start = self.offset;
+        let truncated = WireError::Truncated { offset: start as usize };
+        let mut len_bytes = [0u8; 4];
+        match fill(&mut self.input, &mut len_bytes) {
+            Ok(0) => {
+                self.ended = true;
+                return None;
+            }
+            Ok(4) => {}
+            Ok(_) => return self.fail(truncated),
+            Err(e) => return self.fail(unreadable(start, &e)),
+        }
+        let len = u32::from_le_bytes(len_bytes) as usize;
+        if len > wire::MAX_MESSAGE_BYTES {
+            return self.fail(WireError::TooLarge { len, max: wire::MAX_MESSAGE_BYTES });
+        }
+        self.payload.clear();
+        self.payload.resize(len, 0);
+        match fill(&mut self.input, &mut self.payload) {
+            Ok(n) if n == len => {}
+            Ok(_) => return self.fail(truncated),
+            Err(e) => return self.fail(unreadable(start, &e)),
+        }
+        self.offset += 4 + len as u64;
+        let decoded = if start == 0 {
+            wire::decode_first(&self.payload)
+        } else {
+            wire::decode(&self.payload)
+        };
+        if decoded.is_err() {
+            self.ended = true;
+        }
+        Some(decoded)
+    }
+
+    fn fail(&mut self, error: WireError) -> Option<Result<ToBrowser, WireError>> {
+        self.ended = true;
+        Some(Err(error))
+    }
+}
+
+/// Reads until `buf` is full or the input ends; how many bytes were read.
+fn fill(input: &mut impl Read, buf: &mut [u8]) -> io::Result<usize> {
+    let mut filled = 0;
+    while filled < buf.len() {
+        match input.read(&mut buf[filled..]) {
+            Ok(0) => break,
+            Ok(n) => filled += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(filled)
+}
+
+fn unreadable(offset: u64, e: &io::Error) -> WireError {
+    WireError::Malformed(format!("cannot read the frame at byte {offset}: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ackscope_shared::wire::{HostFacts, Instruments, RunOutcome};
+    use ackscope_shared::{ConnId, Event, EventKind, ReqId, RrSpec, RunId, Scenario, Side};
+
+    fn temp(name: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("ackscope-record-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        dir.join(name)
+    }
+
+    fn session() -> Vec<ToBrowser> {
+        let event = Event {
+            at_ns: 43_600_000,
+            side: Side::Server,
+            conn: ConnId(1),
+            req: ReqId(7),
+            kind: EventKind::ReadDone { bytes: 2048 },
+        };
+        vec![
+            ToBrowser::Hello(wire::Hello::current("0.1.0", HostFacts::default())),
+            ToBrowser::RunStarted {
+                run: RunId(1),
+                spec: Scenario::Rr(RrSpec::default()),
+                instruments: Instruments::default(),
+            },
+            ToBrowser::Events { run: RunId(1), events: vec![event; 100] },
+            ToBrowser::RunFinished { run: RunId(1), outcome: RunOutcome::Completed },
+        ]
+    }
+
+    fn write(path: &Path, messages: &[ToBrowser]) -> Vec<u8> {
+        let mut writer = SessionWriter::create(path).unwrap();
+        for message in messages {
+            writer.write(message).unwrap();
+        }
+        drop(writer);
+        std::fs::read(path).unwrap()
+    }
+
+    #[test]
+    fn the_streaming_reader_returns_every_message_then_ends() {
+        let path = temp("whole.ackscope");
+        write(&path, &session());
+        let mut reader = SessionReader::open(&path).unwrap();
+        let mut read = Vec::new();
+        while let Some(next) = reader.next_message() {
+            read.push(next.unwrap());
+        }
+        assert_eq!(read, session());
+        assert!(reader.next_message().is_none());
+    }
+
+    #[test]
+    fn a_cut_file_keeps_its_valid_prefix_and_names_the_offset() {
+        let path = temp("cut.ackscope");
+        let bytes = write(&path, &session());
+        std::fs::write(&path, &bytes[..bytes.len() - 3]).unwrap();
+        let file = read(&path).unwrap();
+        assert_eq!(file.messages, session()[..3]);
+        let last_frame = bytes.len() - (wire::encode(&session()[3]).len() + 4);
+        assert_eq!(file.error, Some(WireError::Truncated { offset: last_frame }));
+    }
+
+    #[test]
+    fn a_huge_length_is_refused_before_allocating_and_ends_the_stream() {
+        let path = temp("huge.ackscope");
+        let mut bytes = write(&path, &session()[..1]);
+        bytes.extend_from_slice(&u32::MAX.to_le_bytes());
+        bytes.extend_from_slice(&[1, 2, 3]);
+        std::fs::write(&path, &bytes).unwrap();
+        let mut reader = SessionReader::open(&path).unwrap();
+        assert!(matches!(reader.next_message(), Some(Ok(ToBrowser::Hello(_)))));
+        assert!(matches!(reader.next_message(), Some(Err(WireError::TooLarge { .. }))));
+        assert!(reader.next_message().is_none());
+    }
+
+    #[test]
+    fn empty_and_foreign_files_are_refused_by_name() {
+        let empty = temp("empty.ackscope");
+        std::fs::write(&empty, b"").unwrap();
+        let err = SessionReader::open(&empty).err().unwrap();
+        assert!(err.contains("empty.ackscope") && err.contains("empty"), "{err}");
+        let foreign = temp("foreign.ackscope");
+        std::fs::write(&foreign, b"this is not a session file at all").unwrap();
+        let err = SessionReader::open(&foreign).err().unwrap();
+        assert!(err.contains("foreign.ackscope") && err.contains("not an ackscope"), "{err}");
+    }
 }

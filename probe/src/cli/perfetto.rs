@@ -1,0 +1,750 @@
+//! `ackscope export FILE --perfetto OUT.json`: a session as a Chrome trace-event file (the JSON
+//! Object Format, `{"traceEvents": [...], "displayTimeUnit": "ns"}`), which ui.perfetto.dev and
+//! chrome://tracing open.
+//!
+//! What is where:
+//! - one process per run: `pid` = run id + 1, named "run 1: rr: 100 x 2048 B, ...";
+//! - one thread per connection side, named "conn 3 client" (tids are numbered from
+//!   [`FIRST_TID`] in the order the sides first appear in the file, so they never repeat across
+//!   runs and never equal a pid);
+//! - on that thread, every `connect()`, `write()` and `read()` as a complete slice (`ph: X`,
+//!   category `syscall`), and every stall as a slice (category `stall`) nested in the call that
+//!   waited, covering the part of the wait that counts (for a held read: from when the peer had
+//!   written the data until the read returned, less 1 ns so that it nests in every viewer);
+//! - TCP_INFO as counters (`ph: C`), one per field and connection side ("conn 3 client unacked",
+//!   its value keyed by its unit), written whenever the value changes.
+//!
+//! Times are microseconds since the run started (the format's unit) with the nanoseconds as
+//! decimals. Events are written as the file is read, so they are not sorted by time across
+//! threads (stalls come when their request is analysed); both viewers sort on load.
+//!
+//! [`TraceBuilder`] maps messages to trace events and does no IO; [`export`] streams a session
+//! file through it into the output, one serialized event at a time.
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::io::{self, BufWriter, Write};
+use std::path::Path;
+
+use ackscope_shared::analysis::{RunAnalysis, SpanKind};
+use ackscope_shared::attribution::{self, Stall};
+use ackscope_shared::wire::{Hello, ToBrowser, WireError};
+use ackscope_shared::{ConnId, Event, EventKind, RrSpec, RunId, Scenario, Side, TcpInfoSample};
+use serde::ser::SerializeMap;
+use serde::{Serialize, Serializer};
+
+use super::run::{KEEP_RECENT, RETIRE_ABOVE};
+use super::{Ended, Failure};
+use crate::record::SessionReader;
+
+/// The first thread id; later ones count up from it.
+pub const FIRST_TID: u32 = 1_000_000;
+
+/// One trace event, serialized as one object of `traceEvents`.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct TraceEvent {
+    pub name: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cat: Option<&'static str>,
+    /// `X` (complete slice), `C` (counter) or `M` (metadata: names and sort order).
+    pub ph: &'static str,
+    /// Microseconds since the run started.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ts: Option<f64>,
+    /// Microseconds.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub dur: Option<f64>,
+    pub pid: u32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tid: Option<u32>,
+    pub args: Args,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(untagged)]
+pub enum Args {
+    Name {
+        name: String,
+    },
+    SortIndex {
+        sort_index: u64,
+    },
+    Call {
+        #[serde(skip_serializing_if = "Option::is_none")]
+        bytes: Option<u32>,
+        /// What the call asked for (`write` of / `read` up to this many bytes).
+        #[serde(skip_serializing_if = "Option::is_none")]
+        asked: Option<u32>,
+        req: u32,
+    },
+    Stall {
+        /// The class's JSON name, as in `run --json`'s `stalls`.
+        class: &'static str,
+        /// "client->server": where the waited-for data was going.
+        direction: String,
+        /// How long the wait that counts lasted.
+        held_ms: f64,
+        evidence: String,
+        fixes: Vec<String>,
+        req: u32,
+    },
+    Counter(Counter),
+}
+
+/// A counter's value keyed by its unit: `{"segments": 3}`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Counter {
+    pub unit: &'static str,
+    pub value: u64,
+}
+
+impl Serialize for Counter {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut map = serializer.serialize_map(Some(1))?;
+        map.serialize_entry(self.unit, &self.value)?;
+        map.end()
+    }
+}
+
+/// A TCP_INFO field shown as a counter: its name, its unit, and its value in a sample (`None`
+/// when the kernel did not report it).
+type CounterField = (&'static str, &'static str, fn(&TcpInfoSample) -> Option<u64>);
+
+/// The TCP_INFO fields written as counters.
+const COUNTERS: [CounterField; 9] = [
+    ("unacked", "segments", |t| Some(t.unacked.into())),
+    ("notsent", "bytes", |t| t.notsent_bytes.map(u64::from)),
+    ("cwnd", "segments", |t| Some(t.snd_cwnd.into())),
+    ("snd_wnd", "bytes", |t| t.snd_wnd.map(u64::from)),
+    ("rcv_wnd", "bytes", |t| t.rcv_wnd.map(u64::from)),
+    ("rcv_space", "bytes", |t| Some(t.rcv_space.into())),
+    ("rtt", "us", |t| Some(t.rtt_us.into())),
+    ("ato", "us", |t| Some(t.ato_us.into())),
+    ("retrans", "segments", |t| Some(t.total_retrans.into())),
+];
+
+/// What was written, for the closing line.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Counts {
+    pub runs: u64,
+    pub syscalls: u64,
+    pub stalls: u64,
+    pub counters: u64,
+}
+
+/// Maps a session's messages, in file order, to trace events. Holds per run only what is still
+/// needed: each connection side's open call and last counter values, and the stall analysis,
+/// whose finished requests are retired as `run` retires them.
+#[derive(Debug)]
+pub struct TraceBuilder {
+    runs: HashMap<RunId, RunTrace>,
+    next_tid: u32,
+    hello: Option<Hello>,
+    pub counts: Counts,
+}
+
+#[derive(Debug)]
+struct RunTrace {
+    pid: u32,
+    threads: HashMap<(ConnId, Side), Thread>,
+    /// Request/response and server runs: their stalls (bulk and imported runs have none, as in
+    /// `show`).
+    stalls: Option<StallFinder>,
+}
+
+#[derive(Debug)]
+struct Thread {
+    tid: u32,
+    open: Option<OpenCall>,
+    counters: [Option<u64>; COUNTERS.len()],
+}
+
+#[derive(Clone, Copy, Debug)]
+struct OpenCall {
+    kind: SpanKind,
+    start_ns: u64,
+    asked: u32,
+}
+
+#[derive(Debug)]
+struct StallFinder {
+    analysis: RunAnalysis,
+    spec: Option<RrSpec>,
+}
+
+impl Default for TraceBuilder {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl TraceBuilder {
+    pub fn new() -> TraceBuilder {
+        TraceBuilder {
+            runs: HashMap::new(),
+            next_tid: FIRST_TID,
+            hello: None,
+            counts: Counts::default(),
+        }
+    }
+
+    /// The session's Hello, once read.
+    pub fn hello(&self) -> Option<&Hello> {
+        self.hello.as_ref()
+    }
+
+    /// The trace events of one message (at most about a dozen per event of an `Events` batch, plus
+    /// the stalls of the requests it lets the analysis retire).
+    pub fn message(&mut self, message: &ToBrowser) -> Vec<TraceEvent> {
+        let mut out = Vec::new();
+        match message {
+            ToBrowser::Hello(hello) => self.hello = Some(hello.clone()),
+            ToBrowser::RunStarted { run, spec, .. } => {
+                // A run id seen again starts over: what the first one had is written first.
+                if let Some(earlier) = self.runs.remove(run) {
+                    self.finish_run(earlier, &mut out);
+                }
+                let pid = run.0.saturating_add(1);
+                let name = format!("run {}: {}: {}", run.0, spec.name(), spec.describe());
+                out.push(metadata("process_name", pid, None, Args::Name { name }));
+                let sort_index = u64::from(run.0);
+                out.push(metadata("process_sort_index", pid, None, Args::SortIndex { sort_index }));
+                self.runs.insert(*run, RunTrace::new(pid, spec));
+                self.counts.runs += 1;
+            }
+            ToBrowser::Events { run, events } => {
+                if let Some(trace) = self.runs.get_mut(run) {
+                    trace.events(events, &mut self.next_tid, &mut self.counts, &mut out);
+                }
+            }
+            ToBrowser::RunFinished { run, .. } => {
+                if let Some(trace) = self.runs.remove(run) {
+                    self.finish_run(trace, &mut out);
+                }
+            }
+            ToBrowser::Rejected { .. } => {}
+        }
+        out
+    }
+
+    /// At the end of the file: the remaining stalls of runs it ended inside (cut off).
+    pub fn finish(&mut self) -> Vec<TraceEvent> {
+        let mut out = Vec::new();
+        let mut open: Vec<(RunId, RunTrace)> = self.runs.drain().collect();
+        open.sort_by_key(|(run, _)| *run);
+        for (_, trace) in open {
+            self.finish_run(trace, &mut out);
+        }
+        out
+    }
+
+    fn finish_run(&mut self, mut trace: RunTrace, out: &mut Vec<TraceEvent>) {
+        if let Some(finder) = trace.stalls.take() {
+            for stall in attribution::attribute(&finder.analysis, finder.spec.as_ref()) {
+                trace.stall(&stall, &mut self.next_tid, &mut self.counts, out);
+            }
+        }
+    }
+}
+
+impl RunTrace {
+    fn new(pid: u32, spec: &Scenario) -> RunTrace {
+        let stalls = match spec {
+            Scenario::Rr(spec) => Some(StallFinder::new(Some(spec.clone()))),
+            // A standalone server does not know how its clients write.
+            Scenario::Server(_) => Some(StallFinder::new(None)),
+            Scenario::Bulk(_) | Scenario::Import(_) => None,
+        };
+        RunTrace { pid, threads: HashMap::new(), stalls }
+    }
+
+    /// The thread of a connection side, named (metadata events) when first seen.
+    fn thread(
+        &mut self,
+        conn: ConnId,
+        side: Side,
+        next_tid: &mut u32,
+        out: &mut Vec<TraceEvent>,
+    ) -> &mut Thread {
+        let pid = self.pid;
+        self.threads.entry((conn, side)).or_insert_with(|| {
+            let tid = *next_tid;
+            *next_tid = next_tid.saturating_add(1);
+            let name = format!("conn {} {}", conn.0, side.name());
+            out.push(metadata("thread_name", pid, Some(tid), Args::Name { name }));
+            let sort_index = 2 * u64::from(conn.0) + u64::from(side == Side::Server);
+            out.push(metadata("thread_sort_index", pid, Some(tid), Args::SortIndex { sort_index }));
+            Thread { tid, open: None, counters: [None; COUNTERS.len()] }
+        })
+    }
+
+    fn events(
+        &mut self,
+        events: &[Event],
+        next_tid: &mut u32,
+        counts: &mut Counts,
+        out: &mut Vec<TraceEvent>,
+    ) {
+        let pid = self.pid;
+        for event in events {
+            let (opens, closes) = match event.kind {
+                EventKind::ConnectStart => (Some((SpanKind::Connect, 0)), None),
+                EventKind::WriteStart { len_bytes } => (Some((SpanKind::Write, len_bytes)), None),
+                EventKind::ReadStart { len_bytes } => (Some((SpanKind::Read, len_bytes)), None),
+                EventKind::Connected => (None, Some((SpanKind::Connect, None))),
+                EventKind::WriteDone { bytes } => (None, Some((SpanKind::Write, Some(bytes)))),
+                EventKind::ReadDone { bytes } => (None, Some((SpanKind::Read, Some(bytes)))),
+                EventKind::TcpInfo(ref info) => {
+                    let thread = self.thread(event.conn, event.side, next_tid, out);
+                    counts.counters += counters(thread, pid, event, info, out);
+                    continue;
+                }
+                _ => continue,
+            };
+            let thread = self.thread(event.conn, event.side, next_tid, out);
+            if let Some((kind, asked)) = opens {
+                // Each side of a connection is one thread: a new call ends any unfinished one.
+                thread.open = Some(OpenCall { kind, start_ns: event.at_ns, asked });
+            }
+            if let Some((kind, bytes)) = closes {
+                match thread.open {
+                    Some(call) if call.kind == kind => {
+                        thread.open = None;
+                        out.push(syscall(pid, thread.tid, call, event, bytes));
+                        counts.syscalls += 1;
+                    }
+                    _ => {}
+                }
+            }
+        }
+        let Some(finder) = &mut self.stalls else { return };
+        let stalls = finder.push_all(events);
+        for stall in &stalls {
+            self.stall(stall, next_tid, counts, out);
+        }
+    }
+
+    /// A stall as a slice on the thread of the call that waited, nested in that call: its last
+    /// `wait_ns` (all of it when the wait counted is longer than the call, as think time can be),
+    /// ending 1 ns before the call returned. Microseconds as floating point can move an end
+    /// that equals the call's by a nanosecond (Perfetto truncates `dur` to whole nanoseconds),
+    /// and a slice a nanosecond past its parent is cut and counted as a misplaced end.
+    fn stall(
+        &mut self,
+        stall: &Stall,
+        next_tid: &mut u32,
+        counts: &mut Counts,
+        out: &mut Vec<TraceEvent>,
+    ) {
+        let pid = self.pid;
+        let tid = self.thread(stall.conn, stall.side, next_tid, out).tid;
+        let start_ns = stall.start_ns.max(stall.end_ns.saturating_sub(stall.wait_ns));
+        let end_ns = stall.end_ns.saturating_sub(1).max(start_ns);
+        out.push(TraceEvent {
+            name: stall.class.name().to_string(),
+            cat: Some("stall"),
+            ph: "X",
+            ts: Some(us(start_ns)),
+            dur: Some(us(end_ns - start_ns)),
+            pid,
+            tid: Some(tid),
+            args: Args::Stall {
+                class: stall.class.code(),
+                direction: format!("{}->{}", stall.from.name(), stall.to.name()),
+                held_ms: stall.wait_ns as f64 / 1e6,
+                evidence: stall.evidence.clone(),
+                fixes: stall.class.fixes(stall.from, stall.to),
+                req: stall.req.0,
+            },
+        });
+        counts.stalls += 1;
+    }
+}
+
+impl StallFinder {
+    fn new(spec: Option<RrSpec>) -> StallFinder {
+        let mut analysis = RunAnalysis::new();
+        if let Some(link) = spec.as_ref().and_then(|spec| spec.link) {
+            // Bytes need half the link's RTT to cross it: that much of a read's wait is the path.
+            analysis.set_path_delay_ns(u64::from(link.rtt_us) * 1000 / 2);
+        }
+        StallFinder { analysis, spec }
+    }
+
+    /// Feeds a batch; returns the stalls of the requests retired to keep memory bounded.
+    fn push_all(&mut self, events: &[Event]) -> Vec<Stall> {
+        self.analysis.push_all(events);
+        let mut retired = Vec::new();
+        if self.analysis.requests().len() > RETIRE_ABOVE {
+            let spec = self.spec.as_ref();
+            self.analysis.retire(KEEP_RECENT, |analysis, req, view| {
+                retired.extend(attribution::attribute_request(analysis, req, view, spec));
+            });
+        }
+        retired
+    }
+}
+
+/// A returned call as a complete slice: "read 2048 B", "write 4 B", "connect".
+fn syscall(pid: u32, tid: u32, call: OpenCall, done: &Event, bytes: Option<u32>) -> TraceEvent {
+    let name = match (call.kind, bytes) {
+        (SpanKind::Connect, _) => "connect".to_string(),
+        (SpanKind::Write, Some(n)) => format!("write {n} B"),
+        (SpanKind::Read, Some(0)) => "read 0 B (peer closed)".to_string(),
+        (SpanKind::Read, Some(n)) => format!("read {n} B"),
+        (kind, None) => format!("{kind:?}").to_lowercase(),
+    };
+    let asked = (call.kind != SpanKind::Connect).then_some(call.asked);
+    TraceEvent {
+        name,
+        cat: Some("syscall"),
+        ph: "X",
+        ts: Some(us(call.start_ns)),
+        dur: Some(us(done.at_ns.saturating_sub(call.start_ns))),
+        pid,
+        tid: Some(tid),
+        args: Args::Call { bytes, asked, req: done.req.0 },
+    }
+}
+
+/// The counter events of one TCP_INFO sample: the fields whose value changed on this side.
+fn counters(
+    thread: &mut Thread,
+    pid: u32,
+    event: &Event,
+    info: &TcpInfoSample,
+    out: &mut Vec<TraceEvent>,
+) -> u64 {
+    let mut written = 0;
+    for (i, (field, unit, value_of)) in COUNTERS.iter().enumerate() {
+        let Some(value) = value_of(info) else { continue };
+        if thread.counters[i] == Some(value) {
+            continue;
+        }
+        thread.counters[i] = Some(value);
+        out.push(TraceEvent {
+            name: format!("conn {} {} {field}", event.conn.0, event.side.name()),
+            cat: Some("tcp_info"),
+            ph: "C",
+            ts: Some(us(event.at_ns)),
+            dur: None,
+            pid,
+            tid: Some(thread.tid),
+            args: Args::Counter(Counter { unit, value }),
+        });
+        written += 1;
+    }
+    written
+}
+
+fn metadata(name: &str, pid: u32, tid: Option<u32>, args: Args) -> TraceEvent {
+    TraceEvent { name: name.to_string(), cat: None, ph: "M", ts: None, dur: None, pid, tid, args }
+}
+
+/// Nanoseconds as the format's microseconds, keeping the nanoseconds as decimals.
+fn us(ns: u64) -> f64 {
+    ns as f64 / 1000.0
+}
+
+/// What the trace says about where it came from (chrome://tracing shows it as metadata).
+#[derive(Serialize)]
+struct OtherData<'a> {
+    source: &'a str,
+    exported_by: String,
+    recorded_by: Option<&'a str>,
+    host: Option<String>,
+    congestion_control: Option<&'a str>,
+    tcp_rmem: Option<&'a str>,
+    tcp_wmem: Option<&'a str>,
+    /// The bad frame that ended the session file, if one did.
+    error: Option<String>,
+}
+
+/// Writes the trace of `messages` to `out` as they come; returns the error that ended them.
+pub fn write_trace(
+    messages: impl Iterator<Item = Result<ToBrowser, WireError>>,
+    source: &str,
+    trace: &mut TraceBuilder,
+    out: &mut impl Write,
+) -> io::Result<Option<WireError>> {
+    out.write_all(b"{\"traceEvents\":[")?;
+    let mut first = true;
+    let mut write_all = |out: &mut dyn Write, events: Vec<TraceEvent>| -> io::Result<()> {
+        for event in &events {
+            out.write_all(if first { b"\n" } else { b",\n" })?;
+            first = false;
+            serde_json::to_writer(&mut *out, event)?;
+        }
+        Ok(())
+    };
+    let mut error = None;
+    for message in messages {
+        match message {
+            Ok(message) => write_all(out, trace.message(&message))?,
+            Err(e) => {
+                error = Some(e);
+                break;
+            }
+        }
+    }
+    write_all(out, trace.finish())?;
+    let hello = trace.hello();
+    let other = OtherData {
+        source,
+        exported_by: format!("ackscope {}", env!("CARGO_PKG_VERSION")),
+        recorded_by: hello.map(|h| h.ackscope_version.as_str()),
+        host: hello.map(|h| format!("{} {}", h.host.os, h.host.kernel)),
+        congestion_control: hello.map(|h| h.host.congestion_control.as_str()),
+        tcp_rmem: hello.map(|h| h.host.tcp_rmem.as_str()),
+        tcp_wmem: hello.map(|h| h.host.tcp_wmem.as_str()),
+        error: error.as_ref().map(|e| e.to_string()),
+    };
+    out.write_all(b"\n],\"displayTimeUnit\":\"ns\",\"otherData\":")?;
+    serde_json::to_writer(&mut *out, &other)?;
+    out.write_all(b"}\n")?;
+    Ok(error)
+}
+
+/// `ackscope export FILE --perfetto OUT`.
+pub fn export(path: &Path, out_path: &Path) -> Result<Ended, Failure> {
+    let mut reader = SessionReader::open(path)?;
+    if let (Ok(a), Ok(b)) = (path.canonicalize(), out_path.canonicalize()) {
+        if a == b {
+            return Err(Failure::Usage(format!(
+                "--perfetto {} would overwrite the session file it reads; name another file",
+                out_path.display()
+            )));
+        }
+    }
+    let file = File::create(out_path).map_err(|e| {
+        format!("cannot create {}: {e}; give --perfetto a path you can write", out_path.display())
+    })?;
+    let mut out = BufWriter::new(file);
+    let mut trace = TraceBuilder::new();
+    let messages = std::iter::from_fn(|| reader.next_message());
+    let error = write_trace(messages, &path.display().to_string(), &mut trace, &mut out)
+        .and_then(|error| out.flush().map(|()| error))
+        .map_err(|e| format!("writing {}: {e}", out_path.display()))?;
+    let c = trace.counts;
+    println!(
+        "wrote {} syscalls, {} stalls and {} TCP_INFO counter values of {} run{} to {} \
+         (open it in ui.perfetto.dev or chrome://tracing)",
+        c.syscalls,
+        c.stalls,
+        c.counters,
+        c.runs,
+        if c.runs == 1 { "" } else { "s" },
+        out_path.display()
+    );
+    match error {
+        None => Ok(Ended::Ok),
+        Some(error) => Err(Failure::Run(format!(
+            "{}: {error}; everything before that point was exported",
+            path.display()
+        ))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ackscope_shared::synthetic::{nagle_run, MS};
+    use ackscope_shared::wire::{HostFacts, Instruments, RunOutcome};
+    use ackscope_shared::ReqId;
+
+    fn session(events: Vec<Event>) -> Vec<ToBrowser> {
+        let run = RunId(1);
+        let mut messages = vec![
+            ToBrowser::Hello(Hello::current("0.1.0", HostFacts::default())),
+            ToBrowser::RunStarted {
+                run,
+                spec: Scenario::Rr(RrSpec { requests: 10, ..RrSpec::default() }),
+                instruments: Instruments::default(),
+            },
+        ];
+        for batch in events.chunks(ackscope_shared::wire::EVENTS_PER_MESSAGE) {
+            messages.push(ToBrowser::Events { run, events: batch.to_vec() });
+        }
+        messages.push(ToBrowser::RunFinished { run, outcome: RunOutcome::Completed });
+        messages
+    }
+
+    fn map(messages: &[ToBrowser]) -> (Vec<TraceEvent>, Counts) {
+        let mut trace = TraceBuilder::new();
+        let mut all: Vec<TraceEvent> = messages.iter().flat_map(|m| trace.message(m)).collect();
+        all.extend(trace.finish());
+        (all, trace.counts)
+    }
+
+    fn end(e: &TraceEvent) -> f64 {
+        e.ts.unwrap() + e.dur.unwrap()
+    }
+
+    #[test]
+    fn a_nagle_run_maps_to_named_threads_syscall_slices_and_nested_stalls() {
+        let (events, counts) = map(&session(nagle_run(10, 44 * MS)));
+        let process = events.iter().find(|e| e.name == "process_name").unwrap();
+        assert_eq!(process.pid, 2, "pid = run id + 1");
+        let Args::Name { name } = &process.args else { panic!("{process:?}") };
+        assert!(
+            name.starts_with("run 1: rr: 10 x 2048 B, keep-alive, Nagle on both sides"),
+            "{name}"
+        );
+
+        let threads: Vec<(&str, u32)> = events
+            .iter()
+            .filter(|e| e.name == "thread_name")
+            .map(|e| match &e.args {
+                Args::Name { name } => (name.as_str(), e.tid.unwrap()),
+                other => panic!("{other:?}"),
+            })
+            .collect();
+        assert_eq!(threads, [("conn 0 client", FIRST_TID), ("conn 0 server", FIRST_TID + 1)]);
+
+        // Each exchange: the client writes 4 then 2048 bytes and reads them back, the server the
+        // same the other way round.
+        let syscalls: Vec<&TraceEvent> =
+            events.iter().filter(|e| e.cat == Some("syscall")).collect();
+        assert_eq!(syscalls.len(), 80);
+        assert_eq!(counts.syscalls, 80);
+        assert!(syscalls.iter().all(|e| e.ph == "X" && e.pid == 2));
+        for (name, count) in [("write 4 B", 20), ("write 2048 B", 20), ("read 4 B", 20)] {
+            assert_eq!(syscalls.iter().filter(|e| e.name == name).count(), count, "{name}");
+        }
+        let first_write = syscalls.iter().find(|e| e.name == "write 4 B").unwrap();
+        assert_eq!(first_write.args, Args::Call { bytes: Some(4), asked: Some(4), req: 0 });
+        assert_eq!((first_write.ts, first_write.dur), (Some(0.0), Some(5.0)));
+
+        // Two stalls per request after the first, one on each side, each inside a read.
+        let stalls: Vec<&TraceEvent> = events.iter().filter(|e| e.cat == Some("stall")).collect();
+        assert_eq!(stalls.len(), 18);
+        for stall in &stalls {
+            assert_eq!(stall.name, "Nagle x delayed ACK");
+            assert!((43_000.0..45_000.0).contains(&stall.dur.unwrap()), "{stall:?}");
+            let Args::Stall { class, held_ms, evidence, fixes, .. } = &stall.args else {
+                panic!("{stall:?}")
+            };
+            assert_eq!(*class, "nagle_delayed_ack");
+            assert!((43.0..45.0).contains(held_ms));
+            assert!(evidence.contains("Nagle held them"), "{evidence}");
+            assert!(fixes.iter().any(|f| f.starts_with("TCP_NODELAY")), "{fixes:?}");
+            let parent = syscalls.iter().find(|s| {
+                s.tid == stall.tid
+                    && s.name == "read 2048 B"
+                    && s.ts <= stall.ts
+                    && end(stall) < end(s)
+            });
+            assert!(parent.is_some(), "nested in its read: {stall:?}");
+        }
+        assert!(stalls.iter().any(|s| s.tid == Some(FIRST_TID)));
+        assert!(stalls.iter().any(|s| s.tid == Some(FIRST_TID + 1)));
+    }
+
+    #[test]
+    fn a_long_run_retires_requests_and_still_writes_every_stall_once() {
+        let requests = RETIRE_ABOVE as u32 + 500;
+        let (events, counts) = map(&session(nagle_run(requests, 44 * MS)));
+        assert_eq!(counts.stalls, 2 * u64::from(requests - 1));
+        let mut reads: Vec<(u32, u32)> = events
+            .iter()
+            .filter_map(|e| match e.args {
+                Args::Stall { req, .. } => Some((req, e.tid.unwrap())),
+                _ => None,
+            })
+            .collect();
+        reads.sort_unstable();
+        reads.dedup();
+        assert_eq!(reads.len() as u64, counts.stalls, "no stall twice");
+    }
+
+    fn tcp_info(at_ns: u64, unacked: u32) -> Event {
+        let info = TcpInfoSample {
+            unacked,
+            snd_cwnd: 10,
+            rtt_us: 50,
+            notsent_bytes: Some(2048),
+            ..TcpInfoSample::default()
+        };
+        Event {
+            at_ns,
+            side: Side::Client,
+            conn: ConnId(3),
+            req: ReqId(0),
+            kind: EventKind::TcpInfo(Box::new(info)),
+        }
+    }
+
+    #[test]
+    fn tcp_info_becomes_counters_written_when_they_change() {
+        let (events, counts) = map(&session(vec![tcp_info(1_234_567, 1), tcp_info(2_000_000, 2)]));
+        let counters: Vec<&TraceEvent> = events.iter().filter(|e| e.ph == "C").collect();
+        // The first sample: every field it has (snd_wnd and rcv_wnd are absent), the second: unacked.
+        assert_eq!(counters.len(), 7 + 1);
+        assert_eq!(counts.counters, 8);
+        let notsent = counters.iter().find(|e| e.name == "conn 3 client notsent").unwrap();
+        assert_eq!(notsent.args, Args::Counter(Counter { unit: "bytes", value: 2048 }));
+        assert_eq!(notsent.ts, Some(1234.567), "microseconds, nanoseconds kept as decimals");
+        let last = counters.last().unwrap();
+        assert_eq!(last.name, "conn 3 client unacked");
+        assert_eq!(last.args, Args::Counter(Counter { unit: "segments", value: 2 }));
+        assert_eq!(last.ts, Some(2000.0));
+        assert!(!counters.iter().any(|e| e.name.ends_with("snd_wnd")));
+    }
+
+    #[test]
+    fn events_serialize_as_trace_objects_with_strings_escaped() {
+        let stall = TraceEvent {
+            name: "a \"quoted\"\nname\\".into(),
+            cat: Some("stall"),
+            ph: "X",
+            ts: Some(0.5),
+            dur: Some(44_000.001),
+            pid: 2,
+            tid: Some(FIRST_TID),
+            args: Args::Stall {
+                class: "unexplained",
+                direction: "client->server".into(),
+                held_ms: 44.000001,
+                evidence: "tab\there, \u{1} control".into(),
+                fixes: vec!["x".into()],
+                req: 7,
+            },
+        };
+        let text = serde_json::to_string(&stall).unwrap();
+        assert!(!text.contains('\n') && !text.contains('\t'), "{text}");
+        let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(v["name"], "a \"quoted\"\nname\\");
+        assert_eq!(v["ts"], 0.5);
+        assert_eq!(v["dur"], 44_000.001);
+        assert_eq!(v["args"]["evidence"], "tab\there, \u{1} control");
+        assert_eq!(v["args"]["fixes"][0], "x");
+        let counter = TraceEvent {
+            args: Args::Counter(Counter { unit: "us", value: 9 }),
+            ph: "C",
+            dur: None,
+            ..stall
+        };
+        let v: serde_json::Value = serde_json::to_value(&counter).unwrap();
+        assert_eq!(v["args"], serde_json::json!({"us": 9}));
+        assert!(v.get("dur").is_none());
+    }
+
+    #[test]
+    fn the_written_trace_is_one_json_object_even_when_the_file_was_cut() {
+        let messages = session(nagle_run(3, 44 * MS));
+        let cut = messages[..messages.len() - 1].iter().cloned().map(Ok);
+        let cut = cut.chain([Err(WireError::Truncated { offset: 99 })]);
+        let mut bytes = Vec::new();
+        let mut trace = TraceBuilder::new();
+        let error = write_trace(cut, "s.ackscope", &mut trace, &mut bytes).unwrap();
+        assert_eq!(error, Some(WireError::Truncated { offset: 99 }));
+        let doc: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
+        assert_eq!(doc["displayTimeUnit"], "ns");
+        assert_eq!(doc["otherData"]["source"], "s.ackscope");
+        assert!(doc["otherData"]["error"].as_str().unwrap().contains("byte 99"));
+        let events = doc["traceEvents"].as_array().unwrap();
+        // The run was cut off before RunFinished: its stalls are still written.
+        assert_eq!(events.iter().filter(|e| e["cat"] == "stall").count(), 4);
+        assert_eq!(events.len() as u64, 2 + 4 + trace.counts.syscalls + trace.counts.stalls);
+    }
+}
