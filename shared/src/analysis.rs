@@ -369,10 +369,16 @@ impl RunAnalysis {
         view.spans.iter().filter(|span| self.stall_ns(conn, span).is_some()).count() as u32
     }
 
-    pub fn summary(&self) -> Summary {
+    /// Every completed request's latency (retired ones included), shortest first.
+    pub fn latencies_ns(&self) -> Vec<u64> {
         let mut latencies: Vec<u64> = self.retired.latencies.clone();
         latencies.extend(self.requests.iter().filter_map(RequestView::latency_ns));
         latencies.sort_unstable();
+        latencies
+    }
+
+    pub fn summary(&self) -> Summary {
+        let latencies = self.latencies_ns();
         let first_start = min_some(
             self.retired.first_start,
             self.requests.iter().filter_map(|r| r.start_ns).min(),
@@ -517,6 +523,9 @@ mod tests {
             rolling.retire(10, |_, req, view| folded.push((req, view.spans.len())));
         }
         assert_eq!(rolling.summary(), whole.summary());
+        assert_eq!(rolling.latencies_ns(), whole.latencies_ns(), "retired latencies stay");
+        assert_eq!(whole.latencies_ns().len(), 100);
+        assert!(whole.latencies_ns().windows(2).all(|w| w[0] <= w[1]), "shortest first");
         assert!(rolling.requests().len() <= 11, "{} kept", rolling.requests().len());
         assert_eq!(rolling.first_request() as usize + rolling.requests().len(), 100);
         assert_eq!(folded.first().map(|f| f.0), Some(ReqId(0)));

@@ -637,6 +637,165 @@ impl Scenario {
     }
 }
 
+/// What changed from one scenario to another, for people comparing runs: one entry per spec
+/// field that differs, in the spec's field order ("requests: 100 -> 200", "TCP_NODELAY: client
+/// off -> on"). Per-side fields name the side that changed, or "both sides" when both went
+/// from the same value to the same value. Scenarios of different kinds differ in kind only
+/// ("scenario: rr -> bulk"): their fields do not line up. Empty when nothing differs.
+pub fn changes(from: &Scenario, to: &Scenario) -> Vec<String> {
+    let mut changes = Changes::default();
+    match (from, to) {
+        (Scenario::Rr(a), Scenario::Rr(b)) | (Scenario::Server(a), Scenario::Server(b)) => {
+            changes.rr(a, b)
+        }
+        (Scenario::Bulk(a), Scenario::Bulk(b)) => changes.bulk(a, b),
+        (Scenario::Import(a), Scenario::Import(b)) => changes.import(a, b),
+        _ => changes.field("scenario", &from.name(), &to.name(), |name| name.to_string()),
+    }
+    changes.0
+}
+
+/// The lines of [`changes`] so far.
+#[derive(Default)]
+struct Changes(Vec<String>);
+
+fn on_off(on: &bool) -> String {
+    if *on { "on" } else { "off" }.to_string()
+}
+
+fn bytes_or(unset: &'static str) -> impl Fn(&Option<u32>) -> String {
+    move |bytes| bytes.map_or_else(|| unset.to_string(), |bytes| format!("{bytes} B"))
+}
+
+impl Changes {
+    fn field<T: PartialEq>(&mut self, name: &str, from: &T, to: &T, show: impl Fn(&T) -> String) {
+        if from != to {
+            self.0.push(format!("{name}: {} -> {}", show(from), show(to)));
+        }
+    }
+
+    /// "TCP_NODELAY: client off -> on", "… both sides off -> on", or each side that changed.
+    fn per_side<T: PartialEq>(
+        &mut self,
+        name: &str,
+        from: &PerSide<T>,
+        to: &PerSide<T>,
+        show: impl Fn(&T) -> String,
+    ) {
+        let change = |side: &str, a: &T, b: &T| format!("{side} {} -> {}", show(a), show(b));
+        let (client, server) = (from.client != to.client, from.server != to.server);
+        let parts = if client && server && from.client == from.server && to.client == to.server {
+            vec![change("both sides", &from.client, &to.client)]
+        } else {
+            let mut parts = Vec::new();
+            if client {
+                parts.push(change("client", &from.client, &to.client));
+            }
+            if server {
+                parts.push(change("server", &from.server, &to.server));
+            }
+            parts
+        };
+        if !parts.is_empty() {
+            self.0.push(format!("{name}: {}", parts.join(", ")));
+        }
+    }
+
+    fn duration(&mut self, from: &Option<u32>, to: &Option<u32>) {
+        self.field("duration", from, to, |ms| {
+            ms.map_or_else(|| "no limit".to_string(), |ms| format!("{ms} ms"))
+        });
+    }
+
+    fn buffers_and_path(
+        &mut self,
+        (sndbuf, rcvbuf, congestion, link): BuffersAndPath,
+        to: BuffersAndPath,
+    ) {
+        self.per_side("SO_SNDBUF", sndbuf, to.0, bytes_or("auto"));
+        self.per_side("SO_RCVBUF", rcvbuf, to.1, bytes_or("auto"));
+        self.per_side("congestion control", congestion, to.2, |name| {
+            name.clone().unwrap_or_else(|| "default".to_string())
+        });
+        self.field("link", link, to.3, |link| {
+            link.as_ref().map_or_else(|| "loopback".to_string(), LinkSpec::to_cli)
+        });
+    }
+
+    fn rr(&mut self, from: &RrSpec, to: &RrSpec) {
+        // Destructured without `..`: a new spec field does not compile until it is compared.
+        let RrSpec {
+            requests,
+            duration_ms,
+            size_bytes,
+            response_bytes,
+            reconnect_every,
+            connections,
+            think_us,
+            write,
+            nodelay,
+            cork,
+            quickack,
+            sndbuf,
+            rcvbuf,
+            congestion,
+            link,
+        } = from;
+        self.field("requests", requests, &to.requests, u32::to_string);
+        self.duration(duration_ms, &to.duration_ms);
+        self.field("request size", size_bytes, &to.size_bytes, |bytes| format!("{bytes} B"));
+        self.field("response size", response_bytes, &to.response_bytes, bytes_or("as the request"));
+        self.field("reconnect", reconnect_every, &to.reconnect_every, |every| match every {
+            0 => "never (keep-alive)".to_string(),
+            1 => "before every request".to_string(),
+            n => format!("every {n} requests"),
+        });
+        self.field("connections", connections, &to.connections, u32::to_string);
+        self.field("server think time", think_us, &to.think_us, |us| format!("{us} us"));
+        self.per_side("write pattern", write, &to.write, |pattern| pattern.name().to_string());
+        self.per_side("TCP_NODELAY", nodelay, &to.nodelay, on_off);
+        self.per_side("TCP_CORK", cork, &to.cork, on_off);
+        self.per_side("TCP_QUICKACK", quickack, &to.quickack, on_off);
+        self.buffers_and_path(
+            (sndbuf, rcvbuf, congestion, link),
+            (&to.sndbuf, &to.rcvbuf, &to.congestion, &to.link),
+        );
+    }
+
+    fn bulk(&mut self, from: &BulkSpec, to: &BulkSpec) {
+        // As in `rr`: every field, so that a new one must be added here.
+        let BulkSpec { bytes, duration_ms, app_buffer_bytes, sndbuf, rcvbuf, congestion, link } =
+            from;
+        self.field("bytes", bytes, &to.bytes, |bytes| format!("{bytes} B"));
+        self.duration(duration_ms, &to.duration_ms);
+        self.field("application buffer", app_buffer_bytes, &to.app_buffer_bytes, |bytes| {
+            format!("{bytes} B")
+        });
+        self.buffers_and_path(
+            (sndbuf, rcvbuf, congestion, link),
+            (&to.sndbuf, &to.rcvbuf, &to.congestion, &to.link),
+        );
+    }
+
+    fn import(&mut self, from: &ImportSpec, to: &ImportSpec) {
+        let ImportSpec { source, connections } = from;
+        self.field("source", source, &to.source, String::clone);
+        if connections.len() != to.connections.len() {
+            self.field("connections", &connections.len(), &to.connections.len(), usize::to_string);
+        } else if connections != &to.connections {
+            self.0.push("connections: other addresses".to_string());
+        }
+    }
+}
+
+/// The fields request/response and bulk specs share, borrowed.
+type BuffersAndPath<'a> = (
+    &'a PerSide<Option<u32>>,
+    &'a PerSide<Option<u32>>,
+    &'a PerSide<Option<String>>,
+    &'a Option<LinkSpec>,
+);
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -745,5 +904,108 @@ mod tests {
         assert!(text.contains("TCP_CORK on both sides"), "{text}");
         assert!(text.contains("client writev writes, server split writes"), "{text}");
         assert!(text.contains("SO_RCVBUF 65536 on the server"), "{text}");
+    }
+
+    #[test]
+    fn changes_name_the_field_and_the_side() {
+        let rr = |spec: RrSpec| Scenario::Rr(spec);
+        let nagle = RrSpec { requests: 100, ..RrSpec::default() };
+        let client_nodelay =
+            RrSpec { nodelay: PerSide { client: true, server: false }, ..nagle.clone() };
+        assert_eq!(
+            changes(&rr(nagle.clone()), &rr(client_nodelay)),
+            ["TCP_NODELAY: client off -> on"]
+        );
+        let both = RrSpec { nodelay: PerSide::both(true), ..nagle.clone() };
+        assert_eq!(changes(&rr(nagle.clone()), &rr(both)), ["TCP_NODELAY: both sides off -> on"]);
+        let crossed = RrSpec { nodelay: PerSide { client: true, server: false }, ..nagle.clone() };
+        let swapped = RrSpec { nodelay: PerSide { client: false, server: true }, ..nagle.clone() };
+        assert_eq!(
+            changes(&rr(crossed), &rr(swapped)),
+            ["TCP_NODELAY: client on -> off, server off -> on"]
+        );
+
+        let split_server = RrSpec {
+            write: PerSide { client: WritePattern::Single, server: WritePattern::Split },
+            ..nagle.clone()
+        };
+        let more = RrSpec {
+            requests: 200,
+            write: PerSide { client: WritePattern::Single, server: WritePattern::Single },
+            ..nagle.clone()
+        };
+        assert_eq!(
+            changes(&rr(split_server), &rr(more)),
+            ["requests: 100 -> 200", "write pattern: server split -> single"]
+        );
+        assert!(changes(&rr(nagle.clone()), &rr(nagle.clone())).is_empty());
+        let bulk = Scenario::Bulk(BulkSpec::default());
+        assert_eq!(changes(&rr(nagle.clone()), &bulk), ["scenario: rr -> bulk"]);
+        assert_eq!(changes(&bulk, &Scenario::Server(nagle)), ["scenario: bulk -> server"]);
+    }
+
+    #[test]
+    fn changes_cover_every_field() {
+        let from = RrSpec::default();
+        let link = LinkSpec::parse("rtt=40ms,rate=100mbit").unwrap();
+        let to = RrSpec {
+            requests: 10,
+            duration_ms: Some(5000),
+            size_bytes: 100,
+            response_bytes: Some(4096),
+            reconnect_every: 1,
+            connections: 4,
+            think_us: 30_000,
+            write: PerSide::both(WritePattern::Writev),
+            nodelay: PerSide { client: false, server: true },
+            cork: PerSide { client: true, server: false },
+            quickack: PerSide::both(true),
+            sndbuf: PerSide { client: Some(65536), server: None },
+            rcvbuf: PerSide { client: None, server: Some(4096) },
+            congestion: PerSide { client: None, server: Some("bbr".into()) },
+            link: Some(link),
+        };
+        let lines = changes(&Scenario::Rr(from.clone()), &Scenario::Rr(to.clone()));
+        assert_eq!(
+            lines,
+            [
+                "requests: 200 -> 10",
+                "duration: no limit -> 5000 ms",
+                "request size: 2048 B -> 100 B",
+                "response size: as the request -> 4096 B",
+                "reconnect: never (keep-alive) -> before every request",
+                "connections: 1 -> 4",
+                "server think time: 0 us -> 30000 us",
+                "write pattern: both sides split -> writev",
+                "TCP_NODELAY: server off -> on",
+                "TCP_CORK: client off -> on",
+                "TCP_QUICKACK: both sides off -> on",
+                "SO_SNDBUF: client auto -> 65536 B",
+                "SO_RCVBUF: server auto -> 4096 B",
+                "congestion control: server default -> bbr",
+                "link: loopback -> rtt=40ms,rate=100mbit,mtu=1500,queue=1000",
+            ]
+        );
+        // The other way round reads the same fields backwards.
+        let back = changes(&Scenario::Rr(to), &Scenario::Rr(from));
+        assert_eq!(back.len(), lines.len());
+        assert_eq!(back[0], "requests: 10 -> 200");
+        assert_eq!(back[4], "reconnect: before every request -> never (keep-alive)");
+
+        let bulk = BulkSpec::default();
+        let bigger = BulkSpec {
+            bytes: 1024,
+            app_buffer_bytes: 4096,
+            congestion: PerSide::both(Some("reno".into())),
+            ..bulk.clone()
+        };
+        assert_eq!(
+            changes(&Scenario::Bulk(bulk), &Scenario::Bulk(bigger)),
+            [
+                "bytes: 104857600 B -> 1024 B",
+                "application buffer: 65536 B -> 4096 B",
+                "congestion control: both sides default -> reno",
+            ]
+        );
     }
 }

@@ -8,12 +8,16 @@ use leptos::ev::DragEvent;
 use leptos::prelude::*;
 
 use crate::files::{open_files, open_url, url_parameter};
+use crate::panels::compare::ComparePanel;
 use crate::panels::run_form::RunForm;
 use crate::panels::runs::{OpenedFiles, RunList};
+use crate::panels::selection::SelectionPanel;
 use crate::panels::summary::{NoTimeline, SummaryPanel};
 use crate::state::AppState;
 use crate::store::{FrameBatch, Store};
 use crate::timeline::render::Timeline;
+use crate::timeline::rows::Filter;
+use crate::timeline::view::ViewState;
 use crate::ws::{probe_url_for_this_page, Link, LinkStatus};
 
 /// Where the page's requests to the probe go: the probe's [`Link`] in the app; tests pass one
@@ -51,6 +55,9 @@ pub fn Page(
     link_status: RwSignal<LinkStatus>,
     outbox: StoredValue<Option<Outbox>, LocalStorage>,
 ) -> impl IntoView {
+    // Where the user is looking in the timeline, shared with the selection's details.
+    let view = RwSignal::new(ViewState::default());
+    let filter = RwSignal::new(Filter::default());
     let dragging = RwSignal::new(false);
     let drag_over = move |ev: DragEvent| {
         // Without this the browser would open the file itself instead of letting us drop it.
@@ -91,8 +98,10 @@ pub fn Page(
                 </aside>
                 <section class="main">
                     <SummaryPanel store />
+                    <ComparePanel store />
                     <NoTimeline store />
-                    <Timeline store />
+                    <Timeline store view filter />
+                    <SelectionPanel store view />
                 </section>
             </main>
         </div>

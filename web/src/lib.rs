@@ -8,16 +8,19 @@
 //! - [`store`]: the state behind one version signal, bumped at most once per animation frame.
 //! - [`session_file`]: session files to messages (pure); [`files`]: moving them in and out of
 //!   the page (file picker, drop, `?url=`, download); [`js`]: awaiting the browser.
-//! - [`app`]: the page, composed of [`panels`] (the run form, the run lists, the summary) and
-//!   the [`timeline`].
+//! - [`app`]: the page, composed of [`panels`] (the run form, the run lists, the summary, the
+//!   comparison of marked runs) and the [`timeline`].
 //! - Pure modules, tested natively without a browser: [`form`] (the form's fields to a checked
-//!   scenario), [`text`] (the summary's words), [`timeline`]'s `scale` and `layout`, [`state`].
+//!   scenario), [`text`] (the summary's words), [`compare`] (the Compare view's curves, waits and
+//!   spec changes), [`timeline`]'s `scale` and `layout`, [`state`].
 #![forbid(unsafe_code)]
 
 pub mod app;
+pub mod compare;
 pub mod files;
 pub mod form;
 pub mod js;
+pub mod ladder;
 pub mod panels;
 pub mod session_file;
 pub mod state;

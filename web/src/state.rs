@@ -77,6 +77,8 @@ pub struct Run {
     bulk_summary: OnceCell<BulkSummary>,
     /// Why each wait happened: classifies every request's spans, so cached like the summary.
     attribution: OnceCell<Attribution>,
+    /// Every request's latency, sorted (the Compare view's CDF): cached like the summary.
+    latencies: OnceCell<Vec<u64>>,
 }
 
 /// Every wait of a run with its class and evidence (shared's [`attribute`]), and the waits
@@ -123,6 +125,7 @@ impl Run {
             summary: OnceCell::new(),
             bulk_summary: OnceCell::new(),
             attribution: OnceCell::new(),
+            latencies: OnceCell::new(),
         }
     }
 
@@ -136,6 +139,7 @@ impl Run {
         self.summary = OnceCell::new();
         self.bulk_summary = OnceCell::new();
         self.attribution = OnceCell::new();
+        self.latencies = OnceCell::new();
     }
 
     /// The request/response summary (all zeros for a run of another scenario).
@@ -150,6 +154,11 @@ impl Run {
             Scenario::Rr(spec) => Attribution::of(&self.analysis, Some(spec)),
             _ => Attribution::default(),
         })
+    }
+
+    /// Every completed request's latency in ns, shortest first (empty for other scenarios).
+    pub fn latencies_ns(&self) -> &[u64] {
+        self.latencies.get_or_init(|| self.analysis.latencies_ns())
     }
 
     /// What a bulk run moved so far; `None` for other scenarios.
@@ -339,6 +348,9 @@ pub struct AppState {
     files: Vec<OpenedFile>,
     next_file: u32,
     selected: Option<RunKey>,
+    /// The runs marked for the Compare view, in the order they were marked (the first is the
+    /// one the others are compared with).
+    compared: Vec<RunKey>,
     /// Why the probe refused the last run the user asked for; cleared by the next request.
     pub rejected: Option<String>,
     /// The user asked for a run and the probe has not answered yet: keeps Run from being pressed
@@ -353,6 +365,7 @@ impl Default for AppState {
             files: Vec::new(),
             next_file: 0,
             selected: None,
+            compared: Vec::new(),
             rejected: None,
             start_pending: false,
         }
@@ -456,12 +469,38 @@ impl AppState {
         self.add_file(name, Session::file(), Some(format!("{name}: {reason}")))
     }
 
-    /// Forgets an opened file (and stops showing its run).
+    /// Forgets an opened file (and stops showing or comparing its runs).
     pub fn close_file(&mut self, id: FileId) {
         self.files.retain(|file| file.id != id);
         if self.selected.is_some_and(|key| key.source == Source::File(id)) {
             self.selected = None;
         }
+        self.compared.retain(|key| key.source != Source::File(id));
+    }
+
+    /// Marks a request/response run for comparison, or unmarks it. Other runs have no
+    /// latencies to compare, and an unknown run changes nothing.
+    pub fn toggle_compare(&mut self, key: RunKey) {
+        if let Some(at) = self.compared.iter().position(|&marked| marked == key) {
+            self.compared.remove(at);
+        } else if self.run(key).is_some_and(Run::is_rr) {
+            self.compared.push(key);
+        }
+    }
+
+    pub fn is_compared(&self, key: RunKey) -> bool {
+        self.compared.contains(&key)
+    }
+
+    /// The runs marked for comparison, in the order they were marked.
+    pub fn compared(&self) -> Vec<RunKey> {
+        // Filtered too: a RunStarted that reuses an id replaces the run, maybe with a bulk one.
+        self.compared.iter().copied().filter(|&key| self.run(key).is_some_and(Run::is_rr)).collect()
+    }
+
+    /// Unmarks every run.
+    pub fn clear_compare(&mut self) {
+        self.compared.clear();
     }
 
     fn add_file(&mut self, name: &str, session: Session, error: Option<String>) -> FileId {
@@ -482,6 +521,8 @@ pub fn apply(state: &mut AppState, message: ToBrowser) {
             if state.selected.is_some_and(|key| key.source == Source::Live) {
                 state.selected = None;
             }
+            // The live runs are replayed as new runs after the Hello: what was marked is gone.
+            state.compared.retain(|key| key.source != Source::Live);
             state.live.apply(message);
         }
         ToBrowser::Rejected { reason } => {
@@ -844,5 +885,69 @@ mod tests {
         assert!(error.contains(&format!("reads version {PROTOCOL_VERSION}")), "{error}");
         assert!(file.session.runs().is_empty());
         assert!(state.selected().is_none());
+    }
+
+    #[test]
+    fn runs_marked_for_comparison_keep_their_order_until_their_session_goes() {
+        let mut state = two_runs();
+        let bytes = state.live.file_bytes().expect("recorded").to_vec();
+        let file = state.open_file("a.ackscope", &bytes);
+        let (live1, live2) = (RunKey::live(RunId(1)), RunKey::live(RunId(2)));
+        let file1 = RunKey { source: Source::File(file), run: RunId(1) };
+        let selected = state.selected_key();
+
+        state.toggle_compare(live2);
+        state.toggle_compare(file1);
+        state.toggle_compare(live1);
+        assert_eq!(state.compared(), [live2, file1, live1], "in the order marked");
+        assert!(state.is_compared(file1));
+        assert_eq!(state.selected_key(), selected, "marking does not select");
+        state.toggle_compare(file1);
+        assert_eq!(state.compared(), [live2, live1], "a second toggle unmarks");
+        state.toggle_compare(file1);
+        assert_eq!(state.compared(), [live2, live1, file1], "marked again: last");
+
+        // Unknown runs and runs without requests are not marked.
+        state.toggle_compare(RunKey::live(RunId(9)));
+        apply(
+            &mut state,
+            ToBrowser::RunStarted {
+                run: RunId(3),
+                spec: Scenario::Bulk(BulkSpec::default()),
+                instruments: Instruments::default(),
+            },
+        );
+        state.toggle_compare(RunKey::live(RunId(3)));
+        assert_eq!(state.compared(), [live2, live1, file1]);
+
+        // The probe's Hello starts the live session over: its marks go, the file's stay.
+        apply(&mut state, hello());
+        assert_eq!(state.compared(), [file1]);
+        apply(&mut state, rr_started(1, RrSpec::default()));
+        assert_eq!(state.compared(), [file1], "a replayed run is not marked again");
+
+        state.toggle_compare(RunKey::live(RunId(1)));
+        state.close_file(file);
+        assert_eq!(state.compared(), [RunKey::live(RunId(1))], "the file's runs go with it");
+        state.clear_compare();
+        assert!(state.compared().is_empty());
+    }
+
+    #[test]
+    fn latencies_are_sorted_and_follow_the_events() {
+        let mut state = AppState::default();
+        started(&mut state, 1);
+        let all = nagle_run(5, 44 * MS);
+        let (first, rest) = all.split_at(all.len() / 2);
+        apply(&mut state, events(1, first.to_vec()));
+        let partial = state.selected().map(|run| run.latencies_ns().len());
+        apply(&mut state, events(1, rest.to_vec()));
+        let run = state.selected().expect("run 1 is selected");
+        assert!(partial < Some(5), "{partial:?}");
+        let latencies = run.latencies_ns();
+        assert_eq!(latencies.len(), 5);
+        assert!(latencies.windows(2).all(|w| w[0] <= w[1]), "shortest first");
+        assert!(latencies[0] < MS, "the first exchange is quick");
+        assert!(latencies[4] > 88 * MS, "{}", latencies[4]);
     }
 }

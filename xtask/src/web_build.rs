@@ -92,10 +92,12 @@ fn plan(links: &[TrunkLink]) -> Result<Plan, String> {
             ),
             Some("rust") if rust.is_none() => rust = Some(link),
             Some("rust") => return Err("web/index.html: more than one rust link".into()),
-            other => return Err(format!(
+            other => {
+                return Err(format!(
                 "web/index.html: a data-trunk link with rel={other:?}, which `cargo xtask build` \
                      does not build (it knows css and rust); add it to xtask/src/web_build.rs"
-            )),
+            ))
+            }
         }
     }
     let rust = rust.ok_or("web/index.html: no data-trunk rust link")?;

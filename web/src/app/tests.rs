@@ -50,30 +50,34 @@ fn text(root: &Element, selector: &str) -> String {
     one(root, selector).text_content().unwrap_or_default()
 }
 
-/// The text a label renders (what WebDriver's `text()` reads): its own text, not its hidden
-/// `<title>` tooltip.
+/// The text a label renders (what WebDriver's `text()` reads): its text, with no tooltip in it.
 fn shown_text(label: &Element) -> String {
-    let nodes = label.child_nodes();
-    let title = one(label, "title");
-    let hidden = window()
-        .get_computed_style(&title)
-        .ok()
-        .flatten()
-        .map(|style| style.get_property_value("display").unwrap_or_default());
-    assert_eq!(hidden.as_deref(), Some("none"), "the tooltip must not be rendered text");
-    (0..nodes.length())
-        .filter_map(|i| nodes.item(i))
-        .filter(|node| node.node_type() == web_sys::Node::TEXT_NODE)
-        .filter_map(|node| node.text_content())
-        .collect()
+    assert!(label.query_selector("title").ok().flatten().is_none(), "the tooltip is an attribute");
+    label.text_content().unwrap_or_default()
 }
 
-/// The tooltip of an SVG element: its `<title>` child, in SVG's namespace (an HTML `title`
-/// there would show nothing).
+/// An element's tooltip: its `title` attribute.
 fn tooltip(element: &Element) -> String {
-    let title = one(element, "title");
-    assert_eq!(title.namespace_uri().as_deref(), Some("http://www.w3.org/2000/svg"));
-    title.text_content().unwrap_or_default()
+    element.get_attribute("title").unwrap_or_default()
+}
+
+/// A count the plot reports about what it painted (`data-stalled-marks`, `data-waited-marks`).
+fn painted(root: &Element, attribute: &str) -> usize {
+    let plot = one(root, "[data-testid=plot]");
+    plot.get_attribute(attribute).and_then(|n| n.parse().ok()).unwrap_or_else(|| {
+        panic!("the plot has no {attribute}");
+    })
+}
+
+/// Pixels of the stall red on the timeline's canvas: what a person sees, not what the DOM says.
+fn red_pixels(root: &Element) -> usize {
+    let canvas: web_sys::HtmlCanvasElement =
+        one(root, "[data-testid=plot] canvas").unchecked_into();
+    let context: web_sys::CanvasRenderingContext2d =
+        canvas.get_context("2d").expect("a context").expect("a 2d context").unchecked_into();
+    let (w, h) = (f64::from(canvas.width()), f64::from(canvas.height()));
+    let data = context.get_image_data(0.0, 0.0, w, h).expect("readable pixels").data();
+    data.chunks(4).filter(|px| px[0] == 0xd6 && px[1] == 0x28 && px[2] == 0x28).count()
 }
 
 /// Lets Leptos run the effects a signal change queued.
@@ -164,7 +168,8 @@ async fn a_run_streams_into_rows_stall_labels_and_the_summary() {
         assert_eq!(shown_text(label), "43.7 ms");
     }
     assert_eq!(all(root, "[data-req='0'] [data-testid=stall-label]").len(), 0);
-    assert_eq!(all(root, "rect.stalled").len(), 4);
+    assert_eq!(painted(root, "data-stalled-marks"), 4);
+    assert!(red_pixels(root) > 1000, "the held reads are painted red");
     assert_eq!(text(root, "[data-testid=summary-requests]"), "3");
     assert_eq!(text(root, "[data-testid=summary-stalled-reads]"), "4");
     assert_eq!(text(root, "[data-testid=summary-max-ms]"), "87.43");
@@ -196,6 +201,7 @@ async fn a_run_streams_into_rows_stall_labels_and_the_summary() {
     assert_eq!(selected, [Some("2".to_string()), None], "newest first, newest selected");
     assert_eq!(all(root, "[data-testid=stall-label]").len(), 0);
     assert_eq!(text(root, "[data-testid=summary-stalled-reads]"), "0");
+    assert_eq!(red_pixels(root), 0, "no red anywhere on the plot");
 
     // Back to the Nagle run by clicking it.
     let first_run = one(root, "[data-testid=run-entry][data-run-id='1']");
@@ -208,24 +214,72 @@ async fn a_run_streams_into_rows_stall_labels_and_the_summary() {
 }
 
 #[wasm_bindgen_test]
-async fn a_long_run_draws_the_first_thousand_rows_and_says_so() {
+async fn every_request_of_a_long_run_is_reachable() {
     let store = Store::new(AppState::default());
     let root = container();
     let status = RwSignal::new(LinkStatus::Connected);
     let _mounted = mount_to(root.clone(), move || {
         view! { <Page store link_status=status outbox=StoredValue::new_local(None) /> }
     });
-    let spec = RrSpec { requests: 1005, ..RrSpec::default() };
+    let spec = RrSpec { requests: 5000, ..RrSpec::default() };
     store.update(|s| {
         apply(s, hello());
         apply(s, rr_started(1, spec));
-        apply(s, ToBrowser::Events { run: RunId(1), events: nagle_run(1005, 30 * US) });
+        apply(s, ToBrowser::Events { run: RunId(1), events: nagle_run(5000, 30 * US) });
     });
     settle().await;
     let root: &Element = &root;
-    assert_eq!(all(root, "[data-testid=request-row]").len(), 1000);
-    assert_eq!(text(root, "[data-testid=row-cap-note]"), "showing 1000 of 1005 requests");
-    assert_eq!(text(root, "[data-testid=summary-requests]"), "1005");
+    let rows = |root: &Element| -> Vec<String> {
+        all(root, "[data-testid=request-row]")
+            .iter()
+            .filter_map(|r| r.get_attribute("data-req"))
+            .collect()
+    };
+    assert_eq!(rows(root).len(), 20, "one page of rows is in the page, not 5000");
+    assert_eq!(text(root, "[data-testid=row-range]"), "requests 1-20 of 5000 shown");
+    assert_eq!(text(root, "[data-testid=summary-requests]"), "5000");
+
+    // Go to the last request: its row is shown and selected, and the ladder is its.
+    let goto: HtmlInputElement = one(root, "[data-testid=goto-request]").unchecked_into();
+    goto.set_value("4999");
+    let enter = web_sys::KeyboardEventInit::new();
+    enter.set_key("Enter");
+    let event = web_sys::KeyboardEvent::new_with_keyboard_event_init_dict("keydown", &enter)
+        .expect("an event");
+    goto.dispatch_event(&event).expect("dispatched");
+    settle().await;
+    assert!(rows(root).contains(&"4999".to_string()), "{:?}", rows(root));
+    let selected = one(root, "[data-testid=request-row][aria-selected=true]");
+    assert_eq!(selected.get_attribute("data-req").as_deref(), Some("4999"));
+    let details = one(root, "[data-testid=selection]");
+    assert_eq!(details.get_attribute("data-request").as_deref(), Some("4999"));
+    assert!(details.query_selector("[data-testid=ladder]").ok().flatten().is_some());
+
+    // A request that does not exist is named, and nothing moves.
+    goto.set_value("5000");
+    goto.dispatch_event(&event).expect("dispatched");
+    settle().await;
+    assert!(text(root, "[data-testid=find-message]").contains("no request 5000"));
+    assert_eq!(
+        one(root, "[data-testid=selection]").get_attribute("data-request").as_deref(),
+        Some("4999")
+    );
+
+    // The next-slowest button walks from the slowest down.
+    one(root, "[data-testid=next-slowest]").unchecked_ref::<HtmlElement>().click();
+    settle().await;
+    let first: u32 = one(root, "[data-testid=selection]")
+        .get_attribute("data-request")
+        .and_then(|r| r.parse().ok())
+        .expect("a request");
+    one(root, "[data-testid=next-slowest]").unchecked_ref::<HtmlElement>().click();
+    settle().await;
+    let second: u32 = one(root, "[data-testid=selection]")
+        .get_attribute("data-request")
+        .and_then(|r| r.parse().ok())
+        .expect("a request");
+    assert_ne!(first, second);
+    assert!(rows(root).contains(&second.to_string()), "the next slowest is scrolled into view");
 }
 
 #[wasm_bindgen_test]
@@ -656,12 +710,8 @@ async fn each_stall_is_named_under_the_summary_and_on_its_label() {
         assert!(why.starts_with("Nagle x delayed ACK: the "), "{why}");
         assert!(why.contains("wrote 4 bytes, then 2048 bytes"), "{why}");
     }
-    // The request's body, held on its way to the server: the client wrote it.
-    let request_body = one(root, "[data-req='5'] rect.stalled");
-    let bars = all(root, "[data-req='5'] rect.stalled");
-    assert_eq!(bars.len(), 2);
-    assert!(bars.iter().any(|bar| tooltip(bar).contains("Nagle x delayed ACK: the client wrote")));
-    assert!(tooltip(&request_body).contains("held 43."));
+    assert_eq!(all(root, "[data-req='5'] [data-testid=stall-label]").len(), 2);
+    assert_eq!(painted(root, "data-stalled-marks"), 38);
     assert!(all(root, "[data-testid=wait-label]").is_empty());
 }
 
@@ -748,8 +798,8 @@ async fn server_think_time_is_a_labelled_wait_not_nothing() {
             "{why}"
         );
     }
-    assert_eq!(all(root, "rect.waited").len(), 3);
-    assert!(all(root, "rect.stalled").is_empty());
+    assert_eq!(painted(root, "data-waited-marks"), 3);
+    assert_eq!(painted(root, "data-stalled-marks"), 0);
 }
 
 #[wasm_bindgen_test]

@@ -1,6 +1,6 @@
 //! The run lists: the live session's runs with Open and Download, and one card per opened file.
 
-use leptos::ev::{Event, KeyboardEvent};
+use leptos::ev::{Event, KeyboardEvent, MouseEvent};
 use leptos::prelude::*;
 use web_sys::HtmlInputElement;
 
@@ -19,6 +19,8 @@ struct RunEntry {
     /// "p50 1.23 ms" for request/response runs, bytes moved for bulk runs.
     figure: String,
     selected: bool,
+    /// Request/response runs can be marked for the Compare view (others have no latencies).
+    comparable: bool,
 }
 
 impl RunEntry {
@@ -40,6 +42,7 @@ impl RunEntry {
             status: run.status.label(),
             figure,
             selected: selected == Some(key),
+            comparable: run.is_rr(),
         }
     }
 
@@ -88,10 +91,34 @@ fn run_list(
                         </span>
                     </div>
                     <div class="run-spec">{entry.describe.clone()}</div>
-                    <div class="run-figure num">{entry.figure.clone()}</div>
+                    <div class="run-foot">
+                        <span class="run-figure num">{entry.figure.clone()}</span>
+                        {entry.comparable.then(|| compare_toggle(store, entry.key))}
+                    </div>
                 </li>
             </For>
         </ul>
+    }
+}
+
+/// The "compare" checkbox of a run entry. The entry selects its run on a click or a key: the
+/// checkbox's events stop at its label, so that marking a run does not also show it.
+fn compare_toggle(store: Store, key: RunKey) -> impl IntoView {
+    view! {
+        <label
+            class="compare-toggle"
+            title="compare this run with the other marked runs"
+            on:click=|ev: MouseEvent| ev.stop_propagation()
+            on:keydown=|ev: KeyboardEvent| ev.stop_propagation()
+        >
+            <input
+                type="checkbox"
+                data-testid="compare-toggle"
+                prop:checked=move || store.read(|state| state.is_compared(key))
+                on:change=move |_| store.update(|state| state.toggle_compare(key))
+            />
+            "compare"
+        </label>
     }
 }
 

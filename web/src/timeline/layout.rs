@@ -18,10 +18,6 @@ use ackscope_shared::{RequestView, Side};
 use super::scale::Scale;
 use crate::state::Attribution;
 
-/// Rows drawn at most; the rest are counted in a note. Beyond this, SVG's DOM cost grows faster
-/// than what a person can read from more rows.
-pub const MAX_ROWS: usize = 1000;
-
 pub const LANE_HEIGHT: f64 = 5.0;
 pub const LANE_GAP: f64 = 1.0;
 pub const ROW_PAD_TOP: f64 = 3.0;
@@ -80,7 +76,7 @@ impl Lane {
 
     /// The connect handshake is the client's first step before its writes, so it shares their
     /// lane in a colour of its own.
-    fn of(span: &Span) -> Lane {
+    pub fn of(span: &Span) -> Lane {
         match (span.side, span.kind) {
             (Side::Client, SpanKind::Read) => Lane::ClientRead,
             (Side::Client, _) => Lane::ClientWrite,
@@ -215,20 +211,19 @@ impl RowLayout {
     }
 }
 
-/// The rows to draw for a run, and how many requests there are in all.
+/// The rows of one page of the plot, and how many rows there are in all.
 #[derive(Clone, Debug, PartialEq)]
 pub struct TimelineLayout {
     pub scale: Scale,
+    /// The visible rows, `y` counted from the top of the page.
     pub rows: Vec<RowLayout>,
-    /// Requests seen so far (drawn or not).
+    /// Rows in the row list (the requests the filter keeps), drawn or not.
     pub total: usize,
-    /// Rows the plot makes room for: `min(total, MAX_ROWS)`.
-    pub shown: usize,
 }
 
 impl TimelineLayout {
     pub fn height(&self) -> f64 {
-        self.shown as f64 * ROW_HEIGHT
+        self.rows.len() as f64 * ROW_HEIGHT
     }
 }
 
@@ -240,23 +235,36 @@ pub fn extent_ns(view: &RequestView) -> Option<u64> {
     Some(end.saturating_sub(start))
 }
 
-/// Lays out the first [`MAX_ROWS`] requests of a run on a plot `width_px` wide, the scale fitted
-/// to the slowest request of the whole run. `why` is the run's attribution: it names each
-/// stall's class and marks the other waits.
-pub fn layout_run(analysis: &RunAnalysis, why: &Attribution, width_px: f64) -> TimelineLayout {
+/// Lays out rows `top .. top + page` of the row list `rows` (request ids) with `scale`. Only
+/// these rows cost anything, so a run of a million requests draws as fast as one of twenty.
+/// `why` is the run's attribution: it names each stall's class and marks the other waits.
+pub fn layout_page(
+    analysis: &RunAnalysis,
+    why: &Attribution,
+    rows: &[u32],
+    top: usize,
+    page: usize,
+    scale: Scale,
+) -> TimelineLayout {
+    let first = analysis.first_request();
     let requests = analysis.requests();
-    let slowest = requests.iter().filter_map(extent_ns).max().unwrap_or(0);
-    let scale = Scale::fit(slowest, width_px);
-    let shown = requests.len().min(MAX_ROWS);
-    let rows = requests[..shown]
-        .iter()
+    let visible = rows.iter().skip(top).take(page);
+    let laid = visible
         .enumerate()
-        .filter_map(|(index, view)| {
-            let req = u32::try_from(index).ok()?;
-            layout_row(analysis, req, view, why.of_request(req), &scale)
+        .filter_map(|(position, &req)| {
+            let view = requests.get(req.checked_sub(first)? as usize)?;
+            let mut row = layout_row(analysis, req, view, why.of_request(req), &scale)?;
+            row.y = position as f64 * ROW_HEIGHT;
+            Some(row)
         })
         .collect();
-    TimelineLayout { scale, rows, total: requests.len(), shown }
+    TimelineLayout { scale, rows: laid, total: rows.len() }
+}
+
+/// The scale that fits the slowest request of the run (see [`Scale::fit`]).
+pub fn home_scale(analysis: &RunAnalysis, width_px: f64) -> Scale {
+    let slowest = analysis.requests().iter().filter_map(extent_ns).max().unwrap_or(0);
+    Scale::fit(slowest, width_px)
 }
 
 /// The marks of one request, or `None` while its start is unknown (the client's events of it
@@ -281,6 +289,10 @@ pub fn layout_row(
         }
         let from_ns = span.start_ns.max(start_ns) - start_ns;
         let to_ns = span.end_ns - start_ns;
+        // Outside a zoomed window: nothing to draw.
+        if !scale.overlaps(from_ns, to_ns) {
+            continue;
+        }
         let x = scale.x(from_ns);
         let width = (scale.x(to_ns) - x).max(MIN_BAR_WIDTH);
         let lane = Lane::of(span);
@@ -337,7 +349,9 @@ pub fn layout_row(
     // Stalls and waits go last so that they paint over any neighbour they overhang.
     bars.sort_by_key(|bar| bar.mark.stands_out());
     let done_x = view.done_ns.map(|done| scale.x(done.saturating_sub(start_ns)));
-    Some(RowLayout { req, y: f64::from(req) * ROW_HEIGHT, bars, labels, done_x })
+    let done_x =
+        done_x.filter(|_| view.done_ns.is_some_and(|d| scale.overlaps(d - start_ns, d - start_ns)));
+    Some(RowLayout { req, y: 0.0, bars, labels, done_x })
 }
 
 /// Inside the bar if the text fits there, else right of it if the plot (and its margin) has
@@ -394,6 +408,13 @@ mod tests {
     }
 
     /// The attribution of story 1's spec (Nagle on both sides).
+    /// Every row of a run on one page, with the scale that fits it.
+    fn layout_run(analysis: &RunAnalysis, why: &Attribution, width_px: f64) -> TimelineLayout {
+        let rows: Vec<u32> = (0..analysis.requests().len() as u32).collect();
+        let scale = home_scale(analysis, width_px);
+        layout_page(analysis, why, &rows, 0, rows.len(), scale)
+    }
+
     fn why(analysis: &RunAnalysis) -> Attribution {
         Attribution::of(analysis, Some(&RrSpec::default()))
     }
@@ -460,7 +481,7 @@ mod tests {
     fn a_stalled_read_is_a_tall_red_bar_labelled_with_its_held_time() {
         let analysis = analysed(3, 43_700 * US);
         let layout = layout_run(&analysis, &why(&analysis), 800.0);
-        assert_eq!((layout.total, layout.shown, layout.rows.len()), (3, 3, 3));
+        assert_eq!((layout.total, layout.rows.len()), (3, 3));
         // 43.7 ms held each way: ~87.5 ms per request, fitted to a 100 ms axis.
         assert_eq!(layout.scale.domain_ns(), 100 * MS);
 
@@ -547,7 +568,7 @@ mod tests {
     }
 
     #[test]
-    fn a_request_in_flight_is_drawn_and_rows_are_capped() {
+    fn a_request_in_flight_is_drawn_and_only_the_page_is_laid_out() {
         let events = nagle_run(2, 44 * MS);
         // Only the first half of the second request has arrived.
         let cut = events.len() - 8;
@@ -559,9 +580,39 @@ mod tests {
         assert!(!layout.rows[1].bars.is_empty());
 
         let many = analysed(1005, 30 * US);
-        let layout = layout_run(&many, &why(&many), 800.0);
-        assert_eq!((layout.total, layout.shown, layout.rows.len()), (1005, MAX_ROWS, MAX_ROWS));
-        assert_eq!(layout.height(), MAX_ROWS as f64 * ROW_HEIGHT);
+        let rows: Vec<u32> = (0..1005).collect();
+        let scale = home_scale(&many, 800.0);
+        let page = layout_page(&many, &why(&many), &rows, 990, 20, scale);
+        assert_eq!(page.total, 1005);
+        let reqs: Vec<u32> = page.rows.iter().map(|row| row.req).collect();
+        assert_eq!(reqs, (990..1005).collect::<Vec<_>>(), "the last page, as far as it goes");
+        assert_eq!(page.rows[0].y, 0.0, "rows are placed from the top of the page");
+        assert_eq!(page.height(), 15.0 * ROW_HEIGHT);
+    }
+
+    #[test]
+    fn a_zoomed_window_draws_only_what_it_shows() {
+        let analysis = analysed(3, 44 * MS);
+        let why = why(&analysis);
+        let view = &analysis.requests()[1];
+        let stalls = why.of_request(1);
+        let whole =
+            layout_row(&analysis, 1, view, stalls, &Scale::fit(100 * MS, 800.0)).expect("started");
+        // Half a millisecond in the middle of the second held read: the response's first bytes
+        // are held, the writes are long done.
+        let window = Scale::window(60 * MS, 500 * US, 800.0);
+        let early = layout_row(&analysis, 1, view, stalls, &window).expect("started");
+        assert!(
+            early.bars.len() < whole.bars.len(),
+            "{} of {}",
+            early.bars.len(),
+            whole.bars.len()
+        );
+        let held: Vec<&Bar> = early.bars.iter().filter(|b| b.mark == Mark::Stalled).collect();
+        assert_eq!(held.len(), 1, "the held read runs across the whole window");
+        assert_eq!((held[0].x, held[0].width), (0.0, 800.0), "cut at both edges");
+        assert_eq!(early.labels.len(), 1, "its label stays with it");
+        assert!(early.done_x.is_none(), "the response is read later");
     }
 
     #[test]

@@ -1,9 +1,20 @@
-//! The timeline: one row per request, four lanes per row, stalls in red.
+//! The timeline: the selected run's requests, every one reachable, stalls in red.
 //!
-//! - [`scale`]: time to pixels and the axis ticks.
-//! - [`layout`]: which bars and labels each request produces (pure, tested without a DOM).
-//! - [`render`]: turns the layout into SVG elements, re-creating only the rows that changed.
+//! Pure, tested natively without a browser:
+//! - [`scale`]: time to pixels for the visible window, zoom and pan, and the axis ticks.
+//! - [`layout`]: which bars and labels each request of the visible page produces.
+//! - [`clock`]: the run-clock view's lanes per connection and side.
+//! - [`lod`]: level of detail: the worst mark of every pixel is kept.
+//! - [`rows`]: which requests are rows (filters), and finding the slowest and the stalls.
+//! - [`view`]: the view state and what each key does to it.
+//!
+//! In the browser: [`canvas`] paints the marks, [`render`] is the panel (canvas plus DOM).
 
+pub mod canvas;
+pub mod clock;
 pub mod layout;
+pub mod lod;
 pub mod render;
+pub mod rows;
 pub mod scale;
+pub mod view;

@@ -1,202 +1,885 @@
-//! Draws the selected run's timeline as SVG.
+//! Draws the selected run's timeline: data marks on one canvas, text and controls in the DOM.
 //!
-//! SVG rather than canvas so that labels and rows are real elements a person can select and a
-//! test can find. Rows are keyed by what they draw (request id and layout fingerprint): while a
-//! run streams in, only the rows that changed are re-created, not all of them each frame.
+//! Only the visible page is laid out (twenty rows, or the visible lanes at two marks per pixel),
+//! so the cost of a frame does not grow with the run. Rows and labels of the page are DOM
+//! elements over the canvas: a person can select their text, a screen reader can read them and
+//! a test can find them; the thousands of bars are canvas pixels. The overview strip above the
+//! plot shows the whole row list, one column per share of it, and navigates on click or drag.
 
+use std::sync::Arc;
+
+use leptos::ev::{KeyboardEvent, PointerEvent, WheelEvent};
+use leptos::html::{Canvas, Div};
 use leptos::prelude::*;
+use web_sys::HtmlInputElement;
 
+use super::canvas::{fill_of, paint, Frame, Rect};
+use super::clock::{layout_lanes, Lanes, LANE_ROW};
 use super::layout::{
-    class_word, layout_run, Anchor, Label, LabelKind, RowLayout, TimelineLayout, RIGHT_MARGIN,
+    class_word, home_scale, layout_page, Anchor, Label, LabelKind, Mark, RowLayout, RIGHT_MARGIN,
     ROW_HEIGHT,
 };
-use super::scale::Tick;
+use super::lod::{overview, Bin};
+use super::rows::{step_stall, Facts, Filter, CLASSES};
+use super::scale::{format_duration, Scale};
+use super::view::{key_action, Action, Mode, ViewState, KEY_HELP};
+use crate::state::RunKey;
 use crate::store::Store;
 
-/// Room left of the plot for the request number.
-const GUTTER: f64 = 40.0;
+/// Room left of the plot for the request number (or the lane's name).
+pub const GUTTER: f64 = 56.0;
 /// The plot itself: time maps onto this many pixels.
-const PLOT_WIDTH: f64 = 752.0;
-const SVG_WIDTH: f64 = GUTTER + PLOT_WIDTH + RIGHT_MARGIN;
-const AXIS_HEIGHT: f64 = 22.0;
+pub const PLOT_WIDTH: f64 = 752.0;
+pub const CANVAS_WIDTH: f64 = GUTTER + PLOT_WIDTH + RIGHT_MARGIN;
+/// Rows on one page of the plot.
+pub const PAGE_ROWS: usize = 20;
+const OVERVIEW_HEIGHT: f64 = 36.0;
 const MAX_TICK_INTERVALS: u64 = 6;
 
-/// One row as the keyed list sees it.
-#[derive(Clone)]
-struct RowItem {
-    key: (u32, u64),
-    row: RowLayout,
+/// What the views of one run are computed from, cheap to compare: recomputed only when the run
+/// or its event count changes, not on every redraw of the page.
+#[derive(Clone, Debug)]
+pub struct RunFacts {
+    pub key: RunKey,
+    pub events: u64,
+    pub facts: Arc<Facts>,
+    /// The aligned view's fitted scale.
+    pub home: Scale,
+}
+
+impl PartialEq for RunFacts {
+    fn eq(&self, other: &Self) -> bool {
+        self.key == other.key && self.events == other.events
+    }
+}
+
+/// The run-clock lanes of a run, with what they were made from.
+#[derive(Clone, Debug)]
+struct RunLanes {
+    key: RunKey,
+    events: u64,
+    lanes: Arc<Lanes>,
+}
+
+impl PartialEq for RunLanes {
+    fn eq(&self, other: &Self) -> bool {
+        self.key == other.key && self.events == other.events
+    }
+}
+
+/// The row list the filter keeps, with what it was made from.
+#[derive(Clone, Debug, Default)]
+pub struct RowList {
+    pub of: Option<(RunKey, u64)>,
+    pub filter: Filter,
+    pub rows: Arc<Vec<u32>>,
+}
+
+impl PartialEq for RowList {
+    fn eq(&self, other: &Self) -> bool {
+        self.of == other.of && self.filter == other.filter
+    }
+}
+
+/// The selected run's facts, rebuilt only when its events change.
+pub fn run_facts(store: Store) -> Memo<Option<RunFacts>> {
+    Memo::new(move |previous: Option<&Option<RunFacts>>| {
+        store.read(|state| {
+            let key = state.selected_key()?;
+            let run = state.run(key).filter(|run| run.is_rr())?;
+            if let Some(Some(previous)) = previous {
+                if previous.key == key && previous.events == run.events {
+                    return Some(previous.clone());
+                }
+            }
+            Some(RunFacts {
+                key,
+                events: run.events,
+                facts: Arc::new(Facts::of(&run.analysis, run.attribution())),
+                home: home_scale(&run.analysis, PLOT_WIDTH),
+            })
+        })
+    })
+}
+
+/// The rows the filter keeps, rebuilt when the run's facts or the filter change.
+pub fn row_list(facts: Memo<Option<RunFacts>>, filter: RwSignal<Filter>) -> Memo<RowList> {
+    Memo::new(move |_| {
+        let filter = filter.get();
+        facts.with(|facts| match facts {
+            Some(facts) => RowList {
+                of: Some((facts.key, facts.events)),
+                rows: Arc::new(facts.facts.rows(&filter)),
+                filter,
+            },
+            None => RowList::default(),
+        })
+    })
+}
+
+/// What one page of the plot shows.
+#[derive(Clone, Debug, Default, PartialEq)]
+struct Page {
+    frame: Frame,
+    rows: Vec<RowLayout>,
+    lanes: Vec<(f64, String)>,
+    scale: Option<Scale>,
+    /// The whole domain: what zooming out and panning stop at.
+    home: Option<Scale>,
+    /// Rows (or lanes) in all, and the first shown.
+    total: usize,
+    top: usize,
+    stalled_marks: usize,
+    waited_marks: usize,
+    /// For the run-clock view: the request of each drawn bar, to select by clicking.
+    hits: Vec<(Rect, u32)>,
 }
 
 #[component]
-pub fn Timeline(store: Store) -> impl IntoView {
-    let layout: Memo<Option<TimelineLayout>> = Memo::new(move |_| {
-        store.read(|state| {
-            state
-                .selected()
-                .filter(|run| run.is_rr())
-                .map(|run| layout_run(&run.analysis, run.attribution(), PLOT_WIDTH))
+pub fn Timeline(
+    store: Store,
+    view: RwSignal<ViewState>,
+    filter: RwSignal<Filter>,
+) -> impl IntoView {
+    let facts = run_facts(store);
+    let rows = row_list(facts, filter);
+    // A new run starts from its whole view.
+    Effect::new(move |previous: Option<Option<RunKey>>| {
+        let key = facts.with(|f| f.as_ref().map(|f| f.key));
+        if previous.is_some_and(|previous| previous != key) {
+            view.update(|v| *v = ViewState { mode: v.mode, ..ViewState::default() });
+        }
+        key
+    });
+    // The run-clock lanes are built only when that view is shown.
+    let lanes: Memo<Option<RunLanes>> = Memo::new(move |previous: Option<&Option<RunLanes>>| {
+        if view.with(|v| v.mode) != Mode::RunClock {
+            return None;
+        }
+        let (key, events) = facts.with(|f| f.as_ref().map(|f| (f.key, f.events)))?;
+        if let Some(Some(previous)) = previous {
+            if previous.key == key && previous.events == events {
+                return Some(previous.clone());
+            }
+        }
+        store.read_untracked(|state| {
+            let run = state.run(key)?;
+            let lanes = Arc::new(Lanes::of(&run.analysis, run.attribution()));
+            Some(RunLanes { key, events, lanes })
         })
     });
-    let ticks = move || {
-        layout.with(|layout| {
-            layout.as_ref().map(|l| l.scale.ticks(MAX_TICK_INTERVALS)).unwrap_or_default()
-        })
-    };
-    let height = move || layout.with(|l| l.as_ref().map_or(0.0, TimelineLayout::height));
-    let rows = move || {
-        layout.with(|layout| {
-            layout
-                .iter()
-                .flat_map(|l| &l.rows)
-                .map(|row| RowItem { key: (row.req, row.fingerprint()), row: row.clone() })
-                .collect::<Vec<_>>()
-        })
-    };
-    let cap_note = move || {
-        layout.with(|layout| {
-            layout.as_ref().filter(|l| l.total > l.shown).map(|l| {
-                let text = format!("showing {} of {} requests", l.shown, l.total);
-                view! { <p class="cap-note" data-testid="row-cap-note">{text}</p> }
-            })
-        })
-    };
+    let page: Memo<Page> = Memo::new(move |_| {
+        let v = view.get();
+        match v.mode {
+            Mode::Aligned => aligned_page(store, facts, rows, &v),
+            Mode::RunClock => lanes
+                .with(|lanes| lanes.as_ref().map(|l| clock_page(&l.lanes, &v)).unwrap_or_default()),
+        }
+    });
+    let canvas = NodeRef::<Canvas>::new();
+    Effect::new(move |_| {
+        let frame = page.with(|page| page.frame.clone());
+        if let Some(canvas) = canvas.get() {
+            paint(&canvas, &frame);
+        }
+    });
 
+    let shown = move || facts.with(Option::is_some);
+    // What the last search or step said ("no stall after this one").
+    let message = RwSignal::new(None::<String>);
     view! {
-        <Show when=move || layout.with(Option::is_some)>
+        <Show when=shown>
             <section class="card timeline" aria-label="timeline">
                 <div class="timeline-head">
                     <h2>"Timeline"</h2>
-                    <p class="hint">
-                        "One row per request. x: ms since that request began (every row starts at "
-                        "0, so stalls line up as a column); the scale fits the slowest request."
-                    </p>
+                    <ModeSwitch view />
+                    <p class="hint">{move || match view.with(|v| v.mode) {
+                        Mode::Aligned => "One row per request. x: time since that request began (every row starts at 0, so stalls line up as a column).",
+                        Mode::RunClock => "One lane per connection and side, on the run's one clock: every syscall, and every wait in red or amber.",
+                    }}</p>
                 </div>
+                <FindBar store facts rows view filter message />
                 <Legend />
-                {cap_note}
-                <svg class="axis" width=px(SVG_WIDTH) height=px(AXIS_HEIGHT) role="presentation">
-                    {move || ticks().into_iter().map(axis_tick).collect_view()}
-                </svg>
-                <div class="timeline-scroll">
-                    <svg class="rows" width=px(SVG_WIDTH) height=move || px(height())>
-                        <g class="grid">
-                            {move || {
-                                let height = px(height());
-                                ticks()
-                                    .into_iter()
-                                    .map(|tick| {
-                                        let x = px(GUTTER + tick.x);
-                                        view! { <line x1=x.clone() x2=x y1="0" y2=height.clone() /> }
-                                    })
-                                    .collect_view()
-                            }}
-                        </g>
-                        <For each=rows key=|item| item.key children=|item| request_row(item.row) />
-                    </svg>
-                </div>
+                <Overview facts rows view />
+                <Plot page canvas view rows facts filter message store />
+                <KeysHelp view />
             </section>
         </Show>
     }
 }
 
-fn axis_tick(tick: Tick) -> impl IntoView {
-    let x = GUTTER + tick.x;
-    view! {
-        <g class="tick">
-            <line x1=px(x) x2=px(x) y1=px(AXIS_HEIGHT - 5.0) y2=px(AXIS_HEIGHT) />
-            <text x=px(x) y=px(AXIS_HEIGHT - 8.0)>{tick.label}</text>
-        </g>
+fn aligned_page(
+    store: Store,
+    facts: Memo<Option<RunFacts>>,
+    rows: Memo<RowList>,
+    view: &ViewState,
+) -> Page {
+    let Some(home) = facts.with(|f| f.as_ref().map(|f| f.home)) else {
+        return Page::default();
+    };
+    let scale = view.scale(home);
+    let list = rows.with(|rows| rows.rows.clone());
+    let key = facts.with(|f| f.as_ref().map(|f| f.key));
+    // The store is read without tracking: `facts` changes whenever the run's events do.
+    let layout = store.read_untracked(|state| {
+        let run = state.run(key?)?;
+        Some(layout_page(&run.analysis, run.attribution(), &list, view.top, PAGE_ROWS, scale))
+    });
+    let Some(layout) = layout else { return Page::default() };
+    let height = PAGE_ROWS as f64 * ROW_HEIGHT;
+    let mut frame = Frame { width: CANVAS_WIDTH, height, ..Frame::default() };
+    for row in &layout.rows {
+        let fill = if row.req % 2 == 0 { "#ffffff" } else { "#f6f7f9" };
+        let band = Rect { x: 0.0, y: row.y, width: CANVAS_WIDTH, height: ROW_HEIGHT, fill };
+        frame.bands.push(band);
+        if view.selected == Some(row.req) {
+            let mark = Rect { x: 0.0, y: row.y, width: 4.0, height: ROW_HEIGHT, fill: "#1f5fbf" };
+            frame.bands.push(mark);
+        }
+    }
+    for tick in scale.ticks(MAX_TICK_INTERVALS) {
+        frame.grid.push((GUTTER + tick.x, 0.0, height));
+    }
+    let (mut stalled_marks, mut waited_marks) = (0, 0);
+    for row in &layout.rows {
+        for bar in &row.bars {
+            stalled_marks += usize::from(bar.mark == Mark::Stalled);
+            waited_marks += usize::from(bar.mark == Mark::Waited);
+            frame.marks.push(Rect {
+                x: GUTTER + bar.x,
+                y: row.y + bar.y,
+                width: bar.width,
+                height: bar.height,
+                fill: fill_of(bar.mark),
+            });
+        }
+        if let Some(x) = row.done_x {
+            frame.ticks.push((GUTTER + x, row.y + 1.0, row.y + ROW_HEIGHT - 1.0));
+        }
+    }
+    Page {
+        frame,
+        rows: layout.rows,
+        lanes: Vec::new(),
+        scale: Some(scale),
+        home: Some(home),
+        total: layout.total,
+        top: view.top,
+        stalled_marks,
+        waited_marks,
+        hits: Vec::new(),
     }
 }
 
-fn request_row(row: RowLayout) -> impl IntoView {
-    let RowLayout { req, y, bars, labels, done_x } = row;
-    let parity = if req % 2 == 0 { "row even" } else { "row odd" };
-    let bars = bars
-        .into_iter()
-        .map(|bar| {
-            view! {
-                <rect
-                    class=format!("bar {}", bar.mark.class())
-                    x=px(bar.x)
-                    y=px(bar.y)
-                    width=px(bar.width)
-                    height=px(bar.height)
-                >
-                    <title>{bar.title}</title>
-                </rect>
-            }
-        })
-        .collect_view();
-    let done = done_x.map(|x| {
-        view! { <line class="done" x1=px(x) x2=px(x) y1="1" y2=px(ROW_HEIGHT - 1.0) /> }
-    });
-    let labels = labels.into_iter().map(label).collect_view();
+fn clock_page(lanes: &Lanes, view: &ViewState) -> Page {
+    let home = Scale::fit(lanes.end_ns, PLOT_WIDTH);
+    let scale = view.scale(home);
+    let bars = layout_lanes(lanes, view.top, PAGE_ROWS, &scale);
+    let shown = lanes.lanes.len().saturating_sub(view.top).min(PAGE_ROWS);
+    let height = shown.max(1) as f64 * LANE_ROW;
+    let mut frame = Frame { width: CANVAS_WIDTH, height, ..Frame::default() };
+    let mut names = Vec::new();
+    for (position, lane) in lanes.lanes.iter().skip(view.top).take(PAGE_ROWS).enumerate() {
+        let y = position as f64 * LANE_ROW;
+        let fill = if position % 2 == 0 { "#ffffff" } else { "#f6f7f9" };
+        frame.bands.push(Rect { x: 0.0, y, width: CANVAS_WIDTH, height: LANE_ROW, fill });
+        names.push((y, lane.label()));
+    }
+    for tick in scale.ticks(MAX_TICK_INTERVALS) {
+        frame.grid.push((GUTTER + tick.x, 0.0, height));
+    }
+    let mut hits = Vec::with_capacity(bars.len());
+    let (mut stalled_marks, mut waited_marks) = (0, 0);
+    for bar in &bars {
+        stalled_marks += usize::from(bar.mark == Mark::Stalled);
+        waited_marks += usize::from(bar.mark == Mark::Waited);
+        let rect = Rect {
+            x: GUTTER + bar.x,
+            y: bar.y,
+            width: bar.width,
+            height: bar.height,
+            fill: fill_of(bar.mark),
+        };
+        frame.marks.push(rect);
+        hits.push((rect, bar.req));
+    }
+    Page {
+        frame,
+        rows: Vec::new(),
+        lanes: names,
+        scale: Some(scale),
+        home: Some(home),
+        total: lanes.lanes.len(),
+        top: view.top,
+        stalled_marks,
+        waited_marks,
+        hits,
+    }
+}
+
+#[component]
+fn ModeSwitch(view: RwSignal<ViewState>) -> impl IntoView {
+    let button = move |mode: Mode, text: &'static str, testid: &'static str| {
+        view! {
+            <button
+                type="button"
+                class="button mode"
+                data-testid=testid
+                aria-pressed=move || (view.with(|v| v.mode) == mode).to_string()
+                on:click=move |_| view.update(|v| {
+                    if v.mode != mode {
+                        *v = ViewState { mode, selected: v.selected, ..ViewState::default() };
+                    }
+                })
+            >
+                {text}
+            </button>
+        }
+    };
     view! {
-        <g
-            class=parity
+        <div class="mode-switch" role="group" aria-label="layout">
+            {button(Mode::Aligned, "aligned", "mode-aligned")}
+            {button(Mode::RunClock, "run clock", "mode-run-clock")}
+        </div>
+    }
+}
+
+/// Filters, go-to, next-slowest and the stall steps.
+#[component]
+fn FindBar(
+    store: Store,
+    facts: Memo<Option<RunFacts>>,
+    rows: Memo<RowList>,
+    view: RwSignal<ViewState>,
+    filter: RwSignal<Filter>,
+    message: RwSignal<Option<String>>,
+) -> impl IntoView {
+    let select_req = move |req: u32| select_request(facts, rows, view, filter, req, message);
+    let goto = move |ev: KeyboardEvent| {
+        if ev.key() != "Enter" {
+            return;
+        }
+        let input: HtmlInputElement = event_target(&ev);
+        match input.value().trim().parse::<u32>() {
+            Ok(req) => select_req(req),
+            Err(_) => message.set(Some(format!("\"{}\" is not a request number", input.value()))),
+        }
+    };
+    let next_slowest = move |_| {
+        let next = facts.with_untracked(|f| {
+            f.as_ref().and_then(|f| f.facts.next_slowest(view.with_untracked(|v| v.selected)))
+        });
+        if let Some(req) = next {
+            select_req(req);
+        }
+    };
+    let step =
+        move |forward: bool| step_to_stall(store, facts, rows, view, filter, forward, message);
+    let class_options = CLASSES
+        .iter()
+        .map(|class| view! { <option value=class_word(*class)>{class.name()}</option> })
+        .collect_view();
+    let range = move || {
+        let total = rows.with(|r| r.rows.len());
+        let top = view.with(|v| v.top);
+        let mode = view.with(|v| v.mode);
+        match mode {
+            Mode::Aligned if total == 0 => "no request matches".to_string(),
+            Mode::Aligned => format!(
+                "requests {}-{} of {} shown{}",
+                top + 1,
+                (top + PAGE_ROWS).min(total),
+                total,
+                if filter.with(Filter::is_empty) { String::new() } else { " (filtered)".into() }
+            ),
+            Mode::RunClock => "all requests on the run's clock".to_string(),
+        }
+    };
+    view! {
+        <div class="find-bar">
+            <label class="check">
+                <input
+                    type="checkbox"
+                    data-testid="only-stalled"
+                    prop:checked=move || filter.with(|f| f.only_stalled)
+                    on:change=move |ev| {
+                        let on = event_target_checked(&ev);
+                        filter.update(|f| f.only_stalled = on);
+                        view.update(|v| v.top = 0);
+                    }
+                />
+                "only requests that waited"
+            </label>
+            <label>
+                "class "
+                <select
+                    data-testid="class-filter"
+                    on:change=move |ev| {
+                        let value = event_target_value(&ev);
+                        let class = CLASSES.iter().copied().find(|c| class_word(*c) == value);
+                        filter.update(|f| f.class = class);
+                        view.update(|v| v.top = 0);
+                    }
+                >
+                    <option value="">"any"</option>
+                    {class_options}
+                </select>
+            </label>
+            <label>
+                "at least "
+                <input
+                    type="number"
+                    min="0"
+                    step="any"
+                    class="num short"
+                    data-testid="min-latency-ms"
+                    placeholder="0"
+                    on:change=move |ev| {
+                        let ms = event_target_value(&ev).trim().parse::<f64>().unwrap_or(0.0).max(0.0);
+                        filter.update(|f| f.min_latency_ns = (ms * 1e6) as u64);
+                        view.update(|v| v.top = 0);
+                    }
+                />
+                " ms"
+            </label>
+            <label>
+                "go to request "
+                <input
+                    type="text"
+                    inputmode="numeric"
+                    class="num short"
+                    data-testid="goto-request"
+                    placeholder="N"
+                    on:keydown=goto
+                />
+            </label>
+            <button type="button" class="button" data-testid="next-slowest" on:click=next_slowest>
+                "next slowest"
+            </button>
+            <button type="button" class="button" data-testid="prev-stall" title="previous stall (p)" on:click=move |_| step(false)>
+                "◀ stall"
+            </button>
+            <button type="button" class="button" data-testid="next-stall" title="next stall (n)" on:click=move |_| step(true)>
+                "stall ▶"
+            </button>
+            <span class="row-range" data-testid="row-range">{range}</span>
+            {move || message.get().map(|m| view! { <p class="find-message" role="status" data-testid="find-message">{m}</p> })}
+        </div>
+    }
+}
+
+/// Selects `req`, scrolls to it and, if it is outside a zoomed window, fits the window to it.
+fn select_request(
+    facts: Memo<Option<RunFacts>>,
+    rows: Memo<RowList>,
+    view: RwSignal<ViewState>,
+    filter: RwSignal<Filter>,
+    req: u32,
+    message: RwSignal<Option<String>>,
+) {
+    let known = facts.with_untracked(|f| f.as_ref().and_then(|f| f.facts.extent_of(req)));
+    if known.is_none() {
+        let count = facts.with_untracked(|f| f.as_ref().map_or(0, |f| f.facts.len()));
+        message.set(Some(format!(
+            "no request {req}: this run has requests 0-{}",
+            count.saturating_sub(1)
+        )));
+        return;
+    }
+    // A request the filter hides is shown by clearing the filter: the user asked for it.
+    if rows.with_untracked(|r| r.rows.binary_search(&req).is_err()) {
+        filter.set(Filter::default());
+    }
+    message.set(None);
+    let position = rows.with_untracked(|r| r.rows.binary_search(&req).ok());
+    let total = rows.with_untracked(|r| r.rows.len());
+    view.update(|v| {
+        v.selected = Some(req);
+        if v.mode == Mode::Aligned {
+            if let Some(position) = position {
+                v.reveal(position, total, PAGE_ROWS);
+            }
+        }
+    });
+}
+
+/// `n` / `p`: the next or previous stall the filter keeps; selects its request and fits it.
+fn step_to_stall(
+    store: Store,
+    facts: Memo<Option<RunFacts>>,
+    rows: Memo<RowList>,
+    view: RwSignal<ViewState>,
+    filter: RwSignal<Filter>,
+    forward: bool,
+    message: RwSignal<Option<String>>,
+) {
+    let Some(key) = facts.with_untracked(|f| f.as_ref().map(|f| f.key)) else { return };
+    let current = view.with_untracked(|v| v.stall);
+    let found = store.read_untracked(|state| {
+        let run = state.run(key)?;
+        let stalls = &run.attribution().stalls;
+        let index = facts.with_untracked(|f| {
+            let f = f.as_ref()?;
+            filter.with_untracked(|filter| step_stall(stalls, &f.facts, filter, current, forward))
+        })?;
+        let stall = &stalls[index];
+        let start = run
+            .analysis
+            .requests()
+            .get(stall.req.0.checked_sub(run.analysis.first_request())? as usize)?
+            .start_ns?;
+        Some((
+            index,
+            stall.req.0,
+            stall.start_ns.saturating_sub(start),
+            stall.end_ns.saturating_sub(start),
+        ))
+    });
+    let Some((index, req, _, _)) = found else {
+        message.set(Some(if forward {
+            "no stall after this one".into()
+        } else {
+            "no stall before this one".into()
+        }));
+        return;
+    };
+    select_request(facts, rows, view, filter, req, message);
+    view.update(|v| v.stall = Some(index));
+}
+
+/// The overview strip: the whole row list, one column per share of it, the tallest line the
+/// slowest request of the share (red when any request of it stalled). Click or drag to go.
+#[component]
+fn Overview(
+    facts: Memo<Option<RunFacts>>,
+    rows: Memo<RowList>,
+    view: RwSignal<ViewState>,
+) -> impl IntoView {
+    let canvas = NodeRef::<Canvas>::new();
+    let bins: Memo<(Vec<Bin>, u64, Vec<u64>)> = Memo::new(move |_| {
+        let list = rows.with(|r| r.rows.clone());
+        facts.with(|f| {
+            let Some(f) = f.as_ref() else { return (Vec::new(), 0, Vec::new()) };
+            let (tree, stalled_before) = f.facts.tree(&list);
+            let bins = overview(&tree, &stalled_before, PLOT_WIDTH as usize);
+            let extents: Vec<u64> =
+                bins.iter().map(|b| f.facts.extent_of(list[b.worst]).unwrap_or(0)).collect();
+            let max = extents.iter().copied().max().unwrap_or(0);
+            (bins, max, extents)
+        })
+    });
+    Effect::new(move |_| {
+        let Some(canvas) = canvas.get() else { return };
+        let total = rows.with(|r| r.rows.len()).max(1);
+        let (top, mode) = view.with(|v| (v.top, v.mode));
+        let frame = bins.with(|(bins, max, extents)| {
+            let mut frame =
+                Frame { width: CANVAS_WIDTH, height: OVERVIEW_HEIGHT, ..Frame::default() };
+            let columns = bins.len().max(1) as f64;
+            let width = (PLOT_WIDTH / columns).max(1.0);
+            for (index, bin) in bins.iter().enumerate() {
+                let share = if *max == 0 { 0.0 } else { extents[index] as f64 / *max as f64 };
+                let height = (share.sqrt() * (OVERVIEW_HEIGHT - 4.0)).max(1.0);
+                let fill = if bin.stalled > 0 { "#d62828" } else { "#84b3ee" };
+                let x = GUTTER + index as f64 * PLOT_WIDTH / columns;
+                frame.marks.push(Rect { x, y: OVERVIEW_HEIGHT - height, width, height, fill });
+            }
+            if mode == Mode::Aligned {
+                let x = GUTTER + top as f64 / total as f64 * PLOT_WIDTH;
+                let w = (PAGE_ROWS as f64 / total as f64 * PLOT_WIDTH).max(2.0);
+                frame.bands.push(Rect {
+                    x,
+                    y: 0.0,
+                    width: w.min(PLOT_WIDTH),
+                    height: OVERVIEW_HEIGHT,
+                    fill: "#dbe7f8",
+                });
+            }
+            frame
+        });
+        paint(&canvas, &frame);
+    });
+    let dragging = RwSignal::new(false);
+    let go = move |ev: &PointerEvent| {
+        let x = f64::from(ev.offset_x()) - GUTTER;
+        let total = rows.with_untracked(|r| r.rows.len());
+        let position = ((x / PLOT_WIDTH).clamp(0.0, 1.0) * total as f64) as usize;
+        view.update(|v| {
+            v.mode = Mode::Aligned;
+            v.top = 0;
+            v.reveal(position.min(total.saturating_sub(1)), total, PAGE_ROWS);
+            v.top = position.saturating_sub(PAGE_ROWS / 2).min(total.saturating_sub(PAGE_ROWS));
+        });
+    };
+    let stalled_columns =
+        move || bins.with(|(bins, _, _)| bins.iter().filter(|b| b.stalled > 0).count());
+    view! {
+        <div class="overview" title="the whole run: each column the slowest request of its share, red where one stalled; click or drag to go there">
+            <canvas
+                node_ref=canvas
+                data-testid="overview"
+                data-stalled-columns=move || stalled_columns().to_string()
+                on:pointerdown=move |ev: PointerEvent| { dragging.set(true); go(&ev); }
+                on:pointermove=move |ev: PointerEvent| if dragging.get_untracked() { go(&ev) }
+                on:pointerup=move |_| dragging.set(false)
+                on:pointerleave=move |_| dragging.set(false)
+            ></canvas>
+        </div>
+    }
+}
+
+/// The plot: the axis, the canvas, and the page's rows and labels over it.
+#[component]
+fn Plot(
+    page: Memo<Page>,
+    canvas: NodeRef<Canvas>,
+    view: RwSignal<ViewState>,
+    rows: Memo<RowList>,
+    facts: Memo<Option<RunFacts>>,
+    filter: RwSignal<Filter>,
+    message: RwSignal<Option<String>>,
+    store: Store,
+) -> impl IntoView {
+    let cursor = RwSignal::new(None::<String>);
+    let drag = RwSignal::new(None::<(f64, f64, f64, f64)>);
+    let plot = NodeRef::<Div>::new();
+    let home = move || page.with_untracked(|p| p.home);
+    let count = move || page.with_untracked(|p| p.total);
+    let act = move |action: Action| {
+        let Some(home) = home() else { return };
+        let total = count();
+        let rest = view.try_update(|v| v.act(action, home, total, PAGE_ROWS)).flatten();
+        match rest {
+            Some(Action::NextStall) => {
+                step_to_stall(store, facts, rows, view, filter, true, message)
+            }
+            Some(Action::PrevStall) => {
+                step_to_stall(store, facts, rows, view, filter, false, message)
+            }
+            Some(Action::FitSelection) => fit_selection(store, facts, view, home),
+            _ => {}
+        }
+    };
+    let keydown = move |ev: KeyboardEvent| {
+        if let Some(action) = key_action(&ev.code(), &ev.key()) {
+            if ev.ctrl_key() || ev.meta_key() || ev.alt_key() {
+                return;
+            }
+            ev.prevent_default();
+            act(action);
+        }
+    };
+    let wheel = move |ev: WheelEvent| {
+        let at = ((f64::from(ev.offset_x()) - GUTTER) / PLOT_WIDTH).clamp(0.0, 1.0);
+        let (dx, dy) = (ev.delta_x(), ev.delta_y());
+        ev.prevent_default();
+        if ev.ctrl_key() || ev.meta_key() {
+            // Ctrl+wheel, and a pinch (which browsers send as Ctrl+wheel): zoom at the cursor.
+            act(Action::Zoom { factor: (dy / 300.0).exp(), at });
+        } else if ev.shift_key() || dx.abs() > dy.abs() {
+            let delta = if dx.abs() > dy.abs() { dx } else { dy };
+            act(Action::Pan(delta / PLOT_WIDTH));
+        } else {
+            let rows = (dy / ROW_HEIGHT).round() as i64;
+            act(Action::Scroll(if rows == 0 { dy.signum() as i64 } else { rows }));
+        }
+    };
+    let pointerdown = move |ev: PointerEvent| {
+        if let Some(plot) = plot.get() {
+            let _ = plot.focus();
+        }
+        let top = view.with_untracked(|v| v.top) as f64;
+        drag.set(Some((f64::from(ev.client_x()), f64::from(ev.client_y()), top, 0.0)));
+    };
+    let pointermove = move |ev: PointerEvent| {
+        let x = f64::from(ev.offset_x()) - GUTTER;
+        cursor.set(
+            page.with_untracked(|p| p.scale).filter(|_| (0.0..=PLOT_WIDTH).contains(&x)).map(
+                |scale| {
+                    let at = scale.ns_at(x);
+                    let origin = if view.with_untracked(|v| v.mode) == Mode::Aligned {
+                        "since the request began"
+                    } else {
+                        "on the run clock"
+                    };
+                    format!("{} {origin}", format_duration(at))
+                },
+            ),
+        );
+        let Some((x0, y0, top0, moved)) = drag.get_untracked() else { return };
+        let (dx, dy) = (f64::from(ev.client_x()) - x0, f64::from(ev.client_y()) - y0);
+        if moved + dx.abs() + dy.abs() < 4.0 {
+            return;
+        }
+        drag.set(Some((
+            f64::from(ev.client_x()),
+            f64::from(ev.client_y()),
+            top0,
+            moved + dx.abs() + dy.abs(),
+        )));
+        act(Action::Pan(-dx / PLOT_WIDTH));
+        let rows = (-dy / ROW_HEIGHT).round() as i64;
+        if rows != 0 {
+            act(Action::Scroll(rows));
+        }
+    };
+    let pointerup = move |ev: PointerEvent| {
+        let moved = drag.get_untracked().map_or(0.0, |d| d.3);
+        drag.set(None);
+        if moved >= 4.0 {
+            return;
+        }
+        // A click: select what is under it.
+        let (x, y) = (f64::from(ev.offset_x()), f64::from(ev.offset_y()));
+        let req = page.with_untracked(|p| match view.with_untracked(|v| v.mode) {
+            Mode::Aligned => {
+                p.rows.iter().find(|row| y >= row.y && y < row.y + ROW_HEIGHT).map(|row| row.req)
+            }
+            Mode::RunClock => p
+                .hits
+                .iter()
+                .rev()
+                .find(|(r, _)| {
+                    x >= r.x - 1.0
+                        && x <= r.x + r.width + 1.0
+                        && y >= r.y - 2.0
+                        && y <= r.y + r.height + 2.0
+                })
+                .map(|(_, req)| *req),
+        });
+        if let Some(req) = req {
+            view.update(|v| v.selected = Some(req));
+        }
+    };
+
+    let ticks = move || {
+        page.with(|p| p.scale.map(|s| s.ticks(MAX_TICK_INTERVALS)).unwrap_or_default())
+            .into_iter()
+            .map(|tick| view! { <span class="tick" style=format!("left:{}px", GUTTER + tick.x)>{tick.label}</span> })
+            .collect_view()
+    };
+    let row_items = move || page.with(|p| p.rows.clone());
+    let lane_items = move || page.with(|p| p.lanes.clone());
+    let height = move || page.with(|p| p.frame.height);
+    view! {
+        <div class="axis" style=format!("width:{CANVAS_WIDTH}px")>{ticks}</div>
+        <div
+            class="plot"
+            node_ref=plot
+            tabindex="0"
+            data-testid="plot"
+            data-mode=move || view.with(|v| v.mode.word())
+            data-window=move || page.with(|p| p.scale.map(|s| format!("{} {}", s.from_ns(), s.to_ns())).unwrap_or_default())
+            data-stalled-marks=move || page.with(|p| p.stalled_marks.to_string())
+            data-waited-marks=move || page.with(|p| p.waited_marks.to_string())
+            data-marks=move || page.with(|p| p.frame.marks.len().to_string())
+            style=move || format!("width:{CANVAS_WIDTH}px;height:{}px", height())
+            on:keydown=keydown
+            on:wheel=wheel
+            on:pointerdown=pointerdown
+            on:pointermove=pointermove
+            on:pointerup=pointerup
+            on:pointerleave=move |_| { cursor.set(None); drag.set(None); }
+        >
+            <canvas node_ref=canvas class="marks"></canvas>
+            <For each=row_items key=|row| (row.req, row.y.to_bits(), row.fingerprint()) children=move |row| request_row(row, view) />
+            <For each=lane_items key=|lane| (lane.0.to_bits(), lane.1.clone()) children=|(y, name)| view! {
+                <div class="lane-name" data-testid="lane" style=format!("top:{y}px")>{name}</div>
+            } />
+        </div>
+        <p class="cursor-time" data-testid="cursor-time">{move || cursor.get().unwrap_or_else(|| "hover the plot for the time under the cursor".into())}</p>
+    }
+}
+
+/// `f`: fits the window to the selected request (aligned: its own extent; run clock: its
+/// place on the run's clock).
+fn fit_selection(
+    store: Store,
+    facts: Memo<Option<RunFacts>>,
+    view: RwSignal<ViewState>,
+    home: Scale,
+) {
+    let Some(req) = view.with_untracked(|v| v.selected) else { return };
+    let Some(key) = facts.with_untracked(|f| f.as_ref().map(|f| f.key)) else { return };
+    let mode = view.with_untracked(|v| v.mode);
+    let span = store.read_untracked(|state| {
+        let run = state.run(key)?;
+        let index = req.checked_sub(run.analysis.first_request())? as usize;
+        let request = run.analysis.requests().get(index)?;
+        let start = request.start_ns?;
+        let end = super::layout::extent_ns(request)? + start;
+        Some(match mode {
+            Mode::Aligned => (0, end - start),
+            Mode::RunClock => (start, end),
+        })
+    });
+    if let Some((from, to)) = span {
+        view.update(|v| v.fit(from, to, home));
+    }
+}
+
+fn request_row(row: RowLayout, view: RwSignal<ViewState>) -> impl IntoView {
+    let RowLayout { req, y, labels, .. } = row;
+    let selected = move || view.with(|v| v.selected == Some(req));
+    view! {
+        <div
+            class="request-row"
+            class:selected=selected
             data-testid="request-row"
             data-req=req.to_string()
-            transform=format!("translate(0 {})", px(y))
+            aria-selected=move || selected().to_string()
+            style=format!("top:{y}px;height:{ROW_HEIGHT}px")
         >
-            <rect class="row-bg" x="0" y="0" width=px(SVG_WIDTH) height=px(ROW_HEIGHT) />
-            <text class="req-label" x=px(GUTTER - 6.0) y=px(ROW_HEIGHT / 2.0 + 3.0)>
-                {req}
-            </text>
-            <g transform=format!("translate({} 0)", px(GUTTER))>{bars} {done} {labels}</g>
-        </g>
+            <span class="req-label">{req}</span>
+            {labels.into_iter().map(label).collect_view()}
+        </div>
     }
 }
 
-/// A stall's or a wait's text, with why it waited as its hover text.
-///
-/// The `<title>` child is SVG's tooltip. It is hidden (`display: none`) so that the label's
-/// rendered text, what a person or a WebDriver `text()` reads, stays "43.7 ms"; browsers show
-/// the tooltip from the element, not from its rendering.
+/// A stall's or a wait's text, with why it waited as its tooltip.
 fn label(label: Label) -> impl IntoView {
     let Label { kind, x, y, anchor, text, ms, class, title } = label;
     let place = match anchor {
-        Anchor::Inside => " inside",
-        Anchor::After => "",
-        Anchor::Before => " before",
+        Anchor::Inside => "inside",
+        Anchor::After => "after",
+        Anchor::Before => "before",
     };
     let class_name = class.map_or("", class_word);
+    // Anchored at its right end when inside or before its bar.
+    let style = match anchor {
+        Anchor::After => format!("left:{}px;top:{}px", GUTTER + x, y - 9.0),
+        _ => format!("right:{}px;top:{}px", CANVAS_WIDTH - GUTTER - x, y - 9.0),
+    };
     match kind {
         LabelKind::Stall => view! {
-            <text
-                class=format!("stall-label{place}")
-                data-testid="stall-label"
-                data-stall-ms=ms
-                data-class=class_name
-                x=px(x)
-                y=px(y)
-            >
+            <span class=format!("stall-label {place}") data-testid="stall-label" data-stall-ms=ms data-class=class_name title=title style=style>
                 {text}
-                {svg_title(title)}
-            </text>
+            </span>
         }
         .into_any(),
         LabelKind::Wait => view! {
-            <text
-                class=format!("wait-label{place}")
-                data-testid="wait-label"
-                data-wait-ms=ms
-                data-class=class_name
-                x=px(x)
-                y=px(y)
-            >
+            <span class=format!("wait-label {place}") data-testid="wait-label" data-wait-ms=ms data-class=class_name title=title style=style>
                 {text}
-                {svg_title(title)}
-            </text>
+            </span>
         }
         .into_any(),
     }
 }
 
-/// A hidden SVG `<title>`. Built by hand: `view!` makes a `title` that is one of several
-/// children an HTML element, which shows no tooltip inside SVG.
-fn svg_title(text: String) -> impl IntoView {
-    leptos::tachys::svg::title().attr("style", "display: none").child(text)
+#[component]
+fn KeysHelp(view: RwSignal<ViewState>) -> impl IntoView {
+    view! {
+        <div class="keys">
+            <button type="button" class="button" data-testid="keys-button" on:click=move |_| view.update(|v| v.help = !v.help)>
+                "keys (?)"
+            </button>
+            <Show when=move || view.with(|v| v.help)>
+                <dl class="keys-help" data-testid="keys-help">
+                    {KEY_HELP.iter().map(|(keys, what)| view! { <div><dt>{*keys}</dt><dd>{*what}</dd></div> }).collect_view()}
+                </dl>
+            </Show>
+        </div>
+    }
 }
 
 #[component]
@@ -228,13 +911,7 @@ fn Legend() -> impl IntoView {
                 "waited > 10 ms for something else: server think time, connect, a blocked write"
             </li>
             <li><span class="swatch done"></span>"response read"</li>
-            <li class="lanes-note">"hover a label or a bar for why"</li>
+            <li class="lanes-note">"hover a label for why; click a row for its ladder"</li>
         </ul>
     }
-}
-
-/// SVG coordinates, rounded: a tenth of a pixel is below what anyone sees and keeps the DOM small.
-fn px(value: f64) -> String {
-    let rounded = (value * 10.0).round() / 10.0;
-    format!("{rounded}")
 }

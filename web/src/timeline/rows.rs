@@ -1,0 +1,258 @@
+//! Which requests are rows, and the facts that order and find them: pure, no DOM.
+//!
+//! [`Facts`] holds, per request of a run, what finding things needs (its extent, its worst
+//! wait, the classes of its stalls) in flat columns, so filtering and searching a million
+//! requests is a scan of a few megabytes, not of the analysis' nested spans.
+
+use ackscope_shared::analysis::RunAnalysis;
+use ackscope_shared::attribution::{Stall, StallClass};
+
+use super::layout::extent_ns;
+use super::lod::{key, MaxTree, Priority};
+use crate::state::Attribution;
+
+/// Every class, in a fixed order: bit `i` of a class mask is `CLASSES[i]`.
+pub const CLASSES: [StallClass; 7] = [
+    StallClass::NagleDelayedAck,
+    StallClass::NagleRoundTrip,
+    StallClass::ConnectionSetup,
+    StallClass::ServerThinkTime,
+    StallClass::ReceiveWindowLimited,
+    StallClass::SendBufferLimited,
+    StallClass::Unexplained,
+];
+
+fn class_bit(class: StallClass) -> u8 {
+    let index = CLASSES.iter().position(|&c| c == class).unwrap_or(CLASSES.len() - 1);
+    1 << index
+}
+
+/// What the user asked to see.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Filter {
+    /// Only requests with a stall or another named wait.
+    pub only_stalled: bool,
+    /// Only requests with a wait of this class.
+    pub class: Option<StallClass>,
+    /// Only requests at least this slow.
+    pub min_latency_ns: u64,
+}
+
+impl Filter {
+    pub fn is_empty(&self) -> bool {
+        *self == Filter::default()
+    }
+}
+
+/// Per request (index = request id - `first`), what finding and ordering needs.
+#[derive(Clone, Debug, Default)]
+pub struct Facts {
+    /// The request id of index 0 (requests before it were retired by the analysis).
+    pub first: u32,
+    /// Latency if done, else how far it got; 0 while its start is unknown.
+    pub extent_ns: Vec<u64>,
+    pub done: Vec<bool>,
+    /// Bits of [`CLASSES`] for the waits the attribution named in the request.
+    pub classes: Vec<u8>,
+    /// The worst wait of the request.
+    pub worst: Vec<Priority>,
+}
+
+impl Facts {
+    pub fn of(analysis: &RunAnalysis, why: &Attribution) -> Facts {
+        let requests = analysis.requests();
+        let first = analysis.first_request();
+        let mut classes = vec![0u8; requests.len()];
+        let mut worst = vec![Priority::Call; requests.len()];
+        for stall in &why.stalls {
+            let Some(index) = stall.req.0.checked_sub(first).map(|i| i as usize) else {
+                continue;
+            };
+            if index < requests.len() {
+                classes[index] |= class_bit(stall.class);
+                worst[index] = worst[index].max(priority_of(stall));
+            }
+        }
+        Facts {
+            first,
+            extent_ns: requests.iter().map(|view| extent_ns(view).unwrap_or(0)).collect(),
+            done: requests.iter().map(|view| view.done_ns.is_some()).collect(),
+            classes,
+            worst,
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.extent_ns.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.extent_ns.is_empty()
+    }
+
+    fn index(&self, req: u32) -> Option<usize> {
+        let index = req.checked_sub(self.first)? as usize;
+        (index < self.len()).then_some(index)
+    }
+
+    pub fn extent_of(&self, req: u32) -> Option<u64> {
+        self.index(req).map(|i| self.extent_ns[i])
+    }
+
+    fn keeps(&self, index: usize, filter: &Filter) -> bool {
+        (!filter.only_stalled || self.classes[index] != 0)
+            && filter.class.is_none_or(|class| self.classes[index] & class_bit(class) != 0)
+            && self.extent_ns[index] >= filter.min_latency_ns
+    }
+
+    /// The request ids the filter keeps, in request order.
+    pub fn rows(&self, filter: &Filter) -> Vec<u32> {
+        (0..self.len())
+            .filter(|&index| self.keeps(index, filter))
+            .map(|index| self.first + index as u32)
+            .collect()
+    }
+
+    /// The `count` slowest finished requests, slowest first (ties: the earlier request first).
+    pub fn slowest(&self, count: usize) -> Vec<u32> {
+        let mut done: Vec<usize> = (0..self.len()).filter(|&i| self.done[i]).collect();
+        let order =
+            |a: &usize, b: &usize| self.extent_ns[*b].cmp(&self.extent_ns[*a]).then(a.cmp(b));
+        if done.len() > count {
+            done.select_nth_unstable_by(count, order);
+            done.truncate(count);
+        }
+        done.sort_unstable_by(order);
+        done.into_iter().map(|index| self.first + index as u32).collect()
+    }
+
+    /// The finished request that comes after `after` in slowest-first order (the slowest when
+    /// `after` is `None` or the last): a scan, so no sorted copy of a million latencies is kept.
+    pub fn next_slowest(&self, after: Option<u32>) -> Option<u32> {
+        let rank = |index: usize| (self.extent_ns[index], std::cmp::Reverse(index));
+        let bound = after.and_then(|req| self.index(req)).map(rank);
+        let slower_than_bound = |index: &usize| bound.is_none_or(|bound| rank(*index) < bound);
+        let next = (0..self.len())
+            .filter(|&i| self.done[i])
+            .filter(slower_than_bound)
+            .max_by_key(|&i| rank(i));
+        next.or_else(|| {
+            // Past the fastest: start again from the slowest.
+            (0..self.len()).filter(|&i| self.done[i]).max_by_key(|&i| rank(i))
+        })
+        .map(|index| self.first + index as u32)
+    }
+
+    /// The overview's tree over the rows: a row's key is its worst wait, then its extent.
+    pub fn tree(&self, rows: &[u32]) -> (MaxTree, Vec<u32>) {
+        let mut stalled_before = Vec::with_capacity(rows.len() + 1);
+        stalled_before.push(0);
+        let mut keys = Vec::with_capacity(rows.len());
+        for &req in rows {
+            let index = self.index(req).unwrap_or_default();
+            keys.push(key(self.worst[index], self.extent_ns[index]));
+            let stalled = u32::from(self.worst[index] == Priority::Stalled);
+            stalled_before.push(stalled_before.last().copied().unwrap_or(0) + stalled);
+        }
+        (MaxTree::new(keys), stalled_before)
+    }
+}
+
+/// How a wait ranks when marks share a pixel.
+pub fn priority_of(stall: &Stall) -> Priority {
+    if stall.class.is_held_read() {
+        Priority::Stalled
+    } else {
+        Priority::Waited
+    }
+}
+
+/// The next (or previous, `forward == false`) stall after the one at `current` that the filter
+/// keeps, as an index into `stalls` (in request order). `None` when there is none that way.
+pub fn step_stall(
+    stalls: &[Stall],
+    facts: &Facts,
+    filter: &Filter,
+    current: Option<usize>,
+    forward: bool,
+) -> Option<usize> {
+    let kept = |index: &usize| {
+        let stall = &stalls[*index];
+        filter.class.is_none_or(|class| stall.class == class)
+            && facts.index(stall.req.0).is_some_and(|i| facts.keeps(i, filter))
+    };
+    match (current, forward) {
+        (None, true) => (0..stalls.len()).find(kept),
+        (None, false) => (0..stalls.len()).rev().find(kept),
+        (Some(at), true) => (at + 1..stalls.len()).find(kept),
+        (Some(at), false) => (0..at.min(stalls.len())).rev().find(kept),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use ackscope_shared::RrSpec;
+
+    use super::*;
+    use crate::fixtures::{nagle_run, MS, US};
+
+    fn run(requests: u32, hold_ns: u64) -> (RunAnalysis, Attribution) {
+        let mut analysis = RunAnalysis::new();
+        analysis.push_all(&nagle_run(requests, hold_ns));
+        let why = Attribution::of(&analysis, Some(&RrSpec::default()));
+        (analysis, why)
+    }
+
+    #[test]
+    fn filters_keep_stalled_requests_a_class_or_the_slow_ones() {
+        let (analysis, why) = run(6, 44 * MS);
+        let facts = Facts::of(&analysis, &why);
+        assert_eq!(facts.rows(&Filter::default()), [0, 1, 2, 3, 4, 5]);
+        // The first request of a connection is in quick-ACK mode: no stall.
+        let stalled = Filter { only_stalled: true, ..Filter::default() };
+        assert_eq!(facts.rows(&stalled), [1, 2, 3, 4, 5]);
+        let nagle = Filter { class: Some(StallClass::NagleDelayedAck), ..Filter::default() };
+        assert_eq!(facts.rows(&nagle), [1, 2, 3, 4, 5]);
+        let think = Filter { class: Some(StallClass::ServerThinkTime), ..Filter::default() };
+        assert!(facts.rows(&think).is_empty());
+        let slow = Filter { min_latency_ns: 50 * MS, ..Filter::default() };
+        assert_eq!(facts.rows(&slow), [1, 2, 3, 4, 5]);
+        assert_eq!(facts.extent_of(0).map(|ns| ns < MS), Some(true));
+        assert_eq!(facts.extent_of(9), None);
+    }
+
+    #[test]
+    fn slowest_first_and_next_slowest_walks_the_same_order() {
+        let (analysis, why) = run(5, 30 * US);
+        let facts = Facts::of(&analysis, &why);
+        let order = facts.slowest(10);
+        assert_eq!(order.len(), 5);
+        let extents: Vec<u64> = order.iter().filter_map(|&r| facts.extent_of(r)).collect();
+        assert!(extents.windows(2).all(|w| w[0] >= w[1]), "{extents:?}");
+        assert_eq!(facts.slowest(2), order[..2]);
+        let mut walked = Vec::new();
+        let mut at = None;
+        for _ in 0..5 {
+            at = facts.next_slowest(at);
+            walked.extend(at);
+        }
+        assert_eq!(walked, order, "next-slowest visits requests in slowest-first order");
+        assert_eq!(facts.next_slowest(at), order.first().copied(), "then starts over");
+    }
+
+    #[test]
+    fn stepping_through_stalls_follows_request_order_and_the_filter() {
+        let (analysis, why) = run(4, 44 * MS);
+        let facts = Facts::of(&analysis, &why);
+        let all = Filter::default();
+        let stalls = &why.stalls;
+        assert_eq!(stalls.len(), 6, "two per request after the first");
+        let first = step_stall(stalls, &facts, &all, None, true);
+        assert_eq!(first, Some(0));
+        assert_eq!(step_stall(stalls, &facts, &all, Some(5), true), None);
+        assert_eq!(step_stall(stalls, &facts, &all, Some(3), false), Some(2));
+        assert_eq!(step_stall(stalls, &facts, &all, None, false), Some(5));
+        let only_slow = Filter { min_latency_ns: u64::MAX, ..Filter::default() };
+        assert_eq!(step_stall(stalls, &facts, &only_slow, None, true), None);
+    }
+}
