@@ -1,8 +1,18 @@
 //! Analysis of a bulk transfer: goodput over time, the buffers the kernel set, the windows.
+//!
+//! Goodput over time is kept two ways: per 100 ms from the start for the summary
+//! ([`BulkSummary::goodput_series_mbps`]), and as the bytes the server had read by each of its
+//! reads, for a chart over any time range ([`goodput_over_time`], which adds the windows from
+//! the run's [`KernelTracks`]). The second is bounded like a kernel track (see `kernel.rs`): at
+//! most [`MAX_READ_SAMPLES`] reads of 16 bytes each (3.2 MB); when full, every other read is
+//! forgotten and only every second one kept from then on. Each kept read carries the total
+//! read by then, so no byte is lost by thinning: the bytes of forgotten reads are counted in
+//! the bucket of the next kept one.
 
 use serde::{Deserialize, Serialize};
 
-use crate::event::{Event, EventKind, Side};
+use crate::event::{ConnId, Event, EventKind, Side};
+use crate::kernel::{keep_every_other, Field, KernelTracks, Place, Thinning, Window};
 
 /// Goodput is reported per interval of this length.
 pub const GOODPUT_INTERVAL_NS: u64 = 100_000_000;
@@ -39,6 +49,121 @@ pub struct BulkAnalysis {
     rcv_wnd: Vec<u32>,
     snd_wnd: Vec<u32>,
     min_rtt_us: Option<u32>,
+    /// The connection the server read from (a bulk run has one).
+    conn: Option<ConnId>,
+    reads: Reads,
+}
+
+/// At most this many reads are kept for [`goodput_over_time`] (see the module docs).
+pub const MAX_READ_SAMPLES: usize = 200_000;
+
+/// The bytes the server had read by each kept read: a step function of time, thinned.
+#[derive(Debug)]
+struct Reads {
+    at_ns: Vec<u64>,
+    /// Bytes read up to and including the read at the same index.
+    total: Vec<u64>,
+    thinning: Thinning,
+    cap: usize,
+}
+
+impl Default for Reads {
+    fn default() -> Self {
+        Reads::with_cap(MAX_READ_SAMPLES)
+    }
+}
+
+impl Reads {
+    fn with_cap(cap: usize) -> Reads {
+        Reads { at_ns: Vec::new(), total: Vec::new(), thinning: Thinning::new(1), cap: cap.max(4) }
+    }
+
+    fn push(&mut self, at_ns: u64, total: u64) {
+        // The server reads on one thread, in order; a stamp out of order is held at the newest
+        // so the series stays sorted (its total is right either way).
+        let at_ns = self.at_ns.last().map_or(at_ns, |&newest| at_ns.max(newest));
+        match self.thinning.place(false, self.at_ns.is_empty()) {
+            Place::ReplaceLast => {
+                let last = self.at_ns.len() - 1;
+                self.at_ns[last] = at_ns;
+                self.total[last] = total;
+            }
+            Place::Append | Place::Insert => {
+                self.at_ns.push(at_ns);
+                self.total.push(total);
+            }
+            Place::Drop => {}
+        }
+        if self.at_ns.len() >= self.cap {
+            let before = self.at_ns.len();
+            keep_every_other(&mut self.at_ns);
+            keep_every_other(&mut self.total);
+            self.thinning.halved(before);
+        }
+    }
+
+    /// Bytes read before `at_ns` (by the kept reads' totals).
+    fn before(&self, at_ns: u64) -> u64 {
+        let index = self.at_ns.partition_point(|&t| t < at_ns);
+        index.checked_sub(1).map_or(0, |i| self.total[i])
+    }
+}
+
+/// Goodput over a time range in equal buckets, with the windows over the same buckets.
+#[derive(Clone, Debug, PartialEq)]
+pub struct GoodputSeries {
+    pub from_ns: u64,
+    pub to_ns: u64,
+    /// Per bucket: bytes the server read in it, in Mbit/s of the bucket's length.
+    pub mbps: Vec<f64>,
+    /// The window the server advertised (its TCP_INFO `rcv_wnd`); `None` if never reported.
+    pub server_rcv_wnd: Option<Window>,
+    /// The window the client was sending into (its TCP_INFO `snd_wnd`).
+    pub client_snd_wnd: Option<Window>,
+}
+
+/// The bulk run's goodput over `from_ns ..= to_ns` (run clock) in `buckets` equal buckets (at
+/// least one), and the windows from `kernel` over the same buckets: story 2 over time.
+pub fn goodput_over_time(
+    bulk: &BulkAnalysis,
+    kernel: &KernelTracks,
+    from_ns: u64,
+    to_ns: u64,
+    buckets: usize,
+) -> GoodputSeries {
+    let count = buckets.max(1);
+    let to_ns = to_ns.max(from_ns);
+    let span = u128::from((to_ns - from_ns).max(1));
+    // Bucket i covers edge(i) .. edge(i + 1); the last one includes `to_ns`.
+    let edge = |i: usize| from_ns + (span * i as u128 / count as u128) as u64;
+    let mbps = (0..count)
+        .map(|i| {
+            let (start, end) = (edge(i), edge(i + 1));
+            let upto = if i + 1 == count { end.saturating_add(1) } else { end };
+            let bytes = bulk.reads.before(upto) - bulk.reads.before(start);
+            let ns = end - start;
+            if ns == 0 {
+                0.0
+            } else {
+                // bytes * 8 bits / ns = Gbit/s; times 1000: Mbit/s.
+                bytes as f64 * 8.0 * 1000.0 / ns as f64
+            }
+        })
+        .collect();
+    let window = |side: Side, field: Field| {
+        let track = match bulk.conn {
+            Some(conn) => kernel.track(conn, side),
+            None => kernel.tracks().iter().find(|track| track.side == side),
+        }?;
+        track.reports(field).then(|| track.window(field, from_ns, to_ns, count))
+    };
+    GoodputSeries {
+        from_ns,
+        to_ns,
+        mbps,
+        server_rcv_wnd: window(Side::Server, Field::RcvWnd),
+        client_snd_wnd: window(Side::Client, Field::SndWnd),
+    }
 }
 
 /// At most this many intervals are kept (an hour at 100 ms): bounds memory for hostile input.
@@ -60,6 +185,8 @@ impl BulkAnalysis {
             (EventKind::RequestStart, Side::Client) => self.start_ns = Some(event.at_ns),
             (EventKind::ReadDone { bytes }, Side::Server) if *bytes > 0 => {
                 self.bytes += u64::from(*bytes);
+                self.conn.get_or_insert(event.conn);
+                self.reads.push(event.at_ns, self.bytes);
                 self.last_read_ns = self.last_read_ns.max(event.at_ns);
                 let since = event.at_ns.saturating_sub(self.start_ns.unwrap_or(0));
                 let interval = (since / GOODPUT_INTERVAL_NS) as usize;
@@ -91,6 +218,17 @@ impl BulkAnalysis {
             }
             _ => {}
         }
+    }
+
+    /// Bytes the server read so far.
+    pub fn bytes(&self) -> u64 {
+        self.bytes
+    }
+
+    /// When the client started (0 until it has) and when the server last read, run clock.
+    pub fn span_ns(&self) -> (u64, u64) {
+        let start = self.start_ns.unwrap_or(0);
+        (start, self.last_read_ns.max(start))
     }
 
     pub fn summary(&self) -> BulkSummary {
@@ -157,5 +295,81 @@ mod tests {
         assert!(summary.goodput_series_mbps.iter().all(|&m| (m - 100.0).abs() < 0.1));
         assert_eq!(summary.server_rcvbuf_bytes, Some(131072));
         assert_eq!(summary.server_rcv_wnd_bytes, None, "no TCP_INFO samples, no window");
+    }
+
+    fn window_sample(at_ns: u64, side: Side, wnd: u32) -> Event {
+        let info = crate::event::TcpInfoSample {
+            rcv_wnd: Some(wnd),
+            snd_wnd: Some(wnd + 1),
+            ..crate::event::TcpInfoSample::default()
+        };
+        ev(at_ns, side, EventKind::TcpInfo(Box::new(info)))
+    }
+
+    #[test]
+    fn goodput_over_time_follows_the_reads_with_the_window_over_the_same_buckets() {
+        let (mut analysis, mut kernel) = (BulkAnalysis::new(), KernelTracks::new());
+        let mut push = |event: Event| {
+            analysis.push(&event);
+            kernel.push(&event);
+        };
+        push(ev(0, Side::Client, EventKind::RequestStart));
+        // 125 kB every 10 ms for 100 ms (100 Mbit/s), then 12.5 kB every 10 ms (10 Mbit/s)
+        // after the server's window shrank from 256 KiB to 16 KiB.
+        for i in 1..=20u64 {
+            let bytes = if i <= 10 { 125_000 } else { 12_500 };
+            push(ev(i * 10_000_000 - 1, Side::Server, EventKind::ReadDone { bytes }));
+        }
+        push(window_sample(5_000_000, Side::Server, 262_144));
+        push(window_sample(105_000_000, Side::Server, 16_384));
+        push(window_sample(5_000_000, Side::Client, 262_144));
+        assert_eq!(analysis.span_ns(), (0, 200_000_000 - 1));
+
+        let series = goodput_over_time(&analysis, &kernel, 0, 200_000_000, 2);
+        assert_eq!(series.mbps.len(), 2);
+        assert!((series.mbps[0] - 100.0).abs() < 1e-3, "{:?}", series.mbps);
+        assert!((series.mbps[1] - 10.0).abs() < 1e-3, "{:?}", series.mbps);
+        let server = series.server_rcv_wnd.expect("the server reported rcv_wnd");
+        assert_eq!(server.held(), [Some(262_144), Some(16_384)]);
+        let client = series.client_snd_wnd.expect("the client reported snd_wnd");
+        assert_eq!(client.held(), [Some(262_145), Some(262_145)], "held from its one sample");
+
+        // Finer buckets than the reads: a bucket without a read is 0, and the bytes add up.
+        let fine = goodput_over_time(&analysis, &kernel, 0, 200_000_000, 400);
+        assert_eq!(fine.mbps.iter().filter(|&&m| m > 0.0).count(), 20);
+        let bucket_s = 0.2 / 400.0;
+        let bytes: f64 = fine.mbps.iter().map(|m| m * 1e6 * bucket_s / 8.0).sum();
+        assert!((bytes - analysis.bytes() as f64).abs() < 1.0, "{bytes}");
+    }
+
+    #[test]
+    fn goodput_without_tcp_info_has_no_window() {
+        let mut analysis = BulkAnalysis::new();
+        analysis.push(&ev(0, Side::Client, EventKind::RequestStart));
+        analysis.push(&ev(MS_100, Side::Server, EventKind::ReadDone { bytes: 1_250_000 }));
+        let series = goodput_over_time(&analysis, &KernelTracks::new(), 0, MS_100, 1);
+        assert!((series.mbps[0] - 100.0).abs() < 1e-6, "{:?}", series.mbps);
+        assert_eq!((series.server_rcv_wnd, series.client_snd_wnd), (None, None));
+        let empty = goodput_over_time(&BulkAnalysis::new(), &KernelTracks::new(), 0, 0, 0);
+        assert_eq!(empty.mbps, [0.0], "one bucket at least, nothing read");
+    }
+
+    const MS_100: u64 = 100_000_000;
+
+    #[test]
+    fn thinned_reads_lose_no_byte() {
+        let mut analysis = BulkAnalysis { reads: Reads::with_cap(64), ..BulkAnalysis::default() };
+        analysis.push(&ev(0, Side::Client, EventKind::RequestStart));
+        // 10,000 reads of 1000 bytes, one per 10 us: 100 ms at 800 Mbit/s.
+        for i in 1..=10_000u64 {
+            analysis.push(&ev(i * 10_000, Side::Server, EventKind::ReadDone { bytes: 1000 }));
+        }
+        assert!(analysis.reads.at_ns.len() < 64, "{}", analysis.reads.at_ns.len());
+        assert_eq!(analysis.reads.at_ns.last(), Some(&100_000_000), "the newest read is kept");
+        let series = goodput_over_time(&analysis, &KernelTracks::new(), 0, MS_100, 4);
+        let total: f64 = series.mbps.iter().map(|m| m * 1e6 * 0.025 / 8.0).sum();
+        assert!((total - 10_000_000.0).abs() < 1.0, "{total}");
+        // Thinned, the reads are still spread over the whole run: each quarter near 800.
+        assert!(series.mbps.iter().all(|&m| (m - 800.0).abs() < 800.0 * 0.2), "{:?}", series.mbps);
     }
 }

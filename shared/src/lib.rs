@@ -7,6 +7,7 @@
 //! - [`wire`]: the versioned messages between probe and browser, and their framing. A session
 //!   file is the same framed stream written to disk, so one decoder serves both.
 //! - [`analysis`]: pure functions over events: per-request spans, stalls, the summary.
+//! - [`kernel`]: every TCP_INFO sample over time, per connection and side, bounded, for charts.
 //!
 //! Nothing here does IO or reads a clock: callers pass times in. That keeps the crate buildable
 //! for wasm32 and its tests deterministic.
@@ -17,6 +18,7 @@ pub mod attribution;
 pub mod bulk;
 mod compact;
 pub mod event;
+pub mod kernel;
 pub mod packet;
 pub mod packet_stalls;
 pub mod pcap;

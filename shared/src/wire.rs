@@ -248,6 +248,74 @@ impl<'a> FrameReader<'a> {
     }
 }
 
+/// Frames that arrive in pieces (a file read in chunks, a socket): push bytes as they come and
+/// take whole messages out. It holds at most one unfinished frame beside the bytes pushed since,
+/// and a frame's length is checked against [`MAX_MESSAGE_BYTES`] before its payload is awaited.
+#[derive(Debug, Default)]
+pub struct FrameStream {
+    buf: Vec<u8>,
+    /// Where the next frame starts in `buf`.
+    start: usize,
+    /// The stream offset of `buf[0]`, for errors that say where.
+    base: u64,
+    /// Messages taken so far: the first is decoded with [`decode_first`].
+    taken: u64,
+    failed: bool,
+}
+
+impl FrameStream {
+    pub fn new() -> FrameStream {
+        FrameStream::default()
+    }
+
+    /// Bytes of the stream consumed by the messages taken so far.
+    pub fn offset(&self) -> u64 {
+        self.base + self.start as u64
+    }
+
+    pub fn push(&mut self, bytes: &[u8]) {
+        if self.failed {
+            return;
+        }
+        // Drop what was consumed before growing, so the buffer stays one frame plus one push.
+        if self.start > 0 && self.start >= self.buf.len() / 2 {
+            self.buf.drain(..self.start);
+            self.base += self.start as u64;
+            self.start = 0;
+        }
+        self.buf.extend_from_slice(bytes);
+    }
+
+    /// The next whole message, `None` until more bytes are pushed, or the error that ends the
+    /// stream (nothing after it is decoded).
+    pub fn next_message(&mut self) -> Option<Result<ToBrowser, WireError>> {
+        if self.failed {
+            return None;
+        }
+        let rest = &self.buf[self.start..];
+        let len_bytes = rest.get(..4)?;
+        let len = u32::from_le_bytes(len_bytes.try_into().expect("slice of 4")) as usize;
+        if len > MAX_MESSAGE_BYTES {
+            self.failed = true;
+            return Some(Err(WireError::TooLarge { len, max: MAX_MESSAGE_BYTES }));
+        }
+        let payload = rest.get(4..4 + len)?;
+        let decoded = if self.taken == 0 { decode_first(payload) } else { decode(payload) };
+        self.start += 4 + len;
+        self.taken += 1;
+        if decoded.is_err() {
+            self.failed = true;
+        }
+        Some(decoded)
+    }
+
+    /// At the end of the stream: the error if it stopped inside a frame.
+    pub fn finish(&self) -> Option<WireError> {
+        let cut = !self.failed && self.start < self.buf.len();
+        cut.then(|| WireError::Truncated { offset: self.offset() as usize })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -355,5 +423,47 @@ mod tests {
             let _ = decode::<ToBrowser>(&bytes);
             let _ = decode::<ToProbe>(&bytes);
         }
+    }
+
+    #[test]
+    fn a_stream_pushed_in_any_pieces_gives_the_same_messages() {
+        let messages = sample_stream();
+        let mut bytes = Vec::new();
+        for message in &messages {
+            write_frame(message, &mut bytes);
+        }
+        for piece in [1, 3, 4, 5, 17, bytes.len()] {
+            let mut stream = FrameStream::new();
+            let mut got = Vec::new();
+            for chunk in bytes.chunks(piece) {
+                stream.push(chunk);
+                while let Some(message) = stream.next_message() {
+                    got.push(message.expect("valid"));
+                }
+            }
+            assert_eq!(got, messages, "pieces of {piece}");
+            assert_eq!(stream.finish(), None);
+            assert_eq!(stream.offset(), bytes.len() as u64);
+        }
+        // Cut inside the last frame: every message before it, then where it was cut.
+        let mut stream = FrameStream::new();
+        stream.push(&bytes[..bytes.len() - 3]);
+        let mut count = 0;
+        while let Some(message) = stream.next_message() {
+            message.expect("valid");
+            count += 1;
+        }
+        assert_eq!(count, messages.len() - 1);
+        assert!(matches!(stream.finish(), Some(WireError::Truncated { .. })));
+    }
+
+    #[test]
+    fn a_hostile_length_costs_nothing_before_it_is_refused() {
+        let mut stream = FrameStream::new();
+        stream.push(&u32::MAX.to_le_bytes());
+        assert!(matches!(stream.next_message(), Some(Err(WireError::TooLarge { .. }))));
+        stream.push(&[0; 1024]);
+        assert!(stream.next_message().is_none(), "nothing after the error");
+        assert!(stream.buf.capacity() < 64 * 1024, "no allocation for the claimed length");
     }
 }

@@ -1,1 +1,121 @@
-//! End-to-end tests live in `tests/`; this library is empty on purpose.
+//! The browser harness shared by the end-to-end tests and the viewer benchmark: the real
+//! `ackscope` binary, a real headless Chromium over WebDriver, and cleanup however they end.
+
+use std::io::{BufRead, BufReader};
+use std::net::{Ipv4Addr, TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use fantoccini::{Client, ClientBuilder};
+
+/// A child process killed when the test ends, however it ends.
+pub struct Reaped(pub Child);
+
+impl Drop for Reaped {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+pub fn ackscope_bin() -> Result<PathBuf> {
+    let bin = std::env::var_os("ACKSCOPE_BIN").map(PathBuf::from).unwrap_or_else(|| {
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/release/ackscope")
+    });
+    if !bin.is_file() {
+        bail!("{} is missing: run `cargo xtask test`, which builds it first", bin.display());
+    }
+    Ok(bin)
+}
+
+/// Starts `ackscope --port 0` and returns it with the URL it printed.
+pub fn start_probe() -> Result<(Reaped, String)> {
+    let mut child = Command::new(ackscope_bin()?)
+        .args(["--port", "0"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .context("starting ackscope")?;
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().context("stdout")?).read_line(&mut line)?;
+    let url = line
+        .split_whitespace()
+        .find(|word| word.starts_with("http://"))
+        .with_context(|| format!("no URL in ackscope's first line: {line:?}"))?
+        .to_string();
+    Ok((Reaped(child), url))
+}
+
+fn free_port() -> Result<u16> {
+    Ok(TcpListener::bind((Ipv4Addr::LOCALHOST, 0))?.local_addr()?.port())
+}
+
+pub async fn start_browser() -> Result<(Reaped, Client, tempdir::TempDir)> {
+    let port = free_port()?;
+    let driver = Command::new("chromedriver")
+        .arg(format!("--port={port}"))
+        .stdout(Stdio::null())
+        .spawn()
+        .context("starting chromedriver (cargo xtask test installs it)")?;
+    let driver = Reaped(driver);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while TcpStream::connect((Ipv4Addr::LOCALHOST, port)).is_err() {
+        if Instant::now() > deadline {
+            bail!("chromedriver did not listen on port {port} within 20 s");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let profile = tempdir::TempDir::new()?;
+    let args = [
+        "--headless".to_string(),
+        "--no-sandbox".into(),
+        "--disable-gpu".into(),
+        "--disable-quic".into(),
+        "--no-first-run".into(),
+        "--disable-background-networking".into(),
+        "--disable-component-update".into(),
+        "--disable-sync".into(),
+        "--window-size=1280,1000".into(),
+        format!("--user-data-dir={}", profile.path().display()),
+    ];
+    let capabilities = serde_json::json!({
+        "goog:chromeOptions": { "binary": "/usr/bin/chromium", "args": args }
+    });
+    let serde_json::Value::Object(capabilities) = capabilities else { unreachable!() };
+    let client = ClientBuilder::native()
+        .capabilities(capabilities)
+        .connect(&format!("http://127.0.0.1:{port}"))
+        .await
+        .context("opening a WebDriver session in Chromium")?;
+    Ok((driver, client, profile))
+}
+
+/// A temporary directory removed on drop (no crate needed for this much).
+pub mod tempdir {
+    use std::path::{Path, PathBuf};
+
+    pub struct TempDir(PathBuf);
+
+    impl TempDir {
+        pub fn new() -> std::io::Result<TempDir> {
+            let nanos = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_nanos());
+            let path =
+                std::env::temp_dir().join(format!("ackscope-e2e-{}-{nanos}", std::process::id()));
+            std::fs::create_dir_all(&path)?;
+            Ok(TempDir(path))
+        }
+
+        pub fn path(&self) -> &Path {
+            &self.0
+        }
+    }
+
+    impl Drop for TempDir {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+}

@@ -4,128 +4,16 @@
 //! Needs the release binary with the web app embedded (`cargo xtask test` builds it and sets
 //! ACKSCOPE_BIN), Chromium and ChromeDriver (`cargo xtask test` installs them).
 
-use std::io::{BufRead, BufReader};
-use std::net::{Ipv4Addr, TcpListener, TcpStream};
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use ackscope_tests::{start_browser, start_probe};
 use anyhow::{bail, Context, Result};
-use fantoccini::{elements::Element, Client, ClientBuilder, Locator};
+use fantoccini::{elements::Element, Client, Locator};
 
 /// Requests per run: with Nagle on both sides each takes ~88 ms, so a run lasts ~5 s, long enough
 /// to watch rows arrive while it goes.
 const REQUESTS: usize = 60;
-
-/// A child process killed when the test ends, however it ends.
-struct Reaped(Child);
-
-impl Drop for Reaped {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn ackscope_bin() -> Result<PathBuf> {
-    let bin = std::env::var_os("ACKSCOPE_BIN").map(PathBuf::from).unwrap_or_else(|| {
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/release/ackscope")
-    });
-    if !bin.is_file() {
-        bail!("{} is missing: run `cargo xtask test`, which builds it first", bin.display());
-    }
-    Ok(bin)
-}
-
-/// Starts `ackscope --port 0` and returns it with the URL it printed.
-fn start_probe() -> Result<(Reaped, String)> {
-    let mut child = Command::new(ackscope_bin()?)
-        .args(["--port", "0"])
-        .stdout(Stdio::piped())
-        .spawn()
-        .context("starting ackscope")?;
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().context("stdout")?).read_line(&mut line)?;
-    let url = line
-        .split_whitespace()
-        .find(|word| word.starts_with("http://"))
-        .with_context(|| format!("no URL in ackscope's first line: {line:?}"))?
-        .to_string();
-    Ok((Reaped(child), url))
-}
-
-fn free_port() -> Result<u16> {
-    Ok(TcpListener::bind((Ipv4Addr::LOCALHOST, 0))?.local_addr()?.port())
-}
-
-async fn start_browser() -> Result<(Reaped, Client, tempdir::TempDir)> {
-    let port = free_port()?;
-    let driver = Command::new("chromedriver")
-        .arg(format!("--port={port}"))
-        .stdout(Stdio::null())
-        .spawn()
-        .context("starting chromedriver (cargo xtask test installs it)")?;
-    let driver = Reaped(driver);
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while TcpStream::connect((Ipv4Addr::LOCALHOST, port)).is_err() {
-        if Instant::now() > deadline {
-            bail!("chromedriver did not listen on port {port} within 20 s");
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    let profile = tempdir::TempDir::new()?;
-    let args = [
-        "--headless".to_string(),
-        "--no-sandbox".into(),
-        "--disable-gpu".into(),
-        "--disable-quic".into(),
-        "--no-first-run".into(),
-        "--disable-background-networking".into(),
-        "--disable-component-update".into(),
-        "--disable-sync".into(),
-        "--window-size=1280,1000".into(),
-        format!("--user-data-dir={}", profile.path().display()),
-    ];
-    let capabilities = serde_json::json!({
-        "goog:chromeOptions": { "binary": "/usr/bin/chromium", "args": args }
-    });
-    let serde_json::Value::Object(capabilities) = capabilities else { unreachable!() };
-    let client = ClientBuilder::native()
-        .capabilities(capabilities)
-        .connect(&format!("http://127.0.0.1:{port}"))
-        .await
-        .context("opening a WebDriver session in Chromium")?;
-    Ok((driver, client, profile))
-}
-
-/// A temporary directory removed on drop (no crate needed for this much).
-mod tempdir {
-    use std::path::{Path, PathBuf};
-
-    pub struct TempDir(PathBuf);
-
-    impl TempDir {
-        pub fn new() -> std::io::Result<TempDir> {
-            let nanos = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| d.as_nanos());
-            let path =
-                std::env::temp_dir().join(format!("ackscope-e2e-{}-{nanos}", std::process::id()));
-            std::fs::create_dir_all(&path)?;
-            Ok(TempDir(path))
-        }
-
-        pub fn path(&self) -> &Path {
-            &self.0
-        }
-    }
-
-    impl Drop for TempDir {
-        fn drop(&mut self) {
-            let _ = std::fs::remove_dir_all(&self.0);
-        }
-    }
-}
 
 /// Saves what the page shows as `name` in ACKSCOPE_SCREENSHOT_DIR (`cargo xtask test` sets it to
 /// target/screenshots; copy one into docs/ on purpose), if set.
@@ -319,5 +207,119 @@ async fn scenario(client: &Client, url: &str) -> Result<()> {
     client.find(css(&row)).await.context("the last request's row is on the page")?;
 
     screenshot(client, "story1.png").await?;
+
+    // n steps through the stalls in request order from the selected request: request 1's two
+    // (one per direction), then request 2's.
+    let goto = client.find(css("[data-testid=goto-request]")).await?;
+    goto.clear().await?;
+    goto.send_keys("0\u{E007}").await?;
+    client
+        .wait()
+        .at_most(Duration::from_secs(10))
+        .for_element(css("[data-testid=selection][data-request='0']"))
+        .await?;
+    let mut visited = Vec::new();
+    for _ in 0..3 {
+        client.find(css("[data-testid=plot]")).await?.send_keys("n").await?;
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        visited.push(selected_request(client).await?);
+    }
+    assert_eq!(visited, [1, 1, 2], "n walks the stalls in order");
+
+    // The address bar holds the view: reloading it shows the same run and request.
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let link = client.current_url().await?;
+    assert!(link.as_str().contains("run=1") && link.as_str().contains("req=2"), "{link}");
+    client.goto(link.as_str()).await?;
+    client
+        .wait()
+        .at_most(Duration::from_secs(20))
+        .for_element(css("[data-testid=selection][data-request='2']"))
+        .await
+        .context("the reloaded link did not show request 2 again")?;
+    client.find(css("[data-testid=run-entry][data-run-id='1'][aria-selected=true]")).await?;
+
+    // Compare the two runs: the specs' difference is named.
+    for id in ["1", "2"] {
+        let toggle =
+            format!("[data-testid=run-entry][data-run-id='{id}'] [data-testid=compare-toggle]");
+        client.find(css(&toggle)).await?.click().await?;
+    }
+    let changed = client
+        .wait()
+        .at_most(Duration::from_secs(10))
+        .for_element(css("[data-testid=what-changed]"))
+        .await
+        .context("no what-changed line after marking both runs")?
+        .text()
+        .await?;
+    assert!(changed.contains("TCP_NODELAY") && changed.contains("off -> on"), "{changed}");
+    screenshot(client, "compare.png").await?;
     Ok(())
+}
+
+/// The request the selection panel shows.
+async fn selected_request(client: &Client) -> Result<u32> {
+    let panel = client.find(css("[data-testid=selection]")).await?;
+    let req = panel.attr("data-request").await?.context("the selection names no request")?;
+    Ok(req.parse()?)
+}
+
+/// A million requests recorded by the probe open in the browser, and the slowest is reachable.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_million_request_session_opens_and_its_slowest_request_is_one_click_away() -> Result<()> {
+    const COUNT: u32 = 1_000_000;
+    let dir = ackscope_tests::tempdir::TempDir::new()?;
+    let file = dir.path().join("big.ackscope");
+    let recorded = std::process::Command::new(ackscope_tests::ackscope_bin()?)
+        .args(["run", "rr", "--count", &COUNT.to_string(), "--nodelay", "both", "-o"])
+        .arg(&file)
+        .output()
+        .context("recording a million requests")?;
+    assert!(recorded.status.success(), "{}", String::from_utf8_lossy(&recorded.stderr));
+    // The slowest latency as the command line reports it: "max 8.35 ms".
+    let summary = String::from_utf8_lossy(&recorded.stdout).to_string();
+    let max_ms: f64 = summary
+        .split("max ")
+        .nth(1)
+        .and_then(|rest| rest.split_whitespace().next())
+        .and_then(|ms| ms.parse().ok())
+        .with_context(|| format!("no max latency in {summary}"))?;
+
+    let (_probe, url) = start_probe()?;
+    let (_driver, client, _profile) = start_browser().await?;
+    let result = async {
+        client.goto(&url).await?;
+        let input = client
+            .wait()
+            .at_most(Duration::from_secs(30))
+            .for_element(css("[data-testid=open-file]"))
+            .await?;
+        input.send_keys(&file.display().to_string()).await?;
+        let deadline = Instant::now() + Duration::from_secs(180);
+        while text_of(&client, "summary-requests").await.unwrap_or_default() != COUNT.to_string() {
+            if Instant::now() > deadline {
+                bail!("the million-request file did not open within 180 s");
+            }
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+        client.find(css("[data-testid=next-slowest]")).await?.click().await?;
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let panel = client.find(css("[data-testid=selection]")).await?;
+        let latency_ns: f64 =
+            panel.attr("data-latency-ns").await?.context("no latency on the selection")?.parse()?;
+        assert!(
+            (latency_ns / 1e6 - max_ms).abs() < 0.01,
+            "the slowest request takes {} ms; the run's max is {max_ms} ms",
+            latency_ns / 1e6
+        );
+        let req = selected_request(&client).await?;
+        client.find(css(&format!("[data-testid=request-row][data-req='{req}']"))).await?;
+        client.find(css("[data-testid=selection] [data-testid=ladder]")).await?;
+        screenshot(&client, "million.png").await?;
+        Ok(())
+    }
+    .await;
+    client.close().await?;
+    result
 }

@@ -7,17 +7,22 @@ use ackscope_shared::wire::ToProbe;
 use leptos::ev::DragEvent;
 use leptos::prelude::*;
 
-use crate::files::{open_files, open_url, url_parameter};
+use ackscope_shared::RunId;
+
+use crate::files::{open_files, open_url};
 use crate::panels::compare::ComparePanel;
+use crate::panels::kernel::KernelPanel;
 use crate::panels::run_form::RunForm;
 use crate::panels::runs::{OpenedFiles, RunList};
 use crate::panels::selection::SelectionPanel;
 use crate::panels::summary::{NoTimeline, SummaryPanel};
-use crate::state::AppState;
+use crate::session_file::name_of_url;
+use crate::state::{AppState, RunKey, Source};
 use crate::store::{FrameBatch, Store};
 use crate::timeline::render::Timeline;
 use crate::timeline::rows::Filter;
 use crate::timeline::view::ViewState;
+use crate::url_state::UrlView;
 use crate::ws::{probe_url_for_this_page, Link, LinkStatus};
 
 /// Where the page's requests to the probe go: the probe's [`Link`] in the app; tests pass one
@@ -41,23 +46,33 @@ pub fn App() -> impl IntoView {
         Rc::new(move |message: &ToProbe| link.send(message)) as Outbox
     });
     let outbox = StoredValue::new_local(outbox);
-    if let Some(url) = url_parameter() {
+    let search = web_sys::window().and_then(|w| w.location().search().ok()).unwrap_or_default();
+    let link = UrlView::parse(&search);
+    if let Some(url) = link.url.clone() {
         open_url(store, url);
     }
-    view! { <Page store link_status outbox /> }
+    view! { <Page store link_status outbox link /> }
 }
 
 /// The whole page over a given store and outbox (tests pass their own). A session file dropped
-/// anywhere on it is opened.
+/// anywhere on it is opened. With a `link` (the page's URL, parsed), the page opens the view it
+/// names and keeps the URL in step with the view, so that the address bar is a link to it.
 #[component]
 pub fn Page(
     store: Store,
     link_status: RwSignal<LinkStatus>,
     outbox: StoredValue<Option<Outbox>, LocalStorage>,
+    #[prop(optional)] link: Option<UrlView>,
 ) -> impl IntoView {
     // Where the user is looking in the timeline, shared with the selection's details.
     let view = RwSignal::new(ViewState::default());
     let filter = RwSignal::new(Filter::default());
+    // The view a link asks for, handed to the timeline once its run is shown.
+    let initial = RwSignal::new(None::<(RunKey, ViewState)>);
+    if let Some(link) = link {
+        follow_link(store, link.clone(), initial);
+        keep_link(store, view, link.url);
+    }
     let dragging = RwSignal::new(false);
     let drag_over = move |ev: DragEvent| {
         // Without this the browser would open the file itself instead of letting us drop it.
@@ -100,8 +115,9 @@ pub fn Page(
                     <SummaryPanel store />
                     <ComparePanel store />
                     <NoTimeline store />
-                    <Timeline store view filter />
+                    <Timeline store view filter initial />
                     <SelectionPanel store view />
+                    <KernelPanel store view />
                 </section>
             </main>
         </div>
@@ -136,3 +152,77 @@ fn ProtocolError(store: Store) -> impl IntoView {
 
 #[cfg(all(test, target_arch = "wasm32"))]
 mod tests;
+
+/// Shows the run a link names with the link's view: a live run as soon as the probe's replay
+/// brings it, a file's run once the file has been read.
+fn follow_link(store: Store, link: UrlView, initial: RwSignal<Option<(RunKey, ViewState)>>) {
+    let Some(run) = link.run else { return };
+    let Some(url) = link.url.clone() else {
+        let key = RunKey::live(RunId(run));
+        initial.set(Some((key, link.view_state())));
+        store.update(|state| state.follow(key));
+        return;
+    };
+    let pending = StoredValue::new(true);
+    Effect::new(move |_| {
+        if !pending.get_value() {
+            return;
+        }
+        let key = store.read(|state| {
+            let name = name_of_url(&url);
+            let file = state.files().iter().find(|f| f.name == name)?;
+            // Its runs are listed (and selectable) once it has been read.
+            let source = file.progress().is_none().then_some(Source::File(file.id))?;
+            let key = RunKey { source, run: RunId(run) };
+            state.run(key).map(|_| key)
+        });
+        if let Some(key) = key {
+            pending.set_value(false);
+            initial.set(Some((key, link.view_state())));
+            store.update(|state| state.select(key));
+        }
+    });
+}
+
+/// Writes the shown view into the address bar (without a new history entry), a quarter of a
+/// second after it stops changing: browsers throttle a page that rewrites its URL every frame.
+fn keep_link(store: Store, view: RwSignal<ViewState>, linked_file: Option<String>) {
+    let generation = StoredValue::new(0u64);
+    Effect::new(move |_| {
+        let state = view.get();
+        let Some(key) = store.read(|s| s.selected_key()) else { return };
+        let url = match key.source {
+            Source::Live => None,
+            // A file the link opened can be linked to again; a picked file has no address.
+            Source::File(id) => {
+                let name = store.read_untracked(|s| s.file(id).map(|f| f.name.clone()));
+                match &linked_file {
+                    Some(url) if name.as_deref() == Some(name_of_url(url).as_str()) => {
+                        Some(url.clone())
+                    }
+                    _ => return,
+                }
+            }
+        };
+        let query = UrlView::of(url, Some(key.run.0), &state).query();
+        generation.update_value(|g| *g += 1);
+        let mine = generation.get_value();
+        set_timeout(
+            move || {
+                if generation.try_get_value() != Some(mine) {
+                    return;
+                }
+                let Some(window) = web_sys::window() else { return };
+                let path = window.location().pathname().unwrap_or_default();
+                if let Ok(history) = window.history() {
+                    let _ = history.replace_state_with_url(
+                        &wasm_bindgen::JsValue::NULL,
+                        "",
+                        Some(&format!("{path}{query}")),
+                    );
+                }
+            },
+            std::time::Duration::from_millis(250),
+        );
+    });
+}

@@ -8,9 +8,9 @@ use js_sys::{Array, Uint8Array};
 use leptos::prelude::set_timeout;
 use leptos::task::spawn_local;
 use wasm_bindgen::{JsCast, JsValue};
-use web_sys::{Blob, BlobPropertyBag, FileList, HtmlAnchorElement, Response, Url, UrlSearchParams};
+use web_sys::{Blob, BlobPropertyBag, FileList, HtmlAnchorElement, Response, Url};
 
-use crate::js::{describe, settle};
+use crate::js::{describe, settle, sleep};
 use crate::session_file::{name_of_url, refuse_size};
 use crate::store::Store;
 
@@ -21,45 +21,90 @@ pub fn open_files(store: Store, files: &FileList) {
     }
 }
 
-/// Reads `blob` (a `File` from the picker or a drop) and opens it as a session of its own. Too
-/// large a file is refused before a byte is read.
+/// Bytes read from a file at a time: big enough that reading is not the cost, small enough
+/// that the page never holds more than a few of them besides the decoded session.
+const READ_CHUNK_BYTES: f64 = 8.0 * 1024.0 * 1024.0;
+/// Bytes decoded between two looks at the clock.
+const DECODE_PIECE_BYTES: usize = 256 * 1024;
+/// The page's thread is given back after this long, so input and painting go on while a big
+/// file loads (a task over 50 ms is one a person notices).
+const SLICE_MS: f64 = 20.0;
+
+/// Reads `blob` (a `File` from the picker or a drop) and opens it as a session of its own, in
+/// chunks: the file is listed at once with its progress, decoding yields to the page every
+/// [`SLICE_MS`], and nothing holds the whole file. Too large a file is refused before a byte
+/// is read.
 pub fn open_blob(store: Store, name: String, blob: Blob) {
-    if let Some(reason) = refuse_size(blob.size() as u64) {
+    let size = blob.size();
+    if let Some(reason) = refuse_size(size as u64) {
         store.try_update(|state| {
             state.refuse_file(&name, reason);
         });
         return;
     }
+    let Some(id) = store.try_update_with(|state| state.begin_file(&name, size as u64)) else {
+        return;
+    };
     spawn_local(async move {
-        let read = settle(&blob.array_buffer()).await;
-        store.try_update(|state| match read {
-            Ok(buffer) => {
-                state.open_file(&name, &Uint8Array::new(&buffer).to_vec());
+        let mut at = 0.0;
+        let mut slice_start = now_ms();
+        while at < size {
+            let end = (at + READ_CHUNK_BYTES).min(size);
+            let chunk = match blob.slice_with_f64_and_f64(at, end) {
+                Ok(chunk) => settle(&chunk.array_buffer()).await,
+                Err(error) => Err(error),
+            };
+            let buffer = match chunk {
+                Ok(buffer) => Uint8Array::new(&buffer).to_vec(),
+                Err(error) => {
+                    store.try_update(|state| {
+                        state.end_file(id);
+                        state.refuse_file(
+                            &name,
+                            format!("could not read the file: {}", describe(&error)),
+                        );
+                    });
+                    return;
+                }
+            };
+            for piece in buffer.chunks(DECODE_PIECE_BYTES) {
+                if store.try_update_quietly(|state| state.feed_file(id, piece)).is_none() {
+                    return; // the page is gone
+                }
+                if now_ms() - slice_start > SLICE_MS {
+                    // Show the progress, then let the page paint and take input.
+                    store.try_update(|_| {});
+                    sleep(0).await;
+                    slice_start = now_ms();
+                }
             }
-            Err(error) => {
-                state.refuse_file(&name, format!("could not read the file: {}", describe(&error)));
-            }
-        });
+            at = end;
+        }
+        store.try_update(|state| state.end_file(id));
     });
+}
+
+/// The page's clock in milliseconds (`performance.now()`), for time slices.
+fn now_ms() -> f64 {
+    web_sys::window().and_then(|w| w.performance()).map_or(0.0, |p| p.now())
 }
 
 /// Fetches a session file from `url` and opens it, as [`open_blob`] does.
 pub fn open_url(store: Store, url: String) {
     let name = name_of_url(&url);
     spawn_local(async move {
-        let fetched = fetch_bytes(&url).await;
-        store.try_update(|state| match fetched {
-            Ok(bytes) => {
-                state.open_file(&name, &bytes);
-            }
-            Err(reason) => {
+        match fetch_blob(&url).await {
+            // A Blob is the browser's: decoding it in slices, as a picked file is, keeps only a
+            // chunk at a time in the page's memory.
+            Ok(blob) => open_blob(store, name, blob),
+            Err(reason) => store.try_update(|state| {
                 state.refuse_file(&name, format!("could not open {url}: {reason}"));
-            }
-        });
+            }),
+        }
     });
 }
 
-async fn fetch_bytes(url: &str) -> Result<Vec<u8>, String> {
+async fn fetch_blob(url: &str) -> Result<Blob, String> {
     let window = web_sys::window().ok_or("no window to fetch from")?;
     let response: Response = settle(&window.fetch_with_str(url))
         .await
@@ -78,7 +123,8 @@ async fn fetch_bytes(url: &str) -> Result<Vec<u8>, String> {
             response.status_text()
         ));
     }
-    // Refused before the body is read when the server says how long it is; after, when not.
+    // Refused before the body is read when the server says how long it is; after, when not
+    // (open_blob checks the size again).
     let declared = response
         .headers()
         .get("content-length")
@@ -88,19 +134,12 @@ async fn fetch_bytes(url: &str) -> Result<Vec<u8>, String> {
     if let Some(reason) = declared.and_then(refuse_size) {
         return Err(reason);
     }
-    let body = response.array_buffer().map_err(|error| describe(&error))?;
-    let buffer = settle(&body).await.map_err(|error| describe(&error))?;
-    let bytes = Uint8Array::new(&buffer);
-    if let Some(reason) = refuse_size(u64::from(bytes.length())) {
-        return Err(reason);
-    }
-    Ok(bytes.to_vec())
-}
-
-/// The `url` query parameter of this page (`?url=https://…/run.ackscope`), if any.
-pub fn url_parameter() -> Option<String> {
-    let search = web_sys::window()?.location().search().ok()?;
-    UrlSearchParams::new_with_str(&search).ok()?.get("url").filter(|url| !url.is_empty())
+    let body = response.blob().map_err(|error| describe(&error))?;
+    settle(&body)
+        .await
+        .map_err(|error| describe(&error))?
+        .dyn_into()
+        .map_err(|_| "the body is not a blob".into())
 }
 
 /// `bytes` as a binary Blob (copied once, into the browser's memory).

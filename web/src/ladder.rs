@@ -11,9 +11,9 @@ use ackscope_shared::{RequestView, Side};
 
 use crate::timeline::scale::format_duration;
 
-pub const WIDTH: f64 = 560.0;
-pub const CLIENT_X: f64 = 150.0;
-pub const SERVER_X: f64 = 410.0;
+pub const WIDTH: f64 = 640.0;
+pub const CLIENT_X: f64 = 250.0;
+pub const SERVER_X: f64 = 390.0;
 const TOP: f64 = 28.0;
 const PLOT_HEIGHT: f64 = 420.0;
 const MIN_CALL_HEIGHT: f64 = 3.0;

@@ -9,10 +9,11 @@
 //! - [`session_file`]: session files to messages (pure); [`files`]: moving them in and out of
 //!   the page (file picker, drop, `?url=`, download); [`js`]: awaiting the browser.
 //! - [`app`]: the page, composed of [`panels`] (the run form, the run lists, the summary, the
-//!   comparison of marked runs) and the [`timeline`].
+//!   comparison of marked runs, the kernel tracks) and the [`timeline`].
 //! - Pure modules, tested natively without a browser: [`form`] (the form's fields to a checked
 //!   scenario), [`text`] (the summary's words), [`compare`] (the Compare view's curves, waits and
-//!   spec changes), [`timeline`]'s `scale` and `layout`, [`state`].
+//!   spec changes), [`tracks`] (the kernel tracks' and goodput's charts), [`timeline`]'s `scale`
+//!   and `layout`, [`state`].
 #![forbid(unsafe_code)]
 
 pub mod app;
@@ -27,6 +28,8 @@ pub mod state;
 pub mod store;
 pub mod text;
 pub mod timeline;
+pub mod tracks;
+pub mod url_state;
 pub mod ws;
 
 #[cfg(test)]

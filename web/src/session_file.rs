@@ -7,7 +7,7 @@
 
 use std::fmt;
 
-use ackscope_shared::wire::{check_hello, FrameReader, ToBrowser, WireError};
+use ackscope_shared::wire::{FrameStream, ToBrowser, WireError};
 
 /// The name Download gives the live session.
 pub const DOWNLOAD_NAME: &str = "ackscope-session.ackscope";
@@ -35,27 +35,54 @@ impl fmt::Display for FileError {
     }
 }
 
-/// Every message up to the first bad frame, and what was wrong with it. A file of another
-/// protocol version yields no messages: its later frames could decode as valid-looking garbage.
-pub fn decode_session(bytes: &[u8]) -> (Vec<ToBrowser>, Option<FileError>) {
-    let mut reader = FrameReader::new(bytes);
-    let mut messages = Vec::new();
-    while let Some(next) = reader.next_message() {
-        let message = match next {
-            Ok(message) => message,
-            Err(error) => return (messages, Some(FileError::Wire(error))),
-        };
-        if messages.is_empty() {
-            if let Err(error) = check_hello(&message) {
-                return (messages, Some(FileError::Wire(error)));
+/// Decodes a session file as its bytes arrive, in pieces of any size: a big file is read and
+/// decoded chunk by chunk, so it never has to be held whole. Stops at the first bad frame; a
+/// file of another protocol version yields no messages (its later frames could decode as
+/// valid-looking garbage).
+#[derive(Debug, Default)]
+pub struct SessionDecoder {
+    stream: FrameStream,
+    messages: u64,
+    error: Option<FileError>,
+}
+
+impl SessionDecoder {
+    /// Hands every whole message in `bytes` (with what came before) to `apply`.
+    pub fn feed(&mut self, bytes: &[u8], mut apply: impl FnMut(ToBrowser)) {
+        if self.error.is_some() {
+            return;
+        }
+        self.stream.push(bytes);
+        while let Some(next) = self.stream.next_message() {
+            match next {
+                Ok(message) => {
+                    self.messages += 1;
+                    apply(message);
+                }
+                Err(error) => {
+                    self.error = Some(FileError::Wire(error));
+                    return;
+                }
             }
         }
-        messages.push(message);
     }
-    if messages.is_empty() {
-        return (messages, Some(FileError::Empty));
+
+    /// The file ended: what was wrong with it, if anything.
+    pub fn finish(&mut self) -> Option<FileError> {
+        self.error
+            .take()
+            .or_else(|| self.stream.finish().map(FileError::Wire))
+            .or_else(|| (self.messages == 0).then_some(FileError::Empty))
     }
-    (messages, None)
+}
+
+/// Every message up to the first bad frame, and what was wrong with it.
+pub fn decode_session(bytes: &[u8]) -> (Vec<ToBrowser>, Option<FileError>) {
+    let mut decoder = SessionDecoder::default();
+    let mut messages = Vec::new();
+    decoder.feed(bytes, |message| messages.push(message));
+    let problem = decoder.finish();
+    (messages, problem)
 }
 
 /// Why a file of `len_bytes` is not opened, if it is too large.

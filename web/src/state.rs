@@ -16,12 +16,13 @@ use std::cell::OnceCell;
 use ackscope_shared::analysis::{RunAnalysis, Summary};
 use ackscope_shared::attribution::{attribute, summarize, ClassSummary, Stall};
 use ackscope_shared::bulk::{BulkAnalysis, BulkSummary};
+use ackscope_shared::kernel::KernelTracks;
 use ackscope_shared::wire::{
     check_hello, write_frame, Hello, HostFacts, Instruments, RunOutcome, ToBrowser, WireError,
 };
 use ackscope_shared::{Event, RrSpec, RunId, Scenario};
 
-use crate::session_file::decode_session;
+use crate::session_file::SessionDecoder;
 
 /// Where a run is in its life.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -71,6 +72,8 @@ pub struct Run {
     pub analysis: RunAnalysis,
     /// Goodput and buffers; `Some` for bulk runs only.
     pub bulk: Option<BulkAnalysis>,
+    /// Every TCP_INFO sample over time per connection and side (any scenario), bounded.
+    kernel: KernelTracks,
     pub events: u64,
     /// Summaries sort every latency or window: computed at most once per change, not per read.
     summary: OnceCell<Summary>,
@@ -121,6 +124,7 @@ impl Run {
             status: RunStatus::Running,
             analysis,
             bulk,
+            kernel: KernelTracks::new(),
             events: 0,
             summary: OnceCell::new(),
             bulk_summary: OnceCell::new(),
@@ -131,6 +135,7 @@ impl Run {
 
     fn push(&mut self, events: &[Event]) {
         self.events += events.len() as u64;
+        self.kernel.push_all(events);
         if let Some(bulk) = &mut self.bulk {
             bulk.push_all(events);
         } else if self.is_rr() {
@@ -165,6 +170,11 @@ impl Run {
     pub fn bulk_summary(&self) -> Option<&BulkSummary> {
         let bulk = self.bulk.as_ref()?;
         Some(self.bulk_summary.get_or_init(|| bulk.summary()))
+    }
+
+    /// The run's TCP_INFO samples over time, per connection and side.
+    pub fn kernel(&self) -> &KernelTracks {
+        &self.kernel
     }
 
     /// Whether the per-request views apply (a bulk run has no requests).
@@ -338,6 +348,24 @@ pub struct OpenedFile {
     pub session: Session,
     /// Names the file and the problem; the runs read before the problem are still shown.
     pub error: Option<String>,
+    /// While the file is being read: its decoder, the bytes fed so far and the file's size.
+    loading: Option<Loading>,
+}
+
+/// A file being read chunk by chunk.
+#[derive(Debug)]
+struct Loading {
+    decoder: SessionDecoder,
+    read_bytes: u64,
+    total_bytes: u64,
+    newest: Option<RunId>,
+}
+
+impl OpenedFile {
+    /// `(bytes read, bytes in the file)` while the file is being read.
+    pub fn progress(&self) -> Option<(u64, u64)> {
+        self.loading.as_ref().map(|loading| (loading.read_bytes, loading.total_bytes))
+    }
 }
 
 /// The live session, the opened files, and which run the user is looking at.
@@ -356,6 +384,9 @@ pub struct AppState {
     /// The user asked for a run and the probe has not answered yet: keeps Run from being pressed
     /// twice.
     pub start_pending: bool,
+    /// A live run a link asked for: shown when it arrives (the probe replays its runs after
+    /// its Hello), and kept shown while the rest of the replay comes in.
+    follow: Option<RunKey>,
 }
 
 impl Default for AppState {
@@ -368,6 +399,7 @@ impl Default for AppState {
             compared: Vec::new(),
             rejected: None,
             start_pending: false,
+            follow: None,
         }
     }
 }
@@ -404,6 +436,16 @@ impl AppState {
     pub fn select(&mut self, key: RunKey) {
         if self.run(key).is_some() {
             self.selected = Some(key);
+            self.follow = None;
+        }
+    }
+
+    /// Shows the live run `key` now if it is there, else as soon as it arrives; until the user
+    /// chooses another run or presses Run, newer runs do not take its place.
+    pub fn follow(&mut self, key: RunKey) {
+        self.follow = Some(key);
+        if self.run(key).is_some() {
+            self.selected = Some(key);
         }
     }
 
@@ -426,6 +468,7 @@ impl AppState {
     pub fn start_requested(&mut self) {
         self.rejected = None;
         self.start_pending = true;
+        self.follow = None;
     }
 
     /// The request never left (no connection): nothing to wait for.
@@ -442,26 +485,49 @@ impl AppState {
     /// frame ends the file: the runs before it stay, and the error names the file and the
     /// problem.
     pub fn open_file(&mut self, name: &str, bytes: &[u8]) -> FileId {
-        let (messages, problem) = decode_session(bytes);
-        let mut session = Session::file();
-        let mut newest = None;
-        for message in messages {
-            newest = session.apply(message).or(newest);
-        }
-        session.end();
-        let error = problem.map(|problem| {
-            let runs = session.runs().len();
-            match runs {
-                0 => format!("{name}: {problem}"),
-                1 => format!("{name}: {problem}; the run read before it is shown"),
-                n => format!("{name}: {problem}; the {n} runs read before it are shown"),
-            }
-        });
-        let id = self.add_file(name, session, error);
-        if let Some(run) = newest {
-            self.selected = Some(RunKey { source: Source::File(id), run });
+        let id = self.begin_file(name, bytes.len() as u64);
+        self.feed_file(id, bytes);
+        self.end_file(id);
+        id
+    }
+
+    /// Starts reading a file of `total_bytes` that arrives in pieces ([`AppState::feed_file`],
+    /// then [`AppState::end_file`]). It is listed at once, with its progress.
+    pub fn begin_file(&mut self, name: &str, total_bytes: u64) -> FileId {
+        let id = self.add_file(name, Session::file(), None);
+        if let Some(file) = self.files.last_mut() {
+            let decoder = SessionDecoder::default();
+            file.loading = Some(Loading { decoder, read_bytes: 0, total_bytes, newest: None });
         }
         id
+    }
+
+    /// The next piece of a file begun with [`AppState::begin_file`]: its whole messages are
+    /// applied to the file's session now, so its runs fill in as it loads.
+    pub fn feed_file(&mut self, id: FileId, bytes: &[u8]) {
+        let Some(file) = self.files.iter_mut().find(|file| file.id == id) else { return };
+        let Some(loading) = &mut file.loading else { return };
+        let session = &mut file.session;
+        let newest = &mut loading.newest;
+        loading.decoder.feed(bytes, |message| *newest = session.apply(message).or(*newest));
+        loading.read_bytes += bytes.len() as u64;
+    }
+
+    /// The file has been read: runs still going never finished, the problem (if any) is named,
+    /// and its newest run is shown.
+    pub fn end_file(&mut self, id: FileId) {
+        let Some(file) = self.files.iter_mut().find(|file| file.id == id) else { return };
+        let Some(mut loading) = file.loading.take() else { return };
+        file.session.end();
+        let name = &file.name;
+        file.error = loading.decoder.finish().map(|problem| match file.session.runs().len() {
+            0 => format!("{name}: {problem}"),
+            1 => format!("{name}: {problem}; the run read before it is shown"),
+            n => format!("{name}: {problem}; the {n} runs read before it are shown"),
+        });
+        if let Some(run) = loading.newest {
+            self.selected = Some(RunKey { source: Source::File(id), run });
+        }
     }
 
     /// A file that was not read at all (too large, unreadable): listed with the reason only.
@@ -506,7 +572,7 @@ impl AppState {
     fn add_file(&mut self, name: &str, session: Session, error: Option<String>) -> FileId {
         let id = FileId(self.next_file);
         self.next_file += 1;
-        self.files.push(OpenedFile { id, name: name.to_string(), session, error });
+        self.files.push(OpenedFile { id, name: name.to_string(), session, error, loading: None });
         id
     }
 }
@@ -537,8 +603,11 @@ pub fn apply(state: &mut AppState, message: ToBrowser) {
                 // unless the user is reading a file and did not ask for it.
                 let reading_file =
                     state.selected.is_some_and(|key| matches!(key.source, Source::File(_)));
-                if state.start_pending || !reading_file {
-                    state.selected = Some(RunKey::live(run));
+                let key = RunKey::live(run);
+                // A run a link asked for; else the user's own; else (no link waiting) the newest.
+                let followed = state.follow == Some(key);
+                if followed || state.start_pending || !reading_file && state.follow.is_none() {
+                    state.selected = Some(key);
                 }
                 state.start_pending = false;
             }
@@ -553,6 +622,7 @@ mod tests {
 
     use super::*;
     use crate::fixtures::{hello, host, nagle_run, rr_started, MS};
+    use crate::session_file::decode_session;
 
     fn started(state: &mut AppState, id: u32) {
         if !state.is_greeted() {
@@ -720,6 +790,23 @@ mod tests {
     }
 
     #[test]
+    fn a_followed_run_is_shown_when_the_replay_brings_it_and_stays_shown() {
+        let mut state = AppState::default();
+        state.follow(RunKey::live(RunId(1)));
+        assert!(state.selected().is_none(), "not there yet");
+        started(&mut state, 1);
+        started(&mut state, 2);
+        assert_eq!(
+            state.selected_key(),
+            Some(RunKey::live(RunId(1))),
+            "the replay's newer run does not take over"
+        );
+        state.start_requested();
+        apply(&mut state, rr_started(3, RrSpec::default()));
+        assert_eq!(state.selected_key(), Some(RunKey::live(RunId(3))), "the user's own run does");
+    }
+
+    #[test]
     fn rejected_keeps_the_reason_until_the_next_request() {
         let mut state = AppState::default();
         apply(&mut state, hello());
@@ -864,6 +951,35 @@ mod tests {
         assert_eq!(runs[0].summary().requests, 4);
         assert_eq!(runs[0].status, RunStatus::Done);
         assert_eq!(runs[1].summary().requests, 0, "its events were in the cut frame");
+    }
+
+    #[test]
+    fn a_file_fed_in_pieces_opens_as_the_same_runs_and_reports_its_progress() {
+        let bytes = two_runs().live.file_bytes().expect("recorded").to_vec();
+        let mut whole = AppState::default();
+        let whole_id = whole.open_file("a.ackscope", &bytes);
+        let mut state = AppState::default();
+        let id = state.begin_file("a.ackscope", bytes.len() as u64);
+        assert_eq!(state.file(id).and_then(OpenedFile::progress), Some((0, bytes.len() as u64)));
+        for piece in bytes.chunks(7) {
+            state.feed_file(id, piece);
+        }
+        assert_eq!(
+            state.file(id).and_then(OpenedFile::progress),
+            Some((bytes.len() as u64, bytes.len() as u64))
+        );
+        assert!(state.selected().is_none(), "its run is shown once it is read");
+        state.end_file(id);
+        let (file, reference) =
+            (state.file(id).expect("opened"), whole.file(whole_id).expect("opened"));
+        assert_eq!(file.progress(), None);
+        assert_eq!(file.error, None);
+        assert_eq!(file.session.runs().len(), reference.session.runs().len());
+        for (a, b) in file.session.runs().iter().zip(reference.session.runs()) {
+            assert_eq!((a.id, a.events, &a.status), (b.id, b.events, &b.status));
+            assert_eq!(a.summary(), b.summary());
+        }
+        assert_eq!(state.selected_key(), Some(RunKey { source: Source::File(id), run: RunId(2) }));
     }
 
     #[test]

@@ -51,6 +51,19 @@ impl Store {
         }
     }
 
+    /// As [`Store::try_update`], returning what `f` returns (`None`: the page is gone).
+    pub fn try_update_with<T>(&self, f: impl FnOnce(&mut AppState) -> T) -> Option<T> {
+        let result = self.state.try_update_value(f)?;
+        self.version.try_update(|version| *version += 1);
+        Some(result)
+    }
+
+    /// Changes the state without redrawing, if the page is still there (`None` if not); the
+    /// caller redraws later.
+    pub fn try_update_quietly<T>(&self, f: impl FnOnce(&mut AppState) -> T) -> Option<T> {
+        self.state.try_update_value(f)
+    }
+
     /// Changes the state without redrawing; the caller redraws later (see [`FrameBatch`]).
     fn update_quietly(&self, f: impl FnOnce(&mut AppState)) {
         self.state.update_value(f);

@@ -124,7 +124,9 @@ fn rewrite_html(html: &str, links: &[TrunkLink], bin: &str) -> String {
                 r#"<link rel="modulepreload" href="./{bin}.js" />
     <script type="module">
       import init from "./{bin}.js";
-      init({{ module_or_path: "./{bin}_bg.wasm" }});
+      const wasm = await init({{ module_or_path: "./{bin}_bg.wasm" }});
+      // The app's memory, for `cargo xtask bench viewer` to read its size from outside.
+      window.ackscopeWasmMemory = wasm.memory;
     </script>"#
             )),
         }
@@ -248,7 +250,7 @@ mod tests {
         assert!(!html.contains("data-trunk"), "{html}");
         assert!(html.contains(r#"<link rel="stylesheet" href="./style.css" />"#), "{html}");
         assert!(html.contains(r#"import init from "./app.js";"#), "{html}");
-        assert!(html.contains(r#"init({ module_or_path: "./app_bg.wasm" });"#), "{html}");
+        assert!(html.contains(r#"await init({ module_or_path: "./app_bg.wasm" });"#), "{html}");
         assert!(html.contains(r#"<link rel="icon" href="x.png">"#), "other links stay");
     }
 

@@ -261,7 +261,7 @@ fn write_to(file: &mut Option<SessionWriter>, message: &ToBrowser) -> Result<(),
 /// What the summary is computed from, as events arrive.
 pub enum Analysis {
     Rr(Box<RrTally>),
-    Bulk(BulkAnalysis),
+    Bulk(Box<BulkAnalysis>),
 }
 
 /// A request/response run's analysis, bounded in memory: finished requests are retired into
@@ -321,7 +321,7 @@ pub struct Tally {
 impl Tally {
     pub fn new(scenario: &Scenario) -> Tally {
         let analysis = match scenario {
-            Scenario::Bulk(_) => Analysis::Bulk(BulkAnalysis::new()),
+            Scenario::Bulk(_) => Analysis::Bulk(Box::new(BulkAnalysis::new())),
             Scenario::Rr(spec) => Analysis::Rr(Box::new(RrTally::new(Some(spec.clone())))),
             // A standalone server does not know how its clients write; an imported capture has
             // no syscalls (`show` reads its packets instead).

@@ -92,7 +92,9 @@ async fn the_real_app_mounts_with_its_form_and_run_button() {
     let body = document().body().expect("a body");
     let mounted = mount_to(body.clone(), App);
     settle().await;
-    let root: &Element = &body;
+    // The app is mounted last in the body (other tests' pages may still be above it).
+    let app = all(&body, ".app").pop().expect("the app's element");
+    let root: &Element = &app;
     assert_eq!(text(root, "h1"), "ackscope");
     let run = one(root, "button[data-testid=run]");
     assert_eq!(run.text_content().as_deref().map(str::trim), Some("Run"));
@@ -359,6 +361,20 @@ async fn wait_for(root: &Element, selector: &str) -> Element {
     panic!("no {selector} after 5 s in {}", root.inner_html());
 }
 
+/// Waits until a file's card is there and has finished reading (no progress bar left in it).
+async fn wait_loaded(root: &Element, card: &str) -> Element {
+    for _ in 0..250 {
+        if let Some(found) = root.query_selector(card).expect("a valid selector") {
+            if found.query_selector("[data-testid=load-progress]").expect("valid").is_none() {
+                settle().await;
+                return found;
+            }
+        }
+        sleep(20).await;
+    }
+    panic!("{card} did not finish loading after 5 s in {}", root.inner_html());
+}
+
 fn type_into(input: &HtmlInputElement, value: &str) {
     input.set_value(value);
     let event = web_sys::Event::new("input").expect("an input event");
@@ -516,7 +532,7 @@ async fn a_picked_file_shows_its_runs_beside_the_live_ones() {
     picker
         .dispatch_event(&web_sys::Event::new("change").expect("a change event"))
         .expect("dispatch");
-    let opened = wait_for(root, "[data-testid=opened-file]").await;
+    let opened = wait_loaded(root, "[data-testid=opened-file]").await;
     assert_eq!(opened.get_attribute("data-file").as_deref(), Some("story1.ackscope"));
     assert!(root.query_selector("[data-testid=file-error]").ok().flatten().is_none());
     let entry = one(&opened, "[data-testid=run-entry]");
@@ -614,7 +630,7 @@ async fn what_download_saves_opens_as_the_same_runs() {
         .expect("a live session")
         .expect("a blob");
     crate::files::open_blob(store, DOWNLOAD_NAME.into(), blob);
-    wait_for(root, &format!("[data-testid=opened-file][data-file='{DOWNLOAD_NAME}']")).await;
+    wait_loaded(root, &format!("[data-testid=opened-file][data-file='{DOWNLOAD_NAME}']")).await;
     store.read_untracked(|s| {
         let live = s.live.runs();
         let downloaded = &s.files().last().expect("opened").session;

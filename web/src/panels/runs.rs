@@ -210,7 +210,15 @@ fn OpenedFile(store: Store, id: FileId) -> impl IntoView {
     let name = store
         .read_untracked(|state| state.file(id).map(|file| file.name.clone()).unwrap_or_default());
     let error = move || store.read(|state| state.file(id).and_then(|file| file.error.clone()));
-    let entries = move || store.read(|state| RunEntry::list(state, Source::File(id)));
+    let progress = move || store.read(|state| state.file(id).and_then(|file| file.progress()));
+    // While the file loads its runs are not listed: a run entry's figures sort every latency,
+    // which would cost the page a frame at every step of a big file.
+    let entries = move || {
+        store.read(|state| match state.file(id).and_then(|file| file.progress()) {
+            Some(_) => Vec::new(),
+            None => RunEntry::list(state, Source::File(id)),
+        })
+    };
     let close = move |_| store.update(|state| state.close_file(id));
     view! {
         <section class="card runs opened-file" data-testid="opened-file" data-file=name.clone()>
@@ -229,6 +237,18 @@ fn OpenedFile(store: Store, id: FileId) -> impl IntoView {
             </div>
             {move || {
                 error().map(|error| view! { <p class="error" role="alert" data-testid="file-error">{error}</p> })
+            }}
+            {move || {
+                progress().map(|(read, total)| {
+                    let mib = |bytes: u64| bytes as f64 / (1024.0 * 1024.0);
+                    let text = format!("reading {:.0} of {:.0} MiB", mib(read), mib(total));
+                    view! {
+                        <div class="loading" data-testid="load-progress" data-read=read.to_string() data-total=total.to_string()>
+                            <progress max=total.max(1).to_string() value=read.to_string()></progress>
+                            <span>{text}</span>
+                        </div>
+                    }
+                })
             }}
             {run_list(store, entries)}
         </section>

@@ -17,6 +17,7 @@ struct Selected {
     req: u32,
     conn: Option<u32>,
     latency: Option<String>,
+    latency_ns: Option<u64>,
     ladder: Option<Ladder>,
     stalls: Vec<Stall>,
 }
@@ -34,6 +35,7 @@ pub fn SelectionPanel(store: Store, view: RwSignal<ViewState>) -> impl IntoView 
                 req,
                 conn: request.conn.map(|conn| conn.0),
                 latency: request.latency_ns().map(format_duration),
+                latency_ns: request.latency_ns(),
                 ladder: ladder(&run.analysis, request, stalls),
                 stalls: stalls.to_vec(),
             })
@@ -41,14 +43,14 @@ pub fn SelectionPanel(store: Store, view: RwSignal<ViewState>) -> impl IntoView 
     });
     move || {
         selected.get().map(|selected| {
-            let Selected { req, conn, latency, ladder, stalls } = selected;
+            let Selected { req, conn, latency, latency_ns, ladder, stalls } = selected;
             let heading = format!(
                 "Request {req}{}{}",
                 conn.map(|c| format!(", connection {c}")).unwrap_or_default(),
                 latency.map(|l| format!(": {l}")).unwrap_or_else(|| ": in flight".into())
             );
             view! {
-                <section class="card selection" data-testid="selection" data-request=req.to_string() aria-label="selected request">
+                <section class="card selection" data-testid="selection" data-request=req.to_string() data-latency-ns=latency_ns.map(|ns| ns.to_string()) aria-label="selected request">
                     <h2>{heading}</h2>
                     <div class="selection-body">
                         {ladder.map(ladder_svg)}

@@ -94,8 +94,3 @@ fn lines(context: &CanvasRenderingContext2d, lines: &[(f64, f64, f64)], stroke: 
         context.fill_rect(x.floor(), from, 1.0, to - from);
     }
 }
-
-/// The canvas as a PNG data URL, for "export the view".
-pub fn png_of(canvas: &HtmlCanvasElement) -> Option<String> {
-    canvas.to_data_url_with_type("image/png").ok()
-}

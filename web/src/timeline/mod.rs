@@ -8,7 +8,8 @@
 //! - [`rows`]: which requests are rows (filters), and finding the slowest and the stalls.
 //! - [`view`]: the view state and what each key does to it.
 //!
-//! In the browser: [`canvas`] paints the marks, [`render`] is the panel (canvas plus DOM).
+//! In the browser: [`canvas`] paints the marks, [`render`] is the panel (canvas plus DOM),
+//! [`tables`] lists the slowest requests and the longest waits.
 
 pub mod canvas;
 pub mod clock;
@@ -17,4 +18,5 @@ pub mod lod;
 pub mod render;
 pub mod rows;
 pub mod scale;
+pub mod tables;
 pub mod view;

@@ -22,14 +22,15 @@ use super::layout::{
 use super::lod::{overview, Bin};
 use super::rows::{step_stall, Facts, Filter, CLASSES};
 use super::scale::{format_duration, Scale};
+use super::tables::Tables;
 use super::view::{key_action, Action, Mode, ViewState, KEY_HELP};
 use crate::state::RunKey;
 use crate::store::Store;
 
 /// Room left of the plot for the request number (or the lane's name).
-pub const GUTTER: f64 = 56.0;
+pub const GUTTER: f64 = 88.0;
 /// The plot itself: time maps onto this many pixels.
-pub const PLOT_WIDTH: f64 = 752.0;
+pub const PLOT_WIDTH: f64 = 720.0;
 pub const CANVAS_WIDTH: f64 = GUTTER + PLOT_WIDTH + RIGHT_MARGIN;
 /// Rows on one page of the plot.
 pub const PAGE_ROWS: usize = 20;
@@ -140,13 +141,26 @@ pub fn Timeline(
     store: Store,
     view: RwSignal<ViewState>,
     filter: RwSignal<Filter>,
+    /// A view to start the given run from (a link's), instead of the whole view.
+    initial: RwSignal<Option<(RunKey, ViewState)>>,
 ) -> impl IntoView {
     let facts = run_facts(store);
     let rows = row_list(facts, filter);
-    // A new run starts from its whole view.
+    // A new run starts from its whole view, or from the view a link asked for.
     Effect::new(move |previous: Option<Option<RunKey>>| {
         let key = facts.with(|f| f.as_ref().map(|f| f.key));
-        if previous.is_some_and(|previous| previous != key) {
+        let linked =
+            initial.with(|i| i.as_ref().filter(|(k, _)| Some(*k) == key).map(|(_, v)| v.clone()));
+        if let Some(state) = linked {
+            initial.set(None);
+            let (position, total) = rows.with_untracked(|r| {
+                (state.selected.and_then(|req| r.rows.binary_search(&req).ok()), r.rows.len())
+            });
+            view.set(state);
+            if let Some(position) = position {
+                view.update(|v| v.reveal(position, total, PAGE_ROWS));
+            }
+        } else if previous.is_some_and(|previous| previous != key) {
             view.update(|v| *v = ViewState { mode: v.mode, ..ViewState::default() });
         }
         key
@@ -202,7 +216,24 @@ pub fn Timeline(
                 <Legend />
                 <Overview facts rows view />
                 <Plot page canvas view rows facts filter message store />
-                <KeysHelp view />
+                <Tables store facts rows view filter message />
+                <div class="timeline-foot">
+                    <KeysHelp view />
+                    <button
+                        type="button"
+                        class="button"
+                        data-testid="export-png"
+                        title="save what the plot shows, labels included, as a PNG image"
+                        on:click=move |_| {
+                            let shown = page.with_untracked(Clone::clone);
+                            if let Some(canvas) = canvas.get_untracked() {
+                                message.set(export_png(&shown, &canvas).err());
+                            }
+                        }
+                    >
+                        "save as PNG"
+                    </button>
+                </div>
             </section>
         </Show>
     }
@@ -469,7 +500,7 @@ fn FindBar(
 }
 
 /// Selects `req`, scrolls to it and, if it is outside a zoomed window, fits the window to it.
-fn select_request(
+pub(super) fn select_request(
     facts: Memo<Option<RunFacts>>,
     rows: Memo<RowList>,
     view: RwSignal<ViewState>,
@@ -503,6 +534,25 @@ fn select_request(
     });
 }
 
+/// Where `n` / `p` step from: the stall last stepped to while its request is still the selected
+/// one; else the selected request (the next stall after it, or the previous before it); else
+/// the start. `stalls` are in request order.
+fn from_here(
+    stalls: &[ackscope_shared::attribution::Stall],
+    stepped: Option<usize>,
+    selected: Option<u32>,
+    forward: bool,
+) -> Option<usize> {
+    match (stepped, selected) {
+        (Some(index), Some(req)) if stalls.get(index).is_some_and(|s| s.req.0 == req) => {
+            Some(index)
+        }
+        (_, Some(req)) if forward => stalls.partition_point(|s| s.req.0 <= req).checked_sub(1),
+        (_, Some(req)) => Some(stalls.partition_point(|s| s.req.0 < req)),
+        (_, None) => None,
+    }
+}
+
 /// `n` / `p`: the next or previous stall the filter keeps; selects its request and fits it.
 fn step_to_stall(
     store: Store,
@@ -514,10 +564,11 @@ fn step_to_stall(
     message: RwSignal<Option<String>>,
 ) {
     let Some(key) = facts.with_untracked(|f| f.as_ref().map(|f| f.key)) else { return };
-    let current = view.with_untracked(|v| v.stall);
+    let (stepped, selected) = view.with_untracked(|v| (v.stall, v.selected));
     let found = store.read_untracked(|state| {
         let run = state.run(key)?;
         let stalls = &run.attribution().stalls;
+        let current = from_here(stalls, stepped, selected, forward);
         let index = facts.with_untracked(|f| {
             let f = f.as_ref()?;
             filter.with_untracked(|filter| step_stall(stalls, &f.facts, filter, current, forward))
@@ -864,6 +915,71 @@ fn label(label: Label) -> impl IntoView {
         }
         .into_any(),
     }
+}
+
+/// Saves the visible view as a PNG: the axis, the canvas's marks, and the page's text (request
+/// numbers, lane names, stall labels) painted over them, as the screen shows them.
+fn export_png(page: &Page, canvas: &web_sys::HtmlCanvasElement) -> Result<(), String> {
+    use wasm_bindgen::JsCast;
+    const AXIS: f64 = 18.0;
+    let failed = |what: &str| format!("could not save the view: {what}");
+    let document =
+        web_sys::window().and_then(|w| w.document()).ok_or_else(|| failed("no document"))?;
+    let out: web_sys::HtmlCanvasElement =
+        document.create_element("canvas").map_err(|_| failed("no canvas"))?.unchecked_into();
+    let (width, height) = (page.frame.width, page.frame.height + AXIS);
+    out.set_width(width as u32);
+    out.set_height(height as u32);
+    let context: web_sys::CanvasRenderingContext2d = out
+        .get_context("2d")
+        .ok()
+        .flatten()
+        .ok_or_else(|| failed("no 2d context"))?
+        .unchecked_into();
+    context.set_fill_style_str("#ffffff");
+    context.fill_rect(0.0, 0.0, width, height);
+    context
+        .draw_image_with_html_canvas_element_and_dw_and_dh(
+            canvas,
+            0.0,
+            AXIS,
+            width,
+            page.frame.height,
+        )
+        .map_err(|_| failed("could not copy the plot"))?;
+    context.set_font("10px monospace");
+    context.set_fill_style_str("#5f6b7a");
+    context.set_text_align("center");
+    for tick in page.scale.map(|s| s.ticks(MAX_TICK_INTERVALS)).unwrap_or_default() {
+        let _ = context.fill_text(&tick.label, GUTTER + tick.x, AXIS - 5.0);
+    }
+    context.set_text_align("left");
+    for row in &page.rows {
+        let _ = context.fill_text(&row.req.to_string(), 6.0, AXIS + row.y + 17.0);
+    }
+    for (y, name) in &page.lanes {
+        let _ = context.fill_text(name, 6.0, AXIS + y + 12.0);
+    }
+    context.set_font("bold 10px monospace");
+    for row in &page.rows {
+        for label in &row.labels {
+            let inside = label.anchor == Anchor::Inside;
+            context.set_fill_style_str(match (label.kind, inside) {
+                (_, true) => "#ffffff",
+                (LabelKind::Stall, false) => "#d62828",
+                (LabelKind::Wait, false) => "#8a5300",
+            });
+            context.set_text_align(if label.anchor == Anchor::After { "left" } else { "right" });
+            let _ = context.fill_text(&label.text, GUTTER + label.x, AXIS + row.y + label.y);
+        }
+    }
+    let url = out.to_data_url_with_type("image/png").map_err(|_| failed("the browser refused"))?;
+    let link: web_sys::HtmlAnchorElement =
+        document.create_element("a").map_err(|_| failed("no link"))?.unchecked_into();
+    link.set_href(&url);
+    link.set_download("ackscope-view.png");
+    link.click();
+    Ok(())
 }
 
 #[component]
