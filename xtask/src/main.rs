@@ -11,6 +11,7 @@
 
 mod bench;
 mod bench_link;
+mod bench_setup;
 mod setup;
 mod steps;
 mod web_build;
@@ -30,7 +31,9 @@ fn main() -> ExitCode {
         "build" => build(),
         "run" => build().and_then(|()| run_probe(rest)),
         "test" => test(),
-        "bench" => bench_link::run(rest).unwrap_or_else(|| bench::run(rest)),
+        "bench" => bench_setup::run(rest)
+            .or_else(|| bench_link::run(rest))
+            .unwrap_or_else(|| bench::run(rest)),
         "help" | "--help" | "-h" => {
             println!("{}", include_str!("usage.txt"));
             return ExitCode::SUCCESS;
