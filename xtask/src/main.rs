@@ -12,6 +12,7 @@
 mod bench;
 mod bench_link;
 mod bench_setup;
+mod bench_viewer;
 mod setup;
 mod steps;
 mod web_build;
@@ -32,6 +33,7 @@ fn main() -> ExitCode {
         "run" => build().and_then(|()| run_probe(rest)),
         "test" => test(),
         "bench" => bench_setup::run(rest)
+            .or_else(|| bench_viewer::run(rest))
             .or_else(|| bench_link::run(rest))
             .unwrap_or_else(|| bench::run(rest)),
         "help" | "--help" | "-h" => {
@@ -59,7 +61,7 @@ fn build() -> Result<(), String> {
     build_probe(&mut steps)
 }
 
-fn build_web(steps: &mut Steps) -> Result<(), String> {
+pub(crate) fn build_web(steps: &mut Steps) -> Result<(), String> {
     steps.start("web app (Rust to wasm32, wasm-bindgen, wasm-opt)");
     if setup::dist_is_fresh() {
         steps.done("up to date");
@@ -71,7 +73,7 @@ fn build_web(steps: &mut Steps) -> Result<(), String> {
     Ok(())
 }
 
-fn build_probe(steps: &mut Steps) -> Result<(), String> {
+pub(crate) fn build_probe(steps: &mut Steps) -> Result<(), String> {
     steps.start("probe (release, with the web app embedded)");
     steps.note("a clean build takes about two minutes; an unchanged one a second");
     setup::cargo()
@@ -99,9 +101,7 @@ fn run_probe(args: &[String]) -> Result<(), String> {
 
 /// Where the end-to-end test writes its screenshots: `target/screenshots`, beside the build.
 fn screenshot_dir() -> Result<std::path::PathBuf, String> {
-    let target = std::env::var_os("CARGO_TARGET_DIR")
-        .map_or_else(|| setup::root().join("target"), std::path::PathBuf::from);
-    let dir = target.join("screenshots");
+    let dir = setup::target_dir().join("screenshots");
     std::fs::create_dir_all(&dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
     Ok(dir)
 }

@@ -21,11 +21,14 @@ pub fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("xtask/ is inside the workspace").into()
 }
 
-/// The release binary, in cargo's target directory (CARGO_TARGET_DIR is honoured).
+/// Cargo's target directory (CARGO_TARGET_DIR is honoured).
+pub fn target_dir() -> PathBuf {
+    env::var_os("CARGO_TARGET_DIR").map_or_else(|| root().join("target"), PathBuf::from)
+}
+
+/// The release binary, in cargo's target directory.
 pub fn probe_binary() -> PathBuf {
-    let target =
-        env::var_os("CARGO_TARGET_DIR").map_or_else(|| root().join("target"), PathBuf::from);
-    target.join("release/ackscope")
+    target_dir().join("release/ackscope")
 }
 
 fn cargo_bin_dir() -> PathBuf {

@@ -8,7 +8,7 @@
 //! names it, rather than an asset silently missing from the page.
 
 use std::fs;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use crate::setup::{self, WASM_TARGET};
 use crate::steps::RunExt;
@@ -151,8 +151,10 @@ pub fn build() -> Result<(), String> {
         .args(["build", "--target", WASM_TARGET, "--package", "ackscope-web"])
         .args(["--bin", &plan.bin, "--profile", &plan.profile])
         .run()?;
-    let wasm =
-        target_dir().join(WASM_TARGET).join(&plan.profile).join(format!("{}.wasm", plan.bin));
+    let wasm = setup::target_dir()
+        .join(WASM_TARGET)
+        .join(&plan.profile)
+        .join(format!("{}.wasm", plan.bin));
 
     let dist = root.join("dist");
     let stage = dist.join(".stage");
@@ -199,10 +201,6 @@ pub fn build() -> Result<(), String> {
     }
     let _ = fs::remove_dir(&stage);
     Ok(())
-}
-
-fn target_dir() -> PathBuf {
-    std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| setup::root().join("target"), PathBuf::from)
 }
 
 fn copy(from: &Path, to: &Path) -> Result<(), String> {

@@ -1,0 +1,128 @@
+//! `cargo xtask bench viewer`: a real session of a million requests, recorded by the release
+//! probe, opened in the real app in headless Chromium, then zoomed and panned for 5 s.
+//!
+//! The measuring is done from outside the app, with the page's own clock, by the `bench-viewer`
+//! program of the tests crate (tests/src/bin/bench_viewer.rs), which prints
+//! `viewer load_ms=L frame_p95_ms=F wasm_mb=W file_mb=M requests=N ...`.
+
+use std::fs;
+
+use crate::bench::{option, options};
+use crate::setup;
+use crate::steps::{RunExt, Steps};
+
+const USAGE: &str = "usage: cargo xtask bench viewer [--count N] [--seconds S]";
+const LOAD_TARGET_MS: f64 = 2000.0;
+const FRAME_TARGET_MS: f64 = 16.7;
+const WASM_TARGET_RATIO: f64 = 1.5;
+
+pub fn run(args: &[String]) -> Option<Result<(), String>> {
+    let (which, rest) = args.split_first()?;
+    (which == "viewer").then(|| {
+        let options = options(rest, &["--count", "--seconds"], USAGE)?;
+        let count = option(&options, "--count").unwrap_or(1_000_000);
+        let seconds = option(&options, "--seconds").unwrap_or(5);
+        if count == 0 || seconds == 0 {
+            return Err(format!("--count and --seconds must be at least 1\n{USAGE}"));
+        }
+        bench(count, seconds)
+    })
+}
+
+fn bench(count: u32, seconds: u32) -> Result<(), String> {
+    let mut steps = Steps::new(9);
+    setup::ensure_build_tools(&mut steps)?;
+    setup::ensure_browser(&mut steps)?;
+    crate::build_web(&mut steps)?;
+    crate::build_probe(&mut steps)?;
+
+    steps.start("the measuring program (tests/src/bin/bench_viewer.rs)");
+    setup::cargo()
+        .args(["build", "--quiet", "--package", "ackscope-tests", "--bin", "bench-viewer"])
+        .run()?;
+    steps.done("built");
+
+    let target = setup::target_dir().join("bench-viewer");
+    fs::create_dir_all(&target).map_err(|e| format!("creating {}: {e}", target.display()))?;
+    let file = target.join(format!("rr-{count}.ackscope"));
+    steps.start(&format!(
+        "recording {count} requests with the release probe (NODELAY on both sides)"
+    ));
+    steps.note("about a minute for a million requests on 2 cores");
+    std::process::Command::new(setup::probe_binary())
+        .args(["run", "rr", "--count", &count.to_string(), "--nodelay", "both", "-o"])
+        .arg(&file)
+        .stdout(std::process::Stdio::null())
+        .run()?;
+    let file_mb = fs::metadata(&file).map_err(|e| e.to_string())?.len() as f64 / 1e6;
+    steps.done(&format!("{} ({file_mb:.0} MB)", file.display()));
+
+    steps.start(&format!(
+        "opening it in headless Chromium, then {seconds} s of zooming and panning"
+    ));
+    let output = std::process::Command::new(target_binary("bench-viewer"))
+        .arg(&file)
+        .arg(count.to_string())
+        .arg(seconds.to_string())
+        .env("ACKSCOPE_BIN", setup::probe_binary())
+        .output()
+        .map_err(|e| format!("could not start bench-viewer: {e}"))?;
+    if !output.status.success() {
+        return Err(format!("bench-viewer failed:\n{}", String::from_utf8_lossy(&output.stderr)));
+    }
+    let line = String::from_utf8_lossy(&output.stdout).lines().last().unwrap_or("").to_string();
+    steps.done("measured");
+
+    println!("\n{line}");
+    let field = |name: &str| figure(&line, name);
+    let (load, frame, wasm) = (field("load_ms"), field("frame_p95_ms"), field("wasm_mb"));
+    println!(
+        "  load_ms <= {LOAD_TARGET_MS}: {}",
+        verdict(load.is_some_and(|l| l <= LOAD_TARGET_MS))
+    );
+    println!(
+        "  frame_p95_ms <= {FRAME_TARGET_MS}: {}",
+        verdict(frame.is_some_and(|f| f <= FRAME_TARGET_MS))
+    );
+    println!(
+        "  wasm_mb <= {WASM_TARGET_RATIO} x file_mb: {}",
+        verdict(wasm.is_some_and(|w| w <= WASM_TARGET_RATIO * file_mb))
+    );
+    println!(
+        "  peer: Perfetto's trace_processor_shell cannot be installed here (no Debian, PyPI or npm \
+         package ships the binary; the perfetto wheel downloads it from Google's storage, which \
+         this machine cannot reach), so no time is printed for it"
+    );
+    Ok(())
+}
+
+/// `name=VALUE` from the program's line.
+fn figure(line: &str, name: &str) -> Option<f64> {
+    line.split_whitespace()
+        .find_map(|word| word.strip_prefix(name)?.strip_prefix('=')?.parse().ok())
+}
+
+fn verdict(met: bool) -> &'static str {
+    if met {
+        "met"
+    } else {
+        "NOT met"
+    }
+}
+
+fn target_binary(name: &str) -> std::path::PathBuf {
+    setup::target_dir().join("debug").join(name)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn figures_are_read_by_their_whole_name() {
+        let line = "viewer load_ms=9256 frame_p95_ms=16.7 wasm_mb=453 file_mb=334";
+        assert_eq!(figure(line, "load_ms"), Some(9256.0));
+        assert_eq!(figure(line, "frame_p95_ms"), Some(16.7));
+        assert_eq!(figure(line, "ms"), None, "no field is found by a part of its name");
+    }
+}
