@@ -11,11 +11,10 @@
 //! by matching stream offsets: both ends of a local run share one clock, so the peer's write that
 //! carried the last byte a read returned has a known completion time.
 
-use std::collections::HashMap;
-
 use serde::{Deserialize, Serialize};
 
 use crate::event::{tcp_flags, ConnId, Event, EventKind, ReqId, Segment, Side};
+use crate::side_map::SideMap;
 use crate::spec::MAX_REQUESTS;
 
 /// Reads held longer than this are stalls (the summary's "reads blocked longer than 10 ms").
@@ -139,16 +138,16 @@ pub struct Summary {
 pub struct RunAnalysis {
     requests: Vec<RequestView>,
     /// The open syscall of each side of each connection (each side is one thread, so at most one).
-    open: HashMap<(ConnId, Side), (u64, SpanKind)>,
+    open: SideMap<(u64, SpanKind)>,
     /// Bytes read / written so far, per connection and side.
-    read_offset: HashMap<(ConnId, Side), u64>,
-    write_offset: HashMap<(ConnId, Side), u64>,
+    read_offset: SideMap<u64>,
+    write_offset: SideMap<u64>,
     /// Per connection and writing side: (stream offset after the write, when it returned).
-    writes: HashMap<(ConnId, Side), Vec<(u64, u64)>>,
+    writes: SideMap<Vec<(u64, u64)>>,
     /// The latest send MSS TCP_INFO reported, per connection and side.
-    mss: HashMap<(ConnId, Side), u32>,
+    mss: SideMap<u32>,
     /// The smallest RTT TCP_INFO reported, per connection and side.
-    min_rtt_us: HashMap<(ConnId, Side), u32>,
+    min_rtt_us: SideMap<u32>,
     /// The one-way delay of the path (an emulated link's RTT / 2): bytes need it to cross, so a
     /// read held that long is not stalled.
     path_delay_ns: u64,
@@ -209,16 +208,16 @@ impl RunAnalysis {
             }
             EventKind::WriteDone { bytes } => {
                 if let Some((start_ns, SpanKind::Write)) = self.open.remove(&key) {
-                    let offset = self.write_offset.entry(key).or_default();
+                    let offset = self.write_offset.get_or_insert_with(key, || 0);
                     *offset += u64::from(bytes);
                     let stream_end = *offset;
-                    self.writes.entry(key).or_default().push((stream_end, event.at_ns));
+                    self.writes.get_or_insert_with(key, Vec::new).push((stream_end, event.at_ns));
                     self.add_span(event, SpanKind::Write, start_ns, bytes, stream_end);
                 }
             }
             EventKind::ReadDone { bytes } => {
                 if let Some((start_ns, SpanKind::Read)) = self.open.remove(&key) {
-                    let offset = self.read_offset.entry(key).or_default();
+                    let offset = self.read_offset.get_or_insert_with(key, || 0);
                     *offset += u64::from(bytes);
                     let stream_end = *offset;
                     // A zero-byte read is the peer closing: connection life, not a request's.
@@ -230,7 +229,7 @@ impl RunAnalysis {
             EventKind::TcpInfo(ref info) => {
                 self.mss.insert(key, info.snd_mss);
                 if let Some(rtt) = info.min_rtt_us.filter(|&rtt| rtt > 0) {
-                    let known = self.min_rtt_us.entry(key).or_insert(rtt);
+                    let known = self.min_rtt_us.get_or_insert_with(key, || rtt);
                     *known = (*known).min(rtt);
                 }
                 if info.during_block {

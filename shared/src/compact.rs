@@ -26,13 +26,70 @@ struct WireEvent {
     kind: WireKind,
 }
 
+// A wire event lives on the stack, one at a time, while a message is expanded: boxing the large
+// variant would allocate per TCP_INFO sample, which `Deltas` exists to avoid.
+#[allow(clippy::large_enum_variant)]
 #[derive(Serialize, Deserialize)]
 enum WireKind {
     /// Every kind but `TcpInfo`, as it is.
     Plain(EventKind),
     /// `changed` has bit i set for each field i (in [`TcpInfoSample::to_values`] order) that
     /// differs from the previous sample; `deltas` holds their differences, in field order.
-    TcpInfo { during_block: bool, changed: u32, deltas: Vec<i64> },
+    TcpInfo { during_block: bool, changed: u32, deltas: Deltas },
+}
+
+/// A sample's differences: at most one per field, so they fit in a fixed array. Encoded as a
+/// sequence of integers, exactly as a `Vec<i64>` is; decoding needs no allocation per sample
+/// (a million-request file holds millions of samples) and refuses more than [`FIELDS`] values.
+struct Deltas {
+    values: [i64; FIELDS],
+    len: usize,
+}
+
+impl Deltas {
+    #[cfg(test)]
+    fn of(values: &[i64]) -> Deltas {
+        let mut deltas = Deltas { values: [0; FIELDS], len: values.len() };
+        deltas.values[..values.len()].copy_from_slice(values);
+        deltas
+    }
+
+    fn as_slice(&self) -> &[i64] {
+        &self.values[..self.len]
+    }
+}
+
+impl Serialize for Deltas {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        self.as_slice().serialize(serializer)
+    }
+}
+
+impl<'de> Deserialize<'de> for Deltas {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Deltas, D::Error> {
+        struct Visitor;
+        impl<'de> serde::de::Visitor<'de> for Visitor {
+            type Value = Deltas;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                write!(f, "at most {FIELDS} TCP_INFO differences")
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                mut seq: A,
+            ) -> Result<Deltas, A::Error> {
+                let mut deltas = Deltas { values: [0; FIELDS], len: 0 };
+                while let Some(value) = seq.next_element::<i64>()? {
+                    if deltas.len == FIELDS {
+                        return Err(A::Error::custom("more TCP_INFO differences than fields"));
+                    }
+                    deltas.values[deltas.len] = value;
+                    deltas.len += 1;
+                }
+                Ok(deltas)
+            }
+        }
+        deserializer.deserialize_seq(Visitor)
+    }
 }
 
 const FIELDS: usize = 31;
@@ -149,11 +206,12 @@ fn compress(events: &[Event]) -> Vec<WireEvent> {
                     let values = sample.to_values();
                     let before = previous.get((event.conn, event.side));
                     let mut changed = 0u32;
-                    let mut deltas = Vec::new();
+                    let mut deltas = Deltas { values: [0; FIELDS], len: 0 };
                     for (i, (now, then)) in values.iter().zip(before.iter()).enumerate() {
                         if now != then {
                             changed |= 1 << i;
-                            deltas.push(now.wrapping_sub(*then) as i64);
+                            deltas.values[deltas.len] = now.wrapping_sub(*then) as i64;
+                            deltas.len += 1;
                         }
                     }
                     *before = values;
@@ -166,39 +224,70 @@ fn compress(events: &[Event]) -> Vec<WireEvent> {
         .collect()
 }
 
+/// Turns wire events back into events, one at a time, in the order of their message.
+#[derive(Default)]
+struct Expander {
+    previous: Previous,
+    at_ns: u64,
+}
+
+impl Expander {
+    fn expand(&mut self, w: WireEvent) -> Result<Event, String> {
+        self.at_ns = self.at_ns.wrapping_add(w.dt_ns as u64);
+        let kind = match w.kind {
+            WireKind::Plain(EventKind::TcpInfo(_)) => {
+                return Err("a TCP_INFO sample outside its compact form".to_string())
+            }
+            WireKind::Plain(kind) => kind,
+            WireKind::TcpInfo { during_block, changed, deltas } => {
+                if changed.count_ones() as usize != deltas.len || changed >> FIELDS != 0 {
+                    return Err("a TCP_INFO sample's field mask does not match its values".into());
+                }
+                let values = self.previous.get((w.conn, w.side));
+                let mut deltas = deltas.as_slice().iter();
+                for (i, value) in values.iter_mut().enumerate() {
+                    if changed & (1 << i) != 0 {
+                        let delta = deltas.next().expect("as many deltas as mask bits");
+                        *value = value.wrapping_add(*delta as u64);
+                    }
+                }
+                let sample = TcpInfoSample::from_values(during_block, values)
+                    .ok_or("a TCP_INFO field is out of range")?;
+                EventKind::TcpInfo(Box::new(sample))
+            }
+        };
+        Ok(Event { at_ns: self.at_ns, side: w.side, conn: w.conn, req: w.req, kind })
+    }
+}
+
+#[cfg(test)]
 fn expand(wire: Vec<WireEvent>) -> Result<Vec<Event>, String> {
-    let mut previous = Previous::default();
-    let mut at_ns = 0u64;
-    wire.into_iter()
-        .map(|w| {
-            at_ns = at_ns.wrapping_add(w.dt_ns as u64);
-            let kind = match w.kind {
-                WireKind::Plain(EventKind::TcpInfo(_)) => {
-                    return Err("a TCP_INFO sample outside its compact form".to_string())
-                }
-                WireKind::Plain(kind) => kind,
-                WireKind::TcpInfo { during_block, changed, deltas } => {
-                    if changed.count_ones() as usize != deltas.len() || changed >> FIELDS != 0 {
-                        return Err(
-                            "a TCP_INFO sample's field mask does not match its values".into()
-                        );
-                    }
-                    let values = previous.get((w.conn, w.side));
-                    let mut deltas = deltas.into_iter();
-                    for (i, value) in values.iter_mut().enumerate() {
-                        if changed & (1 << i) != 0 {
-                            let delta = deltas.next().expect("as many deltas as mask bits");
-                            *value = value.wrapping_add(delta as u64);
-                        }
-                    }
-                    let sample = TcpInfoSample::from_values(during_block, values)
-                        .ok_or("a TCP_INFO field is out of range")?;
-                    EventKind::TcpInfo(Box::new(sample))
-                }
-            };
-            Ok(Event { at_ns, side: w.side, conn: w.conn, req: w.req, kind })
-        })
-        .collect()
+    let mut expander = Expander::default();
+    wire.into_iter().map(|w| expander.expand(w)).collect()
+}
+
+/// Events allocated ahead of a message's declared count: a hostile count costs no more.
+const PREALLOCATE_EVENTS: usize = 16_384;
+
+/// Reads a message's events and expands each as it is read: no intermediate list of wire
+/// events (on a million-request file that list alone was gigabytes of memory traffic).
+struct EventsVisitor;
+
+impl<'de> serde::de::Visitor<'de> for EventsVisitor {
+    type Value = Vec<Event>;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("a sequence of compact events")
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Vec<Event>, A::Error> {
+        let mut events = Vec::with_capacity(seq.size_hint().unwrap_or(0).min(PREALLOCATE_EVENTS));
+        let mut expander = Expander::default();
+        while let Some(wire) = seq.next_element::<WireEvent>()? {
+            events.push(expander.expand(wire).map_err(A::Error::custom)?);
+        }
+        Ok(events)
+    }
 }
 
 /// `#[serde(with = "crate::compact")]` for a `Vec<Event>` field.
@@ -214,7 +303,7 @@ pub fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Vec<Eve
     if deserializer.is_human_readable() {
         Vec::<Event>::deserialize(deserializer)
     } else {
-        expand(Vec::<WireEvent>::deserialize(deserializer)?).map_err(D::Error::custom)
+        deserializer.deserialize_seq(EventsVisitor)
     }
 }
 
@@ -284,7 +373,11 @@ mod tests {
             side: Side::Client,
             conn: ConnId(0),
             req: ReqId(0),
-            kind: WireKind::TcpInfo { during_block: false, changed: 0b111, deltas: vec![1] },
+            kind: WireKind::TcpInfo {
+                during_block: false,
+                changed: 0b111,
+                deltas: Deltas::of(&[1]),
+            },
         }];
         assert!(expand(wire).is_err());
         let out_of_range = vec![WireEvent {
@@ -292,8 +385,23 @@ mod tests {
             side: Side::Client,
             conn: ConnId(0),
             req: ReqId(0),
-            kind: WireKind::TcpInfo { during_block: false, changed: 1, deltas: vec![1 << 40] },
+            kind: WireKind::TcpInfo {
+                during_block: false,
+                changed: 1,
+                deltas: Deltas::of(&[1 << 40]),
+            },
         }];
         assert!(expand(out_of_range).is_err());
+    }
+
+    #[test]
+    fn deltas_encode_as_a_vec_does_and_refuse_more_than_one_per_field() {
+        let deltas = Deltas::of(&[3, -7, 1 << 40]);
+        let as_vec: Vec<i64> = vec![3, -7, 1 << 40];
+        assert_eq!(crate::wire::encode(&deltas), crate::wire::encode(&as_vec));
+        let back: Deltas = crate::wire::decode(&crate::wire::encode(&as_vec)).expect("decodes");
+        assert_eq!(back.as_slice(), as_vec.as_slice());
+        let too_many: Vec<i64> = vec![1; FIELDS + 1];
+        assert!(crate::wire::decode::<Deltas>(&crate::wire::encode(&too_many)).is_err());
     }
 }

@@ -23,6 +23,7 @@ pub mod packet;
 pub mod packet_stalls;
 pub mod pcap;
 pub mod presets;
+mod side_map;
 pub mod spec;
 #[cfg(any(test, feature = "synthetic"))]
 pub mod synthetic;
