@@ -7,7 +7,11 @@
 //!   long tasks; none over 50 ms means the page stayed responsive);
 //! - `frame_p95_ms`: the 95th percentile of frame intervals (requestAnimationFrame) during 5 s
 //!   of scripted zooming, panning and scrolling;
-//! - `wasm_mb`: the app's WebAssembly memory after loading, against the file's size.
+//! - `wasm_mb`: the app's WebAssembly memory after loading, against the file's size;
+//! - `live_events_per_s`: a 100,000-request run started from the page, with NODELAY on both
+//!   sides, from pressing Run to the page showing every request done: the events the page
+//!   received (`data-events` of the run's entry) per second, and `live_vs_cli`, the CLI's
+//!   duration of the same run over the page's (1.0: the page kept up with the probe).
 //!
 //! Usage: `bench-viewer FILE REQUESTS [SECONDS]`, with ACKSCOPE_BIN naming the probe.
 
@@ -48,6 +52,35 @@ new MutationObserver(() => {
 window.__bench.t0 = performance.now();
 "#;
 
+/// Presses Run and records when the page shows the run done with every request.
+const LIVE: &str = r#"
+const [requests] = arguments;
+window.__live = { t0: null, done: null, longest: 0 };
+try {
+  new PerformanceObserver((list) => {
+    for (const entry of list.getEntries()) {
+      if (window.__live.done === null) window.__live.longest = Math.max(window.__live.longest, entry.duration);
+    }
+  }).observe({ type: "longtask" });
+} catch (e) {}
+const done = () => {
+  const summary = document.querySelector("[data-testid=summary-requests]");
+  const status = document.querySelector("[data-testid=run-entry][aria-selected=true] .status");
+  return summary && status && summary.textContent.trim() === String(requests)
+    && status.getAttribute("data-status") === "done";
+};
+new MutationObserver(() => {
+  if (window.__live.done === null && window.__live.t0 !== null && done()) {
+    requestAnimationFrame(() => { window.__live.done = performance.now(); });
+  }
+}).observe(document.body, { subtree: true, childList: true, characterData: true, attributes: true });
+window.__live.t0 = performance.now();
+document.querySelector("[data-testid=run]").click();
+"#;
+
+/// Requests of the live run: the most the page may start (the probe refuses more).
+const LIVE_REQUESTS: u64 = 100_000;
+
 /// Zooms, pans and scrolls the plot for `seconds`, one input per frame, and records every
 /// frame's interval.
 const INTERACT: &str = r#"
@@ -77,6 +110,55 @@ const frame = (now) => {
 };
 requestAnimationFrame(frame);
 "#;
+
+/// A live run of [`LIVE_REQUESTS`] from the page, against the same run on the command line.
+async fn live(client: &Client) -> Result<String> {
+    let cli = std::process::Command::new(ackscope_tests::ackscope_bin()?)
+        .args(["run", "rr", "--count", &LIVE_REQUESTS.to_string(), "--nodelay", "both", "--json"])
+        .output()
+        .context("the command line's run")?;
+    let cli: Value = serde_json::from_slice(&cli.stdout).context("the command line's JSON")?;
+    let cli_s = cli["duration_s"].as_f64().context("no duration_s")?;
+
+    let field = client.find(Locator::Css("[data-testid=requests]")).await?;
+    field.clear().await?;
+    field.send_keys(&LIVE_REQUESTS.to_string()).await?;
+    for side in ["nodelay-client", "nodelay-server"] {
+        let selector = format!("[data-testid={side}]");
+        let checkbox = client.find(Locator::Css(&selector)).await?;
+        if !checkbox.is_selected().await? {
+            checkbox.click().await?;
+        }
+    }
+    client
+        .wait()
+        .at_most(Duration::from_secs(20))
+        .for_element(Locator::Css("[data-testid=run]:not([disabled])"))
+        .await
+        .context("Run never became pressable (is the probe connected?)")?;
+    client.execute(LIVE, vec![json!(LIVE_REQUESTS)]).await?;
+    let deadline = Instant::now() + Duration::from_secs(300);
+    let live = loop {
+        let live = client.execute("return window.__live", vec![]).await?;
+        if !live["done"].is_null() {
+            break live;
+        }
+        if Instant::now() > deadline {
+            bail!("the live run did not show as done within 300 s: {live}");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let page_ms =
+        live["done"].as_f64().unwrap_or(f64::NAN) - live["t0"].as_f64().unwrap_or(f64::NAN);
+    let entry = client.find(Locator::Css("[data-testid=run-entry][aria-selected=true]")).await?;
+    let events: f64 = entry.attr("data-events").await?.context("no data-events")?.parse()?;
+    Ok(format!(
+        "live_events={events:.0} live_events_per_s={:.0} live_ms={page_ms:.0} live_vs_cli={:.2} live_longest_task_ms={:.0}",
+        events / (page_ms / 1e3),
+        cli_s * 1e3 / page_ms,
+        live["longest"].as_f64().unwrap_or(f64::NAN)
+    ))
+}
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() -> Result<()> {
@@ -144,9 +226,11 @@ async fn measure(
         )
         .await?;
     let wasm_mb = number(&wasm_bytes) / 1e6;
+    // Last, on the same page: the live run's memory is not the file's.
+    let live = live(client).await?;
     println!(
         "viewer load_ms={load_ms:.0} frame_p95_ms={p95:.1} wasm_mb={wasm_mb:.0} file_mb={file_mb:.0} \
-         requests={requests} longest_task_ms={longest_task_ms:.0} long_tasks={} frames={}",
+         requests={requests} longest_task_ms={longest_task_ms:.0} long_tasks={} frames={} {live}",
         bench["longTasks"],
         frames.len()
     );

@@ -21,6 +21,8 @@ struct RunEntry {
     selected: bool,
     /// Request/response runs can be marked for the Compare view (others have no latencies).
     comparable: bool,
+    /// Events received so far (`data-events`: what a benchmark counts to see nothing was lost).
+    events: u64,
 }
 
 impl RunEntry {
@@ -43,6 +45,7 @@ impl RunEntry {
             figure,
             selected: selected == Some(key),
             comparable: run.is_rr(),
+            events: run.events,
         }
     }
 
@@ -74,6 +77,7 @@ fn run_list(
                     tabindex="0"
                     data-testid="run-entry"
                     data-run-id=entry.key.run.0.to_string()
+                    data-events=entry.events.to_string()
                     data-source=entry.key.source.word()
                     aria-selected=entry.selected.to_string()
                     on:click=move |_| select(entry.key)

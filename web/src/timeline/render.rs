@@ -16,8 +16,7 @@ use web_sys::HtmlInputElement;
 use super::canvas::{fill_of, paint, Frame, Rect};
 use super::clock::{layout_lanes, Lanes, LANE_ROW};
 use super::layout::{
-    class_word, home_scale, layout_page, Anchor, Label, LabelKind, Mark, RowLayout, RIGHT_MARGIN,
-    ROW_HEIGHT,
+    class_word, layout_page, Anchor, Label, LabelKind, Mark, RowLayout, RIGHT_MARGIN, ROW_HEIGHT,
 };
 use super::lod::{overview, Bin};
 use super::rows::{step_stall, Facts, Filter, CLASSES};
@@ -88,16 +87,23 @@ pub fn run_facts(store: Store) -> Memo<Option<RunFacts>> {
         store.read(|state| {
             let key = state.selected_key()?;
             let run = state.run(key).filter(|run| run.is_rr())?;
+            let mut facts = Facts::default();
             if let Some(Some(previous)) = previous {
                 if previous.key == key && previous.events == run.events {
                     return Some(previous.clone());
                 }
+                if previous.key == key {
+                    // The same run with more events: only its newest requests are rebuilt.
+                    facts = (*previous.facts).clone();
+                }
             }
+            let facts = facts.updated(&run.analysis, run.attribution());
+            let slowest = facts.extent_ns.iter().copied().max().unwrap_or(0);
             Some(RunFacts {
                 key,
                 events: run.events,
-                facts: Arc::new(Facts::of(&run.analysis, run.attribution())),
-                home: home_scale(&run.analysis, PLOT_WIDTH),
+                facts: Arc::new(facts),
+                home: Scale::fit(slowest, PLOT_WIDTH),
             })
         })
     })
@@ -636,15 +642,11 @@ fn Overview(
                 frame.marks.push(Rect { x, y: OVERVIEW_HEIGHT - height, width, height, fill });
             }
             if mode == Mode::Aligned {
+                // Where the page is: a translucent band over the columns, so it shows on red too.
                 let x = GUTTER + top as f64 / total as f64 * PLOT_WIDTH;
-                let w = (PAGE_ROWS as f64 / total as f64 * PLOT_WIDTH).max(2.0);
-                frame.bands.push(Rect {
-                    x,
-                    y: 0.0,
-                    width: w.min(PLOT_WIDTH),
-                    height: OVERVIEW_HEIGHT,
-                    fill: "#dbe7f8",
-                });
+                let w = (PAGE_ROWS as f64 / total as f64 * PLOT_WIDTH).max(2.0).min(PLOT_WIDTH);
+                let fill = "rgba(31, 95, 191, 0.35)";
+                frame.marks.push(Rect { x, y: 0.0, width: w, height: OVERVIEW_HEIGHT, fill });
             }
             frame
         });

@@ -58,28 +58,46 @@ pub struct Facts {
     pub worst: Vec<Priority>,
 }
 
+/// Requests at the end of the previous facts that are rebuilt when more events come: their
+/// events (the other side's trail by about one exchange) or their attribution may still change.
+const UNSETTLED: usize = 8;
+
 impl Facts {
     pub fn of(analysis: &RunAnalysis, why: &Attribution) -> Facts {
+        Facts::default().updated(analysis, why)
+    }
+
+    /// These facts brought up to date with `analysis`: the requests before the last
+    /// [`UNSETTLED`] are kept, the rest rebuilt, so a live run's new batch costs in proportion to
+    /// the batch, not to the run. (Everything is rebuilt if the analysis retired requests.)
+    pub fn updated(mut self, analysis: &RunAnalysis, why: &Attribution) -> Facts {
         let requests = analysis.requests();
         let first = analysis.first_request();
-        let mut classes = vec![0u8; requests.len()];
-        let mut worst = vec![Priority::Call; requests.len()];
-        for stall in &why.stalls {
+        let keep = if self.first == first { self.len().saturating_sub(UNSETTLED) } else { 0 };
+        let keep = keep.min(requests.len());
+        self.first = first;
+        self.extent_ns.truncate(keep);
+        self.done.truncate(keep);
+        self.classes.truncate(keep);
+        self.worst.truncate(keep);
+        for view in &requests[keep..] {
+            self.extent_ns.push(extent_ns(view).unwrap_or(0));
+            self.done.push(view.done_ns.is_some());
+            self.classes.push(0);
+            self.worst.push(Priority::Call);
+        }
+        // Stalls come in request order: only those of the rebuilt requests are looked at.
+        let from = why.stalls.partition_point(|stall| stall.req.0 < first + keep as u32);
+        for stall in &why.stalls[from..] {
             let Some(index) = stall.req.0.checked_sub(first).map(|i| i as usize) else {
                 continue;
             };
             if index < requests.len() {
-                classes[index] |= class_bit(stall.class);
-                worst[index] = worst[index].max(priority_of(stall));
+                self.classes[index] |= class_bit(stall.class);
+                self.worst[index] = self.worst[index].max(priority_of(stall));
             }
         }
-        Facts {
-            first,
-            extent_ns: requests.iter().map(|view| extent_ns(view).unwrap_or(0)).collect(),
-            done: requests.iter().map(|view| view.done_ns.is_some()).collect(),
-            classes,
-            worst,
-        }
+        self
     }
 
     pub fn len(&self) -> usize {
@@ -254,5 +272,23 @@ mod tests {
         assert_eq!(step_stall(stalls, &facts, &all, None, false), Some(5));
         let only_slow = Filter { min_latency_ns: u64::MAX, ..Filter::default() };
         assert_eq!(step_stall(stalls, &facts, &only_slow, None, true), None);
+    }
+
+    #[test]
+    fn facts_updated_batch_by_batch_equal_facts_of_the_whole_run() {
+        let events = nagle_run(40, 44 * MS);
+        let mut analysis = RunAnalysis::new();
+        let mut facts = Facts::default();
+        for batch in events.chunks(13) {
+            analysis.push_all(batch);
+            let why = Attribution::of(&analysis, Some(&RrSpec::default()));
+            facts = facts.updated(&analysis, &why);
+            let whole = Facts::of(&analysis, &why);
+            assert_eq!(facts.extent_ns, whole.extent_ns);
+            assert_eq!(facts.done, whole.done);
+            assert_eq!(facts.classes, whole.classes);
+            assert_eq!(facts.worst, whole.worst);
+        }
+        assert_eq!(facts.len(), 40);
     }
 }
