@@ -26,6 +26,17 @@ async fn screenshot(client: &Client, name: &str) -> Result<()> {
     Ok(())
 }
 
+/// Saves one element as `name`, like [`screenshot`]: for the parts of the page below the fold.
+async fn element_screenshot(client: &Client, selector: &str, name: &str) -> Result<()> {
+    if let Some(dir) = std::env::var_os("ACKSCOPE_SCREENSHOT_DIR") {
+        let path = PathBuf::from(dir).join(name);
+        let element = client.find(css(selector)).await?;
+        std::fs::write(&path, element.screenshot().await?)
+            .with_context(|| format!("writing {}", path.display()))?;
+    }
+    Ok(())
+}
+
 fn css(selector: &str) -> Locator<'_> {
     Locator::Css(selector)
 }
@@ -225,6 +236,22 @@ async fn scenario(client: &Client, url: &str) -> Result<()> {
         visited.push(selected_request(client).await?);
     }
     assert_eq!(visited, [1, 1, 2], "n walks the stalls in order");
+    element_screenshot(client, "[data-testid=selection]", "ladder.png").await?;
+
+    // The run-clock view: one lane per connection and side, the stalls still red.
+    client.find(css("[data-testid=mode-run-clock]")).await?.click().await?;
+    client
+        .wait()
+        .at_most(Duration::from_secs(10))
+        .for_element(css("[data-testid=plot][data-mode=run-clock]"))
+        .await?;
+    let lanes = client.find_all(css("[data-testid=lane]")).await?.len();
+    assert_eq!(lanes, 2, "one lane per side of the one connection");
+    let plot = client.find(css("[data-testid=plot]")).await?;
+    let stalled: usize = plot.attr("data-stalled-marks").await?.unwrap_or_default().parse()?;
+    assert!(stalled >= REQUESTS, "{stalled} stalls painted on the run clock");
+    element_screenshot(client, "section.timeline", "run-clock.png").await?;
+    client.find(css("[data-testid=mode-aligned]")).await?.click().await?;
 
     // The address bar holds the view: reloading it shows the same run and request.
     tokio::time::sleep(Duration::from_millis(600)).await;

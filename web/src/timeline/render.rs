@@ -219,7 +219,7 @@ pub fn Timeline(
                     }}</p>
                 </div>
                 <FindBar store facts rows view filter message />
-                <Legend />
+                <Legend view />
                 <Overview facts rows view />
                 <Plot page canvas view rows facts filter message store />
                 <Tables store facts rows view filter message />
@@ -1001,7 +1001,7 @@ fn KeysHelp(view: RwSignal<ViewState>) -> impl IntoView {
 }
 
 #[component]
-fn Legend() -> impl IntoView {
+fn Legend(view: RwSignal<ViewState>) -> impl IntoView {
     let lanes = [
         ("client-write", "client write()"),
         ("client-read", "client read()"),
@@ -1010,7 +1010,12 @@ fn Legend() -> impl IntoView {
     ];
     view! {
         <ul class="legend" aria-label="legend">
-            <li class="lanes-note">"lanes, top to bottom:"</li>
+            <li class="lanes-note">
+                {move || match view.with(|v| v.mode) {
+                    Mode::Aligned => "lanes of a row, top to bottom:",
+                    Mode::RunClock => "colours of the calls:",
+                }}
+            </li>
             {lanes
                 .into_iter()
                 .map(|(class, text)| {
