@@ -8,13 +8,17 @@
 //! - [`rows`]: which requests are rows (filters), and finding the slowest and the stalls.
 //! - [`view`]: the view state and what each key does to it.
 //!
-//! In the browser: [`canvas`] paints the marks, [`render`] is the panel (canvas plus DOM),
-//! [`tables`] lists the slowest requests and the longest waits.
+//! In the browser: [`canvas`] paints the marks, [`render`] is the panel (canvas plus DOM), with
+//! `find` (filters, go to, next slowest, stall steps), `overview` (the strip of the whole run),
+//! `png` (save the view) and [`tables`] (the slowest requests and the longest waits).
 
 pub mod canvas;
 pub mod clock;
+mod find;
 pub mod layout;
 pub mod lod;
+mod overview;
+mod png;
 pub mod render;
 pub mod rows;
 pub mod scale;

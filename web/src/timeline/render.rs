@@ -11,15 +11,16 @@ use std::sync::Arc;
 use leptos::ev::{KeyboardEvent, PointerEvent, WheelEvent};
 use leptos::html::{Canvas, Div};
 use leptos::prelude::*;
-use web_sys::HtmlInputElement;
 
 use super::canvas::{fill_of, paint, Frame, Rect};
 use super::clock::{layout_lanes, Lanes, LANE_ROW};
+use super::find::{fit_selection, step_to_stall, FindBar};
 use super::layout::{
     class_word, layout_page, Anchor, Label, LabelKind, Mark, RowLayout, RIGHT_MARGIN, ROW_HEIGHT,
 };
-use super::lod::{overview, Bin};
-use super::rows::{step_stall, Facts, Filter, CLASSES};
+use super::overview::Overview;
+use super::png::export_png;
+use super::rows::{Facts, Filter};
 use super::scale::{format_duration, Scale};
 use super::tables::Tables;
 use super::view::{key_action, Action, Mode, ViewState, KEY_HELP};
@@ -33,8 +34,7 @@ pub const PLOT_WIDTH: f64 = 720.0;
 pub const CANVAS_WIDTH: f64 = GUTTER + PLOT_WIDTH + RIGHT_MARGIN;
 /// Rows on one page of the plot.
 pub const PAGE_ROWS: usize = 20;
-const OVERVIEW_HEIGHT: f64 = 36.0;
-const MAX_TICK_INTERVALS: u64 = 6;
+pub(super) const MAX_TICK_INTERVALS: u64 = 6;
 
 /// What the views of one run are computed from, cheap to compare: recomputed only when the run
 /// or its event count changes, not on every redraw of the page.
@@ -126,20 +126,20 @@ pub fn row_list(facts: Memo<Option<RunFacts>>, filter: RwSignal<Filter>) -> Memo
 
 /// What one page of the plot shows.
 #[derive(Clone, Debug, Default, PartialEq)]
-struct Page {
-    frame: Frame,
-    rows: Vec<RowLayout>,
-    lanes: Vec<(f64, String)>,
-    scale: Option<Scale>,
+pub(super) struct Page {
+    pub(super) frame: Frame,
+    pub(super) rows: Vec<RowLayout>,
+    pub(super) lanes: Vec<(f64, String)>,
+    pub(super) scale: Option<Scale>,
     /// The whole domain: what zooming out and panning stop at.
-    home: Option<Scale>,
+    pub(super) home: Option<Scale>,
     /// Rows (or lanes) in all, and the first shown.
-    total: usize,
-    top: usize,
-    stalled_marks: usize,
-    waited_marks: usize,
+    pub(super) total: usize,
+    pub(super) top: usize,
+    pub(super) stalled_marks: usize,
+    pub(super) waited_marks: usize,
     /// For the run-clock view: the request of each drawn bar, to select by clicking.
-    hits: Vec<(Rect, u32)>,
+    pub(super) hits: Vec<(Rect, u32)>,
 }
 
 #[component]
@@ -381,306 +381,6 @@ fn ModeSwitch(view: RwSignal<ViewState>) -> impl IntoView {
     }
 }
 
-/// Filters, go-to, next-slowest and the stall steps.
-#[component]
-fn FindBar(
-    store: Store,
-    facts: Memo<Option<RunFacts>>,
-    rows: Memo<RowList>,
-    view: RwSignal<ViewState>,
-    filter: RwSignal<Filter>,
-    message: RwSignal<Option<String>>,
-) -> impl IntoView {
-    let select_req = move |req: u32| select_request(facts, rows, view, filter, req, message);
-    let goto = move |ev: KeyboardEvent| {
-        if ev.key() != "Enter" {
-            return;
-        }
-        let input: HtmlInputElement = event_target(&ev);
-        match input.value().trim().parse::<u32>() {
-            Ok(req) => select_req(req),
-            Err(_) => message.set(Some(format!("\"{}\" is not a request number", input.value()))),
-        }
-    };
-    let next_slowest = move |_| {
-        let next = facts.with_untracked(|f| {
-            f.as_ref().and_then(|f| f.facts.next_slowest(view.with_untracked(|v| v.selected)))
-        });
-        if let Some(req) = next {
-            select_req(req);
-        }
-    };
-    let step =
-        move |forward: bool| step_to_stall(store, facts, rows, view, filter, forward, message);
-    let class_options = CLASSES
-        .iter()
-        .map(|class| view! { <option value=class_word(*class)>{class.name()}</option> })
-        .collect_view();
-    let range = move || {
-        let total = rows.with(|r| r.rows.len());
-        let top = view.with(|v| v.top);
-        let mode = view.with(|v| v.mode);
-        match mode {
-            Mode::Aligned if total == 0 => "no request matches".to_string(),
-            Mode::Aligned => format!(
-                "requests {}-{} of {} shown{}",
-                top + 1,
-                (top + PAGE_ROWS).min(total),
-                total,
-                if filter.with(Filter::is_empty) { String::new() } else { " (filtered)".into() }
-            ),
-            Mode::RunClock => "all requests on the run's clock".to_string(),
-        }
-    };
-    view! {
-        <div class="find-bar">
-            <label class="check">
-                <input
-                    type="checkbox"
-                    data-testid="only-stalled"
-                    prop:checked=move || filter.with(|f| f.only_stalled)
-                    on:change=move |ev| {
-                        let on = event_target_checked(&ev);
-                        filter.update(|f| f.only_stalled = on);
-                        view.update(|v| v.top = 0);
-                    }
-                />
-                "only requests that waited"
-            </label>
-            <label>
-                "class "
-                <select
-                    data-testid="class-filter"
-                    on:change=move |ev| {
-                        let value = event_target_value(&ev);
-                        let class = CLASSES.iter().copied().find(|c| class_word(*c) == value);
-                        filter.update(|f| f.class = class);
-                        view.update(|v| v.top = 0);
-                    }
-                >
-                    <option value="">"any"</option>
-                    {class_options}
-                </select>
-            </label>
-            <label>
-                "at least "
-                <input
-                    type="number"
-                    min="0"
-                    step="any"
-                    class="num short"
-                    data-testid="min-latency-ms"
-                    placeholder="0"
-                    on:change=move |ev| {
-                        let ms = event_target_value(&ev).trim().parse::<f64>().unwrap_or(0.0).max(0.0);
-                        filter.update(|f| f.min_latency_ns = (ms * 1e6) as u64);
-                        view.update(|v| v.top = 0);
-                    }
-                />
-                " ms"
-            </label>
-            <label>
-                "go to request "
-                <input
-                    type="text"
-                    inputmode="numeric"
-                    class="num short"
-                    data-testid="goto-request"
-                    placeholder="N"
-                    on:keydown=goto
-                />
-            </label>
-            <button type="button" class="button" data-testid="next-slowest" on:click=next_slowest>
-                "next slowest"
-            </button>
-            <button type="button" class="button" data-testid="prev-stall" title="previous stall (p)" on:click=move |_| step(false)>
-                "◀ stall"
-            </button>
-            <button type="button" class="button" data-testid="next-stall" title="next stall (n)" on:click=move |_| step(true)>
-                "stall ▶"
-            </button>
-            <span class="row-range" data-testid="row-range">{range}</span>
-            {move || message.get().map(|m| view! { <p class="find-message" role="status" data-testid="find-message">{m}</p> })}
-        </div>
-    }
-}
-
-/// Selects `req`, scrolls to it and, if it is outside a zoomed window, fits the window to it.
-pub(super) fn select_request(
-    facts: Memo<Option<RunFacts>>,
-    rows: Memo<RowList>,
-    view: RwSignal<ViewState>,
-    filter: RwSignal<Filter>,
-    req: u32,
-    message: RwSignal<Option<String>>,
-) {
-    let known = facts.with_untracked(|f| f.as_ref().and_then(|f| f.facts.extent_of(req)));
-    if known.is_none() {
-        let count = facts.with_untracked(|f| f.as_ref().map_or(0, |f| f.facts.len()));
-        message.set(Some(format!(
-            "no request {req}: this run has requests 0-{}",
-            count.saturating_sub(1)
-        )));
-        return;
-    }
-    // A request the filter hides is shown by clearing the filter: the user asked for it.
-    if rows.with_untracked(|r| r.rows.binary_search(&req).is_err()) {
-        filter.set(Filter::default());
-    }
-    message.set(None);
-    let position = rows.with_untracked(|r| r.rows.binary_search(&req).ok());
-    let total = rows.with_untracked(|r| r.rows.len());
-    view.update(|v| {
-        v.selected = Some(req);
-        if v.mode == Mode::Aligned {
-            if let Some(position) = position {
-                v.reveal(position, total, PAGE_ROWS);
-            }
-        }
-    });
-}
-
-/// Where `n` / `p` step from: the stall last stepped to while its request is still the selected
-/// one; else the selected request (the next stall after it, or the previous before it); else
-/// the start. `stalls` are in request order.
-fn from_here(
-    stalls: &[ackscope_shared::attribution::Stall],
-    stepped: Option<usize>,
-    selected: Option<u32>,
-    forward: bool,
-) -> Option<usize> {
-    match (stepped, selected) {
-        (Some(index), Some(req)) if stalls.get(index).is_some_and(|s| s.req.0 == req) => {
-            Some(index)
-        }
-        (_, Some(req)) if forward => stalls.partition_point(|s| s.req.0 <= req).checked_sub(1),
-        (_, Some(req)) => Some(stalls.partition_point(|s| s.req.0 < req)),
-        (_, None) => None,
-    }
-}
-
-/// `n` / `p`: the next or previous stall the filter keeps; selects its request and fits it.
-fn step_to_stall(
-    store: Store,
-    facts: Memo<Option<RunFacts>>,
-    rows: Memo<RowList>,
-    view: RwSignal<ViewState>,
-    filter: RwSignal<Filter>,
-    forward: bool,
-    message: RwSignal<Option<String>>,
-) {
-    let Some(key) = facts.with_untracked(|f| f.as_ref().map(|f| f.key)) else { return };
-    let (stepped, selected) = view.with_untracked(|v| (v.stall, v.selected));
-    let found = store.read_untracked(|state| {
-        let run = state.run(key)?;
-        let stalls = &run.attribution().stalls;
-        let current = from_here(stalls, stepped, selected, forward);
-        let index = facts.with_untracked(|f| {
-            let f = f.as_ref()?;
-            filter.with_untracked(|filter| step_stall(stalls, &f.facts, filter, current, forward))
-        })?;
-        let stall = &stalls[index];
-        let start = run
-            .analysis
-            .requests()
-            .get(stall.req.0.checked_sub(run.analysis.first_request())? as usize)?
-            .start_ns?;
-        Some((
-            index,
-            stall.req.0,
-            stall.start_ns.saturating_sub(start),
-            stall.end_ns.saturating_sub(start),
-        ))
-    });
-    let Some((index, req, _, _)) = found else {
-        message.set(Some(if forward {
-            "no stall after this one".into()
-        } else {
-            "no stall before this one".into()
-        }));
-        return;
-    };
-    select_request(facts, rows, view, filter, req, message);
-    view.update(|v| v.stall = Some(index));
-}
-
-/// The overview strip: the whole row list, one column per share of it, the tallest line the
-/// slowest request of the share (red when any request of it stalled). Click or drag to go.
-#[component]
-fn Overview(
-    facts: Memo<Option<RunFacts>>,
-    rows: Memo<RowList>,
-    view: RwSignal<ViewState>,
-) -> impl IntoView {
-    let canvas = NodeRef::<Canvas>::new();
-    let bins: Memo<(Vec<Bin>, u64, Vec<u64>)> = Memo::new(move |_| {
-        let list = rows.with(|r| r.rows.clone());
-        facts.with(|f| {
-            let Some(f) = f.as_ref() else { return (Vec::new(), 0, Vec::new()) };
-            let (tree, stalled_before) = f.facts.tree(&list);
-            let bins = overview(&tree, &stalled_before, PLOT_WIDTH as usize);
-            let extents: Vec<u64> =
-                bins.iter().map(|b| f.facts.extent_of(list[b.worst]).unwrap_or(0)).collect();
-            let max = extents.iter().copied().max().unwrap_or(0);
-            (bins, max, extents)
-        })
-    });
-    Effect::new(move |_| {
-        let Some(canvas) = canvas.get() else { return };
-        let total = rows.with(|r| r.rows.len()).max(1);
-        let (top, mode) = view.with(|v| (v.top, v.mode));
-        let frame = bins.with(|(bins, max, extents)| {
-            let mut frame =
-                Frame { width: CANVAS_WIDTH, height: OVERVIEW_HEIGHT, ..Frame::default() };
-            let columns = bins.len().max(1) as f64;
-            let width = (PLOT_WIDTH / columns).max(1.0);
-            for (index, bin) in bins.iter().enumerate() {
-                let share = if *max == 0 { 0.0 } else { extents[index] as f64 / *max as f64 };
-                let height = (share.sqrt() * (OVERVIEW_HEIGHT - 4.0)).max(1.0);
-                let fill = if bin.stalled > 0 { "#d62828" } else { "#84b3ee" };
-                let x = GUTTER + index as f64 * PLOT_WIDTH / columns;
-                frame.marks.push(Rect { x, y: OVERVIEW_HEIGHT - height, width, height, fill });
-            }
-            if mode == Mode::Aligned {
-                // Where the page is: a translucent band over the columns, so it shows on red too.
-                let x = GUTTER + top as f64 / total as f64 * PLOT_WIDTH;
-                let w = (PAGE_ROWS as f64 / total as f64 * PLOT_WIDTH).max(2.0).min(PLOT_WIDTH);
-                let fill = "rgba(31, 95, 191, 0.35)";
-                frame.marks.push(Rect { x, y: 0.0, width: w, height: OVERVIEW_HEIGHT, fill });
-            }
-            frame
-        });
-        paint(&canvas, &frame);
-    });
-    let dragging = RwSignal::new(false);
-    let go = move |ev: &PointerEvent| {
-        let x = f64::from(ev.offset_x()) - GUTTER;
-        let total = rows.with_untracked(|r| r.rows.len());
-        let position = ((x / PLOT_WIDTH).clamp(0.0, 1.0) * total as f64) as usize;
-        view.update(|v| {
-            v.mode = Mode::Aligned;
-            v.top = 0;
-            v.reveal(position.min(total.saturating_sub(1)), total, PAGE_ROWS);
-            v.top = position.saturating_sub(PAGE_ROWS / 2).min(total.saturating_sub(PAGE_ROWS));
-        });
-    };
-    let stalled_columns =
-        move || bins.with(|(bins, _, _)| bins.iter().filter(|b| b.stalled > 0).count());
-    view! {
-        <div class="overview" title="the whole run: each column the slowest request of its share, red where one stalled; click or drag to go there">
-            <canvas
-                node_ref=canvas
-                data-testid="overview"
-                data-stalled-columns=move || stalled_columns().to_string()
-                on:pointerdown=move |ev: PointerEvent| { dragging.set(true); go(&ev); }
-                on:pointermove=move |ev: PointerEvent| if dragging.get_untracked() { go(&ev) }
-                on:pointerup=move |_| dragging.set(false)
-                on:pointerleave=move |_| dragging.set(false)
-            ></canvas>
-        </div>
-    }
-}
-
 /// The plot: the axis, the canvas, and the page's rows and labels over it.
 #[component]
 fn Plot(
@@ -844,33 +544,6 @@ fn Plot(
     }
 }
 
-/// `f`: fits the window to the selected request (aligned: its own extent; run clock: its
-/// place on the run's clock).
-fn fit_selection(
-    store: Store,
-    facts: Memo<Option<RunFacts>>,
-    view: RwSignal<ViewState>,
-    home: Scale,
-) {
-    let Some(req) = view.with_untracked(|v| v.selected) else { return };
-    let Some(key) = facts.with_untracked(|f| f.as_ref().map(|f| f.key)) else { return };
-    let mode = view.with_untracked(|v| v.mode);
-    let span = store.read_untracked(|state| {
-        let run = state.run(key)?;
-        let index = req.checked_sub(run.analysis.first_request())? as usize;
-        let request = run.analysis.requests().get(index)?;
-        let start = request.start_ns?;
-        let end = super::layout::extent_ns(request)? + start;
-        Some(match mode {
-            Mode::Aligned => (0, end - start),
-            Mode::RunClock => (start, end),
-        })
-    });
-    if let Some((from, to)) = span {
-        view.update(|v| v.fit(from, to, home));
-    }
-}
-
 fn request_row(row: RowLayout, view: RwSignal<ViewState>) -> impl IntoView {
     let RowLayout { req, y, labels, .. } = row;
     let selected = move || view.with(|v| v.selected == Some(req));
@@ -917,71 +590,6 @@ fn label(label: Label) -> impl IntoView {
         }
         .into_any(),
     }
-}
-
-/// Saves the visible view as a PNG: the axis, the canvas's marks, and the page's text (request
-/// numbers, lane names, stall labels) painted over them, as the screen shows them.
-fn export_png(page: &Page, canvas: &web_sys::HtmlCanvasElement) -> Result<(), String> {
-    use wasm_bindgen::JsCast;
-    const AXIS: f64 = 18.0;
-    let failed = |what: &str| format!("could not save the view: {what}");
-    let document =
-        web_sys::window().and_then(|w| w.document()).ok_or_else(|| failed("no document"))?;
-    let out: web_sys::HtmlCanvasElement =
-        document.create_element("canvas").map_err(|_| failed("no canvas"))?.unchecked_into();
-    let (width, height) = (page.frame.width, page.frame.height + AXIS);
-    out.set_width(width as u32);
-    out.set_height(height as u32);
-    let context: web_sys::CanvasRenderingContext2d = out
-        .get_context("2d")
-        .ok()
-        .flatten()
-        .ok_or_else(|| failed("no 2d context"))?
-        .unchecked_into();
-    context.set_fill_style_str("#ffffff");
-    context.fill_rect(0.0, 0.0, width, height);
-    context
-        .draw_image_with_html_canvas_element_and_dw_and_dh(
-            canvas,
-            0.0,
-            AXIS,
-            width,
-            page.frame.height,
-        )
-        .map_err(|_| failed("could not copy the plot"))?;
-    context.set_font("10px monospace");
-    context.set_fill_style_str("#5f6b7a");
-    context.set_text_align("center");
-    for tick in page.scale.map(|s| s.ticks(MAX_TICK_INTERVALS)).unwrap_or_default() {
-        let _ = context.fill_text(&tick.label, GUTTER + tick.x, AXIS - 5.0);
-    }
-    context.set_text_align("left");
-    for row in &page.rows {
-        let _ = context.fill_text(&row.req.to_string(), 6.0, AXIS + row.y + 17.0);
-    }
-    for (y, name) in &page.lanes {
-        let _ = context.fill_text(name, 6.0, AXIS + y + 12.0);
-    }
-    context.set_font("bold 10px monospace");
-    for row in &page.rows {
-        for label in &row.labels {
-            let inside = label.anchor == Anchor::Inside;
-            context.set_fill_style_str(match (label.kind, inside) {
-                (_, true) => "#ffffff",
-                (LabelKind::Stall, false) => "#d62828",
-                (LabelKind::Wait, false) => "#8a5300",
-            });
-            context.set_text_align(if label.anchor == Anchor::After { "left" } else { "right" });
-            let _ = context.fill_text(&label.text, GUTTER + label.x, AXIS + row.y + label.y);
-        }
-    }
-    let url = out.to_data_url_with_type("image/png").map_err(|_| failed("the browser refused"))?;
-    let link: web_sys::HtmlAnchorElement =
-        document.create_element("a").map_err(|_| failed("no link"))?.unchecked_into();
-    link.set_href(&url);
-    link.set_download("ackscope-view.png");
-    link.click();
-    Ok(())
 }
 
 #[component]

@@ -4,8 +4,9 @@
 use ackscope_shared::attribution::Stall;
 use leptos::prelude::*;
 
+use super::find::select_request;
 use super::layout::class_word;
-use super::render::{select_request, RowList, RunFacts};
+use super::render::{RowList, RunFacts};
 use super::rows::Filter;
 use super::scale::format_duration;
 use super::view::ViewState;

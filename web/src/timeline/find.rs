@@ -1,0 +1,264 @@
+//! Finding things: the filters, "go to request", "next slowest" and the steps from stall to
+//! stall. Each ends by selecting a request and bringing it into view.
+
+use ackscope_shared::attribution::Stall;
+use leptos::ev::KeyboardEvent;
+use leptos::prelude::*;
+use web_sys::HtmlInputElement;
+
+use super::layout::{class_word, extent_ns};
+use super::render::{RowList, RunFacts, PAGE_ROWS};
+use super::rows::{step_stall, Filter, CLASSES};
+use super::scale::Scale;
+use super::view::{Mode, ViewState};
+use crate::store::Store;
+
+/// Filters, go-to, next-slowest and the stall steps.
+#[component]
+pub(super) fn FindBar(
+    store: Store,
+    facts: Memo<Option<RunFacts>>,
+    rows: Memo<RowList>,
+    view: RwSignal<ViewState>,
+    filter: RwSignal<Filter>,
+    message: RwSignal<Option<String>>,
+) -> impl IntoView {
+    let select_req = move |req: u32| select_request(facts, rows, view, filter, req, message);
+    let goto = move |ev: KeyboardEvent| {
+        if ev.key() != "Enter" {
+            return;
+        }
+        let input: HtmlInputElement = event_target(&ev);
+        match input.value().trim().parse::<u32>() {
+            Ok(req) => select_req(req),
+            Err(_) => message.set(Some(format!("\"{}\" is not a request number", input.value()))),
+        }
+    };
+    let next_slowest = move |_| {
+        let next = facts.with_untracked(|f| {
+            f.as_ref().and_then(|f| f.facts.next_slowest(view.with_untracked(|v| v.selected)))
+        });
+        if let Some(req) = next {
+            select_req(req);
+        }
+    };
+    let step =
+        move |forward: bool| step_to_stall(store, facts, rows, view, filter, forward, message);
+    let class_options = CLASSES
+        .iter()
+        .map(|class| view! { <option value=class_word(*class)>{class.name()}</option> })
+        .collect_view();
+    let range = move || {
+        let total = rows.with(|r| r.rows.len());
+        let top = view.with(|v| v.top);
+        let mode = view.with(|v| v.mode);
+        match mode {
+            Mode::Aligned if total == 0 => "no request matches".to_string(),
+            Mode::Aligned => format!(
+                "requests {}-{} of {} shown{}",
+                top + 1,
+                (top + PAGE_ROWS).min(total),
+                total,
+                if filter.with(Filter::is_empty) { String::new() } else { " (filtered)".into() }
+            ),
+            Mode::RunClock => "all requests on the run's clock".to_string(),
+        }
+    };
+    view! {
+        <div class="find-bar">
+            <label class="check">
+                <input
+                    type="checkbox"
+                    data-testid="only-stalled"
+                    prop:checked=move || filter.with(|f| f.only_stalled)
+                    on:change=move |ev| {
+                        let on = event_target_checked(&ev);
+                        filter.update(|f| f.only_stalled = on);
+                        view.update(|v| v.top = 0);
+                    }
+                />
+                "only requests that waited"
+            </label>
+            <label>
+                "class "
+                <select
+                    data-testid="class-filter"
+                    on:change=move |ev| {
+                        let value = event_target_value(&ev);
+                        let class = CLASSES.iter().copied().find(|c| class_word(*c) == value);
+                        filter.update(|f| f.class = class);
+                        view.update(|v| v.top = 0);
+                    }
+                >
+                    <option value="">"any"</option>
+                    {class_options}
+                </select>
+            </label>
+            <label>
+                "at least "
+                <input
+                    type="number"
+                    min="0"
+                    step="any"
+                    class="num short"
+                    data-testid="min-latency-ms"
+                    placeholder="0"
+                    on:change=move |ev| {
+                        let ms = event_target_value(&ev).trim().parse::<f64>().unwrap_or(0.0).max(0.0);
+                        filter.update(|f| f.min_latency_ns = (ms * 1e6) as u64);
+                        view.update(|v| v.top = 0);
+                    }
+                />
+                " ms"
+            </label>
+            <label>
+                "go to request "
+                <input
+                    type="text"
+                    inputmode="numeric"
+                    class="num short"
+                    data-testid="goto-request"
+                    placeholder="N"
+                    on:keydown=goto
+                />
+            </label>
+            <button type="button" class="button" data-testid="next-slowest" on:click=next_slowest>
+                "next slowest"
+            </button>
+            <button type="button" class="button" data-testid="prev-stall" title="previous stall (p)" on:click=move |_| step(false)>
+                "◀ stall"
+            </button>
+            <button type="button" class="button" data-testid="next-stall" title="next stall (n)" on:click=move |_| step(true)>
+                "stall ▶"
+            </button>
+            <span class="row-range" data-testid="row-range">{range}</span>
+            {move || message.get().map(|m| view! { <p class="find-message" role="status" data-testid="find-message">{m}</p> })}
+        </div>
+    }
+}
+
+/// Selects `req`, scrolls to it and, if it is outside a zoomed window, fits the window to it.
+pub(crate) fn select_request(
+    facts: Memo<Option<RunFacts>>,
+    rows: Memo<RowList>,
+    view: RwSignal<ViewState>,
+    filter: RwSignal<Filter>,
+    req: u32,
+    message: RwSignal<Option<String>>,
+) {
+    let known = facts.with_untracked(|f| f.as_ref().and_then(|f| f.facts.extent_of(req)));
+    if known.is_none() {
+        let count = facts.with_untracked(|f| f.as_ref().map_or(0, |f| f.facts.len()));
+        message.set(Some(format!(
+            "no request {req}: this run has requests 0-{}",
+            count.saturating_sub(1)
+        )));
+        return;
+    }
+    // A request the filter hides is shown by clearing the filter: the user asked for it.
+    if rows.with_untracked(|r| r.rows.binary_search(&req).is_err()) {
+        filter.set(Filter::default());
+    }
+    message.set(None);
+    let position = rows.with_untracked(|r| r.rows.binary_search(&req).ok());
+    let total = rows.with_untracked(|r| r.rows.len());
+    view.update(|v| {
+        v.selected = Some(req);
+        if v.mode == Mode::Aligned {
+            if let Some(position) = position {
+                v.reveal(position, total, PAGE_ROWS);
+            }
+        }
+    });
+}
+
+/// Where `n` / `p` step from: the stall last stepped to while its request is still the selected
+/// one; else the selected request (the next stall after it, or the previous before it); else
+/// the start. `stalls` are in request order.
+fn from_here(
+    stalls: &[Stall],
+    stepped: Option<usize>,
+    selected: Option<u32>,
+    forward: bool,
+) -> Option<usize> {
+    match (stepped, selected) {
+        (Some(index), Some(req)) if stalls.get(index).is_some_and(|s| s.req.0 == req) => {
+            Some(index)
+        }
+        (_, Some(req)) if forward => stalls.partition_point(|s| s.req.0 <= req).checked_sub(1),
+        (_, Some(req)) => Some(stalls.partition_point(|s| s.req.0 < req)),
+        (_, None) => None,
+    }
+}
+
+/// `n` / `p`: the next or previous stall the filter keeps; selects its request and fits it.
+pub(super) fn step_to_stall(
+    store: Store,
+    facts: Memo<Option<RunFacts>>,
+    rows: Memo<RowList>,
+    view: RwSignal<ViewState>,
+    filter: RwSignal<Filter>,
+    forward: bool,
+    message: RwSignal<Option<String>>,
+) {
+    let Some(key) = facts.with_untracked(|f| f.as_ref().map(|f| f.key)) else { return };
+    let (stepped, selected) = view.with_untracked(|v| (v.stall, v.selected));
+    let found = store.read_untracked(|state| {
+        let run = state.run(key)?;
+        let stalls = &run.attribution().stalls;
+        let current = from_here(stalls, stepped, selected, forward);
+        let index = facts.with_untracked(|f| {
+            let f = f.as_ref()?;
+            filter.with_untracked(|filter| step_stall(stalls, &f.facts, filter, current, forward))
+        })?;
+        let stall = &stalls[index];
+        let start = run
+            .analysis
+            .requests()
+            .get(stall.req.0.checked_sub(run.analysis.first_request())? as usize)?
+            .start_ns?;
+        Some((
+            index,
+            stall.req.0,
+            stall.start_ns.saturating_sub(start),
+            stall.end_ns.saturating_sub(start),
+        ))
+    });
+    let Some((index, req, _, _)) = found else {
+        message.set(Some(if forward {
+            "no stall after this one".into()
+        } else {
+            "no stall before this one".into()
+        }));
+        return;
+    };
+    select_request(facts, rows, view, filter, req, message);
+    view.update(|v| v.stall = Some(index));
+}
+
+/// `f`: fits the window to the selected request (aligned: its own extent; run clock: its
+/// place on the run's clock).
+pub(super) fn fit_selection(
+    store: Store,
+    facts: Memo<Option<RunFacts>>,
+    view: RwSignal<ViewState>,
+    home: Scale,
+) {
+    let Some(req) = view.with_untracked(|v| v.selected) else { return };
+    let Some(key) = facts.with_untracked(|f| f.as_ref().map(|f| f.key)) else { return };
+    let mode = view.with_untracked(|v| v.mode);
+    let span = store.read_untracked(|state| {
+        let run = state.run(key)?;
+        let index = req.checked_sub(run.analysis.first_request())? as usize;
+        let request = run.analysis.requests().get(index)?;
+        let start = request.start_ns?;
+        let end = extent_ns(request)? + start;
+        Some(match mode {
+            Mode::Aligned => (0, end - start),
+            Mode::RunClock => (start, end),
+        })
+    });
+    if let Some((from, to)) = span {
+        view.update(|v| v.fit(from, to, home));
+    }
+}
