@@ -21,6 +21,8 @@ const MIN_CALL_HEIGHT: f64 = 3.0;
 /// (Linux's minimum is 40 ms; anything past 20 ms is far beyond a loopback round trip). This
 /// only decides how the packet is drawn; the stall's verdict is the attribution's.
 const LATE_ACK_NS: u64 = 20_000_000;
+/// The height of one line of a packet's text.
+const LABEL_LINE: f64 = 11.0;
 
 /// One call on a side's time line.
 #[derive(Clone, Debug, PartialEq)]
@@ -40,7 +42,10 @@ pub struct LadderCall {
 pub struct LadderPacket {
     pub from: Side,
     pub y: f64,
-    /// "4 B", "2048 B", "ACK", "ACK after 43.7 ms".
+    /// Where its text sits: just above the line, or lower when the packet before it is so close
+    /// that their texts would overlap (a held body follows the delayed ACK by microseconds).
+    pub label_y: f64,
+    /// "4 B", "2048 B", "ACK", "delayed ACK +43.7 ms".
     pub text: String,
     pub pure_ack: bool,
     /// A pure ACK sent long after the data it acknowledges: the delayed ACK.
@@ -91,9 +96,10 @@ pub fn ladder(analysis: &RunAnalysis, view: &RequestView, stalls: &[Stall]) -> O
             SpanKind::Write => format!("write {} B", span.bytes),
             SpanKind::Read => format!("read {} B", span.bytes),
         };
-        text.push_str(&format!(" in {}", format_duration(span.duration_ns())));
-        if let Some(held) = held {
-            text.push_str(&format!(", held {}", format_duration(held)));
+        // A held read says what was held (its duration is the bar); others, how long they took.
+        match held {
+            Some(held) => text.push_str(&format!(", held {}", format_duration(held))),
+            None => text.push_str(&format!(" in {}", format_duration(span.duration_ns()))),
         }
         let stalled = why.is_some_and(|stall| stall.class.is_held_read()) || held.is_some();
         calls.push(LadderCall {
@@ -105,12 +111,17 @@ pub fn ladder(analysis: &RunAnalysis, view: &RequestView, stalls: &[Stall]) -> O
             waited: why.is_some() && !stalled,
         });
     }
-    let packets = view
+    let mut packets: Vec<LadderPacket> = view
         .segments
         .iter()
         .enumerate()
         .map(|(index, segment)| packet(&view.segments[..index], segment, y(segment.at_ns)))
         .collect();
+    let mut last_label = f64::NEG_INFINITY;
+    for packet in &mut packets {
+        packet.label_y = (packet.y - 2.0).max(last_label + LABEL_LINE);
+        last_label = packet.label_y;
+    }
     let marks = [0.0, 0.25, 0.5, 0.75, 1.0]
         .into_iter()
         .map(|share| {
@@ -133,12 +144,12 @@ fn packet(earlier: &[SegmentSample], segment: &SegmentSample, y: f64) -> LadderP
     let late = pure_ack && delay.is_some_and(|delay| delay >= LATE_ACK_NS);
     let text = match (pure_ack, delay) {
         (true, Some(delay)) if late => {
-            format!("delayed ACK, {} after the data", format_duration(delay))
+            format!("delayed ACK +{}", format_duration(delay))
         }
         (true, _) => "ACK".to_string(),
         (false, _) => format!("{} B", segment.len),
     };
-    LadderPacket { from: segment.side, y, text, pure_ack, late }
+    LadderPacket { from: segment.side, y, label_y: y - 2.0, text, pure_ack, late }
 }
 
 #[cfg(test)]
@@ -161,7 +172,7 @@ mod tests {
         assert!(ladder.calls.iter().any(|c| c.side == Side::Server));
         let stalled: Vec<&LadderCall> = ladder.calls.iter().filter(|c| c.stalled).collect();
         assert_eq!(stalled.len(), 2, "one held read per direction");
-        assert!(stalled.iter().all(|c| c.text.contains("held 44.0 ms") && c.height > 150.0));
+        assert!(stalled.iter().all(|c| c.text.ends_with(", held 44.0 ms") && c.height > 150.0));
         assert!(ladder.calls.iter().all(|c| c.height >= MIN_CALL_HEIGHT && c.y >= TOP));
         assert_eq!(ladder.marks.first().map(|m| m.1.as_str()), Some("0"));
         assert!(ladder.packets.is_empty(), "not captured");
@@ -193,12 +204,14 @@ mod tests {
         analysis.push_all(&events);
         let view = &analysis.requests()[1];
         let ladder = ladder(&analysis, view, &[]).expect("started");
+        let labels: Vec<f64> = ladder.packets.iter().map(|p| p.label_y).collect();
+        assert!(
+            labels.windows(2).all(|w| w[1] - w[0] >= LABEL_LINE),
+            "texts never overlap: {labels:?}"
+        );
         let texts: Vec<(&str, bool)> =
             ladder.packets.iter().map(|p| (p.text.as_str(), p.late)).collect();
-        assert_eq!(
-            texts,
-            [("4 B", false), ("delayed ACK, 44.0 ms after the data", true), ("2048 B", false)]
-        );
+        assert_eq!(texts, [("4 B", false), ("delayed ACK +44.0 ms", true), ("2048 B", false)]);
     }
 
     fn analysis_start(events: &[Event]) -> u64 {

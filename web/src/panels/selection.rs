@@ -152,7 +152,7 @@ fn ladder_svg(ladder: Ladder) -> impl IntoView {
             view! {
                 <g class=class data-testid="ladder-packet" data-late=packet.late.to_string()>
                     <line x1=x1 x2=x2 y1=packet.y y2=packet.y + 6.0 />
-                    <text x=(x1 + x2) / 2.0 y=packet.y - 2.0 text-anchor="middle">{packet.text}</text>
+                    <text x=(x1 + x2) / 2.0 y=packet.label_y text-anchor="middle">{packet.text}</text>
                 </g>
             }
         })
