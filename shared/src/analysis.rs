@@ -156,15 +156,29 @@ pub struct RunAnalysis {
     /// Requests below this id were retired ([`RunAnalysis::retire`]); `requests[0]` is this one.
     base: u32,
     retired: Retired,
+    /// Every completed request's latency, retired ones included, kept in order as requests
+    /// complete: the summary's percentiles without sorting the run on every question.
+    latencies: SortedMultiset,
+    /// The earliest start and the latest done of every request, retired ones included.
+    first_start: Option<u64>,
+    last_done: Option<u64>,
 }
 
 /// What the summary still needs of retired requests.
 #[derive(Debug, Default)]
 struct Retired {
-    latencies: Vec<u64>,
+    /// Their earliest start and latest done: `first_start` and `last_done` are found again from
+    /// these and the requests held when a repeated event replaces the extreme one.
     first_start: Option<u64>,
     last_done: Option<u64>,
     stalled_reads: u32,
+}
+
+/// Which of a request's times an event sets.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Time {
+    Start,
+    Done,
 }
 
 impl RunAnalysis {
@@ -181,17 +195,8 @@ impl RunAnalysis {
     pub fn push(&mut self, event: &Event) {
         let key = (event.conn, event.side);
         match event.kind {
-            EventKind::RequestStart => {
-                if let Some(view) = self.request_mut(event.req) {
-                    view.start_ns = Some(event.at_ns);
-                    view.conn = Some(event.conn);
-                }
-            }
-            EventKind::RequestDone => {
-                if let Some(view) = self.request_mut(event.req) {
-                    view.done_ns = Some(event.at_ns);
-                }
-            }
+            EventKind::RequestStart => self.set_time(event, Time::Start),
+            EventKind::RequestDone => self.set_time(event, Time::Done),
             EventKind::ConnectStart => {
                 self.open.insert(key, (event.at_ns, SpanKind::Connect));
             }
@@ -258,6 +263,47 @@ impl RunAnalysis {
             | EventKind::SockOpt { .. }
             | EventKind::Buffers { .. }
             | EventKind::Link(_) => {}
+        }
+    }
+
+    /// Sets a request's start (and connection) or done time, and keeps what the summary reads of
+    /// every request up to date: the latency index, the first start and the last done.
+    fn set_time(&mut self, event: &Event, time: Time) {
+        let Some(view) = self.request_mut(event.req) else { return };
+        let latency_before = view.latency_ns();
+        let replaced = match time {
+            Time::Start => {
+                view.conn = Some(event.conn);
+                view.start_ns.replace(event.at_ns)
+            }
+            Time::Done => view.done_ns.replace(event.at_ns),
+        };
+        let latency_after = view.latency_ns();
+        if latency_before != latency_after {
+            if let Some(before) = latency_before {
+                self.latencies.remove(before);
+            }
+            if let Some(after) = latency_after {
+                self.latencies.insert(after);
+            }
+        }
+        // The probe sends one start and one done per request. A repeated one (a broken or
+        // hostile file) that replaces the run's extreme may move it inward: scan for it again.
+        match time {
+            Time::Start if replaced.is_some_and(|old| Some(old) == self.first_start) => {
+                self.first_start = min_some(
+                    self.retired.first_start,
+                    self.requests.iter().filter_map(|r| r.start_ns).min(),
+                );
+            }
+            Time::Start => self.first_start = min_some(self.first_start, Some(event.at_ns)),
+            Time::Done if replaced.is_some_and(|old| Some(old) == self.last_done) => {
+                self.last_done = self
+                    .retired
+                    .last_done
+                    .max(self.requests.iter().filter_map(|r| r.done_ns).max());
+            }
+            Time::Done => self.last_done = self.last_done.max(Some(event.at_ns)),
         }
     }
 
@@ -346,7 +392,7 @@ impl RunAnalysis {
         let mut retired = std::mem::take(&mut self.retired);
         for (offset, view) in self.requests[..count].iter().enumerate() {
             fold(self, ReqId(self.base + offset as u32), view);
-            retired.latencies.extend(view.latency_ns());
+            // Their latencies stay in `latencies`, their times in `first_start` / `last_done`.
             retired.first_start = min_some(retired.first_start, view.start_ns);
             retired.last_done = retired.last_done.max(view.done_ns);
             retired.stalled_reads += self.stalled_reads_of(view);
@@ -363,43 +409,207 @@ impl RunAnalysis {
         }
     }
 
-    fn stalled_reads_of(&self, view: &RequestView) -> u32 {
+    /// The reads of one request held longer than [`STALL_THRESHOLD_NS`] (what
+    /// [`Summary::stalled_reads`] counts), as the analysis knows them now.
+    pub fn stalled_reads_of(&self, view: &RequestView) -> u32 {
         let Some(conn) = view.conn else { return 0 };
         view.spans.iter().filter(|span| self.stall_ns(conn, span).is_some()).count() as u32
     }
 
     /// Every completed request's latency (retired ones included), shortest first.
     pub fn latencies_ns(&self) -> Vec<u64> {
-        let mut latencies: Vec<u64> = self.retired.latencies.clone();
-        latencies.extend(self.requests.iter().filter_map(RequestView::latency_ns));
-        latencies.sort_unstable();
-        latencies
+        self.latencies.iter().collect()
     }
 
+    /// Every completed request's latency (retired ones included), in order: for percentiles
+    /// without copying them.
+    pub fn latencies(&self) -> &SortedMultiset {
+        &self.latencies
+    }
+
+    /// The headline numbers. The latencies are kept in order as requests complete; the stalled
+    /// reads are counted over every span held, O(spans).
     pub fn summary(&self) -> Summary {
-        let latencies = self.latencies_ns();
-        let first_start = min_some(
-            self.retired.first_start,
-            self.requests.iter().filter_map(|r| r.start_ns).min(),
-        );
-        let last_done =
-            self.retired.last_done.max(self.requests.iter().filter_map(|r| r.done_ns).max());
-        let duration_s = match (first_start, last_done) {
+        let stalled_reads = self.retired.stalled_reads
+            + self.requests.iter().map(|view| self.stalled_reads_of(view)).sum::<u32>();
+        self.summary_with_stalled_reads(stalled_reads)
+    }
+
+    /// [`RunAnalysis::summary`] with the stalled reads counted by the caller, who keeps them as
+    /// requests settle (`attribution::Incremental`: the browser asks once per frame while a run
+    /// streams in). Costs O(n / 512): three order statistics of the latencies.
+    pub fn summary_with_stalled_reads(&self, stalled_reads: u32) -> Summary {
+        let duration_s = match (self.first_start, self.last_done) {
             (Some(start), Some(done)) => done.saturating_sub(start) as f64 / 1e9,
             _ => 0.0,
         };
-        let requests = latencies.len() as u32;
-        let stalled_reads = self.retired.stalled_reads
-            + self.requests.iter().map(|view| self.stalled_reads_of(view)).sum::<u32>();
+        let requests = self.latencies.len() as u32;
         Summary {
             requests,
             duration_s,
             rps: if duration_s > 0.0 { f64::from(requests) / duration_s } else { 0.0 },
-            p50_ms: ns_to_ms(percentile(&latencies, 50.0)),
-            p99_ms: ns_to_ms(percentile(&latencies, 99.0)),
-            max_ms: ns_to_ms(latencies.last().copied().unwrap_or(0)),
+            p50_ms: ns_to_ms(self.latencies.percentile(50.0)),
+            p99_ms: ns_to_ms(self.latencies.percentile(99.0)),
+            max_ms: ns_to_ms(self.latencies.max().unwrap_or(0)),
             stalled_reads,
         }
+    }
+}
+
+/// The request whose view (times, spans, TCP_INFO samples, segments) `event` may change when
+/// pushed, if any: for callers that keep what they derived from settled requests and must know
+/// when one changed after all (`attribution::Incremental`). Kept next to [`RunAnalysis::push`],
+/// whose cases it follows: it may name a request an event turns out not to change (a done
+/// without its start, a zero-byte read), never miss one that it does.
+pub fn request_touched(event: &Event) -> Option<ReqId> {
+    match &event.kind {
+        EventKind::RequestStart
+        | EventKind::RequestDone
+        | EventKind::Connected
+        | EventKind::WriteDone { .. }
+        | EventKind::Segment(_) => Some(event.req),
+        EventKind::ReadDone { bytes } if *bytes > 0 => Some(event.req),
+        EventKind::TcpInfo(info) if info.during_block => Some(event.req),
+        // A zero-byte read is the peer closing (no span); a TCP_INFO sample at a syscall
+        // changes the connection's MSS and RTT, not a request.
+        EventKind::ReadDone { .. }
+        | EventKind::TcpInfo(_)
+        | EventKind::ConnectStart
+        | EventKind::WriteStart { .. }
+        | EventKind::ReadStart { .. }
+        | EventKind::Accepted
+        | EventKind::Closed
+        | EventKind::SockOpt { .. }
+        | EventKind::Buffers { .. }
+        | EventKind::Link(_) => None,
+    }
+}
+
+/// Values in block-wise sorted order, for exact nearest-rank percentiles of a set that grows
+/// while it is asked (a live run's latencies, a class's waits). An insert or a removal costs
+/// O(log n + BLOCK): a binary search, then moving at most 2 * BLOCK values inside one block. The
+/// k-th value costs O(n / BLOCK): a walk over the blocks' lengths (about 200 blocks for 100,000
+/// values). A sorted `Vec` would move O(n) values per insert, sorting on every question costs
+/// O(n log n), and a histogram would not give the exact values the CLI prints.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SortedMultiset {
+    /// Each sorted and not empty; every value of a block is at most every value of the next.
+    blocks: Vec<Vec<u64>>,
+    len: usize,
+}
+
+/// A block is split in two when it reaches twice this many values.
+const BLOCK: usize = 512;
+
+impl SortedMultiset {
+    pub fn new() -> SortedMultiset {
+        SortedMultiset::default()
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The block where `value` goes or is: the first whose last value is at least `value` (if
+    /// `value` is held, the first block holding it is that one), else the last block.
+    fn block_of(&self, value: u64) -> usize {
+        let first_not_below = self.blocks.partition_point(|b| b.last().is_some_and(|&v| v < value));
+        first_not_below.min(self.blocks.len().saturating_sub(1))
+    }
+
+    pub fn insert(&mut self, value: u64) {
+        if self.blocks.is_empty() {
+            self.blocks.push(Vec::with_capacity(2 * BLOCK));
+        }
+        let index = self.block_of(value);
+        let block = &mut self.blocks[index];
+        let at = block.partition_point(|&v| v <= value);
+        block.insert(at, value);
+        self.len += 1;
+        if block.len() >= 2 * BLOCK {
+            let upper = block.split_off(BLOCK);
+            self.blocks.insert(index + 1, upper);
+        }
+    }
+
+    /// Removes one `value`; false if there was none.
+    pub fn remove(&mut self, value: u64) -> bool {
+        if self.blocks.is_empty() {
+            return false;
+        }
+        let index = self.block_of(value);
+        let block = &mut self.blocks[index];
+        let at = block.partition_point(|&v| v < value);
+        if block.get(at) != Some(&value) {
+            return false;
+        }
+        block.remove(at);
+        self.len -= 1;
+        if block.is_empty() {
+            self.blocks.remove(index);
+        }
+        true
+    }
+
+    /// The `k`-th smallest value, from 0.
+    pub fn kth(&self, mut k: usize) -> Option<u64> {
+        for block in &self.blocks {
+            match block.get(k) {
+                Some(&value) => return Some(value),
+                None => k -= block.len(),
+            }
+        }
+        None
+    }
+
+    pub fn max(&self) -> Option<u64> {
+        self.blocks.last().and_then(|block| block.last()).copied()
+    }
+
+    /// Every value, smallest first.
+    pub fn iter(&self) -> impl Iterator<Item = u64> + '_ {
+        self.blocks.iter().flatten().copied()
+    }
+
+    /// The `k`-th smallest value (from 0) of these values and `more` (sorted) together, without
+    /// merging them: a binary search over how many of the first k + 1 come from `more`,
+    /// O(log |more| * n / BLOCK).
+    pub fn kth_with(&self, more: &[u64], k: usize) -> Option<u64> {
+        let (n, m) = (self.len, more.len());
+        let take = k.checked_add(1).filter(|&take| take <= n + m)?;
+        // `j` values from `more` and `take - j` from here are the first `take` when neither side
+        // gave a value greater than the other's next one.
+        let (mut lo, mut hi) = (take.saturating_sub(n), take.min(m));
+        loop {
+            let j = lo + (hi - lo) / 2;
+            let i = take - j;
+            let here = |index: usize| self.kth(index).unwrap_or(u64::MAX);
+            if i > 0 && j < m && here(i - 1) > more[j] {
+                lo = j + 1;
+            } else if j > 0 && i < n && more[j - 1] > here(i) {
+                hi = j - 1;
+            } else {
+                let last_here = i.checked_sub(1).and_then(|index| self.kth(index));
+                let last_more = j.checked_sub(1).map(|index| more[index]);
+                return last_here.max(last_more);
+            }
+        }
+    }
+
+    /// Nearest-rank percentile, as [`percentile`] of the sorted values; 0 when there are none.
+    pub fn percentile(&self, pct: f64) -> u64 {
+        self.percentile_with(&[], pct)
+    }
+
+    /// Nearest-rank percentile of these values and `more` (sorted) together.
+    pub fn percentile_with(&self, more: &[u64], pct: f64) -> u64 {
+        nearest_rank(self.len + more.len(), pct)
+            .and_then(|index| self.kth_with(more, index))
+            .unwrap_or(0)
     }
 }
 
@@ -412,19 +622,76 @@ fn min_some(a: Option<u64>, b: Option<u64>) -> Option<u64> {
 
 /// Nearest-rank percentile of sorted values; 0 when there are none.
 pub fn percentile(sorted: &[u64], pct: f64) -> u64 {
-    if sorted.is_empty() {
-        return 0;
-    }
-    let rank = ((pct / 100.0) * sorted.len() as f64).ceil() as usize;
-    sorted[rank.clamp(1, sorted.len()) - 1]
+    nearest_rank(sorted.len(), pct).map_or(0, |index| sorted[index])
+}
+
+/// The index (from 0) of the nearest-rank `pct` percentile among `len` sorted values.
+fn nearest_rank(len: usize, pct: f64) -> Option<usize> {
+    let rank = ((pct / 100.0) * len as f64).ceil() as usize;
+    (len > 0).then(|| rank.clamp(1, len) - 1)
 }
 
 pub fn ns_to_ms(ns: u64) -> f64 {
     ns as f64 / 1e6
 }
 
+/// Random batches of a run's events, for the property tests of what is kept incrementally.
+#[cfg(test)]
+pub(crate) mod batches {
+    use crate::event::{Event, EventKind, Side};
+
+    /// xorshift64*: deterministic, no dependency.
+    pub struct Rng(pub u64);
+
+    impl Rng {
+        pub fn below(&mut self, n: usize) -> usize {
+            self.0 ^= self.0 >> 12;
+            self.0 ^= self.0 << 25;
+            self.0 ^= self.0 >> 27;
+            (self.0.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 33) as usize % n.max(1)
+        }
+    }
+
+    /// The thread that records an event at the probe: each side's syscalls, the TCP_INFO
+    /// sampler's samples during blocked calls, the packet capture's segments (both sides).
+    fn stream(event: &Event) -> usize {
+        match &event.kind {
+            EventKind::Segment(_) => 4,
+            EventKind::TcpInfo(info) if info.during_block => {
+                2 + usize::from(event.side == Side::Server)
+            }
+            _ => usize::from(event.side == Side::Server),
+        }
+    }
+
+    /// `events` as the browser may get them: every stream in its own order, the streams
+    /// interleaved at random in chunks of 1 to `chunk` events, grouped into batches of 1 to 3
+    /// chunks.
+    pub fn random_batches(events: &[Event], seed: u64, chunk: usize) -> Vec<Vec<Event>> {
+        let mut rng = Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
+        let mut streams: Vec<std::collections::VecDeque<Event>> = vec![Default::default(); 5];
+        for event in events {
+            streams[stream(event)].push_back(event.clone());
+        }
+        let mut batches = Vec::new();
+        while streams.iter().any(|s| !s.is_empty()) {
+            let mut batch = Vec::new();
+            for _ in 0..=rng.below(3) {
+                let open: Vec<usize> =
+                    (0..streams.len()).filter(|&i| !streams[i].is_empty()).collect();
+                let Some(&from) = open.get(rng.below(open.len())) else { break };
+                let take = (1 + rng.below(chunk)).min(streams[from].len());
+                batch.extend(streams[from].drain(..take));
+            }
+            batches.push(batch);
+        }
+        batches
+    }
+}
+
 #[cfg(test)]
 mod tests {
+    use super::batches::{random_batches, Rng};
     use super::*;
 
     use crate::synthetic::{nagle_run, Script, MS, US};
@@ -530,6 +797,110 @@ mod tests {
         assert_eq!(folded.first().map(|f| f.0), Some(ReqId(0)));
         assert!(folded.iter().all(|&(_, spans)| spans == 8), "each handed over whole");
         assert!(folded.windows(2).all(|w| w[1].0 .0 == w[0].0 .0 + 1), "in order, once each");
+    }
+
+    /// The summary as it was computed before the latencies were kept in order: a scan of every
+    /// request held and a sort (for analyses that retired nothing).
+    fn summary_by_sorting(analysis: &RunAnalysis) -> Summary {
+        let requests = analysis.requests();
+        let mut latencies: Vec<u64> = requests.iter().filter_map(RequestView::latency_ns).collect();
+        latencies.sort_unstable();
+        let first_start = requests.iter().filter_map(|r| r.start_ns).min();
+        let last_done = requests.iter().filter_map(|r| r.done_ns).max();
+        let duration_s = match (first_start, last_done) {
+            (Some(start), Some(done)) => done.saturating_sub(start) as f64 / 1e9,
+            _ => 0.0,
+        };
+        let count = latencies.len() as u32;
+        Summary {
+            requests: count,
+            duration_s,
+            rps: if duration_s > 0.0 { f64::from(count) / duration_s } else { 0.0 },
+            p50_ms: ns_to_ms(percentile(&latencies, 50.0)),
+            p99_ms: ns_to_ms(percentile(&latencies, 99.0)),
+            max_ms: ns_to_ms(latencies.last().copied().unwrap_or(0)),
+            stalled_reads: requests.iter().map(|view| analysis.stalled_reads_of(view)).sum(),
+        }
+    }
+
+    #[test]
+    fn the_summary_equals_a_full_sort_at_every_step_of_any_split() {
+        // Holds of different lengths, so that the percentiles move as requests complete.
+        let mut script = Script::default();
+        let mut t = 0;
+        for req in 0..300 {
+            let hold = [30 * US, 44 * MS, 12 * MS, 200 * MS, 3 * MS][req as usize % 5];
+            t = script.exchange(req, t, t.saturating_sub(40 * US), hold + u64::from(req) * US)
+                + 50 * US;
+        }
+        // A broken stream: repeated starts and dones, one replacing the run's first start and
+        // one its last done, one moving a latency.
+        let mut events = script.events.clone();
+        let repeat = |e: &Event, req: u32, kind: &EventKind| e.req == ReqId(req) && e.kind == *kind;
+        let first = events.iter().find(|e| repeat(e, 0, &EventKind::RequestStart)).cloned();
+        let last = events.iter().rev().find(|e| repeat(e, 299, &EventKind::RequestDone)).cloned();
+        let middle = events.iter().find(|e| repeat(e, 150, &EventKind::RequestDone)).cloned();
+        for (event, shift) in [(first, 7 * MS), (last, 0), (middle, 5 * MS)] {
+            let mut event = event.expect("in the script");
+            event.at_ns = if shift == 0 { event.at_ns - MS } else { event.at_ns + shift };
+            events.push(event);
+        }
+        for seed in 0..6 {
+            let mut analysis = RunAnalysis::new();
+            for batch in random_batches(&events, seed, 40) {
+                analysis.push_all(&batch);
+                assert_eq!(analysis.summary(), summary_by_sorting(&analysis), "seed {seed}");
+                assert_eq!(analysis.latencies_ns().len(), analysis.latencies().len());
+            }
+            let summary = analysis.summary();
+            assert_eq!(summary.requests, 300);
+            assert!(summary.p99_ms > 200.0, "{summary:?}");
+        }
+    }
+
+    #[test]
+    fn a_sorted_multiset_answers_as_a_sorted_vec() {
+        let mut rng = Rng(7);
+        let mut set = SortedMultiset::new();
+        let mut reference: Vec<u64> = Vec::new();
+        for step in 0..6000 {
+            // Few distinct values: duplicates across block boundaries.
+            let value = rng.below(700) as u64 * 3;
+            if rng.below(4) == 0 {
+                let held = reference.iter().position(|&v| v == value);
+                assert_eq!(set.remove(value), held.is_some());
+                if let Some(at) = held {
+                    reference.remove(at);
+                }
+            } else {
+                set.insert(value);
+                let at = reference.partition_point(|&v| v <= value);
+                reference.insert(at, value);
+            }
+            assert_eq!(set.len(), reference.len());
+            if step % 97 == 0 {
+                assert_eq!(set.iter().collect::<Vec<_>>(), reference);
+                assert_eq!(set.max(), reference.last().copied());
+                for k in (0..reference.len() + 2).step_by(13) {
+                    assert_eq!(set.kth(k), reference.get(k).copied(), "k {k}");
+                }
+                let mut more: Vec<u64> =
+                    (0..rng.below(9)).map(|_| rng.below(2200) as u64).collect();
+                more.sort_unstable();
+                let mut merged = [reference.as_slice(), more.as_slice()].concat();
+                merged.sort_unstable();
+                for k in 0..merged.len() + 2 {
+                    assert_eq!(set.kth_with(&more, k), merged.get(k).copied(), "k {k} {more:?}");
+                }
+                for pct in [0.0, 1.0, 50.0, 99.0, 99.9, 100.0] {
+                    assert_eq!(set.percentile_with(&more, pct), percentile(&merged, pct));
+                }
+            }
+        }
+        assert!(set.blocks.len() > 3, "the blocks were split: {}", set.blocks.len());
+        assert!(SortedMultiset::new().percentile_with(&[], 50.0) == 0);
+        assert_eq!(SortedMultiset::new().kth_with(&[4, 9], 1), Some(9));
+        assert!(!SortedMultiset::new().remove(3));
     }
 
     #[test]

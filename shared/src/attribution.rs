@@ -5,12 +5,15 @@
 //! `Unexplained`. Never guess: an unexplained stall tells the user to look closer, a wrong
 //! class sends them to the wrong fix.
 
+use std::collections::HashMap;
+
 use serde::{Deserialize, Serialize};
 
 use crate::analysis::{
-    percentile, RequestView, RunAnalysis, SegmentSample, Span, SpanKind, STALL_THRESHOLD_NS,
+    request_touched, RequestView, RunAnalysis, SegmentSample, SortedMultiset, Span, SpanKind,
+    STALL_THRESHOLD_NS,
 };
-use crate::event::{ConnId, ReqId, Side};
+use crate::event::{ConnId, Event, EventKind, ReqId, Side};
 use crate::spec::RrSpec;
 
 /// Why a call waited.
@@ -250,6 +253,7 @@ fn held_read(
             return unexplained(format!("the {w} corks its messages"));
         }
     }
+    let facts = WriterFacts::of(analysis, conn, writer);
     let writes: Vec<&Span> =
         view.spans.iter().filter(|s| s.side == writer && s.kind == SpanKind::Write).collect();
     // The write that carried the read's last byte, and the write just before it.
@@ -260,7 +264,7 @@ fn held_read(
         return unexplained("no smaller write came before it in this request".into());
     };
     let body = writes[carrier];
-    let mss = analysis.snd_mss(conn, writer).unwrap_or(MIN_MSS).max(MIN_MSS);
+    let mss = facts.mss;
     // The small write's bytes reached the reader before the body's did.
     let small_arrived = view.spans.iter().any(|s| {
         s.side == read.side
@@ -279,7 +283,7 @@ fn held_read(
     // earlier small segment's, one round trip after it left.
     // From the reader's side the tail arrives one RTT after the head did (`held` counts from
     // the head's arrival, less the path delay the tail itself needed).
-    if let Some(rtt) = analysis.min_rtt_ns(conn, writer).filter(|&rtt| rtt >= STALL_THRESHOLD_NS) {
+    if let Some(rtt) = facts.rtt_ns {
         let waited = held + analysis.path_delay_ns();
         if waited * 4 >= rtt * 3 && waited * 4 <= rtt * 5 {
             let mut evidence = format!(
@@ -335,6 +339,33 @@ fn held_read(
         }
     }
     (StallClass::NagleDelayedAck, evidence)
+}
+
+/// The earlier of two requests, either of which may be absent.
+fn earliest(a: Option<u32>, b: Option<u32>) -> Option<u32> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
+}
+
+/// What the attribution of a held read takes from its connection rather than from its own
+/// request's events: the writer's MSS as TCP_INFO reported it last, and its smallest RTT when it
+/// is long enough to explain a stall. [`Incremental`] compares them to know when a settled
+/// request's attribution changed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct WriterFacts {
+    mss: u32,
+    rtt_ns: Option<u64>,
+}
+
+impl WriterFacts {
+    fn of(analysis: &RunAnalysis, conn: ConnId, writer: Side) -> WriterFacts {
+        WriterFacts {
+            mss: analysis.snd_mss(conn, writer).unwrap_or(MIN_MSS).max(MIN_MSS),
+            rtt_ns: analysis.min_rtt_ns(conn, writer).filter(|&rtt| rtt >= STALL_THRESHOLD_NS),
+        }
+    }
 }
 
 /// The captured segments of a Nagle x delayed ACK hold: the small segment, the reader's pure
@@ -503,46 +534,285 @@ pub fn summarize(stalls: &[Stall]) -> Vec<ClassSummary> {
     tally.summaries()
 }
 
-/// Stalls counted as they are found, keeping only their waits (for the medians).
+/// A class and direction: what a [`ClassSummary`] line groups.
+type GroupKey = (StallClass, Side, Side);
+
+fn group_key(stall: &Stall) -> GroupKey {
+    (stall.class, stall.from, stall.to)
+}
+
+/// Stalls counted as they are found, keeping only their waits (for the medians), in order: a
+/// median is an order statistic, not a sort of every wait on every question.
 #[derive(Debug, Default)]
 pub struct StallTally {
-    groups: Vec<((StallClass, Side, Side), Vec<u64>)>,
+    /// In the order of their first stall counted (still held): [`summarize`]'s order, which the
+    /// summaries keep between lines of equal count and class.
+    groups: Vec<(GroupKey, SortedMultiset)>,
 }
 
 impl StallTally {
     pub fn add(&mut self, stall: &Stall) {
-        let key = (stall.class, stall.from, stall.to);
+        let key = group_key(stall);
         match self.groups.iter_mut().find(|(k, _)| *k == key) {
-            Some((_, waits)) => waits.push(stall.wait_ns),
-            None => self.groups.push((key, vec![stall.wait_ns])),
+            Some((_, waits)) => waits.insert(stall.wait_ns),
+            None => {
+                let mut waits = SortedMultiset::new();
+                waits.insert(stall.wait_ns);
+                self.groups.push((key, waits));
+            }
         }
     }
 
-    /// The groups so far, with these stalls added (for requests not yet counted).
-    pub fn summaries_with(&self, more: &[Stall]) -> Vec<ClassSummary> {
-        let mut all = StallTally { groups: self.groups.clone() };
-        more.iter().for_each(|stall| all.add(stall));
-        all.summaries()
+    /// Takes back a stall counted with [`StallTally::add`]; false if there was none like it. A
+    /// group left empty goes, so that it comes back in the order of its next stall.
+    pub fn remove(&mut self, stall: &Stall) -> bool {
+        let key = group_key(stall);
+        let Some(at) = self.groups.iter().position(|(k, _)| *k == key) else { return false };
+        let removed = self.groups[at].1.remove(stall.wait_ns);
+        if self.groups[at].1.is_empty() {
+            self.groups.remove(at);
+        }
+        removed
     }
 
-    pub fn summaries(self) -> Vec<ClassSummary> {
-        let mut summaries: Vec<ClassSummary> = self
-            .groups
-            .into_iter()
-            .map(|((class, from, to), mut waits)| {
-                waits.sort_unstable();
-                ClassSummary {
-                    class,
-                    direction: format!("{}->{}", from.name(), to.name()),
-                    count: waits.len() as u32,
-                    median_ms: ms(percentile(&waits, 50.0)),
-                    fixes: class.fixes(from, to),
-                }
+    /// The groups so far, with these stalls added (for requests not yet counted), as
+    /// [`summarize`] of the counted stalls followed by `more` gives them. Costs O(|more| log
+    /// |more|) and an order statistic per group, not a copy of the counted waits.
+    pub fn summaries_with(&self, more: &[Stall]) -> Vec<ClassSummary> {
+        // `more`'s waits per group, in the order of their first stall.
+        let mut extra: Vec<(GroupKey, Vec<u64>)> = Vec::new();
+        for stall in more {
+            let key = group_key(stall);
+            match extra.iter_mut().find(|(k, _)| *k == key) {
+                Some((_, waits)) => waits.push(stall.wait_ns),
+                None => extra.push((key, vec![stall.wait_ns])),
+            }
+        }
+        extra.iter_mut().for_each(|(_, waits)| waits.sort_unstable());
+        let no_waits = SortedMultiset::new();
+        let counted = self.groups.iter().map(|(key, waits)| {
+            let more = extra.iter().find(|(k, _)| k == key).map_or(&[][..], |(_, w)| w);
+            (*key, waits, more)
+        });
+        let only_more = extra
+            .iter()
+            .filter(|(key, _)| self.groups.iter().all(|(k, _)| k != key))
+            .map(|(key, more)| (*key, &no_waits, more.as_slice()));
+        let mut summaries: Vec<ClassSummary> = counted
+            .chain(only_more)
+            .map(|((class, from, to), waits, more)| ClassSummary {
+                class,
+                direction: format!("{}->{}", from.name(), to.name()),
+                count: (waits.len() + more.len()) as u32,
+                median_ms: ms(waits.percentile_with(more, 50.0)),
+                fixes: class.fixes(from, to),
             })
             .collect();
+        // Stable: equal lines keep the groups' order.
         summaries.sort_by(|a, b| b.count.cmp(&a.count).then(a.class.cmp(&b.class)));
         summaries
     }
+
+    pub fn summaries(self) -> Vec<ClassSummary> {
+        self.summaries_with(&[])
+    }
+}
+
+/// How many later requests the client must have started before a done request is settled (see
+/// [`Incremental`]).
+pub const SETTLE_AFTER: u32 = 2;
+
+/// The attribution of a run whose events are still arriving, kept batch by batch so that a batch
+/// costs in proportion to the requests it concerns, not to the run: each request is attributed
+/// once, when it is settled, and only the requests not settled yet (the tail, a few requests)
+/// are attributed again when the whole answer is asked for. At every point the settled stalls
+/// followed by [`Incremental::tail`] are exactly [`attribute`] of the whole analysis, and
+/// [`Incremental::classes_with`] of the tail is exactly [`summarize`] of that.
+///
+/// **Settled.** Request `r` is settled when (1) the client is done with it (`RequestDone`, its
+/// last event of `r`), (2) the client has started request `r + SETTLE_AFTER` or a later one (the
+/// client starts requests in id order), and
+/// (3) every read of `r` is matched to the peer's write that carried its last byte (so the
+/// other side's events of `r` have arrived up to its answer: each side's events arrive in the
+/// order it recorded them). Requests settle in id order: the settled ones are a prefix.
+///
+/// The rule only decides when to do the work; correctness does not rest on it. Batches of the
+/// other side, of the TCP_INFO sampler or of the packet capture trail by an exchange or more
+/// (the probe hands a thread's events over every 256 events or 10 ms), so an event can still
+/// arrive for a settled request. Everything a request's attribution reads is watched: an event
+/// of a settled request (see [`request_touched`]), a TCP_INFO sample that changes the MSS or
+/// long RTT of a connection settled requests used, or a different path delay, unsettles the
+/// requests from there on, and they are attributed again when they settle again. The peer write
+/// that carried a read never changes once known (condition 3: writes only append). After the
+/// run ends no batch comes: the answer asked then (settled stalls and the tail, once) is final.
+///
+/// The settled stalls are kept by the caller, in one `Vec` passed to every call (the first
+/// [`Incremental::settled_stalls`] of it), so that a caller can lend them out without copying
+/// them, as the web app's cached answer does.
+#[derive(Debug, Default)]
+pub struct Incremental {
+    /// Requests below this id are settled.
+    next: u32,
+    /// How many of the caller's stalls are of settled requests.
+    settled_stalls: usize,
+    /// Their waits per class and direction.
+    tally: StallTally,
+    /// How many of them are held reads (what [`crate::Summary::stalled_reads`] counts).
+    held_reads: u32,
+    /// Per connection of settled requests: the first of them, and the facts of each side as
+    /// writer that they were attributed with.
+    connections: HashMap<ConnId, Settled>,
+    /// The path delay the settled requests were attributed with.
+    path_delay_ns: u64,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Settled {
+    first: u32,
+    /// By writer: the client's, then the server's.
+    facts: [WriterFacts; 2],
+}
+
+impl Settled {
+    fn facts(&self, writer: Side) -> WriterFacts {
+        self.facts[usize::from(writer == Side::Server)]
+    }
+}
+
+impl Incremental {
+    pub fn new() -> Incremental {
+        Incremental::default()
+    }
+
+    /// Brings the settled part up to date after `events` were pushed into `analysis`:
+    /// unsettles what they changed, then attributes the requests that settled. `stalls` is the
+    /// caller's list of settled stalls (anything after them, a tail, is dropped). Every batch
+    /// pushed into `analysis` since the first call must be passed to one; batches before it need
+    /// not (nothing was settled then).
+    pub fn push(
+        &mut self,
+        analysis: &RunAnalysis,
+        spec: Option<&RrSpec>,
+        events: &[Event],
+        stalls: &mut Vec<Stall>,
+    ) {
+        stalls.truncate(self.settled_stalls);
+        let mut from = (analysis.path_delay_ns() != self.path_delay_ns).then_some(0);
+        self.path_delay_ns = analysis.path_delay_ns();
+        for event in events {
+            let touched = request_touched(event).map(|req| req.0).filter(|&req| req < self.next);
+            from = earliest(from, touched);
+            if let EventKind::TcpInfo(_) = &event.kind {
+                // The analysis holds the batch's last sample: compare with what was used.
+                let side = event.side;
+                let changed = self.connections.get(&event.conn).filter(|settled| {
+                    settled.facts(side) != WriterFacts::of(analysis, event.conn, side)
+                });
+                from = earliest(from, changed.map(|settled| settled.first));
+            }
+        }
+        if let Some(from) = from {
+            self.unsettle(from, stalls);
+        }
+        self.settle(analysis, spec, stalls);
+    }
+
+    /// Forgets what was settled from request `from` on.
+    fn unsettle(&mut self, from: u32, stalls: &mut Vec<Stall>) {
+        let cut = stalls.partition_point(|stall| stall.req.0 < from);
+        for stall in stalls.drain(cut..) {
+            self.tally.remove(&stall);
+            self.held_reads = self.held_reads.saturating_sub(u32::from(stall.class.is_held_read()));
+        }
+        self.settled_stalls = stalls.len();
+        self.next = self.next.min(from);
+        self.connections.retain(|_, settled| settled.first < from);
+    }
+
+    fn settle(&mut self, analysis: &RunAnalysis, spec: Option<&RrSpec>, stalls: &mut Vec<Stall>) {
+        let first = analysis.first_request();
+        // Requests retired from the analysis before they settled cannot be attributed any more.
+        self.next = self.next.max(first);
+        let requests = analysis.requests();
+        // Requests start in id order: the newest started is one of the last views.
+        let newest_started = requests.iter().rposition(|view| view.start_ns.is_some());
+        let newest_started = newest_started.map(|index| first + index as u32);
+        while let Some(view) = requests.get((self.next - first) as usize) {
+            if !is_settled(analysis, self.next, view, newest_started) {
+                break;
+            }
+            for stall in attribute_request(analysis, ReqId(self.next), view, spec) {
+                self.tally.add(&stall);
+                // A held read is exactly a read `stall_ns` reports, as `stalled_reads_of` counts.
+                self.held_reads += u32::from(stall.class.is_held_read());
+                stalls.push(stall);
+            }
+            if let Some(conn) = view.conn {
+                let facts =
+                    [Side::Client, Side::Server].map(|w| WriterFacts::of(analysis, conn, w));
+                self.connections.entry(conn).or_insert(Settled { first: self.next, facts });
+            }
+            self.next += 1;
+        }
+        self.settled_stalls = stalls.len();
+    }
+
+    /// The first request not settled.
+    pub fn next(&self) -> u32 {
+        self.next
+    }
+
+    /// How many of the caller's stalls are settled.
+    pub fn settled_stalls(&self) -> usize {
+        self.settled_stalls
+    }
+
+    /// The settled held reads ([`crate::Summary::stalled_reads`] of the settled requests).
+    pub fn held_reads(&self) -> u32 {
+        self.held_reads
+    }
+
+    fn tail_views<'a>(
+        &self,
+        analysis: &'a RunAnalysis,
+    ) -> impl Iterator<Item = (u32, &'a RequestView)> {
+        let first = analysis.first_request();
+        let skip = self.next.saturating_sub(first) as usize;
+        let views = analysis.requests().iter().enumerate().skip(skip);
+        views.map(move |(index, view)| (first + index as u32, view))
+    }
+
+    /// The stalls of the requests not settled, in request order.
+    pub fn tail(&self, analysis: &RunAnalysis, spec: Option<&RrSpec>) -> Vec<Stall> {
+        let tail = self.tail_views(analysis);
+        tail.flat_map(|(req, view)| attribute_request(analysis, ReqId(req), view, spec)).collect()
+    }
+
+    /// The held reads of the requests not settled.
+    pub fn tail_held_reads(&self, analysis: &RunAnalysis) -> u32 {
+        self.tail_views(analysis).map(|(_, view)| analysis.stalled_reads_of(view)).sum()
+    }
+
+    /// [`summarize`] of the settled stalls followed by `tail`.
+    pub fn classes_with(&self, tail: &[Stall]) -> Vec<ClassSummary> {
+        self.tally.summaries_with(tail)
+    }
+}
+
+/// [`Incremental`]'s rule: done, [`SETTLE_AFTER`] later requests started, every read matched.
+fn is_settled(
+    analysis: &RunAnalysis,
+    req: u32,
+    view: &RequestView,
+    newest_started: Option<u32>,
+) -> bool {
+    let later_started =
+        newest_started.is_some_and(|newest| newest >= req.saturating_add(SETTLE_AFTER));
+    let reads_matched = view.conn.is_none_or(|conn| {
+        let read = |span: &&Span| span.kind == SpanKind::Read;
+        view.spans.iter().filter(read).all(|span| analysis.held_ns(conn, span).is_some())
+    });
+    view.done_ns.is_some() && later_started && reads_matched
 }
 
 #[cfg(test)]
@@ -818,5 +1088,133 @@ mod tests {
         assert!(classes.contains(&StallClass::SendBufferLimited), "{classes:?}");
         let think = stalls.iter().find(|s| s.class == StallClass::ServerThinkTime).unwrap();
         assert!((29 * MS..31 * MS).contains(&think.wait_ns), "{}", think.wait_ns);
+    }
+
+    /// Feeds `batches` to an analysis and an [`Incremental`] and checks, after every batch, that
+    /// the settled stalls and the tail are the whole run's attribution, its class lines and its
+    /// stalled reads. Returns the analysis and the last request settled before the end.
+    fn incremental_matches_at_every_step(
+        batches: &[Vec<crate::event::Event>],
+        spec: Option<&RrSpec>,
+        path_delay_ns: u64,
+    ) -> (RunAnalysis, u32) {
+        let mut analysis = RunAnalysis::new();
+        analysis.set_path_delay_ns(path_delay_ns);
+        let mut incremental = Incremental::new();
+        let mut stalls = Vec::new();
+        for (step, batch) in batches.iter().enumerate() {
+            analysis.push_all(batch);
+            incremental.push(&analysis, spec, batch, &mut stalls);
+            assert_eq!(stalls.len(), incremental.settled_stalls());
+            let tail = incremental.tail(&analysis, spec);
+            let whole = attribute(&analysis, spec);
+            assert_eq!([stalls.as_slice(), tail.as_slice()].concat(), whole, "step {step}");
+            assert_eq!(incremental.classes_with(&tail), summarize(&whole), "step {step}");
+            let held = incremental.held_reads() + incremental.tail_held_reads(&analysis);
+            assert_eq!(held, analysis.summary().stalled_reads, "step {step}");
+            // A caller's tail left in the list is dropped by the next push.
+            stalls.extend(tail);
+        }
+        (analysis, incremental.next())
+    }
+
+    #[test]
+    fn incremental_attribution_equals_the_whole_runs_at_every_step() {
+        use crate::analysis::batches::random_batches;
+        let nodelay =
+            RrSpec { nodelay: PerSide { client: true, server: false }, ..RrSpec::default() };
+        let runs: [(&str, Vec<crate::event::Event>, Option<&RrSpec>); 4] = [
+            ("nagle", nagle_run(40, 44 * MS), Some(&RrSpec::default())),
+            ("packets", nagle_run_with_packets(40, 43_600 * US), None),
+            ("nodelay", nagle_run(40, 44 * MS), Some(&nodelay)),
+            ("think time", think_time_exchange(), None),
+        ];
+        for (name, events, spec) in &runs {
+            for seed in 0..8 {
+                for chunk in [3, 25] {
+                    let batches = random_batches(events, seed, chunk);
+                    let (analysis, settled) = incremental_matches_at_every_step(&batches, *spec, 0);
+                    if analysis.requests().len() > 10 {
+                        assert!(settled > 30, "{name}: only {settled} settled, seed {seed}");
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_late_event_or_a_new_rtt_unsettles_what_it_changes() {
+        use crate::event::Event;
+        let sample = |at_ns, req, during_block, min_rtt_us, notsent| Event {
+            at_ns,
+            side: Side::Client,
+            conn: ConnId(0),
+            req: ReqId(req),
+            kind: EventKind::TcpInfo(Box::new(TcpInfoSample {
+                during_block,
+                unacked: 1,
+                notsent_bytes: notsent,
+                snd_mss: 65483,
+                min_rtt_us,
+                ..TcpInfoSample::default()
+            })),
+        };
+        let events = nagle_run(30, 44 * MS);
+        let chunks = || events.chunks(16).map(<[Event]>::to_vec).collect::<Vec<_>>();
+        // The sampler's sample of request 3's wait arrives when request 25 is going, long after
+        // request 3 settled: it contradicts Nagle (nothing held back).
+        let mut batches = chunks();
+        let late_at = batches.len() - 8;
+        let during_wait = events_time(&events, 3) + 20 * MS;
+        batches.insert(late_at, vec![sample(during_wait, 3, true, None, Some(0))]);
+        let (before, settled) = incremental_matches_at_every_step(&batches[..late_at], None, 0);
+        assert!(settled > 3 && before.requests().len() < 30, "{settled} settled");
+        let (analysis, _) = incremental_matches_at_every_step(&batches, None, 0);
+        let stalls = attribute(&analysis, None);
+        let late = stalls.iter().find(|s| s.req == ReqId(3) && s.to == Side::Server).unwrap();
+        assert_eq!(late.class, StallClass::Unexplained, "{}", late.evidence);
+
+        // A 44 ms RTT turns every settled Nagle x delayed ACK into one round trip, and a
+        // slightly shorter one changes every such stall's evidence.
+        let mut batches = chunks();
+        let rtt = |req, us| vec![sample(events_time(&events, req), req, false, Some(us), None)];
+        batches.insert(batches.len() - 4, rtt(27, 44_000));
+        batches.insert(batches.len() - 2, rtt(28, 43_900));
+        let (analysis, _) = incremental_matches_at_every_step(&batches, None, 0);
+        let stalls = attribute(&analysis, None);
+        let round_trip =
+            stalls.iter().find(|s| s.req == ReqId(10) && s.to == Side::Server).unwrap();
+        assert_eq!(round_trip.class, StallClass::NagleRoundTrip, "{}", round_trip.evidence);
+        assert!(round_trip.evidence.contains("the RTT is 43.9 ms"), "{}", round_trip.evidence);
+
+        // The path delay is read at every push: a different one starts over.
+        let mut analysis = RunAnalysis::new();
+        let mut incremental = Incremental::new();
+        let mut stalls = Vec::new();
+        analysis.push_all(&events);
+        incremental.push(&analysis, None, &events, &mut stalls);
+        assert!(incremental.next() > 20);
+        analysis.set_path_delay_ns(40 * MS);
+        incremental.push(&analysis, None, &[], &mut stalls);
+        let tail = incremental.tail(&analysis, None);
+        assert_eq!([stalls, tail].concat(), attribute(&analysis, None));
+    }
+
+    #[test]
+    fn a_tally_takes_stalls_back_and_keeps_summarizes_order() {
+        let analysis = analysed(&think_time_exchange());
+        let mut stalls = attribute(&analysis, None);
+        stalls.extend(attribute(&analysed(&nagle_run(4, 44 * MS)), None));
+        let mut tally = StallTally::default();
+        stalls.iter().for_each(|stall| tally.add(stall));
+        assert_eq!(tally.summaries_with(&[]), summarize(&stalls));
+        // Taking back every stall of the first group, then adding them again, moves the group
+        // after the others, as a recount of the stalls in that order would.
+        let first = group_key(&stalls[0]);
+        let (moved, kept): (Vec<Stall>, Vec<Stall>) =
+            stalls.iter().cloned().partition(|stall| group_key(stall) == first);
+        assert!(moved.iter().all(|stall| tally.remove(stall)));
+        assert!(!tally.remove(&moved[0]), "already taken back");
+        assert_eq!(tally.summaries_with(&moved), summarize(&[kept, moved].concat()));
     }
 }

@@ -11,10 +11,10 @@
 //! per second, and one signal per event would re-render per event. The app keeps one
 //! [`AppState`] and bumps a single version signal per animation frame (see `app.rs`).
 
-use std::cell::OnceCell;
+use std::cell::{Cell, OnceCell, RefCell};
 
 use ackscope_shared::analysis::{RunAnalysis, Summary};
-use ackscope_shared::attribution::{attribute, summarize, ClassSummary, Stall};
+use ackscope_shared::attribution::{attribute, summarize, ClassSummary, Incremental, Stall};
 use ackscope_shared::bulk::{BulkAnalysis, BulkSummary};
 use ackscope_shared::kernel::KernelTracks;
 use ackscope_shared::wire::{
@@ -75,10 +75,23 @@ pub struct Run {
     /// Every TCP_INFO sample over time per connection and side (any scenario), bounded.
     kernel: KernelTracks,
     pub events: u64,
-    /// Summaries sort every latency or window: computed at most once per change, not per read.
+    /// Computed at most once per batch, not per read. The request/response summary costs
+    /// O(n / 512) plus the unsettled requests' reads (the analysis keeps the latencies in order,
+    /// `attributed` counts the settled stalled reads).
     summary: OnceCell<Summary>,
     bulk_summary: OnceCell<BulkSummary>,
-    /// Why each wait happened: classifies every request's spans, so cached like the summary.
+    /// The attribution of the settled requests (shared's `attribution::Incremental`): each
+    /// request is attributed once, when its events have all arrived, so a batch costs in
+    /// proportion to the requests it concerns, not to the run. Kept from the first time the
+    /// attribution is asked for (`watched`): a run nobody looks at (a replayed run, another run
+    /// of a file) keeps no stalls, and its first answer attributes it whole, once.
+    attributed: Incremental,
+    watched: Cell<bool>,
+    /// The settled stalls, in request order, while no answer is cached. A cached answer holds
+    /// them as the start of its `stalls` (moved there, not copied) and `push` takes them back.
+    settled_stalls: RefCell<Vec<Stall>>,
+    /// Why each wait happened: the settled stalls and the unsettled requests' (a few, attributed
+    /// again when asked after a batch), cached until the next batch.
     attribution: OnceCell<Attribution>,
     /// Every request's latency, sorted (the Compare view's CDF): cached like the summary.
     latencies: OnceCell<Vec<u64>>,
@@ -128,6 +141,9 @@ impl Run {
             events: 0,
             summary: OnceCell::new(),
             bulk_summary: OnceCell::new(),
+            attributed: Incremental::new(),
+            watched: Cell::new(false),
+            settled_stalls: RefCell::new(Vec::new()),
             attribution: OnceCell::new(),
             latencies: OnceCell::new(),
         }
@@ -136,27 +152,49 @@ impl Run {
     fn push(&mut self, events: &[Event]) {
         self.events += events.len() as u64;
         self.kernel.push_all(events);
+        // The settled stalls, from the cached answer if there is one (see `settled_stalls`).
+        let mut stalls = match self.attribution.take() {
+            Some(answer) => answer.stalls,
+            None => std::mem::take(self.settled_stalls.get_mut()),
+        };
         if let Some(bulk) = &mut self.bulk {
             bulk.push_all(events);
-        } else if self.is_rr() {
+        } else if let Scenario::Rr(spec) = &self.spec {
             self.analysis.push_all(events);
+            if self.watched.get() {
+                self.attributed.push(&self.analysis, Some(spec), events, &mut stalls);
+            }
         }
+        *self.settled_stalls.get_mut() = stalls;
         self.summary = OnceCell::new();
         self.bulk_summary = OnceCell::new();
-        self.attribution = OnceCell::new();
         self.latencies = OnceCell::new();
     }
 
-    /// The request/response summary (all zeros for a run of another scenario).
+    /// The request/response summary (all zeros for a run of another scenario): equal to
+    /// `self.analysis.summary()`, without counting the settled requests' stalled reads again.
     pub fn summary(&self) -> &Summary {
-        self.summary.get_or_init(|| self.analysis.summary())
+        self.summary.get_or_init(|| {
+            let stalled_reads =
+                self.attributed.held_reads() + self.attributed.tail_held_reads(&self.analysis);
+            self.analysis.summary_with_stalled_reads(stalled_reads)
+        })
     }
 
     /// Why each wait of the whole run happened, with the spec ruling classes out (no Nagle
-    /// stall from a writer with TCP_NODELAY). Empty for a run of another scenario.
+    /// stall from a writer with TCP_NODELAY): always equal to [`Attribution::of`] the analysis,
+    /// at the cost of the requests not settled yet. Empty for a run of another scenario. Once the
+    /// run has ended (finished, or its file ended) no batch comes, so this answer is final.
     pub fn attribution(&self) -> &Attribution {
         self.attribution.get_or_init(|| match &self.spec {
-            Scenario::Rr(spec) => Attribution::of(&self.analysis, Some(spec)),
+            Scenario::Rr(spec) => {
+                self.watched.set(true);
+                let mut stalls = self.settled_stalls.take();
+                let tail = self.attributed.tail(&self.analysis, Some(spec));
+                let classes = self.attributed.classes_with(&tail);
+                stalls.extend(tail);
+                Attribution { stalls, classes }
+            }
             _ => Attribution::default(),
         })
     }
@@ -1065,5 +1103,119 @@ mod tests {
         assert!(latencies.windows(2).all(|w| w[0] <= w[1]), "shortest first");
         assert!(latencies[0] < MS, "the first exchange is quick");
         assert!(latencies[4] > 88 * MS, "{}", latencies[4]);
+    }
+
+    /// Random batches of `events`: each side's events in order, the sides interleaved in
+    /// chunks of 1 to 40 events (the other side trailing or leading by up to a few exchanges).
+    fn random_batches(events: &[Event], seed: u64) -> Vec<Vec<Event>> {
+        let mut state = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+        let mut below = |n: usize| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            (state % n as u64) as usize
+        };
+        let (mut client, mut server): (Vec<Event>, Vec<Event>) =
+            events.iter().cloned().partition(|e| e.side == Side::Client);
+        let mut batches = Vec::new();
+        while !client.is_empty() || !server.is_empty() {
+            let side = if server.is_empty() || !client.is_empty() && below(2) == 0 {
+                &mut client
+            } else {
+                &mut server
+            };
+            let take = (1 + below(40)).min(side.len());
+            batches.push(side.drain(..take).collect());
+        }
+        batches
+    }
+
+    #[test]
+    fn a_streamed_run_is_attributed_and_summarized_as_the_whole_run_after_every_batch() {
+        let client_nodelay = RrSpec {
+            nodelay: ackscope_shared::PerSide { client: true, server: false },
+            ..RrSpec::default()
+        };
+        let runs = [
+            (RrSpec::default(), nagle_run(60, 44 * MS)),
+            (client_nodelay, nagle_run(60, 44 * MS)),
+            (RrSpec::default(), ackscope_shared::synthetic::nagle_run_with_packets(30, 44 * MS)),
+        ];
+        for (spec, all) in runs {
+            for seed in 0..5 {
+                let mut state = AppState::default();
+                apply(&mut state, hello());
+                apply(&mut state, rr_started(1, spec.clone()));
+                // Asked from the first batch, or only from a later one (the run was shown then).
+                for (step, batch) in random_batches(&all, seed).into_iter().enumerate() {
+                    apply(&mut state, events(1, batch));
+                    let run = state.selected().expect("run 1 is selected");
+                    if step >= 5 * seed as usize {
+                        let whole = Attribution::of(&run.analysis, Some(&spec));
+                        assert_eq!(*run.attribution(), whole, "seed {seed}, batch {step}");
+                    }
+                    assert_eq!(*run.summary(), run.analysis.summary(), "seed {seed}, batch {step}");
+                }
+                apply(&mut state, finished(1, RunOutcome::Completed));
+                let run = state.selected().expect("run 1 is selected");
+                let whole = Attribution::of(&run.analysis, Some(&spec));
+                assert_eq!(*run.attribution(), whole);
+                assert_eq!(run.attribution().stalls.len(), whole.stalls.len());
+                assert!(!whole.stalls.is_empty());
+                assert_eq!(*run.summary(), run.analysis.summary());
+                assert_eq!(run.summary().requests as usize, run.analysis.requests().len());
+            }
+        }
+    }
+
+    /// Batches of a streamed run: `per_batch` requests' client events, with the server's events
+    /// of the batch before (the other side's batches trail, as the probe's threads send them).
+    fn trailing_batches(events: &[Event], per_batch: u32) -> Vec<Vec<Event>> {
+        let group = |event: &Event| event.req.0 / per_batch;
+        let groups = events.iter().map(group).max().map_or(0, |last| last + 1);
+        let mut batches: Vec<Vec<Event>> = (0..=groups).map(|_| Vec::new()).collect();
+        for event in events {
+            let trail = u32::from(event.side == Side::Server);
+            batches[(group(event) + trail) as usize].push(event.clone());
+        }
+        batches
+    }
+
+    /// A long live run asked for its summary and attribution after every batch of 100 requests,
+    /// as the page does once per frame, ends with the whole run's answer; and it prints what that
+    /// cost (timings are printed, not asserted: `cargo test --release -p ackscope-web timing --
+    /// --nocapture` runs 100,000 requests).
+    #[test]
+    fn timing_a_live_run_asked_after_every_batch() {
+        let requests = if cfg!(debug_assertions) { 2_000 } else { 100_000 };
+        let batches = trailing_batches(&nagle_run(requests, 44 * MS), 100);
+        let mut state = AppState::default();
+        started(&mut state, 1);
+        let count = batches.len();
+        let mut took = Vec::with_capacity(count);
+        let mut stalls = 0;
+        for batch in batches {
+            let began = std::time::Instant::now();
+            apply(&mut state, events(1, batch));
+            let run = state.selected().expect("run 1 is selected");
+            stalls = run.attribution().stalls.len() + run.summary().requests as usize;
+            took.push(began.elapsed().as_secs_f64());
+        }
+        let run = state.selected().expect("run 1 is selected");
+        assert_eq!(run.summary().requests, requests);
+        assert_eq!(
+            run.attribution().stalls.len() as u32,
+            2 * (requests - 1),
+            "two per request after the first"
+        );
+        let ms = |batches: &[f64]| batches.iter().sum::<f64>() * 1e3;
+        println!(
+            "timing: {requests} requests in {count} batches of 100, summary and attribution after \
+             each: {:.1} ms in all; the first 100 batches {:.2} ms, the last 100 {:.2} ms \
+             ({stalls})",
+            ms(&took),
+            ms(&took[..100.min(count)]),
+            ms(&took[count.saturating_sub(100)..]),
+        );
     }
 }
