@@ -906,3 +906,75 @@ async fn a_preset_fills_every_field_and_run_sends_its_spec() {
     assert_eq!(select.value(), "story1-cork", "the fields still spell story1-cork");
     assert!(input("cork-client").checked());
 }
+
+/// A key as the browser sends it to the focused plot.
+fn press(target: &Element, code: &str, key: &str) {
+    let init = web_sys::KeyboardEventInit::new();
+    init.set_code(code);
+    init.set_key(key);
+    init.set_bubbles(true);
+    let event = web_sys::KeyboardEvent::new_with_keyboard_event_init_dict("keydown", &init)
+        .expect("a key event");
+    target.dispatch_event(&event).expect("dispatched");
+}
+
+#[wasm_bindgen_test]
+async fn keys_and_the_wheel_zoom_pan_scroll_and_step_through_stalls() {
+    let spec = RrSpec { requests: 60, ..RrSpec::default() };
+    let (root, _mounted) = mount_page(one_run(spec, nagle_run(60, 44 * MS)));
+    let root: &Element = &root;
+    settle().await;
+    let plot = one(root, "[data-testid=plot]");
+    let window = |plot: &Element| -> (u64, u64) {
+        let text = plot.get_attribute("data-window").expect("a window");
+        let mut parts = text.split(' ').map(|n| n.parse::<u64>().expect("a number"));
+        (parts.next().expect("from"), parts.next().expect("to"))
+    };
+    let whole = window(&plot);
+    assert_eq!(whole.0, 0);
+
+    // W zooms in around the middle; D pans later; 0 goes back to the whole run.
+    press(&plot, "KeyW", "w");
+    settle().await;
+    let zoomed = window(&plot);
+    assert!(zoomed.1 - zoomed.0 < whole.1 - whole.0, "{zoomed:?} is narrower than {whole:?}");
+    press(&plot, "KeyD", "d");
+    settle().await;
+    let panned = window(&plot);
+    assert!(panned.0 > zoomed.0, "{panned:?} is later than {zoomed:?}");
+    press(&plot, "Digit0", "0");
+    settle().await;
+    assert_eq!(window(&plot), whole);
+
+    // Ctrl+wheel zooms at the cursor; a plain wheel scrolls the rows.
+    let wheel = |ctrl: bool, delta_y: f64| {
+        let init = web_sys::WheelEventInit::new();
+        init.set_delta_y(delta_y);
+        init.set_ctrl_key(ctrl);
+        init.set_bubbles(true);
+        init.set_cancelable(true);
+        let event = web_sys::WheelEvent::new_with_event_init_dict("wheel", &init).expect("a wheel");
+        plot.dispatch_event(&event).expect("dispatched");
+    };
+    wheel(true, -200.0);
+    settle().await;
+    assert!(window(&plot).1 - window(&plot).0 < whole.1 - whole.0, "Ctrl+wheel zoomed in");
+    wheel(false, 300.0);
+    settle().await;
+    assert_eq!(text(root, "[data-testid=row-range]"), "requests 11-30 of 60 shown");
+
+    // n steps to the first stall (request 1: quick ACK spares request 0), p back finds none.
+    press(&plot, "KeyN", "n");
+    settle().await;
+    let selected = one(root, "[data-testid=selection]");
+    assert_eq!(selected.get_attribute("data-request").as_deref(), Some("1"));
+    assert!(all(root, "[data-testid=selection-stall]").len() == 2, "its two stalls are listed");
+    press(&plot, "KeyP", "p");
+    settle().await;
+    assert!(text(root, "[data-testid=find-message]").contains("no stall before"));
+
+    // ? lists the keys.
+    press(&plot, "Slash", "?");
+    settle().await;
+    assert!(text(root, "[data-testid=keys-help]").contains("next / previous stall"));
+}

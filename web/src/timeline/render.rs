@@ -381,6 +381,18 @@ fn ModeSwitch(view: RwSignal<ViewState>) -> impl IntoView {
     }
 }
 
+/// A drag in progress: where the pointer was last (x) and where the rows were anchored (y),
+/// in client pixels, and how far it has moved in all.
+#[derive(Clone, Copy, Debug)]
+struct Drag {
+    x: f64,
+    y: f64,
+    moved: f64,
+}
+
+/// A pointer that moves less than this between press and release clicked rather than dragged.
+const CLICK_SLOP_PX: f64 = 4.0;
+
 /// The plot: the axis, the canvas, and the page's rows and labels over it.
 #[component]
 fn Plot(
@@ -394,7 +406,7 @@ fn Plot(
     store: Store,
 ) -> impl IntoView {
     let cursor = RwSignal::new(None::<String>);
-    let drag = RwSignal::new(None::<(f64, f64, f64, f64)>);
+    let drag = RwSignal::new(None::<Drag>);
     let plot = NodeRef::<Div>::new();
     let home = move || page.with_untracked(|p| p.home);
     let count = move || page.with_untracked(|p| p.total);
@@ -441,8 +453,11 @@ fn Plot(
         if let Some(plot) = plot.get() {
             let _ = plot.focus();
         }
-        let top = view.with_untracked(|v| v.top) as f64;
-        drag.set(Some((f64::from(ev.client_x()), f64::from(ev.client_y()), top, 0.0)));
+        drag.set(Some(Drag {
+            x: f64::from(ev.client_x()),
+            y: f64::from(ev.client_y()),
+            moved: 0.0,
+        }));
     };
     let pointermove = move |ev: PointerEvent| {
         let x = f64::from(ev.offset_x()) - GUTTER;
@@ -459,27 +474,27 @@ fn Plot(
                 },
             ),
         );
-        let Some((x0, y0, top0, moved)) = drag.get_untracked() else { return };
-        let (dx, dy) = (f64::from(ev.client_x()) - x0, f64::from(ev.client_y()) - y0);
-        if moved + dx.abs() + dy.abs() < 4.0 {
+        let Some(mut state) = drag.get_untracked() else { return };
+        let (x, y) = (f64::from(ev.client_x()), f64::from(ev.client_y()));
+        let (dx, dy) = (x - state.x, y - state.y);
+        if state.moved + dx.abs() + dy.abs() < CLICK_SLOP_PX {
             return;
         }
-        drag.set(Some((
-            f64::from(ev.client_x()),
-            f64::from(ev.client_y()),
-            top0,
-            moved + dx.abs() + dy.abs(),
-        )));
+        state.moved += dx.abs() + dy.abs();
         act(Action::Pan(-dx / PLOT_WIDTH));
-        let rows = (-dy / ROW_HEIGHT).round() as i64;
-        if rows != 0 {
-            act(Action::Scroll(rows));
+        state.x = x;
+        // Whole rows only; the rest of the way is kept for the next move, so a slow drag scrolls.
+        let rows = (-dy / ROW_HEIGHT).trunc();
+        if rows != 0.0 {
+            act(Action::Scroll(rows as i64));
+            state.y -= rows * ROW_HEIGHT;
         }
+        drag.set(Some(state));
     };
     let pointerup = move |ev: PointerEvent| {
-        let moved = drag.get_untracked().map_or(0.0, |d| d.3);
+        let moved = drag.get_untracked().map_or(0.0, |d| d.moved);
         drag.set(None);
-        if moved >= 4.0 {
+        if moved >= CLICK_SLOP_PX {
             return;
         }
         // A click: select what is under it.
