@@ -12,8 +12,10 @@ use ackscope_shared::wire::{FrameStream, ToBrowser, WireError};
 /// The name Download gives the live session.
 pub const DOWNLOAD_NAME: &str = "ackscope-session.ackscope";
 
-/// Files larger than this are refused before a byte is read: decoding holds the whole file in
-/// memory twice (the browser's copy and ours), and the page freezes while it decodes.
+/// Files larger than this are refused before a byte is read. A file is read and decoded in chunks,
+/// but what it decodes to stays: about 1.4 times the file's size in the page's WebAssembly memory
+/// (measured on a million-request session, docs/BENCHMARKS.md), whose 32-bit address space a few
+/// such files would fill.
 pub const MAX_FILE_BYTES: u64 = 512 * 1024 * 1024;
 
 /// Why a file's messages end before its last byte.
@@ -89,7 +91,7 @@ pub fn decode_session(bytes: &[u8]) -> (Vec<ToBrowser>, Option<FileError>) {
 pub fn refuse_size(len_bytes: u64) -> Option<String> {
     (len_bytes > MAX_FILE_BYTES).then(|| {
         format!(
-            "{:.1} MiB is over the {} MiB this page opens; the browser would hold it in memory twice",
+            "{:.1} MiB is over the {} MiB this page opens (it holds about 1.4 times a file's size once read); record a shorter run (a smaller --count or --duration), or read it with `ackscope show`",
             len_bytes as f64 / (1024.0 * 1024.0),
             MAX_FILE_BYTES / (1024 * 1024)
         )
