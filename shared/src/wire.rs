@@ -3,7 +3,7 @@
 //! Encoding: each message is one [postcard] value. On the WebSocket, one binary WebSocket message
 //! carries one encoded message (WebSocket does the framing). On disk, a session file is the same
 //! sequence of messages, each preceded by its length as a 4-byte little-endian integer
-//! ([`write_frame`], [`FrameReader`]): "the live stream, written to disk". docs/PROTOCOL.md
+//! ([`write_frame`], [`FrameStream`]): "the live stream, written to disk". docs/PROTOCOL.md
 //! documents both.
 //!
 //! Versioning: the first message is always [`ToBrowser::Hello`] (tag 0), whose first field is the
@@ -207,47 +207,6 @@ pub fn write_frame<T: Serialize>(message: &T, out: &mut Vec<u8>) {
     out.extend_from_slice(&payload);
 }
 
-/// Reads length-prefixed messages from a buffer; stops at the first bad frame, so that every
-/// message before it is still usable.
-pub struct FrameReader<'a> {
-    bytes: &'a [u8],
-    offset: usize,
-}
-
-impl<'a> FrameReader<'a> {
-    pub fn new(bytes: &'a [u8]) -> Self {
-        FrameReader { bytes, offset: 0 }
-    }
-
-    /// The next message, `None` at a clean end, or the error that ends the stream.
-    pub fn next_message(&mut self) -> Option<Result<ToBrowser, WireError>> {
-        let rest = &self.bytes[self.offset..];
-        if rest.is_empty() {
-            return None;
-        }
-        let Some(len_bytes) = rest.get(..4) else {
-            return Some(Err(self.fail_truncated()));
-        };
-        let len = u32::from_le_bytes(len_bytes.try_into().expect("slice of 4")) as usize;
-        if len > MAX_MESSAGE_BYTES {
-            self.offset = self.bytes.len();
-            return Some(Err(WireError::TooLarge { len, max: MAX_MESSAGE_BYTES }));
-        }
-        let Some(payload) = rest.get(4..4 + len) else {
-            return Some(Err(self.fail_truncated()));
-        };
-        let first = self.offset == 0;
-        self.offset += 4 + len;
-        Some(if first { decode_first(payload) } else { decode(payload) })
-    }
-
-    fn fail_truncated(&mut self) -> WireError {
-        let offset = self.offset;
-        self.offset = self.bytes.len();
-        WireError::Truncated { offset }
-    }
-}
-
 /// Frames that arrive in pieces (a file read in chunks, a socket): push bytes as they come and
 /// take whole messages out. It holds at most one unfinished frame beside the bytes pushed since,
 /// and a frame's length is checked against [`MAX_MESSAGE_BYTES`] before its payload is awaited.
@@ -385,7 +344,8 @@ mod tests {
         let mut file = Vec::new();
         file.extend_from_slice(&(newer.len() as u32).to_le_bytes());
         file.extend_from_slice(&newer);
-        let mut reader = FrameReader::new(&file);
+        let mut reader = FrameStream::new();
+        reader.push(&file);
         assert!(matches!(reader.next_message(), Some(Err(WireError::Version { found: 7, .. }))));
         let current = encode(&sample_stream()[0]);
         assert_eq!(peek_version(&current), Some(PROTOCOL_VERSION));
@@ -399,7 +359,8 @@ mod tests {
             write_frame(&message, &mut file);
         }
         let cut = &file[..file.len() - 3];
-        let mut reader = FrameReader::new(cut);
+        let mut reader = FrameStream::new();
+        reader.push(cut);
         let mut good = Vec::new();
         let mut error = None;
         while let Some(result) = reader.next_message() {
@@ -408,6 +369,7 @@ mod tests {
                 Err(e) => error = Some(e),
             }
         }
+        let error = error.or_else(|| reader.finish());
         assert_eq!(good, sample_stream()[..3]);
         assert!(matches!(error, Some(WireError::Truncated { .. })));
     }
@@ -415,7 +377,8 @@ mod tests {
     #[test]
     fn garbage_never_panics_and_huge_lengths_are_refused_before_allocating() {
         let huge = [0xff, 0xff, 0xff, 0x7f, 1, 2, 3];
-        let mut reader = FrameReader::new(&huge);
+        let mut reader = FrameStream::new();
+        reader.push(&huge);
         assert!(matches!(reader.next_message(), Some(Err(WireError::TooLarge { .. }))));
         assert!(reader.next_message().is_none());
         for seed in 0u32..2000 {
@@ -465,5 +428,13 @@ mod tests {
         stream.push(&[0; 1024]);
         assert!(stream.next_message().is_none(), "nothing after the error");
         assert!(stream.buf.capacity() < 64 * 1024, "no allocation for the claimed length");
+
+        // A length within the limit, and only a few bytes behind it: they are all it costs.
+        let mut stream = FrameStream::new();
+        stream.push(&(MAX_MESSAGE_BYTES as u32).to_le_bytes());
+        stream.push(&[7; 10]);
+        assert!(stream.next_message().is_none(), "waiting for the rest of the frame");
+        assert!(stream.buf.capacity() < 64 * 1024, "memory follows the bytes that arrived");
+        assert_eq!(stream.finish(), Some(WireError::Truncated { offset: 0 }));
     }
 }

@@ -5,7 +5,7 @@
 
 use ackscope_shared::synthetic::{nagle_run, MS};
 use ackscope_shared::wire::{
-    self, FrameReader, Hello, HostFacts, Instruments, RunOutcome, ToBrowser, PROTOCOL_VERSION,
+    self, FrameStream, Hello, HostFacts, Instruments, RunOutcome, ToBrowser, PROTOCOL_VERSION,
 };
 use ackscope_shared::{
     ConnId, Event, EventKind, ReqId, RrSpec, RunId, Scenario, Side, SockOpt, TcpInfoSample,
@@ -66,11 +66,13 @@ fn the_session_format_is_frozen() {
         std::fs::write(GOLDEN, &encoded).unwrap();
     }
     let golden = std::fs::read(GOLDEN).expect("the golden file is checked in");
-    let mut reader = FrameReader::new(&golden);
+    let mut reader = FrameStream::new();
+    reader.push(&golden);
     let mut decoded = Vec::new();
     while let Some(message) = reader.next_message() {
         decoded.push(message.expect("the golden file decodes"));
     }
+    assert_eq!(reader.finish(), None, "the golden file ends on a frame boundary");
     assert_eq!(decoded, session(), "the checked-in file decodes to the same session");
     assert_eq!(encoded, golden, "encoding the session gives the checked-in bytes");
 }

@@ -5,10 +5,10 @@
 //! kill loses at most the batch in flight; a reader keeps every message before a bad frame.
 
 use std::fs::File;
-use std::io::{self, BufReader, BufWriter, Read, Write};
+use std::io::{self, BufWriter, Read, Write};
 use std::path::{Path, PathBuf};
 
-use ackscope_shared::wire::{self, ToBrowser, WireError};
+use ackscope_shared::wire::{self, FrameStream, ToBrowser, WireError};
 
 /// Session files larger than this are refused before reading (16 GiB: far beyond a long run).
 pub const MAX_FILE_BYTES: u64 = 16 << 30;
@@ -63,16 +63,16 @@ pub fn read(path: &Path) -> Result<SessionFile, String> {
     Ok(SessionFile { messages, error })
 }
 
-/// Reads a session file one frame at a time, holding one message in memory: the framing of
-/// [`wire::FrameReader`] over a file instead of a buffer. A length over
-/// [`wire::MAX_MESSAGE_BYTES`] is refused before anything is allocated, nothing past the size
-/// checked against [`MAX_FILE_BYTES`] at open is read, and the first bad frame ends the stream.
+/// Reads a session file one frame at a time, holding about one message in memory: the file is
+/// read in chunks into a [`wire::FrameStream`], the one framing of the live stream and of files.
+/// Memory grows as bytes arrive, so a length over [`wire::MAX_MESSAGE_BYTES`] is refused and a
+/// short file claiming a long frame costs only its bytes; nothing past the size checked against
+/// [`MAX_FILE_BYTES`] at open is read, and the first bad frame ends the stream.
 pub struct SessionReader {
-    input: BufReader<io::Take<File>>,
-    /// Where the next frame starts.
-    offset: u64,
-    /// The current frame's payload, reused.
-    payload: Vec<u8>,
+    input: io::Take<File>,
+    stream: FrameStream,
+    /// Bytes read from the file at a time, reused.
+    chunk: Vec<u8>,
     /// The Hello, read and checked by [`SessionReader::open`], not yet handed out.
     hello: Option<ToBrowser>,
     ended: bool,
@@ -93,9 +93,9 @@ impl SessionReader {
         }
         let file = File::open(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
         let mut reader = SessionReader {
-            input: BufReader::new(file.take(size)),
-            offset: 0,
-            payload: Vec::new(),
+            input: file.take(size),
+            stream: FrameStream::new(),
+            chunk: vec![0; READ_CHUNK_BYTES],
             hello: None,
             ended: false,
         };
@@ -131,60 +131,29 @@ impl SessionReader {
         if self.ended {
             return None;
         }
-        let start = self.offset;
-        let truncated = WireError::Truncated { offset: start as usize };
-        let mut len_bytes = [0u8; 4];
-        match fill(&mut self.input, &mut len_bytes) {
-            Ok(0) => {
-                self.ended = true;
-                return None;
+        loop {
+            if let Some(next) = self.stream.next_message() {
+                self.ended = next.is_err();
+                return Some(next);
             }
-            Ok(4) => {}
-            Ok(_) => return self.fail(truncated),
-            Err(e) => return self.fail(unreadable(start, &e)),
+            match self.input.read(&mut self.chunk) {
+                Ok(0) => {
+                    self.ended = true;
+                    return self.stream.finish().map(Err);
+                }
+                Ok(n) => self.stream.push(&self.chunk[..n]),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => {
+                    self.ended = true;
+                    return Some(Err(unreadable(self.stream.offset(), &e)));
+                }
+            }
         }
-        let len = u32::from_le_bytes(len_bytes) as usize;
-        if len > wire::MAX_MESSAGE_BYTES {
-            return self.fail(WireError::TooLarge { len, max: wire::MAX_MESSAGE_BYTES });
-        }
-        self.payload.clear();
-        self.payload.resize(len, 0);
-        match fill(&mut self.input, &mut self.payload) {
-            Ok(n) if n == len => {}
-            Ok(_) => return self.fail(truncated),
-            Err(e) => return self.fail(unreadable(start, &e)),
-        }
-        self.offset += 4 + len as u64;
-        let decoded = if start == 0 {
-            wire::decode_first(&self.payload)
-        } else {
-            wire::decode(&self.payload)
-        };
-        if decoded.is_err() {
-            self.ended = true;
-        }
-        Some(decoded)
-    }
-
-    fn fail(&mut self, error: WireError) -> Option<Result<ToBrowser, WireError>> {
-        self.ended = true;
-        Some(Err(error))
     }
 }
 
-/// Reads until `buf` is full or the input ends; how many bytes were read.
-fn fill(input: &mut impl Read, buf: &mut [u8]) -> io::Result<usize> {
-    let mut filled = 0;
-    while filled < buf.len() {
-        match input.read(&mut buf[filled..]) {
-            Ok(0) => break,
-            Ok(n) => filled += n,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(filled)
-}
+/// Bytes read from a session file at a time.
+const READ_CHUNK_BYTES: usize = 64 * 1024;
 
 fn unreadable(offset: u64, e: &io::Error) -> WireError {
     WireError::Malformed(format!("cannot read the frame at byte {offset}: {e}"))
