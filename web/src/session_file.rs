@@ -1,7 +1,7 @@
 //! Session files: the probe's stream written to disk (docs/PROTOCOL.md, "Versioning and files").
 //!
 //! A file is the same messages as the live WebSocket, each preceded by its length as a 4-byte
-//! little-endian integer ([`ackscope_shared::wire::FrameReader`]); the first is a Hello. Decoding
+//! little-endian integer ([`ackscope_shared::wire::FrameStream`]); the first is a Hello. Decoding
 //! is a pure function here; reading a `File`, fetching a URL and saving a download live in
 //! [`crate::files`].
 
