@@ -10,22 +10,12 @@ use std::time::Duration;
 
 mod common;
 
-use common::ackscope;
+use common::{ackscope, s, text};
 
 const ROUNDS: usize = 6;
 
 fn temp(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("ackscope-pcap-test-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    dir.join(name)
-}
-
-fn s(path: &Path) -> &str {
-    path.to_str().unwrap()
-}
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
+    common::temp("pcap-test", name)
 }
 
 /// Story 1 on plain std sockets: each side writes a 4-byte length then a 2048-byte body with

@@ -11,20 +11,10 @@ use serde_json::Value;
 
 mod common;
 
-use common::{ackscope, exported_events};
+use common::{ackscope, exported_events, s, text};
 
 fn temp(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("ackscope-perfetto-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    dir.join(name)
-}
-
-fn s(path: &Path) -> &str {
-    path.to_str().unwrap()
-}
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
+    common::temp("perfetto", name)
 }
 
 /// A story-1 session of `count` requests (Nagle on both sides: two stalls per request after the

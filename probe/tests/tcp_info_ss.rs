@@ -93,12 +93,16 @@ fn bracketed(socket: &TcpStream) -> Bracket {
     panic!("the socket on port {port} never stayed still for the length of an ss run");
 }
 
-/// The `last_*` fields are ages in ms and grow while the socket idles.
+/// The `last_*` fields are ages in ms and grow while the socket idles; the `*_limited_us`
+/// counters are time too, and grow for as long as a writer stays window- or buffer-limited,
+/// which is what the window-limited case holds the socket in while `ss` runs.
 fn without_ages(info: &TcpInfoSample) -> TcpInfoSample {
     TcpInfoSample {
         last_data_sent_ms: 0,
         last_ack_recv_ms: 0,
         last_data_recv_ms: 0,
+        rwnd_limited_us: info.rwnd_limited_us.map(|_| 0),
+        sndbuf_limited_us: info.sndbuf_limited_us.map(|_| 0),
         ..info.clone()
     }
 }

@@ -1,5 +1,6 @@
 //! What the CLI tests share: running the real binary and printing what it said on failure.
 
+use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 /// Runs `ackscope ARGS` to completion; its output is printed so a failing test shows it.
@@ -46,4 +47,24 @@ pub fn exported_events(file: &str) -> Vec<ackscope_shared::Event> {
             serde_json::from_value::<Vec<ackscope_shared::Event>>(batch["events"].clone()).unwrap()
         })
         .collect()
+}
+
+/// A path in this test binary's own temporary folder (`tag` tells the binaries' folders apart).
+#[allow(dead_code)]
+pub fn temp(tag: &str, name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("ackscope-{tag}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir.join(name)
+}
+
+/// A path as the `&str` a command line takes.
+#[allow(dead_code)]
+pub fn s(path: &Path) -> &str {
+    path.to_str().unwrap()
+}
+
+/// A program's output as text.
+#[allow(dead_code)]
+pub fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
 }
