@@ -30,3 +30,22 @@ pub fn rr_started(id: u32, spec: RrSpec) -> ToBrowser {
         instruments: Instruments::default(),
     }
 }
+
+/// What the browser tests read the page with.
+#[cfg(target_arch = "wasm32")]
+pub mod dom {
+    use wasm_bindgen::JsCast;
+    use web_sys::Element;
+
+    pub fn all(root: &Element, selector: &str) -> Vec<Element> {
+        let list = root.query_selector_all(selector).expect("a valid selector");
+        (0..list.length()).filter_map(|i| list.item(i)?.dyn_into().ok()).collect()
+    }
+
+    /// Lets Leptos run the effects a signal change queued.
+    pub async fn settle() {
+        for _ in 0..3 {
+            leptos::task::tick().await;
+        }
+    }
+}

@@ -21,6 +21,7 @@ use leptos::prelude::*;
 
 use super::*;
 use crate::files::blob_of;
+use crate::fixtures::dom::{all, settle};
 use crate::fixtures::{hello, nagle_run, rr_started, MS, US};
 use crate::js::sleep;
 use crate::session_file::DOWNLOAD_NAME;
@@ -33,11 +34,6 @@ fn container() -> HtmlElement {
     let element = document.create_element("div").expect("create a div");
     document.body().expect("a body").append_child(&element).expect("append");
     element.unchecked_into()
-}
-
-fn all(root: &Element, selector: &str) -> Vec<Element> {
-    let list = root.query_selector_all(selector).expect("a valid selector");
-    (0..list.length()).filter_map(|i| list.item(i)?.dyn_into().ok()).collect()
 }
 
 fn one(root: &Element, selector: &str) -> Element {
@@ -78,13 +74,6 @@ fn red_pixels(root: &Element) -> usize {
     let (w, h) = (f64::from(canvas.width()), f64::from(canvas.height()));
     let data = context.get_image_data(0.0, 0.0, w, h).expect("readable pixels").data();
     data.chunks(4).filter(|px| px[0] == 0xd6 && px[1] == 0x28 && px[2] == 0x28).count()
-}
-
-/// Lets Leptos run the effects a signal change queued.
-async fn settle() {
-    for _ in 0..3 {
-        leptos::task::tick().await;
-    }
 }
 
 #[wasm_bindgen_test]

@@ -5,6 +5,7 @@
 use leptos::prelude::*;
 
 use crate::compare::{AxisTick, ClassRow, ComparedRun, Comparison, PLOT_HEIGHT, PLOT_WIDTH};
+use crate::panels::px;
 use crate::state::AppState;
 use crate::store::Store;
 
@@ -15,12 +16,6 @@ const TOP: f64 = 10.0;
 const BOTTOM: f64 = 38.0;
 const SVG_WIDTH: f64 = LEFT + PLOT_WIDTH + RIGHT;
 const SVG_HEIGHT: f64 = TOP + PLOT_HEIGHT + BOTTOM;
-
-/// SVG coordinates, rounded: a tenth of a pixel is below what anyone sees.
-fn px(value: f64) -> String {
-    let rounded = (value * 10.0).round() / 10.0;
-    format!("{rounded}")
-}
 
 #[component]
 pub fn ComparePanel(store: Store) -> impl IntoView {
@@ -234,24 +229,14 @@ mod tests {
     use leptos::prelude::*;
     use wasm_bindgen::JsCast;
     use wasm_bindgen_test::wasm_bindgen_test;
-    use web_sys::{Element, HtmlElement, HtmlInputElement};
+    use web_sys::{HtmlElement, HtmlInputElement};
 
     use crate::app::Page;
+    use crate::fixtures::dom::{all, settle};
     use crate::fixtures::{hello, nagle_run, rr_started, MS, US};
     use crate::state::{apply, AppState, RunKey};
     use crate::store::Store;
     use crate::ws::LinkStatus;
-
-    fn all(root: &Element, selector: &str) -> Vec<Element> {
-        let list = root.query_selector_all(selector).expect("a valid selector");
-        (0..list.length()).filter_map(|i| list.item(i)?.dyn_into().ok()).collect()
-    }
-
-    async fn settle() {
-        for _ in 0..3 {
-            leptos::task::tick().await;
-        }
-    }
 
     #[wasm_bindgen_test]
     async fn marking_a_nagle_and_a_nodelay_run_compares_them() {

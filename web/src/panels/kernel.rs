@@ -4,6 +4,7 @@
 
 use leptos::prelude::*;
 
+use crate::panels::px;
 use crate::store::Store;
 use crate::timeline::scale::Tick;
 use crate::timeline::view::ViewState;
@@ -23,12 +24,6 @@ const G_LEFT: f64 = 78.0;
 const G_RIGHT: f64 = 64.0;
 const G_TOP: f64 = 8.0;
 const G_BOTTOM: f64 = 34.0;
-
-/// SVG coordinates, rounded: a tenth of a pixel is below what anyone sees.
-fn px(value: f64) -> String {
-    let rounded = (value * 10.0).round() / 10.0;
-    format!("{rounded}")
-}
 
 #[component]
 pub fn KernelPanel(store: Store, view: RwSignal<ViewState>) -> impl IntoView {
@@ -219,21 +214,11 @@ mod tests {
     use web_sys::Element;
 
     use super::KernelPanel;
+    use crate::fixtures::dom::{all, settle};
     use crate::fixtures::{hello, nagle_run, rr_started, MS};
     use crate::state::{apply, AppState};
     use crate::store::Store;
     use crate::timeline::view::ViewState;
-
-    fn all(root: &Element, selector: &str) -> Vec<Element> {
-        let list = root.query_selector_all(selector).expect("a valid selector");
-        (0..list.length()).filter_map(|i| list.item(i)?.dyn_into().ok()).collect()
-    }
-
-    async fn settle() {
-        for _ in 0..3 {
-            leptos::task::tick().await;
-        }
-    }
 
     fn mount(store: Store, view: RwSignal<ViewState>) -> (Element, impl Sized) {
         let document = document();
