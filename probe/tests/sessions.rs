@@ -41,6 +41,30 @@ fn a_session_file_is_written_shown_and_exported() {
     assert_eq!(doc["error"], serde_json::Value::Null);
 }
 
+/// A finished file ends with its run's overview behind a fixed-size trailer, so a viewer can
+/// paint the whole run from the file's last bytes: the probe's overview counts every request
+/// and marks story 1's Nagle stalls (~40 ms each, against well under a millisecond of work).
+#[test]
+fn a_finished_file_ends_with_its_overview_behind_a_trailer() {
+    use ackscope_shared::wire::{read_overviews, Trailer};
+    let file = temp("overview.ackscope");
+    assert!(ackscope(&["run", "story1", "--count", "8", "-o", s(&file)]).status.success());
+    let bytes = std::fs::read(&file).unwrap();
+    let range = Trailer::overviews_in(&bytes, bytes.len() as u64).expect("a trailer at the end");
+    let overviews = read_overviews(&bytes[range.start as usize..range.end as usize]);
+    assert_eq!(overviews.len(), 1, "one run, one overview");
+    let overview = &overviews[0].1;
+    assert_eq!(overview.rows, 8, "every request is a row");
+    assert!(overview.stalled() >= 6, "story 1 stalls nearly every request: {overview:?}");
+    for column in overview.columns.iter().filter(|c| c.stalled > 0) {
+        assert!(column.worst_ns() > 30_000_000, "a stalled request waited ~40 ms: {column:?}");
+    }
+    // The events are all still there: show reads the file whole, overview and all.
+    let shown = ackscope(&["show", s(&file)]);
+    assert!(shown.status.success(), "{}", text(&shown.stderr));
+    assert!(text(&shown.stdout).contains("requests       8"), "{}", text(&shown.stdout));
+}
+
 #[test]
 fn a_truncated_file_shows_its_valid_prefix_and_says_what_is_wrong() {
     let file = temp("whole.ackscope");

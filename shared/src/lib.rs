@@ -7,6 +7,7 @@
 //! - [`wire`]: the versioned messages between probe and browser, and their framing. A session
 //!   file is the same framed stream written to disk, so one decoder serves both.
 //! - [`analysis`]: pure functions over events: per-request spans, stalls, the summary.
+//! - [`overview`]: a run's requests in a bounded number of columns, each keeping its worst.
 //! - [`kernel`]: every TCP_INFO sample over time, per connection and side, bounded, for charts.
 //!
 //! Nothing here does IO or reads a clock: callers pass times in. That keeps the crate buildable
@@ -19,6 +20,7 @@ pub mod bulk;
 mod compact;
 pub mod event;
 pub mod kernel;
+pub mod overview;
 pub mod packet;
 pub mod packet_stalls;
 pub mod pcap;

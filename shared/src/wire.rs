@@ -13,10 +13,20 @@
 use serde::{Deserialize, Serialize};
 
 use crate::event::{Event, RunId};
+use crate::overview::Overview;
 use crate::spec::Scenario;
 
-/// Bumped whenever an existing message's encoding changes.
-pub const PROTOCOL_VERSION: u16 = 1;
+/// Bumped whenever the encoding changes (docs/FORMAT.md, "Versions"). Version 2 appended the
+/// `Overview` and `Trailer` messages of a file's end.
+pub const PROTOCOL_VERSION: u16 = 2;
+
+/// The oldest version this build still reads: every version since only appended messages, so
+/// an older stream is a valid newer one.
+pub const OLDEST_READABLE_VERSION: u16 = 1;
+
+fn readable(version: u16) -> bool {
+    (OLDEST_READABLE_VERSION..=PROTOCOL_VERSION).contains(&version)
+}
 
 /// No message may be larger than this: bounds what a decoder allocates for a bad length.
 pub const MAX_MESSAGE_BYTES: usize = 16 * 1024 * 1024;
@@ -43,6 +53,53 @@ pub enum ToBrowser {
     RunFinished { run: RunId, outcome: RunOutcome },
     /// The probe refused a request from the browser; `reason` says why and what to do.
     Rejected { reason: String },
+    /// Files only, after a run's last message: the overview of its requests, as the probe saw
+    /// them while it recorded. A viewer reads it first (see [`Trailer`]) and paints the whole
+    /// run's overview before decoding its events; it adds nothing the events do not hold.
+    Overview { run: RunId, overview: Overview },
+    /// Files only, the last frame of a file that was finished: how many bytes of `Overview`
+    /// frames come just before it. Fixed size ([`TRAILER_FRAME_BYTES`]), so a reader finds it
+    /// by reading the file's last bytes.
+    Trailer(Trailer),
+}
+
+/// See [`ToBrowser::Trailer`]: encoded in exactly [`TRAILER_FRAME_BYTES`] with its frame,
+/// because postcard writes a byte array as its bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Trailer {
+    pub magic: [u8; 8],
+    /// Little-endian: the bytes of the `Overview` frames between the events and this frame.
+    pub overview_bytes: [u8; 8],
+}
+
+/// The trailer's mark: a tail that decodes to a trailer by accident is not one.
+const TRAILER_MAGIC: [u8; 8] = *b"ACKSCOPE";
+/// A trailer frame: the 4-byte length, the variant's tag, the magic and the count.
+pub const TRAILER_FRAME_BYTES: usize = 4 + 1 + 8 + 8;
+/// More `Overview` bytes than this in a trailer is not believed (a run's overview is at most
+/// [`crate::overview::MAX_COLUMNS`] columns, some tens of kilobytes).
+pub const MAX_OVERVIEW_BYTES: u64 = 4 << 20;
+
+impl Trailer {
+    pub fn new(overview_bytes: u64) -> Trailer {
+        Trailer { magic: TRAILER_MAGIC, overview_bytes: overview_bytes.to_le_bytes() }
+    }
+
+    /// The byte range of the `Overview` frames of a file of `file_bytes` that ends in `tail`
+    /// (its last [`TRAILER_FRAME_BYTES`]), or `None` when the file has no trailer (it was cut
+    /// short, or written by a build without one): then a reader decodes the whole file.
+    pub fn overviews_in(tail: &[u8], file_bytes: u64) -> Option<std::ops::Range<u64>> {
+        let frame = tail.get(tail.len().checked_sub(TRAILER_FRAME_BYTES)?..)?;
+        let (len, payload) = frame.split_at(4);
+        if u32::from_le_bytes(len.try_into().ok()?) as usize != TRAILER_FRAME_BYTES - 4 {
+            return None;
+        }
+        let Ok(ToBrowser::Trailer(trailer)) = decode(payload) else { return None };
+        let bytes = u64::from_le_bytes(trailer.overview_bytes);
+        let end = file_bytes.checked_sub(TRAILER_FRAME_BYTES as u64)?;
+        (trailer.magic == TRAILER_MAGIC && bytes <= MAX_OVERVIEW_BYTES && bytes <= end)
+            .then(|| end - bytes..end)
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -135,8 +192,8 @@ pub enum WireError {
     #[error("stream ends inside a message at byte {offset}: the file is truncated")]
     Truncated { offset: usize },
     #[error(
-        "stream speaks protocol version {found}; this build reads version {supported}: \
-         use an ackscope build of version {found}"
+        "stream speaks protocol version {found}; this build reads version {supported} and \
+         older: use an ackscope build of version {found}"
     )]
     Version { found: u16, supported: u16 },
 }
@@ -157,7 +214,7 @@ pub fn decode<'a, T: Deserialize<'a>>(bytes: &'a [u8]) -> Result<T, WireError> {
 /// Checks that a stream's first message is a Hello this build can read.
 pub fn check_hello(message: &ToBrowser) -> Result<(), WireError> {
     match message {
-        ToBrowser::Hello(hello) if hello.protocol_version == PROTOCOL_VERSION => Ok(()),
+        ToBrowser::Hello(hello) if readable(hello.protocol_version) => Ok(()),
         ToBrowser::Hello(hello) => {
             Err(WireError::Version { found: hello.protocol_version, supported: PROTOCOL_VERSION })
         }
@@ -188,7 +245,7 @@ fn varint(bytes: &[u8]) -> Option<(u64, &[u8])> {
 /// Decodes a stream's first message: its version is checked before anything else is read.
 pub fn decode_first(bytes: &[u8]) -> Result<ToBrowser, WireError> {
     match peek_version(bytes) {
-        Some(found) if found != PROTOCOL_VERSION => {
+        Some(found) if !readable(found) => {
             Err(WireError::Version { found, supported: PROTOCOL_VERSION })
         }
         _ => {
@@ -205,6 +262,25 @@ pub fn write_frame<T: Serialize>(message: &T, out: &mut Vec<u8>) {
     let len = u32::try_from(payload.len()).expect("messages are far below 4 GiB");
     out.extend_from_slice(&len.to_le_bytes());
     out.extend_from_slice(&payload);
+}
+
+/// The `Overview` messages among the frames of `bytes` (a file's range that
+/// [`Trailer::overviews_in`] named), in order. Frames that are not overviews are skipped; a bad
+/// frame ends the list (what a viewer paints early is only ever a preview of the events).
+pub fn read_overviews(bytes: &[u8]) -> Vec<(RunId, Overview)> {
+    let mut found = Vec::new();
+    let mut rest = bytes;
+    while let Some((len, after)) = rest.split_first_chunk::<4>() {
+        let len = u32::from_le_bytes(*len) as usize;
+        let Some(payload) = after.get(..len) else { break };
+        match decode(payload) {
+            Ok(ToBrowser::Overview { run, overview }) => found.push((run, overview)),
+            Ok(_) => {}
+            Err(_) => break,
+        }
+        rest = &after[len..];
+    }
+    found
 }
 
 /// Frames that arrive in pieces (a file read in chunks, a socket): push bytes as they come and
@@ -277,6 +353,32 @@ impl FrameStream {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_trailer_is_found_at_the_end_and_names_the_overviews_before_it() {
+        use crate::overview::{key, Overview, Priority};
+        let overview = Overview::of((0..10_000u64).map(|i| (key(Priority::Call, i), i == 77)));
+        let mut file = Vec::new();
+        write_frame(&ToBrowser::Rejected { reason: "stands for the events".into() }, &mut file);
+        let start = file.len();
+        write_frame(&ToBrowser::Overview { run: RunId(1), overview: overview.clone() }, &mut file);
+        let bytes = (file.len() - start) as u64;
+        write_frame(&ToBrowser::Trailer(Trailer::new(bytes)), &mut file);
+        assert_eq!(file.len() - start - bytes as usize, TRAILER_FRAME_BYTES, "fixed size");
+        let range = Trailer::overviews_in(&file, file.len() as u64).expect("a trailer");
+        assert_eq!(range, start as u64..start as u64 + bytes);
+        let found = read_overviews(&file[range.start as usize..range.end as usize]);
+        assert_eq!(found, vec![(RunId(1), overview)]);
+        // A file cut anywhere, or one without a trailer, has none.
+        for cut in [1, 5, TRAILER_FRAME_BYTES] {
+            let short = &file[..file.len() - cut];
+            assert_eq!(Trailer::overviews_in(short, short.len() as u64), None);
+        }
+        // A trailer claiming more than the file holds is not believed.
+        let mut lying = Vec::new();
+        write_frame(&ToBrowser::Trailer(Trailer::new(1000)), &mut lying);
+        assert_eq!(Trailer::overviews_in(&lying, lying.len() as u64), None);
+    }
+
     use super::*;
     use crate::event::{ConnId, EventKind, ReqId, Side};
     use crate::spec::RrSpec;
@@ -330,6 +432,12 @@ mod tests {
         assert_eq!(err, WireError::Version { found: 9, supported: PROTOCOL_VERSION });
         assert!(err.to_string().contains("version 9"));
         assert!(check_hello(&sample_stream()[0]).is_ok());
+        let older = ToBrowser::Hello(Hello {
+            protocol_version: 1,
+            ..Hello::current("0.1.0", HostFacts::default())
+        });
+        assert!(check_hello(&older).is_ok(), "version 1 streams are version 2 streams");
+        assert!(decode_first(&encode(&older)).is_ok());
     }
 
     #[test]
@@ -339,7 +447,7 @@ mod tests {
         assert_eq!(peek_version(&newer), Some(7));
         assert_eq!(
             decode_first(&newer).unwrap_err(),
-            WireError::Version { found: 7, supported: 1 }
+            WireError::Version { found: 7, supported: PROTOCOL_VERSION }
         );
         let mut file = Vec::new();
         file.extend_from_slice(&(newer.len() as u32).to_le_bytes());

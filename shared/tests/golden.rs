@@ -1,19 +1,26 @@
 //! Freezes the session-file format: a small session built from fixed values must encode to the
-//! checked-in bytes, and those bytes must decode to it. A change that breaks this test changes
-//! the format: bump `PROTOCOL_VERSION`, describe the change in docs/FORMAT.md, and regenerate the
-//! file with `ACKSCOPE_BLESS=1 cargo test -p ackscope-shared --test golden`.
+//! checked-in bytes, and those bytes must decode to it, for every version this build reads. A
+//! change that breaks this test changes the format: bump `PROTOCOL_VERSION`, describe the change
+//! in docs/FORMAT.md, add a golden file beside the others and write it with
+//! `ACKSCOPE_BLESS=1 cargo test -p ackscope-shared --test golden` (which writes only the newest).
 
+use ackscope_shared::overview::{key, Overview, Priority};
 use ackscope_shared::synthetic::{nagle_run, MS};
 use ackscope_shared::wire::{
-    self, FrameStream, Hello, HostFacts, Instruments, RunOutcome, ToBrowser, PROTOCOL_VERSION,
+    self, FrameStream, Hello, HostFacts, Instruments, RunOutcome, ToBrowser, Trailer,
+    OLDEST_READABLE_VERSION, PROTOCOL_VERSION,
 };
 use ackscope_shared::{
     ConnId, Event, EventKind, ReqId, RrSpec, RunId, Scenario, Side, SockOpt, TcpInfoSample,
 };
 
-const GOLDEN: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/golden/session-v1.ackscope");
+fn golden(version: u16) -> std::path::PathBuf {
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/golden");
+    std::path::Path::new(dir).join(format!("session-v{version}.ackscope"))
+}
 
-fn session() -> Vec<ToBrowser> {
+/// The session as a build of `version` wrote it.
+fn session(version: u16) -> Vec<ToBrowser> {
     let host = HostFacts {
         os: "linux".into(),
         kernel: "6.18.0".into(),
@@ -43,8 +50,9 @@ fn session() -> Vec<ToBrowser> {
         })),
     ));
     let run = RunId(1);
-    vec![
-        ToBrowser::Hello(Hello::current("0.1.0", host)),
+    let hello = Hello { protocol_version: version, ..Hello::current("0.1.0", host) };
+    let mut messages = vec![
+        ToBrowser::Hello(hello),
         ToBrowser::RunStarted {
             run,
             spec: Scenario::Rr(RrSpec::default()),
@@ -52,27 +60,41 @@ fn session() -> Vec<ToBrowser> {
         },
         ToBrowser::Events { run, events },
         ToBrowser::RunFinished { run, outcome: RunOutcome::Completed },
-    ]
+    ];
+    if version >= 2 {
+        // The file's end: the run's overview behind the trailer that finds it.
+        let overview = Overview::of([
+            (key(Priority::Call, 310_000), false),
+            (key(Priority::Stalled, 44 * MS), true),
+        ]);
+        let message = ToBrowser::Overview { run, overview };
+        let bytes = wire::encode(&message).len() as u64 + 4;
+        messages.push(message);
+        messages.push(ToBrowser::Trailer(Trailer::new(bytes)));
+    }
+    messages
 }
 
 #[test]
 fn the_session_format_is_frozen() {
-    assert_eq!(PROTOCOL_VERSION, 1, "a new version needs a new golden file beside this one");
-    let mut encoded = Vec::new();
-    for message in session() {
-        wire::write_frame(&message, &mut encoded);
+    assert_eq!(PROTOCOL_VERSION, 2, "a new version needs a new golden file beside these");
+    for version in OLDEST_READABLE_VERSION..=PROTOCOL_VERSION {
+        let mut encoded = Vec::new();
+        for message in session(version) {
+            wire::write_frame(&message, &mut encoded);
+        }
+        if version == PROTOCOL_VERSION && std::env::var_os("ACKSCOPE_BLESS").is_some() {
+            std::fs::write(golden(version), &encoded).unwrap();
+        }
+        let golden = std::fs::read(golden(version)).expect("the golden file is checked in");
+        let mut reader = FrameStream::new();
+        reader.push(&golden);
+        let mut decoded = Vec::new();
+        while let Some(message) = reader.next_message() {
+            decoded.push(message.expect("the golden file decodes"));
+        }
+        assert_eq!(reader.finish(), None, "version {version} ends on a frame boundary");
+        assert_eq!(decoded, session(version), "version {version} decodes to its session");
+        assert_eq!(encoded, golden, "version {version}: encoding gives the checked-in bytes");
     }
-    if std::env::var_os("ACKSCOPE_BLESS").is_some() {
-        std::fs::write(GOLDEN, &encoded).unwrap();
-    }
-    let golden = std::fs::read(GOLDEN).expect("the golden file is checked in");
-    let mut reader = FrameStream::new();
-    reader.push(&golden);
-    let mut decoded = Vec::new();
-    while let Some(message) = reader.next_message() {
-        decoded.push(message.expect("the golden file decodes"));
-    }
-    assert_eq!(reader.finish(), None, "the golden file ends on a frame boundary");
-    assert_eq!(decoded, session(), "the checked-in file decodes to the same session");
-    assert_eq!(encoded, golden, "encoding the session gives the checked-in bytes");
 }

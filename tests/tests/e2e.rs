@@ -324,12 +324,39 @@ async fn a_million_request_session_opens_and_its_slowest_request_is_one_click_aw
             .await?;
         input.send_keys(&file.display().to_string()).await?;
         let deadline = Instant::now() + Duration::from_secs(180);
+        // While it loads (seconds), the whole run's overview from the file's end is painted.
+        let mut previewed_slowest_ns = None;
         while text_of(&client, "summary-requests").await.unwrap_or_default() != COUNT.to_string() {
             if Instant::now() > deadline {
                 bail!("the million-request file did not open within 180 s");
             }
-            tokio::time::sleep(Duration::from_millis(250)).await;
+            if previewed_slowest_ns.is_none() {
+                if let Ok(preview) = client.find(css("[data-testid=preview-overview]")).await {
+                    let requests = preview.attr("data-requests").await?;
+                    if preview.attr("data-painted").await?.as_deref() == Some("true") {
+                        assert_eq!(
+                            requests,
+                            Some(COUNT.to_string()),
+                            "the preview has every request"
+                        );
+                        let slowest = preview.attr("data-slowest-ns").await?.unwrap_or_default();
+                        previewed_slowest_ns = Some(slowest.parse::<f64>()?);
+                        screenshot(&client, "loading.png").await?;
+                    }
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
         }
+        let previewed = previewed_slowest_ns.context("no overview was painted while it loaded")?;
+        assert!(
+            (previewed / 1e6 - max_ms).abs() < 0.01,
+            "the preview's slowest request takes {} ms; the run's max is {max_ms} ms",
+            previewed / 1e6
+        );
+        assert!(
+            client.find(css("[data-testid=file-preview]")).await.is_err(),
+            "the preview goes once the file is read"
+        );
         client.find(css("[data-testid=next-slowest]")).await?.click().await?;
         tokio::time::sleep(Duration::from_millis(500)).await;
         let panel = client.find(css("[data-testid=selection]")).await?;

@@ -19,6 +19,7 @@ use crate::panels::summary::{NoTimeline, SummaryPanel};
 use crate::session_file::name_of_url;
 use crate::state::{AppState, RunKey, Source};
 use crate::store::{FrameBatch, Store};
+use crate::timeline::overview::FilePreview;
 use crate::timeline::render::Timeline;
 use crate::timeline::rows::Filter;
 use crate::timeline::view::ViewState;
@@ -112,6 +113,7 @@ pub fn Page(
                     <OpenedFiles store />
                 </aside>
                 <section class="main">
+                    <FilePreview store />
                     <SummaryPanel store />
                     <ComparePanel store />
                     <NoTimeline store />

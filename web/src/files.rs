@@ -4,6 +4,9 @@
 
 use std::time::Duration;
 
+use ackscope_shared::overview::Overview;
+use ackscope_shared::wire::{self, Trailer, TRAILER_FRAME_BYTES};
+use ackscope_shared::RunId;
 use js_sys::{Array, Uint8Array};
 use leptos::prelude::set_timeout;
 use leptos::task::spawn_local;
@@ -46,6 +49,13 @@ pub fn open_blob(store: Store, name: String, blob: Blob) {
         return;
     };
     spawn_local(async move {
+        // The overview the probe wrote at the file's end comes first: a few kilobytes that paint
+        // the whole run before its events are decoded.
+        let overviews = read_overviews(&blob, size).await;
+        if !overviews.is_empty() {
+            store.try_update(|state| state.preview_file(id, overviews));
+            sleep(0).await;
+        }
         let mut at = 0.0;
         let mut slice_start = now_ms();
         while at < size {
@@ -82,6 +92,28 @@ pub fn open_blob(store: Store, name: String, blob: Blob) {
         }
         store.try_update(|state| state.end_file(id));
     });
+}
+
+/// The overviews at the end of a finished session file (`wire::Trailer`); none when the file
+/// has no trailer (cut short, or older), or it cannot be read (then the full read says why).
+async fn read_overviews(blob: &Blob, size: f64) -> Vec<(RunId, Overview)> {
+    let tail_bytes = TRAILER_FRAME_BYTES as f64;
+    if size < tail_bytes {
+        return Vec::new();
+    }
+    let Some(tail) = read_range(blob, size - tail_bytes, size).await else { return Vec::new() };
+    let Some(range) = Trailer::overviews_in(&tail, size as u64) else { return Vec::new() };
+    match read_range(blob, range.start as f64, range.end as f64).await {
+        Some(bytes) => wire::read_overviews(&bytes),
+        None => Vec::new(),
+    }
+}
+
+/// Bytes `from .. to` of `blob`, or `None` if the browser cannot read them.
+async fn read_range(blob: &Blob, from: f64, to: f64) -> Option<Vec<u8>> {
+    let slice = blob.slice_with_f64_and_f64(from, to).ok()?;
+    let buffer = settle(&slice.array_buffer()).await.ok()?;
+    Some(Uint8Array::new(&buffer).to_vec())
 }
 
 /// The page's clock in milliseconds (`performance.now()`), for time slices.

@@ -17,6 +17,7 @@ use ackscope_shared::analysis::{RunAnalysis, Summary};
 use ackscope_shared::attribution::{attribute, summarize, ClassSummary, Incremental, Stall};
 use ackscope_shared::bulk::{BulkAnalysis, BulkSummary};
 use ackscope_shared::kernel::KernelTracks;
+use ackscope_shared::overview::Overview;
 use ackscope_shared::wire::{
     check_hello, write_frame, Hello, HostFacts, Instruments, RunOutcome, ToBrowser, WireError,
 };
@@ -304,7 +305,12 @@ impl Session {
             write_frame(&message, record);
         }
         match message {
-            ToBrowser::Hello(_) | ToBrowser::Rejected { .. } => None,
+            // A file's overviews and trailer repeat what its events say (they are read from
+            // the file's end before the events: see `AppState::preview_file`).
+            ToBrowser::Hello(_)
+            | ToBrowser::Rejected { .. }
+            | ToBrowser::Overview { .. }
+            | ToBrowser::Trailer(_) => None,
             ToBrowser::RunStarted { run, spec, instruments } => {
                 self.runs.retain(|existing| existing.id != run);
                 self.runs.push(Run::new(run, spec, instruments));
@@ -397,6 +403,8 @@ struct Loading {
     read_bytes: u64,
     total_bytes: u64,
     newest: Option<RunId>,
+    /// The runs' overviews from the file's end, shown until the file is read.
+    overviews: Vec<(RunId, Overview)>,
 }
 
 impl OpenedFile {
@@ -535,7 +543,13 @@ impl AppState {
         let id = self.add_file(name, Session::file(), None);
         if let Some(file) = self.files.last_mut() {
             let decoder = SessionDecoder::default();
-            file.loading = Some(Loading { decoder, read_bytes: 0, total_bytes, newest: None });
+            file.loading = Some(Loading {
+                decoder,
+                read_bytes: 0,
+                total_bytes,
+                newest: None,
+                overviews: Vec::new(),
+            });
         }
         id
     }
@@ -549,6 +563,29 @@ impl AppState {
         let newest = &mut loading.newest;
         loading.decoder.feed(bytes, |message| *newest = session.apply(message).or(*newest));
         loading.read_bytes += bytes.len() as u64;
+    }
+
+    /// The overviews written at the end of a file being read (`wire::read_overviews`): shown
+    /// while the events are decoded.
+    pub fn preview_file(&mut self, id: FileId, overviews: Vec<(RunId, Overview)>) {
+        let file = self.files.iter_mut().find(|file| file.id == id);
+        if let Some(loading) = file.and_then(|file| file.loading.as_mut()) {
+            loading.overviews = overviews;
+        }
+    }
+
+    /// The newest file being read that has an overview, with its name and its last run's
+    /// overview (the run it will show when read).
+    pub fn loading_overview(&self) -> Option<(&str, &Overview)> {
+        self.files.iter().rev().find_map(|file| {
+            let (_, overview) = file.loading.as_ref()?.overviews.last()?;
+            Some((file.name.as_str(), overview))
+        })
+    }
+
+    /// `(bytes read, bytes in the file)` of the newest file being read.
+    pub fn loading_progress(&self) -> Option<(u64, u64)> {
+        self.files.iter().rev().find_map(OpenedFile::progress)
     }
 
     /// The file has been read: runs still going never finished, the problem (if any) is named,
@@ -1018,6 +1055,23 @@ mod tests {
             assert_eq!(a.summary(), b.summary());
         }
         assert_eq!(state.selected_key(), Some(RunKey { source: Source::File(id), run: RunId(2) }));
+    }
+
+    #[test]
+    fn a_files_overview_shows_while_it_is_read_and_goes_when_it_is() {
+        use ackscope_shared::overview::{key, Priority};
+        let bytes = two_runs().live.file_bytes().expect("recorded").to_vec();
+        let mut state = AppState::default();
+        let id = state.begin_file("big.ackscope", bytes.len() as u64);
+        assert!(state.loading_overview().is_none(), "nothing until the file's end is read");
+        let overview = Overview::of([(key(Priority::Stalled, 44 * MS), true)]);
+        state.preview_file(id, vec![(RunId(2), overview.clone())]);
+        assert_eq!(state.loading_overview(), Some(("big.ackscope", &overview)));
+        state.feed_file(id, &bytes);
+        assert_eq!(state.loading_progress(), Some((bytes.len() as u64, bytes.len() as u64)));
+        state.end_file(id);
+        assert_eq!(state.loading_overview(), None, "the rows' own strip takes over");
+        assert_eq!(state.loading_progress(), None);
     }
 
     #[test]

@@ -222,7 +222,8 @@ impl TraceBuilder {
                     self.finish_run(trace, &mut out);
                 }
             }
-            ToBrowser::Rejected { .. } => {}
+            // Refusals answer a tab; overviews and the trailer repeat what the events say.
+            ToBrowser::Rejected { .. } | ToBrowser::Overview { .. } | ToBrowser::Trailer(_) => {}
         }
         out
     }

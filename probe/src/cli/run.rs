@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 use ackscope_shared::analysis::RunAnalysis;
 use ackscope_shared::attribution::{self, ClassSummary, StallTally};
 use ackscope_shared::bulk::{BulkAnalysis, BulkSummary};
+use ackscope_shared::overview::{self, Overview};
 use ackscope_shared::presets::{self, PRESETS};
 use ackscope_shared::wire::{Hello, Instruments, RunOutcome, ToBrowser};
 use ackscope_shared::{BulkSpec, Event, EventKind, RrSpec, RunId, Scenario, Summary};
@@ -200,6 +201,11 @@ pub fn run(args: &RunArgs) -> Result<Ended, Failure> {
         tally.unrecorded = Some((notes.requests_completed, notes.clients_elapsed));
     }
     write_to(&mut file, &ToBrowser::RunFinished { run, outcome: outcome.clone() })?;
+    if let Some(writer) = file.take() {
+        // The overview goes last, behind a trailer a viewer finds from the file's end.
+        let overviews = tally.overview().map(|overview| (run, overview)).into_iter().collect();
+        writer.finish(overviews).map_err(|e| Failure::Run(e.to_string()))?;
+    }
     if let Some(Failure::Run(message)) = write_error {
         return Err(Failure::Run(format!(
             "the run went on, but its file is incomplete: {message}"
@@ -272,6 +278,8 @@ pub struct RrTally {
     spec: Option<RrSpec>,
     /// Stalls of the retired requests.
     retired_stalls: StallTally,
+    /// The retired requests, for the overview written at the end of the file.
+    retired_overview: Overview,
 }
 
 /// Past this many requests held, the oldest finished ones are retired...
@@ -286,19 +294,42 @@ impl RrTally {
             // Bytes need half the link's RTT to cross it: that much of a read's wait is the path.
             analysis.set_path_delay_ns(u64::from(link.rtt_us) * 1000 / 2);
         }
-        RrTally { analysis, spec, retired_stalls: StallTally::default() }
+        RrTally {
+            analysis,
+            spec,
+            retired_stalls: StallTally::default(),
+            retired_overview: Overview::default(),
+        }
     }
 
     fn push_all(&mut self, events: &[Event]) {
         self.analysis.push_all(events);
         if self.analysis.requests().len() > RETIRE_ABOVE {
             let (spec, stalls) = (self.spec.as_ref(), &mut self.retired_stalls);
+            let rows = &mut self.retired_overview;
             self.analysis.retire(KEEP_RECENT, |analysis, req, view| {
-                for stall in attribution::attribute_request(analysis, req, view, spec) {
-                    stalls.add(&stall);
+                let of_request = attribution::attribute_request(analysis, req, view, spec);
+                for stall in &of_request {
+                    stalls.add(stall);
                 }
+                let (key, stalled) = overview::row(view, &of_request);
+                rows.push(key, stalled);
             });
         }
+    }
+
+    /// Every request of the run, retired or not, in the overview's columns.
+    fn overview(&self) -> Overview {
+        let mut overview = self.retired_overview.clone();
+        let first = self.analysis.first_request();
+        for (index, view) in self.analysis.requests().iter().enumerate() {
+            let req = ackscope_shared::ReqId(first + index as u32);
+            let stalls =
+                attribution::attribute_request(&self.analysis, req, view, self.spec.as_ref());
+            let (key, stalled) = overview::row(view, &stalls);
+            overview.push(key, stalled);
+        }
+        overview
     }
 
     fn stall_classes(&self) -> Vec<ClassSummary> {
@@ -349,6 +380,14 @@ impl Tally {
         match &mut self.analysis {
             Analysis::Rr(rr) => rr.push_all(events),
             Analysis::Bulk(analysis) => analysis.push_all(events),
+        }
+    }
+
+    /// The overview of the run's requests (request/response runs only).
+    pub fn overview(&self) -> Option<Overview> {
+        match &self.analysis {
+            Analysis::Rr(rr) => Some(rr.overview()),
+            Analysis::Bulk(_) => None,
         }
     }
 

@@ -61,7 +61,8 @@ pub fn show(path: &Path) -> Result<Ended, Failure> {
                     r.outcome = Some(outcome.clone());
                 }
             }
-            ToBrowser::Rejected { .. } => {}
+            // Refusals answer a tab; overviews and the trailer repeat what the events say.
+            ToBrowser::Rejected { .. } | ToBrowser::Overview { .. } | ToBrowser::Trailer(_) => {}
         }
     }
     for (id, run) in &runs {

@@ -8,7 +8,9 @@ use std::fs::File;
 use std::io::{self, BufWriter, Read, Write};
 use std::path::{Path, PathBuf};
 
-use ackscope_shared::wire::{self, FrameStream, ToBrowser, WireError};
+use ackscope_shared::overview::Overview;
+use ackscope_shared::wire::{self, FrameStream, ToBrowser, Trailer, WireError};
+use ackscope_shared::RunId;
 
 /// Session files larger than this are refused before reading (16 GiB: far beyond a long run).
 pub const MAX_FILE_BYTES: u64 = 16 << 30;
@@ -35,6 +37,22 @@ impl SessionWriter {
             .write_all(&self.frame)
             .and_then(|()| self.out.flush())
             .map_err(|e| io::Error::new(e.kind(), format!("writing {}: {e}", self.path.display())))
+    }
+}
+
+impl SessionWriter {
+    /// Ends the file: each run's overview, then the fixed-size trailer that says where they
+    /// start, so a viewer paints a long run's overview from the file's last bytes before it has
+    /// decoded the events (docs/FORMAT.md, "The end of a file"). A file without them (cut short
+    /// by a crash) still reads whole.
+    pub fn finish(mut self, overviews: Vec<(RunId, Overview)>) -> io::Result<()> {
+        let mut bytes = 0;
+        for (run, overview) in overviews {
+            let message = ToBrowser::Overview { run, overview };
+            bytes += wire::encode(&message).len() as u64 + 4;
+            self.write(&message)?;
+        }
+        self.write(&ToBrowser::Trailer(Trailer::new(bytes)))
     }
 }
 

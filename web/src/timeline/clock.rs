@@ -11,7 +11,6 @@ use ackscope_shared::{ConnId, Side};
 
 use super::layout::{Lane as RowLane, Mark};
 use super::lod::{key, pick, MaxTree, Priority};
-use super::rows::priority_of;
 use super::scale::Scale;
 use crate::state::Attribution;
 
@@ -61,7 +60,7 @@ impl Lanes {
         let waits: HashMap<(Side, u64, u64), Priority> = why
             .stalls
             .iter()
-            .map(|stall| ((stall.side, stall.start_ns, stall.end_ns), priority_of(stall)))
+            .map(|stall| ((stall.side, stall.start_ns, stall.end_ns), Priority::of(stall)))
             .collect();
         let first = analysis.first_request();
         let mut calls: HashMap<(ConnId, Side), Vec<Call>> = HashMap::new();

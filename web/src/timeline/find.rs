@@ -6,7 +6,9 @@ use leptos::ev::KeyboardEvent;
 use leptos::prelude::*;
 use web_sys::HtmlInputElement;
 
-use super::layout::{class_word, extent_ns};
+use ackscope_shared::overview::extent_ns;
+
+use super::layout::class_word;
 use super::render::{RowList, RunFacts, PAGE_ROWS};
 use super::rows::{step_stall, Filter, CLASSES};
 use super::scale::Scale;

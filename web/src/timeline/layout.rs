@@ -13,6 +13,7 @@ use std::hash::{Hash, Hasher};
 
 use ackscope_shared::analysis::{RunAnalysis, Span, SpanKind};
 use ackscope_shared::attribution::{Stall, StallClass};
+use ackscope_shared::overview::extent_ns;
 use ackscope_shared::{RequestView, Side};
 
 use super::scale::Scale;
@@ -225,14 +226,6 @@ impl TimelineLayout {
     pub fn height(&self) -> f64 {
         self.rows.len() as f64 * ROW_HEIGHT
     }
-}
-
-/// How far past its start a request reaches: its latency if done, else its latest mark so far.
-pub fn extent_ns(view: &RequestView) -> Option<u64> {
-    let start = view.start_ns?;
-    let last_span = view.spans.iter().map(|span| span.end_ns).max();
-    let end = view.done_ns.into_iter().chain(last_span).max()?;
-    Some(end.saturating_sub(start))
 }
 
 /// Lays out rows `top .. top + page` of the row list `rows` (request ids) with `scale`. Only

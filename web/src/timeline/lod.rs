@@ -8,21 +8,9 @@
 
 use std::ops::Range;
 
-/// How much a mark matters when it has to share a pixel: its class first, then its duration.
-pub fn key(priority: Priority, duration_ns: u64) -> u64 {
-    const DURATION_BITS: u32 = 56;
-    (priority as u64) << DURATION_BITS | duration_ns.min((1 << DURATION_BITS) - 1)
-}
-
-/// What kind of mark, in the order it wins a pixel.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub enum Priority {
-    Call = 0,
-    /// A call that waited for something other than held bytes (think time, a full buffer).
-    Waited = 1,
-    /// A read the kernel held.
-    Stalled = 2,
-}
+// The ranking is shared with the probe, which ranks a run's requests the same way for the
+// overview it writes at the end of a file.
+pub use ackscope_shared::overview::{key, Priority};
 
 /// For any range of marks, the one with the greatest key.
 #[derive(Clone, Debug, Default)]
@@ -134,38 +122,6 @@ pub fn pick(
     picked
 }
 
-/// One column of the overview strip: the rows it stands for and the worst of them.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Bin {
-    /// Rows `first .. first + count` of the row list.
-    pub first: usize,
-    pub count: usize,
-    /// The row with the greatest key (a stalled row outranks a slower clean one).
-    pub worst: usize,
-    /// How many of the rows have a stall.
-    pub stalled: u32,
-}
-
-/// The overview of `rows` rows in `columns` columns: each column stands for an equal share of
-/// the rows (at least one), keeps its worst row and counts its stalled rows. `stalled_before`
-/// is the prefix sum of stalled rows (`stalled_before[i]` = stalled rows among the first `i`).
-pub fn overview(tree: &MaxTree, stalled_before: &[u32], columns: usize) -> Vec<Bin> {
-    let rows = tree.len();
-    if rows == 0 || columns == 0 {
-        return Vec::new();
-    }
-    let columns = columns.min(rows);
-    (0..columns)
-        .filter_map(|column| {
-            let first = column * rows / columns;
-            let end = ((column + 1) * rows / columns).max(first + 1);
-            let worst = tree.argmax(first..end)?;
-            let stalled = stalled_before[end] - stalled_before[first];
-            Some(Bin { first, count: end - first, worst, stalled })
-        })
-        .collect()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -196,13 +152,6 @@ mod tests {
                 }
             }
         }
-    }
-
-    #[test]
-    fn a_stall_outranks_any_longer_call() {
-        assert!(key(Priority::Stalled, 11_000_000) > key(Priority::Call, 900_000_000_000));
-        assert!(key(Priority::Waited, 1) > key(Priority::Call, u64::MAX));
-        assert!(key(Priority::Call, 2) > key(Priority::Call, 1));
     }
 
     /// The property the view relies on: in every pixel, the greatest mark that starts there is
@@ -253,34 +202,5 @@ mod tests {
                 }
             }
         }
-    }
-
-    #[test]
-    fn every_stalled_row_is_counted_and_a_stalled_row_is_the_worst_of_its_column() {
-        let mut random = Lcg(3);
-        let rows = 1_000_003;
-        let stalled: Vec<bool> = (0..rows).map(|_| random.next(50_000) == 0).collect();
-        let keys: Vec<u64> = (0..rows)
-            .map(|i| {
-                let priority = if stalled[i] { Priority::Stalled } else { Priority::Call };
-                key(priority, 50_000 + random.next(30_000_000))
-            })
-            .collect();
-        let mut before = vec![0u32];
-        for &s in &stalled {
-            before.push(before.last().copied().unwrap_or(0) + u32::from(s));
-        }
-        let tree = MaxTree::new(keys);
-        let bins = overview(&tree, &before, 856);
-        assert_eq!(bins.len(), 856);
-        assert_eq!(bins.iter().map(|b| b.count).sum::<usize>(), rows, "every row in one column");
-        let total: u32 = bins.iter().map(|b| b.stalled).sum();
-        assert_eq!(total as usize, stalled.iter().filter(|&&s| s).count());
-        for bin in &bins {
-            assert_eq!(bin.stalled > 0, stalled[bin.worst], "a column with a stall shows it");
-        }
-        // Fewer rows than columns: one column per row.
-        let small = MaxTree::new(vec![1, 2, 3]);
-        assert_eq!(overview(&small, &[0, 0, 0, 0], 100).len(), 3);
     }
 }

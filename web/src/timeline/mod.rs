@@ -17,7 +17,7 @@ pub mod clock;
 mod find;
 pub mod layout;
 pub mod lod;
-mod overview;
+pub mod overview;
 mod png;
 pub mod render;
 pub mod rows;

@@ -1,18 +1,43 @@
-//! The overview strip: the whole row list at a glance, and a way to any part of it.
+//! The overview strip: the whole row list at a glance, and a way to any part of it. While a big
+//! file loads, [`FilePreview`] paints the same strip from the overview the probe wrote at the
+//! file's end, before any event is decoded.
 
+use ackscope_shared::overview::Column;
 use leptos::ev::PointerEvent;
 use leptos::html::Canvas;
 use leptos::prelude::*;
 
 use super::canvas::{paint, Frame, Rect};
-use super::lod::{overview, Bin};
 use super::render::{RowList, RunFacts, CANVAS_WIDTH, GUTTER, PAGE_ROWS, PLOT_WIDTH};
+use super::scale::format_duration;
 use super::view::{Mode, ViewState};
+use crate::store::Store;
 
 const OVERVIEW_HEIGHT: f64 = 36.0;
 
-/// The overview strip: the whole row list, one column per share of it, the tallest line the
-/// slowest request of the share (red when any request of it stalled). Click or drag to go.
+/// The strip's marks: one column per share of the rows, the tallest line the slowest request of
+/// the share (red when any request of it stalled); `band` is where the page is, if anywhere.
+fn strip(columns: &[Column], band: Option<(f64, f64)>) -> Frame {
+    let mut frame = Frame { width: CANVAS_WIDTH, height: OVERVIEW_HEIGHT, ..Frame::default() };
+    let max = columns.iter().map(|c| c.slowest_ns).max().unwrap_or(0);
+    let count = columns.len().max(1) as f64;
+    let width = (PLOT_WIDTH / count).max(1.0);
+    for (index, column) in columns.iter().enumerate() {
+        let share = if max == 0 { 0.0 } else { column.slowest_ns as f64 / max as f64 };
+        let height = (share.sqrt() * (OVERVIEW_HEIGHT - 4.0)).max(1.0);
+        let fill = if column.stalled > 0 { "#d62828" } else { "#84b3ee" };
+        let x = GUTTER + index as f64 * PLOT_WIDTH / count;
+        frame.marks.push(Rect { x, y: OVERVIEW_HEIGHT - height, width, height, fill });
+    }
+    if let Some((x, width)) = band {
+        // A translucent band over the columns, so it shows on red too.
+        let fill = "rgba(31, 95, 191, 0.35)";
+        frame.marks.push(Rect { x, y: 0.0, width, height: OVERVIEW_HEIGHT, fill });
+    }
+    frame
+}
+
+/// The overview strip of the shown rows. Click or drag to go.
 #[component]
 pub(super) fn Overview(
     facts: Memo<Option<RunFacts>>,
@@ -20,44 +45,22 @@ pub(super) fn Overview(
     view: RwSignal<ViewState>,
 ) -> impl IntoView {
     let canvas = NodeRef::<Canvas>::new();
-    let bins: Memo<(Vec<Bin>, u64, Vec<u64>)> = Memo::new(move |_| {
+    let columns: Memo<Vec<Column>> = Memo::new(move |_| {
         let list = rows.with(|r| r.rows.clone());
-        facts.with(|f| {
-            let Some(f) = f.as_ref() else { return (Vec::new(), 0, Vec::new()) };
-            let (tree, stalled_before) = f.facts.tree(&list);
-            let bins = overview(&tree, &stalled_before, PLOT_WIDTH as usize);
-            let extents: Vec<u64> =
-                bins.iter().map(|b| f.facts.extent_of(list[b.worst]).unwrap_or(0)).collect();
-            let max = extents.iter().copied().max().unwrap_or(0);
-            (bins, max, extents)
+        facts.with(|f| match f.as_ref() {
+            Some(f) => f.facts.overview(&list).resample(PLOT_WIDTH as usize),
+            None => Vec::new(),
         })
     });
     Effect::new(move |_| {
         let Some(canvas) = canvas.get() else { return };
         let total = rows.with(|r| r.rows.len()).max(1);
         let (top, mode) = view.with(|v| (v.top, v.mode));
-        let frame = bins.with(|(bins, max, extents)| {
-            let mut frame =
-                Frame { width: CANVAS_WIDTH, height: OVERVIEW_HEIGHT, ..Frame::default() };
-            let columns = bins.len().max(1) as f64;
-            let width = (PLOT_WIDTH / columns).max(1.0);
-            for (index, bin) in bins.iter().enumerate() {
-                let share = if *max == 0 { 0.0 } else { extents[index] as f64 / *max as f64 };
-                let height = (share.sqrt() * (OVERVIEW_HEIGHT - 4.0)).max(1.0);
-                let fill = if bin.stalled > 0 { "#d62828" } else { "#84b3ee" };
-                let x = GUTTER + index as f64 * PLOT_WIDTH / columns;
-                frame.marks.push(Rect { x, y: OVERVIEW_HEIGHT - height, width, height, fill });
-            }
-            if mode == Mode::Aligned {
-                // Where the page is: a translucent band over the columns, so it shows on red too.
-                let x = GUTTER + top as f64 / total as f64 * PLOT_WIDTH;
-                let w = (PAGE_ROWS as f64 / total as f64 * PLOT_WIDTH).clamp(2.0, PLOT_WIDTH);
-                let fill = "rgba(31, 95, 191, 0.35)";
-                frame.marks.push(Rect { x, y: 0.0, width: w, height: OVERVIEW_HEIGHT, fill });
-            }
-            frame
+        let band = (mode == Mode::Aligned).then(|| {
+            let x = GUTTER + top as f64 / total as f64 * PLOT_WIDTH;
+            (x, (PAGE_ROWS as f64 / total as f64 * PLOT_WIDTH).clamp(2.0, PLOT_WIDTH))
         });
-        paint(&canvas, &frame);
+        columns.with(|columns| paint(&canvas, &strip(columns, band)));
     });
     let dragging = RwSignal::new(false);
     let go = move |ev: &PointerEvent| {
@@ -71,8 +74,7 @@ pub(super) fn Overview(
             v.top = position.saturating_sub(PAGE_ROWS / 2).min(total.saturating_sub(PAGE_ROWS));
         });
     };
-    let stalled_columns =
-        move || bins.with(|(bins, _, _)| bins.iter().filter(|b| b.stalled > 0).count());
+    let stalled_columns = move || columns.with(|c| c.iter().filter(|c| c.stalled > 0).count());
     view! {
         <div class="overview" title="the whole run: each column the slowest request of its share, red where one stalled; click or drag to go there">
             <canvas
@@ -85,5 +87,84 @@ pub(super) fn Overview(
                 on:pointerleave=move |_| dragging.set(false)
             ></canvas>
         </div>
+    }
+}
+
+/// What the preview of a loading file shows.
+#[derive(Clone, Debug, PartialEq)]
+struct Preview {
+    name: String,
+    rows: u32,
+    stalled: u32,
+    slowest_ns: u64,
+    columns: Vec<Column>,
+}
+
+/// While a file is read: the overview of its run from the file's end (see
+/// `wire::Trailer`), so a million requests' strip is on the screen in well under a second,
+/// long before every request is decoded and reachable. Gone once the file is read.
+#[component]
+pub fn FilePreview(store: Store) -> impl IntoView {
+    let preview: Memo<Option<Preview>> = Memo::new(move |_| {
+        store.read(|state| {
+            let (name, overview) = state.loading_overview()?;
+            Some(Preview {
+                name: name.to_string(),
+                rows: overview.rows,
+                stalled: overview.stalled(),
+                slowest_ns: overview.slowest_ns(),
+                columns: overview.resample(PLOT_WIDTH as usize),
+            })
+        })
+    });
+    let canvas = NodeRef::<Canvas>::new();
+    let painted = RwSignal::new(false);
+    Effect::new(move |_| {
+        if preview.with(Option::is_none) {
+            painted.set(false);
+            return;
+        }
+        let Some(canvas) = canvas.get() else { return };
+        preview.with(|preview| {
+            if let Some(preview) = preview {
+                paint(&canvas, &strip(&preview.columns, None));
+                painted.set(true);
+            }
+        });
+    });
+    let progress = move || {
+        store.read(|state| state.loading_overview().and(state.loading_progress()).unwrap_or((0, 1)))
+    };
+    move || {
+        preview.with(|preview| preview.clone()).map(|preview| {
+            let note = format!(
+                "{}: {} requests, {} stalled, the slowest {}. Every request can be reached once \
+                 the file is read.",
+                preview.name,
+                preview.rows,
+                preview.stalled,
+                format_duration(preview.slowest_ns)
+            );
+            view! {
+                <section class="card file-preview" data-testid="file-preview">
+                    <h2>"Opening a session"</h2>
+                    <p class="hint">{note}</p>
+                    <progress
+                        data-testid="preview-progress"
+                        max=move || progress().1.max(1).to_string()
+                        value=move || progress().0.to_string()
+                    ></progress>
+                    <div class="overview" title="the whole run, from the overview the probe wrote at the file's end: each column the slowest request of its share, red where one stalled">
+                        <canvas
+                            node_ref=canvas
+                            data-testid="preview-overview"
+                            data-requests=preview.rows.to_string()
+                            data-slowest-ns=preview.slowest_ns.to_string()
+                            data-painted=move || painted.get().to_string()
+                        ></canvas>
+                    </div>
+                </section>
+            }
+        })
     }
 }

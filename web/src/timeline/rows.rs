@@ -7,9 +7,8 @@
 use ackscope_shared::analysis::RunAnalysis;
 use ackscope_shared::attribution::{Stall, StallClass};
 
-use super::layout::extent_ns;
-use super::lod::{key, MaxTree, Priority};
 use crate::state::Attribution;
+use ackscope_shared::overview::{extent_ns, key, Overview, Priority};
 
 /// Every class, in a fixed order: bit `i` of a class mask is `CLASSES[i]`.
 pub const CLASSES: [StallClass; 7] = [
@@ -94,7 +93,7 @@ impl Facts {
             };
             if index < requests.len() {
                 self.classes[index] |= class_bit(stall.class);
-                self.worst[index] = self.worst[index].max(priority_of(stall));
+                self.worst[index] = self.worst[index].max(Priority::of(stall));
             }
         }
         self
@@ -161,27 +160,14 @@ impl Facts {
         .map(|index| self.first + index as u32)
     }
 
-    /// The overview's tree over the rows: a row's key is its worst wait, then its extent.
-    pub fn tree(&self, rows: &[u32]) -> (MaxTree, Vec<u32>) {
-        let mut stalled_before = Vec::with_capacity(rows.len() + 1);
-        stalled_before.push(0);
-        let mut keys = Vec::with_capacity(rows.len());
-        for &req in rows {
+    /// The overview of the rows: a row's key is its worst wait, then its extent (as the probe
+    /// ranks them for the overview it writes in a file).
+    pub fn overview(&self, rows: &[u32]) -> Overview {
+        Overview::of(rows.iter().map(|&req| {
             let index = self.index(req).unwrap_or_default();
-            keys.push(key(self.worst[index], self.extent_ns[index]));
-            let stalled = u32::from(self.worst[index] == Priority::Stalled);
-            stalled_before.push(stalled_before.last().copied().unwrap_or(0) + stalled);
-        }
-        (MaxTree::new(keys), stalled_before)
-    }
-}
-
-/// How a wait ranks when marks share a pixel.
-pub fn priority_of(stall: &Stall) -> Priority {
-    if stall.class.is_held_read() {
-        Priority::Stalled
-    } else {
-        Priority::Waited
+            let worst = self.worst[index];
+            (key(worst, self.extent_ns[index]), worst == Priority::Stalled)
+        }))
     }
 }
 
@@ -209,6 +195,7 @@ pub fn step_stall(
 
 #[cfg(test)]
 mod tests {
+    use ackscope_shared::overview::Overview;
     use ackscope_shared::RrSpec;
 
     use super::*;
@@ -237,6 +224,25 @@ mod tests {
         assert_eq!(facts.rows(&slow), [1, 2, 3, 4, 5]);
         assert_eq!(facts.extent_of(0).map(|ns| ns < MS), Some(true));
         assert_eq!(facts.extent_of(9), None);
+    }
+
+    /// One rule, one place: the strip the viewer draws from its rows once a file is read is the
+    /// one the probe writes at the file's end from its own attribution (shown while it loads).
+    #[test]
+    fn the_rows_overview_is_the_one_the_probe_writes() {
+        let (analysis, why) = run(6, 44 * MS);
+        let facts = Facts::of(&analysis, &why);
+        let drawn = facts.overview(&facts.rows(&Filter::default()));
+        let spec = RrSpec::default();
+        let written = Overview::of(analysis.requests().iter().enumerate().map(|(req, view)| {
+            let req = ackscope_shared::ReqId(req as u32);
+            let stalls =
+                ackscope_shared::attribution::attribute_request(&analysis, req, view, Some(&spec));
+            ackscope_shared::overview::row(view, &stalls)
+        }));
+        assert_eq!(drawn, written);
+        assert_eq!(drawn.stalled(), 5, "every request after the first stalled");
+        assert!(drawn.slowest_ns() > 44 * MS);
     }
 
     #[test]
