@@ -1,7 +1,15 @@
-//! Embeds the built web app (Trunk's dist folder) into the binary, so `ackscope` is one file.
+//! Lists the built web app's files (the dist folder) for the binary to embed, so `ackscope` is
+//! one file: `assets.rs` in OUT_DIR holds one `include_bytes!` per file, and src/main.rs (not
+//! the library) includes it.
 //!
 //! The folder is `ACKSCOPE_WEB_DIST` if set (xtask sets it), else `dist/` at the workspace root.
 //! Without a built app the binary still builds; it then serves a page that says how to build it.
+//!
+//! Why index.html is the one file watched: when this script runs again, cargo recompiles the
+//! whole library after it. The list of files changes only with index.html (it names the app's
+//! files, and xtask's web build leaves unchanged files untouched), while a changed wasm or
+//! stylesheet reaches the binary through `include_bytes!`, which cargo tracks itself: a rebuilt
+//! web app then costs a relink of the binary, not a rebuild of the probe.
 
 use std::env;
 use std::fmt::Write as _;
@@ -14,7 +22,7 @@ fn main() {
     let dist = env::var_os("ACKSCOPE_WEB_DIST")
         .map(PathBuf::from)
         .unwrap_or_else(|| manifest_dir.join("../dist"));
-    println!("cargo:rerun-if-changed={}", dist.display());
+    println!("cargo:rerun-if-changed={}", dist.join("index.html").display());
 
     let mut files = Vec::new();
     if dist.join("index.html").is_file() {

@@ -180,10 +180,17 @@ fn lock_version(package: &str) -> Result<String, String> {
     Err(format!("Cargo.lock has no {package}; run `cargo update -p {package}`"))
 }
 
+/// Written at the end of every web build: its mtime is when dist/ was last built (the app's own
+/// files keep theirs when their bytes did not change). A dot-file, so it is not embedded.
+pub const DIST_STAMP: &str = "dist/.built";
+
 /// True when dist/ was built after every input of the web build changed.
 pub fn dist_is_fresh() -> bool {
     let root = root();
-    let Some(built) = modified(&root.join("dist/index.html")) else {
+    if !root.join("dist/index.html").is_file() {
+        return false;
+    }
+    let Some(built) = modified(&root.join(DIST_STAMP)) else {
         return false;
     };
     let inputs = ["web", "shared", "Trunk.toml", "Cargo.lock", "Cargo.toml"];

@@ -185,21 +185,42 @@ pub fn build() -> Result<(), String> {
     let page = rewrite_html(&html, &links, &plan.bin);
     write(&stage.join("index.html"), &page)?;
 
-    // Replace the old app by the new one: every file but the stage goes, then the stage's move up.
-    for entry in fs::read_dir(&dist).map_err(|e| format!("reading {}: {e}", dist.display()))? {
-        let path = entry.map_err(|e| e.to_string())?.path();
-        if path != stage {
+    replace_app(&dist, &stage)?;
+    write(&root.join(setup::DIST_STAMP), "the web app was last built when this file was written\n")
+}
+
+/// Replaces the app in `dist` by the one in `stage`: files gone from the app go, changed ones
+/// move in, and a file whose bytes did not change is left as it was. That last rule is what
+/// keeps rebuilds short: the probe's build script lists the app's files again only when
+/// index.html changes (its mtime), and the binary re-embeds only the files that changed.
+fn replace_app(dist: &Path, stage: &Path) -> Result<(), String> {
+    let names = |dir: &Path| -> Result<Vec<std::ffi::OsString>, String> {
+        let entries = fs::read_dir(dir).map_err(|e| format!("reading {}: {e}", dir.display()))?;
+        entries.map(|entry| entry.map(|e| e.file_name()).map_err(|e| e.to_string())).collect()
+    };
+    let staged = names(stage)?;
+    for name in names(dist)? {
+        let path = dist.join(&name);
+        if path != stage && !staged.contains(&name) {
             let removed =
                 if path.is_dir() { fs::remove_dir_all(&path) } else { fs::remove_file(&path) };
             removed.map_err(|e| format!("removing {}: {e}", path.display()))?;
         }
     }
-    for entry in fs::read_dir(&stage).map_err(|e| format!("reading {}: {e}", stage.display()))? {
-        let path = entry.map_err(|e| e.to_string())?.path();
-        let to = dist.join(path.file_name().expect("read_dir entries have names"));
-        fs::rename(&path, &to).map_err(|e| format!("moving {}: {e}", path.display()))?;
+    for name in staged {
+        let (from, to) = (stage.join(&name), dist.join(&name));
+        let same =
+            to.is_file() && fs::read(&from).ok().is_some_and(|new| fs::read(&to).ok() == Some(new));
+        if same {
+            fs::remove_file(&from).map_err(|e| format!("removing {}: {e}", from.display()))?;
+        } else {
+            if to.is_dir() {
+                fs::remove_dir_all(&to).map_err(|e| format!("removing {}: {e}", to.display()))?;
+            }
+            fs::rename(&from, &to).map_err(|e| format!("moving {}: {e}", from.display()))?;
+        }
     }
-    let _ = fs::remove_dir(&stage);
+    let _ = fs::remove_dir(stage);
     Ok(())
 }
 

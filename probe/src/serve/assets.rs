@@ -1,4 +1,8 @@
-//! The web app's files, embedded at build time (see build.rs).
+//! The web app's files. The `ackscope` binary embeds them at build time (build.rs writes the
+//! list, src/main.rs includes it and hands it to [`install`]): only the binary, so a rebuilt web
+//! app relinks the binary instead of recompiling this library.
+
+use std::sync::OnceLock;
 
 pub struct Asset {
     /// Path below the site root, without a leading slash: "index.html".
@@ -6,7 +10,17 @@ pub struct Asset {
     pub bytes: &'static [u8],
 }
 
-include!(concat!(env!("OUT_DIR"), "/assets.rs"));
+static SITE: OnceLock<&'static [Asset]> = OnceLock::new();
+
+/// The files to serve, set once at start (a second call is ignored). Without it the server
+/// serves [`NOT_BUILT_PAGE`].
+pub fn install(assets: &'static [Asset]) {
+    let _ = SITE.set(assets);
+}
+
+fn site() -> &'static [Asset] {
+    SITE.get().copied().unwrap_or(&[])
+}
 
 /// Served at `/` when the binary was built without the web app.
 pub const NOT_BUILT_PAGE: &str = "<!doctype html><meta charset=utf-8><title>ackscope</title>\
@@ -17,7 +31,7 @@ pub const NOT_BUILT_PAGE: &str = "<!doctype html><meta charset=utf-8><title>acks
 pub fn find(path: &str) -> Option<&'static Asset> {
     let path = path.trim_start_matches('/');
     let path = if path.is_empty() { "index.html" } else { path };
-    ASSETS.iter().find(|asset| asset.path == path)
+    site().iter().find(|asset| asset.path == path)
 }
 
 pub fn is_built() -> bool {
