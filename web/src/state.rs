@@ -396,6 +396,10 @@ pub struct OpenedFile {
     loading: Option<Loading>,
 }
 
+/// No request takes fewer bytes of a session file than this (its start and end events alone
+/// take more; a recorded one takes hundreds): what bounds a file's claim of how many it holds.
+const MIN_FILE_BYTES_PER_REQUEST: u64 = 16;
+
 /// A file being read chunk by chunk.
 #[derive(Debug)]
 struct Loading {
@@ -560,8 +564,20 @@ impl AppState {
         let Some(file) = self.files.iter_mut().find(|file| file.id == id) else { return };
         let Some(loading) = &mut file.loading else { return };
         let session = &mut file.session;
-        let newest = &mut loading.newest;
-        loading.decoder.feed(bytes, |message| *newest = session.apply(message).or(*newest));
+        let (newest, overviews) = (&mut loading.newest, &loading.overviews);
+        // Believed only as far as the file could hold that many requests.
+        let most = usize::try_from(loading.total_bytes / MIN_FILE_BYTES_PER_REQUEST).unwrap_or(0);
+        loading.decoder.feed(bytes, |message| {
+            let started = session.apply(message);
+            if let Some(run) = started {
+                // The file's end said how many requests this run has: room for them at once.
+                let rows = overviews.iter().find(|(id, _)| *id == run).map(|(_, o)| o.rows);
+                if let (Some(rows), Some(run)) = (rows, session.run_mut(run)) {
+                    run.analysis.reserve_requests((rows as usize).min(most));
+                }
+            }
+            *newest = started.or(*newest);
+        });
         loading.read_bytes += bytes.len() as u64;
     }
 
@@ -1072,6 +1088,18 @@ mod tests {
         state.end_file(id);
         assert_eq!(state.loading_overview(), None, "the rows' own strip takes over");
         assert_eq!(state.loading_progress(), None);
+
+        // An overview claiming four billion requests makes room only for what the file's bytes
+        // could hold (reserving for the claim would abort the page).
+        let mut state = AppState::default();
+        let id = state.begin_file("lying.ackscope", bytes.len() as u64);
+        let lying = Overview { rows: u32::MAX, ..overview };
+        state.preview_file(id, vec![(RunId(1), lying.clone()), (RunId(2), lying)]);
+        state.feed_file(id, &bytes);
+        state.end_file(id);
+        let runs = state.file(id).expect("opened").session.runs();
+        assert_eq!(runs.len(), 2, "both runs read, whatever the overview claimed");
+        assert_eq!(runs[0].summary().requests, 4);
     }
 
     #[test]
