@@ -39,6 +39,17 @@ pub enum StallClass {
 }
 
 impl StallClass {
+    /// Every class, in a fixed order.
+    pub const ALL: [StallClass; 7] = [
+        StallClass::NagleDelayedAck,
+        StallClass::NagleRoundTrip,
+        StallClass::ConnectionSetup,
+        StallClass::ServerThinkTime,
+        StallClass::ReceiveWindowLimited,
+        StallClass::SendBufferLimited,
+        StallClass::Unexplained,
+    ];
+
     pub fn name(self) -> &'static str {
         match self {
             StallClass::NagleDelayedAck => "Nagle x delayed ACK",

@@ -8,6 +8,7 @@
 //!   file is the same framed stream written to disk, so one decoder serves both.
 //! - [`analysis`]: pure functions over events: per-request spans, stalls, the summary.
 //! - [`overview`]: a run's requests in a bounded number of columns, each keeping its worst.
+//! - [`lesson`]: the classroom's lessons, parsed from their plain-text files.
 //! - [`kernel`]: every TCP_INFO sample over time, per connection and side, bounded, for charts.
 //!
 //! Nothing here does IO or reads a clock: callers pass times in. That keeps the crate buildable
@@ -20,6 +21,7 @@ pub mod bulk;
 mod compact;
 pub mod event;
 pub mod kernel;
+pub mod lesson;
 pub mod overview;
 pub mod packet;
 pub mod packet_stalls;

@@ -26,6 +26,25 @@ fn story3(size_bytes: u32, write: WritePattern, requests: u32) -> Scenario {
     })
 }
 
+/// Story 2 on a 40 ms RTT, 100 Mbit/s link: 16 MiB one way (enough that slow start's first
+/// round trips do not dominate the average), the receiver's buffer set to
+/// `rcvbuf` (`None`: the kernel auto-tunes it). The window caps goodput at about rcvbuf / RTT.
+fn story2(rcvbuf: Option<u32>) -> Scenario {
+    let link = LinkSpec {
+        rtt_us: 40_000,
+        rate_bps: Some(100_000_000),
+        mtu: 1500,
+        queue_packets: 1000,
+        loss_ppm: 0,
+    };
+    Scenario::Bulk(BulkSpec {
+        bytes: 16 << 20,
+        rcvbuf: PerSide { client: None, server: rcvbuf },
+        link: Some(link),
+        ..BulkSpec::default()
+    })
+}
+
 fn story1(change: impl FnOnce(&mut RrSpec)) -> Scenario {
     let mut spec = RrSpec { requests: 100, ..RrSpec::default() };
     change(&mut spec);
@@ -125,6 +144,33 @@ pub const PRESETS: &[Preset] = &[
                 ..BulkSpec::default()
             })
         },
+    },
+    Preset {
+        name: "story2-link-64k",
+        about: "bulk 16 MiB over a 40 ms, 100 Mbit/s link, the server's receive buffer set to \
+                64 KiB: the window caps goodput near 64 KiB / 40 ms, a tenth of the link",
+        stalls: None,
+        build: || story2(Some(64 * 1024)),
+    },
+    Preset {
+        name: "story2-link-256k",
+        about: "the same with a 256 KiB receive buffer: four times the window, about four \
+                times the goodput",
+        stalls: None,
+        build: || story2(Some(256 * 1024)),
+    },
+    Preset {
+        name: "story2-link-1m",
+        about: "the same with 1 MiB: above bandwidth x delay (100 Mbit/s x 40 ms = 500 KB), \
+                so the link, not the window, is the limit",
+        stalls: None,
+        build: || story2(Some(1 << 20)),
+    },
+    Preset {
+        name: "story2-link-auto",
+        about: "the same with the buffer left to the kernel's auto-tuning (tcp_rmem)",
+        stalls: None,
+        build: || story2(None),
     },
     Preset {
         name: "story3-split-1000",

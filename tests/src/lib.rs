@@ -91,6 +91,68 @@ pub async fn start_browser() -> Result<(Reaped, Client, tempdir::TempDir)> {
     Ok((driver, client, profile))
 }
 
+/// A static file server over `dir`, as any static host (GitHub Pages and the like) would
+/// serve the app: GET only, no WebSocket, nothing generated. Returns its URL; it stops when the
+/// test process ends (its thread only serves files).
+pub fn serve_static(dir: PathBuf) -> Result<String> {
+    let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))?;
+    let url = format!("http://{}/", listener.local_addr()?);
+    std::thread::spawn(move || {
+        for stream in listener.incoming().flatten() {
+            let dir = dir.clone();
+            std::thread::spawn(move || {
+                let _ = serve_one(&dir, stream);
+            });
+        }
+    });
+    Ok(url)
+}
+
+fn serve_one(dir: &std::path::Path, mut stream: TcpStream) -> std::io::Result<()> {
+    use std::io::Write;
+    stream.set_read_timeout(Some(Duration::from_secs(5)))?;
+    let mut request = String::new();
+    BufReader::new(&stream).read_line(&mut request)?;
+    let path = request.split_whitespace().nth(1).unwrap_or("/");
+    let path = path.split(['?', '#']).next().unwrap_or("/").trim_start_matches('/');
+    let path = if path.is_empty() { "index.html" } else { path };
+    let file = dir.join(path);
+    let inside = !path.split('/').any(|part| part == "..");
+    let (status, body) = match std::fs::read(&file) {
+        Ok(body) if inside => ("200 OK", body),
+        _ => ("404 Not Found", b"not found".to_vec()),
+    };
+    let kind = match file.extension().and_then(|e| e.to_str()) {
+        Some("html") => "text/html; charset=utf-8",
+        Some("js") => "text/javascript",
+        Some("wasm") => "application/wasm",
+        Some("css") => "text/css",
+        _ => "application/octet-stream",
+    };
+    let head = format!(
+        "HTTP/1.1 {status}\r\nContent-Type: {kind}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    );
+    stream.write_all(head.as_bytes())?;
+    stream.write_all(&body)
+}
+
+/// Saves what the page shows as `name` in ACKSCOPE_SCREENSHOT_DIR (`cargo xtask test` sets it to
+/// target/screenshots; copy one into docs/ on purpose), if set.
+pub async fn screenshot(client: &Client, name: &str) -> Result<()> {
+    if let Some(dir) = std::env::var_os("ACKSCOPE_SCREENSHOT_DIR") {
+        let path = PathBuf::from(dir).join(name);
+        std::fs::write(&path, client.screenshot().await?)
+            .with_context(|| format!("writing {}", path.display()))?;
+    }
+    Ok(())
+}
+
+/// The repository's root (the tests crate is one level below it).
+pub fn repo_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
 /// A temporary directory removed on drop (no crate needed for this much).
 pub mod tempdir {
     use std::path::{Path, PathBuf};

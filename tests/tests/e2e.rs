@@ -7,24 +7,13 @@
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use ackscope_tests::{start_browser, start_probe};
+use ackscope_tests::{screenshot, start_browser, start_probe};
 use anyhow::{bail, Context, Result};
 use fantoccini::{elements::Element, Client, Locator};
 
 /// Requests per run: with Nagle on both sides each takes ~88 ms, so a run lasts ~5 s, long enough
 /// to watch rows arrive while it goes.
 const REQUESTS: usize = 60;
-
-/// Saves what the page shows as `name` in ACKSCOPE_SCREENSHOT_DIR (`cargo xtask test` sets it to
-/// target/screenshots; copy one into docs/ on purpose), if set.
-async fn screenshot(client: &Client, name: &str) -> Result<()> {
-    if let Some(dir) = std::env::var_os("ACKSCOPE_SCREENSHOT_DIR") {
-        let path = PathBuf::from(dir).join(name);
-        std::fs::write(&path, client.screenshot().await?)
-            .with_context(|| format!("writing {}", path.display()))?;
-    }
-    Ok(())
-}
 
 /// Saves one element as `name`, like [`screenshot`]: for the parts of the page below the fold.
 async fn element_screenshot(client: &Client, selector: &str, name: &str) -> Result<()> {

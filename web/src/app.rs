@@ -12,6 +12,7 @@ use ackscope_shared::RunId;
 use crate::files::{open_files, open_url};
 use crate::panels::compare::ComparePanel;
 use crate::panels::kernel::KernelPanel;
+use crate::panels::lesson::{LessonPanel, LessonState};
 use crate::panels::run_form::RunForm;
 use crate::panels::runs::{OpenedFiles, RunList};
 use crate::panels::selection::SelectionPanel;
@@ -70,6 +71,8 @@ pub fn Page(
     let filter = RwSignal::new(Filter::default());
     // The view a link asks for, handed to the timeline once its run is shown.
     let initial = RwSignal::new(None::<(RunKey, ViewState)>);
+    // Where the class is in the lessons (presenter mode enlarges the whole page).
+    let lesson = RwSignal::new(LessonState::default());
     if let Some(link) = link {
         follow_link(store, link.clone(), initial);
         keep_link(store, view, link.url);
@@ -91,6 +94,7 @@ pub fn Page(
         <div
             class="app"
             class:dragging=move || dragging.get()
+            class:presenter=move || lesson.with(|s| s.presenter)
             on:dragover=drag_over
             on:dragleave=move |_| dragging.set(false)
             on:drop=drop
@@ -113,6 +117,7 @@ pub fn Page(
                     <OpenedFiles store />
                 </aside>
                 <section class="main">
+                    <LessonPanel store lesson view filter link_status outbox />
                     <FilePreview store />
                     <SummaryPanel store />
                     <ComparePanel store />

@@ -22,6 +22,7 @@ pub mod files;
 pub mod form;
 pub mod js;
 pub mod ladder;
+pub mod lessons;
 pub mod panels;
 pub mod session_file;
 pub mod state;

@@ -7,6 +7,7 @@
 //! cargo xtask build           install what is missing, build web app and probe (release)
 //! cargo xtask setup           only install what is missing
 //! cargo xtask test            everything CI checks: fmt, clippy, unit, browser, end-to-end
+//! cargo xtask record-lessons  record the lessons' steps into lessons/recordings/
 //! ```
 
 mod bench;
@@ -32,6 +33,7 @@ fn main() -> ExitCode {
         "build" => build(),
         "run" => build().and_then(|()| run_probe(rest)),
         "test" => test(),
+        "record-lessons" => build().and_then(|()| record_lessons()),
         "bench" => bench_setup::run(rest)
             .or_else(|| bench_viewer::run(rest))
             .or_else(|| bench_link::run(rest))
@@ -82,6 +84,27 @@ pub(crate) fn build_probe(steps: &mut Steps) -> Result<(), String> {
         .run()?;
     steps.done(&setup::probe_binary().display().to_string());
     Ok(())
+}
+
+/// Records every lesson's steps with the release probe into lessons/recordings/ (then rebuilds,
+/// so the app carries the new recordings).
+fn record_lessons() -> Result<(), String> {
+    let root = setup::root();
+    let mut lessons: Vec<_> = std::fs::read_dir(root.join("lessons"))
+        .map_err(|e| format!("reading lessons/: {e}"))?
+        .filter_map(|entry| entry.ok().map(|e| e.path()))
+        .filter(|path| path.extension().is_some_and(|ext| ext == "lesson"))
+        .collect();
+    lessons.sort();
+    let out = root.join("lessons/recordings");
+    println!("\nrecording {} lessons into {}", lessons.len(), out.display());
+    std::process::Command::new(setup::probe_binary())
+        .arg("record-lesson")
+        .args(&lessons)
+        .arg("--out")
+        .arg(&out)
+        .run()?;
+    build()
 }
 
 fn run_probe(args: &[String]) -> Result<(), String> {

@@ -182,6 +182,17 @@ pub fn build() -> Result<(), String> {
     for css in &plan.css {
         copy(&web.join(css), &stage.join(css))?;
     }
+    // The lessons' recordings, so that the app plays every lesson with no probe (a static copy
+    // of dist/ on any host; the probe serves them too).
+    let recordings = root.join("lessons/recordings");
+    if let Ok(entries) = fs::read_dir(&recordings) {
+        for entry in entries.flatten() {
+            let name = entry.file_name();
+            if name.to_string_lossy().ends_with(".ackscope") {
+                copy(&entry.path(), &stage.join("lessons/recordings").join(&name))?;
+            }
+        }
+    }
     let page = rewrite_html(&html, &links, &plan.bin);
     write(&stage.join("index.html"), &page)?;
 

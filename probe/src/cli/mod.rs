@@ -16,6 +16,7 @@
 
 mod import;
 mod knobs;
+mod lesson;
 mod perfetto;
 mod run;
 mod serve_ui;
@@ -81,6 +82,9 @@ enum Command {
     },
     /// Turn a pcap or pcapng capture of TCP connections into a session file, with its stalls
     Import(import::ImportArgs),
+    /// Record every step of lessons (lessons/*.lesson) that runs something, for the web app to
+    /// play without a probe
+    RecordLesson(lesson::RecordLessonArgs),
 }
 
 /// How a command ended, for the exit code.
@@ -112,6 +116,7 @@ pub fn main() -> ExitCode {
         Some(Command::Export { file, perfetto: Some(out), .. }) => perfetto::export(&file, &out),
         Some(Command::Export { file, .. }) => show::export_json(&file),
         Some(Command::Import(args)) => import::import(&args),
+        Some(Command::RecordLesson(args)) => lesson::record(&args),
     };
     match result {
         Ok(Ended::Ok) => ExitCode::SUCCESS,

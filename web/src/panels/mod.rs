@@ -2,6 +2,7 @@
 
 pub mod compare;
 pub mod kernel;
+pub mod lesson;
 pub mod run_form;
 pub mod runs;
 pub mod selection;

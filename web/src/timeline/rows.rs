@@ -11,15 +11,7 @@ use crate::state::Attribution;
 use ackscope_shared::overview::{extent_ns, key, Overview, Priority};
 
 /// Every class, in a fixed order: bit `i` of a class mask is `CLASSES[i]`.
-pub const CLASSES: [StallClass; 7] = [
-    StallClass::NagleDelayedAck,
-    StallClass::NagleRoundTrip,
-    StallClass::ConnectionSetup,
-    StallClass::ServerThinkTime,
-    StallClass::ReceiveWindowLimited,
-    StallClass::SendBufferLimited,
-    StallClass::Unexplained,
-];
+pub const CLASSES: [StallClass; 7] = StallClass::ALL;
 
 fn class_bit(class: StallClass) -> u8 {
     let index = CLASSES.iter().position(|&c| c == class).unwrap_or(CLASSES.len() - 1);

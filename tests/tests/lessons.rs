@@ -1,0 +1,144 @@
+//! Every lesson plays from a static copy of the app with no probe: each step that runs
+//! something opens its recording, made by the real probe (`cargo xtask record-lessons`), and
+//! shows the kernel's answer; presenter mode moves with the keys.
+
+use std::time::{Duration, Instant};
+
+use ackscope_shared::lesson;
+use ackscope_tests::{repo_root, screenshot, serve_static, start_browser};
+use anyhow::{bail, Context, Result};
+use fantoccini::key::Key;
+use fantoccini::{Client, Locator};
+
+fn css(selector: &str) -> Locator<'_> {
+    Locator::Css(selector)
+}
+
+async fn text(client: &Client, selector: &str) -> Result<String> {
+    Ok(client.find(css(selector)).await?.text().await?)
+}
+
+/// The number after `label ` in `text` ("p50 87.98 ms" -> 87.98).
+fn figure(text: &str, label: &str) -> Option<f64> {
+    text.split(label).nth(1)?.split_whitespace().next()?.trim_end_matches(',').parse().ok()
+}
+
+async fn wait_for(client: &Client, selector: &str, what: &str) -> Result<String> {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Ok(found) = text(client, selector).await {
+            if found.contains(what) {
+                return Ok(found);
+            }
+        }
+        if Instant::now() > deadline {
+            bail!("{selector} never said {what:?}");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_lesson_plays_from_the_static_build_with_no_probe() -> Result<()> {
+    let root = repo_root();
+    let dist = root.join("dist");
+    if !dist.join("index.html").is_file() {
+        bail!("{} has no app: run `cargo xtask build` (cargo xtask test does)", dist.display());
+    }
+    let url = serve_static(dist)?;
+    let mut lessons = Vec::new();
+    for entry in std::fs::read_dir(root.join("lessons"))? {
+        let path = entry?.path();
+        let Some(id) = path.file_name().and_then(|n| n.to_str()?.strip_suffix(".lesson")) else {
+            continue;
+        };
+        lessons.push(lesson::parse(id, &std::fs::read_to_string(&path)?)?);
+    }
+    lessons.sort_by(|a, b| a.id.cmp(&b.id));
+    assert!(lessons.len() >= 4, "the four stories' lessons");
+
+    let (_driver, client, _profile) = start_browser().await?;
+    let result = async {
+        let mut answers = Vec::new();
+        for lesson in &lessons {
+            for (index, step) in lesson.steps.iter().enumerate() {
+                if step.run.is_none() {
+                    continue;
+                }
+                let k = index + 1;
+                client.goto(&format!("{url}?lesson={}&step={k}", lesson.id)).await?;
+                let shown = client
+                    .wait()
+                    .at_most(Duration::from_secs(30))
+                    .for_element(css(&format!("[data-testid=lesson-step][data-step='{k}']")))
+                    .await
+                    .with_context(|| format!("{} step {k} did not show", lesson.id))?;
+                assert_eq!(shown.attr("data-lesson").await?.as_deref(), Some(lesson.id.as_str()));
+                let play = client.find(css("[data-testid=lesson-recording]")).await?;
+                if step.question.is_some() {
+                    assert_eq!(
+                        play.attr("disabled").await?.as_deref(),
+                        Some("true"),
+                        "predict first"
+                    );
+                    client.find(css("[data-testid=lesson-choice]")).await?.click().await?;
+                }
+                play.click().await?;
+                let kernel =
+                    wait_for(&client, "[data-testid=lesson-kernel]", "What this kernel did")
+                        .await
+                        .with_context(|| format!("{} step {k}: no kernel's answer", lesson.id))?;
+                if step.question.is_some() {
+                    let answer = text(&client, "[data-testid=lesson-answer]").await?;
+                    assert!(answer.starts_with("The answer:"), "{answer}");
+                }
+                if (lesson.id.as_str(), k) == ("forty-ms", 1) {
+                    // Give the timeline its frame, then keep the page for the README.
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                    screenshot(&client, "lesson.png").await?;
+                }
+                answers.push((lesson.id.clone(), k, kernel));
+            }
+        }
+        let of = |id: &str, k: usize| {
+            answers.iter().find(|(l, s, _)| l == id && *s == k).map(|(_, _, t)| t.clone()).unwrap()
+        };
+        // The recordings say what the lessons say, with wide margins: a 44 ms delayed ACK
+        // against a fraction of a millisecond; a window of 64 KiB per 40 ms against the link.
+        let p50 = |text: String| figure(&text, "p50 ").expect("a p50");
+        assert!(p50(of("forty-ms", 1)) > 80.0, "Nagle both sides: two ~44 ms waits");
+        assert!((35.0..60.0).contains(&p50(of("forty-ms", 2))), "NODELAY on one side: one wait");
+        assert!(p50(of("forty-ms", 3)) < 5.0, "NODELAY on both sides: no wait");
+        assert!(p50(of("reconnect", 2)) < 5.0, "a new connection per request: quick ACKs");
+        let goodput = |text: String| figure(&text, "goodput ").expect("a goodput");
+        assert!(goodput(of("buffers", 1)) < 25.0, "64 KiB / 40 ms is about 13 Mbit/s");
+        assert!(goodput(of("buffers", 3)) > 50.0, "above bandwidth x delay");
+
+        // Presenter mode: the keys move through the steps.
+        client.goto(&format!("{url}?lesson=forty-ms&step=1")).await?;
+        client.wait().for_element(css("[data-testid=lesson-step][data-step='1']")).await?;
+        // The keys go to whatever has the focus: here the button just pressed.
+        let present = client.find(css("[data-testid=lesson-present]")).await?;
+        present.click().await?;
+        present.send_keys(&Key::Right.to_string()).await?;
+        client
+            .wait()
+            .at_most(Duration::from_secs(5))
+            .for_element(css("[data-testid=lesson-step][data-step='2']"))
+            .await
+            .context("the right arrow did not move to step 2")?;
+        present.send_keys(&Key::End.to_string()).await?;
+        let last = lessons.iter().find(|l| l.id == "forty-ms").map(|l| l.steps.len()).unwrap();
+        client
+            .wait()
+            .at_most(Duration::from_secs(5))
+            .for_element(css(&format!("[data-testid=lesson-step][data-step='{last}']")))
+            .await
+            .context("End did not move to the last step")?;
+        screenshot(&client, "presenter.png").await?;
+        Ok(())
+    }
+    .await;
+    client.close().await?;
+    result
+}

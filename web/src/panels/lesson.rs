@@ -1,0 +1,379 @@
+//! The lesson panel: a story told step by step (the lessons of `lessons/`, bundled by
+//! [`crate::lessons`]). Each step tells, asks the class to predict, then shows the kernel's
+//! answer: a live run when a probe is there, else the step's recording. Presenter mode is the
+//! same panel in large type, driven by the keyboard.
+
+use ackscope_shared::lesson::{Lesson, Look, Step};
+use ackscope_shared::wire::ToProbe;
+use ackscope_shared::Scenario;
+use leptos::ev::KeyboardEvent;
+use leptos::prelude::*;
+use wasm_bindgen::JsCast;
+
+use crate::app::Outbox;
+use crate::files::open_url;
+use crate::lessons::{self, recording_name, recording_url};
+use crate::state::{AppState, Run};
+use crate::store::Store;
+use crate::timeline::rows::Filter;
+use crate::timeline::view::{Mode, ViewState};
+use crate::ws::LinkStatus;
+
+/// Where the class is in the lessons.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct LessonState {
+    /// Index into [`lessons::all`].
+    pub lesson: Option<usize>,
+    /// From 0.
+    pub step: usize,
+    /// The choice made for the step's question.
+    pub chosen: Option<usize>,
+    /// The step's answer is shown (its run started or its recording opened).
+    pub revealed: bool,
+    /// Large type, keys to move.
+    pub presenter: bool,
+}
+
+impl LessonState {
+    /// Moves to step `step` of the lesson (clamped), with nothing chosen or revealed.
+    pub fn go(&mut self, step: usize, steps: usize) {
+        self.step = step.min(steps.saturating_sub(1));
+        self.chosen = None;
+        self.revealed = false;
+    }
+
+    /// A link's `?lesson=ID&step=K` (K from 1), if it names a lesson.
+    pub fn from_query(search: &str, lessons: &[Lesson]) -> Option<LessonState> {
+        let param = |key: &str| {
+            search.trim_start_matches('?').split('&').find_map(|pair| {
+                let (k, v) = pair.split_once('=')?;
+                (k == key).then(|| v.to_string())
+            })
+        };
+        let lesson = lessons.iter().position(|l| Some(&l.id) == param("lesson").as_ref())?;
+        let step = param("step").and_then(|s| s.parse::<usize>().ok()).unwrap_or(1);
+        let mut state = LessonState { lesson: Some(lesson), ..LessonState::default() };
+        state.go(step.saturating_sub(1), lessons[lesson].steps.len());
+        Some(state)
+    }
+}
+
+/// What a key does in presenter mode, by `KeyboardEvent.key`.
+pub fn key_step(key: &str, step: usize, steps: usize) -> Option<usize> {
+    match key {
+        "ArrowRight" | "ArrowDown" | " " | "PageDown" => Some((step + 1).min(steps - 1)),
+        "ArrowLeft" | "ArrowUp" | "PageUp" => Some(step.saturating_sub(1)),
+        "Home" => Some(0),
+        "End" => Some(steps - 1),
+        _ => None,
+    }
+}
+
+/// The kernel's answer in numbers, from a run of the step's scenario.
+pub fn kernel_answer(run: &Run) -> String {
+    if let Some(bulk) = run.bulk_summary() {
+        return format!("goodput {:.1} Mbit/s", bulk.goodput_mbps);
+    }
+    let summary = run.summary();
+    format!(
+        "{} requests, p50 {:.2} ms, max {:.2} ms, {} stalled reads",
+        summary.requests, summary.p50_ms, summary.max_ms, summary.stalled_reads
+    )
+}
+
+/// The selected run, if it is a run of `scenario` (a live run of it, or its recording).
+fn run_of<'a>(state: &'a AppState, scenario: &Scenario) -> Option<&'a Run> {
+    state.selected().filter(|run| &run.spec == scenario)
+}
+
+#[component]
+pub fn LessonPanel(
+    store: Store,
+    lesson: RwSignal<LessonState>,
+    view: RwSignal<ViewState>,
+    filter: RwSignal<Filter>,
+    link_status: RwSignal<LinkStatus>,
+    outbox: StoredValue<Option<Outbox>, LocalStorage>,
+) -> impl IntoView {
+    let all = lessons::all();
+    let problems: Vec<String> =
+        all.iter().filter_map(|l| l.as_ref().err().map(ToString::to_string)).collect();
+    let list: Vec<Lesson> = all.into_iter().filter_map(Result::ok).collect();
+    let list = StoredValue::new(list);
+    if let Some(linked) = web_sys::window()
+        .and_then(|w| w.location().search().ok())
+        .and_then(|search| list.with_value(|l| LessonState::from_query(&search, l)))
+    {
+        lesson.set(linked);
+    }
+    let current = move || -> Option<(Lesson, usize)> {
+        let state = lesson.get();
+        let index = state.lesson?;
+        list.with_value(|l| l.get(index).cloned()).map(|l| (l, state.step))
+    };
+    let step_of = move || current().and_then(|(l, s)| l.steps.get(s).cloned());
+
+    // The step's look, applied once its run is the one shown.
+    let applied = StoredValue::new(None::<(usize, usize, u64)>);
+    Effect::new(move |_| {
+        let state = lesson.get();
+        let (Some(index), Some(step)) = (state.lesson, step_of()) else { return };
+        let Some(scenario) = step.run.as_ref().and_then(|r| r.scenario()) else { return };
+        let shown = store.read(|s| run_of(s, &scenario).map(|run| run.events > 0));
+        let key = (index, state.step, u64::from(shown == Some(true)));
+        if shown != Some(true) || applied.get_value() == Some(key) {
+            return;
+        }
+        applied.set_value(Some(key));
+        apply_look(&step, view, filter);
+    });
+    // Moving to another step drops what the last one's look set.
+    Effect::new(move |previous: Option<(Option<usize>, usize)>| {
+        let now = lesson.with(|s| (s.lesson, s.step));
+        if previous.is_some_and(|p| p != now) {
+            filter.set(Filter::default());
+        }
+        now
+    });
+
+    let steps = move || current().map_or(1, |(l, _)| l.steps.len()).max(1);
+    let go = move |to: usize| {
+        // Read before the update: the signal cannot be read while it is being written.
+        let steps = steps();
+        lesson.update(|s| s.go(to, steps));
+    };
+    // Presenter mode: keys move through the steps, unless typing or steering the plot.
+    let keys = window_event_listener(leptos::ev::keydown, move |ev: KeyboardEvent| {
+        if !lesson.with_untracked(|s| s.presenter && s.lesson.is_some()) {
+            return;
+        }
+        let typing =
+            ev.target().and_then(|t| t.dyn_into::<web_sys::Element>().ok()).is_some_and(|el| {
+                matches!(el.tag_name().as_str(), "INPUT" | "SELECT" | "TEXTAREA")
+                    || el.closest("[data-testid=plot]").ok().flatten().is_some()
+            });
+        if typing {
+            return;
+        }
+        let step = lesson.with_untracked(|s| s.step);
+        if let Some(to) = key_step(&ev.key(), step, steps()) {
+            ev.prevent_default();
+            go(to);
+        }
+    });
+    on_cleanup(move || keys.remove());
+
+    let connected = move || link_status.get() == LinkStatus::Connected;
+    let run_live = move |step: &Step| {
+        let Some(spec) = step.run.as_ref().and_then(|r| r.scenario()) else { return };
+        store.update(AppState::start_requested);
+        let sent = outbox.with_value(|o| match o {
+            Some(send) => send(&ToProbe::StartRun { spec }),
+            None => Err("no probe".into()),
+        });
+        if sent.is_err() {
+            store.update(AppState::start_failed);
+        }
+        lesson.update(|s| s.revealed = true);
+    };
+    let play = move |id: &str, step: usize| {
+        let name = recording_name(id, step);
+        // Played again: the old copy goes, so the list holds one per step.
+        store.update(|state| {
+            let stale: Vec<_> =
+                state.files().iter().filter(|f| f.name == name).map(|f| f.id).collect();
+            for id in stale {
+                state.close_file(id);
+            }
+        });
+        open_url(store, recording_url(id, step));
+        lesson.update(|s| s.revealed = true);
+    };
+
+    let picker = move |ev: leptos::ev::Event| {
+        let value = event_target_value(&ev);
+        lesson.update(|s| {
+            s.lesson = value.parse().ok();
+            s.go(0, 1);
+        });
+    };
+    let options = list.with_value(|l| {
+        l.iter()
+            .enumerate()
+            .map(
+                |(i, lesson)| view! { <option value=i.to_string()>{lesson.title.clone()}</option> },
+            )
+            .collect_view()
+    });
+    let selected_value =
+        move || lesson.with(|s| s.lesson.map(|i| i.to_string()).unwrap_or_default());
+
+    let body = move || {
+        let (lesson_now, index) = current()?;
+        let step = lesson_now.steps.get(index)?.clone();
+        let count = lesson_now.steps.len();
+        let id = lesson_now.id.clone();
+        let state = lesson.get();
+        let scenario = step.run.as_ref().and_then(|r| r.scenario());
+        let must_choose = step.question.is_some() && state.chosen.is_none();
+        let busy = move || store.read(|s| s.is_running() || s.start_pending);
+        let answer = scenario.clone().and_then(|scenario| {
+            store.read(|s| run_of(s, &scenario).filter(|run| run.events > 0).map(kernel_answer))
+        });
+        let question = step.question.clone().map(|question| {
+            let choices = question
+                .choices
+                .iter()
+                .enumerate()
+                .map(|(i, choice)| {
+                    let class = match (state.revealed, i == question.answer, state.chosen == Some(i)) {
+                        (true, true, _) => "choice answer",
+                        (true, false, true) => "choice wrong",
+                        _ => "choice",
+                    };
+                    view! {
+                        <label class=class>
+                            <input
+                                type="radio"
+                                name="lesson-choice"
+                                data-testid="lesson-choice"
+                                data-choice=i.to_string()
+                                prop:checked={state.chosen == Some(i)}
+                                prop:disabled=state.revealed
+                                on:change=move |_| lesson.update(|s| s.chosen = Some(i))
+                            />
+                            {choice.clone()}
+                        </label>
+                    }
+                })
+                .collect_view();
+            let revealed = state.revealed.then(|| {
+                view! {
+                    <div class="lesson-answer" data-testid="lesson-answer" role="status">
+                        <p><strong>{format!("The answer: {}.", question.choices[question.answer])}</strong>" "{question.reveal.clone()}</p>
+                        <p class="kernel" data-testid="lesson-kernel">{answer.clone().map_or_else(
+                            || "The kernel's numbers appear here once the run is shown.".to_string(),
+                            |numbers| format!("What this kernel did: {numbers}."),
+                        )}</p>
+                    </div>
+                }
+            });
+            view! {
+                <fieldset class="lesson-question" data-testid="lesson-question">
+                    <legend>{question.ask.clone()}</legend>
+                    {choices}
+                </fieldset>
+                {revealed}
+            }
+        });
+        let no_question_numbers = (step.question.is_none() && state.revealed).then(|| {
+            answer.clone().map(|numbers| {
+                view! { <p class="kernel" data-testid="lesson-kernel">{format!("What this kernel did: {numbers}.")}</p> }
+            })
+        });
+        let actions = step.run.clone().map(|_| {
+            let (live_step, rec_id) = (step.clone(), id.clone());
+            view! {
+                <div class="lesson-actions">
+                    <button
+                        type="button"
+                        data-testid="lesson-run"
+                        prop:disabled=move || must_choose || !connected() || busy()
+                        title=move || if must_choose { "choose an answer first" } else if connected() { "run this step on this machine's kernel" } else { "no probe: play the recording instead" }
+                        on:click=move |_| run_live(&live_step)
+                    >"Run it live"</button>
+                    <button
+                        type="button"
+                        data-testid="lesson-recording"
+                        prop:disabled=must_choose
+                        title=move || if must_choose { "choose an answer first" } else { "the run recorded for this lesson by ackscope's probe" }
+                        on:click=move |_| play(&rec_id, index)
+                    >"Play the recording"</button>
+                    {must_choose.then(|| view! { <span class="hint">"Predict first: choose an answer."</span> })}
+                </div>
+            }
+        });
+        let paragraphs = step.text.iter().map(|p| view! { <p>{p.clone()}</p> }).collect_view();
+        Some(view! {
+            <div class="lesson-step" data-testid="lesson-step" data-lesson=id.clone() data-step=(index + 1).to_string() data-steps=count.to_string()>
+                <p class="lesson-count" data-testid="lesson-count">{format!("{} · step {} of {count}", lesson_now.title, index + 1)}</p>
+                <h3>{step.title.clone()}</h3>
+                {paragraphs}
+                {question}
+                {no_question_numbers}
+                {actions}
+                <div class="lesson-nav">
+                    <button type="button" data-testid="lesson-prev" prop:disabled={index == 0} on:click=move |_| go(index.saturating_sub(1))>"Back"</button>
+                    <button type="button" data-testid="lesson-next" prop:disabled={index + 1 >= count} on:click=move |_| go(index + 1)>"Next"</button>
+                </div>
+            </div>
+        })
+    };
+    let problems = (!problems.is_empty()).then(|| {
+        view! { <p class="error" data-testid="lesson-error">{problems.join("; ")}</p> }
+    });
+    view! {
+        <section class="card lesson" data-testid="lesson-panel">
+            <div class="lesson-head">
+                <h2>"Lessons"</h2>
+                <select data-testid="lesson-picker" prop:value=selected_value on:change=picker>
+                    <option value="">"Choose a lesson…"</option>
+                    {options}
+                </select>
+                <button
+                    type="button"
+                    data-testid="lesson-present"
+                    aria-pressed=move || lesson.with(|s| s.presenter).to_string()
+                    title="large type; the arrow keys, space, Home and End move through the steps"
+                    on:click=move |_| lesson.update(|s| s.presenter = !s.presenter)
+                >"Presenter mode"</button>
+            </div>
+            {problems}
+            {body}
+        </section>
+    }
+}
+
+/// Points the view at what a step names.
+fn apply_look(step: &Step, view: RwSignal<ViewState>, filter: RwSignal<Filter>) {
+    for look in &step.look {
+        match *look {
+            Look::Class(class) => filter.set(Filter { class: Some(class), ..Filter::default() }),
+            Look::Request(req) => view.update(|v| {
+                v.mode = Mode::Aligned;
+                v.selected = Some(req);
+                v.top = (req as usize).saturating_sub(2);
+            }),
+            Look::Range { from_ns, to_ns } => {
+                view.update(|v| v.window = Some((from_ns, to_ns - from_ns)))
+            }
+            Look::Lane { .. } => view.update(|v| v.mode = Mode::RunClock),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_move_through_the_steps_and_stop_at_the_ends() {
+        assert_eq!(key_step("ArrowRight", 0, 5), Some(1));
+        assert_eq!(key_step(" ", 4, 5), Some(4), "the last step stays the last");
+        assert_eq!(key_step("ArrowLeft", 0, 5), Some(0));
+        assert_eq!(key_step("End", 1, 5), Some(4));
+        assert_eq!(key_step("Home", 3, 5), Some(0));
+        assert_eq!(key_step("x", 3, 5), None);
+    }
+
+    #[test]
+    fn a_link_names_a_lesson_and_a_step_from_one() {
+        let list: Vec<Lesson> = lessons::all().into_iter().map(Result::unwrap).collect();
+        let state = LessonState::from_query("?lesson=reconnect&step=2", &list).unwrap();
+        assert_eq!(list[state.lesson.unwrap()].id, "reconnect");
+        assert_eq!(state.step, 1);
+        let clamped = LessonState::from_query("?step=99&lesson=forty-ms", &list).unwrap();
+        assert_eq!(clamped.step, list[clamped.lesson.unwrap()].steps.len() - 1);
+        assert_eq!(LessonState::from_query("?lesson=nope", &list), None);
+    }
+}
