@@ -17,7 +17,7 @@ use crate::overview::Overview;
 use crate::spec::Scenario;
 
 /// Bumped whenever the encoding changes (docs/FORMAT.md, "Versions"). Version 2 appended the
-/// `Overview` and `Trailer` messages of a file's end.
+/// `Overview` and `Trailer` messages of a file's end and the class's messages.
 pub const PROTOCOL_VERSION: u16 = 2;
 
 /// The oldest version this build still reads: every version since only appended messages, so
@@ -61,6 +61,24 @@ pub enum ToBrowser {
     /// frames come just before it. Fixed size ([`TRAILER_FRAME_BYTES`]), so a reader finds it
     /// by reading the file's last bytes.
     Trailer(Trailer),
+    /// In a class (`ackscope class`): where the presenter is, sent to every page of the room
+    /// when it changes and to a page when it joins. Carries the whole state, so a page that
+    /// missed some simply takes the newest.
+    ClassState(ClassState),
+}
+
+/// The presenter's place in the lessons, as the room's pages follow it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClassState {
+    /// The lesson's id (its file name without `.lesson`).
+    pub lesson: String,
+    /// The step, from 0.
+    pub step: u32,
+    /// The step's answer is shown.
+    pub revealed: bool,
+    /// The presenter is showing the step's recording (not a live run, which reaches every page
+    /// as it streams).
+    pub recording: bool,
 }
 
 /// See [`ToBrowser::Trailer`]: encoded in exactly [`TRAILER_FRAME_BYTES`] with its frame,
@@ -180,7 +198,16 @@ pub enum RunOutcome {
 /// its own echo server.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum ToProbe {
-    StartRun { spec: Scenario },
+    StartRun {
+        spec: Scenario,
+    },
+    /// In a class: this page holds the presenter's secret (read from its URL's fragment, which
+    /// no request carries). Sent on every connect.
+    Present {
+        secret: String,
+    },
+    /// In a class, from the presenter's page: where it is now.
+    ClassState(ClassState),
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]

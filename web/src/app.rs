@@ -9,6 +9,7 @@ use leptos::prelude::*;
 
 use ackscope_shared::RunId;
 
+use crate::class::ClassRole;
 use crate::files::{open_files, open_url};
 use crate::panels::compare::ComparePanel;
 use crate::panels::kernel::KernelPanel;
@@ -38,7 +39,13 @@ pub fn App() -> impl IntoView {
     let store = Store::new(AppState::default());
     let link_status = RwSignal::new(LinkStatus::Connecting);
     let batch = FrameBatch::new(store);
+    let location = web_sys::window().map(|w| w.location());
+    let hash = location.as_ref().and_then(|l| l.hash().ok()).unwrap_or_default();
+    let search = location.as_ref().and_then(|l| l.search().ok()).unwrap_or_default();
+    // A class's link: the room's code goes with the socket, the presenter's secret never does.
+    let class = ClassRole::of(&search, &hash);
     let outbox = probe_url_for_this_page().map(|url| {
+        let url = class.as_ref().map_or(url.clone(), |role| role.socket_url(&url));
         let link = Link::open(
             url,
             move |message| batch.apply(message),
@@ -48,12 +55,14 @@ pub fn App() -> impl IntoView {
         Rc::new(move |message: &ToProbe| link.send(message)) as Outbox
     });
     let outbox = StoredValue::new_local(outbox);
-    let search = web_sys::window().and_then(|w| w.location().search().ok()).unwrap_or_default();
     let link = UrlView::parse(&search);
     if let Some(url) = link.url.clone() {
         open_url(store, url);
     }
-    view! { <Page store link_status outbox link /> }
+    match class {
+        Some(class) => view! { <Page store link_status outbox link class /> }.into_any(),
+        None => view! { <Page store link_status outbox link /> }.into_any(),
+    }
 }
 
 /// The whole page over a given store and outbox (tests pass their own). A session file dropped
@@ -65,6 +74,9 @@ pub fn Page(
     link_status: RwSignal<LinkStatus>,
     outbox: StoredValue<Option<Outbox>, LocalStorage>,
     #[prop(optional)] link: Option<UrlView>,
+    /// In a class: who this page is (from `?room=` and the fragment).
+    #[prop(optional)]
+    class: Option<ClassRole>,
 ) -> impl IntoView {
     // Where the user is looking in the timeline, shared with the selection's details.
     let view = RwSignal::new(ViewState::default());
@@ -117,7 +129,7 @@ pub fn Page(
                     <OpenedFiles store />
                 </aside>
                 <section class="main">
-                    <LessonPanel store lesson view filter link_status outbox />
+                    <LessonPanel store lesson view filter link_status outbox class />
                     <FilePreview store />
                     <SummaryPanel store />
                     <ComparePanel store />

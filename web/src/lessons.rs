@@ -18,6 +18,15 @@ pub fn all() -> Vec<Result<Lesson, LessonError>> {
     BUNDLED.iter().map(|(id, text)| lesson::parse(id, text)).collect()
 }
 
+/// The bundled lessons that read, parsed once for the page.
+pub fn playable() -> &'static [Lesson] {
+    thread_local! {
+        static LESSONS: &'static [Lesson] =
+            all().into_iter().filter_map(Result::ok).collect::<Vec<_>>().leak();
+    }
+    LESSONS.with(|lessons| *lessons)
+}
+
 /// Where the recording of step `step` (from 0) of lesson `id` is, relative to the page:
 /// `cargo xtask record-lessons` writes it, `cargo xtask build` puts it beside the app.
 pub fn recording_url(id: &str, step: usize) -> String {

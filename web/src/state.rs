@@ -19,7 +19,8 @@ use ackscope_shared::bulk::{BulkAnalysis, BulkSummary};
 use ackscope_shared::kernel::KernelTracks;
 use ackscope_shared::overview::Overview;
 use ackscope_shared::wire::{
-    check_hello, write_frame, Hello, HostFacts, Instruments, RunOutcome, ToBrowser, WireError,
+    check_hello, write_frame, ClassState, Hello, HostFacts, Instruments, RunOutcome, ToBrowser,
+    WireError,
 };
 use ackscope_shared::{Event, RrSpec, RunId, Scenario};
 
@@ -310,7 +311,8 @@ impl Session {
             ToBrowser::Hello(_)
             | ToBrowser::Rejected { .. }
             | ToBrowser::Overview { .. }
-            | ToBrowser::Trailer(_) => None,
+            | ToBrowser::Trailer(_)
+            | ToBrowser::ClassState(_) => None,
             ToBrowser::RunStarted { run, spec, instruments } => {
                 self.runs.retain(|existing| existing.id != run);
                 self.runs.push(Run::new(run, spec, instruments));
@@ -429,6 +431,8 @@ pub struct AppState {
     /// The runs marked for the Compare view, in the order they were marked (the first is the
     /// one the others are compared with).
     compared: Vec<RunKey>,
+    /// In a class: where the presenter is, as the room last said.
+    pub class: Option<ClassState>,
     /// Why the probe refused the last run the user asked for; cleared by the next request.
     pub rejected: Option<String>,
     /// The user asked for a run and the probe has not answered yet: keeps Run from being pressed
@@ -447,6 +451,7 @@ impl Default for AppState {
             next_file: 0,
             selected: None,
             compared: Vec::new(),
+            class: None,
             rejected: None,
             start_pending: false,
             follow: None,
@@ -486,6 +491,14 @@ impl AppState {
     pub fn select(&mut self, key: RunKey) {
         if self.run(key).is_some() {
             self.selected = Some(key);
+            self.follow = None;
+        }
+    }
+
+    /// Shows the newest live run (a class's student, when the presenter runs one live).
+    pub fn show_newest_live(&mut self) {
+        if let Some(run) = self.live.runs().last() {
+            self.selected = Some(RunKey::live(run.id));
             self.follow = None;
         }
     }
@@ -688,6 +701,8 @@ pub fn apply(state: &mut AppState, message: ToBrowser) {
                 state.start_pending = false;
             }
         }
+        // The room's state is the page's business, not the session's (files never hold it).
+        ToBrowser::ClassState(class) => state.class = Some(class),
         message => {
             if let Some(run) = state.live.apply(message) {
                 // The newest run is the one the user just asked for (or the latest of a replay),

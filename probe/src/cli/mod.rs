@@ -14,6 +14,7 @@
 //! Exit codes: 0 success, 1 the run or the server failed, 2 the command line was wrong,
 //! 130 the run was interrupted with Ctrl-C (its session file is complete).
 
+mod class;
 mod import;
 mod knobs;
 mod lesson;
@@ -82,6 +83,8 @@ enum Command {
     },
     /// Turn a pcap or pcapng capture of TCP connections into a session file, with its stalls
     Import(import::ImportArgs),
+    /// Serve the web app to a class: every page follows the presenter's lesson step
+    Class(class::ClassArgs),
     /// Record every step of lessons (lessons/*.lesson) that runs something, for the web app to
     /// play without a probe
     RecordLesson(lesson::RecordLessonArgs),
@@ -117,6 +120,7 @@ pub fn main() -> ExitCode {
         Some(Command::Export { file, .. }) => show::export_json(&file),
         Some(Command::Import(args)) => import::import(&args),
         Some(Command::RecordLesson(args)) => lesson::record(&args),
+        Some(Command::Class(args)) => class::class(&args),
     };
     match result {
         Ok(Ended::Ok) => ExitCode::SUCCESS,

@@ -223,7 +223,10 @@ impl TraceBuilder {
                 }
             }
             // Refusals answer a tab; overviews and the trailer repeat what the events say.
-            ToBrowser::Rejected { .. } | ToBrowser::Overview { .. } | ToBrowser::Trailer(_) => {}
+            ToBrowser::Rejected { .. }
+            | ToBrowser::Overview { .. }
+            | ToBrowser::Trailer(_)
+            | ToBrowser::ClassState(_) => {}
         }
         out
     }

@@ -62,7 +62,10 @@ pub fn show(path: &Path) -> Result<Ended, Failure> {
                 }
             }
             // Refusals answer a tab; overviews and the trailer repeat what the events say.
-            ToBrowser::Rejected { .. } | ToBrowser::Overview { .. } | ToBrowser::Trailer(_) => {}
+            ToBrowser::Rejected { .. }
+            | ToBrowser::Overview { .. }
+            | ToBrowser::Trailer(_)
+            | ToBrowser::ClassState(_) => {}
         }
     }
     for (id, run) in &runs {

@@ -6,6 +6,7 @@
 //! spec has no address field).
 
 pub mod assets;
+pub mod room;
 pub mod session;
 
 use std::net::SocketAddr;
@@ -23,16 +24,22 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
 
+use self::room::Room;
 use self::session::{Cursor, Session};
 use crate::scenario;
 
 /// Browser messages are a few dozen bytes; anything near this is not ours.
 const MAX_INCOMING_MESSAGE_BYTES: usize = 64 * 1024;
+/// A page sends a message per click or key press; more than this in a second is not a person,
+/// and the connection is closed.
+const MAX_INCOMING_PER_SECOND: u32 = 50;
 
 struct App {
     session: Arc<Session>,
     /// The origins of this probe's own page, e.g. "http://127.0.0.1:4044".
     own_origins: Vec<String>,
+    /// In a class (`ackscope class`): the room its pages share.
+    room: Option<Arc<Room>>,
 }
 
 /// Serves until Ctrl-C.
@@ -40,8 +47,26 @@ pub async fn serve(
     listener: tokio::net::TcpListener,
     session: Arc<Session>,
 ) -> std::io::Result<()> {
+    serve_with(listener, session, None).await
+}
+
+/// Serves a class's room until Ctrl-C: the same app and session, and every page follows the
+/// presenter (see [`room`]).
+pub async fn serve_room(
+    listener: tokio::net::TcpListener,
+    session: Arc<Session>,
+    room: Arc<Room>,
+) -> std::io::Result<()> {
+    serve_with(listener, session, Some(room)).await
+}
+
+async fn serve_with(
+    listener: tokio::net::TcpListener,
+    session: Arc<Session>,
+    room: Option<Arc<Room>>,
+) -> std::io::Result<()> {
     let addr = listener.local_addr()?;
-    let app = Arc::new(App { session, own_origins: own_origins(addr) });
+    let app = Arc::new(App { session, own_origins: own_origins(addr), room });
     let router =
         Router::new().route("/ws", get(upgrade)).fallback(get(static_file)).with_state(app);
     axum::serve(listener, router)
@@ -78,21 +103,57 @@ fn check_origin(headers: &HeaderMap, own_origins: &[String]) -> Result<(), Strin
     }
 }
 
+/// The `room=` of a query string.
+fn room_code(uri: &Uri) -> Option<&str> {
+    uri.query()?.split('&').find_map(|pair| pair.strip_prefix("room="))
+}
+
 async fn upgrade(
     State(app): State<Arc<App>>,
     headers: HeaderMap,
+    uri: Uri,
     ws: WebSocketUpgrade,
 ) -> Response {
-    if let Err(reason) = check_origin(&headers, &app.own_origins) {
+    let refuse = |status: StatusCode, reason: String| {
         tracing::warn!("{reason}");
-        return (StatusCode::FORBIDDEN, format!("ackscope: {reason}\n")).into_response();
+        (status, format!("ackscope: {reason}\n")).into_response()
+    };
+    let mut origins = app.own_origins.clone();
+    if let Some(room) = &app.room {
+        // A class's pages come from whatever address the students were given; the room code
+        // (the token) is what lets them in.
+        if room_code(&uri) != Some(room.code.as_str()) {
+            return refuse(
+                StatusCode::FORBIDDEN,
+                "WebSocket refused: this is a class; open the link with its room code".into(),
+            );
+        }
+        if let Some(host) = headers.get(header::HOST).and_then(|h| h.to_str().ok()) {
+            origins.push(format!("http://{host}"));
+        }
+    }
+    if let Err(reason) = check_origin(&headers, &origins) {
+        return refuse(StatusCode::FORBIDDEN, reason);
     }
     ws.max_message_size(MAX_INCOMING_MESSAGE_BYTES)
         .on_upgrade(move |socket| stream_session(socket, app))
 }
 
-/// Sends the whole session, then whatever is appended, until the browser goes away.
+/// Sends the whole session, then whatever is appended, until the browser goes away. In a
+/// class, also the room's state: now, and whenever the presenter moves.
 async fn stream_session(mut socket: WebSocket, app: Arc<App>) {
+    // The page's place in the room, given back when it goes.
+    let _seat = match app.room.as_ref().map(|room| room.enter()) {
+        Some(Err(reason)) => {
+            tracing::warn!("{reason}");
+            let _ = send(&mut socket, &ToBrowser::Rejected { reason }).await;
+            return;
+        }
+        seat => seat,
+    };
+    let mut room_changed = app.room.as_ref().map(|room| room.subscribe());
+    let mut presenter = false;
+    let mut window = (std::time::Instant::now(), 0u32);
     let mut changed = app.session.subscribe();
     let mut cursor = Cursor::default();
     if send(
@@ -111,9 +172,27 @@ async fn stream_session(mut socket: WebSocket, app: Arc<App>) {
                 return;
             }
         }
+        if let Some(watch) = room_changed.as_mut() {
+            let state = watch.borrow_and_update().clone();
+            if let Some(state) = state {
+                if send(&mut socket, &ToBrowser::ClassState(state)).await.is_err() {
+                    return;
+                }
+            }
+        }
+        let room_moved = async {
+            match room_changed.as_mut() {
+                Some(watch) => watch.changed().await,
+                None => std::future::pending().await,
+            }
+        };
         let incoming = tokio::select! {
             incoming = socket.recv() => incoming,
             changed = changed.changed() => match changed {
+                Ok(()) => continue,
+                Err(_) => return,
+            },
+            moved = room_moved => match moved {
                 Ok(()) => continue,
                 Err(_) => return,
             },
@@ -123,9 +202,37 @@ async fn stream_session(mut socket: WebSocket, app: Arc<App>) {
             Some(Ok(Message::Close(_))) | Some(Err(_)) | None => return,
             Some(Ok(_)) => continue,
         };
-        let reply = match wire::decode::<ToProbe>(&bytes) {
-            Ok(ToProbe::StartRun { spec }) => start_run(&app.session, spec).err(),
-            Err(e) => Some(format!("could not read the request ({e}); reload the page")),
+        if window.0.elapsed() >= std::time::Duration::from_secs(1) {
+            window = (std::time::Instant::now(), 0);
+        }
+        window.1 += 1;
+        if window.1 > MAX_INCOMING_PER_SECOND {
+            tracing::warn!(
+                "a page sent more than {MAX_INCOMING_PER_SECOND} messages in a second; closed"
+            );
+            return;
+        }
+        let reply = match (wire::decode::<ToProbe>(&bytes), &app.room) {
+            (Ok(ToProbe::StartRun { .. }), Some(_)) if !presenter => Some(
+                "in a class the presenter starts the runs; they appear here as they run".into(),
+            ),
+            (Ok(ToProbe::StartRun { spec }), _) => start_run(&app.session, spec).err(),
+            (Ok(ToProbe::Present { secret }), Some(room)) => {
+                presenter = room.is_presenter(&secret);
+                (!presenter).then(|| {
+                    "this link's presenter secret is not this room's; use the presenter link \
+                     `ackscope class` printed"
+                        .into()
+                })
+            }
+            (Ok(ToProbe::ClassState(state)), Some(room)) if presenter => room.set(state).err(),
+            (Ok(ToProbe::ClassState(_)), Some(_)) => {
+                Some("only the presenter moves the room; follow it or explore freely".into())
+            }
+            (Ok(ToProbe::Present { .. } | ToProbe::ClassState(_)), None) => {
+                Some("this probe is not serving a class; start one with `ackscope class`".into())
+            }
+            (Err(e), _) => Some(format!("could not read the request ({e}); reload the page")),
         };
         if let Some(reason) = reply {
             if send(&mut socket, &ToBrowser::Rejected { reason }).await.is_err() {

@@ -4,13 +4,14 @@
 //! same panel in large type, driven by the keyboard.
 
 use ackscope_shared::lesson::{Lesson, Look, Step};
-use ackscope_shared::wire::ToProbe;
+use ackscope_shared::wire::{ClassState, ToProbe};
 use ackscope_shared::Scenario;
 use leptos::ev::KeyboardEvent;
 use leptos::prelude::*;
 use wasm_bindgen::JsCast;
 
 use crate::app::Outbox;
+use crate::class::ClassRole;
 use crate::files::open_url;
 use crate::lessons::{self, recording_name, recording_url};
 use crate::state::{AppState, Run};
@@ -30,6 +31,8 @@ pub struct LessonState {
     pub chosen: Option<usize>,
     /// The step's answer is shown (its run started or its recording opened).
     pub revealed: bool,
+    /// It was shown by opening the step's recording (not a live run).
+    pub recording: bool,
     /// Large type, keys to move.
     pub presenter: bool,
 }
@@ -40,6 +43,7 @@ impl LessonState {
         self.step = step.min(steps.saturating_sub(1));
         self.chosen = None;
         self.revealed = false;
+        self.recording = false;
     }
 
     /// A link's `?lesson=ID&step=K` (K from 1), if it names a lesson.
@@ -94,12 +98,16 @@ pub fn LessonPanel(
     filter: RwSignal<Filter>,
     link_status: RwSignal<LinkStatus>,
     outbox: StoredValue<Option<Outbox>, LocalStorage>,
+    /// In a class: who this page is.
+    class: Option<ClassRole>,
 ) -> impl IntoView {
-    let all = lessons::all();
     let problems: Vec<String> =
-        all.iter().filter_map(|l| l.as_ref().err().map(ToString::to_string)).collect();
-    let list: Vec<Lesson> = all.into_iter().filter_map(Result::ok).collect();
-    let list = StoredValue::new(list);
+        lessons::all().iter().filter_map(|l| l.as_ref().err().map(ToString::to_string)).collect();
+    let list = StoredValue::new(lessons::playable().to_vec());
+    let student = class.as_ref().is_some_and(|role| !role.is_presenter());
+    let presenting = class.as_ref().is_some_and(ClassRole::is_presenter);
+    // A student follows the presenter until it moves on its own.
+    let follow = RwSignal::new(student);
     if let Some(linked) = web_sys::window()
         .and_then(|w| w.location().search().ok())
         .and_then(|search| list.with_value(|l| LessonState::from_query(&search, l)))
@@ -140,6 +148,7 @@ pub fn LessonPanel(
     let go = move |to: usize| {
         // Read before the update: the signal cannot be read while it is being written.
         let steps = steps();
+        follow.set(false);
         lesson.update(|s| s.go(to, steps));
     };
     // Presenter mode: keys move through the steps, unless typing or steering the plot.
@@ -174,24 +183,74 @@ pub fn LessonPanel(
         if sent.is_err() {
             store.update(AppState::start_failed);
         }
-        lesson.update(|s| s.revealed = true);
+        lesson.update(|s| {
+            s.revealed = true;
+            s.recording = false;
+        });
     };
     let play = move |id: &str, step: usize| {
-        let name = recording_name(id, step);
-        // Played again: the old copy goes, so the list holds one per step.
-        store.update(|state| {
-            let stale: Vec<_> =
-                state.files().iter().filter(|f| f.name == name).map(|f| f.id).collect();
-            for id in stale {
-                state.close_file(id);
+        play_recording(store, id, step);
+        lesson.update(|s| {
+            s.revealed = true;
+            s.recording = true;
+        });
+    };
+
+    // The presenter's page tells the room where it is, whenever that changes.
+    if let Some(ClassRole::Presenter { secret, .. }) = class.clone() {
+        Effect::new(move |_| {
+            let state = lesson.get();
+            let (Some(index), true) = (state.lesson, connected()) else { return };
+            let Some(id) = list.with_value(|l| l.get(index).map(|l| l.id.clone())) else { return };
+            let message = ToProbe::ClassState(ClassState {
+                lesson: id,
+                step: state.step as u32,
+                revealed: state.revealed,
+                recording: state.recording,
+            });
+            // The secret first, every time: after a reconnect the probe knows the page again.
+            let present = ToProbe::Present { secret: secret.clone() };
+            outbox.with_value(|o| {
+                o.as_ref().map(|send| send(&present).and_then(|()| send(&message)))
+            });
+        });
+    }
+    // A student's page takes the room's state while it follows: the step, and what the
+    // presenter shows (its recording is opened here too; a live run streams here by itself).
+    if student {
+        let played = StoredValue::new(None::<(String, u32)>);
+        Effect::new(move |_| {
+            let Some(room) = store.read(|s| s.class.clone()) else { return };
+            if !follow.get() {
+                return;
+            }
+            let Some(index) = list.with_value(|l| l.iter().position(|l| l.id == room.lesson))
+            else {
+                return;
+            };
+            lesson.update(|s| {
+                if (s.lesson, s.step) != (Some(index), room.step as usize) {
+                    s.chosen = None;
+                }
+                s.lesson = Some(index);
+                s.step = room.step as usize;
+                s.revealed = room.revealed;
+                s.recording = room.recording;
+            });
+            let key = (room.lesson.clone(), room.step);
+            if room.revealed && room.recording && played.get_value().as_ref() != Some(&key) {
+                played.set_value(Some(key));
+                play_recording(store, &room.lesson, room.step as usize);
+            }
+            if room.revealed && !room.recording {
+                store.update(AppState::show_newest_live);
             }
         });
-        open_url(store, recording_url(id, step));
-        lesson.update(|s| s.revealed = true);
-    };
+    }
 
     let picker = move |ev: leptos::ev::Event| {
         let value = event_target_value(&ev);
+        follow.set(false);
         lesson.update(|s| {
             s.lesson = value.parse().ok();
             s.go(0, 1);
@@ -276,6 +335,7 @@ pub fn LessonPanel(
             view! {
                 <div class="lesson-actions">
                     <button
+                        hidden=student
                         type="button"
                         data-testid="lesson-run"
                         prop:disabled=move || must_choose || !connected() || busy()
@@ -329,9 +389,42 @@ pub fn LessonPanel(
                 >"Presenter mode"</button>
             </div>
             {problems}
+            {class.clone().filter(|_| student).map(|role| view! {
+                <div class="class-bar" data-testid="class-bar">
+                    <span>{format!("Class {}", role.code())}</span>
+                    <label>
+                        <input
+                            type="checkbox"
+                            data-testid="class-follow"
+                            prop:checked=move || follow.get()
+                            on:change=move |ev| follow.set(event_target_checked(&ev))
+                        />
+                        " follow the presenter (off: explore freely)"
+                    </label>
+                    <button type="button" data-testid="class-back" prop:disabled=move || follow.get() on:click=move |_| follow.set(true)>
+                        "Back to the presenter"
+                    </button>
+                </div>
+            })}
+            {class.clone().filter(|_| presenting).map(|role| view! {
+                <p class="class-bar" data-testid="class-bar">{format!("Presenting to class {}: every student's page follows this one.", role.code())}</p>
+            })}
             {body}
         </section>
     }
+}
+
+/// Opens step `step`'s recording of lesson `id` (a copy opened before goes, so the list holds
+/// one per step).
+fn play_recording(store: Store, id: &str, step: usize) {
+    let name = recording_name(id, step);
+    store.update(|state| {
+        let stale: Vec<_> = state.files().iter().filter(|f| f.name == name).map(|f| f.id).collect();
+        for id in stale {
+            state.close_file(id);
+        }
+    });
+    open_url(store, recording_url(id, step));
 }
 
 /// Points the view at what a step names.

@@ -1,0 +1,73 @@
+//! `ackscope class [--listen ADDR]`: the web app for a room. It prints the presenter's link
+//! (with the room's secret in its fragment) and the students' link (with the room code); every
+//! page follows the presenter's lesson step, and runs the presenter starts stream to all of them.
+
+use std::io::{self, Write};
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use super::{Ended, Failure};
+use crate::serve;
+use crate::serve::room::{Room, MAX_PAGES};
+
+/// The room's port when none is given: beside the UI's 4044.
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:4045";
+
+#[derive(Debug, clap::Args)]
+pub struct ClassArgs {
+    /// Address to serve the room on; another machine's students need a non-loopback address
+    /// such as 0.0.0.0:4045 (they then need the room code to connect)
+    #[arg(long, value_name = "ADDR", default_value = DEFAULT_LISTEN)]
+    listen: SocketAddr,
+}
+
+pub fn class(args: &ClassArgs) -> Result<Ended, Failure> {
+    let listener = std::net::TcpListener::bind(args.listen)
+        .map_err(|e| format!("cannot listen on {}: {e}", args.listen))?;
+    let addr = listener.local_addr().map_err(|e| format!("reading the bound address: {e}"))?;
+    let room = Arc::new(Room::new().map_err(|e| format!("cannot make the room's secret: {e}"))?);
+    if !serve::assets::is_built() {
+        eprintln!("ackscope: this binary has no web app built in; build it with `cargo xtask run`");
+    }
+    let host = if addr.ip().is_unspecified() {
+        eprintln!(
+            "ackscope: listening on {addr}, every interface: a page needs the room code {} to \
+             connect, and only the presenter's link (its secret) moves the room or starts runs. \
+             Give students this machine's address in place of {}.",
+            room.code,
+            addr.ip()
+        );
+        format!("{}:{}", addr.ip(), addr.port())
+    } else {
+        if !addr.ip().is_loopback() {
+            eprintln!(
+                "ackscope: listening on {addr}: a page needs the room code {} to connect, and \
+                 only the presenter's link moves the room or starts runs",
+                room.code
+            );
+        }
+        addr.to_string()
+    };
+    println!(
+        "ackscope class: room {}, at most {} pages (Ctrl-C to stop)",
+        room.code,
+        MAX_PAGES - 1
+    );
+    println!("presenter: http://{host}/?room={}#{}", room.code, room.presenter_fragment());
+    println!("students:  http://{host}/?room={}", room.code);
+    let _ = io::stdout().flush();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(|e| format!("starting the async runtime: {e}"))?;
+    runtime.block_on(async {
+        listener.set_nonblocking(true).map_err(|e| format!("listener on {addr}: {e}"))?;
+        let listener = tokio::net::TcpListener::from_std(listener)
+            .map_err(|e| format!("listener on {addr}: {e}"))?;
+        serve::serve_room(listener, serve::session::Session::new(), room)
+            .await
+            .map_err(|e| format!("serving on {addr}: {e}"))
+    })?;
+    Ok(Ended::Ok)
+}

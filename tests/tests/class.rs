@@ -1,0 +1,202 @@
+//! A class (`ackscope class`) with the real binary: a presenter's page and two students' pages,
+//! each its own WebDriver session, follow one another within a second; a student can explore
+//! and come back, and cannot start a run; 200 scripted students get every step. Prints the
+//! time from the presenter's message to the 200th student's receipt (docs/BENCHMARKS.md).
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use ackscope_shared::wire::{self, ClassState, ToBrowser, ToProbe};
+use ackscope_tests::{ackscope_bin, start_browser, Reaped};
+use anyhow::{bail, Context, Result};
+use fantoccini::{Client, Locator};
+use futures_util::{SinkExt, StreamExt};
+use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+use tokio_tungstenite::tungstenite::Message;
+
+const STUDENTS: usize = 200;
+/// What "follows within 1 s" allows: a page that is a second behind the presenter has lost the
+/// class.
+const FOLLOW_WITHIN: Duration = Duration::from_secs(1);
+
+fn css(selector: &str) -> Locator<'_> {
+    Locator::Css(selector)
+}
+
+/// Starts `ackscope class` and returns it with the presenter's and the students' links.
+fn start_class() -> Result<(Reaped, String, String)> {
+    let mut child = Command::new(ackscope_bin()?)
+        .args(["class", "--listen", "127.0.0.1:0"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .context("starting ackscope class")?;
+    let mut lines = BufReader::new(child.stdout.take().context("stdout")?).lines();
+    let (mut presenter, mut students) = (None, None);
+    while presenter.is_none() || students.is_none() {
+        let line = lines.next().context("ackscope class ended before printing its links")??;
+        let url = line.split_whitespace().last().unwrap_or_default().to_string();
+        if line.starts_with("presenter:") {
+            presenter = Some(url);
+        } else if line.starts_with("students:") {
+            students = Some(url);
+        }
+    }
+    let (presenter, students) = (presenter.unwrap_or_default(), students.unwrap_or_default());
+    assert!(presenter.contains("#presenter="), "the secret is in the fragment: {presenter}");
+    assert!(!students.contains("presenter"), "the students' link has no secret: {students}");
+    Ok((Reaped(child), presenter, students))
+}
+
+/// The step a page shows (from 1), if it shows one.
+async fn step_of(client: &Client) -> Option<u32> {
+    let step = client.find(css("[data-testid=lesson-step]")).await.ok()?;
+    step.attr("data-step").await.ok()??.parse().ok()
+}
+
+/// Waits until `client` shows step `k`; returns how long that took.
+async fn follows(client: &Client, k: u32, who: &str) -> Result<Duration> {
+    let start = Instant::now();
+    while step_of(client).await != Some(k) {
+        if start.elapsed() > FOLLOW_WITHIN {
+            bail!("{who} did not follow to step {k} within {FOLLOW_WITHIN:?}");
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    Ok(start.elapsed())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn students_follow_the_presenter_explore_and_cannot_start_runs() -> Result<()> {
+    let (_class, presenter_url, student_url) = start_class()?;
+    let (_d1, presenter, _p1) = start_browser().await?;
+    let (_d2, alice, _p2) = start_browser().await?;
+    let (_d3, bob, _p3) = start_browser().await?;
+    let result = async {
+        presenter.goto(&presenter_url).await?;
+        alice.goto(&student_url).await?;
+        bob.goto(&student_url).await?;
+        for client in [&presenter, &alice, &bob] {
+            client
+                .wait()
+                .at_most(Duration::from_secs(30))
+                .for_element(css("[data-testid=class-bar]"))
+                .await?;
+        }
+        // The presenter chooses the first lesson: both students are on its step 1.
+        let picker = presenter.find(css("[data-testid=lesson-picker]")).await?;
+        picker.select_by_value("0").await?;
+        follows(&alice, 1, "alice").await?;
+        follows(&bob, 1, "bob").await?;
+        presenter.find(css("[data-testid=lesson-next]")).await?.click().await?;
+        let a = follows(&alice, 2, "alice").await?;
+        let b = follows(&bob, 2, "bob").await?;
+        eprintln!("class: students followed step 2 after {a:?} and {b:?}");
+
+        // Bob explores: he stays where he is while the room moves on, then comes back.
+        bob.find(css("[data-testid=class-follow]")).await?.click().await?;
+        presenter.find(css("[data-testid=lesson-next]")).await?.click().await?;
+        follows(&alice, 3, "alice").await?;
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        assert_eq!(step_of(&bob).await, Some(2), "exploring, bob does not follow");
+        bob.find(css("[data-testid=class-back]")).await?.click().await?;
+        follows(&bob, 3, "bob, back to the presenter").await?;
+
+        // A student cannot start a run: the probe refuses, and no run appears.
+        alice.find(css("[data-testid=run]")).await?.click().await?;
+        let refused = alice
+            .wait()
+            .at_most(Duration::from_secs(5))
+            .for_element(css("[data-testid=rejected]"))
+            .await
+            .context("the student's run was not refused")?;
+        let reason = refused.text().await?;
+        assert!(reason.contains("presenter starts the runs"), "{reason}");
+        assert!(alice.find(css("[data-testid=run-entry]")).await.is_err(), "no run started");
+        Ok(())
+    }
+    .await;
+    for client in [presenter, alice, bob] {
+        client.close().await?;
+    }
+    result
+}
+
+/// 200 scripted students and a scripted presenter on one room: every student receives every
+/// step, and the time from the presenter's send to each receipt is measured on this process's
+/// one clock.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_hundred_students_receive_every_step() -> Result<()> {
+    let (_class, presenter_url, student_url) = start_class()?;
+    let base = student_url.trim_start_matches("http://").split('/').next().unwrap_or_default();
+    let code = student_url.split("room=").nth(1).unwrap_or_default().to_string();
+    let secret = presenter_url.split("#presenter=").nth(1).unwrap_or_default().to_string();
+    let socket_url = format!("ws://{base}/ws?room={code}");
+    let connect = |url: String, origin: String| async move {
+        let mut request = url.into_client_request()?;
+        request.headers_mut().insert("Origin", origin.parse()?);
+        let (socket, _) = tokio_tungstenite::connect_async(request).await?;
+        anyhow::Ok(socket)
+    };
+    let origin = format!("http://{base}");
+    let steps: u32 = 5;
+    let mut students = Vec::new();
+    for _ in 0..STUDENTS {
+        let mut socket = connect(socket_url.clone(), origin.clone()).await?;
+        students.push(tokio::spawn(async move {
+            // Every step 1..=steps, in order, each with when it arrived.
+            let mut received = Vec::new();
+            while let Some(message) = socket.next().await {
+                let Message::Binary(bytes) = message? else { continue };
+                if let Ok(ToBrowser::ClassState(state)) = wire::decode::<ToBrowser>(&bytes) {
+                    if received.last().map(|(s, _)| *s) != Some(state.step) {
+                        received.push((state.step, Instant::now()));
+                    }
+                    if state.step == steps {
+                        break;
+                    }
+                }
+            }
+            anyhow::Ok(received)
+        }));
+    }
+    let mut presenter = connect(socket_url.clone(), origin.clone()).await?;
+    let encode = |message: &ToProbe| Message::Binary(wire::encode(message).into());
+    presenter.send(encode(&ToProbe::Present { secret })).await?;
+    let mut sent = Vec::new();
+    for step in 1..=steps {
+        let state =
+            ClassState { lesson: "forty-ms".into(), step, revealed: false, recording: false };
+        sent.push((step, Instant::now()));
+        presenter.send(encode(&ToProbe::ClassState(state))).await?;
+        // A presenter talks for a while between steps; here long enough for all to arrive.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    let mut latencies: Vec<Vec<Duration>> = vec![Vec::new(); steps as usize];
+    for student in students {
+        let received = tokio::time::timeout(Duration::from_secs(10), student).await???;
+        let got: Vec<u32> = received.iter().map(|(s, _)| *s).collect();
+        assert_eq!(got, (1..=steps).collect::<Vec<_>>(), "a student missed a step");
+        for (step, at) in received {
+            let (_, sent_at) = sent[step as usize - 1];
+            latencies[step as usize - 1].push(at.duration_since(sent_at));
+        }
+    }
+    // Per step, the 200th student's wait: the room has the step when the last one has it.
+    let mut last: Vec<Duration> =
+        latencies.iter().map(|l| l.iter().copied().max().unwrap()).collect();
+    let mut all: Vec<Duration> = latencies.into_iter().flatten().collect();
+    all.sort();
+    last.sort();
+    let p = |v: &[Duration], q: f64| v[((v.len() - 1) as f64 * q).round() as usize];
+    eprintln!(
+        "class students={STUDENTS} steps={steps} receipt_p50_ms={:.2} receipt_p99_ms={:.2} \
+         last_student_p50_ms={:.2} last_student_max_ms={:.2}",
+        p(&all, 0.5).as_secs_f64() * 1e3,
+        p(&all, 0.99).as_secs_f64() * 1e3,
+        p(&last, 0.5).as_secs_f64() * 1e3,
+        last.last().unwrap().as_secs_f64() * 1e3,
+    );
+    assert!(*last.last().unwrap() < FOLLOW_WITHIN, "the 200th student waited over a second");
+    Ok(())
+}
