@@ -114,6 +114,20 @@ async fn every_lesson_plays_from_the_static_build_with_no_probe() -> Result<()> 
         assert!(goodput(of("buffers", 1)) < 25.0, "64 KiB / 40 ms is about 13 Mbit/s");
         assert!(goodput(of("buffers", 3)) > 50.0, "above bandwidth x delay");
 
+        // Embedded in a course's page: just the step's timeline, its recording opened at once.
+        client.goto(&format!("{url}?embed=1&lesson=forty-ms&step=1")).await?;
+        client
+            .wait()
+            .at_most(Duration::from_secs(30))
+            .for_element(css("[data-testid=request-row]"))
+            .await
+            .context("the embedded step shows no timeline rows")?;
+        for hidden in ["[data-testid=lesson-panel]", "[data-testid=run]", "header.top"] {
+            let shown = client.find(css(hidden)).await?.is_displayed().await?;
+            assert!(!shown, "{hidden} is hidden when embedded");
+        }
+        screenshot(&client, "embed.png").await?;
+
         // Presenter mode: the keys move through the steps.
         client.goto(&format!("{url}?lesson=forty-ms&step=1")).await?;
         client.wait().for_element(css("[data-testid=lesson-step][data-step='1']")).await?;

@@ -85,6 +85,10 @@ pub fn Page(
     let initial = RwSignal::new(None::<(RunKey, ViewState)>);
     // Where the class is in the lessons (presenter mode enlarges the whole page).
     let lesson = RwSignal::new(LessonState::default());
+    // `?embed=1`: only the timeline, for a course's page (with a lesson's step, or a file).
+    let embed = web_sys::window()
+        .and_then(|w| w.location().search().ok())
+        .is_some_and(|search| is_embed(&search));
     if let Some(link) = link {
         follow_link(store, link.clone(), initial);
         keep_link(store, view, link.url);
@@ -107,6 +111,7 @@ pub fn Page(
             class="app"
             class:dragging=move || dragging.get()
             class:presenter=move || lesson.with(|s| s.presenter)
+            class:embed=embed
             on:dragover=drag_over
             on:dragleave=move |_| dragging.set(false)
             on:drop=drop
@@ -129,7 +134,7 @@ pub fn Page(
                     <OpenedFiles store />
                 </aside>
                 <section class="main">
-                    <LessonPanel store lesson view filter link_status outbox class />
+                    <LessonPanel store lesson view filter link_status outbox class embed />
                     <FilePreview store />
                     <SummaryPanel store />
                     <ComparePanel store />
@@ -141,6 +146,11 @@ pub fn Page(
             </main>
         </div>
     }
+}
+
+/// Whether a query string asks for the embedded view (`embed=1`).
+pub fn is_embed(search: &str) -> bool {
+    search.trim_start_matches('?').split('&').any(|pair| pair == "embed=1")
 }
 
 #[component]

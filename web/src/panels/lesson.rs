@@ -100,6 +100,8 @@ pub fn LessonPanel(
     outbox: StoredValue<Option<Outbox>, LocalStorage>,
     /// In a class: who this page is.
     class: Option<ClassRole>,
+    /// Embedded in a course's page: a linked step shows its recording at once (no question).
+    embed: bool,
 ) -> impl IntoView {
     let problems: Vec<String> =
         lessons::all().iter().filter_map(|l| l.as_ref().err().map(ToString::to_string)).collect();
@@ -112,6 +114,15 @@ pub fn LessonPanel(
         .and_then(|w| w.location().search().ok())
         .and_then(|search| list.with_value(|l| LessonState::from_query(&search, l)))
     {
+        if embed {
+            let (index, step) = (linked.lesson.unwrap_or_default(), linked.step);
+            let id = list.with_value(|l| {
+                l.get(index).filter(|l| l.steps[step].run.is_some()).map(|l| l.id.clone())
+            });
+            if let Some(id) = id {
+                play_recording(store, &id, step);
+            }
+        }
         lesson.set(linked);
     }
     let current = move || -> Option<(Lesson, usize)> {
@@ -448,6 +459,14 @@ fn apply_look(step: &Step, view: RwSignal<ViewState>, filter: RwSignal<Filter>) 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn embedding_is_asked_for_by_name() {
+        use crate::app::is_embed;
+        assert!(is_embed("?embed=1&lesson=forty-ms&step=2"));
+        assert!(is_embed("?lesson=forty-ms&embed=1"));
+        assert!(!is_embed("?lesson=forty-ms") && !is_embed("?embed=10"));
+    }
 
     #[test]
     fn keys_move_through_the_steps_and_stop_at_the_ends() {

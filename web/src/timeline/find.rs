@@ -85,6 +85,8 @@ pub(super) fn FindBar(
                 "class "
                 <select
                     data-testid="class-filter"
+                    // Also set from outside (a lesson's step points at a class).
+                    prop:value=move || filter.with(|f| f.class.map(class_word).unwrap_or_default())
                     on:change=move |ev| {
                         let value = event_target_value(&ev);
                         let class = CLASSES.iter().copied().find(|c| class_word(*c) == value);
