@@ -120,6 +120,10 @@ pub struct GoodputSeries {
     pub server_rcv_wnd: Option<Window>,
     /// The window the client was sending into (its TCP_INFO `snd_wnd`).
     pub client_snd_wnd: Option<Window>,
+    /// Per bucket, the most the window allows: the server's advertised window over the client's
+    /// smoothed RTT, in Mbit/s, as in effect at the bucket's end (story 2's "throughput is at
+    /// most window / RTT"). `None` where either is not known yet.
+    pub window_over_rtt_mbps: Vec<Option<f64>>,
 }
 
 /// The bulk run's goodput over `from_ns ..= to_ns` (run clock) in `buckets` equal buckets (at
@@ -157,12 +161,28 @@ pub fn goodput_over_time(
         }?;
         track.reports(field).then(|| track.window(field, from_ns, to_ns, count))
     };
+    let server_rcv_wnd = window(Side::Server, Field::RcvWnd);
+    let rtt_us = window(Side::Client, Field::Rtt);
+    let window_over_rtt_mbps = match (&server_rcv_wnd, &rtt_us) {
+        (Some(wnd), Some(rtt)) => wnd
+            .held()
+            .into_iter()
+            .zip(rtt.held())
+            .map(|(wnd, rtt)| match (wnd, rtt) {
+                // bytes * 8 / us = Mbit/s.
+                (Some(wnd), Some(rtt)) if rtt > 0 => Some(f64::from(wnd) * 8.0 / f64::from(rtt)),
+                _ => None,
+            })
+            .collect(),
+        _ => vec![None; count],
+    };
     GoodputSeries {
         from_ns,
         to_ns,
         mbps,
-        server_rcv_wnd: window(Side::Server, Field::RcvWnd),
+        server_rcv_wnd,
         client_snd_wnd: window(Side::Client, Field::SndWnd),
+        window_over_rtt_mbps,
     }
 }
 
@@ -301,6 +321,7 @@ mod tests {
         let info = crate::event::TcpInfoSample {
             rcv_wnd: Some(wnd),
             snd_wnd: Some(wnd + 1),
+            rtt_us: 20_000,
             ..crate::event::TcpInfoSample::default()
         };
         ev(at_ns, side, EventKind::TcpInfo(Box::new(info)))
@@ -333,6 +354,10 @@ mod tests {
         assert_eq!(server.held(), [Some(262_144), Some(16_384)]);
         let client = series.client_snd_wnd.expect("the client reported snd_wnd");
         assert_eq!(client.held(), [Some(262_145), Some(262_145)], "held from its one sample");
+        // The ceiling: the server's window over the client's 20 ms RTT, bucket by bucket.
+        let ceiling: Vec<f64> = series.window_over_rtt_mbps.iter().map(|m| m.unwrap()).collect();
+        assert!((ceiling[0] - 262_144.0 * 8.0 / 20_000.0).abs() < 1e-9, "{ceiling:?}");
+        assert!((ceiling[1] - 16_384.0 * 8.0 / 20_000.0).abs() < 1e-9, "{ceiling:?}");
 
         // Finer buckets than the reads: a bucket without a read is 0, and the bytes add up.
         let fine = goodput_over_time(&analysis, &kernel, 0, 200_000_000, 400);
@@ -350,6 +375,7 @@ mod tests {
         let series = goodput_over_time(&analysis, &KernelTracks::new(), 0, MS_100, 1);
         assert!((series.mbps[0] - 100.0).abs() < 1e-6, "{:?}", series.mbps);
         assert_eq!((series.server_rcv_wnd, series.client_snd_wnd), (None, None));
+        assert_eq!(series.window_over_rtt_mbps, [None], "no window, no ceiling");
         let empty = goodput_over_time(&BulkAnalysis::new(), &KernelTracks::new(), 0, 0, 0);
         assert_eq!(empty.mbps, [0.0], "one bucket at least, nothing read");
     }

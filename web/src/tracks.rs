@@ -97,6 +97,9 @@ pub struct GoodputChart {
     pub x_ticks: Vec<Tick>,
     /// One line per window TCP_INFO reported.
     pub windows: Vec<WindowLine>,
+    /// The server's window over the client's RTT, on the left axis (clipped at its top): what
+    /// the window allows. Empty without both.
+    pub ceiling: String,
     /// "200 buckets of 5.0 ms".
     pub buckets: String,
 }
@@ -372,6 +375,15 @@ fn goodput_chart(run: &Run) -> Option<GoodputChart> {
         points.push(((i + 1) as f64 / count * GOODPUT_WIDTH, y));
     }
     points.dedup();
+    let mut ceiling = Vec::new();
+    for (i, mbps) in series.window_over_rtt_mbps.iter().enumerate() {
+        if let Some(mbps) = mbps {
+            let y = y_of(*mbps);
+            ceiling.push((i as f64 / count * GOODPUT_WIDTH, y));
+            ceiling.push(((i + 1) as f64 / count * GOODPUT_WIDTH, y));
+        }
+    }
+    ceiling.dedup();
 
     let windows = [
         ("server rcv_wnd", "server-rcv_wnd", series.server_rcv_wnd),
@@ -397,6 +409,7 @@ fn goodput_chart(run: &Run) -> Option<GoodputChart> {
         right_ticks: y_ticks(wnd_max, Unit::Bytes, GOODPUT_HEIGHT),
         x_ticks: scale.ticks(6),
         windows,
+        ceiling: line(&ceiling),
         buckets: format!("{buckets} buckets of {}", format_duration(scale.domain_ns() / buckets)),
     })
 }

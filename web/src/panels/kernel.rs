@@ -147,8 +147,10 @@ fn track_figure(chart: Chart, x_ticks: &[Tick]) -> impl IntoView {
 }
 
 fn goodput_figure(chart: GoodputChart) -> impl IntoView {
-    let GoodputChart { points, left_ticks, right_ticks, x_ticks, windows, buckets } = chart;
+    let GoodputChart { points, left_ticks, right_ticks, x_ticks, windows, ceiling, buckets } =
+        chart;
     let (width, height) = (G_LEFT + GOODPUT_WIDTH + G_RIGHT, G_TOP + GOODPUT_HEIGHT + G_BOTTOM);
+    let has_ceiling = !ceiling.is_empty();
     let (bottom, right_end) = (px(GOODPUT_HEIGHT), px(GOODPUT_WIDTH));
     let legend = windows
         .iter()
@@ -190,11 +192,17 @@ fn goodput_figure(chart: GoodputChart) -> impl IntoView {
                         "run clock; left: bytes the server read, Mbit/s per bucket; right: window"
                     </text>
                     {lines}
+                    {(!ceiling.is_empty()).then(|| view! {
+                        <polyline class="ceiling-line" data-series="window-over-rtt" points=ceiling />
+                    })}
                     <polyline class="goodput-line" data-series="goodput" points=points />
                 </g>
             </svg>
             <ul class="goodput-legend">
                 <li><span class="swatch goodput"></span>"goodput (left axis)"</li>
+                {has_ceiling.then(|| view! {
+                    <li><span class="swatch ceiling"></span>"server window / client RTT: what the window allows (left axis)"</li>
+                })}
                 {legend}
             </ul>
         </figure>
