@@ -42,7 +42,7 @@ async fn wait_for(client: &Client, selector: &str, what: &str) -> Result<String>
 async fn every_lesson_plays_from_the_static_build_with_no_probe() -> Result<()> {
     let root = repo_root();
     let dist = root.join("dist");
-    if !dist.join("index.html").is_file() {
+    if !dist.join("index.html").is_file() || !root.join("offline/ackscope.html").is_file() {
         bail!("{} has no app: run `cargo xtask build` (cargo xtask test does)", dist.display());
     }
     let url = serve_static(dist)?;
@@ -113,6 +113,28 @@ async fn every_lesson_plays_from_the_static_build_with_no_probe() -> Result<()> 
         let goodput = |text: String| figure(&text, "goodput ").expect("a goodput");
         assert!(goodput(of("buffers", 1)) < 25.0, "64 KiB / 40 ms is about 13 Mbit/s");
         assert!(goodput(of("buffers", 3)) > 50.0, "above bandwidth x delay");
+
+        // The single-file build, opened from disk: nothing can be fetched, the recordings are
+        // inside the page.
+        let offline = root.join("offline/ackscope.html").canonicalize()?;
+        for (lesson, k, label, check) in
+            [("forty-ms", 1, "p50 ", (80.0, f64::MAX)), ("buffers", 1, "goodput ", (0.0, 25.0))]
+        {
+            client.goto(&format!("file://{}?lesson={lesson}&step={k}", offline.display())).await?;
+            client
+                .wait()
+                .at_most(Duration::from_secs(60))
+                .for_element(css(&format!("[data-testid=lesson-step][data-step='{k}']")))
+                .await
+                .context("the offline page did not show the step")?;
+            client.find(css("[data-testid=lesson-choice]")).await?.click().await?;
+            client.find(css("[data-testid=lesson-recording]")).await?.click().await?;
+            let kernel = wait_for(&client, "[data-testid=lesson-kernel]", "What this kernel did")
+                .await
+                .with_context(|| format!("offline {lesson} step {k}: no kernel's answer"))?;
+            let value = figure(&kernel, label).with_context(|| kernel.clone())?;
+            assert!((check.0..check.1).contains(&value), "offline {lesson} {k}: {kernel}");
+        }
 
         // Embedded in a course's page: just the step's timeline, its recording opened at once.
         client.goto(&format!("{url}?embed=1&lesson=forty-ms&step=1")).await?;

@@ -54,6 +54,9 @@ pub fn App() -> impl IntoView {
         // The outbox holds the link, and with it the socket, for as long as the page lives.
         Rc::new(move |message: &ToProbe| link.send(message)) as Outbox
     });
+    if outbox.is_none() {
+        link_status.set(LinkStatus::Reconnecting);
+    }
     let outbox = StoredValue::new_local(outbox);
     let link = UrlView::parse(&search);
     if let Some(url) = link.url.clone() {
@@ -157,7 +160,15 @@ pub fn is_embed(search: &str) -> bool {
 fn ConnectionBadge(store: Store, link_status: RwSignal<LinkStatus>) -> impl IntoView {
     let version = move || store.read(|state| state.probe_version().map(str::to_string));
     view! {
-        <div class="connection" data-testid="connection" data-state=move || link_status.get().word()>
+        <div
+            class="connection"
+            data-testid="connection"
+            data-state=move || link_status.get().word()
+            title=move || (link_status.get() != LinkStatus::Connected).then_some(
+                "no probe answers here: lessons play their recordings and files open; for live \
+                 runs, open the URL `cargo xtask run` (or `ackscope`) prints",
+            )
+        >
             <span class="dot"></span>
             <span>{move || link_status.get().word()}</span>
             {move || {

@@ -174,6 +174,21 @@ async fn fetch_blob(url: &str) -> Result<Blob, String> {
         .map_err(|_| "the body is not a blob".into())
 }
 
+/// A recording carried inside the page itself (`window.ackscopeRecordings`, base64 by file name:
+/// the single-file offline build, opened from disk, where nothing can be fetched), as a Blob.
+pub fn carried_recording(name: &str) -> Option<Blob> {
+    let window = web_sys::window()?;
+    let carried = js_sys::Reflect::get(&window, &JsValue::from_str("ackscopeRecordings")).ok()?;
+    if carried.is_undefined() {
+        return None;
+    }
+    let text = js_sys::Reflect::get(&carried, &JsValue::from_str(name)).ok()?.as_string()?;
+    let binary = window.atob(&text).ok()?;
+    // atob gives one char per byte.
+    let bytes: Vec<u8> = binary.chars().map(|c| c as u32 as u8).collect();
+    blob_of(&bytes).ok()
+}
+
 /// `bytes` as a binary Blob (copied once, into the browser's memory).
 pub fn blob_of(bytes: &[u8]) -> Result<Blob, String> {
     let parts = Array::of1(&Uint8Array::from(bytes));

@@ -49,7 +49,9 @@ pub fn probe_url(protocol: &str, host: &str) -> String {
 /// The address for the page this app was loaded from.
 pub fn probe_url_for_this_page() -> Option<String> {
     let location = web_sys::window()?.location();
-    Some(probe_url(&location.protocol().ok()?, &location.host().ok()?))
+    let protocol = location.protocol().ok()?;
+    // A page opened from disk (the offline build) has no server, so no probe to reach.
+    (protocol != "file:").then(|| Some(probe_url(&protocol, &location.host().ok()?)))?
 }
 
 /// A connection to the probe that keeps itself up. Dropping the last clone closes the socket

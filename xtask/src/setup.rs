@@ -193,7 +193,15 @@ pub fn dist_is_fresh() -> bool {
     let Some(built) = modified(&root.join(DIST_STAMP)) else {
         return false;
     };
-    let inputs = ["web", "shared", "lessons", "Trunk.toml", "Cargo.lock", "Cargo.toml"];
+    let inputs = [
+        "web",
+        "shared",
+        "lessons",
+        "xtask/src/web_build.rs",
+        "Trunk.toml",
+        "Cargo.lock",
+        "Cargo.toml",
+    ];
     inputs.iter().all(|input| newest(&root.join(input)).is_none_or(|newest| newest <= built))
 }
 

@@ -196,8 +196,78 @@ pub fn build() -> Result<(), String> {
     let page = rewrite_html(&html, &links, &plan.bin);
     write(&stage.join("index.html"), &page)?;
 
+    offline_page(&page_for_offline(&html, &links), &stage, &plan.bin, &root.join("offline"))?;
     replace_app(&dist, &stage)?;
     write(&root.join(setup::DIST_STAMP), "the web app was last built when this file was written\n")
+}
+
+/// index.html with its module script and stylesheet left as markers for [`offline_page`].
+fn page_for_offline(html: &str, links: &[TrunkLink]) -> String {
+    let mut out = String::with_capacity(html.len());
+    let mut from = 0;
+    for link in links {
+        out.push_str(&html[from..link.start]);
+        out.push_str(match link.get("rel") {
+            Some("css") => "<!--ackscope:style-->",
+            _ => "<!--ackscope:app-->",
+        });
+        from = link.end;
+    }
+    out.push_str(&html[from..]);
+    out
+}
+
+/// `offline/ackscope.html`: the whole app in one file, for a page opened from disk, where a
+/// browser loads no module, no wasm and no recording by URL (file:// has no origin). The
+/// stylesheet, the loader and the wasm (base64) are inline, and so are the lessons' recordings,
+/// which the app takes from `window.ackscopeRecordings` before it tries to fetch them. Kept out
+/// of dist/ (so the probe does not embed a second copy).
+fn offline_page(page: &str, stage: &Path, bin: &str, out_dir: &Path) -> Result<(), String> {
+    let read = |path: &Path| fs::read(path).map_err(|e| format!("reading {}: {e}", path.display()));
+    let css = String::from_utf8_lossy(&read(&stage.join("style.css"))?).into_owned();
+    let glue = String::from_utf8_lossy(&read(&stage.join(format!("{bin}.js")))?).into_owned();
+    let wasm = base64(&read(&stage.join(format!("{bin}_bg.wasm")))?);
+    let mut recordings = String::from("{");
+    if let Ok(entries) = fs::read_dir(stage.join("lessons/recordings")) {
+        let mut names: Vec<_> = entries.flatten().map(|e| e.path()).collect();
+        names.sort();
+        for path in names {
+            let name =
+                path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+            recordings.push_str(&format!("{name:?}:\"{}\",", base64(&read(&path)?)));
+        }
+    }
+    recordings.push('}');
+    let app = format!(
+        "<script>window.ackscopeRecordings = {recordings};</script>\n    <script type=\"module\">\n{glue}\n\
+         // Names of the loader's own (it declares `wasm`) are left alone.\n\
+         const ackscopeBytes = Uint8Array.from(atob(\"{wasm}\"), (c) => c.charCodeAt(0));\n\
+         window.ackscopeWasmMemory = (await __wbg_init({{ module_or_path: ackscopeBytes }})).memory;\n    </script>"
+    );
+    let html = page
+        .replace("<!--ackscope:style-->", &format!("<style>\n{css}\n</style>"))
+        .replace("<!--ackscope:app-->", &app);
+    fs::create_dir_all(out_dir).map_err(|e| format!("creating {}: {e}", out_dir.display()))?;
+    write(&out_dir.join("ackscope.html"), &html)
+}
+
+/// Standard base64 with padding (no crate for this much).
+fn base64(bytes: &[u8]) -> String {
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
+    for chunk in bytes.chunks(3) {
+        let n = (u32::from(chunk[0]) << 16)
+            | (u32::from(*chunk.get(1).unwrap_or(&0)) << 8)
+            | u32::from(*chunk.get(2).unwrap_or(&0));
+        for i in 0..4 {
+            if i <= chunk.len() {
+                out.push(ALPHABET[(n >> (18 - 6 * i) & 63) as usize] as char);
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
 }
 
 /// Replaces the app in `dist` by the one in `stage`: files gone from the app go, changed ones
@@ -249,6 +319,15 @@ fn write(path: &Path, text: &str) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn base64_is_the_standard_one() {
+        assert_eq!(base64(b""), "");
+        assert_eq!(base64(b"f"), "Zg==");
+        assert_eq!(base64(b"fo"), "Zm8=");
+        assert_eq!(base64(b"foo"), "Zm9v");
+        assert_eq!(base64(&[0xff, 0xfe, 0x00, 0x01]), "//4AAQ==");
+    }
 
     const PAGE: &str = r#"<head>
     <link data-trunk rel="css" href="style.css" />

@@ -12,7 +12,7 @@ use wasm_bindgen::JsCast;
 
 use crate::app::Outbox;
 use crate::class::ClassRole;
-use crate::files::open_url;
+use crate::files::{carried_recording, open_blob, open_url};
 use crate::lessons::{self, recording_name, recording_url};
 use crate::state::{AppState, Run};
 use crate::store::Store;
@@ -435,7 +435,10 @@ fn play_recording(store: Store, id: &str, step: usize) {
             state.close_file(id);
         }
     });
-    open_url(store, recording_url(id, step));
+    match carried_recording(&name) {
+        Some(blob) => open_blob(store, name, blob),
+        None => open_url(store, recording_url(id, step)),
+    }
 }
 
 /// Points the view at what a step names.
