@@ -16,10 +16,6 @@ use ackscope_shared::wire::Instruments;
 use ackscope_shared::{ConnId, Event, EventKind, RrSpec, Scenario, Segment, Side};
 use common::ackscope;
 
-fn is_root() -> bool {
-    common::root_or_skip("packet capture")
-}
-
 /// The largest step of CLOCK_REALTIME against the monotonic clock seen in `window`, sampled
 /// every half millisecond (std's `SystemTime` and `Instant` read those two clocks).
 fn realtime_steps_ns(window: Duration) -> i64 {
@@ -54,7 +50,10 @@ fn segments(events: &[Event]) -> Vec<(&Event, &Segment)> {
 
 #[test]
 fn story_1_on_the_wire_small_segment_delayed_pure_ack_then_the_body() {
-    if !is_root() {
+    if !common::root_or_skip(
+        "story_1_on_the_wire_small_segment_delayed_pure_ack_then_the_body",
+        "packet capture",
+    ) {
         return;
     }
     let dir = tempdir();
@@ -106,7 +105,10 @@ type Write = (u64, u64, u64);
 /// and before the peer's read of its last byte returned: packet and syscall stamps agree.
 #[test]
 fn packet_stamps_fall_between_the_write_and_the_peers_read() {
-    if !is_root() {
+    if !common::root_or_skip(
+        "packet_stamps_fall_between_the_write_and_the_peers_read",
+        "packet capture",
+    ) {
         return;
     }
     let spec = RrSpec { requests: 10, ..RrSpec::default() };
@@ -182,7 +184,10 @@ fn packet_stamps_fall_between_the_write_and_the_peers_read() {
 
 #[test]
 fn without_cap_net_raw_capture_fails_before_starting_and_plain_runs_work() {
-    if !is_root() {
+    if !common::root_or_skip(
+        "without_cap_net_raw_capture_fails_before_starting_and_plain_runs_work",
+        "packet capture",
+    ) {
         return;
     }
     let drop_to_nobody: Vec<&str> = if Path::new("/usr/bin/setpriv").exists()

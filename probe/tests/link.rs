@@ -24,8 +24,6 @@ fn num(v: &serde_json::Value, field: &str) -> f64 {
     v[field].as_f64().unwrap_or_else(|| panic!("{field} is a number in {v}"))
 }
 
-use common::is_root;
-
 /// What a run could leave behind: named namespaces and TUN devices, in the host's namespace.
 fn leftovers() -> (String, String) {
     let out = |args: &[&str]| {
@@ -93,8 +91,10 @@ fn bulk_goodput_is_the_window_over_the_rtt() {
 #[test]
 fn an_unprivileged_user_runs_over_the_link_in_a_user_namespace() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
-    if !is_root() {
-        eprintln!("not root: cannot switch to an unprivileged uid; the other tests cover it");
+    if !common::root_or_skip(
+        "an_unprivileged_user_runs_over_the_link_in_a_user_namespace",
+        "switching to an unprivileged uid",
+    ) {
         return;
     }
     let before = leftovers();

@@ -10,15 +10,14 @@ use ackscope_shared::event::tcp_flags;
 use ackscope_shared::{Event, EventKind, LinkAction, RrSpec, Segment, Side};
 use common::ackscope;
 
-fn is_root() -> bool {
-    common::root_or_skip("the link capture test")
-}
-
 /// A story-3 split write over a 40 ms link (the rr defaults: length then a 2048-byte body,
 /// Nagle on both sides, MTU 1500), captured at the relay.
 #[test]
 fn the_relay_captures_both_directions_on_the_run_clock_and_stalls_cite_the_packets() {
-    if !is_root() {
+    if !common::root_or_skip(
+        "the_relay_captures_both_directions_on_the_run_clock_and_stalls_cite_the_packets",
+        "the link capture test",
+    ) {
         return;
     }
     let file = std::env::temp_dir().join(format!("ackscope-link-capture-{}", std::process::id()));

@@ -7,8 +7,9 @@
 //! fields past its end are `None`. docs/TCP_INFO.md lists the fields, their units and what a
 //! Nagle stall looks like in them.
 //!
-//! Layout (include/uapi/linux/tcp.h): the kernel writes host byte order, which is little-endian
-//! on every machine the probe supports (x86_64, aarch64); every field is naturally aligned.
+//! Layout (include/uapi/linux/tcp.h): the kernel writes the struct in the host's byte order, so
+//! it is decoded in the host's byte order (`from_ne_bytes`), right on a big-endian host too;
+//! every field is naturally aligned.
 
 use crate::event::TcpInfoSample;
 
@@ -64,51 +65,52 @@ pub fn decode(bytes: &[u8], during_block: bool) -> Option<TcpInfoSample> {
     if bytes.len() < MIN_LEN {
         return None;
     }
-    let le32 = |offset| u32_at(bytes, offset);
-    let le64 = |offset| u64_at(bytes, offset);
+    let u32 = |offset| u32_at(bytes, offset);
+    let u64 = |offset| u64_at(bytes, offset);
     Some(TcpInfoSample {
         during_block,
         state: *bytes.get(STATE)?,
         ca_state: *bytes.get(CA_STATE)?,
-        rto_us: le32(RTO)?,
-        ato_us: le32(ATO)?,
-        snd_mss: le32(SND_MSS)?,
-        rcv_mss: le32(RCV_MSS)?,
-        unacked: le32(UNACKED)?,
-        lost: le32(LOST)?,
-        retrans: le32(RETRANS)?,
-        last_data_sent_ms: le32(LAST_DATA_SENT)?,
-        last_ack_recv_ms: le32(LAST_ACK_RECV)?,
-        last_data_recv_ms: le32(LAST_DATA_RECV)?,
-        rtt_us: le32(RTT)?,
-        rttvar_us: le32(RTTVAR)?,
-        snd_cwnd: le32(SND_CWND)?,
-        rcv_space: le32(RCV_SPACE)?,
-        total_retrans: le32(TOTAL_RETRANS)?,
-        bytes_acked: le64(BYTES_ACKED),
-        bytes_received: le64(BYTES_RECEIVED),
-        segs_out: le32(SEGS_OUT),
-        segs_in: le32(SEGS_IN),
-        notsent_bytes: le32(NOTSENT_BYTES),
-        min_rtt_us: le32(MIN_RTT),
-        delivery_rate_bytes_per_s: le64(DELIVERY_RATE),
-        bytes_sent: le64(BYTES_SENT),
-        data_segs_out: le32(DATA_SEGS_OUT),
-        rwnd_limited_us: le64(RWND_LIMITED),
-        sndbuf_limited_us: le64(SNDBUF_LIMITED),
-        snd_wnd: le32(SND_WND),
-        rcv_wnd: le32(RCV_WND),
+        rto_us: u32(RTO)?,
+        ato_us: u32(ATO)?,
+        snd_mss: u32(SND_MSS)?,
+        rcv_mss: u32(RCV_MSS)?,
+        unacked: u32(UNACKED)?,
+        lost: u32(LOST)?,
+        retrans: u32(RETRANS)?,
+        last_data_sent_ms: u32(LAST_DATA_SENT)?,
+        last_ack_recv_ms: u32(LAST_ACK_RECV)?,
+        last_data_recv_ms: u32(LAST_DATA_RECV)?,
+        rtt_us: u32(RTT)?,
+        rttvar_us: u32(RTTVAR)?,
+        snd_cwnd: u32(SND_CWND)?,
+        rcv_space: u32(RCV_SPACE)?,
+        total_retrans: u32(TOTAL_RETRANS)?,
+        bytes_acked: u64(BYTES_ACKED),
+        bytes_received: u64(BYTES_RECEIVED),
+        segs_out: u32(SEGS_OUT),
+        segs_in: u32(SEGS_IN),
+        notsent_bytes: u32(NOTSENT_BYTES),
+        min_rtt_us: u32(MIN_RTT),
+        delivery_rate_bytes_per_s: u64(DELIVERY_RATE),
+        bytes_sent: u64(BYTES_SENT),
+        data_segs_out: u32(DATA_SEGS_OUT),
+        rwnd_limited_us: u64(RWND_LIMITED),
+        sndbuf_limited_us: u64(SNDBUF_LIMITED),
+        snd_wnd: u32(SND_WND),
+        rcv_wnd: u32(RCV_WND),
     })
 }
 
 fn u32_at(bytes: &[u8], offset: usize) -> Option<u32> {
     let field = bytes.get(offset..offset.checked_add(4)?)?;
-    Some(u32::from_le_bytes(field.try_into().ok()?))
+    // The kernel writes the struct in the host's byte order.
+    Some(u32::from_ne_bytes(field.try_into().ok()?))
 }
 
 fn u64_at(bytes: &[u8], offset: usize) -> Option<u64> {
     let field = bytes.get(offset..offset.checked_add(8)?)?;
-    Some(u64::from_le_bytes(field.try_into().ok()?))
+    Some(u64::from_ne_bytes(field.try_into().ok()?))
 }
 
 #[cfg(test)]
@@ -129,12 +131,12 @@ mod tests {
         }
 
         fn u32(mut self, offset: usize, value: u32) -> Buf {
-            self.0[offset..offset + 4].copy_from_slice(&value.to_le_bytes());
+            self.0[offset..offset + 4].copy_from_slice(&value.to_ne_bytes());
             self
         }
 
         fn u64(mut self, offset: usize, value: u64) -> Buf {
-            self.0[offset..offset + 8].copy_from_slice(&value.to_le_bytes());
+            self.0[offset..offset + 8].copy_from_slice(&value.to_ne_bytes());
             self
         }
     }
