@@ -238,3 +238,47 @@ fn tempdir() -> std::path::PathBuf {
     std::fs::create_dir_all(&dir).unwrap();
     dir
 }
+
+/// One rule for Nagle x delayed ACK on packets: a live capture's attribution (syscalls and
+/// segments) and the import of the same packets (segments alone, through pcapng) name the same
+/// stalls in each direction.
+#[test]
+fn a_live_capture_and_its_import_agree_on_every_nagle_stall() {
+    if !common::root_or_skip(
+        "a_live_capture_and_its_import_agree_on_every_nagle_stall",
+        "packet capture",
+    ) {
+        return;
+    }
+    let dir = tempdir();
+    let (file, pcapng, imported) =
+        (dir.join("live.ackscope"), dir.join("live.pcapng"), dir.join("imported.ackscope"));
+    let s = |p: &Path| p.to_str().unwrap().to_string();
+    let run = ackscope(&["run", "story1", "--count", "8", "--capture", "--json", "-o", &s(&file)]);
+    assert!(run.status.success());
+    let summary: serde_json::Value = serde_json::from_slice(&run.stdout).unwrap();
+    let live_count = |direction: &str| {
+        summary["stalls"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|s| s["class"] == "nagle_delayed_ack" && s["direction"] == direction)
+            .map(|s| s["count"].as_u64().unwrap())
+            .sum::<u64>()
+    };
+    assert!(ackscope(&["export", &s(&file), "--pcapng", &s(&pcapng)]).status.success());
+    let import = ackscope(&["import", &s(&pcapng), "-o", &s(&imported)]);
+    assert!(import.status.success());
+    let out = String::from_utf8_lossy(&import.stdout).to_string();
+    let imported_count = |direction: &str| {
+        out.lines()
+            .find(|l| l.contains(&format!("Nagle x delayed ACK, {direction},")))
+            .and_then(|l| l.trim().split(' ').next()?.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    for direction in ["client->server", "server->client"] {
+        // Every request after the first stalls each way (the first is in quick-ACK mode).
+        assert_eq!(live_count(direction), 7, "live {direction}: {summary}");
+        assert_eq!(imported_count(direction), live_count(direction), "{direction}: {out}");
+    }
+}

@@ -14,6 +14,7 @@ use crate::analysis::{
     STALL_THRESHOLD_NS,
 };
 use crate::event::{ConnId, Event, EventKind, ReqId, Side};
+use crate::packet_stalls::{self, seq_ge, DELAYED_ACK_NS};
 use crate::spec::RrSpec;
 
 /// Why a call waited.
@@ -138,12 +139,6 @@ pub struct Stall {
 /// The smallest MSS any TCP path uses (RFC 9293, 3.7.1): a write this small is sub-MSS on any
 /// path, so Nagle holds what follows it until it is acknowledged.
 const MIN_MSS: u32 = 536;
-/// Linux's delayed-ACK timer runs between its minimum (40 ms with HZ >= 100; the stall table
-/// measured 43-44 ms) and its maximum (200 ms); allow room on both ends.
-const DELAYED_ACK_NS: std::ops::RangeInclusive<u64> = 20_000_000..=500_000_000;
-/// Nagle sends the held data as soon as the ACK is processed (tens of microseconds on loopback):
-/// data later than this after the ACK was not released by it.
-const NAGLE_RELEASE_NS: u64 = 5_000_000;
 
 /// Classifies every wait longer than [`STALL_THRESHOLD_NS`] in the run. `spec`, when known,
 /// rules classes out (no Nagle stall from a writer with TCP_NODELAY).
@@ -380,7 +375,9 @@ impl WriterFacts {
 }
 
 /// The captured segments of a Nagle x delayed ACK hold: the small segment, the reader's pure
-/// ACK of it, then the held data right after that ACK. `Err` says what the packets show instead.
+/// ACK of it, then the held data right after that ACK, by the one packet rule
+/// ([`packet_stalls::nagle_hold`], which imported captures use too). `Err` says what the packets
+/// show instead.
 fn on_the_wire(
     view: &RequestView,
     read: &Span,
@@ -389,44 +386,15 @@ fn on_the_wire(
     path_delay_ns: u64,
 ) -> Result<String, String> {
     let (w, r) = (writer.name(), writer.peer().name());
-    let mut data: Vec<&SegmentSample> = view
-        .segments
+    let mut segments = view.segments.clone();
+    segments.sort_by_key(|s| s.at_ns);
+    let small = segments
         .iter()
-        .filter(|s| s.side == writer && s.len > 0 && s.at_ns <= read.end_ns)
-        .collect();
-    data.sort_by_key(|s| s.at_ns);
-    let Some(index) = data.iter().position(|s| s.len == small_bytes) else {
-        return Err(format!("no {small_bytes}-byte segment from the {w} went out on its own"));
-    };
-    let small = data[index];
-    let Some(held) = data.get(index + 1) else {
-        return Err(format!("nothing from the {w} followed the {small_bytes}-byte segment"));
-    };
-    // The reader's pure ACK of the small segment, sent while the rest was held.
-    let ack = view.segments.iter().filter(|s| {
-        s.side == writer.peer()
-            && s.is_pure_ack()
-            && s.ack == small.seq_end()
-            && s.at_ns >= small.at_ns
-            && s.at_ns <= held.at_ns
-    });
-    let Some(ack) = ack.max_by_key(|s| s.at_ns) else {
-        return Err(format!(
-            "no pure ACK from the {r} came between the {small_bytes}-byte segment and the held \
-             {} bytes",
-            held.len
-        ));
-    };
-    // Segments are stamped as their sender sent them: over a link, the ACK reaches the writer
-    // one path delay after the reader sent it.
+        .position(|s| s.side == writer && s.len == small_bytes && s.at_ns <= read.end_ns)
+        .ok_or_else(|| format!("no {small_bytes}-byte segment from the {w} went out on its own"))?;
+    let hold = packet_stalls::nagle_hold(&segments, small, path_delay_ns)?;
+    let (small, ack, held) = (segments[hold.small], segments[hold.ack], segments[hold.held]);
     let release = (held.at_ns - ack.at_ns).saturating_sub(path_delay_ns);
-    if release > NAGLE_RELEASE_NS {
-        return Err(format!(
-            "the held {} bytes left {:.1} ms after the {r}'s ACK, not at once",
-            held.len,
-            ms(release)
-        ));
-    }
     Ok(format!(
         "the {small_bytes}-byte segment at {:.3} ms, the {r}'s pure ACK {:.1} ms later, the {} \
          bytes {} us after that ACK",
@@ -452,7 +420,7 @@ fn round_trip_on_the_wire(
         .segments
         .iter()
         .filter(|s| s.side == writer.peer() && s.at_ns >= small.at_ns && s.at_ns <= tail.at_ns)
-        .find(|s| s.ack.wrapping_sub(small.seq_end()) as i32 >= 0)?;
+        .find(|s| seq_ge(s.ack, small.seq_end()))?;
     Some(format!(
         "the {small_bytes}-byte segment at {:.3} ms, the {}'s ACK of it {:.1} ms later, the last {} \
          bytes {:.1} ms after the small segment",
@@ -957,7 +925,7 @@ mod tests {
         let to_server = stalls.iter().find(|s| s.req == ReqId(1) && s.to == Side::Server).unwrap();
         assert_eq!(to_server.class, StallClass::Unexplained, "{}", to_server.evidence);
         assert!(
-            to_server.evidence.contains("no pure ACK from the server came between"),
+            to_server.evidence.contains("sent more data before the server acknowledged"),
             "{}",
             to_server.evidence
         );

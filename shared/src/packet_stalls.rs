@@ -7,13 +7,16 @@
 //! Nagle held them until the small segment was acknowledged (RFC 896; RFC 9293 section 3.7.4).
 //! Anything less conclusive is left out: a stall is only claimed with its evidence.
 
+use crate::analysis::SegmentSample;
 use crate::attribution::{Stall, StallClass};
-use crate::event::{ConnId, Event, EventKind, Segment, Side};
+use crate::event::{Event, EventKind};
 
-/// The delayed-ACK timer's range (Linux: 40 ms minimum, 200 ms maximum), with room both ends.
+/// The delayed-ACK timer's range: Linux runs it between its minimum (40 ms with HZ >= 100; the
+/// stall table measured 43-44 ms) and its maximum (200 ms); room is left on both ends.
 pub const DELAYED_ACK_NS: std::ops::RangeInclusive<u64> = 20_000_000..=500_000_000;
-/// How soon after the ACK the held bytes must leave to count as released by it.
-pub const HELD_AFTER_ACK_NS: u64 = 5_000_000;
+/// Nagle sends the held data as soon as the ACK is processed (tens of microseconds on loopback):
+/// data later than this after the ACK was not released by it.
+pub const NAGLE_RELEASE_NS: u64 = 5_000_000;
 
 /// A stall and the event (an index into the slice given to [`find`]) that ended it: the held
 /// data segment.
@@ -24,103 +27,150 @@ pub struct PacketStall {
 }
 
 /// `a` is at or after `b` in sequence space (RFC 9293 section 3.4: arithmetic modulo 2^32).
-fn seq_ge(a: u32, b: u32) -> bool {
+pub fn seq_ge(a: u32, b: u32) -> bool {
     a.wrapping_sub(b) as i32 >= 0
 }
 
+/// A Nagle x delayed ACK hold in one connection's segments: indexes of the small segment, the
+/// reader's ACK of it and the held data.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Hold {
+    pub small: usize,
+    pub ack: usize,
+    pub held: usize,
+}
+
+/// The one packet rule for Nagle x delayed ACK, for live captures (the attribution, with the
+/// syscalls naming the small write) and for imported captures (every data segment a candidate).
+///
+/// `segments` are one connection's, both directions, in time order, each stamped as its sender
+/// sent it; `small` is a data segment from `writer`. The hold is: no more data from the writer,
+/// then the reader's first segment that acknowledges all of the small one (`ack` at or past its
+/// end, in sequence space), which is a pure ACK (an answer carrying the ACK was not delayed)
+/// sent within [`DELAYED_ACK_NS`] of the small segment's arrival; then the writer's next data,
+/// starting where the small segment ended, within [`NAGLE_RELEASE_NS`] of that ACK's arrival.
+/// `path_delay_ns` is the one-way delay of an emulated link (0 on loopback or for an import).
+/// `Err` says what the packets show instead.
+pub fn nagle_hold(
+    segments: &[SegmentSample],
+    small: usize,
+    path_delay_ns: u64,
+) -> Result<Hold, String> {
+    let first = segments[small];
+    let writer = first.side;
+    let (w, r) = (writer.name(), writer.peer().name());
+    let end = first.seq_end();
+    let mut rest = segments.iter().enumerate().skip(small + 1);
+    let ack = loop {
+        let Some((index, s)) = rest.next() else {
+            return Err(format!("no ACK from the {r} of the {}-byte segment", first.len));
+        };
+        if s.side == writer {
+            if s.len > 0 {
+                return Err(format!(
+                    "the {w} sent more data before the {r} acknowledged the {}-byte segment",
+                    first.len
+                ));
+            }
+            continue;
+        }
+        if s.len > 0 && !seq_ge(s.ack, end) {
+            return Err(format!(
+                "the {r} answered before it acknowledged the {}-byte segment",
+                first.len
+            ));
+        }
+        if s.flags & crate::event::tcp_flags::ACK == 0 || !seq_ge(s.ack, end) {
+            continue;
+        }
+        if !s.is_pure_ack() {
+            return Err(format!(
+                "the {r}'s ACK of the {}-byte segment rode on its answer: not delayed",
+                first.len
+            ));
+        }
+        let delay = s.at_ns.saturating_sub(first.at_ns).saturating_sub(path_delay_ns);
+        if !DELAYED_ACK_NS.contains(&delay) {
+            return Err(format!(
+                "the {r} acknowledged the {}-byte segment after {:.1} ms, outside the \
+                 delayed-ACK timer's {:.0}-{:.0} ms",
+                first.len,
+                delay as f64 / 1e6,
+                *DELAYED_ACK_NS.start() as f64 / 1e6,
+                *DELAYED_ACK_NS.end() as f64 / 1e6,
+            ));
+        }
+        break index;
+    };
+    for (index, s) in rest {
+        if s.side != writer || s.len == 0 {
+            continue;
+        }
+        if s.seq != end {
+            return Err(format!("the {w}'s next data did not start where the small segment ended"));
+        }
+        let release = s.at_ns.saturating_sub(segments[ack].at_ns).saturating_sub(path_delay_ns);
+        if release > NAGLE_RELEASE_NS {
+            return Err(format!(
+                "the held {} bytes left {:.1} ms after the {r}'s ACK, not at once",
+                s.len,
+                release as f64 / 1e6
+            ));
+        }
+        return Ok(Hold { small, ack, held: index });
+    }
+    Err(format!("nothing from the {w} followed the {r}'s ACK of the {}-byte segment", first.len))
+}
+
 /// Finds the Nagle x delayed ACK stalls among `events`' [`EventKind::Segment`]s (other kinds are
-/// ignored; `side` is the sender). Stalls come out in time order.
+/// ignored; `side` is the sender), by [`nagle_hold`] with every data segment a candidate. Stalls
+/// come out in time order.
 pub fn find(events: &[Event]) -> Vec<PacketStall> {
-    let mut segments: Vec<(usize, &Event, &Segment)> = events
+    let mut segments: Vec<(usize, &Event, SegmentSample)> = events
         .iter()
         .enumerate()
         .filter_map(|(i, e)| match &e.kind {
-            EventKind::Segment(s) => Some((i, e, &**s)),
+            EventKind::Segment(s) => Some((i, e, SegmentSample::new(e.side, e.at_ns, s))),
             _ => None,
         })
         .collect();
     segments.sort_by_key(|(i, e, _)| (e.conn, e.at_ns, *i));
     let mut stalls = Vec::new();
     for conn in segments.chunk_by(|a, b| a.1.conn == b.1.conn) {
-        for (k, &(_, small_event, small)) in conn.iter().enumerate() {
+        let samples: Vec<SegmentSample> = conn.iter().map(|(_, _, s)| *s).collect();
+        for (k, &(_, first, small)) in conn.iter().enumerate() {
             if small.len == 0 {
                 continue;
             }
-            if let Some(stall) = held_after(conn, k, small_event.conn, small_event.side) {
-                stalls.push(stall);
-            }
+            let Ok(hold) = nagle_hold(&samples, k, 0) else { continue };
+            let (ack, held) = (samples[hold.ack], samples[hold.held]);
+            let sender = small.side;
+            let receiver = sender.peer();
+            let evidence = format!(
+                "{}-byte segment at {:.6} s, pure ACK {} later, {} bytes {} after it",
+                small.len,
+                small.at_ns as f64 / 1e9,
+                duration(ack.at_ns - small.at_ns),
+                held.len,
+                duration(held.at_ns - ack.at_ns),
+            );
+            let stall = Stall {
+                req: first.req,
+                conn: first.conn,
+                side: receiver,
+                from: sender,
+                to: receiver,
+                start_ns: small.at_ns,
+                end_ns: held.at_ns,
+                wait_ns: held.at_ns - small.at_ns,
+                class: StallClass::NagleDelayedAck,
+                evidence,
+            };
+            stalls.push(PacketStall { stall, ended_by: conn[hold.held].0 });
         }
     }
     stalls.sort_by_key(|s| (s.stall.start_ns, s.stall.conn));
     stalls
-}
-
-/// Whether the data segment `conn[k]` from `sender` was followed by a delayed pure ACK and then,
-/// at once, by the next bytes.
-fn held_after(
-    conn: &[(usize, &Event, &Segment)],
-    k: usize,
-    conn_id: ConnId,
-    sender: Side,
-) -> Option<PacketStall> {
-    let (_, first, small) = conn[k];
-    let end = small.seq.wrapping_add(small.len);
-    let t0 = first.at_ns;
-    let mut ack_at = None;
-    for &(index, e, s) in &conn[k + 1..] {
-        match ack_at {
-            None => {
-                if e.at_ns - t0 > *DELAYED_ACK_NS.end() {
-                    return None;
-                }
-                if s.len > 0 {
-                    // More data from the sender before the ACK: not held. Data from the peer:
-                    // an answer, whose ACK rides along (not delayed).
-                    return None;
-                }
-                if e.side != sender && s.has(crate::event::tcp_flags::ACK) && seq_ge(s.ack, end) {
-                    if !s.is_pure_ack() || !DELAYED_ACK_NS.contains(&(e.at_ns - t0)) {
-                        return None;
-                    }
-                    ack_at = Some(e.at_ns);
-                }
-            }
-            Some(t1) => {
-                if e.at_ns - t1 > HELD_AFTER_ACK_NS {
-                    return None;
-                }
-                if s.len == 0 {
-                    continue;
-                }
-                if e.side != sender || s.seq != end {
-                    return None;
-                }
-                let receiver = sender.peer();
-                let evidence = format!(
-                    "{}-byte segment at {:.6} s, pure ACK {} later, {} bytes {} after it",
-                    small.len,
-                    t0 as f64 / 1e9,
-                    duration(t1 - t0),
-                    s.len,
-                    duration(e.at_ns - t1),
-                );
-                let stall = Stall {
-                    req: first.req,
-                    conn: conn_id,
-                    side: receiver,
-                    from: sender,
-                    to: receiver,
-                    start_ns: t0,
-                    end_ns: e.at_ns,
-                    wait_ns: e.at_ns - t0,
-                    class: StallClass::NagleDelayedAck,
-                    evidence,
-                };
-                return Some(PacketStall { stall, ended_by: index });
-            }
-        }
-    }
-    None
 }
 
 /// "43.6 ms", "30 us".
@@ -137,7 +187,7 @@ mod tests {
     use super::*;
     use crate::attribution::summarize;
     use crate::event::tcp_flags::{ACK, PSH};
-    use crate::event::ReqId;
+    use crate::event::{ConnId, ReqId, Segment, Side};
 
     const MS: u64 = 1_000_000;
 
