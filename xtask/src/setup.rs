@@ -187,7 +187,8 @@ pub const DIST_STAMP: &str = "dist/.built";
 /// True when dist/ was built after every input of the web build changed.
 pub fn dist_is_fresh() -> bool {
     let root = root();
-    if !root.join("dist/index.html").is_file() {
+    // The single-file offline page is built with dist/: both must be there.
+    if !root.join("dist/index.html").is_file() || !root.join("offline/ackscope.html").is_file() {
         return false;
     }
     let Some(built) = modified(&root.join(DIST_STAMP)) else {

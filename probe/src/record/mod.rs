@@ -48,9 +48,9 @@ impl SessionWriter {
     pub fn finish(mut self, overviews: Vec<(RunId, Overview)>) -> io::Result<()> {
         let mut bytes = 0;
         for (run, overview) in overviews {
-            let message = ToBrowser::Overview { run, overview };
-            bytes += wire::encode(&message).len() as u64 + 4;
-            self.write(&message)?;
+            self.write(&ToBrowser::Overview { run, overview })?;
+            // `frame` holds the frame just written, length prefix included.
+            bytes += self.frame.len() as u64;
         }
         self.write(&ToBrowser::Trailer(Trailer::new(bytes)))
     }

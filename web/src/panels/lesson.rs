@@ -155,6 +155,11 @@ pub fn LessonPanel(
         now
     });
 
+    // The kernel's answer: the numbers of the shown run, when it is a run of this step.
+    let kernel_numbers = Memo::new(move |_| {
+        let scenario = step_of()?.run.as_ref()?.scenario()?;
+        store.read(|s| run_of(s, &scenario).filter(|run| run.events > 0).map(kernel_answer))
+    });
     let steps = move || current().map_or(1, |(l, _)| l.steps.len()).max(1);
     let go = move |to: usize| {
         // Read before the update: the signal cannot be read while it is being written.
@@ -284,12 +289,16 @@ pub fn LessonPanel(
         let count = lesson_now.steps.len();
         let id = lesson_now.id.clone();
         let state = lesson.get();
-        let scenario = step.run.as_ref().and_then(|r| r.scenario());
         let must_choose = step.question.is_some() && state.chosen.is_none();
         let busy = move || store.read(|s| s.is_running() || s.start_pending);
-        let answer = scenario.clone().and_then(|scenario| {
-            store.read(|s| run_of(s, &scenario).filter(|run| run.events > 0).map(kernel_answer))
-        });
+        // Read in the closures below, not here: the step's DOM is not rebuilt on every batch of
+        // a live run, only the numbers are.
+        let numbers = move || {
+            kernel_numbers.get().map_or_else(
+                || "The kernel's numbers appear here once the run is shown.".to_string(),
+                |numbers| format!("What this kernel did: {numbers}."),
+            )
+        };
         let question = step.question.clone().map(|question| {
             let choices = question
                 .choices
@@ -321,10 +330,7 @@ pub fn LessonPanel(
                 view! {
                     <div class="lesson-answer" data-testid="lesson-answer" role="status">
                         <p><strong>{format!("The answer: {}.", question.choices[question.answer])}</strong>" "{question.reveal.clone()}</p>
-                        <p class="kernel" data-testid="lesson-kernel">{answer.clone().map_or_else(
-                            || "The kernel's numbers appear here once the run is shown.".to_string(),
-                            |numbers| format!("What this kernel did: {numbers}."),
-                        )}</p>
+                        <p class="kernel" data-testid="lesson-kernel">{numbers}</p>
                     </div>
                 }
             });
@@ -337,9 +343,7 @@ pub fn LessonPanel(
             }
         });
         let no_question_numbers = (step.question.is_none() && state.revealed).then(|| {
-            answer.clone().map(|numbers| {
-                view! { <p class="kernel" data-testid="lesson-kernel">{format!("What this kernel did: {numbers}.")}</p> }
-            })
+            view! { <p class="kernel" data-testid="lesson-kernel">{numbers}</p> }
         });
         let actions = step.run.clone().map(|_| {
             let (live_step, rec_id) = (step.clone(), id.clone());
