@@ -811,15 +811,7 @@ mod tests {
 
     #[test]
     fn class_codes_are_the_json_names() {
-        for class in [
-            StallClass::NagleDelayedAck,
-            StallClass::NagleRoundTrip,
-            StallClass::ConnectionSetup,
-            StallClass::ServerThinkTime,
-            StallClass::ReceiveWindowLimited,
-            StallClass::SendBufferLimited,
-            StallClass::Unexplained,
-        ] {
+        for class in StallClass::ALL {
             let json = serde_json::to_value(class).unwrap();
             assert_eq!(json, class.code(), "{class:?}");
         }

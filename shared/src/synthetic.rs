@@ -4,6 +4,18 @@
 
 use crate::event::{tcp_flags, ConnId, Event, EventKind, ReqId, Segment, Side};
 
+/// A small deterministic generator: the property tests need many shapes, not a crate.
+pub struct Lcg(pub u64);
+
+impl Lcg {
+    /// The next number below `below` (at least 1).
+    pub fn next(&mut self, below: u64) -> u64 {
+        self.0 =
+            self.0.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
+        (self.0 >> 33) % below.max(1)
+    }
+}
+
 pub const US: u64 = 1_000;
 pub const MS: u64 = 1_000_000;
 

@@ -56,18 +56,6 @@ pub fn class(args: &ClassArgs) -> Result<Ended, Failure> {
     println!("presenter: http://{host}/?room={}#{}", room.code, room.presenter_fragment());
     println!("students:  http://{host}/?room={}", room.code);
     let _ = io::stdout().flush();
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .map_err(|e| format!("starting the async runtime: {e}"))?;
-    runtime.block_on(async {
-        listener.set_nonblocking(true).map_err(|e| format!("listener on {addr}: {e}"))?;
-        let listener = tokio::net::TcpListener::from_std(listener)
-            .map_err(|e| format!("listener on {addr}: {e}"))?;
-        serve::serve_room(listener, serve::session::Session::new(), room)
-            .await
-            .map_err(|e| format!("serving on {addr}: {e}"))
-    })?;
+    serve::run(listener, Some(room))?;
     Ok(Ended::Ok)
 }

@@ -22,19 +22,7 @@ pub fn serve(port: Option<u16>) -> Result<Ended, Failure> {
     }
     println!("ackscope is serving http://{addr}/ (Ctrl-C to stop)");
     let _ = io::stdout().flush();
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .map_err(|e| format!("starting the async runtime: {e}"))?;
-    runtime.block_on(async {
-        listener.set_nonblocking(true).map_err(|e| format!("listener on {addr}: {e}"))?;
-        let listener = tokio::net::TcpListener::from_std(listener)
-            .map_err(|e| format!("listener on {addr}: {e}"))?;
-        serve::serve(listener, serve::session::Session::new())
-            .await
-            .map_err(|e| format!("serving on {addr}: {e}"))
-    })?;
+    serve::run(listener, None)?;
     Ok(Ended::Ok)
 }
 

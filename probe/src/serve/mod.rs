@@ -42,25 +42,24 @@ struct App {
     room: Option<Arc<Room>>,
 }
 
-/// Serves until Ctrl-C.
-pub async fn serve(
-    listener: tokio::net::TcpListener,
-    session: Arc<Session>,
-) -> std::io::Result<()> {
-    serve_with(listener, session, None).await
+/// Serves the app on `listener` until Ctrl-C, on a runtime of its own: the probe's UI (`room`
+/// `None`) or a class's room, where every page follows the presenter (see [`room`]).
+pub fn run(listener: std::net::TcpListener, room: Option<Arc<Room>>) -> Result<(), String> {
+    let addr = listener.local_addr().map_err(|e| format!("reading the bound address: {e}"))?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(|e| format!("starting the async runtime: {e}"))?;
+    runtime.block_on(async {
+        listener.set_nonblocking(true).map_err(|e| format!("listener on {addr}: {e}"))?;
+        let listener = tokio::net::TcpListener::from_std(listener)
+            .map_err(|e| format!("listener on {addr}: {e}"))?;
+        serve(listener, Session::new(), room).await.map_err(|e| format!("serving on {addr}: {e}"))
+    })
 }
 
-/// Serves a class's room until Ctrl-C: the same app and session, and every page follows the
-/// presenter (see [`room`]).
-pub async fn serve_room(
-    listener: tokio::net::TcpListener,
-    session: Arc<Session>,
-    room: Arc<Room>,
-) -> std::io::Result<()> {
-    serve_with(listener, session, Some(room)).await
-}
-
-async fn serve_with(
+async fn serve(
     listener: tokio::net::TcpListener,
     session: Arc<Session>,
     room: Option<Arc<Room>>,

@@ -124,20 +124,9 @@ pub fn pick(
 
 #[cfg(test)]
 mod tests {
+    use ackscope_shared::synthetic::Lcg;
+
     use super::*;
-
-    /// A small deterministic generator: the property tests need many shapes, not a crate.
-    struct Lcg(u64);
-
-    impl Lcg {
-        fn next(&mut self, below: u64) -> u64 {
-            self.0 = self
-                .0
-                .wrapping_mul(6_364_136_223_846_793_005)
-                .wrapping_add(1_442_695_040_888_963_407);
-            (self.0 >> 33) % below.max(1)
-        }
-    }
 
     #[test]
     fn argmax_is_the_greatest_key_of_any_range() {
