@@ -16,8 +16,8 @@ use std::process::{Child, Command, Output, Stdio};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use crate::setup;
 use crate::steps::Steps;
+use crate::{json, setup};
 
 const USAGE: &str = "usage: cargo xtask bench rr [--rounds N] [--seconds S] [--pin CPU]\n       \
                      cargo xtask bench memory [--count N]";
@@ -343,14 +343,11 @@ fn ackscope_rr(count: u32, recording: bool, pin: Option<u32>) -> Result<Ackscope
     let started = Instant::now();
     let output = checked_output(&mut command)?;
     let wall_s = started.elapsed().as_secs_f64();
-    let json = json_line(&output)?;
-    if let Some(error) = top_level_field(&json, "error").filter(|e| *e != "null") {
-        return Err(format!("ackscope's run failed: {error}"));
-    }
+    let json = json::summary(&output)?;
     // A completed run made all `count` requests, whether or not its summary counted them.
-    let requests = json_number(&json, "requests")?;
+    let requests = json::number(&json, "requests")?;
     Ok(AckscopeRun {
-        json_rps: (requests > 0.0).then(|| json_number(&json, "rps")).transpose()?,
+        json_rps: (requests > 0.0).then(|| json::number(&json, "rps")).transpose()?,
         wall_rps: f64::from(count) / wall_s,
     })
 }
@@ -369,65 +366,6 @@ pub(crate) fn checked_output(command: &mut Command) -> Result<Output, String> {
             String::from_utf8_lossy(&output.stderr)
         ))
     }
-}
-
-/// The one line of ackscope's stdout that holds its JSON object.
-fn json_line(output: &Output) -> Result<String, String> {
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    stdout
-        .lines()
-        .find(|line| line.trim_start().starts_with('{'))
-        .map(|line| line.trim().to_string())
-        .ok_or_else(|| format!("ackscope printed no JSON object; its output:\n{stdout}"))
-}
-
-/// The raw text of a field of the outermost JSON object (`"requests"` inside `"config"` is not
-/// the run's `"requests"`), or `None` if the object has no such field.
-fn top_level_field<'a>(json: &'a str, field: &str) -> Option<&'a str> {
-    let bytes = json.as_bytes();
-    let mut depth = 0usize;
-    let mut index = 0;
-    // Start of the current top-level value and whether it belongs to `field`.
-    let mut value_start: Option<usize> = None;
-    let mut last_key: Option<&str> = None;
-    while index < bytes.len() {
-        match bytes[index] {
-            b'"' => {
-                let start = index + 1;
-                index += 1;
-                while index < bytes.len() && bytes[index] != b'"' {
-                    index += if bytes[index] == b'\\' { 2 } else { 1 };
-                }
-                if depth == 1 && value_start.is_none() {
-                    last_key = json.get(start..index);
-                }
-            }
-            b':' if depth == 1 => value_start = Some(index + 1),
-            b'{' | b'[' => depth += 1,
-            b',' | b'}' | b']' => {
-                if depth == 1 {
-                    if let Some(start) = value_start.take() {
-                        if last_key == Some(field) {
-                            return json.get(start..index).map(str::trim);
-                        }
-                    }
-                }
-                if bytes[index] != b',' {
-                    depth = depth.saturating_sub(1);
-                }
-            }
-            _ => {}
-        }
-        index += 1;
-    }
-    None
-}
-
-fn json_number(json: &str, field: &str) -> Result<f64, String> {
-    let raw = top_level_field(json, field)
-        .ok_or_else(|| format!("ackscope's JSON has no `{field}` field: {json}"))?;
-    raw.parse::<f64>()
-        .map_err(|_| format!("ackscope's JSON field `{field}` is `{raw}`, not a number: {json}"))
 }
 
 /// `sockperf server`, killed (by its PID, which `Child` holds) when this is dropped, also when
@@ -563,11 +501,11 @@ fn memory(count: u32) -> Result<(), String> {
     let (json, peak_rss_kb, file_bytes) = measured?;
     steps.done("done");
 
-    let requests = json_number(&json, "requests")?;
+    let requests = json::number(&json, "requests")?;
     let peak_rss_mb = peak_rss_kb / 1024.0;
     // Bytes per event only if ackscope says how many events it recorded.
-    let events = match top_level_field(&json, "events") {
-        Some(_) => Some(json_number(&json, "events")?),
+    let events = match json.get("events") {
+        Some(_) => Some(json::number(&json, "events")?),
         None => None,
     };
     let mut line = format!(
@@ -601,13 +539,13 @@ pub(crate) fn met_or_missed(met: bool) -> &'static str {
 }
 
 /// ackscope's JSON, its peak RSS in KiB and the size of its session file.
-fn measure_memory(count: u32, file: &Path) -> Result<(String, f64, u64), String> {
+fn measure_memory(count: u32, file: &Path) -> Result<(serde_json::Value, f64, u64), String> {
     let mut command = Command::new("/usr/bin/time");
     command.arg("-v").arg(setup::probe_binary());
     command.args(["run", "rr", "--count", &count.to_string(), "--nodelay", "both"]);
     command.arg("-o").arg(file).arg("--json");
     let output = checked_output(&mut command)?;
-    let json = json_line(&output)?;
+    let json = json::summary(&output)?;
     let report = String::from_utf8_lossy(&output.stderr);
     let label = "Maximum resident set size (kbytes):";
     let peak_rss_kb = report
@@ -624,26 +562,6 @@ fn measure_memory(count: u32, file: &Path) -> Result<(String, f64, u64), String>
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    const JSON: &str = r#"{"ackscope_version":"0.1.0","config":{"nodelay":{"client":true,"server":true},"reconnect_every":0,"requests":2000,"size_bytes":2048},"duration_s":0.118912712,"error":null,"max_ms":1.362274,"p50_ms":0.042723,"requests":1999,"rps":16819.05968135686,"scenario":"rr","stalled_reads":0}"#;
-
-    #[test]
-    fn reads_top_level_fields_only() {
-        assert_eq!(json_number(JSON, "requests"), Ok(1999.0));
-        assert_eq!(json_number(JSON, "rps"), Ok(16819.05968135686));
-        assert_eq!(top_level_field(JSON, "error"), Some("null"));
-        assert_eq!(top_level_field(JSON, "scenario"), Some("\"rr\""));
-        assert_eq!(top_level_field(JSON, "size_bytes"), None);
-        let missing = json_number(JSON, "events").unwrap_err();
-        assert!(missing.contains("no `events` field"), "{missing}");
-    }
-
-    #[test]
-    fn reads_strings_with_braces_and_escaped_quotes() {
-        let json = r#"{"error":"a \"}\" here, {x}","rps":2.5}"#;
-        assert_eq!(json_number(json, "rps"), Ok(2.5));
-        assert_eq!(top_level_field(json, "error"), Some(r#""a \"}\" here, {x}""#));
-    }
 
     #[test]
     fn converts_sockperf_messages_to_transactions() {

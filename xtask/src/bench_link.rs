@@ -12,12 +12,12 @@
 use std::collections::HashMap;
 use std::fs;
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Command;
 use std::time::Instant;
 
 use crate::bench::{checked_output, median, met_or_missed, option, options};
-use crate::setup;
 use crate::steps::Steps;
+use crate::{json, setup};
 
 const USAGE: &str = "usage: cargo xtask bench link [--rounds N]\n       \
                      cargo xtask bench capture [--rounds N] [--seconds S]";
@@ -94,8 +94,8 @@ fn link(rounds: u32) -> Result<(), String> {
             &THROUGHPUT_BYTES.to_string(),
             "--json",
         ]))?;
-        let json = summary(&output)?;
-        let round_gbps = number(&json, "goodput_mbps")? / 1000.0;
+        let json = json::summary(&output)?;
+        let round_gbps = json::number(&json, "goodput_mbps")? / 1000.0;
         steps.done(&format!("{round_gbps:.3} Gbit/s TCP goodput"));
         gbps.push(round_gbps);
     }
@@ -165,8 +165,8 @@ fn delay_run(file: &Path) -> Result<(Vec<LinkEvent>, f64), String> {
     let mut command = Command::new(setup::probe_binary());
     command.args(["run", "bulk", "--link", DELAY_LINK, "--duration"]);
     command.arg(format!("{DELAY_SECONDS}s")).arg("-o").arg(file).arg("--json");
-    let json = summary(&checked_output(&mut command)?)?;
-    let goodput_mbps = number(&json, "goodput_mbps")?;
+    let json = json::summary(&checked_output(&mut command)?)?;
+    let goodput_mbps = json::number(&json, "goodput_mbps")?;
     let mut command = Command::new(setup::probe_binary());
     command.arg("export").arg(file).arg("--json");
     let export = checked_output(&mut command)?;
@@ -197,77 +197,29 @@ struct LinkEvent {
 
 /// Every `Link` event in `ackscope export --json` output, whose events look like
 /// `{"at_ns":2126088,"side":"Client","conn":0,"req":0,"kind":{"Link":{"action":"Enqueued",
-/// "packet":0,"bytes":60,"queued_bytes":60}}}` (the fields are looked up by name).
+/// "packet":0,"bytes":60,"queued_bytes":60}}}`.
 fn link_events(export: &str) -> Result<Vec<LinkEvent>, String> {
-    let mut events = Vec::new();
-    for (start, _) in export.match_indices("{\"at_ns\":") {
-        let text = &export[start..object_end(export, start)];
-        if !text.contains("{\"Link\":{") {
-            continue;
-        }
-        let side = string_field(text, "side")?;
-        let action = match string_field(text, "action")? {
+    let export = json::parse(export)?;
+    let messages = export["messages"].as_array().ok_or("the export has no `messages`")?;
+    let events = messages.iter().filter_map(|m| m["Events"]["events"].as_array()).flatten();
+    let mut found = Vec::new();
+    for event in events {
+        let Some(link) = event["kind"].get("Link") else { continue };
+        let action = match json::string(link, "action")? {
             "Enqueued" => Action::Enqueued,
             "Delivered" => Action::Delivered,
             "Dropped" => Action::Dropped,
-            other => return Err(format!("unknown Link action `{other}` in {text}")),
+            other => return Err(format!("unknown Link action `{other}` in {event}")),
         };
-        events.push(LinkEvent {
-            at_ns: number(text, "at_ns")? as u64,
-            client: side == "Client",
+        found.push(LinkEvent {
+            at_ns: json::number(event, "at_ns")? as u64,
+            client: json::string(event, "side")? == "Client",
             action,
-            packet: number(text, "packet")? as u32,
-            bytes: number(text, "bytes")? as u32,
+            packet: json::number(link, "packet")? as u32,
+            bytes: json::number(link, "bytes")? as u32,
         });
     }
-    Ok(events)
-}
-
-/// The index just past the JSON object that starts at `start` (braces in strings skipped).
-fn object_end(json: &str, start: usize) -> usize {
-    let bytes = json.as_bytes();
-    let mut depth = 0usize;
-    let mut index = start;
-    while index < bytes.len() {
-        match bytes[index] {
-            b'"' => {
-                index += 1;
-                while index < bytes.len() && bytes[index] != b'"' {
-                    index += if bytes[index] == b'\\' { 2 } else { 1 };
-                }
-            }
-            b'{' => depth += 1,
-            b'}' => {
-                depth -= 1;
-                if depth == 0 {
-                    return index + 1;
-                }
-            }
-            _ => {}
-        }
-        index += 1;
-    }
-    bytes.len()
-}
-
-/// The raw value after the first `"field":` in `json`, up to the next `,`, `}` or `]`.
-fn raw_field<'a>(json: &'a str, field: &str) -> Option<&'a str> {
-    let key = format!("\"{field}\":");
-    let start = json.find(&key)? + key.len();
-    let rest = &json[start..];
-    let end = rest.find([',', '}', ']']).unwrap_or(rest.len());
-    Some(rest[..end].trim())
-}
-
-fn number(json: &str, field: &str) -> Result<f64, String> {
-    let raw = raw_field(json, field).ok_or_else(|| format!("no `{field}` field in {json}"))?;
-    raw.parse().map_err(|_| format!("`{field}` is `{raw}`, not a number, in {json}"))
-}
-
-fn string_field<'a>(json: &'a str, field: &str) -> Result<&'a str, String> {
-    raw_field(json, field)
-        .and_then(|raw| raw.strip_prefix('"')?.strip_suffix('"'))
-        .ok_or_else(|| format!("no string `{field}` field in {json}"))
+    Ok(found)
 }
 
 /// Delivery time minus due time of every delivered packet, sorted, and the link's rate.
@@ -433,32 +385,13 @@ fn rr(count: u32, capture: bool) -> Result<RrRun, String> {
     if capture {
         command.arg("--capture");
     }
-    let json = summary(&checked_output(&mut command)?)?;
-    let captured = |field| {
-        raw_field(&json, "capture")
-            .filter(|raw| *raw != "null")
-            .and_then(|_| number(&json, field).ok())
-            .map_or(0, |n| n as u64)
-    };
+    let json = json::summary(&checked_output(&mut command)?)?;
+    let captured = |field| json["capture"].get(field).and_then(|n| n.as_u64()).unwrap_or(0);
     Ok(RrRun {
-        rps: number(&json, "rps")?,
+        rps: json::number(&json, "rps")?,
         segments: captured("segments"),
         dropped: captured("dropped"),
     })
-}
-
-/// ackscope's one-line JSON summary; an error if the run reports one.
-fn summary(output: &Output) -> Result<String, String> {
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let json = stdout
-        .lines()
-        .find(|line| line.trim_start().starts_with('{'))
-        .map(|line| line.trim().to_string())
-        .ok_or_else(|| format!("ackscope printed no JSON object; its output:\n{stdout}"))?;
-    match raw_field(&json, "error") {
-        Some("null") | None => Ok(json),
-        Some(error) => Err(format!("ackscope's run failed: {error}")),
-    }
 }
 
 #[cfg(test)]
@@ -502,12 +435,12 @@ mod tests {
     }
 
     #[test]
-    fn reads_summary_fields() {
-        let json =
-            r#"{"capture":{"drift_ns":0,"dropped":3,"segments":4009},"error":null,"rps":2.5}"#;
-        assert_eq!(number(json, "rps"), Ok(2.5));
-        assert_eq!(number(json, "dropped"), Ok(3.0));
-        assert_eq!(raw_field(json, "error"), Some("null"));
-        assert_eq!(string_field(r#"{"side":"Server"}"#, "side"), Ok("Server"));
+    fn reads_the_capture_of_a_summary() {
+        let json = json::parse(
+            r#"{"capture":{"drift_ns":0,"dropped":3,"segments":4009},"error":null,"rps":2.5}"#,
+        )
+        .unwrap();
+        assert_eq!(json::number(&json, "rps"), Ok(2.5));
+        assert_eq!(json["capture"]["dropped"].as_u64(), Some(3));
     }
 }
