@@ -21,6 +21,12 @@ use crate::spec::MAX_REQUESTS;
 /// Far above a loopback round trip (tens of microseconds), far below a delayed ACK (40 ms).
 pub const STALL_THRESHOLD_NS: u64 = 10_000_000;
 
+/// What "stalled reads" counts, against the waits listed beside it: one sentence, printed by
+/// the command line and shown on the page, so the two numbers are never read as the same thing.
+pub const STALLED_READS_MEANING: &str = "stalled reads: reads the kernel held over 10 ms \
+    after the peer had written; the waits listed are each classified, and include waits for \
+    something else (think time, a connect, a full buffer), so the two counts can differ";
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum SpanKind {
     Connect,

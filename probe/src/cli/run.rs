@@ -485,11 +485,8 @@ fn print_rr(out: &mut impl Write, s: &Summary) -> io::Result<()> {
         "  latency        p50 {:.2} ms   p99 {:.2} ms   max {:.2} ms",
         s.p50_ms, s.p99_ms, s.max_ms
     )?;
-    writeln!(
-        out,
-        "  stalled reads  {} (blocked > 10 ms after the peer had written the data)",
-        s.stalled_reads
-    )
+    writeln!(out, "  stalled reads  {}", s.stalled_reads)?;
+    writeln!(out, "  ({})", ackscope_shared::analysis::STALLED_READS_MEANING)
 }
 
 fn print_bulk(out: &mut impl Write, s: &BulkSummary) -> io::Result<()> {

@@ -1,6 +1,7 @@
 //! The summary card of the selected run: what it was, what recorded it, its numbers and why its
 //! calls waited; and the note that stands where a timeline cannot be drawn.
 
+use ackscope_shared::analysis::STALLED_READS_MEANING;
 use ackscope_shared::wire::HostFacts;
 use ackscope_shared::Scenario;
 use leptos::prelude::*;
@@ -86,7 +87,7 @@ fn rr_numbers(text: SummaryText) -> impl IntoView {
             <div><dt>"p50 (ms)"</dt><dd class="num" data-testid="summary-p50-ms">{text.p50_ms}</dd></div>
             <div><dt>"p99 (ms)"</dt><dd class="num" data-testid="summary-p99-ms">{text.p99_ms}</dd></div>
             <div><dt>"max (ms)"</dt><dd class="num" data-testid="summary-max-ms">{text.max_ms}</dd></div>
-            <div>
+            <div title=STALLED_READS_MEANING>
                 <dt>"stalled reads"</dt>
                 <dd class="num" class:stalls=text.any_stalls data-testid="summary-stalled-reads">
                     {text.stalled_reads}
@@ -174,7 +175,12 @@ pub fn SummaryPanel(store: Store) -> impl IntoView {
                 {run.host.map(machine_line)}
                 {match run.numbers {
                     Numbers::Rr(text, classes) => {
-                        view! { {rr_numbers(text)} {class_lines(classes)} }.into_any()
+                        view! {
+                            {rr_numbers(text)}
+                            <p class="hint" data-testid="stalled-reads-meaning">{STALLED_READS_MEANING}</p>
+                            {class_lines(classes)}
+                        }
+                        .into_any()
                     }
                     Numbers::Bulk(text) => bulk_numbers(text).into_any(),
                     Numbers::Events(events) => event_count(events).into_any(),
