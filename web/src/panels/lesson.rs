@@ -105,7 +105,8 @@ pub fn LessonPanel(
 ) -> impl IntoView {
     let problems: Vec<String> =
         lessons::all().iter().filter_map(|l| l.as_ref().err().map(ToString::to_string)).collect();
-    let list = StoredValue::new(lessons::playable().to_vec());
+    // Parsed once for the page (lessons::playable); nothing here copies them.
+    let list = StoredValue::new(lessons::playable());
     let student = class.as_ref().is_some_and(|role| !role.is_presenter());
     let presenting = class.as_ref().is_some_and(ClassRole::is_presenter);
     // A student follows the presenter until it moves on its own.
@@ -133,14 +134,14 @@ pub fn LessonPanel(
     let step_of = move || current().and_then(|(l, s)| l.steps.get(s).cloned());
 
     // The step's look, applied once its run is the one shown.
-    let applied = StoredValue::new(None::<(usize, usize, u64)>);
+    let applied = StoredValue::new(None::<(usize, usize)>);
     Effect::new(move |_| {
         let state = lesson.get();
         let (Some(index), Some(step)) = (state.lesson, step_of()) else { return };
         let Some(scenario) = step.run.as_ref().and_then(|r| r.scenario()) else { return };
-        let shown = store.read(|s| run_of(s, &scenario).map(|run| run.events > 0));
-        let key = (index, state.step, u64::from(shown == Some(true)));
-        if shown != Some(true) || applied.get_value() == Some(key) {
+        let shown = store.read(|s| run_of(s, &scenario).is_some_and(|run| run.events > 0));
+        let key = (index, state.step);
+        if !shown || applied.get_value() == Some(key) {
             return;
         }
         applied.set_value(Some(key));
