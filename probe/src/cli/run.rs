@@ -197,8 +197,9 @@ pub fn run(args: &RunArgs) -> Result<Ended, Failure> {
     .map_err(|e| Failure::Usage(format!("{}: {}", knobs::flag_of(e.field), e.problem)))?;
     progress.finish();
     tally.capture = notes.capture;
-    if !instruments.events {
-        tally.unrecorded = Some((notes.requests_completed, notes.clients_elapsed));
+    if matches!(scenario, Scenario::Rr(_)) {
+        tally.clients = Some((notes.requests_completed, notes.clients_elapsed));
+        tally.events_recorded = instruments.events;
     }
     write_to(&mut file, &ToBrowser::RunFinished { run, outcome: outcome.clone() })?;
     if let Some(writer) = file.take() {
@@ -345,8 +346,11 @@ pub struct Tally {
     pub bytes_read: u64,
     /// How the packet capture went, when there was one.
     pub capture: Option<CaptureReport>,
-    /// With events off: requests the clients answered and how long they ran.
-    pub unrecorded: Option<(u32, std::time::Duration)>,
+    /// Request/response runs: requests the client threads answered and how long they ran,
+    /// counted by the threads themselves whether or not events are recorded.
+    pub clients: Option<(u32, std::time::Duration)>,
+    /// Whether the run recorded events (with `--no-events` the summary comes from `clients`).
+    pub events_recorded: bool,
 }
 
 impl Tally {
@@ -364,7 +368,8 @@ impl Tally {
             requests_done: 0,
             bytes_read: 0,
             capture: None,
-            unrecorded: None,
+            clients: None,
+            events_recorded: true,
         }
     }
 
@@ -406,7 +411,19 @@ impl Tally {
             Analysis::Bulk(analysis) => serde_json::to_value(analysis.summary()),
         }
         .expect("a summary is plain data");
-        if let Some((requests, elapsed)) = self.unrecorded {
+        if let Some((requests, elapsed)) = self.clients {
+            // The same window with recording on or off: from starting the client threads to
+            // joining them.
+            let secs = elapsed.as_secs_f64();
+            let rps = if secs > 0.0 { f64::from(requests) / secs } else { 0.0 };
+            let clients =
+                serde_json::json!({ "requests": requests, "elapsed_s": secs, "rps": rps });
+            value
+                .as_object_mut()
+                .expect("a summary is an object")
+                .insert("clients".into(), clients);
+        }
+        if let (Some((requests, elapsed)), false) = (self.clients, self.events_recorded) {
             // Nothing was recorded: only what the client threads counted is known.
             let secs = elapsed.as_secs_f64();
             let rps = if secs > 0.0 { f64::from(requests) / secs } else { 0.0 };

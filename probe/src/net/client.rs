@@ -10,7 +10,7 @@ use ackscope_shared::spec::MAX_BODY_BYTES;
 use ackscope_shared::{ConnId, EventKind, ReqId, RrSpec, Side};
 use socket2::{Domain, Protocol, Socket, Type};
 
-use super::endpoint::{Endpoint, KernelProbe};
+use super::endpoint::{Endpoint, Inbox, KernelProbe};
 use super::options::SideOptions;
 use super::peers::{ConnTag, Peers};
 use super::record::Recorder;
@@ -59,7 +59,8 @@ pub fn run(shared: &Shared, rec: &mut Recorder) -> io::Result<()> {
     let request: Vec<u8> = (0..spec.size_bytes as usize).map(|i| (i % 251) as u8).collect();
     let mut expected = Vec::new();
     answer_into(&request, spec.response_size(), &mut expected);
-    let mut response = vec![0u8; spec.response_size() as usize];
+    // Sized for the whole answer: when it is all there, one read takes it.
+    let mut inbox = Inbox::with_capacity(LENGTH_PREFIX_BYTES + spec.response_size() as usize);
 
     let mut open: Option<(TcpStream, ConnTag, KernelProbe)> = None;
     let mut index_on_thread = 0u32;
@@ -84,11 +85,11 @@ pub fn run(shared: &Shared, rec: &mut Recorder) -> io::Result<()> {
         let mut end = Endpoint::new(stream, tag.conn, &opts, rec, kernel);
         let what = |step: &str| format!("request {}: client {step} on {server}", req.0);
         end.write_message(req, &request).map_err(|e| context(e, what("write")))?;
-        let mut answer_prefix = [0u8; LENGTH_PREFIX_BYTES];
-        if !end.read_exact(req, &mut answer_prefix).map_err(|e| context(e, what("read")))? {
+        let Some(answer_len) =
+            end.read_prefix(req, &mut inbox, false).map_err(|e| context(e, what("read")))?
+        else {
             return Err(closed_by_server(req, server));
-        }
-        let answer_len = u32::from_be_bytes(answer_prefix);
+        };
         if answer_len != spec.response_size() || answer_len > MAX_BODY_BYTES {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidData,
@@ -100,13 +101,13 @@ pub fn run(shared: &Shared, rec: &mut Recorder) -> io::Result<()> {
                 ),
             ));
         }
-        if !end.read_exact(req, &mut response).map_err(|e| context(e, what("read")))? {
-            return Err(closed_by_server(req, server));
-        }
+        let response =
+            end.read_body(req, &mut inbox, answer_len).map_err(|e| context(e, what("read")))?;
+        let answered = response == expected.as_slice();
         end.note(req, EventKind::RequestDone);
         shared.completed.fetch_add(1, Ordering::Relaxed);
         rec.hand_over();
-        if response != expected {
+        if !answered {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidData,
                 format!("request {}: the answer from {server} is not the XORed request", req.0),

@@ -14,11 +14,11 @@ use std::time::Duration;
 use ackscope_shared::{ConnId, Event, EventKind, ReqId, Side};
 use socket2::{Domain, Protocol, Socket, Type};
 
-use super::endpoint::{Endpoint, KernelProbe};
+use super::endpoint::{Endpoint, Inbox, KernelProbe, INBOX_START_BYTES};
 use super::options::SideOptions;
 use super::peers::{ConnTag, Peers};
 use super::record::{Clock, Recorder};
-use super::{answer_into, context, LENGTH_PREFIX_BYTES};
+use super::{answer_into, context};
 use ackscope_shared::wire::Instruments;
 
 #[derive(Clone, Debug)]
@@ -229,7 +229,7 @@ impl Connection<'_> {
         let kernel = KernelProbe::start(config.instruments, &stream, rec, conn);
         let mut end = Endpoint::new(&mut stream, conn, &config.opts, rec, &kernel);
         end.record_buffers(ReqId(0))?;
-        let mut body = Vec::new();
+        let mut inbox = Inbox::with_capacity(INBOX_START_BYTES);
         let mut answer = Vec::new();
         let mut req = ReqId(0);
         let mut index = 0;
@@ -237,16 +237,14 @@ impl Connection<'_> {
             // Whose request this is is known only once its length has arrived: the events of the
             // read are given the right id after it.
             let mark = end.recorder().mark();
-            let mut prefix = [0u8; LENGTH_PREFIX_BYTES];
-            match end.read_exact(req, &mut prefix) {
-                Ok(true) => {}
-                Ok(false) => break Ok(()),
+            let len = match end.read_prefix(req, &mut inbox, true) {
+                Ok(Some(len)) => len,
+                Ok(None) => break Ok(()),
                 Err(e) => break Err(context(e, format!("echo server read from {peer}"))),
-            }
+            };
             req = self.request_id(index);
             index += 1;
             end.recorder().retag_since(mark, req);
-            let len = u32::from_be_bytes(prefix);
             if len > config.max_body_bytes {
                 break Err(io::Error::new(
                     io::ErrorKind::InvalidData,
@@ -257,17 +255,18 @@ impl Connection<'_> {
                     ),
                 ));
             }
-            // Bounded by the cap just checked.
-            body.resize(len as usize, 0);
-            match end.read_exact(req, &mut body) {
-                Ok(true) => {}
-                Ok(false) => break Err(eof_in_body(peer, len)),
+            // Bounded by the cap just checked, and allocated only as the body arrives.
+            let body = match end.read_body(req, &mut inbox, len) {
+                Ok(body) => body,
+                Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => {
+                    break Err(eof_in_body(peer, len))
+                }
                 Err(e) => break Err(context(e, format!("echo server read from {peer}"))),
-            }
+            };
+            answer_into(body, config.response_bytes.unwrap_or(len), &mut answer);
             if !config.think.is_zero() {
                 thread::sleep(config.think);
             }
-            answer_into(&body, config.response_bytes.unwrap_or(len), &mut answer);
             if let Err(e) = end.write_message(req, &answer) {
                 break Err(context(e, format!("echo server write to {peer}")));
             }

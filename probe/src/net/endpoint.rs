@@ -1,6 +1,7 @@
 //! One side of one measured connection: every syscall on it goes through here, stamped
 //! immediately before and after, with the side's socket options applied around it.
 
+use std::cell::Cell;
 use std::io::{self, IoSlice, Read, Write};
 use std::net::TcpStream;
 
@@ -16,14 +17,26 @@ use std::time::Duration;
 
 /// The kernel's view of one side of a connection: TCP_INFO at syscall boundaries and while a
 /// call is blocked, as the run's instruments say. Lives as long as the connection.
+///
+/// At boundaries it samples after every call that took at least [`SLOW_CALL`] (the state a
+/// stall ended in), and otherwise at most once per [`BOUNDARY_EVERY`] per connection, starting
+/// with its first call (the MSS, RTT, window and cwnd the charts and the attribution read). One
+/// `getsockopt` after every call would cost more than the exchange itself on loopback.
 pub struct KernelProbe {
     at_syscalls: bool,
     sampler: Option<BlockSampler>,
+    /// When the last boundary sample was taken, on the run's clock; `None` before the first.
+    last_boundary_ns: Cell<Option<u64>>,
 }
+
+/// A call that took this long is followed by a boundary sample, whatever the rate limit.
+pub const SLOW_CALL: Duration = Duration::from_millis(1);
+/// Quick calls are followed by a boundary sample at most this often per connection.
+pub const BOUNDARY_EVERY: Duration = Duration::from_millis(10);
 
 impl KernelProbe {
     pub fn off() -> KernelProbe {
-        KernelProbe { at_syscalls: false, sampler: None }
+        KernelProbe { at_syscalls: false, sampler: None, last_boundary_ns: Cell::new(None) }
     }
 
     /// Starts what `instruments` asks for on `stream`, recording through `rec`'s channel. Only
@@ -44,7 +57,77 @@ impl KernelProbe {
                     .map_err(|e| tracing::warn!("TCP_INFO sampling while blocked is off: {e}"))
                     .ok()
             });
-        KernelProbe { at_syscalls: instruments.tcp_info_at_syscalls, sampler }
+        KernelProbe {
+            at_syscalls: instruments.tcp_info_at_syscalls,
+            sampler,
+            last_boundary_ns: Cell::new(None),
+        }
+    }
+
+    /// Whether a call that ran from `start_ns` to `done_ns` is followed by a boundary sample.
+    fn boundary_due(&self, start_ns: u64, done_ns: u64) -> bool {
+        if !self.at_syscalls {
+            return false;
+        }
+        let slow = done_ns.saturating_sub(start_ns) >= SLOW_CALL.as_nanos() as u64;
+        let due = match self.last_boundary_ns.get() {
+            None => true,
+            Some(last) => done_ns.saturating_sub(last) >= BOUNDARY_EVERY.as_nanos() as u64,
+        };
+        if slow || due {
+            self.last_boundary_ns.set(Some(done_ns));
+        }
+        slow || due
+    }
+}
+
+/// Bytes read from a connection and not yet taken: one `read()` takes a whole message (its
+/// length prefix and its body) when the kernel already holds it, instead of one read for the
+/// prefix and one for the body.
+///
+/// It grows only as bytes arrive (doubling when full, up to what the message needs), so a
+/// length prefix announcing 64 MiB costs nothing until 64 MiB come. A read may take bytes of
+/// the next message too (a peer that pipelines); they wait here for it.
+pub struct Inbox {
+    buf: Vec<u8>,
+    start: usize,
+    end: usize,
+}
+
+/// An inbox starts this large unless its owner knows the size of what it will read.
+pub const INBOX_START_BYTES: usize = 4096;
+
+impl Inbox {
+    /// An inbox sized for messages of `expected` bytes (prefix included).
+    pub fn with_capacity(expected: usize) -> Inbox {
+        Inbox { buf: vec![0; expected.max(LENGTH_PREFIX_BYTES)], start: 0, end: 0 }
+    }
+
+    fn buffered(&self) -> usize {
+        self.end - self.start
+    }
+
+    /// Room to read into, for a message that needs `want` bytes from `start`.
+    fn room(&mut self, want: usize) -> &mut [u8] {
+        if self.start == self.end {
+            (self.start, self.end) = (0, 0);
+        } else if self.start + want > self.buf.len() {
+            self.buf.copy_within(self.start..self.end, 0);
+            (self.start, self.end) = (0, self.end - self.start);
+        }
+        if self.end == self.buf.len() {
+            // Full, and the message needs more: grow with what arrived.
+            let grown = (self.buf.len() * 2).min(self.start + want).max(self.end + 1);
+            self.buf.resize(grown, 0);
+        }
+        &mut self.buf[self.end..]
+    }
+
+    /// Takes the first `len` bytes (all buffered).
+    fn take(&mut self, len: usize) -> &[u8] {
+        let taken = &self.buf[self.start..self.start + len];
+        self.start += len;
+        taken
     }
 }
 
@@ -73,20 +156,32 @@ impl<'a> Endpoint<'a> {
     /// Brackets one syscall: tells the sampler a call may block, and reads TCP_INFO at the
     /// boundary after it.
     fn measured<T>(&mut self, req: ReqId, call: impl FnOnce(&mut TcpStream) -> T) -> (u64, T, u64) {
-        if let Some(sampler) = &self.kernel.sampler {
+        self.measured_as(Some(req), call)
+    }
+
+    /// [`Endpoint::measured`]; `sampled: None` for a call that waits outside any request (a
+    /// server waiting for the next one), which the sampler leaves alone: an idle connection
+    /// costs no samples.
+    fn measured_as<T>(
+        &mut self,
+        sampled: Option<ReqId>,
+        call: impl FnOnce(&mut TcpStream) -> T,
+    ) -> (u64, T, u64) {
+        let sampler = self.kernel.sampler.as_ref().filter(|_| sampled.is_some());
+        if let (Some(sampler), Some(req)) = (sampler, sampled) {
             sampler.blocked(req);
         }
         let start_ns = self.rec.now_ns();
         let result = call(self.stream);
         let done_ns = self.rec.now_ns();
-        if let Some(sampler) = &self.kernel.sampler {
+        if let Some(sampler) = sampler {
             sampler.unblocked();
         }
         (start_ns, result, done_ns)
     }
 
-    fn boundary_sample(&mut self, req: ReqId) {
-        if !self.kernel.at_syscalls {
+    fn boundary_sample(&mut self, req: ReqId, start_ns: u64, done_ns: u64) {
+        if !self.kernel.boundary_due(start_ns, done_ns) {
             return;
         }
         if let Ok(sample) = tcp_info::sample(&*self.stream, false) {
@@ -115,37 +210,81 @@ impl<'a> Endpoint<'a> {
     /// One `read()`; with TCP_QUICKACK on, re-armed after every read that returned data (the
     /// kernel clears it).
     pub fn read(&mut self, req: ReqId, buf: &mut [u8]) -> io::Result<usize> {
+        self.read_as(req, true, buf)
+    }
+
+    /// [`Endpoint::read`]; `in_request: false` for a read that waits for a request to begin.
+    fn read_as(&mut self, req: ReqId, in_request: bool, buf: &mut [u8]) -> io::Result<usize> {
         let len_bytes = clamp_u32(buf.len());
-        let (start_ns, result, done_ns) = self.measured(req, |stream| stream.read(buf));
+        let sampled = in_request.then_some(req);
+        let (start_ns, result, done_ns) = self.measured_as(sampled, |stream| stream.read(buf));
         self.rec.record(start_ns, self.conn, req, EventKind::ReadStart { len_bytes });
         let bytes = clamp_u32(*result.as_ref().unwrap_or(&0));
         self.rec.record(done_ns, self.conn, req, EventKind::ReadDone { bytes });
-        self.boundary_sample(req);
+        self.boundary_sample(req, start_ns, done_ns);
         if self.opts.quickack && bytes > 0 {
             self.set_option(req, SockOpt::QuickAck, true)?;
         }
         result
     }
 
-    /// Fills `buf`. Returns `Ok(false)` if the peer closed before the first byte (a clean end
-    /// between messages), an error if it closed part-way.
-    pub fn read_exact(&mut self, req: ReqId, buf: &mut [u8]) -> io::Result<bool> {
-        let mut filled = 0;
-        while filled < buf.len() {
-            match self.read(req, &mut buf[filled..]) {
-                Ok(0) if filled == 0 => return Ok(false),
+    /// Reads until `inbox` holds `want` bytes. `Ok(false)` if the peer closed before the first
+    /// byte of a message (`at_message_start`: a clean end between messages), an error if it
+    /// closed part-way. `between_requests`: the wait for a message's first byte is not part of
+    /// any request (a server waiting for the next one) and is not sampled.
+    fn fill(
+        &mut self,
+        req: ReqId,
+        inbox: &mut Inbox,
+        want: usize,
+        at_message_start: bool,
+        between_requests: bool,
+    ) -> io::Result<bool> {
+        while inbox.buffered() < want {
+            let in_request = !(between_requests && inbox.buffered() == 0);
+            match self.read_as(req, in_request, inbox.room(want)) {
+                Ok(0) if at_message_start && inbox.buffered() == 0 => return Ok(false),
                 Ok(0) => {
                     return Err(io::Error::new(
                         io::ErrorKind::UnexpectedEof,
-                        format!("peer closed after {filled} of {} bytes", buf.len()),
+                        format!("peer closed after {} of {want} bytes", inbox.buffered()),
                     ))
                 }
-                Ok(n) => filled += n,
+                Ok(n) => inbox.end += n,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) => return Err(e),
             }
         }
         Ok(true)
+    }
+
+    /// Reads a message's 4-byte length prefix (and whatever of the body came with it). `None`
+    /// if the peer closed cleanly before it. `between_requests`: see [`Endpoint::fill`].
+    pub fn read_prefix(
+        &mut self,
+        req: ReqId,
+        inbox: &mut Inbox,
+        between_requests: bool,
+    ) -> io::Result<Option<u32>> {
+        if !self.fill(req, inbox, LENGTH_PREFIX_BYTES, true, between_requests)? {
+            return Ok(None);
+        }
+        let prefix: [u8; LENGTH_PREFIX_BYTES] =
+            inbox.take(LENGTH_PREFIX_BYTES).try_into().expect("took the prefix's length");
+        Ok(Some(u32::from_be_bytes(prefix)))
+    }
+
+    /// Reads the `len`-byte body that follows a prefix. The caller bounds `len`; the inbox
+    /// grows only as the bytes arrive.
+    pub fn read_body<'i>(
+        &mut self,
+        req: ReqId,
+        inbox: &'i mut Inbox,
+        len: u32,
+    ) -> io::Result<&'i [u8]> {
+        let len = len as usize;
+        self.fill(req, inbox, len, false, false)?;
+        Ok(inbox.take(len))
     }
 
     /// One `write()`.
@@ -176,7 +315,7 @@ impl<'a> Endpoint<'a> {
         self.rec.record(start, self.conn, req, EventKind::WriteStart { len_bytes });
         let bytes = clamp_u32(*r.as_ref().unwrap_or(&0));
         self.rec.record(done, self.conn, req, EventKind::WriteDone { bytes });
-        self.boundary_sample(req);
+        self.boundary_sample(req, start, done);
     }
 
     pub fn write_all(&mut self, req: ReqId, mut buf: &[u8]) -> io::Result<()> {

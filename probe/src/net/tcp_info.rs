@@ -10,10 +10,10 @@
 use std::io;
 use std::net::TcpStream;
 use std::os::fd::{AsFd, AsRawFd};
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::mpsc::SyncSender;
-use std::sync::Arc;
-use std::thread::{self, JoinHandle};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::thread;
 use std::time::{Duration, Instant};
 
 use ackscope_shared::tcp_info::{decode, MIN_LEN};
@@ -73,13 +73,18 @@ fn describe(socket: &impl AsFd) -> String {
 /// shows what the kernel is holding while it happens, not only after.
 ///
 /// Contract: the measuring thread calls [`BlockSampler::blocked`] right before a call that may
-/// block and [`BlockSampler::unblocked`] right after it returns. A thread of the sampler's own
-/// wakes every `interval`; once the same call has been blocked for at least one full interval
-/// it samples, and keeps sampling every interval until the call returns. Each sample becomes an
-/// [`EventKind::TcpInfo`] event with `during_block: true`, the request id given to `blocked`,
-/// stamped immediately before the `getsockopt`, and sent through the sampler's own [`Recorder`].
-/// Calls that return within an interval are never sampled, so quick exchanges get no extra
-/// syscalls and no contention on the socket lock.
+/// block and [`BlockSampler::unblocked`] right after it returns. Once the same call has been
+/// blocked for at least one full `interval` it is sampled (first between 1 and 8 intervals
+/// after it blocked, see [`LOOK_STRETCH`]), and again every interval until it returns (spaced
+/// out after [`SAMPLES_AT_INTERVAL`] samples, see [`spacing`]). Each sample
+/// becomes an [`EventKind::TcpInfo`] event with `during_block: true`, the request id given to
+/// `blocked`, stamped immediately before the `getsockopt`. Calls that return within an interval
+/// are never sampled, so quick exchanges get no extra syscalls and no contention on the socket
+/// lock.
+///
+/// One thread samples every socket of the process ([`Sampler`]). It sleeps without a timeout
+/// while no call is blocked anywhere, so an idle probe, or a run whose calls are all quick
+/// between its wake-ups, costs no wake-ups; it is woken by the first `blocked` after that.
 ///
 /// Why a thread and not a timer signal: a signal delivered to the measuring thread interrupts
 /// the very syscall being measured (`EINTR`, or a silent restart), changing what is measured,
@@ -88,42 +93,82 @@ fn describe(socket: &impl AsFd) -> String {
 ///
 /// Why the measuring thread only touches atomics: `blocked`/`unblocked` sit between the
 /// syscall and its Start/Done stamps. A lock, a channel send or a syscall there would add to
-/// the measured time and could wake the sampler onto a core mid-measurement; a release store is
-/// one plain store on x86_64.
+/// the measured time; a store is one instruction on x86_64. Only when the sampler is asleep does
+/// `blocked` wake it (one `futex` call).
 ///
 /// The sampler holds a duplicate descriptor (`try_clone`) of the socket: the kernel closes the
-/// connection (sends FIN) only when every descriptor is closed, so drop the sampler before
-/// relying on dropping the stream to close it. Dropping (or [`BlockSampler::stop`]) wakes the
-/// thread and joins it at once, whatever the interval. If the collector stops draining its
-/// channel, the thread waits in [`Recorder::flush`] like every other recorder.
+/// connection (sends FIN) only when every descriptor is closed. Dropping the handle (or
+/// [`BlockSampler::stop`]) closes that duplicate and hands the last samples over before it
+/// returns, whatever the interval, so drop it before relying on dropping the stream to close
+/// it. The sampler thread never waits on a collector: when a run's channel is full its samples
+/// wait in their batch (at most [`PENDING_CAP`], then they are counted as dropped).
 pub struct BlockSampler {
-    shared: Arc<SamplerShared>,
-    thread: Option<JoinHandle<io::Result<()>>>,
+    watch: Arc<Watch>,
 }
 
-/// Between the measuring thread and the sampler thread.
-struct SamplerShared {
+/// One watched socket, between its measuring thread and the sampler thread.
+struct Watch {
     /// [`NOT_BLOCKED`], or the current blocked call: its generation in the high 32 bits (never
     /// 0), its request id in the low 32 bits. The generation tells two consecutive calls for
     /// the same request apart, so the sampler never mistakes them for one long block.
     block: AtomicU64,
     /// The generation of the next call; written by [`BlockSampler::blocked`] only.
     next_generation: AtomicU32,
-    stop: AtomicBool,
+    /// The block word the sampler thread last looked at; written by it only.
+    seen: AtomicU64,
+    interval: Duration,
+    /// `None` once the handle let go. Locked by the sampler thread when it looks at the watch,
+    /// and by the handle once, when it lets go.
+    state: Mutex<Option<WatchState>>,
+}
+
+/// What the sampler thread keeps about one watched socket.
+struct WatchState {
+    socket: TcpStream,
+    clock: Clock,
+    conn: ConnId,
+    recorder: Recorder,
+    /// When the call being timed ([`Watch::seen`]) is next due.
+    due: Instant,
+    samples_of_call: u32,
+    /// Samples recorded and not yet handed over.
+    unflushed: usize,
+    /// Samples not recorded because the collector was not keeping up.
+    dropped: u64,
+    /// The error that ended sampling of this socket, if any.
+    error: Option<io::Error>,
 }
 
 const NOT_BLOCKED: u64 = 0;
 
-/// The sampler's batch is sent on after this many samples, and when a block ends: bounds the
-/// batch, and how late the UI sees a long stall.
+/// The batch is offered to the collector after this many samples, and when a block ends: bounds
+/// how late the UI sees a long stall.
 const FLUSH_EVERY: usize = 8;
+/// Samples waiting for a collector that is not draining its channel, per socket.
+const PENDING_CAP: usize = 1024;
+
+/// Looks for newly blocked calls are at most this many intervals apart (see [`Sampler::run`]):
+/// a call is first sampled between 1 and 2 x LOOK_STRETCH intervals after it blocked.
+pub const LOOK_STRETCH: u32 = 4;
 
 /// Shorter intervals would keep a core busy with samples; 1-5 ms resolves a 40 ms stall.
 const MIN_INTERVAL: Duration = Duration::from_micros(100);
+/// A call is sampled at the interval this many times; after that the spacing doubles with
+/// every sample, up to [`MAX_SPACING`]: a connection blocked for an hour costs a few thousand
+/// samples, not millions, and the first 100 ms of any stall are sampled in full.
+pub const SAMPLES_AT_INTERVAL: u32 = 100;
+const MAX_SPACING: Duration = Duration::from_secs(1);
+
+/// The wait before the sample after `samples` samples of one call.
+fn spacing(interval: Duration, samples: u32) -> Duration {
+    let doublings = samples.saturating_sub(SAMPLES_AT_INTERVAL).min(16);
+    interval.saturating_mul(1 << doublings).min(MAX_SPACING.max(interval))
+}
 
 impl BlockSampler {
-    /// Starts the sampler thread. `socket` is a `try_clone` of the measured socket; `side` and
-    /// `conn` tag every event. `interval` is clamped to at least 100 us.
+    /// Starts sampling `socket`, a `try_clone` of the measured socket; `side` and `conn` tag
+    /// every event. `interval` is clamped to at least 100 us. The sampler thread is started
+    /// with the first socket of the process.
     pub fn start(
         socket: TcpStream,
         interval: Duration,
@@ -132,123 +177,268 @@ impl BlockSampler {
         conn: ConnId,
         sink: SyncSender<Vec<Event>>,
     ) -> io::Result<BlockSampler> {
-        let shared = Arc::new(SamplerShared {
+        let sampler = Sampler::get()?;
+        let watch = Arc::new(Watch {
             block: AtomicU64::new(NOT_BLOCKED),
             next_generation: AtomicU32::new(1),
-            stop: AtomicBool::new(false),
-        });
-        let worker = Worker {
-            shared: Arc::clone(&shared),
-            socket,
+            seen: AtomicU64::new(NOT_BLOCKED),
             interval: interval.max(MIN_INTERVAL),
-            clock,
-            conn,
-            recorder: Recorder::new(clock, side, sink),
-        };
-        let thread = thread::Builder::new()
-            .name(format!("tcp-info {} {}", side.name(), conn.0))
-            .spawn(move || worker.run())
-            .map_err(|e| context(e, "spawn the TCP_INFO sampler thread"))?;
-        Ok(BlockSampler { shared, thread: Some(thread) })
+            state: Mutex::new(Some(WatchState {
+                socket,
+                clock,
+                conn,
+                recorder: Recorder::new(clock, side, sink),
+                due: Instant::now(),
+                samples_of_call: 0,
+                unflushed: 0,
+                dropped: 0,
+                error: None,
+            })),
+        });
+        lock(&sampler.watches).push(Arc::clone(&watch));
+        Ok(BlockSampler { watch })
     }
 
     /// The measuring thread (one thread: the one making the calls) is about to make a call for
     /// `req` that may block.
     pub fn blocked(&self, req: ReqId) {
-        let mut generation = self.shared.next_generation.load(Ordering::Relaxed);
+        let watch = &self.watch;
+        let mut generation = watch.next_generation.load(Ordering::Relaxed);
         if generation == 0 {
             generation = 1; // after 2^32 calls: 0 would read as NOT_BLOCKED
         }
-        self.shared.next_generation.store(generation.wrapping_add(1), Ordering::Relaxed);
+        watch.next_generation.store(generation.wrapping_add(1), Ordering::Relaxed);
         let word = (u64::from(generation) << 32) | u64::from(req.0);
-        self.shared.block.store(word, Ordering::Release);
+        // SeqCst against the sampler's `sleep_ns`: either it sees this word before it sleeps,
+        // or this thread sees how long it sleeps and wakes it if that is too long.
+        watch.block.store(word, Ordering::SeqCst);
+        if let Some(sampler) = SAMPLER.get() {
+            sampler.wake_within(watch.interval);
+        }
     }
 
     /// The call announced by [`BlockSampler::blocked`] returned.
     pub fn unblocked(&self) {
-        self.shared.block.store(NOT_BLOCKED, Ordering::Release);
+        self.watch.block.store(NOT_BLOCKED, Ordering::Release);
     }
 
-    /// Stops and joins the thread; returns the error that ended sampling early, if any (a
-    /// failed `getsockopt`, which a live socket does not produce).
-    pub fn stop(mut self) -> io::Result<()> {
-        self.stop_and_join()
+    /// Stops sampling; returns the error that ended sampling early, if any (a failed
+    /// `getsockopt`, which a live socket does not produce).
+    pub fn stop(self) -> io::Result<()> {
+        self.let_go()
     }
 
-    fn stop_and_join(&mut self) -> io::Result<()> {
-        let Some(thread) = self.thread.take() else {
-            return Ok(());
-        };
-        self.shared.stop.store(true, Ordering::Release);
-        thread.thread().unpark();
-        match thread.join() {
-            Ok(result) => result,
-            Err(_) => Err(io::Error::other("the TCP_INFO sampler thread panicked")),
+    /// Closes the duplicate descriptor and hands the last samples over, now.
+    fn let_go(&self) -> io::Result<()> {
+        self.watch.block.store(NOT_BLOCKED, Ordering::Release);
+        let state = lock(&self.watch.state).take();
+        let Some(mut state) = state else { return Ok(()) };
+        if state.dropped > 0 {
+            tracing::warn!(
+                "{} TCP_INFO samples of connection {} were dropped: the recording fell behind",
+                state.dropped,
+                state.conn.0
+            );
+        }
+        state.recorder.flush();
+        match state.error.take() {
+            Some(error) => Err(error),
+            None => Ok(()),
         }
     }
 }
 
 impl Drop for BlockSampler {
     fn drop(&mut self) {
-        let _ = self.stop_and_join();
+        let _ = self.let_go();
     }
 }
 
-/// The sampler thread's state.
-struct Worker {
-    shared: Arc<SamplerShared>,
-    socket: TcpStream,
-    interval: Duration,
-    clock: Clock,
-    conn: ConnId,
-    recorder: Recorder,
+/// The process's one sampler thread and the sockets it watches.
+struct Sampler {
+    watches: Mutex<Vec<Arc<Watch>>>,
+    /// How long the thread is sleeping for, in nanoseconds (`u64::MAX`: until woken); 0 while it
+    /// is awake or has been woken.
+    sleep_ns: AtomicU64,
+    thread: thread::Thread,
 }
 
-impl Worker {
-    fn run(mut self) -> io::Result<()> {
-        // The block word seen at the previous tick: seeing the same call again one interval
-        // later means it has been blocked for at least a full interval.
-        let mut seen = NOT_BLOCKED;
-        let mut unflushed = 0;
-        while self.sleep_one_interval() {
-            let block = self.shared.block.load(Ordering::Acquire);
-            let mut sampled = false;
-            if block != NOT_BLOCKED && block == seen {
-                let at_ns = self.clock.now_ns();
-                let info = sample(&self.socket, true)?;
-                // If the call returned meanwhile, the sample is not "during" it: drop it.
-                if self.shared.block.load(Ordering::Acquire) == block {
-                    let req = ReqId(block as u32);
-                    let kind = EventKind::TcpInfo(Box::new(info));
-                    self.recorder.record(at_ns, self.conn, req, kind);
-                    unflushed += 1;
-                    sampled = true;
+static SAMPLER: OnceLock<Sampler> = OnceLock::new();
+
+impl Sampler {
+    fn get() -> io::Result<&'static Sampler> {
+        if let Some(sampler) = SAMPLER.get() {
+            return Ok(sampler);
+        }
+        // The thread waits until the sampler is published before it looks at it.
+        let (publish, published) = std::sync::mpsc::channel::<&'static Sampler>();
+        let handle = thread::Builder::new()
+            .name("tcp-info".into())
+            .spawn(move || {
+                if let Ok(sampler) = published.recv() {
+                    sampler.run();
+                }
+            })
+            .map_err(|e| context(e, "spawn the TCP_INFO sampler thread"))?;
+        let sampler = Sampler {
+            watches: Mutex::new(Vec::new()),
+            sleep_ns: AtomicU64::new(0),
+            thread: handle.thread().clone(),
+        };
+        // Another thread may have won the race: its sampler is the one; this thread ends.
+        let mut ours = Some(sampler);
+        let sampler = SAMPLER.get_or_init(|| ours.take().expect("initialised once"));
+        if ours.is_none() {
+            let _ = publish.send(sampler);
+        }
+        Ok(sampler)
+    }
+
+    /// Wakes the thread if it sleeps longer than [`LOOK_STRETCH`] times `interval`: a call
+    /// blocked now is then found within that. With every socket at the same interval this is a
+    /// load and no wake-up while calls come and go, and one wake-up after the thread has gone
+    /// idle.
+    fn wake_within(&self, interval: Duration) {
+        let sleep = self.sleep_ns.load(Ordering::SeqCst);
+        if sleep > (interval * LOOK_STRETCH).as_nanos() as u64
+            && self.sleep_ns.compare_exchange(sleep, 0, Ordering::SeqCst, Ordering::SeqCst).is_ok()
+        {
+            self.thread.unpark();
+        }
+    }
+
+    fn run(&self) {
+        // How long after finding a newly blocked call the thread looks again; `None` while no
+        // call is blocked.
+        let mut look: Option<Duration> = None;
+        loop {
+            let now = Instant::now();
+            let (mut next_due, mut new_calls, mut timing) = (None::<Instant>, None, false);
+            {
+                let mut watches = lock(&self.watches);
+                // A watch whose handle has gone is only referenced here.
+                watches.retain(|watch| Arc::strong_count(watch) > 1);
+                for watch in watches.iter() {
+                    match watch.visit(now) {
+                        Found::Idle => {}
+                        Found::New => {
+                            new_calls = new_calls.min(Some(watch.interval)).or(Some(watch.interval))
+                        }
+                        Found::Timing(due) => {
+                            next_due = next_due.min(Some(due)).or(Some(due));
+                            timing = true;
+                        }
+                    }
                 }
             }
-            if unflushed >= FLUSH_EVERY || (unflushed > 0 && !sampled) {
-                self.recorder.flush();
-                unflushed = 0;
+            // While every call found at one look had returned by the next, looks are spaced out
+            // (doubling, up to LOOK_STRETCH intervals): a ping-pong's calls last microseconds,
+            // and the thread would otherwise wake every interval to find them gone. A call
+            // still blocked at a look brings the spacing back to the interval.
+            look = match (new_calls, look) {
+                (None, _) if !timing => None,
+                (None, look) => look,
+                (Some(interval), _) if timing => Some(interval),
+                (Some(interval), None) => Some(interval),
+                (Some(interval), Some(look)) => Some((look * 2).min(interval * LOOK_STRETCH)),
+            };
+            if let (Some(look), Some(_)) = (look, new_calls) {
+                let again = now + look;
+                next_due = next_due.min(Some(again)).or(Some(again));
             }
-            seen = block;
+            let sleep = next_due.map(|due| due.saturating_duration_since(Instant::now()));
+            let sleep_ns = sleep.map_or(u64::MAX, |sleep| (sleep.as_nanos() as u64).max(1));
+            self.sleep_ns.store(sleep_ns, Ordering::SeqCst);
+            // A call that blocked after its visit above, before `sleep_ns` was published, could
+            // not tell this thread to wake: look for one that this sleep would find too late.
+            let missed = lock(&self.watches).iter().any(|watch| {
+                let word = watch.block.load(Ordering::SeqCst);
+                let too_long = sleep_ns > (watch.interval * LOOK_STRETCH).as_nanos() as u64;
+                too_long && word != NOT_BLOCKED && word != watch.seen.load(Ordering::Relaxed)
+            });
+            match (missed, sleep) {
+                (true, _) => {}
+                (false, Some(sleep)) => thread::park_timeout(sleep),
+                (false, None) => thread::park(),
+            }
+            self.sleep_ns.store(0, Ordering::SeqCst);
         }
-        self.recorder.flush();
-        Ok(())
+    }
+}
+
+/// What a look at one watched socket found.
+enum Found {
+    /// No call blocked.
+    Idle,
+    /// A call that was not blocked at the previous look.
+    New,
+    /// A call blocked since the previous look (or before): next due then.
+    Timing(Instant),
+}
+
+impl Watch {
+    /// Looks at the watched call at `now`: samples it if it has been blocked for an interval.
+    fn visit(&self, now: Instant) -> Found {
+        let word = self.block.load(Ordering::Acquire);
+        let seen = self.seen.swap(word, Ordering::Relaxed);
+        let mut guard = lock(&self.state);
+        let Some(state) = guard.as_mut() else { return Found::Idle };
+        if word != seen && state.unflushed > 0 {
+            state.offer();
+        }
+        if word == NOT_BLOCKED || state.error.is_some() {
+            return Found::Idle;
+        }
+        if word != seen {
+            state.samples_of_call = 0;
+            state.due = now + self.interval;
+            return Found::New;
+        }
+        if now < state.due {
+            return Found::Timing(state.due);
+        }
+        let at_ns = state.clock.now_ns();
+        match sample(&state.socket, true) {
+            // If the call returned meanwhile, the sample is not "during" it: drop it.
+            Ok(info) if self.block.load(Ordering::Acquire) == word => {
+                state.record(at_ns, word, info)
+            }
+            Ok(_) => {}
+            Err(error) => {
+                state.error = Some(error);
+                return Found::Idle;
+            }
+        }
+        state.samples_of_call += 1;
+        state.due = now + spacing(self.interval, state.samples_of_call);
+        Found::Timing(state.due)
+    }
+}
+
+impl WatchState {
+    fn record(&mut self, at_ns: u64, word: u64, info: TcpInfoSample) {
+        if self.unflushed >= PENDING_CAP {
+            self.dropped += 1;
+            return;
+        }
+        let req = ReqId(word as u32);
+        self.recorder.record(at_ns, self.conn, req, EventKind::TcpInfo(Box::new(info)));
+        self.unflushed += 1;
+        if self.unflushed >= FLUSH_EVERY {
+            self.offer();
+        }
     }
 
-    /// Sleeps one full interval (parking can wake early); `false` once asked to stop.
-    fn sleep_one_interval(&self) -> bool {
-        let deadline = Instant::now() + self.interval;
-        loop {
-            if self.shared.stop.load(Ordering::Acquire) {
-                return false;
-            }
-            let now = Instant::now();
-            if now >= deadline {
-                return true;
-            }
-            thread::park_timeout(deadline - now);
+    /// Hands the batch over if the collector has room.
+    fn offer(&mut self) {
+        if self.recorder.try_flush() {
+            self.unflushed = 0;
         }
     }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 #[cfg(test)]

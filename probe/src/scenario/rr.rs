@@ -86,17 +86,26 @@ pub fn run(
         for _ in 0..spec.connections {
             let mut rec = collector.recorder(Side::Client);
             let (shared, first_error) = (&shared, &first_error);
-            clients.push(scope.spawn(move || {
-                let ran =
-                    placement.enter(Side::Client).and_then(|()| client::run(shared, &mut rec));
-                if let Err(e) = ran {
-                    shared.stop.store(true, Ordering::Relaxed);
-                    first_error
-                        .lock()
-                        .unwrap_or_else(|p| p.into_inner())
-                        .get_or_insert(e.to_string());
+            let client =
+                thread::Builder::new().name("rr-client".into()).spawn_scoped(scope, move || {
+                    let ran =
+                        placement.enter(Side::Client).and_then(|()| client::run(shared, &mut rec));
+                    if let Err(e) = ran {
+                        shared.stop.store(true, Ordering::Relaxed);
+                        first_error
+                            .lock()
+                            .unwrap_or_else(|p| p.into_inner())
+                            .get_or_insert(e.to_string());
+                    }
+                });
+            match client {
+                Ok(client) => clients.push(client),
+                Err(e) => {
+                    stop.store(true, Ordering::Relaxed);
+                    let mut first = first_error.lock().unwrap_or_else(|p| p.into_inner());
+                    first.get_or_insert(format!("could not start a client thread: {e}"));
                 }
-            }));
+            }
         }
         // Every sender must be gone for the loop below to end: the collector's own, the client
         // threads' (when they end) and the server's (when it is shut down after them).
