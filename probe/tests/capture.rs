@@ -282,3 +282,66 @@ fn a_live_capture_and_its_import_agree_on_every_nagle_stall() {
         assert_eq!(imported_count(direction), live_count(direction), "{direction}: {out}");
     }
 }
+
+/// The kernel's filter keeps the host's other loopback traffic out of the capture: what it
+/// passes to the capture is the run's own segments, however busy loopback is.
+#[test]
+fn other_loopback_traffic_is_not_copied_to_the_capture() {
+    if !common::root_or_skip(
+        "other_loopback_traffic_is_not_copied_to_the_capture",
+        "packet capture",
+    ) {
+        return;
+    }
+    use std::io::{Read, Write};
+    use std::net::{Ipv4Addr, TcpListener, TcpStream};
+    use std::sync::atomic::Ordering;
+    use std::sync::Arc;
+
+    // Someone else's ping-pong on loopback, for as long as the run lasts.
+    let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
+    let mut client = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+    let (mut server, _) = listener.accept().unwrap();
+    client.set_nodelay(true).unwrap();
+    server.set_nodelay(true).unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let noise = {
+        let stop = Arc::clone(&stop);
+        std::thread::spawn(move || {
+            let mut exchanges = 0u64;
+            let mut buf = [0u8; 64];
+            while !stop.load(Ordering::Relaxed) {
+                client.write_all(&buf).unwrap();
+                server.read_exact(&mut buf).unwrap();
+                server.write_all(&buf).unwrap();
+                client.read_exact(&mut buf).unwrap();
+                exchanges += 1;
+            }
+            exchanges
+        })
+    };
+    let output = ackscope(&[
+        "run",
+        "rr",
+        "--count",
+        "3000",
+        "--nodelay",
+        "both",
+        "--write",
+        "single",
+        "--capture",
+        "--json",
+    ]);
+    stop.store(true, Ordering::Relaxed);
+    let exchanges = noise.join().unwrap();
+    assert!(output.status.success());
+    let v: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    let segments = v["capture"]["segments"].as_u64().unwrap();
+    let passed = v["capture"]["kernel_packets"].as_u64().unwrap();
+    eprintln!("{segments} segments recorded, {passed} packets passed by the filter, {exchanges} other exchanges");
+    assert!(exchanges >= 1000, "the other traffic ran alongside: {exchanges} exchanges");
+    assert!(segments >= 6000, "every request and answer was captured: {segments}");
+    // The run's own packets, and the server's own wake-up connection at the end; none of the
+    // other ping-pong's (at least 2 packets per exchange).
+    assert!(passed <= segments + segments / 100 + 100, "{passed} packets passed for {segments}");
+}

@@ -1,8 +1,8 @@
 //! Packet capture of a run's own connections, on the run's clock.
 //!
-//! An AF_PACKET socket on `lo` sees every segment of the run's connections (and everything else
-//! on loopback: only segments to or from the echo server's port are kept). Each packet carries a
-//! kernel timestamp (SO_TIMESTAMPNS, CLOCK_REALTIME, taken when loopback delivers the packet);
+//! An AF_PACKET socket on `lo` sees every segment of the run's connections; a BPF filter on the
+//! echo server's port keeps everything else on loopback out. Each packet carries a kernel
+//! timestamp (CLOCK_REALTIME, taken when loopback delivers the packet: SO_TIMESTAMPNS is on);
 //! events count monotonic nanoseconds since the run started, so the offset between the two
 //! clocks ([`ClockOffset`]) is measured when the capture starts and again as each packet is read,
 //! and each stamp is converted with the offset of its own read: a realtime clock that time sync
@@ -12,7 +12,10 @@
 //! On the emulated link (`--link`) there is no socket: the link's relay already holds every
 //! packet and stamps it on the run's clock, and tags it with a [`Tagger`] as this module does.
 //!
-//! Every `unsafe` of the capture is in this module.
+//! The kernel keeps only the run's own port (a BPF filter) and hands packets over in blocks of a
+//! memory-mapped ring ([`ring`]). Every `unsafe` of the capture is in this module and `ring`.
+
+mod ring;
 
 use std::io;
 use std::mem::{size_of, size_of_val};
@@ -34,22 +37,15 @@ use crate::net::record::{Clock, Recorder};
 /// `PACKET_IGNORE_OUTGOING` (linux/if_packet.h, Linux 4.20): on lo each packet passes the tap
 /// twice, once outgoing and once incoming; this keeps the incoming copy only.
 const PACKET_IGNORE_OUTGOING: libc::c_int = 23;
-/// `PACKET_STATISTICS`: packets seen and dropped for a full buffer since the last read.
+/// `PACKET_STATISTICS`: packets seen and dropped for a full ring since the last read.
 const PACKET_STATISTICS: libc::c_int = 6;
-/// Bytes of each frame copied out: Ethernet + IP + TCP headers with options fit; the payload is
-/// not needed (lengths come from the IP header), and copying less keeps the capture cheap.
-const SNAP_BYTES: usize = 256;
-/// How long a read waits before the thread looks at its stop flag.
-const READ_TIMEOUT: Duration = Duration::from_millis(10);
-/// Once the queue is drained the thread sleeps this long instead of waking for every packet:
-/// the kernel has stamped them already, and a wake-up per packet would take CPU time from the
-/// experiment's threads (a fifth of the request rate on two cores).
-const DRAINED_SLEEP: Duration = Duration::from_millis(1);
+/// How long the thread waits for a block before it looks at its stop flag.
+const POLL_TIMEOUT_MS: libc::c_int = 10;
 /// Captured segments are sent on at least this often, so a live view keeps up.
 const FLUSH_EVERY: Duration = Duration::from_millis(20);
-/// Asked for as the socket's receive buffer (the kernel caps it at rmem_max without
-/// CAP_NET_ADMIN): a burst of packets while the thread is descheduled must not be dropped.
-const RCVBUF_BYTES: usize = 32 << 20;
+/// After the stop flag, blocks are taken until none has come for this long: the kernel hands
+/// the last, partly filled block over [`ring::RETIRE_AFTER_MS`] after its first packet.
+const DRAIN_FOR: Duration = Duration::from_millis(4 * ring::RETIRE_AFTER_MS as u64);
 /// Segments sent before their connection's first request was announced (the handshake) wait
 /// this long for it before they are dropped.
 const PENDING_FOR: Duration = Duration::from_secs(1);
@@ -73,9 +69,12 @@ fn io_error(op: &'static str) -> impl FnOnce(io::Error) -> CaptureError {
     move |source| CaptureError::Io { op, source }
 }
 
-/// A packet socket bound to `lo`, stamping each packet, not yet read.
+/// A packet socket bound to `lo`, stamping each packet into its ring, not yet read. Until
+/// [`Capture::start`] gives it the run's port its filter refuses every packet.
 pub struct CaptureSocket {
     socket: Socket,
+    /// Taken by the capture thread when it starts.
+    ring: Option<ring::Ring>,
 }
 
 /// Opens the capture socket (see the module docs). Fails with [`CaptureError::Permission`]
@@ -93,13 +92,11 @@ pub fn open() -> Result<CaptureSocket, CaptureError> {
     set_int(fd, libc::SOL_PACKET, PACKET_IGNORE_OUTGOING, 1)
         .map_err(io_error("PACKET_IGNORE_OUTGOING (Linux 4.20 or later)"))?;
     set_int(fd, libc::SOL_SOCKET, libc::SO_TIMESTAMPNS, 1).map_err(io_error("SO_TIMESTAMPNS"))?;
-    let rcvbuf = i32::try_from(RCVBUF_BYTES).expect("a few MB fit an int");
-    if set_int(fd, libc::SOL_SOCKET, libc::SO_RCVBUFFORCE, rcvbuf).is_err() {
-        socket.set_recv_buffer_size(RCVBUF_BYTES).map_err(io_error("SO_RCVBUF"))?;
-    }
-    socket.set_read_timeout(Some(READ_TIMEOUT)).map_err(io_error("SO_RCVTIMEO"))?;
+    // Port 0 is no TCP connection's: nothing is copied before the run's port is known.
+    ring::attach_filter(fd, 0).map_err(io_error("SO_ATTACH_FILTER"))?;
+    let ring = ring::Ring::map(fd).map_err(io_error("PACKET_RX_RING (TPACKET_V3)"))?;
     bind_to_loopback(fd)?;
-    Ok(CaptureSocket { socket })
+    Ok(CaptureSocket { socket, ring: Some(ring) })
 }
 
 /// "available", or why packets cannot be captured here (for the session's host facts).
@@ -155,53 +152,28 @@ fn bind_to_loopback(fd: RawFd) -> Result<(), CaptureError> {
 }
 
 impl CaptureSocket {
-    /// One frame's first bytes into `buf` and its kernel timestamp (realtime ns), or `None` when
-    /// nothing came within the read timeout (or at once, with `nonblocking`).
-    fn recv(&self, buf: &mut [u8], nonblocking: bool) -> io::Result<Option<(usize, Option<i128>)>> {
-        let mut iov = libc::iovec { iov_base: buf.as_mut_ptr().cast(), iov_len: buf.len() };
-        // u64s: cmsg headers need their natural alignment. Room for a timespec and then some.
-        let mut control = [0u64; 16];
-        // SAFETY: msghdr is plain data; all zeroes is a valid (empty) value of it.
-        let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
-        msg.msg_iov = &mut iov;
-        msg.msg_iovlen = 1;
-        msg.msg_control = control.as_mut_ptr().cast();
-        msg.msg_controllen = size_of_val(&control) as _;
-        let flags = if nonblocking { libc::MSG_DONTWAIT } else { 0 };
-        // SAFETY: `msg` points at `iov` (into `buf`) and `control`, all live and writable for
-        // their stated lengths for the duration of the call.
-        let n = unsafe { libc::recvmsg(self.socket.as_raw_fd(), &mut msg, flags) };
-        if n < 0 {
-            let e = io::Error::last_os_error();
-            return match e.kind() {
-                io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => Ok(None),
-                _ => Err(e),
-            };
-        }
-        let mut stamp = None;
-        // SAFETY: `msg` was filled by recvmsg; CMSG_FIRSTHDR/NXTHDR stay within msg_controllen.
-        let mut cmsg = unsafe { libc::CMSG_FIRSTHDR(&msg) };
-        while !cmsg.is_null() {
-            // SAFETY: a non-null pointer from CMSG_FIRSTHDR/NXTHDR is a complete header.
-            let header = unsafe { &*cmsg };
-            if header.cmsg_level == libc::SOL_SOCKET && header.cmsg_type == libc::SCM_TIMESTAMPNS {
-                // SAFETY: SCM_TIMESTAMPNS carries one struct timespec; read_unaligned makes no
-                // assumption about the data's alignment.
-                let ts: libc::timespec =
-                    unsafe { std::ptr::read_unaligned(libc::CMSG_DATA(cmsg).cast()) };
-                stamp = Some(i128::from(ts.tv_sec) * 1_000_000_000 + i128::from(ts.tv_nsec));
-            }
-            // SAFETY: as above.
-            cmsg = unsafe { libc::CMSG_NXTHDR(&msg, cmsg) };
-        }
-        Ok(Some((usize::try_from(n).unwrap_or(0).min(buf.len()), stamp)))
+    /// Keeps only TCP segments to or from `port` from now on.
+    fn filter_port(&self, port: u16) -> io::Result<()> {
+        ring::attach_filter(self.socket.as_raw_fd(), port)
     }
 
-    /// Packets dropped for a full receive buffer since the last call.
-    fn drops(&self) -> u32 {
-        let mut stats = [0u32; 2];
+    /// Waits up to [`POLL_TIMEOUT_MS`] for the kernel to hand a block over.
+    fn wait(&self) {
+        let mut poll = libc::pollfd {
+            fd: self.socket.as_raw_fd(),
+            events: libc::POLLIN | libc::POLLERR,
+            revents: 0,
+        };
+        // SAFETY: one live pollfd, and the count passed is one.
+        unsafe { libc::poll(&mut poll, 1, POLL_TIMEOUT_MS) };
+    }
+
+    /// Packets the filter let through and packets dropped for a full ring, since the last
+    /// call (reading the statistics resets them).
+    fn stats(&self) -> (u64, u32) {
+        let mut stats = [0u32; 3];
         let mut len = size_of_val(&stats) as libc::socklen_t;
-        // SAFETY: `stats` is a live struct tpacket_stats (two u32s) and `len` its size.
+        // SAFETY: `stats` is a live struct tpacket_stats_v3 (three u32s) and `len` its size.
         let rc = unsafe {
             libc::getsockopt(
                 self.socket.as_raw_fd(),
@@ -212,9 +184,9 @@ impl CaptureSocket {
             )
         };
         if rc == 0 {
-            stats[1]
+            (u64::from(stats[0]), stats[1])
         } else {
-            0
+            (0, 0)
         }
     }
 }
@@ -277,8 +249,11 @@ pub struct CaptureReport {
     /// converted with one offset for the whole run, so this is not their error).
     #[serde(skip)]
     pub total_drift_ns: i64,
-    /// Packets the kernel dropped because the capture's buffer was full.
+    /// Packets the kernel dropped because the capture's ring was full.
     pub dropped: u32,
+    /// Packets the kernel's filter let through to the capture (the run's own port only; other
+    /// loopback traffic is not copied).
+    pub kernel_packets: u64,
 }
 
 /// A running capture. [`Capture::stop`] ends it and drops its channel sender.
@@ -297,6 +272,7 @@ impl Capture {
         clock: Clock,
         sink: SyncSender<Vec<Event>>,
     ) -> io::Result<Capture> {
+        socket.filter_port(server_port)?;
         let stop = Arc::new(AtomicBool::new(false));
         let offset = ClockOffset::measure(&clock);
         let reader = Reader {
@@ -351,39 +327,41 @@ struct Reader {
 
 impl Reader {
     fn run(mut self, stop: &AtomicBool) -> CaptureReport {
-        let mut buf = [0u8; SNAP_BYTES];
         let mut flushed = Instant::now();
-        let mut dropped = 0u32;
+        let (mut dropped, mut kernel_packets) = (0u32, 0u64);
         let start = self.offset;
         let (mut largest_step, mut widest) = (0i128, start.uncertainty_ns);
+        let mut last_block = Instant::now();
+        let Some(mut ring) = self.socket.ring.take() else {
+            return CaptureReport::default();
+        };
         loop {
-            // Once stopping, what is still queued is read: the last FINs are in it.
+            // Once stopping, what is still in the ring is read: the last FINs are in it.
             let stopping = stop.load(Ordering::SeqCst);
-            match self.socket.recv(&mut buf, true) {
-                Ok(Some((len, stamp))) => {
-                    // The offset of the moment the packet is read, so a step of the realtime
-                    // clock since the last packet does not move this one.
-                    self.remeasure(&mut largest_step, &mut widest);
-                    self.handle(&buf[..len], stamp)
-                }
-                Ok(None) if stopping => break,
-                Ok(None) => thread::sleep(DRAINED_SLEEP),
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => {
-                    tracing::warn!("capture: read from the packet socket: {e}; capture stopped");
-                    break;
-                }
+            if ring.ready() {
+                // The offset of the moment the block is read, so a step of the realtime clock
+                // since the last block does not move its packets.
+                self.remeasure(&mut largest_step, &mut widest);
+                ring.take_block(|packet| self.handle(packet.frame, Some(packet.realtime_ns)));
+                last_block = Instant::now();
+            } else if stopping && last_block.elapsed() >= DRAIN_FOR {
+                break;
+            } else {
+                self.socket.wait();
             }
             if flushed.elapsed() >= FLUSH_EVERY {
                 self.tagger.resolve_pending(&mut self.rec, false);
                 self.rec.flush();
-                dropped = dropped.saturating_add(self.socket.drops());
+                let (packets, drops) = self.socket.stats();
+                (kernel_packets, dropped) =
+                    (kernel_packets + packets, dropped.saturating_add(drops));
                 flushed = Instant::now();
             }
         }
         self.tagger.resolve_pending(&mut self.rec, true);
         self.rec.flush();
-        dropped = dropped.saturating_add(self.socket.drops());
+        let (packets, drops) = self.socket.stats();
+        (kernel_packets, dropped) = (kernel_packets + packets, dropped.saturating_add(drops));
         let end = ClockOffset::measure(&self.rec.clock());
         let last_step = end.realtime_minus_run_ns - self.offset.realtime_minus_run_ns;
         largest_step = largest_step.max(last_step.abs());
@@ -395,6 +373,7 @@ impl Reader {
             drift_ns: i64::try_from(largest_step).unwrap_or(i64::MAX),
             total_drift_ns: i64::try_from(total).unwrap_or(i64::MAX),
             dropped,
+            kernel_packets,
         }
     }
 
@@ -428,6 +407,9 @@ impl Reader {
 /// reader and the emulated link's relay share it.
 pub struct Tagger {
     peers: Arc<Peers>,
+    /// The connection of the last segment, by client port, and where its request lookup ended:
+    /// consecutive segments are mostly of one connection. Looked up again on a SYN.
+    recent: Option<(u16, ConnTag, usize)>,
     /// Handshake segments, waiting for their connection's first request id.
     pending: Vec<(Instant, ConnTag, Event)>,
     segments: u64,
@@ -437,7 +419,7 @@ pub struct Tagger {
 impl Tagger {
     /// Tags segments of the connections whose client ports `peers` knows.
     pub fn new(peers: Arc<Peers>) -> Tagger {
-        Tagger { peers, pending: Vec::new(), segments: 0, unmatched: 0 }
+        Tagger { peers, recent: None, pending: Vec::new(), segments: 0, unmatched: 0 }
     }
 
     /// Records `segment`, sent by `side` at `at_ns` on the connection from `client_port`, for
@@ -452,19 +434,27 @@ impl Tagger {
         at_ns: u64,
         segment: Segment,
     ) {
-        let Some(tag) = self.peers.lookup(client_port) else {
-            self.unmatched += 1;
-            return;
-        };
+        // A SYN may open a new connection from a port a closed one used (loopback reuses ports
+        // in TIME_WAIT): look the port up again then.
+        let syn = segment.flags & ackscope_shared::event::tcp_flags::SYN != 0;
+        if syn || self.recent.as_ref().is_none_or(|(port, ..)| *port != client_port) {
+            let Some(tag) = self.peers.lookup(client_port) else {
+                self.unmatched += 1;
+                return;
+            };
+            self.recent = Some((client_port, tag, 0));
+        }
+        let (_, tag, cursor) = self.recent.as_mut().expect("just set");
+        let tag = &*tag;
         let kind = EventKind::Segment(Box::new(segment));
-        match tag.request_before(rec.clock().instant_at(at_ns)) {
+        match tag.request_before_from(rec.clock().instant_at(at_ns), cursor) {
             Some(req) => {
                 rec.record_as(side, at_ns, tag.conn, req, kind);
                 self.segments += 1;
             }
             None => {
                 let event = Event { at_ns, side, conn: tag.conn, req: ReqId(0), kind };
-                self.pending.push((Instant::now(), tag, event));
+                self.pending.push((Instant::now(), tag.clone(), event));
             }
         }
     }

@@ -462,6 +462,7 @@ impl Tally {
                 "offset_uncertainty_ns": capture.offset_uncertainty_ns,
                 "drift_ns": capture.drift_ns,
                 "dropped": capture.dropped,
+                "kernel_packets": capture.kernel_packets,
             });
             object.insert("capture".into(), capture);
         }

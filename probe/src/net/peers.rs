@@ -51,8 +51,24 @@ impl ConnTag {
 
     /// The request announced last at or before `at`, if any.
     pub fn request_before(&self, at: Instant) -> Option<ReqId> {
+        self.request_before_from(at, &mut 0)
+    }
+
+    /// [`ConnTag::request_before`], starting from where the previous call for a time no later
+    /// than `at` ended (`cursor`, updated): packet capture asks in time order, so this walks a
+    /// step or two instead of searching the whole connection's history.
+    pub fn request_before_from(&self, at: Instant, cursor: &mut usize) -> Option<ReqId> {
         let requests = lock(&self.requests);
-        let after = requests.partition_point(|&(_, announced)| announced <= at);
+        let mut after = (*cursor).min(requests.len());
+        if after > 0 && requests[after - 1].1 > at {
+            // Asked for an earlier time than last time: search from the start.
+            after = requests.partition_point(|&(_, announced)| announced <= at);
+        } else {
+            while requests.get(after).is_some_and(|&(_, announced)| announced <= at) {
+                after += 1;
+            }
+        }
+        *cursor = after;
         after.checked_sub(1).map(|index| requests[index].0)
     }
 }
@@ -121,5 +137,11 @@ mod tests {
         assert_eq!(tag.request_before(before_any), None);
         assert_eq!(tag.request_before(during_4), Some(ReqId(4)));
         assert_eq!(tag.request_before(Instant::now()), Some(ReqId(5)));
+        // From a cursor, forwards and then back in time, as a capture may ask.
+        let mut cursor = 0;
+        assert_eq!(tag.request_before_from(during_4, &mut cursor), Some(ReqId(4)));
+        assert_eq!(tag.request_before_from(Instant::now(), &mut cursor), Some(ReqId(5)));
+        assert_eq!(tag.request_before_from(during_4, &mut cursor), Some(ReqId(4)));
+        assert_eq!(tag.request_before_from(before_any, &mut cursor), None);
     }
 }
