@@ -67,6 +67,26 @@ pub struct RequestView {
     /// Captured segments of this request's connection while it was under way, in the order
     /// they arrived (empty without packet capture).
     pub segments: Vec<SegmentSample>,
+    /// Times a thread of this request was runnable but not running ([`EventKind::RunDelay`]).
+    pub run_delays: Vec<RunDelaySample>,
+}
+
+/// A thread waited `waited_ns` for a CPU in all between `since_ns` and `at_ns`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RunDelaySample {
+    pub side: Side,
+    pub since_ns: u64,
+    pub at_ns: u64,
+    pub waited_ns: u64,
+}
+
+impl RunDelaySample {
+    /// How much of the wait can fall within `start_ns..end_ns`: the delay, at most the overlap
+    /// of the two intervals.
+    pub fn within(&self, start_ns: u64, end_ns: u64) -> u64 {
+        let overlap = self.at_ns.min(end_ns).saturating_sub(self.since_ns.max(start_ns));
+        self.waited_ns.min(overlap)
+    }
 }
 
 /// The part of a captured segment that explains waits.
@@ -269,6 +289,13 @@ impl RunAnalysis {
                 let sample = SegmentSample::new(event.side, event.at_ns, segment);
                 if let Some(view) = self.request_mut(event.req) {
                     view.segments.push(sample);
+                }
+            }
+            EventKind::RunDelay { since_ns, waited_ns } => {
+                let sample =
+                    RunDelaySample { side: event.side, since_ns, at_ns: event.at_ns, waited_ns };
+                if let Some(view) = self.request_mut(event.req) {
+                    view.run_delays.push(sample);
                 }
             }
             EventKind::Accepted
@@ -480,7 +507,8 @@ pub fn request_touched(event: &Event) -> Option<ReqId> {
         | EventKind::RequestDone
         | EventKind::Connected
         | EventKind::WriteDone { .. }
-        | EventKind::Segment(_) => Some(event.req),
+        | EventKind::Segment(_)
+        | EventKind::RunDelay { .. } => Some(event.req),
         EventKind::ReadDone { bytes } if *bytes > 0 => Some(event.req),
         EventKind::TcpInfo(info) if info.during_block => Some(event.req),
         // A zero-byte read is the peer closing (no span); a TCP_INFO sample at a syscall

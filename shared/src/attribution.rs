@@ -35,19 +35,23 @@ pub enum StallClass {
     ReceiveWindowLimited,
     /// The write waited for room in its own send buffer.
     SendBufferLimited,
+    /// A thread of the exchange was runnable but not running: it waited for a CPU (the
+    /// kernel's run-queue delay covers most of the wait).
+    NotRunning,
     /// None of the above fits the evidence.
     Unexplained,
 }
 
 impl StallClass {
     /// Every class, in a fixed order.
-    pub const ALL: [StallClass; 7] = [
+    pub const ALL: [StallClass; 8] = [
         StallClass::NagleDelayedAck,
         StallClass::NagleRoundTrip,
         StallClass::ConnectionSetup,
         StallClass::ServerThinkTime,
         StallClass::ReceiveWindowLimited,
         StallClass::SendBufferLimited,
+        StallClass::NotRunning,
         StallClass::Unexplained,
     ];
 
@@ -59,6 +63,7 @@ impl StallClass {
             StallClass::ServerThinkTime => "server think time",
             StallClass::ReceiveWindowLimited => "receive-window limited",
             StallClass::SendBufferLimited => "send-buffer limited",
+            StallClass::NotRunning => "thread not running",
             StallClass::Unexplained => "unexplained",
         }
     }
@@ -72,6 +77,7 @@ impl StallClass {
             StallClass::ServerThinkTime => "server_think_time",
             StallClass::ReceiveWindowLimited => "receive_window_limited",
             StallClass::SendBufferLimited => "send_buffer_limited",
+            StallClass::NotRunning => "not_running",
             StallClass::Unexplained => "unexplained",
         }
     }
@@ -112,6 +118,10 @@ impl StallClass {
             StallClass::SendBufferLimited => vec![
                 format!("a larger SO_SNDBUF on the {w} (or leave auto-tuning on)"),
                 "a faster path or peer: the buffer drains at the connection's rate".into(),
+            ],
+            StallClass::NotRunning => vec![
+                "fewer busy threads on the machine, or more CPUs: the thread was ready and had none".into(),
+                "keep the measured threads on CPUs apart from the load (taskset, cgroups cpusets)".into(),
             ],
             StallClass::Unexplained => vec!["capture packets to see what the kernel did".into()],
         }
@@ -185,7 +195,38 @@ pub fn attribute_request(
         }
         _ => None,
     };
-    view.spans.iter().filter_map(classify).collect()
+    view.spans.iter().filter_map(classify).map(|stall| not_running(view, stall)).collect()
+}
+
+/// A stall whose wait was mostly a thread waiting for a CPU becomes [`StallClass::NotRunning`],
+/// with the run-queue delay as evidence: the waiting side's thread, or its peer's (whose data
+/// or answer it waited for). Nagle's classes keep theirs: their evidence is the segments and
+/// the timer, which a busy CPU does not produce.
+fn not_running(view: &RequestView, stall: Stall) -> Stall {
+    if matches!(stall.class, StallClass::NagleDelayedAck | StallClass::NagleRoundTrip) {
+        return stall;
+    }
+    let delayed = |side: Side| -> u64 {
+        let samples = view.run_delays.iter().filter(|d| d.side == side);
+        samples.map(|d| d.within(stall.start_ns, stall.end_ns)).sum()
+    };
+    let (side, waited) = [stall.side, stall.side.peer()]
+        .into_iter()
+        .map(|side| (side, delayed(side)))
+        .max_by_key(|&(_, waited)| waited)
+        .expect("two sides");
+    if waited * 2 < stall.wait_ns {
+        return stall;
+    }
+    let evidence = format!(
+        "the {} thread was runnable but not running for {:.1} ms of this {:.1} ms wait (the \
+         kernel's run-queue delay); without it: {}",
+        side.name(),
+        ms(waited),
+        ms(stall.wait_ns),
+        stall.evidence
+    );
+    Stall { class: StallClass::NotRunning, evidence, ..stall }
 }
 
 fn read_stall(
@@ -1048,6 +1089,40 @@ mod tests {
         assert!(blocked.evidence.contains("window under two segments"), "{}", blocked.evidence);
         let fixes = blocked.class.fixes(Client, Server).join("; ");
         assert!(fixes.contains("SO_RCVBUF on the server"), "{fixes}");
+    }
+
+    #[test]
+    fn a_wait_the_thread_spent_waiting_for_a_cpu_is_not_running() {
+        use Side::{Client, Server};
+        let mut script = Script::default();
+        script.event(0, Client, 0, EventKind::RequestStart);
+        // A 2 KB write on loopback that took 20 ms, of which the thread waited 18 ms for a CPU
+        // (read 5 ms before the write began, and right after it).
+        script.write(Client, 0, MS, 21 * MS, 2048);
+        let delay = |at_ns, since_ns, waited_ns| crate::event::Event {
+            at_ns,
+            side: Client,
+            conn: ConnId(0),
+            req: ReqId(0),
+            kind: EventKind::RunDelay { since_ns, waited_ns },
+        };
+        script.events.push(delay(21 * MS, 0, 18 * MS));
+        script.read(Server, 0, 0, 22 * MS, 2048);
+        script.event(23 * MS, Client, 0, EventKind::RequestDone);
+        let stalls = attribute(&analysed(&script.events), None);
+        let write = stalls.iter().find(|s| s.side == Client).expect("the slow write");
+        assert_eq!(write.class, StallClass::NotRunning, "{}", write.evidence);
+        assert!(write.evidence.contains("client thread was runnable but not running for 18.0 ms"));
+        assert!(write.evidence.contains("send buffer"), "keeps what it was: {}", write.evidence);
+        assert!(!write.class.is_held_read());
+
+        // A delay too short for the wait leaves its class alone.
+        let mut events = script.events.clone();
+        events.retain(|e| !matches!(e.kind, EventKind::RunDelay { .. }));
+        events.push(delay(21 * MS, 0, 5 * MS));
+        let stalls = attribute(&analysed(&events), None);
+        let write = stalls.iter().find(|s| s.side == Client).expect("the slow write");
+        assert_eq!(write.class, StallClass::SendBufferLimited, "{}", write.evidence);
     }
 
     #[test]

@@ -87,6 +87,11 @@ pub enum EventKind {
     Segment(Box<Segment>),
     /// A packet in the emulated link's relay. `side` is the side that sent it.
     Link(LinkEvent),
+    /// This side's thread was runnable but not running (waiting for a CPU) for `waited_ns` in
+    /// all between `since_ns` and this event: the kernel's run-queue delay (`run_delay` of
+    /// /proc/thread-self/schedstat), read after calls of 1 ms or more and at the boundary
+    /// samples. Recorded when it grew by 100 us or more.
+    RunDelay { since_ns: u64, waited_ns: u64 },
 }
 
 /// TCP header flags, as the bits of the header's flags byte.

@@ -17,8 +17,9 @@ use crate::overview::Overview;
 use crate::spec::Scenario;
 
 /// Bumped whenever the encoding changes (docs/FORMAT.md, "Versions"). Version 2 appended the
-/// `Overview` and `Trailer` messages of a file's end and the class's messages.
-pub const PROTOCOL_VERSION: u16 = 2;
+/// `Overview` and `Trailer` messages of a file's end and the class's messages; version 3 the
+/// `RunDelay` event kind.
+pub const PROTOCOL_VERSION: u16 = 3;
 
 /// The oldest version this build still reads: every version since only appended messages, so
 /// an older stream is a valid newer one.

@@ -49,6 +49,10 @@ fn session(version: u16) -> Vec<ToBrowser> {
             ..TcpInfoSample::default()
         })),
     ));
+    if version >= 3 {
+        // A thread that waited for a CPU.
+        events.push(extra(4, EventKind::RunDelay { since_ns: 1, waited_ns: 150_000 }));
+    }
     let run = RunId(1);
     let hello = Hello { protocol_version: version, ..Hello::current("0.1.0", host) };
     let mut messages = vec![
@@ -77,7 +81,7 @@ fn session(version: u16) -> Vec<ToBrowser> {
 
 #[test]
 fn the_session_format_is_frozen() {
-    assert_eq!(PROTOCOL_VERSION, 2, "a new version needs a new golden file beside these");
+    assert_eq!(PROTOCOL_VERSION, 3, "a new version needs a new golden file beside these");
     for version in OLDEST_READABLE_VERSION..=PROTOCOL_VERSION {
         let mut encoded = Vec::new();
         for message in session(version) {

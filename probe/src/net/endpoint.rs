@@ -27,6 +27,48 @@ pub struct KernelProbe {
     sampler: Option<BlockSampler>,
     /// When the last boundary sample was taken, on the run's clock; `None` before the first.
     last_boundary_ns: Cell<Option<u64>>,
+    /// The measuring thread's run-queue delay, read at the same moments as the boundary
+    /// samples; `None` where /proc has no schedstat (or for a connection not recorded).
+    run_delay: Option<RunDelay>,
+}
+
+/// The calling thread's run-queue delay so far: the second field of
+/// /proc/thread-self/schedstat (nanoseconds runnable but not running), through a descriptor
+/// opened once (it names the thread that opened it), one `pread` a reading.
+struct RunDelay {
+    file: std::fs::File,
+    /// The previous reading: when, on the run's clock, and what it was.
+    last: Cell<Option<(u64, u64)>>,
+}
+
+/// Growth of the run-queue delay below this is not recorded: a loaded CPU, not a stall.
+const RUN_DELAY_WORTH_NOTING_NS: u64 = 100_000;
+
+impl RunDelay {
+    /// Opened by the thread that will make the calls.
+    fn open() -> Option<RunDelay> {
+        let file = std::fs::File::open("/proc/thread-self/schedstat").ok()?;
+        let reader = RunDelay { file, last: Cell::new(None) };
+        reader.read_ns().map(|_| reader)
+    }
+
+    fn read_ns(&self) -> Option<u64> {
+        use std::os::unix::fs::FileExt;
+        let mut buf = [0u8; 96];
+        let n = self.file.read_at(&mut buf, 0).ok()?;
+        let text = std::str::from_utf8(&buf[..n]).ok()?;
+        text.split_whitespace().nth(1)?.parse().ok()
+    }
+
+    /// Reads it at `now_ns`: how much it grew since the previous reading, and since when, if
+    /// by at least [`RUN_DELAY_WORTH_NOTING_NS`].
+    fn grew(&self, now_ns: u64) -> Option<(u64, u64)> {
+        let delay = self.read_ns()?;
+        let previous = self.last.replace(Some((now_ns, delay)));
+        let (since_ns, before) = previous?;
+        let grew = delay.saturating_sub(before);
+        (grew >= RUN_DELAY_WORTH_NOTING_NS).then_some((since_ns, grew))
+    }
 }
 
 /// A call that took this long is followed by a boundary sample, whatever the rate limit.
@@ -36,7 +78,12 @@ pub const BOUNDARY_EVERY: Duration = Duration::from_millis(10);
 
 impl KernelProbe {
     pub fn off() -> KernelProbe {
-        KernelProbe { at_syscalls: false, sampler: None, last_boundary_ns: Cell::new(None) }
+        KernelProbe {
+            at_syscalls: false,
+            sampler: None,
+            last_boundary_ns: Cell::new(None),
+            run_delay: None,
+        }
     }
 
     /// Starts what `instruments` asks for on `stream`, recording through `rec`'s channel. Only
@@ -61,12 +108,14 @@ impl KernelProbe {
             at_syscalls: instruments.tcp_info_at_syscalls,
             sampler,
             last_boundary_ns: Cell::new(None),
+            run_delay: RunDelay::open(),
         }
     }
 
-    /// Whether a call that ran from `start_ns` to `done_ns` is followed by a boundary sample.
+    /// Whether a call that ran from `start_ns` to `done_ns` is followed by a boundary sample
+    /// (TCP_INFO if asked for, and the run-queue delay).
     fn boundary_due(&self, start_ns: u64, done_ns: u64) -> bool {
-        if !self.at_syscalls {
+        if !self.at_syscalls && self.run_delay.is_none() {
             return false;
         }
         let slow = done_ns.saturating_sub(start_ns) >= SLOW_CALL.as_nanos() as u64;
@@ -182,6 +231,14 @@ impl<'a> Endpoint<'a> {
 
     fn boundary_sample(&mut self, req: ReqId, start_ns: u64, done_ns: u64) {
         if !self.kernel.boundary_due(start_ns, done_ns) {
+            return;
+        }
+        if let Some((since_ns, waited_ns)) =
+            self.kernel.run_delay.as_ref().and_then(|r| r.grew(done_ns))
+        {
+            self.rec.record(done_ns, self.conn, req, EventKind::RunDelay { since_ns, waited_ns });
+        }
+        if !self.kernel.at_syscalls {
             return;
         }
         if let Ok(sample) = tcp_info::sample(&*self.stream, false) {

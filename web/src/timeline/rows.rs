@@ -11,7 +11,10 @@ use crate::state::Attribution;
 use ackscope_shared::overview::{extent_ns, key, Overview, Priority};
 
 /// Every class, in a fixed order: bit `i` of a class mask is `CLASSES[i]`.
-pub const CLASSES: [StallClass; 7] = StallClass::ALL;
+pub const CLASSES: [StallClass; StallClass::ALL.len()] = StallClass::ALL;
+
+// A class mask is a u8: one bit per class.
+const _: () = assert!(CLASSES.len() <= 8, "more classes than bits in a class mask");
 
 fn class_bit(class: StallClass) -> u8 {
     let index = CLASSES.iter().position(|&c| c == class).unwrap_or(CLASSES.len() - 1);
