@@ -254,6 +254,10 @@ fn read_stall(
         let (class, evidence) = held_read(analysis, view, conn, read, held, spec);
         return Some(stall(held, class, evidence));
     }
+    if read.side == Side::Server && !view.spans.iter().any(|s| s.side == Side::Client) {
+        let (wait_ns, class, evidence) = server_only_read(analysis, view, read)?;
+        return Some(stall(wait_ns, class, evidence));
+    }
     // Waiting for the server to answer: think time, if the server was busy and not blocked.
     let blocked = read.duration_ns();
     if read.side != Side::Client || blocked <= STALL_THRESHOLD_NS {
@@ -273,6 +277,77 @@ fn read_stall(
     }
     // Otherwise the server was itself waiting (its own stall is counted where it happened).
     None
+}
+
+/// A read of a session where only the server was recorded (`ackscope server` and an outside
+/// client): the client's writes are not seen, so the read is judged from what the server saw.
+/// The server reads a message as its bytes come. When the first part of a message came alone
+/// and small, and the read for the rest waited over 10 ms, the client sent the message in
+/// pieces that far apart; a wait in the delayed-ACK timer's range (or of one RTT) is what
+/// Nagle's algorithm on the client does to a message written in two parts. The first read of a
+/// message is the client's own time between requests, never a stall.
+fn server_only_read(
+    analysis: &RunAnalysis,
+    view: &RequestView,
+    read: &Span,
+) -> Option<(u64, StallClass, String)> {
+    let waited = read.duration_ns();
+    if waited <= STALL_THRESHOLD_NS {
+        return None;
+    }
+    let earlier: u64 = view
+        .spans
+        .iter()
+        .filter(|s| s.side == Side::Server && s.kind == SpanKind::Read && s.end_ns <= read.start_ns)
+        .map(|s| u64::from(s.bytes))
+        .sum();
+    if earlier == 0 {
+        return None;
+    }
+    let parts = format!(
+        "the client's message reached the server in parts: {earlier} bytes, then {} bytes {:.1} ms \
+         later (seen from the server alone: the client is not recorded)",
+        read.bytes,
+        ms(waited)
+    );
+    let unexplained = |why: &str| (waited, StallClass::Unexplained, format!("{parts}; {why}"));
+    if earlier >= u64::from(MIN_MSS) {
+        return Some(unexplained("the first part was not a small segment"));
+    }
+    let timer = view
+        .kernel
+        .iter()
+        .filter(|k| k.side == Side::Server && k.at_ns >= read.start_ns && k.at_ns <= read.end_ns)
+        .map(|k| k.ato_us)
+        .max()
+        .filter(|&ato| ato > 0)
+        .map(|ato| {
+            format!(
+                "; TCP_INFO on the server during the wait: delayed-ACK timeout {} ms",
+                ato / 1000
+            )
+        })
+        .unwrap_or_default();
+    let facts = WriterFacts::of(analysis, view.conn?, Side::Server);
+    if let Some(rtt) = facts.rtt_ns {
+        let apart = waited + analysis.path_delay_ns();
+        if apart * 4 >= rtt * 3 && apart * 4 <= rtt * 5 {
+            let evidence = format!(
+                "{parts}, one round trip ({:.1} ms): the client wrote it in two parts, and \
+                 Nagle held the later one until the ACK of the first came back{timer}",
+                ms(rtt)
+            );
+            return Some((waited, StallClass::NagleRoundTrip, evidence));
+        }
+    }
+    if !DELAYED_ACK_NS.contains(&waited) {
+        return Some(unexplained("the wait is outside the delayed-ACK timer's range"));
+    }
+    let evidence = format!(
+        "{parts}, within the delayed-ACK timer's range: the client wrote it in two parts, and \
+         Nagle held the later one until the server's delayed ACK of the first{timer}"
+    );
+    Some((waited, StallClass::NagleDelayedAck, evidence))
 }
 
 /// A read held after the peer wrote: Nagle x delayed ACK if the evidence says so.

@@ -113,20 +113,30 @@ pub fn ensure_build_tools(steps: &mut Steps) -> Result<(), String> {
 /// Chromium and ChromeDriver for the browser tests, from Debian's packages when missing.
 pub fn ensure_browser(steps: &mut Steps) -> Result<(), String> {
     steps.start(
-        "chromium, chromedriver, OpenSSL headers (browser tests), tcpdump, tshark (capture tests)",
+        "chromium, chromedriver, OpenSSL headers (browser tests), tcpdump, tshark (capture \
+         tests), python3 (an outside client)",
     );
     let have = |p: &str| version_of(p, &["--version"]).is_some();
     // The WebDriver client links the system OpenSSL.
     let openssl = tool_command("pkg-config").args(["--exists", "openssl"]).run_quietly();
     // tcpdump and tshark: the capture import/export tests make and read real captures.
     let capture_tools = have("tcpdump") && have("tshark");
-    if have("chromium") && have("chromedriver") && openssl && capture_tools {
+    // python3: the server-view test's client is not ackscope's own.
+    if have("chromium") && have("chromedriver") && openssl && capture_tools && have("python3") {
         steps.done("installed");
         return Ok(());
     }
     ensure_apt_packages(
         steps,
-        &["chromium", "chromium-driver", "libssl-dev", "pkg-config", "tcpdump", "tshark"],
+        &[
+            "chromium",
+            "chromium-driver",
+            "libssl-dev",
+            "pkg-config",
+            "tcpdump",
+            "tshark",
+            "python3",
+        ],
     )
 }
 

@@ -1,6 +1,7 @@
 //! `ackscope server --listen ADDR`: the echo server alone, so that a client written by anyone,
 //! in any language, speaking docs/PROTOCOL.md, can be observed from the server's side.
 
+use std::io::Write;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::mpsc::{sync_channel, RecvTimeoutError};
@@ -30,6 +31,9 @@ pub struct ServerArgs {
     /// Largest length prefix accepted; a larger one closes that connection
     #[arg(long, value_name = "BYTES", default_value_t = MAX_BODY_BYTES)]
     max_body: u32,
+    /// On Ctrl-C, print the summary as one JSON object instead of the table (docs/CLI.md)
+    #[arg(long)]
+    json: bool,
     #[command(flatten)]
     rr: RrKnobs,
     #[command(flatten)]
@@ -51,14 +55,15 @@ pub fn run(args: &ServerArgs) -> Result<Ended, Failure> {
         None => None,
     };
     let run = RunId(1);
-    let mut write = |message: ToBrowser| -> Result<(), String> {
-        match &mut file {
+    let write = |file: &mut Option<SessionWriter>, message: ToBrowser| -> Result<(), String> {
+        match file {
             Some(writer) => writer.write(&message).map_err(|e| e.to_string()),
             None => Ok(()),
         }
     };
-    write(ToBrowser::Hello(Hello::current(env!("CARGO_PKG_VERSION"), host::facts())))?;
-    write(ToBrowser::RunStarted { run, spec: scenario.clone(), instruments })?;
+    let hello = Hello::current(env!("CARGO_PKG_VERSION"), host::facts());
+    write(&mut file, ToBrowser::Hello(hello))?;
+    write(&mut file, ToBrowser::RunStarted { run, spec: scenario.clone(), instruments })?;
     let config = EchoConfig {
         opts: SideOptions::rr(spec, Side::Server),
         max_body_bytes: args.max_body,
@@ -78,7 +83,7 @@ pub fn run(args: &ServerArgs) -> Result<Ended, Failure> {
         match batches.recv_timeout(Duration::from_millis(100)) {
             Ok(events) => {
                 tally.push(&events);
-                write(ToBrowser::Events { run, events })?;
+                write(&mut file, ToBrowser::Events { run, events })?;
             }
             Err(RecvTimeoutError::Timeout) => {}
             Err(RecvTimeoutError::Disconnected) => break,
@@ -90,7 +95,21 @@ pub fn run(args: &ServerArgs) -> Result<Ended, Failure> {
             }
         }
     }
-    write(ToBrowser::RunFinished { run, outcome: RunOutcome::Completed })?;
+    let outcome = RunOutcome::Completed;
+    write(&mut file, ToBrowser::RunFinished { run, outcome: outcome.clone() })?;
+    if let Some(writer) = file.take() {
+        // The overview goes last, behind a trailer a viewer finds from the file's end.
+        let overviews = tally.overview().map(|overview| (run, overview)).into_iter().collect();
+        writer.finish(overviews).map_err(|e| Failure::Run(e.to_string()))?;
+    }
     eprintln!("ackscope: stopped; {} events recorded", tally.events);
+    // The clients are not recorded: the summary is the server's view of their requests.
+    let mut out = std::io::stdout().lock();
+    let printed = if args.json {
+        writeln!(out, "{}", tally.json(&scenario, &outcome))
+    } else {
+        tally.print(&mut out, &scenario, &outcome)
+    };
+    printed.map_err(|e| format!("writing the summary: {e}"))?;
     Ok(Ended::Ok)
 }

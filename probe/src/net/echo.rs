@@ -245,6 +245,14 @@ impl Connection<'_> {
             req = self.request_id(index);
             index += 1;
             end.recorder().retag_since(mark, req);
+            // A standalone server's client is not recorded: the server marks each request as it
+            // sees it, from the message's first bytes arriving to its answer written.
+            let standalone = matches!(self.tagging, Tagging::Standalone { .. });
+            if standalone {
+                let arrived = end.recorder().first_read_since(mark);
+                let at_ns = arrived.unwrap_or_else(|| end.recorder().now_ns());
+                end.recorder().record(at_ns, conn, req, EventKind::RequestStart);
+            }
             if len > config.max_body_bytes {
                 break Err(io::Error::new(
                     io::ErrorKind::InvalidData,
@@ -269,6 +277,9 @@ impl Connection<'_> {
             }
             if let Err(e) = end.write_message(req, &answer) {
                 break Err(context(e, format!("echo server write to {peer}")));
+            }
+            if standalone {
+                end.note(req, EventKind::RequestDone);
             }
             end.recorder().hand_over();
         };

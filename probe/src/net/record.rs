@@ -100,6 +100,16 @@ impl Recorder {
         self.batch.len()
     }
 
+    /// When the first read since `mark` that returned bytes returned, if it is still in the
+    /// batch.
+    pub fn first_read_since(&self, mark: usize) -> Option<u64> {
+        let events = self.batch.get(mark..)?;
+        events
+            .iter()
+            .find(|e| matches!(e.kind, EventKind::ReadDone { bytes } if bytes > 0))
+            .map(|e| e.at_ns)
+    }
+
     /// Gives every event recorded since `mark` the request id `req`: for events recorded before
     /// the request they belong to was known (the server reads a length prefix before it can know
     /// whose it is). Events already sent on past the batch cap keep their first id; a length

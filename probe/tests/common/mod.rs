@@ -72,3 +72,10 @@ pub fn s(path: &Path) -> &str {
 pub fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }
+
+/// Sends SIGINT (Ctrl-C) to `pid`.
+#[allow(dead_code)]
+pub fn interrupt(pid: u32) {
+    let status = std::process::Command::new("kill").args(["-INT", &pid.to_string()]).status();
+    assert!(status.is_ok_and(|s| s.success()), "kill -INT {pid}");
+}

@@ -1,0 +1,107 @@
+//! `ackscope server` with a client that is not ackscope's own: a few lines of Python speaking
+//! the documented protocol, writing the length and the body of each message with two `send()`
+//! calls and Nagle left on. Only the server is recorded; its session still names the client's
+//! stalls and lists the client's fixes, in `show`, in `export`'s analysis and in the summary.
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::ackscope;
+
+/// The outside client: `count` requests of 2048 bytes, the length prefix and the body written
+/// apart (as story 1's naive client does). Prints the latency of each request in ms.
+const CLIENT: &str = r#"
+import socket, struct, sys, time
+host, port, count = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+s = socket.create_connection((host, port))
+body = bytes(range(256)) * 8
+for _ in range(count):
+    start = time.monotonic()
+    s.sendall(struct.pack(">I", len(body)))
+    s.sendall(body)
+    answer = b""
+    while len(answer) < 4 + len(body):
+        chunk = s.recv(65536)
+        if not chunk:
+            sys.exit("the server closed")
+        answer += chunk
+    assert struct.unpack(">I", answer[:4])[0] == len(body)
+    assert answer[4] == body[0] ^ 0x5A
+    print("%.3f" % ((time.monotonic() - start) * 1000))
+s.close()
+"#;
+
+#[test]
+fn a_server_only_session_names_the_outside_clients_nagle_stalls() {
+    let dir = std::env::temp_dir().join(format!("ackscope-server-view-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("server.ackscope");
+    let file_arg = file.to_str().unwrap();
+    let mut server = Command::new(env!("CARGO_BIN_EXE_ackscope"))
+        .args(["server", "--listen", "127.0.0.1:0", "-o", file_arg, "--json"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdout = BufReader::new(server.stdout.take().unwrap());
+    let mut line = String::new();
+    stdout.read_line(&mut line).unwrap();
+    let addr = line.split_whitespace().find(|w| w.starts_with("127.0.0.1:")).expect(&line);
+    let port = addr.rsplit(':').next().unwrap();
+
+    let requests = 12;
+    let client = Command::new("python3")
+        .args(["-c", CLIENT, "127.0.0.1", port, &requests.to_string()])
+        .output()
+        .expect("python3 (installed by cargo xtask test's set-up)");
+    assert!(client.status.success(), "{}", String::from_utf8_lossy(&client.stderr));
+    let latencies: Vec<f64> =
+        String::from_utf8_lossy(&client.stdout).lines().map(|l| l.parse().unwrap()).collect();
+    eprintln!("the client saw (ms): {latencies:?}");
+    // After the first exchanges (quick-ACK mode), each request waits for a delayed ACK.
+    let slow = latencies.iter().filter(|&&ms| ms >= 30.0).count();
+    assert!(slow >= requests / 2, "the client's own view: {latencies:?}");
+
+    common::interrupt(server.id());
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while server.try_wait().unwrap().is_none() {
+        assert!(Instant::now() < deadline, "the server stops on Ctrl-C");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+
+    let shown = ackscope(&["show", file_arg]);
+    let text = String::from_utf8_lossy(&shown.stdout);
+    assert!(text.contains(&format!("requests       {requests} in")), "{text}");
+    assert!(text.contains("Nagle x delayed ACK, client->server"), "{text}");
+    assert!(text.contains("TCP_NODELAY on the client"), "the fixes are the client's: {text}");
+
+    // The server's own summary, printed on Ctrl-C.
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut stdout, &mut rest).unwrap();
+    let summary: serde_json::Value = rest
+        .lines()
+        .find_map(|line| serde_json::from_str(line).ok())
+        .unwrap_or_else(|| panic!("no JSON summary in {rest}"));
+    assert_eq!(summary["requests"], requests, "{summary}");
+    let nagle = summary["stalls"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["class"] == "nagle_delayed_ack" && s["direction"] == "client->server")
+        .unwrap_or_else(|| panic!("{summary}"))
+        .clone();
+    let count = nagle["count"].as_u64().unwrap() as usize;
+    assert!(count + 1 >= slow, "{slow} slow requests, {count} stalls named: {summary}");
+    let fixes = nagle["fixes"].to_string();
+    assert!(fixes.contains("TCP_NODELAY on the client"), "{fixes}");
+
+    // The Perfetto export marks each stall with its evidence.
+    let trace = dir.join("trace.json");
+    let exported = ackscope(&["export", file_arg, "--perfetto", trace.to_str().unwrap()]);
+    assert!(exported.status.success());
+    let trace = std::fs::read_to_string(&trace).unwrap();
+    assert!(trace.contains("4 bytes, then 2048 bytes"), "the evidence is in the trace");
+    let _ = std::fs::remove_dir_all(&dir);
+}
