@@ -161,10 +161,10 @@ impl Run {
         };
         if let Some(bulk) = &mut self.bulk {
             bulk.push_all(events);
-        } else if let Scenario::Rr(spec) = &self.spec {
+        } else if let Some(spec) = request_response(&self.spec) {
             self.analysis.push_all(events);
             if self.watched.get() {
-                self.attributed.push(&self.analysis, Some(spec), events, &mut stalls);
+                self.attributed.push(&self.analysis, spec, events, &mut stalls);
             }
         }
         *self.settled_stalls.get_mut() = stalls;
@@ -188,16 +188,16 @@ impl Run {
     /// at the cost of the requests not settled yet. Empty for a run of another scenario. Once the
     /// run has ended (finished, or its file ended) no batch comes, so this answer is final.
     pub fn attribution(&self) -> &Attribution {
-        self.attribution.get_or_init(|| match &self.spec {
-            Scenario::Rr(spec) => {
+        self.attribution.get_or_init(|| match request_response(&self.spec) {
+            Some(spec) => {
                 self.watched.set(true);
                 let mut stalls = self.settled_stalls.take();
-                let tail = self.attributed.tail(&self.analysis, Some(spec));
+                let tail = self.attributed.tail(&self.analysis, spec);
                 let classes = self.attributed.classes_with(&tail);
                 stalls.extend(tail);
                 Attribution { stalls, classes }
             }
-            _ => Attribution::default(),
+            None => Attribution::default(),
         })
     }
 
@@ -217,9 +217,21 @@ impl Run {
         &self.kernel
     }
 
-    /// Whether the per-request views apply (a bulk run has no requests).
+    /// Whether the per-request views apply (a bulk run has no requests; a standalone server's
+    /// session has, as the server saw them).
     pub fn is_rr(&self) -> bool {
-        matches!(self.spec, Scenario::Rr(_))
+        request_response(&self.spec).is_some()
+    }
+}
+
+/// For a run of requests and answers, the spec that rules stall classes out: a run's own, or
+/// none for a standalone server's session (its knobs do not say how the outside client
+/// writes), as `ackscope show` reads them. `None` for other scenarios.
+fn request_response(spec: &Scenario) -> Option<Option<&RrSpec>> {
+    match spec {
+        Scenario::Rr(spec) => Some(Some(spec)),
+        Scenario::Server(_) => Some(None),
+        Scenario::Bulk(_) | Scenario::Import(_) => None,
     }
 }
 
@@ -841,6 +853,51 @@ mod tests {
                 (StallClass::Unexplained, "client->server", 4)
             ]
         );
+    }
+
+    #[test]
+    fn a_standalone_servers_session_is_analysed_from_the_server_alone() {
+        let mut state = AppState::default();
+        apply(&mut state, hello());
+        apply(
+            &mut state,
+            ToBrowser::RunStarted {
+                run: RunId(1),
+                spec: Scenario::Server(RrSpec::default()),
+                instruments: Instruments::default(),
+            },
+        );
+        let event = |at_ns, kind| Event {
+            at_ns,
+            side: Side::Server,
+            conn: ackscope_shared::ConnId(0),
+            req: ackscope_shared::ReqId(0),
+            kind,
+        };
+        // The client's 4-byte length arrived alone; its 2048-byte body 44 ms later.
+        let events_of_one_request = vec![
+            event(0, EventKind::ReadStart { len_bytes: 4096 }),
+            event(MS, EventKind::ReadDone { bytes: 4 }),
+            event(MS, EventKind::RequestStart),
+            event(MS + 1000, EventKind::ReadStart { len_bytes: 4092 }),
+            event(45 * MS, EventKind::ReadDone { bytes: 2048 }),
+            event(45 * MS + 1000, EventKind::WriteStart { len_bytes: 4 }),
+            event(45 * MS + 2000, EventKind::WriteDone { bytes: 4 }),
+            event(45 * MS + 3000, EventKind::RequestDone),
+        ];
+        apply(&mut state, events(1, events_of_one_request));
+        let run = state.selected().expect("the server's run is shown");
+        assert!(run.is_rr(), "its requests have a timeline");
+        assert_eq!(run.summary().requests, 1);
+        let stalls = &run.attribution().stalls;
+        assert_eq!(stalls.len(), 1, "{stalls:?}");
+        assert_eq!(
+            stalls[0].class,
+            ackscope_shared::attribution::StallClass::NagleDelayedAck,
+            "{}",
+            stalls[0].evidence
+        );
+        assert_eq!((stalls[0].from, stalls[0].to), (Side::Client, Side::Server));
     }
 
     #[test]

@@ -199,7 +199,7 @@ pub fn NoTimeline(store: Store) -> impl IntoView {
     let note = move || {
         store.read(|state| {
             state.selected().and_then(|run| match run.spec {
-                Scenario::Rr(_) => None,
+                _ if run.is_rr() => None,
                 Scenario::Bulk(_) => Some("Bulk runs have no per-request timeline yet."),
                 _ => Some("This run has no per-request timeline."),
             })

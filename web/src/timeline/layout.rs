@@ -299,10 +299,15 @@ pub fn layout_row(
         if let Some(stall) = why {
             title.push_str(&format!("\n{}", explain(stall)));
         }
-        // A held read is a stall whatever its class; any other call the attribution names
-        // waited for something else.
+        // A held read is a stall whatever its class, and so is a Nagle hold seen from one side
+        // only (a standalone server's session, where the peer's writes are not recorded); any
+        // other call the attribution names waited for something else.
+        let nagle = |stall: &&Stall| {
+            matches!(stall.class, StallClass::NagleDelayedAck | StallClass::NagleRoundTrip)
+        };
         let (kind, wait_ns) = match (held_ns, why) {
             (Some(held_ns), _) => (LabelKind::Stall, held_ns),
+            (None, Some(stall)) if nagle(&stall) => (LabelKind::Stall, stall.wait_ns),
             (None, Some(stall)) => (LabelKind::Wait, stall.wait_ns),
             (None, None) => {
                 let mark =
