@@ -16,6 +16,7 @@ mod bench_link;
 mod bench_setup;
 mod bench_viewer;
 mod json;
+mod link_taps;
 mod setup;
 mod steps;
 mod web_build;
