@@ -138,3 +138,50 @@ fn a_truncated_capture_names_the_offset_and_keeps_the_packets_before_it() {
     assert_eq!(refused.status.code(), Some(1));
     assert!(text(&refused.stderr).contains("not a pcap or pcapng file"));
 }
+
+/// A pcap file of one TCP SYN over Ethernet, written by hand (libpcap's format: a 24-byte
+/// header, then a 16-byte record header per packet).
+fn one_packet_pcap() -> Vec<u8> {
+    let mut frame = vec![0u8; 12];
+    frame.extend_from_slice(&[0x08, 0x00]); // IPv4
+    let mut ip = vec![0x45, 0, 0, 40, 0, 1, 0x40, 0, 64, 6, 0, 0, 127, 0, 0, 1, 127, 0, 0, 1];
+    let tcp = [0x9c, 0x40, 0x1f, 0x90, 0, 0, 0, 1, 0, 0, 0, 0, 0x50, 0x02, 0xff, 0xff, 0, 0, 0, 0];
+    frame.append(&mut ip);
+    frame.extend_from_slice(&tcp);
+    let mut pcap = Vec::new();
+    pcap.extend_from_slice(&0xa1b2_c3d4u32.to_le_bytes());
+    pcap.extend_from_slice(&2u16.to_le_bytes());
+    pcap.extend_from_slice(&4u16.to_le_bytes());
+    for word in [0u32, 0, 65535, 1] {
+        pcap.extend_from_slice(&word.to_le_bytes());
+    }
+    for word in [1u32, 0, frame.len() as u32, frame.len() as u32] {
+        pcap.extend_from_slice(&word.to_le_bytes());
+    }
+    pcap.extend_from_slice(&frame);
+    pcap
+}
+
+/// Issue 11, defect 9: `ackscope import x.ackscope` with no `-o` wrote its session over the
+/// capture it had just read.
+#[test]
+fn import_never_writes_over_its_input() {
+    let dir = temp("import-input");
+    std::fs::create_dir_all(&dir).unwrap();
+    let capture = dir.join("x.ackscope");
+    std::fs::write(&capture, one_packet_pcap()).unwrap();
+
+    let imported = ackscope(&["import", s(&capture)]);
+    assert!(imported.status.success(), "{}", text(&imported.stderr));
+    assert_eq!(std::fs::read(&capture).unwrap(), one_packet_pcap(), "the capture is untouched");
+    let beside = dir.join("x.imported.ackscope");
+    assert!(text(&imported.stdout).contains(s(&beside)), "{}", text(&imported.stdout));
+    assert!(ackscope(&["show", s(&beside)]).status.success());
+
+    let refused = ackscope(&["import", s(&capture), "-o", s(&dir.join(".").join("x.ackscope"))]);
+    assert_eq!(refused.status.code(), Some(2));
+    let err = text(&refused.stderr);
+    assert!(err.contains("written over the capture") && err.contains("-o"), "{err}");
+    assert_eq!(std::fs::read(&capture).unwrap(), one_packet_pcap(), "still untouched");
+    let _ = std::fs::remove_dir_all(&dir);
+}

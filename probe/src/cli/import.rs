@@ -200,6 +200,13 @@ pub fn import(args: &ImportArgs) -> Result<Ended, Failure> {
         }
     }
     let output = args.output.clone().unwrap_or_else(|| default_output(path));
+    if is_same_file(&output, path) {
+        return Err(Failure::Usage(format!(
+            "{}: the session would be written over the capture it is read from; name another \
+             file with -o",
+            output.display()
+        )));
+    }
     let stalls: Vec<_> =
         packet_stalls::find(&imported.events).into_iter().map(|s| s.stall).collect();
     let mut out = io::stdout().lock();
@@ -234,8 +241,24 @@ pub fn import(args: &ImportArgs) -> Result<Ended, Failure> {
     }
 }
 
+/// `CAPTURE.ackscope` beside the capture, or `CAPTURE.imported.ackscope` when the capture is
+/// itself named `.ackscope`: the default never names the input.
 fn default_output(capture: &Path) -> PathBuf {
-    capture.with_extension("ackscope")
+    if capture.extension().is_some_and(|ext| ext == "ackscope") {
+        capture.with_extension("imported.ackscope")
+    } else {
+        capture.with_extension("ackscope")
+    }
+}
+
+/// Whether `a` and `b` are one file (a link or another spelling of the path included); a path
+/// that does not exist yet is no existing file.
+fn is_same_file(a: &Path, b: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    match (std::fs::metadata(a), std::fs::metadata(b)) {
+        (Ok(a), Ok(b)) => a.dev() == b.dev() && a.ino() == b.ino(),
+        _ => false,
+    }
 }
 
 pub fn print_connections(out: &mut impl Write, connections: &[Connection]) {

@@ -110,6 +110,13 @@ pub fn main() -> ExitCode {
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
         )
         .init();
+    // A file-size limit (RLIMIT_FSIZE) would otherwise kill the process with SIGXFSZ mid-write;
+    // ignored, the write fails with EFBIG like any full disk, and the run reports it and keeps
+    // what was written.
+    // SAFETY: setting a signal to be ignored has no handler to be unsafe in.
+    unsafe {
+        libc::signal(libc::SIGXFSZ, libc::SIG_IGN);
+    }
     let result = match cli.command {
         None => serve_ui::serve(cli.port),
         Some(Command::Run(args)) => run::run(&args),

@@ -189,9 +189,8 @@ pub fn run(args: &RunArgs) -> Result<Ended, Failure> {
     let outcome = scenario::run_noting(&scenario, instruments, stop, &mut notes, |events| {
         tally.push(&events);
         progress.update(&tally);
-        if write_error.is_none() {
-            let message = ToBrowser::Events { run, events };
-            write_error = write_to(&mut file, &message).err();
+        if let (None, Some(writer)) = (&write_error, &mut file) {
+            write_error = writer.write_events(run, events).err().map(|e| e.to_string());
         }
     })
     .map_err(|e| Failure::Usage(format!("{}: {}", knobs::flag_of(e.field), e.problem)))?;
@@ -201,17 +200,18 @@ pub fn run(args: &RunArgs) -> Result<Ended, Failure> {
         tally.clients = Some((notes.requests_completed, notes.clients_elapsed));
         tally.events_recorded = instruments.events;
     }
-    write_to(&mut file, &ToBrowser::RunFinished { run, outcome: outcome.clone() })?;
-    if let Some(writer) = file.take() {
-        // The overview goes last, behind a trailer a viewer finds from the file's end.
-        let overviews = tally.overview().map(|overview| (run, overview)).into_iter().collect();
-        writer.finish(overviews).map_err(|e| Failure::Run(e.to_string()))?;
+    // The file's end, unless writing it already failed (a full disk fails again).
+    if let (None, Some(mut writer)) = (&write_error, file.take()) {
+        let finished = writer
+            .write(&ToBrowser::RunFinished { run, outcome: outcome.clone() })
+            .and_then(|()| {
+                // The overview goes last, behind a trailer a viewer finds from the file's end.
+                let overview = tally.overview().map(|overview| (run, overview));
+                writer.finish(overview.into_iter().collect())
+            });
+        write_error = finished.err().map(|e| e.to_string());
     }
-    if let Some(Failure::Run(message)) = write_error {
-        return Err(Failure::Run(format!(
-            "the run went on, but its file is incomplete: {message}"
-        )));
-    }
+    // The summary is printed whatever happened to the file: the run itself went on.
     let mut out = io::stdout().lock();
     let printed = if args.json {
         writeln!(out, "{}", tally.json(&scenario, &outcome))
@@ -219,6 +219,14 @@ pub fn run(args: &RunArgs) -> Result<Ended, Failure> {
         tally.print(&mut out, &scenario, &outcome)
     };
     printed.map_err(|e| format!("writing the summary: {e}"))?;
+    if let (Some(message), Some(path)) = (write_error, &args.output) {
+        return Err(Failure::Run(format!(
+            "the run went on, but its file is incomplete: {message}; the summary above covers \
+             the whole run, and {} holds every message written before the error (free some \
+             space, or write to another disk with -o)",
+            path.display()
+        )));
+    }
     match outcome {
         RunOutcome::Completed => Ok(Ended::Ok),
         RunOutcome::Interrupted => {

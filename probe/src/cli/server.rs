@@ -79,28 +79,44 @@ pub fn run(args: &ServerArgs) -> Result<Ended, Failure> {
     let stop = interrupt::install();
     let mut tally = Tally::new(&scenario);
     let mut server = Some(server);
+    let mut stopping: Option<std::thread::JoinHandle<()>> = None;
+    let mut write_error: Option<String> = None;
     loop {
         match batches.recv_timeout(Duration::from_millis(100)) {
             Ok(events) => {
                 tally.push(&events);
-                write(&mut file, ToBrowser::Events { run, events })?;
+                if let (None, Some(writer)) = (&write_error, &mut file) {
+                    write_error = writer.write_events(run, events).err().map(|e| e.to_string());
+                    if let Some(error) = &write_error {
+                        eprintln!("ackscope: {error}; serving on, recording only the summary");
+                    }
+                }
             }
             Err(RecvTimeoutError::Timeout) => {}
             Err(RecvTimeoutError::Disconnected) => break,
         }
         if stop.load(std::sync::atomic::Ordering::Relaxed) {
-            // Closing the server drops its senders; the loop drains what is left, then ends.
+            // Closing the server joins its connection threads, which may be waiting to hand
+            // events to this loop: it is done elsewhere while this loop drains, so it cannot
+            // wait on itself. The loop ends when the last sender has gone.
             if let Some(server) = server.take() {
-                server.shutdown();
+                stopping = Some(std::thread::spawn(move || server.shutdown()));
             }
         }
     }
-    let outcome = RunOutcome::Completed;
-    write(&mut file, ToBrowser::RunFinished { run, outcome: outcome.clone() })?;
-    if let Some(writer) = file.take() {
-        // The overview goes last, behind a trailer a viewer finds from the file's end.
-        let overviews = tally.overview().map(|overview| (run, overview)).into_iter().collect();
-        writer.finish(overviews).map_err(|e| Failure::Run(e.to_string()))?;
+    if let Some(stopping) = stopping {
+        let _ = stopping.join();
+    }
+    let outcome = RunOutcome::Interrupted;
+    if let (None, Some(mut writer)) = (&write_error, file.take()) {
+        let finished = writer
+            .write(&ToBrowser::RunFinished { run, outcome: outcome.clone() })
+            .and_then(|()| {
+                // The overview goes last, behind a trailer a viewer finds from the file's end.
+                let overview = tally.overview().map(|overview| (run, overview));
+                writer.finish(overview.into_iter().collect())
+            });
+        write_error = finished.err().map(|e| e.to_string());
     }
     eprintln!("ackscope: stopped; {} events recorded", tally.events);
     // The clients are not recorded: the summary is the server's view of their requests.
@@ -111,5 +127,12 @@ pub fn run(args: &ServerArgs) -> Result<Ended, Failure> {
         tally.print(&mut out, &scenario, &outcome)
     };
     printed.map_err(|e| format!("writing the summary: {e}"))?;
+    if let (Some(message), Some(path)) = (write_error, &args.output) {
+        return Err(Failure::Run(format!(
+            "the session file is incomplete: {message}; {} holds every message written before \
+             the error",
+            path.display()
+        )));
+    }
     Ok(Ended::Ok)
 }

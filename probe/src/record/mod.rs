@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 
 use ackscope_shared::overview::Overview;
 use ackscope_shared::wire::{self, FrameStream, ToBrowser, Trailer, WireError};
-use ackscope_shared::RunId;
+use ackscope_shared::{Event, RunId};
 
 /// Session files larger than this are refused before reading (16 GiB: far beyond a long run).
 pub const MAX_FILE_BYTES: u64 = 16 << 30;
@@ -41,6 +41,18 @@ impl SessionWriter {
 }
 
 impl SessionWriter {
+    /// Appends a run's events as `Events` messages of at most [`wire::EVENTS_PER_MESSAGE`]
+    /// events each, as docs/PROTOCOL.md says (a recorder hands over up to twice that at once).
+    pub fn write_events(&mut self, run: RunId, events: Vec<Event>) -> io::Result<()> {
+        if events.len() <= wire::EVENTS_PER_MESSAGE {
+            return self.write(&ToBrowser::Events { run, events });
+        }
+        for chunk in events.chunks(wire::EVENTS_PER_MESSAGE) {
+            self.write(&ToBrowser::Events { run, events: chunk.to_vec() })?;
+        }
+        Ok(())
+    }
+
     /// Ends the file: each run's overview, then the fixed-size trailer that says where they
     /// start, so a viewer paints a long run's overview from the file's last bytes before it has
     /// decoded the events (docs/FORMAT.md, "The end of a file"). A file without them (cut short
