@@ -146,3 +146,37 @@ fn hostile_length_prefixes_cost_the_server_nothing_until_bytes_come() {
     common::interrupt(child.id());
     let _ = child.wait();
 }
+
+/// Defect 7: `show` printed strings from the file raw: a crafted version string cleared the
+/// screen.
+#[test]
+fn show_prints_a_files_strings_as_data_not_terminal_commands() {
+    use ackscope_shared::wire::{self, Hello, HostFacts, Instruments, RunOutcome, ToBrowser};
+    use ackscope_shared::{RrSpec, RunId, Scenario};
+
+    let hostile = "0.1.0\x1b[2J\x1b]0;owned\x07";
+    let host = HostFacts { kernel: "6.18\x1b[31m".into(), ..HostFacts::default() };
+    let run = RunId(1);
+    let mut bytes = Vec::new();
+    for message in [
+        ToBrowser::Hello(Hello::current(hostile, host)),
+        ToBrowser::RunStarted {
+            run,
+            spec: Scenario::Rr(RrSpec::default()),
+            instruments: Instruments::default(),
+        },
+        ToBrowser::RunFinished { run, outcome: RunOutcome::Failed { error: "\x1b[1Aup".into() } },
+    ] {
+        wire::write_frame(&message, &mut bytes);
+    }
+    let file = temp("escapes.ackscope");
+    std::fs::write(&file, bytes).unwrap();
+    let shown = ackscope(&["show", s(&file)]);
+    assert!(
+        !shown.stdout.iter().any(|&b| b == 0x1b || b == 0x07),
+        "no escape reaches the terminal"
+    );
+    let out = text(&shown.stdout);
+    assert!(out.contains("0.1.0\\u{1b}[2J"), "shown, escaped: {out}");
+    assert!(out.contains("\\u{1b}[1Aup"), "the run's error too: {out}");
+}

@@ -24,6 +24,7 @@ mod serve_ui;
 mod server;
 mod show;
 mod sweep;
+mod terminal;
 
 use std::io;
 use std::path::PathBuf;

@@ -13,6 +13,7 @@ use ackscope_shared::{
 };
 
 use super::run::Tally;
+use super::terminal::Printable;
 use super::{Ended, Failure};
 use crate::record;
 
@@ -27,7 +28,8 @@ struct FileRun {
 
 pub fn show(path: &Path) -> Result<Ended, Failure> {
     let file = record::read(path)?;
-    let mut out = io::stdout().lock();
+    // Every string of the file goes through this: a crafted one cannot command the terminal.
+    let mut out = Printable(io::stdout().lock());
     let mut runs: Vec<(ackscope_shared::RunId, FileRun)> = Vec::new();
     for message in &file.messages {
         match message {
