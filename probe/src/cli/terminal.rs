@@ -48,7 +48,7 @@ mod tests {
         let printed = String::from_utf8(out.0).unwrap();
         assert_eq!(printed, "version 1\\u{1b}[2J\\u{1b}]0;title\\u{7} done\\u{9b}\n\tok");
         let mut plain = Printable(Vec::new());
-        write!(plain, "requests 12 in 0.92 s, p50 43.85 ms\n").unwrap();
+        writeln!(plain, "requests 12 in 0.92 s, p50 43.85 ms").unwrap();
         assert_eq!(plain.0, b"requests 12 in 0.92 s, p50 43.85 ms\n");
     }
 }
