@@ -180,3 +180,45 @@ fn show_prints_a_files_strings_as_data_not_terminal_commands() {
     assert!(out.contains("0.1.0\\u{1b}[2J"), "shown, escaped: {out}");
     assert!(out.contains("\\u{1b}[1Aup"), "the run's error too: {out}");
 }
+
+/// One HTTP/1.1 GET of `/` with `host` as its Host header; the response's head, lower-cased.
+fn get_with_host(addr: &str, host: &str) -> String {
+    let mut stream = TcpStream::connect(addr).unwrap();
+    stream.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    write!(stream, "GET / HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n").unwrap();
+    let mut response = Vec::new();
+    let _ = stream.read_to_end(&mut response);
+    let response = text(&response);
+    response.split("\r\n\r\n").next().unwrap_or_default().to_lowercase()
+}
+
+/// Defect 8: `Host: evil.example` got 200 (a page on a rebinding name could read the probe's
+/// pages), and no response carried a Content-Security-Policy, nosniff or frame-ancestors.
+#[test]
+fn the_ui_refuses_other_hosts_and_sends_its_security_headers() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let mut ui = Command::new(env!("CARGO_BIN_EXE_ackscope"))
+        .args(["--port", &port.to_string()])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(ui.stdout.as_mut().unwrap()).read_line(&mut line).unwrap();
+    let url = line.split_whitespace().find(|w| w.starts_with("http://")).expect(&line);
+    let addr = url.trim_start_matches("http://").trim_end_matches('/').to_string();
+
+    let refused = get_with_host(&addr, "evil.example");
+    assert!(refused.starts_with("http/1.1 421"), "{refused}");
+    let own = get_with_host(&addr, &addr);
+    assert!(own.starts_with("http/1.1 200"), "{own}");
+    assert!(own.contains("x-content-type-options: nosniff"), "{own}");
+    let policy = own.lines().find(|l| l.starts_with("content-security-policy:")).expect(&own);
+    assert!(policy.contains("frame-ancestors 'self'"), "{policy}");
+    assert!(policy.contains("script-src 'self' 'wasm-unsafe-eval'"), "{policy}");
+    let localhost =
+        get_with_host(&addr, &format!("localhost:{}", addr.rsplit(':').next().unwrap()));
+    assert!(localhost.starts_with("http/1.1 200"), "localhost is this probe too: {localhost}");
+    common::interrupt(ui.id());
+    let _ = ui.wait();
+}

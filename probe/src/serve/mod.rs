@@ -38,6 +38,11 @@ struct App {
     session: Arc<Session>,
     /// The origins of this probe's own page, e.g. "http://127.0.0.1:4044".
     own_origins: Vec<String>,
+    /// The `Host` headers a request may carry, or `None` when the listener is not on loopback
+    /// (its machine's names are not known; the room code guards a class there).
+    own_hosts: Option<Vec<String>>,
+    /// Sent with every response.
+    content_security_policy: String,
     /// In a class (`ackscope class`): the room its pages share.
     room: Option<Arc<Room>>,
 }
@@ -65,9 +70,20 @@ async fn serve(
     room: Option<Arc<Room>>,
 ) -> std::io::Result<()> {
     let addr = listener.local_addr()?;
-    let app = Arc::new(App { session, own_origins: own_origins(addr), room });
-    let router =
-        Router::new().route("/ws", get(upgrade)).fallback(get(static_file)).with_state(app);
+    let own_hosts = addr.ip().is_loopback().then(|| own_hosts(addr));
+    let content_security_policy = content_security_policy();
+    let app = Arc::new(App {
+        session,
+        own_origins: own_origins(addr),
+        own_hosts,
+        content_security_policy,
+        room,
+    });
+    let router = Router::new()
+        .route("/ws", get(upgrade))
+        .fallback(get(static_file))
+        .layer(axum::middleware::from_fn_with_state(Arc::clone(&app), guard))
+        .with_state(app);
     axum::serve(listener, router)
         .with_graceful_shutdown(async {
             let _ = tokio::signal::ctrl_c().await;
@@ -84,6 +100,78 @@ fn own_origins(addr: SocketAddr) -> Vec<String> {
         origins.push(format!("http://[::1]:{port}"));
     }
     origins
+}
+
+/// The `Host` headers of this probe's own URLs on a loopback listener: anything else is a
+/// page that resolved another name to 127.0.0.1 (DNS rebinding), refused.
+fn own_hosts(addr: SocketAddr) -> Vec<String> {
+    let port = addr.port();
+    vec![
+        addr.to_string(),
+        format!("127.0.0.1:{port}"),
+        format!("localhost:{port}"),
+        format!("[::1]:{port}"),
+    ]
+}
+
+/// The page's policy: its own scripts (the one inline boot script by hash) and WebAssembly,
+/// styles, and fetches of session files (`?url=`, any http(s) origin) and its WebSocket;
+/// framed only by its own origin; no plugins, no `<base>`, no form posts.
+fn content_security_policy() -> String {
+    let inline = assets::find("index.html")
+        .and_then(|page| inline_script(page.bytes))
+        .map(|script| {
+            use base64::Engine;
+            use sha2::Digest;
+            let digest = sha2::Sha256::digest(script);
+            format!(" 'sha256-{}'", base64::engine::general_purpose::STANDARD.encode(digest))
+        })
+        .unwrap_or_default();
+    format!(
+        "default-src 'self'; script-src 'self' 'wasm-unsafe-eval'{inline}; style-src 'self' \
+         'unsafe-inline'; img-src 'self' data: blob:; connect-src 'self' http: https:; \
+         frame-ancestors 'self'; base-uri 'none'; form-action 'none'; object-src 'none'"
+    )
+}
+
+/// The text of the page's first inline `<script>` (the one that boots the app).
+fn inline_script(page: &[u8]) -> Option<&[u8]> {
+    let page = std::str::from_utf8(page).ok()?;
+    let open = page.find("<script type=\"module\">")?;
+    let body = &page[open + "<script type=\"module\">".len()..];
+    let close = body.find("</script>")?;
+    Some(body[..close].as_bytes())
+}
+
+/// Every request: refused unless its `Host` is this probe's own (on a loopback listener);
+/// every response: the page's security headers.
+async fn guard(
+    State(app): State<Arc<App>>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let host = request.headers().get(header::HOST).and_then(|v| v.to_str().ok());
+    if let Some(own) = &app.own_hosts {
+        if !host.is_some_and(|host| own.iter().any(|o| o == host)) {
+            let shown = host.unwrap_or("(none)");
+            tracing::warn!("refused a request for Host {shown}");
+            let reason = format!(
+                "ackscope: Host {shown} is not this probe's address; open {} (a page that \
+                 names 127.0.0.1 by another name is not let in)\n",
+                app.own_origins[0]
+            );
+            return (StatusCode::MISDIRECTED_REQUEST, reason).into_response();
+        }
+    }
+    let mut response = next.run(request).await;
+    let headers = response.headers_mut();
+    if let Ok(policy) = header::HeaderValue::from_str(&app.content_security_policy) {
+        headers.insert(header::CONTENT_SECURITY_POLICY, policy);
+    }
+    headers.insert(header::X_CONTENT_TYPE_OPTIONS, header::HeaderValue::from_static("nosniff"));
+    headers.insert(header::X_FRAME_OPTIONS, header::HeaderValue::from_static("SAMEORIGIN"));
+    headers.insert(header::REFERRER_POLICY, header::HeaderValue::from_static("no-referrer"));
+    response
 }
 
 /// `Ok` if the request comes from this probe's own page.
