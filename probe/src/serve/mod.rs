@@ -140,7 +140,7 @@ fn inline_script(page: &[u8]) -> Option<&[u8]> {
     let open = page.find("<script type=\"module\">")?;
     let body = &page[open + "<script type=\"module\">".len()..];
     let close = body.find("</script>")?;
-    Some(body[..close].as_bytes())
+    Some(&body.as_bytes()[..close])
 }
 
 /// Every request: refused unless its `Host` is this probe's own (on a loopback listener);
