@@ -102,16 +102,22 @@ fn own_origins(addr: SocketAddr) -> Vec<String> {
     origins
 }
 
-/// The `Host` headers of this probe's own URLs on a loopback listener: anything else is a
-/// page that resolved another name to 127.0.0.1 (DNS rebinding), refused.
+/// The host names (any port) of this probe's own URLs on a loopback listener: anything else is
+/// a page that resolved another name to 127.0.0.1 (DNS rebinding), refused.
 fn own_hosts(addr: SocketAddr) -> Vec<String> {
-    let port = addr.port();
-    vec![
-        addr.to_string(),
-        format!("127.0.0.1:{port}"),
-        format!("localhost:{port}"),
-        format!("[::1]:{port}"),
-    ]
+    let bound = match addr {
+        SocketAddr::V4(v4) => v4.ip().to_string(),
+        SocketAddr::V6(v6) => format!("[{}]", v6.ip()),
+    };
+    vec![bound, "127.0.0.1".into(), "localhost".into(), "[::1]".into()]
+}
+
+/// The name part of a `Host` header: "127.0.0.1:4044" -> "127.0.0.1", "[::1]:4044" -> "[::1]".
+fn host_name(host: &str) -> &str {
+    match host.rfind(':') {
+        Some(colon) if !host[colon..].contains(']') => &host[..colon],
+        _ => host,
+    }
 }
 
 /// The page's policy: its own scripts (the one inline boot script by hash) and WebAssembly,
@@ -152,7 +158,7 @@ async fn guard(
 ) -> Response {
     let host = request.headers().get(header::HOST).and_then(|v| v.to_str().ok());
     if let Some(own) = &app.own_hosts {
-        if !host.is_some_and(|host| own.iter().any(|o| o == host)) {
+        if !host.is_some_and(|host| own.iter().any(|o| o.eq_ignore_ascii_case(host_name(host)))) {
             let shown = host.unwrap_or("(none)");
             tracing::warn!("refused a request for Host {shown}");
             let reason = format!(
@@ -391,6 +397,18 @@ mod tests {
         let mut headers = HeaderMap::new();
         headers.insert(header::ORIGIN, HeaderValue::from_str(origin).unwrap());
         headers
+    }
+
+    #[test]
+    fn a_host_header_is_this_probe_only_by_its_loopback_names() {
+        let own = own_hosts("127.0.0.1:4044".parse().unwrap());
+        let allowed = |host: &str| own.iter().any(|o| o.eq_ignore_ascii_case(host_name(host)));
+        for host in ["127.0.0.1:4044", "127.0.0.1", "localhost:4044", "LOCALHOST", "[::1]:4044"] {
+            assert!(allowed(host), "{host}");
+        }
+        for host in ["evil.example", "evil.example:4044", "127.0.0.1.evil.example:4044", "[::2]"] {
+            assert!(!allowed(host), "{host}");
+        }
     }
 
     #[test]
