@@ -177,7 +177,8 @@ pub struct RunAnalysis {
     /// The one-way delay of the path (an emulated link's RTT / 2): bytes need it to cross, so a
     /// read held that long is not stalled.
     path_delay_ns: u64,
-    /// Events that named a request id beyond [`MAX_REQUESTS`]; they are not analysed.
+    /// Events that named a request id beyond [`MAX_REQUESTS`], more than [`MAX_REQUESTS_AHEAD`]
+    /// past the newest request held, or of a request already retired; they are not analysed.
     pub ignored_events: u64,
     /// Requests below this id were retired ([`RunAnalysis::retire`]); `requests[0]` is this one.
     base: u32,
@@ -199,6 +200,11 @@ struct Retired {
     last_done: Option<u64>,
     stalled_reads: u32,
 }
+
+/// How far past the newest request held an event's request id may be. The probe hands over a
+/// thread's events at least every 1,024 events, and the other side's trail by an exchange or
+/// so: a real run stays within a few thousand.
+pub const MAX_REQUESTS_AHEAD: usize = 16_384;
 
 /// Which of a request's times an event sets.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -348,8 +354,12 @@ impl RunAnalysis {
     }
 
     fn request_mut(&mut self, req: ReqId) -> Option<&mut RequestView> {
-        // Past the limit, or an event of a request already retired (it arrived very late).
-        if req.0 >= MAX_REQUESTS || req.0 < self.base {
+        // Past the limit, an event of a request already retired (it arrived very late), or one
+        // too far ahead of every request held (a broken or hostile file: a single event naming
+        // request 999,999 would otherwise make a million empty views).
+        let index = req.0.checked_sub(self.base).map(|index| index as usize);
+        let too_far = index.is_none_or(|index| index >= self.requests.len() + MAX_REQUESTS_AHEAD);
+        if req.0 >= MAX_REQUESTS || too_far {
             self.ignored_events += 1;
             return None;
         }
@@ -959,6 +969,27 @@ mod tests {
         assert!(SortedMultiset::new().percentile_with(&[], 50.0) == 0);
         assert_eq!(SortedMultiset::new().kth_with(&[4, 9], 1), Some(9));
         assert!(!SortedMultiset::new().remove(3));
+    }
+
+    /// Issue 11, defect 5: one event naming request 999,999 (594 bytes of file) made a million
+    /// empty request views, 112 MB, per run.
+    #[test]
+    fn a_request_id_far_ahead_of_the_others_is_ignored_not_allocated() {
+        let event = |req, kind| Event {
+            at_ns: 1,
+            side: Side::Client,
+            conn: ConnId(0),
+            req: ReqId(req),
+            kind,
+        };
+        let mut analysis = RunAnalysis::new();
+        analysis.push(&event(0, EventKind::RequestStart));
+        analysis.push(&event(999_999, EventKind::RequestStart));
+        assert_eq!(analysis.requests().len(), 1, "no views for the requests in between");
+        assert_eq!(analysis.ignored_events, 1);
+        // A run's own ids stay close together: the next ones are kept.
+        analysis.push(&event(1_000, EventKind::RequestStart));
+        assert_eq!(analysis.requests().len(), 1_001);
     }
 
     #[test]

@@ -31,6 +31,8 @@ pub fn show(path: &Path) -> Result<Ended, Failure> {
     // Every string of the file goes through this: a crafted one cannot command the terminal.
     let mut out = Printable(io::stdout().lock());
     let mut runs: Vec<(ackscope_shared::RunId, FileRun)> = Vec::new();
+    // Where each run is in `runs`: a file of many runs is read in one pass, not one per message.
+    let mut index: std::collections::HashMap<ackscope_shared::RunId, usize> = Default::default();
     for message in &file.messages {
         match message {
             ToBrowser::Hello(hello) => {
@@ -41,17 +43,20 @@ pub fn show(path: &Path) -> Result<Ended, Failure> {
                     hello.ackscope_version, h.os, h.kernel, h.congestion_control, h.tcp_rmem, h.tcp_wmem
                 );
             }
-            ToBrowser::RunStarted { run, spec, .. } => runs.push((
-                *run,
-                FileRun {
-                    scenario: spec.clone(),
-                    tally: Tally::new(spec),
-                    outcome: None,
-                    imported: matches!(spec, Scenario::Import(_)).then(Vec::new),
-                },
-            )),
+            ToBrowser::RunStarted { run, spec, .. } => {
+                index.insert(*run, runs.len());
+                runs.push((
+                    *run,
+                    FileRun {
+                        scenario: spec.clone(),
+                        tally: Tally::new(spec),
+                        outcome: None,
+                        imported: matches!(spec, Scenario::Import(_)).then(Vec::new),
+                    },
+                ));
+            }
             ToBrowser::Events { run, events } => {
-                if let Some((_, r)) = runs.iter_mut().find(|(id, _)| id == run) {
+                if let Some((_, r)) = index.get(run).map(|&i| &mut runs[i]) {
                     match &mut r.imported {
                         Some(all) => all.extend_from_slice(events),
                         None => r.tally.push(events),
@@ -59,7 +64,7 @@ pub fn show(path: &Path) -> Result<Ended, Failure> {
                 }
             }
             ToBrowser::RunFinished { run, outcome } => {
-                if let Some((_, r)) = runs.iter_mut().find(|(id, _)| id == run) {
+                if let Some((_, r)) = index.get(run).map(|&i| &mut runs[i]) {
                     r.outcome = Some(outcome.clone());
                 }
             }
