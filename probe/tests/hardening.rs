@@ -222,3 +222,123 @@ fn the_ui_refuses_other_hosts_and_sends_its_security_headers() {
     common::interrupt(ui.id());
     let _ = ui.wait();
 }
+
+/// `ackscope server ARGS` on a free port, its address, and its standard error.
+fn server_with(args: &[&str], limit_files: Option<u64>) -> (std::process::Child, String) {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_ackscope"));
+    command.args(["server", "--listen", "127.0.0.1:0"]).args(args);
+    command.stdout(Stdio::piped()).stderr(Stdio::piped());
+    if let Some(files) = limit_files {
+        // SAFETY: setrlimit in the child between fork and exec touches only the child.
+        unsafe {
+            command.pre_exec(move || {
+                let limit = libc::rlimit { rlim_cur: files, rlim_max: files };
+                if libc::setrlimit(libc::RLIMIT_NOFILE, &limit) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+    }
+    let mut child = command.spawn().unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.as_mut().unwrap()).read_line(&mut line).unwrap();
+    let addr = line.split_whitespace().find(|w| w.starts_with("127.0.0.1:")).expect(&line);
+    (child, addr.to_string())
+}
+
+/// Whether the server answers one request on `stream` within 5 s.
+fn answers(stream: &mut TcpStream) -> bool {
+    stream.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    if stream.write_all(&[0, 0, 0, 1, b'x']).is_err() {
+        return false;
+    }
+    let mut answer = [0u8; 5];
+    stream.read_exact(&mut answer).is_ok()
+}
+
+fn stop(mut child: std::process::Child) -> String {
+    common::interrupt(child.id());
+    let output = child.wait_with_output().unwrap();
+    text(&output.stderr)
+}
+
+/// Defect 1: one thread per connection with no limit: ~370 hostile connections would take
+/// 24 GB. Past `--max-connections` a connection is closed at once, and the log says why.
+#[test]
+fn connections_past_the_cap_are_closed_and_the_others_served() {
+    let (child, addr) = server_with(&["--max-connections", "5"], None);
+    let mut served: Vec<TcpStream> = (0..5).map(|_| TcpStream::connect(&addr).unwrap()).collect();
+    assert!(served.iter_mut().all(answers), "the first five are served");
+    let mut extra = TcpStream::connect(&addr).unwrap();
+    assert!(!answers(&mut extra), "the sixth is closed");
+    assert!(answers(&mut served[0]), "and the others still are");
+    drop(served);
+    std::thread::sleep(Duration::from_millis(300));
+    let mut later = TcpStream::connect(&addr).unwrap();
+    assert!(answers(&mut later), "a place freed is served again");
+    let log = stop(child);
+    assert!(log.contains("--max-connections 5"), "{log}");
+}
+
+/// Defect 1: no idle timeout: a client that connects and goes quiet holds a thread for ever.
+#[test]
+fn an_idle_connection_is_closed_after_the_idle_timeout() {
+    let (child, addr) = server_with(&["--idle-timeout", "1"], None);
+    let mut idle = TcpStream::connect(&addr).unwrap();
+    assert!(answers(&mut idle));
+    let quiet = Instant::now();
+    let mut rest = Vec::new();
+    let closed = idle.read_to_end(&mut rest);
+    let after = quiet.elapsed();
+    assert!(closed.is_ok() && rest.is_empty(), "closed by the server: {closed:?}");
+    assert!(after >= Duration::from_millis(900) && after < Duration::from_secs(4), "{after:?}");
+    let log = stop(child);
+    assert!(log.is_empty() || !log.contains("error"), "{log}");
+}
+
+/// Defect 1: an `accept()` error (EMFILE: out of descriptors) made the accept loop spin.
+#[test]
+fn running_out_of_descriptors_does_not_spin_the_server() {
+    let (child, addr) = server_with(&[], Some(40));
+    // More connections than the server has descriptors for: its accepts fail with EMFILE.
+    let held: Vec<TcpStream> = (0..60).filter_map(|_| TcpStream::connect(&addr).ok()).collect();
+    std::thread::sleep(Duration::from_millis(300));
+    let cpu_ticks = |pid: u32| -> u64 {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+        let fields: Vec<&str> = stat.rsplit_once(')').unwrap().1.split_whitespace().collect();
+        fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap()
+    };
+    let before = cpu_ticks(child.id());
+    std::thread::sleep(Duration::from_secs(1));
+    let used = cpu_ticks(child.id()) - before;
+    eprintln!("{} connections held; the server used {used} ticks in 1 s", held.len());
+    // A spinning accept loop uses the whole second (100 ticks); waiting, almost none.
+    assert!(used < 20, "{used} ticks of CPU in 1 s");
+    drop(held);
+    let log = stop(child);
+    assert!(log.contains("accept failed"), "{log}");
+}
+
+/// Faults: 1,000 concurrent connections to `ackscope server` are all served, in bounded memory.
+#[test]
+fn a_thousand_concurrent_connections_are_served_in_bounded_memory() {
+    let file = temp("thousand.ackscope");
+    let (child, addr) = server_with(&["-o", s(&file)], None);
+    let mut clients: Vec<TcpStream> =
+        (0..1000).map(|_| TcpStream::connect(&addr).unwrap()).collect();
+    let served = clients.iter_mut().map(answers).filter(|&ok| ok).count();
+    let status = std::fs::read_to_string(format!("/proc/{}/status", child.id())).unwrap();
+    let rss_kb: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .unwrap();
+    eprintln!("{served} of 1000 served; server RSS {} MB", rss_kb / 1024);
+    assert_eq!(served, 1000);
+    assert!(rss_kb < 200 * 1024, "{rss_kb} kB");
+    drop(clients);
+    stop(child);
+    let shown = ackscope(&["show", s(&file)]);
+    assert!(text(&shown.stdout).contains("requests       1000 in"), "{}", text(&shown.stdout));
+}

@@ -14,7 +14,7 @@ use ackscope_shared::{RrSpec, RunId, Scenario, Side};
 use super::knobs::{self, BulkKnobs, CommonKnobs, RrKnobs};
 use super::run::Tally;
 use super::{Ended, Failure};
-use crate::net::echo::{EchoConfig, EchoServer, Tagging};
+use crate::net::echo::{EchoConfig, EchoServer, Tagging, DEFAULT_MAX_CONNECTIONS};
 use crate::net::options::SideOptions;
 use crate::net::record::Clock;
 use crate::record::SessionWriter;
@@ -34,6 +34,12 @@ pub struct ServerArgs {
     /// On Ctrl-C, print the summary as one JSON object instead of the table (docs/CLI.md)
     #[arg(long)]
     json: bool,
+    /// Connections served at once; another is closed as soon as it comes, with a log line
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_MAX_CONNECTIONS)]
+    max_connections: usize,
+    /// Close a connection that sends nothing for this many seconds (0: never)
+    #[arg(long, value_name = "SECONDS", default_value_t = 300)]
+    idle_timeout: u64,
     #[command(flatten)]
     rr: RrKnobs,
     #[command(flatten)]
@@ -70,6 +76,8 @@ pub fn run(args: &ServerArgs) -> Result<Ended, Failure> {
         response_bytes: spec.response_bytes,
         think: Duration::from_micros(u64::from(spec.think_us)),
         instruments,
+        max_connections: args.max_connections,
+        idle_timeout: (args.idle_timeout > 0).then(|| Duration::from_secs(args.idle_timeout)),
     };
     let (sink, batches) = sync_channel(1024);
     let server =

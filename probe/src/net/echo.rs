@@ -33,7 +33,19 @@ pub struct EchoConfig {
     pub think: Duration,
     /// TCP_INFO at syscalls and while blocked, for recorded connections.
     pub instruments: Instruments,
+    /// Connections served at once; one more is closed as soon as it is accepted, with a log
+    /// line. Each connection has a thread of its own.
+    pub max_connections: usize,
+    /// A connection that sends nothing for this long is closed (a standalone server's idle
+    /// clients); `None`: never (a run's own client).
+    pub idle_timeout: Option<Duration>,
 }
+
+/// Connections a standalone server serves at once unless told otherwise.
+pub const DEFAULT_MAX_CONNECTIONS: usize = 1024;
+/// A run's own server: its client opens at most `spec.connections` at a time, and a few more
+/// when it reconnects; this only guards against a stray flood.
+pub const RUN_MAX_CONNECTIONS: usize = 4096;
 
 /// Which connections are recorded, and how their requests are numbered.
 pub enum Tagging {
@@ -144,6 +156,7 @@ struct Accept {
 
 impl Accept {
     fn run(self, listener: TcpListener) {
+        let mut backoff = AcceptBackoff::default();
         loop {
             let accepted = listener.accept();
             let accepted_ns = self.clock.now_ns();
@@ -151,12 +164,32 @@ impl Accept {
                 return;
             }
             let (stream, peer) = match accepted {
-                Ok(pair) => pair,
+                Ok(pair) => {
+                    backoff.succeeded();
+                    pair
+                }
                 Err(e) => {
-                    tracing::warn!("echo server accept: {e}");
+                    // Out of descriptors (EMFILE) or memory: retrying at once would spin. Wait,
+                    // longer each time, until an accept succeeds again.
+                    backoff.failed(&e);
                     continue;
                 }
             };
+            let open = self.open_connections();
+            if open >= self.config.max_connections {
+                tracing::warn!(
+                    "echo server closed the connection from {peer} at once: {open} connections \
+                     are open, the most it serves (--max-connections {})",
+                    self.config.max_connections
+                );
+                drop(stream);
+                continue;
+            }
+            if let Some(idle) = self.config.idle_timeout {
+                if let Err(e) = stream.set_read_timeout(Some(idle)) {
+                    tracing::warn!("echo server: no idle timeout for {peer}: {e}");
+                }
+            }
             let tag = match &*self.tagging {
                 Tagging::Run(peers) => peers.take(peer.port()),
                 Tagging::Standalone { next_conn, .. } => {
@@ -187,6 +220,11 @@ impl Accept {
                 Err(e) => tracing::warn!("echo server could not start a connection thread: {e}"),
             }
         }
+    }
+
+    /// Connections whose threads are still running.
+    fn open_connections(&self) -> usize {
+        lock(&self.connections).iter().filter(|(_, handle)| !handle.is_finished()).count()
     }
 
     fn keep(&self, stream: TcpStream, handle: JoinHandle<()>) {
@@ -240,6 +278,15 @@ impl Connection<'_> {
             let len = match end.read_prefix(req, &mut inbox, true) {
                 Ok(Some(len)) => len,
                 Ok(None) => break Ok(()),
+                Err(e) if is_timeout(&e) => {
+                    let idle = config.idle_timeout.unwrap_or_default();
+                    tracing::info!(
+                        "echo server closed the connection from {peer}: nothing came for {} s \
+                         (--idle-timeout)",
+                        idle.as_secs()
+                    );
+                    break Ok(());
+                }
                 Err(e) => break Err(context(e, format!("echo server read from {peer}"))),
             };
             req = self.request_id(index);
@@ -291,6 +338,40 @@ impl Connection<'_> {
     }
 }
 
+/// A read that gave up at the socket's timeout.
+fn is_timeout(e: &io::Error) -> bool {
+    matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut)
+}
+
+/// Waits between failed `accept()`s: 10 ms, doubling to 1 s, back to none after a success. The
+/// first failure of a run of them is logged, then every hundredth.
+#[derive(Default)]
+struct AcceptBackoff {
+    failures: u32,
+}
+
+impl AcceptBackoff {
+    fn failed(&mut self, error: &io::Error) {
+        if self.failures % 100 == 0 {
+            tracing::warn!(
+                "echo server accept failed ({error}); waiting before the next one{}",
+                if self.failures > 0 {
+                    format!(" ({} failures so far)", self.failures)
+                } else {
+                    String::new()
+                }
+            );
+        }
+        let wait_ms = (10u64 << self.failures.min(7)).min(1000);
+        self.failures = self.failures.saturating_add(1);
+        thread::sleep(Duration::from_millis(wait_ms));
+    }
+
+    fn succeeded(&mut self) {
+        self.failures = 0;
+    }
+}
+
 fn eof_in_body(peer: SocketAddr, len: u32) -> io::Error {
     io::Error::new(
         io::ErrorKind::UnexpectedEof,
@@ -315,6 +396,8 @@ mod tests {
             response_bytes: None,
             think: Duration::ZERO,
             instruments: Instruments::default(),
+            max_connections: DEFAULT_MAX_CONNECTIONS,
+            idle_timeout: None,
         }
     }
 

@@ -14,7 +14,7 @@ use super::{open_capture, outcome, Collector, RunNotes};
 use crate::capture::{Capture, CaptureReport};
 use crate::emulate::{Link, Placement};
 use crate::net::client::{self, Shared};
-use crate::net::echo::{EchoConfig, EchoServer, Tagging};
+use crate::net::echo::{EchoConfig, EchoServer, Tagging, RUN_MAX_CONNECTIONS};
 use crate::net::options::SideOptions;
 use crate::net::peers::Peers;
 
@@ -39,6 +39,8 @@ pub fn run(
         response_bytes: spec.response_bytes,
         think: Duration::from_micros(u64::from(spec.think_us)),
         instruments,
+        max_connections: RUN_MAX_CONNECTIONS,
+        idle_timeout: None,
     };
     let link_capture = (instruments.capture && instruments.events).then(|| Arc::clone(&peers));
     let link = spec.link.map(|link| {
