@@ -257,7 +257,7 @@ fn answers(stream: &mut TcpStream) -> bool {
     stream.read_exact(&mut answer).is_ok()
 }
 
-fn stop(mut child: std::process::Child) -> String {
+fn stop(child: std::process::Child) -> String {
     common::interrupt(child.id());
     let output = child.wait_with_output().unwrap();
     text(&output.stderr)
