@@ -342,3 +342,65 @@ fn a_thousand_concurrent_connections_are_served_in_bounded_memory() {
     let shown = ackscope(&["show", s(&file)]);
     assert!(text(&shown.stdout).contains("requests       1000 in"), "{}", text(&shown.stdout));
 }
+
+/// Sends `message` to the probe's WebSocket on `addr` as its own page would (a raw client: the
+/// handshake, then one masked binary frame). Returns the connection, held open like a tab.
+fn start_from_a_page(addr: &str, message: &ackscope_shared::wire::ToProbe) -> TcpStream {
+    let mut stream = TcpStream::connect(addr).unwrap();
+    write!(
+        stream,
+        "GET /ws HTTP/1.1\r\nHost: {addr}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
+         Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\
+         Origin: http://{addr}\r\n\r\n"
+    )
+    .unwrap();
+    let mut head = Vec::new();
+    let mut byte = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        stream.read_exact(&mut byte).unwrap();
+        head.push(byte[0]);
+    }
+    assert!(text(&head).contains("101"), "{}", text(&head));
+    let payload = ackscope_shared::wire::encode(message);
+    let mask = [7u8, 1, 2, 3];
+    let mut frame = vec![0x82u8];
+    assert!(payload.len() < 126, "a short frame");
+    frame.push(0x80 | payload.len() as u8);
+    frame.extend_from_slice(&mask);
+    frame.extend(payload.iter().enumerate().map(|(i, b)| b ^ mask[i % 4]));
+    stream.write_all(&frame).unwrap();
+    stream
+}
+
+/// Defect 4: Ctrl-C on the UI server did not exit while a browser run was going, even twice.
+#[test]
+fn ctrl_c_ends_the_ui_server_during_a_browser_run() {
+    use ackscope_shared::wire::ToProbe;
+    use ackscope_shared::{BulkSpec, Scenario};
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let mut ui = Command::new(env!("CARGO_BIN_EXE_ackscope"))
+        .args(["--port", &port.to_string()])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(ui.stdout.as_mut().unwrap()).read_line(&mut line).unwrap();
+    let url = line.split_whitespace().find(|w| w.starts_with("http://")).expect(&line);
+    let addr = url.trim_start_matches("http://").trim_end_matches('/').to_string();
+    // A minute-long bulk run, started as the page starts one.
+    let spec = Scenario::Bulk(BulkSpec {
+        bytes: 8 << 30,
+        duration_ms: Some(60_000),
+        ..BulkSpec::default()
+    });
+    let _page = start_from_a_page(&addr, &ToProbe::StartRun { spec });
+    std::thread::sleep(Duration::from_millis(800));
+    let asked = Instant::now();
+    common::interrupt(ui.id());
+    while ui.try_wait().unwrap().is_none() {
+        assert!(asked.elapsed() < Duration::from_secs(3), "still serving 3 s after Ctrl-C");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    eprintln!("the UI server ended {:?} after Ctrl-C, a run going", asked.elapsed());
+}

@@ -56,12 +56,15 @@ pub fn run(listener: std::net::TcpListener, room: Option<Arc<Room>>) -> Result<(
         .enable_all()
         .build()
         .map_err(|e| format!("starting the async runtime: {e}"))?;
-    runtime.block_on(async {
+    let served = runtime.block_on(async {
         listener.set_nonblocking(true).map_err(|e| format!("listener on {addr}: {e}"))?;
         let listener = tokio::net::TcpListener::from_std(listener)
             .map_err(|e| format!("listener on {addr}: {e}"))?;
         serve(listener, Session::new(), room).await.map_err(|e| format!("serving on {addr}: {e}"))
-    })
+    });
+    // A run's blocking thread ends within its current step: wait that long, not for ever.
+    runtime.shutdown_timeout(std::time::Duration::from_secs(1));
+    served
 }
 
 async fn serve(
@@ -87,6 +90,18 @@ async fn serve(
     axum::serve(listener, router)
         .with_graceful_shutdown(async {
             let _ = tokio::signal::ctrl_c().await;
+            // Runs stop and keep what they recorded; open pages would hold a graceful shutdown
+            // for ever, so the process ends 2 s from now whatever is left, and at once on a
+            // second Ctrl-C.
+            STOP_RUNS.store(true, std::sync::atomic::Ordering::Relaxed);
+            eprintln!("ackscope: stopping (Ctrl-C again to stop at once)");
+            tokio::spawn(async {
+                tokio::select! {
+                    _ = tokio::signal::ctrl_c() => {}
+                    _ = tokio::time::sleep(std::time::Duration::from_secs(2)) => {}
+                }
+                std::process::exit(130);
+            });
         })
         .await
 }
@@ -339,35 +354,135 @@ async fn send(socket: &mut WebSocket, message: &ToBrowser) -> Result<(), axum::E
     socket.send(Message::Binary(wire::encode(message).into())).await
 }
 
-/// Starts a run on a blocking thread; its events reach every tab through the session.
-pub fn start_run(session: &Arc<Session>, spec: Scenario) -> Result<(), String> {
-    spec.validate().map_err(|e| e.to_string())?;
-    match &spec {
-        Scenario::Rr(rr) if rr.requests > MAX_BROWSER_REQUESTS => {
-            return Err(format!(
-                "requests: runs started from the browser make at most {MAX_BROWSER_REQUESTS}; use \
-                 the command line (ackscope run rr) for longer runs"
+/// Set by Ctrl-C: every browser-started run stops after its current step, keeping what it
+/// recorded.
+static STOP_RUNS: AtomicBool = AtomicBool::new(false);
+
+/// Limits of a run started from the browser, each named in its refusal or its outcome. The
+/// command line has none of these: there the user chose the run, and its file streams to disk.
+pub mod limits {
+    use std::time::Duration;
+    /// Events a browser run keeps in memory (every tab, late ones too, gets them all): about
+    /// 160 MB. A run that reaches it stops, keeping them.
+    pub const MAX_EVENTS: u64 = 5_000_000;
+    /// Bytes a browser run may move: requests x (request + answer) x connections, or a bulk
+    /// transfer's bytes.
+    pub const MAX_BYTES: u64 = 16 << 30;
+    /// Smallest read buffer of a browser bulk run: a 1-byte buffer makes two events per byte.
+    pub const MIN_APP_BUFFER_BYTES: u32 = 1024;
+    /// How long a browser run may last.
+    pub const MAX_DURATION: Duration = Duration::from_secs(600);
+}
+
+/// Why `spec` is refused as a browser run, naming the limit; `None` if it is within them all.
+fn beyond_browser_limits(spec: &Scenario) -> Option<String> {
+    let cli = "use the command line (ackscope run) for larger runs";
+    match spec {
+        Scenario::Rr(rr) if rr.requests > MAX_BROWSER_REQUESTS => Some(format!(
+            "requests: runs started from the browser make at most {MAX_BROWSER_REQUESTS}; {cli}"
+        )),
+        Scenario::Rr(rr) => {
+            let per_request = u64::from(rr.size_bytes) + u64::from(rr.response_size());
+            let bytes = u64::from(rr.requests) * per_request;
+            (bytes > limits::MAX_BYTES).then(|| {
+                format!(
+                    "requests x (size + response size) is {bytes} bytes; runs started from the \
+                     browser move at most {} ({} GiB); {cli}",
+                    limits::MAX_BYTES,
+                    limits::MAX_BYTES >> 30
+                )
+            })
+        }
+        Scenario::Bulk(bulk) if bulk.bytes > limits::MAX_BYTES => Some(format!(
+            "bytes: runs started from the browser move at most {} ({} GiB); {cli}",
+            limits::MAX_BYTES,
+            limits::MAX_BYTES >> 30
+        )),
+        Scenario::Bulk(bulk) if bulk.app_buffer_bytes < limits::MIN_APP_BUFFER_BYTES => {
+            Some(format!(
+                "app buffer: runs started from the browser read at least {} bytes at a time \
+                 (each read is two events); {cli}",
+                limits::MIN_APP_BUFFER_BYTES
             ))
         }
-        Scenario::Server(_) | Scenario::Import(_) => {
-            return Err("the browser starts rr and bulk runs; run `ackscope server` for a \
-                        standalone echo server"
-                .into())
-        }
-        _ => {}
+        Scenario::Server(_) | Scenario::Import(_) => Some(
+            "the browser starts rr and bulk runs; run `ackscope server` for a standalone echo \
+             server"
+                .into(),
+        ),
+        _ => None,
+    }
+}
+
+/// Starts a run on a blocking thread; its events reach every tab through the session. It stops
+/// early, keeping what it recorded, at Ctrl-C, at [`limits::MAX_EVENTS`] events or after
+/// [`limits::MAX_DURATION`], and its outcome says which.
+pub fn start_run(session: &Arc<Session>, spec: Scenario) -> Result<(), String> {
+    spec.validate().map_err(|e| e.to_string())?;
+    if let Some(refusal) = beyond_browser_limits(&spec) {
+        return Err(refusal);
     }
     let instruments = Instruments::default();
     let run = session.begin_run(spec.clone(), instruments)?;
     let session = Arc::clone(session);
-    // Runs from the browser end by themselves; nothing stops them early.
-    static NEVER: AtomicBool = AtomicBool::new(false);
     tokio::task::spawn_blocking(move || {
-        let outcome =
-            scenario::run(&spec, instruments, &NEVER, |events| session.append(run, events))
-                .unwrap_or_else(|e| wire::RunOutcome::Failed { error: e.to_string() });
+        let stop = Arc::new(AtomicBool::new(false));
+        let ended = Arc::new(AtomicBool::new(false));
+        let watchdog = {
+            let (stop, ended) = (Arc::clone(&stop), Arc::clone(&ended));
+            std::thread::spawn(move || watch_browser_run(&stop, &ended))
+        };
+        let mut events = 0u64;
+        let mut too_many = false;
+        let outcome = scenario::run(&spec, instruments, &stop, |batch| {
+            events += batch.len() as u64;
+            if events >= limits::MAX_EVENTS && !too_many {
+                too_many = true;
+                stop.store(true, std::sync::atomic::Ordering::Relaxed);
+            }
+            session.append(run, batch)
+        })
+        .unwrap_or_else(|e| wire::RunOutcome::Failed { error: e.to_string() });
+        ended.store(true, std::sync::atomic::Ordering::Relaxed);
+        let timed_out = watchdog.join().unwrap_or(false);
+        let outcome = match outcome {
+            wire::RunOutcome::Interrupted if too_many => wire::RunOutcome::Failed {
+                error: format!(
+                    "stopped at {} events, the most a run started from the browser keeps; what \
+                     it recorded is kept (the command line streams longer runs to a file)",
+                    limits::MAX_EVENTS
+                ),
+            },
+            wire::RunOutcome::Interrupted if timed_out => wire::RunOutcome::Failed {
+                error: format!(
+                    "stopped after {} s, the longest a run started from the browser lasts; what \
+                     it recorded is kept",
+                    limits::MAX_DURATION.as_secs()
+                ),
+            },
+            other => other,
+        };
         session.finish(run, outcome);
     });
     Ok(())
+}
+
+/// Until `ended`: stops the run at Ctrl-C, or at [`limits::MAX_DURATION`] (returns true then).
+fn watch_browser_run(stop: &AtomicBool, ended: &AtomicBool) -> bool {
+    use std::sync::atomic::Ordering;
+    let started = std::time::Instant::now();
+    while !ended.load(Ordering::Relaxed) {
+        if STOP_RUNS.load(Ordering::Relaxed) {
+            stop.store(true, Ordering::Relaxed);
+            return false;
+        }
+        if started.elapsed() >= limits::MAX_DURATION {
+            stop.store(true, Ordering::Relaxed);
+            return true;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    false
 }
 
 async fn static_file(uri: Uri) -> Response {
@@ -397,6 +512,22 @@ mod tests {
         let mut headers = HeaderMap::new();
         headers.insert(header::ORIGIN, HeaderValue::from_str(origin).unwrap());
         headers
+    }
+
+    #[test]
+    fn browser_runs_beyond_a_limit_are_refused_by_name() {
+        use ackscope_shared::{BulkSpec, RrSpec};
+        assert_eq!(beyond_browser_limits(&Scenario::Rr(RrSpec::default())), None);
+        assert_eq!(beyond_browser_limits(&Scenario::Bulk(BulkSpec::default())), None);
+        let huge = Scenario::Bulk(BulkSpec { bytes: 1 << 40, ..BulkSpec::default() });
+        let refused = beyond_browser_limits(&huge).unwrap();
+        assert!(refused.starts_with("bytes:") && refused.contains("16 GiB"), "{refused}");
+        let tiny = Scenario::Bulk(BulkSpec { app_buffer_bytes: 1, ..BulkSpec::default() });
+        assert!(beyond_browser_limits(&tiny).unwrap().starts_with("app buffer:"));
+        let many =
+            Scenario::Rr(RrSpec { requests: 100_000, size_bytes: 64 << 20, ..RrSpec::default() });
+        let refused = beyond_browser_limits(&many).unwrap();
+        assert!(refused.contains("requests x (size + response size)"), "{refused}");
     }
 
     #[test]
