@@ -404,3 +404,24 @@ fn ctrl_c_ends_the_ui_server_during_a_browser_run() {
     }
     eprintln!("the UI server ended {:?} after Ctrl-C, a run going", asked.elapsed());
 }
+
+/// Defect 3: 500 idle connections grew the file by about 1 MB/s (TCP_INFO every millisecond
+/// of every idle connection's wait for its next request). A wait between requests is not
+/// sampled now.
+#[test]
+fn idle_connections_do_not_grow_the_file() {
+    let file = temp("idle-growth.ackscope");
+    let (child, addr) = server_with(&["-o", s(&file)], None);
+    let mut idle: Vec<TcpStream> = (0..300).map(|_| TcpStream::connect(&addr).unwrap()).collect();
+    // Each has made one request, then waits: now between requests.
+    assert!(idle.iter_mut().map(answers).all(|ok| ok));
+    std::thread::sleep(Duration::from_millis(500));
+    let before = std::fs::metadata(&file).unwrap().len();
+    std::thread::sleep(Duration::from_secs(2));
+    let grew = std::fs::metadata(&file).unwrap().len() - before;
+    eprintln!("300 idle connections: the file grew {grew} bytes in 2 s");
+    // At 1 ms samples it would be over 1 MB; a few boundary samples are all that may come.
+    assert!(grew < 64 << 10, "{grew} bytes in 2 s");
+    drop(idle);
+    stop(child);
+}
