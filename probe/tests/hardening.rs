@@ -361,6 +361,12 @@ fn start_from_a_page(addr: &str, message: &ackscope_shared::wire::ToProbe) -> Tc
         head.push(byte[0]);
     }
     assert!(text(&head).contains("101"), "{}", text(&head));
+    send_frame(&mut stream, message);
+    stream
+}
+
+/// One masked binary frame, as a browser sends it.
+fn send_frame(stream: &mut TcpStream, message: &ackscope_shared::wire::ToProbe) {
     let payload = ackscope_shared::wire::encode(message);
     let mask = [7u8, 1, 2, 3];
     let mut frame = vec![0x82u8];
@@ -369,7 +375,33 @@ fn start_from_a_page(addr: &str, message: &ackscope_shared::wire::ToProbe) -> Tc
     frame.extend_from_slice(&mask);
     frame.extend(payload.iter().enumerate().map(|(i, b)| b ^ mask[i % 4]));
     stream.write_all(&frame).unwrap();
-    stream
+}
+
+/// The next message the probe sends on `stream` (unmasked frames), skipping other opcodes.
+fn next_message(stream: &mut TcpStream) -> ackscope_shared::wire::ToBrowser {
+    loop {
+        let mut head = [0u8; 2];
+        stream.read_exact(&mut head).unwrap();
+        let len = match head[1] & 0x7f {
+            126 => {
+                let mut len = [0u8; 2];
+                stream.read_exact(&mut len).unwrap();
+                u64::from(u16::from_be_bytes(len))
+            }
+            127 => {
+                let mut len = [0u8; 8];
+                stream.read_exact(&mut len).unwrap();
+                u64::from_be_bytes(len)
+            }
+            len => u64::from(len),
+        };
+        assert!(len < 64 << 20, "a frame of {len} bytes");
+        let mut payload = vec![0u8; len as usize];
+        stream.read_exact(&mut payload).unwrap();
+        if head[0] & 0x0f == 2 {
+            return ackscope_shared::wire::decode(&payload).unwrap();
+        }
+    }
 }
 
 /// Defect 4: Ctrl-C on the UI server did not exit while a browser run was going, even twice.
@@ -414,7 +446,7 @@ fn idle_connections_do_not_grow_the_file() {
     let (child, addr) = server_with(&["-o", s(&file)], None);
     let mut idle: Vec<TcpStream> = (0..300).map(|_| TcpStream::connect(&addr).unwrap()).collect();
     // Each has made one request, then waits: now between requests.
-    assert!(idle.iter_mut().map(answers).all(|ok| ok));
+    assert!(idle.iter_mut().all(answers));
     std::thread::sleep(Duration::from_millis(500));
     let before = std::fs::metadata(&file).unwrap().len();
     std::thread::sleep(Duration::from_secs(2));
@@ -424,4 +456,47 @@ fn idle_connections_do_not_grow_the_file() {
     assert!(grew < 64 << 10, "{grew} bytes in 2 s");
     drop(idle);
     stop(child);
+}
+
+/// Defect 4: browser runs had no Stop. The page's Stop ends the run after its current step; the
+/// run is marked interrupted and keeps what it recorded.
+#[test]
+fn stop_from_a_page_ends_the_run_and_keeps_its_events() {
+    use ackscope_shared::wire::{RunOutcome, ToBrowser, ToProbe};
+    use ackscope_shared::{BulkSpec, Scenario};
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let mut ui = Command::new(env!("CARGO_BIN_EXE_ackscope"))
+        .args(["--port", &port.to_string()])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(ui.stdout.as_mut().unwrap()).read_line(&mut line).unwrap();
+    let url = line.split_whitespace().find(|w| w.starts_with("http://")).expect(&line);
+    let addr = url.trim_start_matches("http://").trim_end_matches('/').to_string();
+    let spec = Scenario::Bulk(BulkSpec {
+        bytes: 8 << 30,
+        duration_ms: Some(60_000),
+        ..BulkSpec::default()
+    });
+    let mut page = start_from_a_page(&addr, &ToProbe::StartRun { spec });
+    page.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    std::thread::sleep(Duration::from_millis(700));
+    let asked = Instant::now();
+    send_frame(&mut page, &ToProbe::StopRun);
+    let mut events = 0;
+    let outcome = loop {
+        match next_message(&mut page) {
+            ToBrowser::Events { events: batch, .. } => events += batch.len(),
+            ToBrowser::RunFinished { outcome, .. } => break outcome,
+            _ => {}
+        }
+    };
+    eprintln!("stopped {:?} after Stop, {events} events kept", asked.elapsed());
+    assert_eq!(outcome, RunOutcome::Interrupted);
+    assert!(asked.elapsed() < Duration::from_secs(5), "{:?}", asked.elapsed());
+    assert!(events > 100, "what the run recorded reached the page: {events} events");
+    common::interrupt(ui.id());
+    let _ = ui.wait();
 }

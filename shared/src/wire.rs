@@ -18,7 +18,7 @@ use crate::spec::Scenario;
 
 /// Bumped whenever the encoding changes (docs/FORMAT.md, "Versions"). Version 2 appended the
 /// `Overview` and `Trailer` messages of a file's end and the class's messages; version 3 the
-/// `RunDelay` event kind.
+/// `RunDelay` event kind and `ToProbe::StopRun`.
 pub const PROTOCOL_VERSION: u16 = 3;
 
 /// The oldest version this build still reads: every version since only appended messages, so
@@ -209,6 +209,9 @@ pub enum ToProbe {
     },
     /// In a class, from the presenter's page: where it is now.
     ClassState(ClassState),
+    /// Stop the run that is going (the page's Stop button): it ends after its current step,
+    /// keeping what it recorded, as interrupted (version 3).
+    StopRun,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]

@@ -30,6 +30,8 @@ const MAX_COUNT: u32 = 1_000_000;
 const RR_TARGET: f64 = 0.9;
 const RECORDING_TARGET: f64 = 0.9;
 const PEAK_RSS_TARGET_MB: f64 = 200.0;
+/// `show` and `export --json` of the run's file (issue 11).
+const READ_BACK_TARGET_MB: f64 = 200.0;
 const FILE_BYTES_PER_EVENT_TARGET: f64 = 24.0;
 
 pub fn run(args: &[String]) -> Result<(), String> {
@@ -521,9 +523,14 @@ fn memory(count: u32) -> Result<(), String> {
     let dir = std::env::temp_dir().join(format!("ackscope-bench-{}", std::process::id()));
     fs::create_dir_all(&dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
     let file = dir.join("memory.session");
-    let measured = measure_memory(count, &file);
+    let measured = measure_memory(count, &file).and_then(|run| {
+        // Reading it back: `show` and `export --json` stream the file, one message at a time.
+        let show = peak_rss_kb_of(&["show"], &file)?;
+        let export = peak_rss_kb_of(&["export", "--json"], &file)?;
+        Ok((run, show, export))
+    });
     let _ = fs::remove_dir_all(&dir);
-    let (json, peak_rss_kb, file_bytes) = measured?;
+    let ((json, peak_rss_kb, file_bytes), show_kb, export_kb) = measured?;
     steps.done("done");
 
     let requests = json::number(&json, "requests")?;
@@ -545,6 +552,12 @@ fn memory(count: u32) -> Result<(), String> {
         "  peak RSS < {PEAK_RSS_TARGET_MB} MB:{}",
         met_or_missed(peak_rss_mb < PEAK_RSS_TARGET_MB)
     );
+    let (show_mb, export_mb) = (show_kb / 1024.0, export_kb / 1024.0);
+    println!("memory show_peak_rss_mb={show_mb:.1} export_json_peak_rss_mb={export_mb:.1}");
+    println!(
+        "  show and export --json of the file under {READ_BACK_TARGET_MB} MB:{}",
+        met_or_missed(show_mb < READ_BACK_TARGET_MB && export_mb < READ_BACK_TARGET_MB)
+    );
     match events {
         Some(events) => println!(
             "  file bytes per event <= {FILE_BYTES_PER_EVENT_TARGET}:{}",
@@ -563,6 +576,25 @@ pub(crate) fn met_or_missed(met: bool) -> &'static str {
     }
 }
 
+/// The peak RSS in KiB of `ackscope ARGS... FILE` (the file goes after the first argument), its
+/// standard output thrown away.
+fn peak_rss_kb_of(args: &[&str], file: &Path) -> Result<f64, String> {
+    let mut command = Command::new("/usr/bin/time");
+    command.arg("-v").arg(setup::probe_binary()).arg(args[0]).arg(file).args(&args[1..]);
+    command.stdout(Stdio::null());
+    let output = checked_output(&mut command)?;
+    peak_rss_kb(&String::from_utf8_lossy(&output.stderr))
+}
+
+fn peak_rss_kb(report: &str) -> Result<f64, String> {
+    let label = "Maximum resident set size (kbytes):";
+    report
+        .lines()
+        .find_map(|line| line.trim().strip_prefix(label))
+        .and_then(|value| value.trim().parse::<f64>().ok())
+        .ok_or_else(|| format!("/usr/bin/time -v printed no `{label}`:\n{report}"))
+}
+
 /// ackscope's JSON, its peak RSS in KiB and the size of its session file.
 fn measure_memory(count: u32, file: &Path) -> Result<(serde_json::Value, f64, u64), String> {
     let mut command = Command::new("/usr/bin/time");
@@ -571,13 +603,7 @@ fn measure_memory(count: u32, file: &Path) -> Result<(serde_json::Value, f64, u6
     command.arg("-o").arg(file).arg("--json");
     let output = checked_output(&mut command)?;
     let json = json::summary(&output)?;
-    let report = String::from_utf8_lossy(&output.stderr);
-    let label = "Maximum resident set size (kbytes):";
-    let peak_rss_kb = report
-        .lines()
-        .find_map(|line| line.trim().strip_prefix(label))
-        .and_then(|value| value.trim().parse::<f64>().ok())
-        .ok_or_else(|| format!("/usr/bin/time -v printed no `{label}`:\n{report}"))?;
+    let peak_rss_kb = peak_rss_kb(&String::from_utf8_lossy(&output.stderr))?;
     let file_bytes = fs::metadata(file)
         .map_err(|e| format!("ackscope wrote no session file {}: {e}", file.display()))?
         .len();

@@ -27,14 +27,23 @@ struct FileRun {
 }
 
 pub fn show(path: &Path) -> Result<Ended, Failure> {
-    let file = record::read(path)?;
+    // One message in memory at a time; each run's analysis retires what it has summarized.
+    let mut reader = record::SessionReader::open(path)?;
+    let mut file_error = None;
     // Every string of the file goes through this: a crafted one cannot command the terminal.
     let mut out = Printable(io::stdout().lock());
     let mut runs: Vec<(ackscope_shared::RunId, FileRun)> = Vec::new();
     // Where each run is in `runs`: a file of many runs is read in one pass, not one per message.
     let mut index: std::collections::HashMap<ackscope_shared::RunId, usize> = Default::default();
-    for message in &file.messages {
-        match message {
+    while let Some(next) = reader.next_message() {
+        let message = match next {
+            Ok(message) => message,
+            Err(e) => {
+                file_error = Some(e);
+                break;
+            }
+        };
+        match &message {
             ToBrowser::Hello(hello) => {
                 let h = &hello.host;
                 let _ = writeln!(
@@ -98,7 +107,7 @@ pub fn show(path: &Path) -> Result<Ended, Failure> {
             .print(&mut out, &run.scenario, &outcome)
             .map_err(|e| format!("writing the summary: {e}"))?;
     }
-    match file.error {
+    match file_error {
         None => Ok(Ended::Ok),
         Some(error) => Err(Failure::Run(format!(
             "{}: {error}; the summary above covers everything before that point",
@@ -109,23 +118,35 @@ pub fn show(path: &Path) -> Result<Ended, Failure> {
 
 /// The file's messages as one JSON document, written as they are read.
 pub fn export_json(path: &Path) -> Result<Ended, Failure> {
-    let file = record::read(path)?;
+    // One message in memory at a time: a file of any size exports in the memory of its
+    // largest message.
+    let mut reader = record::SessionReader::open(path)?;
     let mut out = io::BufWriter::new(io::stdout().lock());
+    let mut file_error = None;
     let written = (|| -> io::Result<()> {
         write!(out, "{{\"format\":\"ackscope-session\",\"protocol_version\":{PROTOCOL_VERSION},\"messages\":[")?;
-        for (i, message) in file.messages.iter().enumerate() {
-            if i > 0 {
+        let mut first = true;
+        while let Some(next) = reader.next_message() {
+            let message = match next {
+                Ok(message) => message,
+                Err(e) => {
+                    file_error = Some(e);
+                    break;
+                }
+            };
+            if !first {
                 out.write_all(b",\n")?;
             }
-            serde_json::to_writer(&mut out, message)?;
+            first = false;
+            serde_json::to_writer(&mut out, &message)?;
         }
-        let error = file.error.as_ref().map(|e| e.to_string());
+        let error = file_error.as_ref().map(|e| e.to_string());
         write!(out, "],\"error\":{}}}", serde_json::to_string(&error)?)?;
         writeln!(out)?;
         out.flush()
     })();
     written.map_err(|e| format!("writing the export: {e}"))?;
-    match file.error {
+    match file_error {
         None => Ok(Ended::Ok),
         Some(error) => Err(Failure::Run(format!(
             "{}: {error}; everything before that point was exported",

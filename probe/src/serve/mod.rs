@@ -325,6 +325,10 @@ async fn stream_session(mut socket: WebSocket, app: Arc<App>) {
                 "in a class the presenter starts the runs; they appear here as they run".into(),
             ),
             (Ok(ToProbe::StartRun { spec }), _) => start_run(&app.session, spec).err(),
+            (Ok(ToProbe::StopRun), Some(_)) if !presenter => {
+                Some("in a class the presenter's runs are stopped by the presenter".into())
+            }
+            (Ok(ToProbe::StopRun), _) => app.session.stop_running().err(),
             (Ok(ToProbe::Present { secret }), Some(room)) => {
                 presenter = room.is_presenter(&secret);
                 (!presenter).then(|| {
@@ -423,10 +427,9 @@ pub fn start_run(session: &Arc<Session>, spec: Scenario) -> Result<(), String> {
         return Err(refusal);
     }
     let instruments = Instruments::default();
-    let run = session.begin_run(spec.clone(), instruments)?;
+    let (run, stop) = session.begin_stoppable_run(spec.clone(), instruments)?;
     let session = Arc::clone(session);
     tokio::task::spawn_blocking(move || {
-        let stop = Arc::new(AtomicBool::new(false));
         let ended = Arc::new(AtomicBool::new(false));
         let watchdog = {
             let (stop, ended) = (Arc::clone(&stop), Arc::clone(&ended));

@@ -1,6 +1,7 @@
 //! The runs of this probe's session, kept so that every browser tab (and a reloaded one) sees
 //! all of them, and streamed to each tab from where it is.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use ackscope_shared::wire::{Instruments, RunOutcome, ToBrowser, EVENTS_PER_MESSAGE};
@@ -13,6 +14,8 @@ pub struct RunRecord {
     pub instruments: Instruments,
     pub events: Vec<Event>,
     pub outcome: Option<RunOutcome>,
+    /// Set to stop the run early (a page's Stop button).
+    pub stop: Arc<AtomicBool>,
 }
 
 /// Append-only store of runs; a watch channel says "something was appended".
@@ -39,6 +42,15 @@ impl Session {
     /// Starts recording a new run, unless one is still going: runs share the machine, and two at
     /// once would disturb each other's timings.
     pub fn begin_run(&self, spec: Scenario, instruments: Instruments) -> Result<RunId, String> {
+        self.begin_stoppable_run(spec, instruments).map(|(id, _)| id)
+    }
+
+    /// [`Session::begin_run`], with the flag that [`Session::stop_running`] sets.
+    pub fn begin_stoppable_run(
+        &self,
+        spec: Scenario,
+        instruments: Instruments,
+    ) -> Result<(RunId, Arc<AtomicBool>), String> {
         let mut runs = self.lock();
         if let Some(running) = runs.iter().find(|r| r.outcome.is_none()) {
             return Err(format!(
@@ -47,10 +59,27 @@ impl Session {
             ));
         }
         let id = RunId(runs.len() as u32 + 1);
-        runs.push(RunRecord { id, spec, instruments, events: Vec::new(), outcome: None });
+        let stop = Arc::new(AtomicBool::new(false));
+        let record = RunRecord {
+            id,
+            spec,
+            instruments,
+            events: Vec::new(),
+            outcome: None,
+            stop: Arc::clone(&stop),
+        };
+        runs.push(record);
         drop(runs);
         self.notify();
-        Ok(id)
+        Ok((id, stop))
+    }
+
+    /// Asks the run that is going to stop; an error if none is.
+    pub fn stop_running(&self) -> Result<RunId, String> {
+        let runs = self.lock();
+        let running = runs.iter().find(|r| r.outcome.is_none()).ok_or("no run is going")?;
+        running.stop.store(true, Ordering::Relaxed);
+        Ok(running.id)
     }
 
     pub fn append(&self, run: RunId, events: Vec<Event>) {

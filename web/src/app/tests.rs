@@ -808,6 +808,22 @@ async fn server_think_time_is_a_labelled_wait_not_nothing() {
 }
 
 #[wasm_bindgen_test]
+async fn stop_is_offered_while_a_run_is_going_and_sends_stop_run() {
+    let store = Store::new(AppState::default());
+    store.update(|s| apply(s, hello()));
+    let (root, _mounted, sent) = mount_recording(store);
+    let root: &Element = &root;
+    let stop = || one(root, "button[data-testid=stop-run]").unchecked_into::<HtmlElement>();
+    assert!(stop().hidden(), "nothing to stop");
+    store.update(|s| apply(s, rr_started(1, RrSpec::default())));
+    settle().await;
+    assert!(!stop().hidden(), "a run is going");
+    stop().click();
+    settle().await;
+    assert_eq!(sent.borrow().last(), Some(&ToProbe::StopRun));
+}
+
+#[wasm_bindgen_test]
 async fn a_preset_fills_every_field_and_run_sends_its_spec() {
     use ackscope_shared::presets::find;
 

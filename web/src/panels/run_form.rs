@@ -338,6 +338,18 @@ pub fn RunForm(
         }
     };
 
+    // Stop: the run that is going ends after its current step, keeping what it recorded.
+    let running = move || store.read(AppState::is_running);
+    let stop = move |_| {
+        let sent = outbox.with_value(|outbox| match outbox {
+            Some(send) => send(&ToProbe::StopRun),
+            None => Err("no probe to talk to: open this page from the URL ackscope prints".into()),
+        });
+        if let Err(reason) = sent {
+            error.set(Some(FieldError { field: None, message: reason }));
+        }
+    };
+
     let invalid = Callback::new(move |field: &'static str| {
         error.with(|e| e.as_ref().is_some_and(|e| e.field == Some(field))).to_string()
     });
@@ -426,6 +438,15 @@ pub fn RunForm(
             <div class="actions">
                 <button type="submit" data-testid="run" disabled=move || blocked().is_some()>
                     "Run"
+                </button>
+                <button
+                    type="button"
+                    data-testid="stop-run"
+                    hidden=move || !running()
+                    title="end the run now, keeping what it recorded"
+                    on:click=stop
+                >
+                    "Stop"
                 </button>
                 <span class="why">{blocked}</span>
             </div>
