@@ -500,3 +500,40 @@ fn stop_from_a_page_ends_the_run_and_keeps_its_events() {
     common::interrupt(ui.id());
     let _ = ui.wait();
 }
+
+/// Defect 8: no header-read timeout: 1,000 half-open connections were held by the UI server.
+/// A connection that sends no request within 5 s is closed; one that sends its request is
+/// served.
+#[test]
+fn the_ui_closes_connections_that_send_no_request() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let mut ui = Command::new(env!("CARGO_BIN_EXE_ackscope"))
+        .args(["--port", &port.to_string()])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(ui.stdout.as_mut().unwrap()).read_line(&mut line).unwrap();
+    let url = line.split_whitespace().find(|w| w.starts_with("http://")).expect(&line);
+    let addr = url.trim_start_matches("http://").trim_end_matches('/').to_string();
+
+    let opened = Instant::now();
+    let mut silent: Vec<TcpStream> = (0..200).map(|_| TcpStream::connect(&addr).unwrap()).collect();
+    // Half a request: the headers never end.
+    let mut slow = TcpStream::connect(&addr).unwrap();
+    slow.write_all(b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\n").unwrap();
+    assert!(get_with_host(&addr, &addr).starts_with("http/1.1 200"), "a real request is served");
+    for stream in silent.iter_mut().chain(std::iter::once(&mut slow)) {
+        stream.set_read_timeout(Some(Duration::from_secs(15))).unwrap();
+        let mut rest = Vec::new();
+        let ended = stream.read_to_end(&mut rest);
+        assert!(ended.is_ok() || rest.is_empty(), "closed by the server: {ended:?}");
+    }
+    let closed_after = opened.elapsed();
+    eprintln!("201 connections without a request closed after {closed_after:?}");
+    assert!(closed_after >= Duration::from_secs(4), "{closed_after:?}");
+    assert!(closed_after < Duration::from_secs(12), "{closed_after:?}");
+    common::interrupt(ui.id());
+    let _ = ui.wait();
+}

@@ -6,6 +6,7 @@
 //! spec has no address field).
 
 pub mod assets;
+mod guard;
 pub mod room;
 pub mod session;
 
@@ -87,7 +88,7 @@ async fn serve(
         .fallback(get(static_file))
         .layer(axum::middleware::from_fn_with_state(Arc::clone(&app), guard))
         .with_state(app);
-    axum::serve(listener, router)
+    axum::serve(guard::GuardedListener::new(listener), router)
         .with_graceful_shutdown(async {
             let _ = tokio::signal::ctrl_c().await;
             // Runs stop and keep what they recorded; open pages would hold a graceful shutdown
