@@ -537,3 +537,25 @@ fn the_ui_closes_connections_that_send_no_request() {
     common::interrupt(ui.id());
     let _ = ui.wait();
 }
+
+/// Faults: `kill -9` in the middle of a run leaves a file whose prefix reads: `show` prints what
+/// was written and says that the file ends before the run did.
+#[test]
+fn a_killed_run_leaves_a_readable_prefix() {
+    let file = temp("killed.ackscope");
+    let mut run = Command::new(env!("CARGO_BIN_EXE_ackscope"))
+        .args(["run", "story1", "--count", "1000", "-o", s(&file)])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    // About 88 ms per request: a dozen requests are in the file after a second.
+    std::thread::sleep(Duration::from_millis(1200));
+    run.kill().unwrap();
+    run.wait().unwrap();
+    let shown = ackscope(&["show", s(&file)]);
+    let out = text(&shown.stdout);
+    assert!(out.contains("session by ackscope"), "{out}");
+    assert!(out.contains("Nagle x delayed ACK"), "the requests written are analysed: {out}");
+    assert!(out.contains("the file ends before the run did"), "{out}");
+}
