@@ -181,6 +181,21 @@ fn show_prints_a_files_strings_as_data_not_terminal_commands() {
     assert!(out.contains("\\u{1b}[1Aup"), "the run's error too: {out}");
 }
 
+/// The UI server (`ackscope --port P`) on a free port, and its address.
+fn ui_server() -> (std::process::Child, String) {
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let mut ui = Command::new(env!("CARGO_BIN_EXE_ackscope"))
+        .args(["--port", &port.to_string()])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(ui.stdout.as_mut().unwrap()).read_line(&mut line).unwrap();
+    let url = line.split_whitespace().find(|w| w.starts_with("http://")).expect(&line);
+    (ui, url.trim_start_matches("http://").trim_end_matches('/').to_string())
+}
+
 /// One HTTP/1.1 GET of `/` with `host` as its Host header; the response's head, lower-cased.
 fn get_with_host(addr: &str, host: &str) -> String {
     let mut stream = TcpStream::connect(addr).unwrap();
@@ -196,17 +211,7 @@ fn get_with_host(addr: &str, host: &str) -> String {
 /// pages), and no response carried a Content-Security-Policy, nosniff or frame-ancestors.
 #[test]
 fn the_ui_refuses_other_hosts_and_sends_its_security_headers() {
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-    let mut ui = Command::new(env!("CARGO_BIN_EXE_ackscope"))
-        .args(["--port", &port.to_string()])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(ui.stdout.as_mut().unwrap()).read_line(&mut line).unwrap();
-    let url = line.split_whitespace().find(|w| w.starts_with("http://")).expect(&line);
-    let addr = url.trim_start_matches("http://").trim_end_matches('/').to_string();
+    let (mut ui, addr) = ui_server();
 
     let refused = get_with_host(&addr, "evil.example");
     assert!(refused.starts_with("http/1.1 421"), "{refused}");
@@ -409,17 +414,7 @@ fn next_message(stream: &mut TcpStream) -> ackscope_shared::wire::ToBrowser {
 fn ctrl_c_ends_the_ui_server_during_a_browser_run() {
     use ackscope_shared::wire::ToProbe;
     use ackscope_shared::{BulkSpec, Scenario};
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-    let mut ui = Command::new(env!("CARGO_BIN_EXE_ackscope"))
-        .args(["--port", &port.to_string()])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(ui.stdout.as_mut().unwrap()).read_line(&mut line).unwrap();
-    let url = line.split_whitespace().find(|w| w.starts_with("http://")).expect(&line);
-    let addr = url.trim_start_matches("http://").trim_end_matches('/').to_string();
+    let (mut ui, addr) = ui_server();
     // A minute-long bulk run, started as the page starts one.
     let spec = Scenario::Bulk(BulkSpec {
         bytes: 8 << 30,
@@ -464,17 +459,7 @@ fn idle_connections_do_not_grow_the_file() {
 fn stop_from_a_page_ends_the_run_and_keeps_its_events() {
     use ackscope_shared::wire::{RunOutcome, ToBrowser, ToProbe};
     use ackscope_shared::{BulkSpec, Scenario};
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-    let mut ui = Command::new(env!("CARGO_BIN_EXE_ackscope"))
-        .args(["--port", &port.to_string()])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(ui.stdout.as_mut().unwrap()).read_line(&mut line).unwrap();
-    let url = line.split_whitespace().find(|w| w.starts_with("http://")).expect(&line);
-    let addr = url.trim_start_matches("http://").trim_end_matches('/').to_string();
+    let (mut ui, addr) = ui_server();
     let spec = Scenario::Bulk(BulkSpec {
         bytes: 8 << 30,
         duration_ms: Some(60_000),
@@ -506,17 +491,7 @@ fn stop_from_a_page_ends_the_run_and_keeps_its_events() {
 /// served.
 #[test]
 fn the_ui_closes_connections_that_send_no_request() {
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-    let mut ui = Command::new(env!("CARGO_BIN_EXE_ackscope"))
-        .args(["--port", &port.to_string()])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(ui.stdout.as_mut().unwrap()).read_line(&mut line).unwrap();
-    let url = line.split_whitespace().find(|w| w.starts_with("http://")).expect(&line);
-    let addr = url.trim_start_matches("http://").trim_end_matches('/').to_string();
+    let (mut ui, addr) = ui_server();
 
     let opened = Instant::now();
     let mut silent: Vec<TcpStream> = (0..200).map(|_| TcpStream::connect(&addr).unwrap()).collect();

@@ -150,7 +150,7 @@ pub struct Packet<'a> {
 impl Ring {
     /// Switches `fd` to TPACKET_V3 and maps its receive ring.
     pub fn map(fd: RawFd) -> io::Result<Ring> {
-        set_int(fd, PACKET_VERSION, TPACKET_V3)?;
+        super::set_int(fd, libc::SOL_PACKET, PACKET_VERSION, TPACKET_V3)?;
         let request = RingRequest {
             block_size: BLOCK_BYTES,
             block_nr: BLOCKS,
@@ -274,24 +274,6 @@ impl Drop for Ring {
     fn drop(&mut self) {
         // SAFETY: unmapping exactly the mapping made in `map`, which nothing uses after this.
         unsafe { libc::munmap(self.base.as_ptr().cast(), (BLOCK_BYTES * BLOCKS) as usize) };
-    }
-}
-
-fn set_int(fd: RawFd, name: libc::c_int, value: libc::c_int) -> io::Result<()> {
-    // SAFETY: `value` is a live c_int and the length passed is its size; the kernel only reads it.
-    let rc = unsafe {
-        libc::setsockopt(
-            fd,
-            libc::SOL_PACKET,
-            name,
-            (&value as *const libc::c_int).cast(),
-            size_of::<libc::c_int>() as libc::socklen_t,
-        )
-    };
-    if rc == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
     }
 }
 

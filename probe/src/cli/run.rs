@@ -184,7 +184,7 @@ pub fn run(args: &RunArgs) -> Result<Ended, Failure> {
     let stop = interrupt::install();
     let mut tally = Tally::new(&scenario);
     let mut progress = Progress::new(&scenario, args.json);
-    let mut write_error = None;
+    let mut write_error: Option<String> = None;
     let mut notes = scenario::RunNotes::default();
     let outcome = scenario::run_noting(&scenario, instruments, stop, &mut notes, |events| {
         tally.push(&events);
@@ -200,25 +200,9 @@ pub fn run(args: &RunArgs) -> Result<Ended, Failure> {
         tally.clients = Some((notes.requests_completed, notes.clients_elapsed));
         tally.events_recorded = instruments.events;
     }
-    // The file's end, unless writing it already failed (a full disk fails again).
-    if let (None, Some(mut writer)) = (&write_error, file.take()) {
-        let finished = writer
-            .write(&ToBrowser::RunFinished { run, outcome: outcome.clone() })
-            .and_then(|()| {
-                // The overview goes last, behind a trailer a viewer finds from the file's end.
-                let overview = tally.overview().map(|overview| (run, overview));
-                writer.finish(overview.into_iter().collect())
-            });
-        write_error = finished.err().map(|e| e.to_string());
-    }
+    let write_error = finish_file(file.take(), write_error, run, &outcome, &tally);
     // The summary is printed whatever happened to the file: the run itself went on.
-    let mut out = io::stdout().lock();
-    let printed = if args.json {
-        writeln!(out, "{}", tally.json(&scenario, &outcome))
-    } else {
-        tally.print(&mut out, &scenario, &outcome)
-    };
-    printed.map_err(|e| format!("writing the summary: {e}"))?;
+    print_summary(&tally, &scenario, &outcome, args.json)?;
     if let (Some(message), Some(path)) = (write_error, &args.output) {
         return Err(Failure::Run(format!(
             "the run went on, but its file is incomplete: {message}; the summary above covers \
@@ -237,6 +221,42 @@ pub fn run(args: &RunArgs) -> Result<Ended, Failure> {
             Err(Failure::Run(format!("the run stopped early: {error}")))
         }
     }
+}
+
+/// Ends a run's file: its `RunFinished`, then the overview behind the trailer a viewer finds
+/// from the file's end. A file that already failed a write is left as it is (a full disk fails
+/// again). Returns the write error, the earlier one or this one, if any.
+pub(super) fn finish_file(
+    file: Option<SessionWriter>,
+    write_error: Option<String>,
+    run: RunId,
+    outcome: &RunOutcome,
+    tally: &Tally,
+) -> Option<String> {
+    let (None, Some(mut writer)) = (&write_error, file) else { return write_error };
+    let finished =
+        writer.write(&ToBrowser::RunFinished { run, outcome: outcome.clone() }).and_then(|()| {
+            let overview = tally.overview().map(|overview| (run, overview));
+            writer.finish(overview.into_iter().collect())
+        });
+    finished.err().map(|e| e.to_string())
+}
+
+/// Prints a run's summary on standard output: the table, or with `json` the object of
+/// docs/CLI.md.
+pub(super) fn print_summary(
+    tally: &Tally,
+    scenario: &Scenario,
+    outcome: &RunOutcome,
+    json: bool,
+) -> Result<(), Failure> {
+    let mut out = io::stdout().lock();
+    let printed = if json {
+        writeln!(out, "{}", tally.json(scenario, outcome))
+    } else {
+        tally.print(&mut out, scenario, outcome)
+    };
+    printed.map_err(|e| Failure::Run(format!("writing the summary: {e}")))
 }
 
 /// Packet capture is possible for this run: it fails here, before anything starts, if not.

@@ -1,7 +1,6 @@
 //! `ackscope server --listen ADDR`: the echo server alone, so that a client written by anyone,
 //! in any language, speaking docs/PROTOCOL.md, can be observed from the server's side.
 
-use std::io::Write;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::mpsc::{sync_channel, RecvTimeoutError};
@@ -12,7 +11,7 @@ use ackscope_shared::wire::{Hello, Instruments, RunOutcome, ToBrowser};
 use ackscope_shared::{RrSpec, RunId, Scenario, Side};
 
 use super::knobs::{self, BulkKnobs, CommonKnobs, RrKnobs};
-use super::run::Tally;
+use super::run::{finish_file, print_summary, Tally};
 use super::{Ended, Failure};
 use crate::net::echo::{EchoConfig, EchoServer, Tagging, DEFAULT_MAX_CONNECTIONS};
 use crate::net::options::SideOptions;
@@ -116,25 +115,10 @@ pub fn run(args: &ServerArgs) -> Result<Ended, Failure> {
         let _ = stopping.join();
     }
     let outcome = RunOutcome::Interrupted;
-    if let (None, Some(mut writer)) = (&write_error, file.take()) {
-        let finished = writer
-            .write(&ToBrowser::RunFinished { run, outcome: outcome.clone() })
-            .and_then(|()| {
-                // The overview goes last, behind a trailer a viewer finds from the file's end.
-                let overview = tally.overview().map(|overview| (run, overview));
-                writer.finish(overview.into_iter().collect())
-            });
-        write_error = finished.err().map(|e| e.to_string());
-    }
+    let write_error = finish_file(file.take(), write_error, run, &outcome, &tally);
     eprintln!("ackscope: stopped; {} events recorded", tally.events);
     // The clients are not recorded: the summary is the server's view of their requests.
-    let mut out = std::io::stdout().lock();
-    let printed = if args.json {
-        writeln!(out, "{}", tally.json(&scenario, &outcome))
-    } else {
-        tally.print(&mut out, &scenario, &outcome)
-    };
-    printed.map_err(|e| format!("writing the summary: {e}"))?;
+    print_summary(&tally, &scenario, &outcome, args.json)?;
     if let (Some(message), Some(path)) = (write_error, &args.output) {
         return Err(Failure::Run(format!(
             "the session file is incomplete: {message}; {} holds every message written before \
