@@ -128,6 +128,12 @@ impl<'a> PcapngWriter<'a> {
     }
 
     /// Adds an interface; returns its id for [`PcapngWriter::packet`].
+    /// The bytes written so far, for a caller that writes them out as they grow (and clears
+    /// them): the blocks already in it are complete.
+    pub fn bytes(&mut self) -> &mut Vec<u8> {
+        self.out
+    }
+
     pub fn interface(&mut self, name: &str, linktype: u16) -> u32 {
         let mut body = Vec::new();
         body.extend_from_slice(&linktype.to_le_bytes());

@@ -9,10 +9,10 @@ use ackscope_shared::packet::{synthesize, Packet};
 use ackscope_shared::pcap::{linktype, PcapngWriter};
 use ackscope_shared::wire::{RunOutcome, ToBrowser, PROTOCOL_VERSION};
 use ackscope_shared::{
-    packet_stalls, ConnId, Event, EventKind, ImportedConnection, RunId, Scenario, Side,
+    packet_stalls, ConnId, Event, EventKind, ImportedConnection, RrSpec, RunId, Scenario, Side,
 };
 
-use super::run::Tally;
+use super::run::{Tally, KEEP_RECENT, RETIRE_ABOVE};
 use super::terminal::Printable;
 use super::{Ended, Failure};
 use crate::record;
@@ -202,17 +202,19 @@ fn endpoints(conn: ConnId, side: Side) -> Packet {
 
 /// The stalls of one run with the index (into `events`) of the segment that ended each: from the
 /// syscall analysis when the run has syscall events, and from the packets alone otherwise.
-fn stalls_with_segments(scenario: &Scenario, events: &[Event]) -> Vec<(usize, Stall)> {
+/// Each stall's explanation, by the index in `segments` of the segment that ended it: the
+/// packet rule on the segments themselves, then the stalls found from the syscalls
+/// (`syscall_stalls`) that a captured segment ended.
+fn stalls_with_segments(segments: &[Event], syscall_stalls: Vec<Stall>) -> Vec<(usize, Stall)> {
     let mut found: Vec<(usize, Stall)> =
-        packet_stalls::find(events).into_iter().map(|s| (s.ended_by, s.stall)).collect();
-    if let Scenario::Rr(spec) | Scenario::Server(spec) = scenario {
-        let mut analysis = RunAnalysis::new();
-        analysis.push_all(events);
-        for stall in attribution::attribute(&analysis, Some(spec)) {
-            if let Some(i) = ending_segment(events, &stall) {
-                if !found.iter().any(|(j, _)| *j == i) {
-                    found.push((i, stall));
-                }
+        packet_stalls::find(segments).into_iter().map(|s| (s.ended_by, s.stall)).collect();
+    // Segments in time order, for each stall's window.
+    let mut by_time: Vec<usize> = (0..segments.len()).collect();
+    by_time.sort_by_key(|&i| (segments[i].at_ns, i));
+    for stall in syscall_stalls {
+        if let Some(i) = ending_segment(segments, &by_time, &stall) {
+            if !found.iter().any(|(j, _)| *j == i) {
+                found.push((i, stall));
             }
         }
     }
@@ -221,44 +223,84 @@ fn stalls_with_segments(scenario: &Scenario, events: &[Event]) -> Vec<(usize, St
 
 /// The segment that ended a stall found from syscalls: the last data segment from the writer on
 /// the stall's connection within the stall (for Nagle x delayed ACK, the held data that followed
-/// the delayed ACK).
-fn ending_segment(events: &[Event], stall: &Stall) -> Option<usize> {
-    events
-        .iter()
-        .enumerate()
-        .filter(|(_, e)| {
-            e.conn == stall.conn
-                && e.side == stall.from
-                && (stall.start_ns..=stall.end_ns).contains(&e.at_ns)
-                && matches!(&e.kind, EventKind::Segment(s) if s.len > 0)
-        })
-        .max_by_key(|(i, e)| (e.at_ns, *i))
-        .map(|(i, _)| i)
+/// the delayed ACK). `by_time`: indices of `segments` in time order.
+fn ending_segment(segments: &[Event], by_time: &[usize], stall: &Stall) -> Option<usize> {
+    let from = by_time.partition_point(|&i| segments[i].at_ns < stall.start_ns);
+    let to = by_time.partition_point(|&i| segments[i].at_ns <= stall.end_ns);
+    by_time[from..to].iter().rev().copied().find(|&i| {
+        let e = &segments[i];
+        e.conn == stall.conn
+            && e.side == stall.from
+            && matches!(&e.kind, EventKind::Segment(s) if s.len > 0)
+    })
+}
+
+/// The stalls of `run` found from its syscalls, by a streaming pass over the file with an
+/// analysis that retires what it has attributed (memory bounded as for `show`).
+fn syscall_stalls(path: &Path, run: RunId, spec: Option<&RrSpec>) -> Result<Vec<Stall>, Failure> {
+    let mut reader = record::SessionReader::open(path)?;
+    let mut analysis = RunAnalysis::new();
+    let mut stalls = Vec::new();
+    while let Some(Ok(message)) = reader.next_message() {
+        let ToBrowser::Events { run: of, events } = message else { continue };
+        if of != run {
+            continue;
+        }
+        analysis.push_all(&events);
+        if analysis.requests().len() > RETIRE_ABOVE {
+            analysis.retire(KEEP_RECENT, |analysis, req, view| {
+                stalls.extend(attribution::attribute_request(analysis, req, view, spec));
+            });
+        }
+    }
+    stalls.extend(attribution::attribute(&analysis, spec));
+    Ok(stalls)
 }
 
 /// `ackscope export FILE --pcapng OUT`: the captured segments of every run as pcapng, one
 /// interface per run, each stall's explanation as the comment of the packet that ended it.
 pub fn export_pcapng(path: &Path, out_path: &Path) -> Result<Ended, Failure> {
-    let file = record::read(path)?;
+    // First pass: each run and its captured segments, the only events exported; one message in
+    // memory at a time.
+    let mut reader = record::SessionReader::open(path)?;
+    let mut file_error = None;
     let mut runs: Vec<(RunId, Scenario, Vec<Event>)> = Vec::new();
-    for message in &file.messages {
-        match message {
-            ToBrowser::RunStarted { run, spec, .. } => runs.push((*run, spec.clone(), Vec::new())),
-            ToBrowser::Events { run, events } => {
-                if let Some((_, _, all)) = runs.iter_mut().find(|(id, _, _)| id == run) {
-                    all.extend_from_slice(events);
+    let mut index: std::collections::HashMap<RunId, usize> = Default::default();
+    while let Some(next) = reader.next_message() {
+        match next {
+            Ok(ToBrowser::RunStarted { run, spec, .. }) => {
+                index.insert(run, runs.len());
+                runs.push((run, spec, Vec::new()));
+            }
+            Ok(ToBrowser::Events { run, events }) => {
+                if let Some(&i) = index.get(&run) {
+                    let segments =
+                        events.into_iter().filter(|e| matches!(e.kind, EventKind::Segment(_)));
+                    runs[i].2.extend(segments);
                 }
             }
-            _ => {}
+            Ok(_) => {}
+            Err(e) => {
+                file_error = Some(e);
+                break;
+            }
         }
     }
+    let write_error = |e: io::Error| format!("cannot write {}: {e}", out_path.display());
+    let mut file = io::BufWriter::new(std::fs::File::create(out_path).map_err(write_error)?);
     let mut bytes = Vec::new();
     let mut writer = PcapngWriter::new(&mut bytes);
     let (mut packets, mut comments) = (0usize, 0usize);
-    for (run, scenario, events) in &runs {
+    for (run, scenario, segments) in &runs {
         let iface = writer.interface(&format!("ackscope run {}", run.0), linktype::RAW);
-        let stalls = stalls_with_segments(scenario, events);
-        for (i, e) in events.iter().enumerate() {
+        // Stalls from the syscalls, for runs that have both (a second pass over the file).
+        let syscalls = match scenario {
+            Scenario::Rr(spec) if !segments.is_empty() => syscall_stalls(path, *run, Some(spec))?,
+            Scenario::Server(_) if !segments.is_empty() => syscall_stalls(path, *run, None)?,
+            _ => Vec::new(),
+        };
+        let stalls = stalls_with_segments(segments, syscalls);
+        for (i, e) in segments.iter().enumerate() {
             let EventKind::Segment(segment) = &e.kind else { continue };
             let packet = Packet { segment: (**segment).clone(), ..endpoints(e.conn, e.side) };
             let comment = stalls.iter().find(|(j, _)| *j == i).map(|(_, s)| comment_of(s));
@@ -272,15 +314,19 @@ pub fn export_pcapng(path: &Path, out_path: &Path) -> Result<Ended, Failure> {
             );
             packets += 1;
             comments += usize::from(comment.is_some());
+            // The file is written as it is made, a megabyte at a time.
+            if writer.bytes().len() >= 1 << 20 {
+                file.write_all(writer.bytes()).map_err(write_error)?;
+                writer.bytes().clear();
+            }
         }
     }
-    std::fs::write(out_path, &bytes)
-        .map_err(|e| format!("cannot write {}: {e}", out_path.display()))?;
+    file.write_all(writer.bytes()).and_then(|()| file.flush()).map_err(write_error)?;
     println!(
         "wrote {packets} packets ({comments} with a stall's explanation) to {}",
         out_path.display()
     );
-    match file.error {
+    match file_error {
         None => Ok(Ended::Ok),
         Some(error) => Err(Failure::Run(format!(
             "{}: {error}; everything before that point was exported",
