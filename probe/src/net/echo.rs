@@ -204,8 +204,13 @@ impl Accept {
                 _ => (ConnId(u32::MAX), Recorder::discarding(self.clock, Side::Server)),
             };
             recorder.record(accepted_ns, conn, ReqId(0), EventKind::Accepted);
-            let Ok(watch) = stream.try_clone() else {
-                continue;
+            let watch = match stream.try_clone() {
+                Ok(watch) => watch,
+                Err(e) => {
+                    // Out of descriptors after the accept: the connection is closed, and said so.
+                    backoff.failed(&e);
+                    continue;
+                }
             };
             let config = self.config.clone();
             let tagging = Arc::clone(&self.tagging);
