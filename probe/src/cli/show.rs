@@ -35,14 +35,7 @@ pub fn show(path: &Path) -> Result<Ended, Failure> {
     let mut runs: Vec<(ackscope_shared::RunId, FileRun)> = Vec::new();
     // Where each run is in `runs`: a file of many runs is read in one pass, not one per message.
     let mut index: std::collections::HashMap<ackscope_shared::RunId, usize> = Default::default();
-    while let Some(next) = reader.next_message() {
-        let message = match next {
-            Ok(message) => message,
-            Err(e) => {
-                file_error = Some(e);
-                break;
-            }
-        };
+    while let Some(message) = reader.next_into(&mut file_error) {
         match &message {
             ToBrowser::Hello(hello) => {
                 let h = &hello.host;
@@ -126,14 +119,7 @@ pub fn export_json(path: &Path) -> Result<Ended, Failure> {
     let written = (|| -> io::Result<()> {
         write!(out, "{{\"format\":\"ackscope-session\",\"protocol_version\":{PROTOCOL_VERSION},\"messages\":[")?;
         let mut first = true;
-        while let Some(next) = reader.next_message() {
-            let message = match next {
-                Ok(message) => message,
-                Err(e) => {
-                    file_error = Some(e);
-                    break;
-                }
-            };
+        while let Some(message) = reader.next_into(&mut file_error) {
             if !first {
                 out.write_all(b",\n")?;
             }
@@ -241,7 +227,8 @@ fn syscall_stalls(path: &Path, run: RunId, spec: Option<&RrSpec>) -> Result<Vec<
     let mut reader = record::SessionReader::open(path)?;
     let mut analysis = RunAnalysis::new();
     let mut stalls = Vec::new();
-    while let Some(Ok(message)) = reader.next_message() {
+    // The first pass has reported a bad frame already; this one stops at it.
+    while let Some(message) = reader.next_into(&mut None) {
         let ToBrowser::Events { run: of, events } = message else { continue };
         if of != run {
             continue;
@@ -266,24 +253,20 @@ pub fn export_pcapng(path: &Path, out_path: &Path) -> Result<Ended, Failure> {
     let mut file_error = None;
     let mut runs: Vec<(RunId, Scenario, Vec<Event>)> = Vec::new();
     let mut index: std::collections::HashMap<RunId, usize> = Default::default();
-    while let Some(next) = reader.next_message() {
-        match next {
-            Ok(ToBrowser::RunStarted { run, spec, .. }) => {
+    while let Some(message) = reader.next_into(&mut file_error) {
+        match message {
+            ToBrowser::RunStarted { run, spec, .. } => {
                 index.insert(run, runs.len());
                 runs.push((run, spec, Vec::new()));
             }
-            Ok(ToBrowser::Events { run, events }) => {
+            ToBrowser::Events { run, events } => {
                 if let Some(&i) = index.get(&run) {
                     let segments =
                         events.into_iter().filter(|e| matches!(e.kind, EventKind::Segment(_)));
                     runs[i].2.extend(segments);
                 }
             }
-            Ok(_) => {}
-            Err(e) => {
-                file_error = Some(e);
-                break;
-            }
+            _ => {}
         }
     }
     let write_error = |e: io::Error| format!("cannot write {}: {e}", out_path.display());

@@ -81,14 +81,8 @@ pub fn read(path: &Path) -> Result<SessionFile, String> {
     let mut reader = SessionReader::open(path)?;
     let mut messages = Vec::new();
     let mut error = None;
-    while let Some(next) = reader.next_message() {
-        match next {
-            Ok(message) => messages.push(message),
-            Err(e) => {
-                error = Some(e);
-                break;
-            }
-        }
+    while let Some(message) = reader.next_into(&mut error) {
+        messages.push(message);
     }
     Ok(SessionFile { messages, error })
 }
@@ -154,6 +148,18 @@ impl SessionReader {
         match self.hello.take() {
             Some(hello) => Some(Ok(hello)),
             None => self.frame(),
+        }
+    }
+
+    /// The next good message; `None` at the end, or at the first bad frame, whose error is then
+    /// put in `error` (nothing follows it). For readers that keep what came before a bad frame.
+    pub fn next_into(&mut self, error: &mut Option<WireError>) -> Option<ToBrowser> {
+        match self.next_message()? {
+            Ok(message) => Some(message),
+            Err(e) => {
+                *error = Some(e);
+                None
+            }
         }
     }
 
