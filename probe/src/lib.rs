@@ -5,6 +5,8 @@
 //!   client, and the recorder that stamps each syscall.
 //! - [`capture`]: packet capture of a run's own connections, stamped on the run's clock.
 //! - [`scenario`]: what a run does and in what order; starts the threads, gathers their events.
+//! - [`remote`]: two hosts: a run here driving the server side on another host's
+//!   `ackscope server`, over a control connection.
 //! - [`emulate`]: the emulated link (`--link`): two network namespaces joined by a relay.
 //! - [`serve`]: the HTTP server for the embedded web app and the WebSocket that streams runs.
 //! - [`cli`]: argument parsing and the headless summary.
@@ -20,5 +22,6 @@ pub mod host;
 pub mod interrupt;
 pub mod net;
 pub mod record;
+pub mod remote;
 pub mod scenario;
 pub mod serve;

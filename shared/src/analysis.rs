@@ -309,6 +309,13 @@ impl RunAnalysis {
             | EventKind::SockOpt { .. }
             | EventKind::Buffers { .. }
             | EventKind::Link(_) => {}
+            EventKind::ClockSync { uncertainty_ns, rtt_ns, .. } => {
+                // Across a real path a read waits half the round trip for the bytes to cross,
+                // and the two sides' times are known only to within the clock's uncertainty:
+                // neither is a stall.
+                let margin = rtt_ns / 2 + uncertainty_ns;
+                self.path_delay_ns = self.path_delay_ns.max(margin);
+            }
         }
     }
 
@@ -532,7 +539,8 @@ pub fn request_touched(event: &Event) -> Option<ReqId> {
         | EventKind::Closed
         | EventKind::SockOpt { .. }
         | EventKind::Buffers { .. }
-        | EventKind::Link(_) => None,
+        | EventKind::Link(_)
+        | EventKind::ClockSync { .. } => None,
     }
 }
 

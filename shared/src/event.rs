@@ -92,6 +92,12 @@ pub enum EventKind {
     /// /proc/thread-self/schedstat), read after calls of 1 ms or more and at the boundary
     /// samples. Recorded when it grew by 100 us or more.
     RunDelay { since_ns: u64, waited_ns: u64 },
+    /// The run's server was another host (`--remote`): its events were stamped on that host's
+    /// clock and moved onto this run's clock by subtracting `offset_ns` (the server's clock
+    /// minus the client's), which is known to within `uncertainty_ns` either way. `rtt_ns` is
+    /// the shortest round trip of the exchanges that estimated it: the path between the hosts.
+    /// Recorded once, first, by the client side (version 4).
+    ClockSync { offset_ns: i64, uncertainty_ns: u64, rtt_ns: u64 },
 }
 
 /// TCP header flags, as the bits of the header's flags byte.

@@ -6,6 +6,7 @@
 //! - [`spec`]: what a run does ([`RrSpec`]): everything needed to run it again.
 //! - [`wire`]: the versioned messages between probe and browser, and their framing. A session
 //!   file is the same framed stream written to disk, so one decoder serves both.
+//! - [`control`]: the messages between two probes, one driving the other's server.
 //! - [`analysis`]: pure functions over events: per-request spans, stalls, the summary.
 //! - [`overview`]: a run's requests in a bounded number of columns, each keeping its worst.
 //! - [`lesson`]: the classroom's lessons, parsed from their plain-text files.
@@ -19,6 +20,7 @@ pub mod analysis;
 pub mod attribution;
 pub mod bulk;
 mod compact;
+pub mod control;
 pub mod event;
 pub mod kernel;
 pub mod lesson;

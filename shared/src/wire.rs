@@ -18,8 +18,9 @@ use crate::spec::Scenario;
 
 /// Bumped whenever the encoding changes (docs/FORMAT.md, "Versions"). Version 2 appended the
 /// `Overview` and `Trailer` messages of a file's end and the class's messages; version 3 the
-/// `RunDelay` event kind and `ToProbe::StopRun`.
-pub const PROTOCOL_VERSION: u16 = 3;
+/// `RunDelay` event kind and `ToProbe::StopRun`; version 4 the `ClockSync` event kind of runs
+/// against a remote server and `ToProbe::StartRemoteRun`.
+pub const PROTOCOL_VERSION: u16 = 4;
 
 /// The oldest version this build still reads: every version since only appended messages, so
 /// an older stream is a valid newer one.
@@ -195,8 +196,8 @@ pub enum RunOutcome {
     Interrupted,
 }
 
-/// Browser to probe. Note what is absent: an address. The probe only runs experiments against
-/// its own echo server.
+/// Browser to probe. The only address a page can name is a remote `ackscope server`'s, and only
+/// with the token that server printed: the probe never connects anywhere else.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum ToProbe {
     StartRun {
@@ -212,6 +213,13 @@ pub enum ToProbe {
     /// Stop the run that is going (the page's Stop button): it ends after its current step,
     /// keeping what it recorded, as interrupted (version 3).
     StopRun,
+    /// Run `spec` against the `ackscope server` at `server` (host:port), which printed `token`
+    /// (version 4). The token is not kept in the session.
+    StartRemoteRun {
+        spec: Scenario,
+        server: String,
+        token: String,
+    },
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]

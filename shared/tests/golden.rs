@@ -53,6 +53,12 @@ fn session(version: u16) -> Vec<ToBrowser> {
         // A thread that waited for a CPU.
         events.push(extra(4, EventKind::RunDelay { since_ns: 1, waited_ns: 150_000 }));
     }
+    if version >= 4 {
+        // A run against a remote server: how its clock was matched to the client's.
+        let sync =
+            EventKind::ClockSync { offset_ns: -1_234_567, uncertainty_ns: 21_000, rtt_ns: 42_000 };
+        events.push(extra(5, sync));
+    }
     let run = RunId(1);
     let hello = Hello { protocol_version: version, ..Hello::current("0.1.0", host) };
     let mut messages = vec![
@@ -81,7 +87,7 @@ fn session(version: u16) -> Vec<ToBrowser> {
 
 #[test]
 fn the_session_format_is_frozen() {
-    assert_eq!(PROTOCOL_VERSION, 3, "a new version needs a new golden file beside these");
+    assert_eq!(PROTOCOL_VERSION, 4, "a new version needs a new golden file beside these");
     for version in OLDEST_READABLE_VERSION..=PROTOCOL_VERSION {
         let mut encoded = Vec::new();
         for message in session(version) {

@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 use ackscope_shared::analysis::RunAnalysis;
 use ackscope_shared::attribution::{self, ClassSummary, StallTally};
 use ackscope_shared::bulk::{BulkAnalysis, BulkSummary};
+use ackscope_shared::control::ClockSync;
 use ackscope_shared::overview::{self, Overview};
 use ackscope_shared::presets::{self, PRESETS};
 use ackscope_shared::wire::{Hello, Instruments, RunOutcome, ToBrowser};
@@ -66,6 +67,13 @@ pub struct RunArgs {
     /// link's relay (docs/CAPTURE.md)
     #[arg(long, help_heading = "Instruments")]
     capture: bool,
+    /// Run the server side on the `ackscope server` at HOST:PORT (another host), with the
+    /// server-side knobs applied there (docs/REMOTE.md)
+    #[arg(long, value_name = "HOST:PORT", requires = "token", help_heading = "Two hosts")]
+    remote: Option<String>,
+    /// The token that `ackscope server` printed
+    #[arg(long, value_name = "TOKEN", requires = "remote", help_heading = "Two hosts")]
+    token: Option<String>,
 }
 
 impl RunArgs {
@@ -76,6 +84,29 @@ impl RunArgs {
             tcp_info_interval_us: if self.no_tcp_info { 0 } else { self.tcp_info_interval_us },
             capture: self.capture,
         }
+    }
+
+    /// Where the server side runs: `--remote` only for what can run across hosts.
+    fn target(
+        &self,
+        scenario: &Scenario,
+        instruments: Instruments,
+    ) -> Result<scenario::Target, Failure> {
+        let (Some(server), Some(token)) = (&self.remote, &self.token) else {
+            return Ok(scenario::Target::Local);
+        };
+        let refuse = |why: &str| Err(Failure::Usage(format!("--remote: {why}")));
+        match scenario {
+            Scenario::Rr(RrSpec { link: Some(_), .. }) => return refuse(
+                "--link emulates a path on this host; across hosts the path is the real network",
+            ),
+            Scenario::Rr(_) => {}
+            _ => return refuse("only rr runs have a remote server side so far"),
+        }
+        if instruments.capture {
+            return refuse("--capture is not available across hosts yet; capture with tcpdump on each host and `ackscope import` the files");
+        }
+        Ok(scenario::Target::Remote { server: server.clone(), token: token.clone() })
     }
 
     /// The spec to run: the preset, spec file or default, with the flags applied and checked.
@@ -157,6 +188,7 @@ pub fn run(args: &RunArgs) -> Result<Ended, Failure> {
         emulate::privilege::ensure_link_privileges().map_err(|e| Failure::Run(e.to_string()))?;
     }
     let instruments = args.instruments();
+    let target = args.target(&scenario, instruments)?;
     if instruments.capture {
         check_capture(&scenario, instruments)?;
     }
@@ -186,16 +218,25 @@ pub fn run(args: &RunArgs) -> Result<Ended, Failure> {
     let mut progress = Progress::new(&scenario, args.json);
     let mut write_error: Option<String> = None;
     let mut notes = scenario::RunNotes::default();
-    let outcome = scenario::run_noting(&scenario, instruments, stop, &mut notes, |events| {
-        tally.push(&events);
-        progress.update(&tally);
-        if let (None, Some(writer)) = (&write_error, &mut file) {
-            write_error = writer.write_events(run, events).err().map(|e| e.to_string());
-        }
-    })
-    .map_err(|e| Failure::Usage(format!("{}: {}", knobs::flag_of(e.field), e.problem)))?;
+    let outcome =
+        scenario::run_against(&scenario, instruments, &target, stop, &mut notes, |events| {
+            tally.push(&events);
+            progress.update(&tally);
+            if let (None, Some(writer)) = (&write_error, &mut file) {
+                write_error = writer.write_events(run, events).err().map(|e| e.to_string());
+            }
+        })
+        .map_err(|e| Failure::Usage(format!("{}: {}", knobs::flag_of(e.field), e.problem)))?;
     progress.finish();
+    if let (scenario::Target::Remote { .. }, None, RunOutcome::Failed { error }) =
+        (&target, &notes.remote, &outcome)
+    {
+        // The remote server never started the run (refused, unreachable): one clear error,
+        // no summary of nothing.
+        return Err(Failure::Run(error.clone()));
+    }
     tally.capture = notes.capture;
+    tally.remote = notes.remote;
     if matches!(scenario, Scenario::Rr(_)) {
         tally.clients = Some((notes.requests_completed, notes.clients_elapsed));
         tally.events_recorded = instruments.events;
@@ -379,6 +420,11 @@ pub struct Tally {
     pub clients: Option<(u32, std::time::Duration)>,
     /// Whether the run recorded events (with `--no-events` the summary comes from `clients`).
     pub events_recorded: bool,
+    /// A run against a remote server: how its clock was matched to this run's (from the run's
+    /// `ClockSync` event, so a file's summary has it too).
+    pub clock: Option<ClockSync>,
+    /// A run against a remote server, as the run saw it (not in files).
+    pub remote: Option<scenario::RemoteNotes>,
 }
 
 impl Tally {
@@ -398,6 +444,8 @@ impl Tally {
             capture: None,
             clients: None,
             events_recorded: true,
+            clock: None,
+            remote: None,
         }
     }
 
@@ -407,6 +455,9 @@ impl Tally {
             match event.kind {
                 EventKind::RequestDone => self.requests_done += 1,
                 EventKind::ReadDone { bytes } => self.bytes_read += u64::from(bytes),
+                EventKind::ClockSync { offset_ns, uncertainty_ns, rtt_ns } => {
+                    self.clock = Some(ClockSync { offset_ns, uncertainty_ns, rtt_ns })
+                }
                 _ => {}
             }
         }
@@ -473,11 +524,7 @@ impl Tally {
             Scenario::Import(spec) => serde_json::to_value(spec),
         }
         .expect("a spec is plain data");
-        let (outcome_name, error) = match outcome {
-            RunOutcome::Completed => ("completed", None),
-            RunOutcome::Interrupted => ("interrupted", None),
-            RunOutcome::Failed { error } => ("failed", Some(error.clone())),
-        };
+        let (outcome_name, error) = outcome_names(outcome);
         let object = value.as_object_mut().expect("a summary is an object");
         object.insert("scenario".into(), scenario.name().into());
         object.insert("config".into(), config);
@@ -493,6 +540,21 @@ impl Tally {
                 "kernel_packets": capture.kernel_packets,
             });
             object.insert("capture".into(), capture);
+        }
+        if let Some(clock) = &self.clock {
+            let clock = serde_json::to_value(clock).expect("plain data");
+            object.insert("clock".into(), clock);
+        }
+        if let Some(remote) = &self.remote {
+            let (server_outcome, server_error) = outcome_names(&remote.server_outcome);
+            let remote = serde_json::json!({
+                "server": remote.server,
+                "same_host_offset_ns": remote.same_host_offset_ns,
+                "server_outcome": server_outcome,
+                "server_error": server_error,
+                "unmatched_events": remote.unmatched_events,
+            });
+            object.insert("remote".into(), remote);
         }
         object.insert("ackscope_version".into(), env!("CARGO_PKG_VERSION").into());
         value
@@ -512,11 +574,41 @@ impl Tally {
         for class in self.stall_classes().unwrap_or_default() {
             writeln!(out, "  {}", class.line())?;
         }
+        if let Some(clock) = &self.clock {
+            let server = self.remote.as_ref().map_or("a remote host", |r| r.server.as_str());
+            writeln!(
+                out,
+                "  server         {server}: its clock {} ms from ours, +/- {:.1} us (path round \
+                 trip {:.3} ms, not counted as stalls)",
+                clock.offset_ns as f64 / 1e6,
+                clock.uncertainty_ns as f64 / 1e3,
+                clock.rtt_ns as f64 / 1e6
+            )?;
+        }
+        if let Some(remote) = &self.remote {
+            if remote.unmatched_events > 0 {
+                writeln!(
+                    out,
+                    "  unmatched      {} server events from connections this host did not \
+                     make (NAT between the hosts?)",
+                    remote.unmatched_events
+                )?;
+            }
+        }
         match outcome {
             RunOutcome::Completed => Ok(()),
             RunOutcome::Interrupted => writeln!(out, "  interrupted    (Ctrl-C)"),
             RunOutcome::Failed { error } => writeln!(out, "  failed         {error}"),
         }
+    }
+}
+
+/// An outcome's name in JSON, and its error.
+fn outcome_names(outcome: &RunOutcome) -> (&'static str, Option<String>) {
+    match outcome {
+        RunOutcome::Completed => ("completed", None),
+        RunOutcome::Interrupted => ("interrupted", None),
+        RunOutcome::Failed { error } => ("failed", Some(error.clone())),
     }
 }
 

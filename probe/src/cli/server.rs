@@ -1,9 +1,13 @@
 //! `ackscope server --listen ADDR`: the echo server alone, so that a client written by anyone,
-//! in any language, speaking docs/PROTOCOL.md, can be observed from the server's side.
+//! in any language, speaking docs/PROTOCOL.md, can be observed from the server's side; and the
+//! server side of runs another host's probe drives with `ackscope run --remote` (docs/REMOTE.md),
+//! for whoever holds the token it prints.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{sync_channel, RecvTimeoutError};
+use std::sync::Arc;
 use std::time::Duration;
 
 use ackscope_shared::spec::MAX_BODY_BYTES;
@@ -16,7 +20,8 @@ use super::{Ended, Failure};
 use crate::net::echo::{EchoConfig, EchoServer, Tagging, DEFAULT_MAX_CONNECTIONS};
 use crate::net::options::SideOptions;
 use crate::net::record::Clock;
-use crate::record::SessionWriter;
+use crate::record::{SessionWriter, SharedWriter};
+use crate::remote::{self, host::ControlHost};
 use crate::{host, interrupt};
 
 #[derive(Debug, clap::Args)]
@@ -39,6 +44,10 @@ pub struct ServerArgs {
     /// Close a connection that sends nothing for this many seconds (0: never)
     #[arg(long, value_name = "SECONDS", default_value_t = 300)]
     idle_timeout: u64,
+    /// The token remote probes must give (`ackscope run --remote ADDR --token T`); at least 16
+    /// characters [default: a fresh random one, printed at start]
+    #[arg(long, value_name = "TOKEN")]
+    token: Option<String>,
     #[command(flatten)]
     rr: RrKnobs,
     #[command(flatten)]
@@ -55,6 +64,17 @@ pub fn run(args: &ServerArgs) -> Result<Ended, Failure> {
         .map_err(|e| Failure::Usage(format!("{}: {}", knobs::flag_of(e.field), e.problem)))?;
     let Scenario::Server(spec) = &scenario else { unreachable!("built as a server spec above") };
     let instruments = Instruments::default();
+    let token = match &args.token {
+        Some(token) if token.len() < 16 || !token.chars().all(|c| c.is_ascii_graphic()) => {
+            return Err(Failure::Usage(
+                "--token: give at least 16 printable characters (or leave it out for a random \
+                 one)"
+                    .into(),
+            ))
+        }
+        Some(token) => token.clone(),
+        None => remote::new_token().map_err(|e| format!("making a token: {e}"))?,
+    };
     let mut file = match &args.output {
         Some(path) => Some(SessionWriter::create(path).map_err(|e| e.to_string())?),
         None => None,
@@ -69,6 +89,11 @@ pub fn run(args: &ServerArgs) -> Result<Ended, Failure> {
     let hello = Hello::current(env!("CARGO_PKG_VERSION"), host::facts());
     write(&mut file, ToBrowser::Hello(hello))?;
     write(&mut file, ToBrowser::RunStarted { run, spec: scenario.clone(), instruments })?;
+    // From here the server's own run and the remote runs share the file.
+    let file = Arc::new(SharedWriter::new(file));
+    let remote_stop = Arc::new(AtomicBool::new(false));
+    let control =
+        Arc::new(ControlHost::new(token.clone(), Arc::clone(&file), Arc::clone(&remote_stop)));
     let config = EchoConfig {
         opts: SideOptions::rr(spec, Side::Server),
         max_body_bytes: args.max_body,
@@ -79,30 +104,40 @@ pub fn run(args: &ServerArgs) -> Result<Ended, Failure> {
         idle_timeout: (args.idle_timeout > 0).then(|| Duration::from_secs(args.idle_timeout)),
     };
     let (sink, batches) = sync_channel(1024);
-    let server =
-        EchoServer::start(args.listen, config, Clock::start(), Tagging::standalone(), Some(sink))
-            .map_err(|e| e.to_string())?;
+    let server = EchoServer::start(
+        args.listen,
+        config,
+        Clock::start(),
+        Tagging::standalone(Some(control.handler())),
+        Some(sink),
+    )
+    .map_err(|e| e.to_string())?;
     println!("ackscope echo server on {} (Ctrl-C to stop and save)", server.addr());
+    println!("token {token}");
+    println!(
+        "remote runs: ackscope run rr --remote {} --token {token}",
+        shown_address(server.addr())
+    );
+    if !server.addr().ip().is_loopback() {
+        println!("  (any host that can reach this address can connect; runs need the token)");
+    }
     let stop = interrupt::install();
     let mut tally = Tally::new(&scenario);
     let mut server = Some(server);
     let mut stopping: Option<std::thread::JoinHandle<()>> = None;
-    let mut write_error: Option<String> = None;
     loop {
         match batches.recv_timeout(Duration::from_millis(100)) {
             Ok(events) => {
                 tally.push(&events);
-                if let (None, Some(writer)) = (&write_error, &mut file) {
-                    write_error = writer.write_events(run, events).err().map(|e| e.to_string());
-                    if let Some(error) = &write_error {
-                        eprintln!("ackscope: {error}; serving on, recording only the summary");
-                    }
+                if let Some(error) = file.write_events(run, events) {
+                    eprintln!("ackscope: {error}; serving on, recording only the summary");
                 }
             }
             Err(RecvTimeoutError::Timeout) => {}
             Err(RecvTimeoutError::Disconnected) => break,
         }
-        if stop.load(std::sync::atomic::Ordering::Relaxed) {
+        if stop.load(Ordering::Relaxed) {
+            remote_stop.store(true, Ordering::SeqCst);
             // Closing the server joins its connection threads, which may be waiting to hand
             // events to this loop: it is done elsewhere while this loop drains, so it cannot
             // wait on itself. The loop ends when the last sender has gone.
@@ -115,7 +150,8 @@ pub fn run(args: &ServerArgs) -> Result<Ended, Failure> {
         let _ = stopping.join();
     }
     let outcome = RunOutcome::Interrupted;
-    let write_error = finish_file(file.take(), write_error, run, &outcome, &tally);
+    let (writer, write_error) = file.take();
+    let write_error = finish_file(writer, write_error, run, &outcome, &tally);
     eprintln!("ackscope: stopped; {} events recorded", tally.events);
     // The clients are not recorded: the summary is the server's view of their requests.
     print_summary(&tally, &scenario, &outcome, args.json)?;
@@ -127,4 +163,13 @@ pub fn run(args: &ServerArgs) -> Result<Ended, Failure> {
         )));
     }
     Ok(Ended::Ok)
+}
+
+/// The address to give remote probes: a wildcard listener is reached at one of the host's own
+/// addresses, which this cannot know, so it says so.
+fn shown_address(addr: SocketAddr) -> String {
+    match addr.ip().is_unspecified() {
+        true => format!("THIS_HOST:{}", addr.port()),
+        false => addr.to_string(),
+    }
 }

@@ -11,6 +11,7 @@ use std::sync::{Arc, Mutex};
 use std::thread::{self, JoinHandle};
 use std::time::Duration;
 
+use ackscope_shared::control::CONTROL_MAGIC;
 use ackscope_shared::{ConnId, Event, EventKind, ReqId, Side};
 use socket2::{Domain, Protocol, Socket, Type};
 
@@ -51,14 +52,55 @@ pub const RUN_MAX_CONNECTIONS: usize = 4096;
 pub enum Tagging {
     /// A run's own server: only connections its client registered, with the client's ids.
     Run(Arc<Peers>),
-    /// A standalone server: every connection, numbered in the order they come.
-    Standalone { next_conn: AtomicU32, next_req: AtomicU32 },
+    /// A standalone server: every connection, numbered in the order they come. With `control`,
+    /// a connection that opens with [`CONTROL_MAGIC`] is handed to it instead (a remote probe
+    /// driving this server: docs/REMOTE.md).
+    Standalone { next_conn: AtomicU32, next_req: AtomicU32, control: Option<ControlHandler> },
+    /// The server of a run another host drives: every connection, numbered in the order they
+    /// come; a request's id is its index on its connection, which the driving host maps to its
+    /// own ids. Each connection's client port is noted in `introductions` before its events.
+    Remote { next_conn: AtomicU32, introductions: Arc<Mutex<Vec<(ConnId, u16)>>> },
 }
 
+/// Serves a control connection (its first four bytes still unread).
+pub type ControlHandler = Arc<dyn Fn(TcpStream, SocketAddr) + Send + Sync>;
+
 impl Tagging {
-    pub fn standalone() -> Tagging {
-        Tagging::Standalone { next_conn: AtomicU32::new(0), next_req: AtomicU32::new(0) }
+    pub fn standalone(control: Option<ControlHandler>) -> Tagging {
+        Tagging::Standalone { next_conn: AtomicU32::new(0), next_req: AtomicU32::new(0), control }
     }
+
+    /// The tag of a connection from `peer`, or `None` for one that is served but not recorded.
+    fn tag(&self, peer: SocketAddr) -> Option<ConnTag> {
+        let next = |counter: &AtomicU32| ConnId(counter.fetch_add(1, Ordering::Relaxed));
+        match self {
+            Tagging::Run(peers) => peers.take(peer.port()),
+            Tagging::Standalone { next_conn, .. } => Some(ConnTag::new(next(next_conn))),
+            Tagging::Remote { next_conn, introductions } => {
+                let conn = next(next_conn);
+                lock(introductions).push((conn, peer.port()));
+                Some(ConnTag::new(conn))
+            }
+        }
+    }
+}
+
+/// Whether the connection opens with [`CONTROL_MAGIC`]: its first four bytes are peeked, not
+/// read, so an echo client's length prefix is still there for it. Waits for the four bytes (or
+/// the socket's read timeout, or the peer closing).
+fn opens_with_control_magic(stream: &TcpStream) -> bool {
+    let mut first = [0u8; 4];
+    // SAFETY: recv writes at most `first.len()` bytes into the buffer we own, on a descriptor
+    // `stream` keeps open for the call.
+    let got = unsafe {
+        libc::recv(
+            std::os::fd::AsRawFd::as_raw_fd(stream),
+            first.as_mut_ptr().cast(),
+            first.len(),
+            libc::MSG_PEEK | libc::MSG_WAITALL,
+        )
+    };
+    got == first.len() as isize && first == CONTROL_MAGIC
 }
 
 /// Connection threads still running, each with a clone of its socket to shut it down on stop.
@@ -190,20 +232,6 @@ impl Accept {
                     tracing::warn!("echo server: no idle timeout for {peer}: {e}");
                 }
             }
-            let tag = match &*self.tagging {
-                Tagging::Run(peers) => peers.take(peer.port()),
-                Tagging::Standalone { next_conn, .. } => {
-                    Some(ConnTag::new(ConnId(next_conn.fetch_add(1, Ordering::Relaxed))))
-                }
-            };
-            // Connections this run did not make are served but not recorded.
-            let (conn, mut recorder) = match (&tag, &self.sink) {
-                (Some(tag), Some(sink)) => {
-                    (tag.conn, Recorder::new(self.clock, Side::Server, sink.clone()))
-                }
-                _ => (ConnId(u32::MAX), Recorder::discarding(self.clock, Side::Server)),
-            };
-            recorder.record(accepted_ns, conn, ReqId(0), EventKind::Accepted);
             let watch = match stream.try_clone() {
                 Ok(watch) => watch,
                 Err(e) => {
@@ -212,9 +240,22 @@ impl Accept {
                     continue;
                 }
             };
+            let (clock, sink) = (self.clock, self.sink.clone());
             let config = self.config.clone();
             let tagging = Arc::clone(&self.tagging);
             let spawned = thread::Builder::new().name("echo-conn".into()).spawn(move || {
+                if let Tagging::Standalone { control: Some(control), .. } = &*tagging {
+                    if opens_with_control_magic(&stream) {
+                        return control(stream, peer);
+                    }
+                }
+                let tag = tagging.tag(peer);
+                // Connections this run did not make are served but not recorded.
+                let (conn, mut recorder) = match (&tag, sink) {
+                    (Some(tag), Some(sink)) => (tag.conn, Recorder::new(clock, Side::Server, sink)),
+                    _ => (ConnId(u32::MAX), Recorder::discarding(clock, Side::Server)),
+                };
+                recorder.record(accepted_ns, conn, ReqId(0), EventKind::Accepted);
                 let connection = Connection { peer, tag, tagging: &tagging, config: &config };
                 if let Err(e) = connection.serve(stream, conn, &mut recorder) {
                     tracing::warn!("{e}");
@@ -261,6 +302,7 @@ impl Connection<'_> {
             }
             (Tagging::Run(_), Some(tag)) => tag.request_at(index).unwrap_or(ReqId(u32::MAX)),
             (Tagging::Run(_), None) => ReqId(u32::MAX),
+            (Tagging::Remote { .. }, _) => ReqId(u32::try_from(index).unwrap_or(u32::MAX)),
         }
     }
 
@@ -297,9 +339,11 @@ impl Connection<'_> {
             req = self.request_id(index);
             index += 1;
             end.recorder().retag_since(mark, req);
-            // A standalone server's client is not recorded: the server marks each request as it
-            // sees it, from the message's first bytes arriving to its answer written.
-            let standalone = matches!(self.tagging, Tagging::Standalone { .. });
+            // A standalone server's client is not recorded, and a remote run's client is on
+            // another host: the server marks each request as it sees it, from the message's
+            // first bytes arriving to its answer written (the server's own view of a run).
+            let standalone =
+                matches!(self.tagging, Tagging::Standalone { .. } | Tagging::Remote { .. });
             if standalone {
                 let arrived = end.recorder().first_read_since(mark);
                 let at_ns = arrived.unwrap_or_else(|| end.recorder().now_ns());
@@ -427,7 +471,7 @@ mod tests {
             loopback(),
             config(1024),
             Clock::start(),
-            Tagging::standalone(),
+            Tagging::standalone(None),
             Some(sink),
         )
         .unwrap();
@@ -459,7 +503,7 @@ mod tests {
         let (accepted, peer) = listener.accept().unwrap();
         client.write_all(&5000u32.to_be_bytes()).unwrap();
         let config = config(4096);
-        let tagging = Tagging::standalone();
+        let tagging = Tagging::standalone(None);
         let connection = Connection { peer, tag: None, tagging: &tagging, config: &config };
         let mut recorder = Recorder::discarding(Clock::start(), Side::Server);
         let err = connection.serve(accepted, ConnId(0), &mut recorder).unwrap_err();
@@ -473,7 +517,7 @@ mod tests {
         let mut long = config(1024);
         long.response_bytes = Some(7);
         let server =
-            EchoServer::start(loopback(), long, Clock::start(), Tagging::standalone(), None)
+            EchoServer::start(loopback(), long, Clock::start(), Tagging::standalone(None), None)
                 .unwrap();
         let mut client = TcpStream::connect(server.addr()).unwrap();
         let answer = echo_once(&mut client, b"abc").unwrap();

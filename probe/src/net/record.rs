@@ -10,11 +10,19 @@ use ackscope_shared::{ConnId, Event, EventKind, ReqId, Side};
 #[derive(Clone, Copy, Debug)]
 pub struct Clock {
     epoch: Instant,
+    /// The epoch on CLOCK_MONOTONIC (what `Instant` reads on Linux), read right after it: lets
+    /// two processes of one host compare their clocks' epochs (a remote run's true offset).
+    epoch_monotonic_ns: u64,
 }
 
 impl Clock {
     pub fn start() -> Clock {
-        Clock { epoch: Instant::now() }
+        let epoch = Instant::now();
+        Clock { epoch, epoch_monotonic_ns: monotonic_ns() }
+    }
+
+    pub fn epoch_monotonic_ns(&self) -> u64 {
+        self.epoch_monotonic_ns
     }
 
     pub fn now_ns(&self) -> u64 {
@@ -26,6 +34,14 @@ impl Clock {
     pub fn instant_at(&self, at_ns: u64) -> Instant {
         self.epoch + std::time::Duration::from_nanos(at_ns)
     }
+}
+
+/// CLOCK_MONOTONIC now, in nanoseconds.
+fn monotonic_ns() -> u64 {
+    let mut now = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: clock_gettime writes only the timespec we own; CLOCK_MONOTONIC always exists.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut now) };
+    now.tv_sec as u64 * 1_000_000_000 + now.tv_nsec as u64
 }
 
 /// Events recorded by one thread (one side of one or more connections), sent on in batches.

@@ -68,6 +68,44 @@ impl SessionWriter {
     }
 }
 
+/// A session file several threads write runs to (a standalone server's own run and the runs
+/// remote probes drive). After the first failed write it writes nothing more and keeps the
+/// error: the file then holds every message before it.
+#[derive(Default)]
+pub struct SharedWriter {
+    state: std::sync::Mutex<(Option<SessionWriter>, Option<String>)>,
+}
+
+impl SharedWriter {
+    pub fn new(writer: Option<SessionWriter>) -> SharedWriter {
+        SharedWriter { state: std::sync::Mutex::new((writer, None)) }
+    }
+
+    /// Writes `message` unless an earlier write failed; returns this write's error, once.
+    pub fn write(&self, message: &ToBrowser) -> Option<String> {
+        self.with(|writer| writer.write(message))
+    }
+
+    /// [`SessionWriter::write_events`], as [`SharedWriter::write`].
+    pub fn write_events(&self, run: RunId, events: Vec<Event>) -> Option<String> {
+        self.with(|writer| writer.write_events(run, events))
+    }
+
+    fn with(&self, write: impl FnOnce(&mut SessionWriter) -> io::Result<()>) -> Option<String> {
+        let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let (writer, failed) = &mut *state;
+        let (Some(writer), None) = (writer, &failed) else { return None };
+        let error = write(writer).err()?.to_string();
+        *failed = Some(error.clone());
+        Some(error)
+    }
+
+    /// The writer and the first write error, for ending the file.
+    pub fn take(&self) -> (Option<SessionWriter>, Option<String>) {
+        std::mem::take(&mut *self.state.lock().unwrap_or_else(|p| p.into_inner()))
+    }
+}
+
 /// What a session file holds: every message up to the first bad frame, and that frame's error.
 pub struct SessionFile {
     pub messages: Vec<ToBrowser>,

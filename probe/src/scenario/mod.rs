@@ -43,6 +43,19 @@ pub struct RunNotes {
     /// throughput when events are not recorded.
     pub requests_completed: u32,
     pub clients_elapsed: Duration,
+    /// Runs against a remote server: its clock and how its side ended.
+    pub remote: Option<RemoteNotes>,
+}
+
+/// What a run against a remote server learned about it.
+#[derive(Debug)]
+pub struct RemoteNotes {
+    pub server: String,
+    pub sync: ackscope_shared::control::ClockSync,
+    /// The offset if both probes share one host's clock (see `remote::drive::Started`).
+    pub same_host_offset_ns: i64,
+    pub server_outcome: RunOutcome,
+    pub unmatched_events: u64,
 }
 
 /// [`run`], also filling in `notes`.
@@ -53,14 +66,39 @@ pub fn run_noting(
     notes: &mut RunNotes,
     on_events: impl FnMut(Vec<Event>),
 ) -> Result<RunOutcome, SpecError> {
+    run_against(scenario, instruments, &Target::Local, stop, notes, on_events)
+}
+
+/// Where a run's server side runs.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum Target {
+    /// In this process, on loopback or across the emulated link.
+    #[default]
+    Local,
+    /// On the `ackscope server` at `server` (host:port), which printed `token`.
+    Remote { server: String, token: String },
+}
+
+/// [`run_noting`], with the server side at `target`.
+pub fn run_against(
+    scenario: &Scenario,
+    instruments: Instruments,
+    target: &Target,
+    stop: &AtomicBool,
+    notes: &mut RunNotes,
+    on_events: impl FnMut(Vec<Event>),
+) -> Result<RunOutcome, SpecError> {
     scenario.validate()?;
-    Ok(match scenario {
-        Scenario::Rr(spec) => rr::run(spec, instruments, stop, notes, on_events),
-        Scenario::Bulk(spec) => bulk::run(spec, instruments, stop, on_events),
-        Scenario::Server(_) => RunOutcome::Failed {
+    Ok(match (scenario, target) {
+        (Scenario::Rr(spec), _) => rr::run(spec, instruments, target, stop, notes, on_events),
+        (Scenario::Bulk(_), Target::Remote { .. }) => RunOutcome::Failed {
+            error: "bulk runs are not run against a remote server yet; rr runs are".into(),
+        },
+        (Scenario::Bulk(spec), Target::Local) => bulk::run(spec, instruments, stop, on_events),
+        (Scenario::Server(_), _) => RunOutcome::Failed {
             error: "a standalone echo server is run with `ackscope server`, not as a run".into(),
         },
-        Scenario::Import(_) => RunOutcome::Failed {
+        (Scenario::Import(_), _) => RunOutcome::Failed {
             error: "an imported capture is read with `ackscope show`, not run".into(),
         },
     })

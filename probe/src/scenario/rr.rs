@@ -2,28 +2,47 @@
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::mpsc::Receiver;
 use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
 use ackscope_shared::spec::MAX_BODY_BYTES;
 use ackscope_shared::wire::{Instruments, RunOutcome};
-use ackscope_shared::{Event, RrSpec, Side};
+use ackscope_shared::{Event, RrSpec, Scenario, Side};
 
-use super::{open_capture, outcome, Collector, RunNotes};
+use super::{open_capture, outcome, Collector, RemoteNotes, RunNotes, Target};
 use crate::capture::{Capture, CaptureReport};
 use crate::emulate::{Link, Placement};
 use crate::net::client::{self, Shared};
 use crate::net::echo::{EchoConfig, EchoServer, Tagging, RUN_MAX_CONNECTIONS};
 use crate::net::options::SideOptions;
 use crate::net::peers::Peers;
+use crate::remote::drive::{Remote, CLIENT_BIND};
 
 pub fn run(
     spec: &RrSpec,
     instruments: Instruments,
+    target: &Target,
     user_stop: &AtomicBool,
     notes: &mut RunNotes,
-    mut on_events: impl FnMut(Vec<Event>),
+    on_events: impl FnMut(Vec<Event>),
+) -> RunOutcome {
+    match target {
+        Target::Local => run_local(spec, instruments, user_stop, notes, on_events),
+        Target::Remote { server, token } => {
+            run_remote(spec, instruments, server, token, user_stop, notes, on_events)
+        }
+    }
+}
+
+/// Both sides in this process: the echo server on loopback or across the emulated link.
+fn run_local(
+    spec: &RrSpec,
+    instruments: Instruments,
+    user_stop: &AtomicBool,
+    notes: &mut RunNotes,
+    on_events: impl FnMut(Vec<Event>),
 ) -> RunOutcome {
     // On the link the relay captures (it holds every packet already): no socket on lo.
     let on_lo = Instruments { capture: instruments.capture && spec.link.is_none(), ..instruments };
@@ -77,73 +96,176 @@ pub fn run(
         next_req: AtomicU32::new(0),
         next_conn: AtomicU32::new(0),
         completed: AtomicU32::new(0),
-        deadline: spec.duration_ms.map(|ms| Instant::now() + Duration::from_millis(u64::from(ms))),
+        deadline: deadline(spec),
         stop: &stop,
         user_stop,
         instruments,
     };
+    let link = &link;
+    let first = &first_error;
+    let after_clients = move |_: &mut RunNotes| {
+        // The server wakes its accept() with a connection of its own: from its namespace.
+        let _ = placement.enter(Side::Server);
+        server.shutdown();
+        // After the server: the last segments are in, and its sender goes.
+        let mut capture = capture.map(Capture::stop);
+        match link.as_ref().map(Link::stop_relay) {
+            Some(Err(e)) => note_error(first, e.to_string()),
+            // The relay stamps on the run's clock: no offset to measure, nothing dropped.
+            Some(Ok(stats)) => {
+                if let Some(segments) = stats.captured_segments {
+                    capture = Some(CaptureReport { segments, ..Default::default() });
+                }
+            }
+            None => {}
+        }
+        capture
+    };
+    let capture = drive_clients(
+        &shared,
+        collector,
+        batches,
+        &first_error,
+        Placement::new(link.as_ref()),
+        notes,
+        after_clients,
+        on_events,
+    );
+    notes.capture = capture;
+    let error = first_error.into_inner().unwrap_or_else(|p| p.into_inner());
+    outcome(error, user_stop)
+}
+
+/// The server side on another host's `ackscope server`: it runs there with the spec's server
+/// options, and its events come back over the control connection onto this run's clock.
+fn run_remote(
+    spec: &RrSpec,
+    instruments: Instruments,
+    server: &str,
+    token: &str,
+    user_stop: &AtomicBool,
+    notes: &mut RunNotes,
+    mut on_events: impl FnMut(Vec<Event>),
+) -> RunOutcome {
+    let (collector, batches) = Collector::new(instruments);
+    let started = Remote::connect(server, token)
+        .and_then(|remote| remote.start(&Scenario::Rr(spec.clone()), instruments, collector.clock));
+    let started = match started {
+        Ok(started) => started,
+        Err(error) => return RunOutcome::Failed { error },
+    };
+    if instruments.events {
+        on_events(vec![started.clock_event(collector.clock.now_ns())]);
+    }
+    let peers = Arc::new(Peers::default());
+    let first_error = Mutex::new(None);
+    let stop = AtomicBool::new(false);
+    let shared = Shared {
+        spec,
+        server: started.server,
+        bind: CLIENT_BIND,
+        peers: &peers,
+        next_req: AtomicU32::new(0),
+        next_conn: AtomicU32::new(0),
+        completed: AtomicU32::new(0),
+        deadline: deadline(spec),
+        stop: &stop,
+        user_stop,
+        instruments,
+    };
+    let (sync, same_host_offset_ns) = (started.sync, started.same_host_offset_ns);
+    let streaming = started.stream(Arc::clone(&peers), collector.sink());
+    let server_name = server.to_string();
+    let after_clients = move |notes: &mut RunNotes| {
+        let end = streaming.finish();
+        notes.remote = Some(RemoteNotes {
+            server: server_name,
+            sync,
+            same_host_offset_ns,
+            server_outcome: end.outcome,
+            unmatched_events: end.unmatched_events,
+        });
+        None
+    };
+    drive_clients(
+        &shared,
+        collector,
+        batches,
+        &first_error,
+        Placement::new(None),
+        notes,
+        after_clients,
+        on_events,
+    );
+    let mut error = first_error.into_inner().unwrap_or_else(|p| p.into_inner());
+    if let Some(remote) = &notes.remote {
+        if let (None, RunOutcome::Failed { error: server_error }) = (&error, &remote.server_outcome)
+        {
+            error = Some(server_error.clone());
+        }
+    }
+    outcome(error, user_stop)
+}
+
+fn deadline(spec: &RrSpec) -> Option<Instant> {
+    spec.duration_ms.map(|ms| Instant::now() + Duration::from_millis(u64::from(ms)))
+}
+
+fn note_error(first_error: &Mutex<Option<String>>, error: String) {
+    first_error.lock().unwrap_or_else(|p| p.into_inner()).get_or_insert(error);
+}
+
+/// Runs a client thread per connection and hands every batch of events to `on_events` on this
+/// thread until the last sender is gone: the collector's own goes at once, the client threads'
+/// when they end, and the server side's in `after_clients`, which runs once every client has
+/// ended and returns the capture's report.
+#[allow(clippy::too_many_arguments)]
+fn drive_clients(
+    shared: &Shared,
+    collector: Collector,
+    batches: Receiver<Vec<Event>>,
+    first_error: &Mutex<Option<String>>,
+    placement: Placement,
+    notes: &mut RunNotes,
+    after_clients: impl FnOnce(&mut RunNotes) -> Option<CaptureReport> + Send,
+    mut on_events: impl FnMut(Vec<Event>),
+) -> Option<CaptureReport> {
     let clients_started = Instant::now();
     thread::scope(|scope| {
         let mut clients = Vec::new();
-        for _ in 0..spec.connections {
+        for _ in 0..shared.spec.connections {
             let mut rec = collector.recorder(Side::Client);
-            let (shared, first_error) = (&shared, &first_error);
             let client =
                 thread::Builder::new().name("rr-client".into()).spawn_scoped(scope, move || {
                     let ran =
                         placement.enter(Side::Client).and_then(|()| client::run(shared, &mut rec));
                     if let Err(e) = ran {
                         shared.stop.store(true, Ordering::Relaxed);
-                        first_error
-                            .lock()
-                            .unwrap_or_else(|p| p.into_inner())
-                            .get_or_insert(e.to_string());
+                        note_error(first_error, e.to_string());
                     }
                 });
             match client {
                 Ok(client) => clients.push(client),
                 Err(e) => {
-                    stop.store(true, Ordering::Relaxed);
-                    let mut first = first_error.lock().unwrap_or_else(|p| p.into_inner());
-                    first.get_or_insert(format!("could not start a client thread: {e}"));
+                    shared.stop.store(true, Ordering::Relaxed);
+                    note_error(first_error, format!("could not start a client thread: {e}"));
                 }
             }
         }
-        // Every sender must be gone for the loop below to end: the collector's own, the client
-        // threads' (when they end) and the server's (when it is shut down after them).
-        let server_sink_owner = server;
         drop(collector);
-        let (first_error, link) = (&first_error, &link);
         let completed = &shared.completed;
-        scope.spawn(move || {
+        let ended = scope.spawn(move || {
             for client in clients {
                 let _ = client.join();
             }
             notes.clients_elapsed = clients_started.elapsed();
             notes.requests_completed = completed.load(Ordering::Relaxed);
-            // The server wakes its accept() with a connection of its own: from its namespace.
-            let _ = placement.enter(Side::Server);
-            server_sink_owner.shutdown();
-            // After the server: the last segments are in, and its sender goes.
-            notes.capture = capture.map(Capture::stop);
-            match link.as_ref().map(Link::stop_relay) {
-                Some(Err(e)) => {
-                    let mut first = first_error.lock().unwrap_or_else(|p| p.into_inner());
-                    first.get_or_insert(e.to_string());
-                }
-                // The relay stamps on the run's clock: no offset to measure, nothing dropped.
-                Some(Ok(stats)) => {
-                    if let Some(segments) = stats.captured_segments {
-                        notes.capture = Some(CaptureReport { segments, ..Default::default() });
-                    }
-                }
-                None => {}
-            }
+            let capture = after_clients(notes);
+            (notes, capture)
         });
         for batch in batches {
             on_events(batch);
         }
-    });
-    let error = first_error.into_inner().unwrap_or_else(|p| p.into_inner());
-    outcome(error, user_stop)
+        ended.join().map(|(_, capture)| capture).unwrap_or(None)
+    })
 }

@@ -325,7 +325,15 @@ async fn stream_session(mut socket: WebSocket, app: Arc<App>) {
             (Ok(ToProbe::StartRun { .. }), Some(_)) if !presenter => Some(
                 "in a class the presenter starts the runs; they appear here as they run".into(),
             ),
-            (Ok(ToProbe::StartRun { spec }), _) => start_run(&app.session, spec).err(),
+            (Ok(ToProbe::StartRemoteRun { .. }), Some(_)) if !presenter => Some(
+                "in a class the presenter starts the runs; they appear here as they run".into(),
+            ),
+            (Ok(ToProbe::StartRun { spec }), _) => {
+                start_run(&app.session, spec, scenario::Target::Local).err()
+            }
+            (Ok(ToProbe::StartRemoteRun { spec, server, token }), _) => {
+                start_run(&app.session, spec, scenario::Target::Remote { server, token }).err()
+            }
             (Ok(ToProbe::StopRun), Some(_)) if !presenter => {
                 Some("in a class the presenter's runs are stopped by the presenter".into())
             }
@@ -422,7 +430,11 @@ fn beyond_browser_limits(spec: &Scenario) -> Option<String> {
 /// Starts a run on a blocking thread; its events reach every tab through the session. It stops
 /// early, keeping what it recorded, at Ctrl-C, at [`limits::MAX_EVENTS`] events or after
 /// [`limits::MAX_DURATION`], and its outcome says which.
-pub fn start_run(session: &Arc<Session>, spec: Scenario) -> Result<(), String> {
+pub fn start_run(
+    session: &Arc<Session>,
+    spec: Scenario,
+    target: scenario::Target,
+) -> Result<(), String> {
     spec.validate().map_err(|e| e.to_string())?;
     if let Some(refusal) = beyond_browser_limits(&spec) {
         return Err(refusal);
@@ -438,15 +450,17 @@ pub fn start_run(session: &Arc<Session>, spec: Scenario) -> Result<(), String> {
         };
         let mut events = 0u64;
         let mut too_many = false;
-        let outcome = scenario::run(&spec, instruments, &stop, |batch| {
-            events += batch.len() as u64;
-            if events >= limits::MAX_EVENTS && !too_many {
-                too_many = true;
-                stop.store(true, std::sync::atomic::Ordering::Relaxed);
-            }
-            session.append(run, batch)
-        })
-        .unwrap_or_else(|e| wire::RunOutcome::Failed { error: e.to_string() });
+        let mut notes = scenario::RunNotes::default();
+        let outcome =
+            scenario::run_against(&spec, instruments, &target, &stop, &mut notes, |batch| {
+                events += batch.len() as u64;
+                if events >= limits::MAX_EVENTS && !too_many {
+                    too_many = true;
+                    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+                }
+                session.append(run, batch)
+            })
+            .unwrap_or_else(|e| wire::RunOutcome::Failed { error: e.to_string() });
         ended.store(true, std::sync::atomic::Ordering::Relaxed);
         let timed_out = watchdog.join().unwrap_or(false);
         let outcome = match outcome {

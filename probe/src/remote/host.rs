@@ -1,0 +1,413 @@
+//! Host B: the `ackscope server` a remote probe drives. Each control connection carries one run:
+//! the server side of it happens here, on a listener of its own with the spec's server options,
+//! and its events go back to the driving probe as they are recorded (and into this server's
+//! file, with `-o`, so that each host keeps what it recorded whatever happens to the other).
+
+use std::io::{self, Read};
+use std::net::{Shutdown, SocketAddr, TcpStream};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::mpsc::{sync_channel, RecvTimeoutError};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use ackscope_shared::control::{ToClient, ToServer};
+use ackscope_shared::spec::MAX_BODY_BYTES;
+use ackscope_shared::wire::{self, Instruments, RunOutcome, ToBrowser, EVENTS_PER_MESSAGE};
+use ackscope_shared::{ConnId, Event, RrSpec, RunId, Scenario, Side};
+
+use super::{receive, receive_frame, send, token_matches, versions_differ};
+use crate::net::echo::{ControlHandler, EchoConfig, EchoServer, Tagging, RUN_MAX_CONNECTIONS};
+use crate::net::options::SideOptions;
+use crate::net::record::Clock;
+use crate::record::SharedWriter;
+
+/// How long a new control connection may take to say who it is and what to run.
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// A remote run ends after this long, keeping what it recorded.
+pub const MAX_RUN: Duration = Duration::from_secs(600);
+/// Bytes a remote run may move: requests x (request + answer).
+pub const MAX_RUN_BYTES: u64 = 16 << 30;
+
+/// What every control connection of one server shares.
+pub struct ControlHost {
+    token: String,
+    file: Arc<SharedWriter>,
+    /// The file's run ids: 1 is the server's own (its outside clients).
+    next_run: AtomicU32,
+    /// One remote run at a time: two would measure each other.
+    busy: AtomicBool,
+    /// Set when the server stops: a run going ends, as interrupted.
+    stopping: Arc<AtomicBool>,
+}
+
+impl ControlHost {
+    pub fn new(token: String, file: Arc<SharedWriter>, stopping: Arc<AtomicBool>) -> ControlHost {
+        ControlHost {
+            token,
+            file,
+            next_run: AtomicU32::new(2),
+            busy: AtomicBool::new(false),
+            stopping,
+        }
+    }
+
+    /// The echo server's hook for connections that open with the control magic.
+    pub fn handler(self: Arc<Self>) -> ControlHandler {
+        Arc::new(move |stream, peer| self.serve(stream, peer))
+    }
+
+    fn serve(&self, mut stream: TcpStream, peer: SocketAddr) {
+        let _ = stream.set_nodelay(true);
+        let _ = stream.set_read_timeout(Some(HANDSHAKE_TIMEOUT));
+        match self.admit(&mut stream) {
+            Ok((spec, instruments)) => {
+                self.run(stream, peer, spec, instruments);
+                self.busy.store(false, Ordering::SeqCst);
+            }
+            Err(Refusal::Tell(reason)) => {
+                tracing::warn!("remote probe {peer} refused: {reason}");
+                let _ = send(&mut stream, &ToClient::Refused { reason });
+            }
+            Err(Refusal::Gone(e)) => {
+                tracing::warn!("control connection from {peer} ended before a run: {e}")
+            }
+        }
+    }
+
+    /// The handshake and the run's spec, or why not. Marks the host busy when it admits a run.
+    fn admit(&self, stream: &mut TcpStream) -> Result<(RrSpec, Instruments), Refusal> {
+        let mut magic = [0u8; 4];
+        stream.read_exact(&mut magic)?;
+        let frame = receive_frame(stream)?;
+        let hello = super::decode::<ToServer>(&frame);
+        let (theirs, token) = match hello {
+            Ok(ToServer::Hello { protocol_version, ackscope_version, token }) => {
+                ((protocol_version, ackscope_version), token)
+            }
+            // A later version may encode its Hello differently: its number is still first.
+            _ => match wire::peek_version(&frame) {
+                Some(version) => ((version, "of another version".to_string()), String::new()),
+                None => {
+                    return Err(Refusal::Tell("the control connection must open with Hello".into()))
+                }
+            },
+        };
+        if let Some(mismatch) = versions_differ((theirs.0, &theirs.1), "client runs") {
+            return Err(Refusal::Tell(mismatch));
+        }
+        if !token_matches(&token, &self.token) {
+            return Err(Refusal::Tell(
+                "wrong token: give --token the token this `ackscope server` printed when it \
+                 started"
+                    .into(),
+            ));
+        }
+        send(
+            stream,
+            &ToClient::Welcome {
+                protocol_version: wire::PROTOCOL_VERSION,
+                ackscope_version: env!("CARGO_PKG_VERSION").into(),
+            },
+        )?;
+        let ToServer::Run { spec, instruments } = receive(stream)? else {
+            return Err(Refusal::Tell("expected the run's spec after Hello".into()));
+        };
+        let spec = match spec {
+            Scenario::Rr(spec) => spec,
+            other => {
+                return Err(Refusal::Tell(format!(
+                    "{} runs are not run against a remote server yet; rr runs are",
+                    other.name()
+                )))
+            }
+        };
+        Scenario::Rr(spec.clone()).validate().map_err(|e| Refusal::Tell(e.to_string()))?;
+        if let Some(limit) = beyond_limits(&spec, instruments) {
+            return Err(Refusal::Tell(limit));
+        }
+        if self.busy.swap(true, Ordering::SeqCst) {
+            return Err(Refusal::Tell(
+                "another remote run is going on this server; try again when it ends".into(),
+            ));
+        }
+        Ok((spec, instruments))
+    }
+
+    /// Runs the server side of `spec` until the driving probe says stop, its control connection
+    /// drops, the run lasts [`MAX_RUN`] or this server stops.
+    fn run(&self, stream: TcpStream, peer: SocketAddr, spec: RrSpec, instruments: Instruments) {
+        let run = RunId(self.next_run.fetch_add(1, Ordering::Relaxed));
+        let clock = Clock::start();
+        let (sink, batches) = sync_channel(1024);
+        let introductions = Arc::new(Mutex::new(Vec::new()));
+        let config = EchoConfig {
+            opts: SideOptions::rr(&spec, Side::Server),
+            max_body_bytes: MAX_BODY_BYTES,
+            response_bytes: spec.response_bytes,
+            think: Duration::from_micros(u64::from(spec.think_us)),
+            instruments,
+            max_connections: RUN_MAX_CONNECTIONS,
+            idle_timeout: None,
+        };
+        let tagging = Tagging::Remote {
+            next_conn: AtomicU32::new(0),
+            introductions: Arc::clone(&introductions),
+        };
+        let listen = match stream.local_addr() {
+            Ok(local) => SocketAddr::new(local.ip(), 0),
+            Err(e) => return tracing::warn!("control connection from {peer}: {e}"),
+        };
+        // Held until the server's threads are gone: then the loop below sees the channel close
+        // once it has taken every batch, events on or off.
+        let mut own_sink = Some(sink.clone());
+        let sink = instruments.events.then_some(sink);
+        let mut writer = stream;
+        let server = match EchoServer::start(listen, config, clock, tagging, sink) {
+            Ok(server) => server,
+            Err(e) => {
+                let reason = format!("the server could not open the run's listener: {e}");
+                let _ = send(&mut writer, &ToClient::Refused { reason });
+                return;
+            }
+        };
+        let ready = ToClient::Ready {
+            port: server.addr().port(),
+            clock_monotonic_ns: clock.epoch_monotonic_ns(),
+        };
+        let reader = match writer.try_clone() {
+            Ok(reader) => reader,
+            Err(e) => return tracing::warn!("control connection from {peer}: {e}"),
+        };
+        if send(&mut writer, &ready).is_err() {
+            return;
+        }
+        // This host's file holds its own view, as `ackscope server` records outside clients.
+        self.file.write(&ToBrowser::RunStarted {
+            run,
+            spec: Scenario::Server(spec.clone()),
+            instruments,
+        });
+        let mut file_ids = FileIds::default();
+        tracing::info!(
+            "remote run {} from {peer}: {} requests, server side on port {}",
+            run.0,
+            spec.requests,
+            server.addr().port()
+        );
+        let writer = Arc::new(Mutex::new(writer));
+        let ended = Arc::new(Ended::default());
+        let listening = {
+            let (writer, ended) = (Arc::clone(&writer), Arc::clone(&ended));
+            std::thread::Builder::new()
+                .name("control-read".into())
+                .spawn(move || listen_to_client(reader, clock, &writer, &ended))
+        };
+        let started = Instant::now();
+        let mut server = Some(server);
+        let mut stopping: Option<std::thread::JoinHandle<()>> = None;
+        let mut timed_out = false;
+        let mut sent_conns = 0;
+        loop {
+            match batches.recv_timeout(Duration::from_millis(50)) {
+                Ok(events) => {
+                    if !ended.dropped.load(Ordering::SeqCst) {
+                        let sent = forward(&writer, &introductions, &mut sent_conns, &events);
+                        if sent.is_err() {
+                            ended.dropped.store(true, Ordering::SeqCst);
+                        }
+                    }
+                    let events = file_ids.renumber(events);
+                    if let Some(error) = self.file.write_events(run, events) {
+                        eprintln!("ackscope: {error}; serving on, without the file");
+                    }
+                }
+                Err(RecvTimeoutError::Timeout) => {}
+                Err(RecvTimeoutError::Disconnected) => break,
+            }
+            let over = started.elapsed() >= MAX_RUN;
+            let stop = ended.stop.load(Ordering::SeqCst)
+                || ended.dropped.load(Ordering::SeqCst)
+                || self.stopping.load(Ordering::SeqCst)
+                || over;
+            if stop {
+                if let Some(server) = server.take() {
+                    timed_out = over;
+                    // Shutting down joins the connection threads, which may wait on this loop
+                    // to take their events: elsewhere, while this loop drains.
+                    stopping = Some(std::thread::spawn(move || server.shutdown()));
+                }
+            }
+            if stopping.as_ref().is_some_and(|s| s.is_finished()) {
+                drop(own_sink.take());
+            }
+        }
+        if let Some(stopping) = stopping {
+            let _ = stopping.join();
+        }
+        let outcome = if ended.dropped.load(Ordering::SeqCst) {
+            RunOutcome::Failed {
+                error: format!(
+                    "server side: the control connection from {peer} closed mid-run; this side \
+                     kept what it recorded"
+                ),
+            }
+        } else if timed_out {
+            RunOutcome::Failed {
+                error: format!(
+                    "server side: stopped after {} s, the longest a remote run lasts on this \
+                     server; what it recorded is kept",
+                    MAX_RUN.as_secs()
+                ),
+            }
+        } else if self.stopping.load(Ordering::SeqCst) && !ended.stop.load(Ordering::SeqCst) {
+            RunOutcome::Interrupted
+        } else {
+            RunOutcome::Completed
+        };
+        {
+            let mut writer = lock(&writer);
+            let _ = send(&mut *writer, &ToClient::Finished { outcome: outcome.clone() });
+            // Unblocks the reading thread.
+            let _ = writer.shutdown(Shutdown::Both);
+        }
+        if let Ok(listening) = listening {
+            let _ = listening.join();
+        }
+        self.file.write(&ToBrowser::RunFinished { run, outcome: outcome.clone() });
+        tracing::info!("remote run {} from {peer} ended: {outcome:?}", run.0);
+    }
+}
+
+/// Request ids for this host's file: the ids sent to the driving probe are each request's index
+/// on its connection, which repeat across connections; the file numbers them in the order they
+/// first appear, as `ackscope server` numbers its outside clients' requests.
+#[derive(Default)]
+struct FileIds {
+    /// Each connection's latest index and the id it was given (a connection's requests come
+    /// one after another, so only the latest is asked for again).
+    latest: std::collections::HashMap<ConnId, (u32, u32)>,
+    next: u32,
+}
+
+impl FileIds {
+    fn renumber(&mut self, mut events: Vec<Event>) -> Vec<Event> {
+        for event in &mut events {
+            let latest = self.latest.get(&event.conn).copied();
+            let id = match latest {
+                Some((index, id)) if index == event.req.0 => id,
+                _ => {
+                    let id = self.next;
+                    self.next += 1;
+                    self.latest.insert(event.conn, (event.req.0, id));
+                    id
+                }
+            };
+            event.req = ackscope_shared::ReqId(id);
+        }
+        events
+    }
+}
+
+/// Why a control connection gets no run.
+enum Refusal {
+    /// Told to the peer, then closed.
+    Tell(String),
+    /// The connection failed: nobody to tell.
+    Gone(io::Error),
+}
+
+impl From<io::Error> for Refusal {
+    fn from(e: io::Error) -> Refusal {
+        Refusal::Gone(e)
+    }
+}
+
+/// How the driving probe ended the run, as the reading thread saw it.
+#[derive(Default)]
+struct Ended {
+    /// It said stop: its clients are done.
+    stop: AtomicBool,
+    /// Its control connection closed or failed before saying so.
+    dropped: AtomicBool,
+}
+
+/// Answers clock exchanges at once and notes the end of the run. B's times are stamped as close
+/// to the socket as this thread gets: `t2` right after the frame is read, `t3` right before the
+/// answer is written.
+fn listen_to_client(mut reader: TcpStream, clock: Clock, writer: &Mutex<TcpStream>, ended: &Ended) {
+    // The run can be long and quiet: the run's own limit ends it, not a read timeout.
+    let _ = reader.set_read_timeout(None);
+    loop {
+        let message = receive::<ToServer>(&mut reader);
+        let t2_ns = clock.now_ns();
+        match message {
+            Ok(ToServer::Clock { t1_ns }) => {
+                let mut writer = lock(writer);
+                let t3_ns = clock.now_ns();
+                if send(&mut *writer, &ToClient::Clock { t1_ns, t2_ns, t3_ns }).is_err() {
+                    ended.dropped.store(true, Ordering::SeqCst);
+                    return;
+                }
+            }
+            Ok(ToServer::Stop) => {
+                ended.stop.store(true, Ordering::SeqCst);
+                return;
+            }
+            Ok(_) => {}
+            Err(_) => {
+                ended.dropped.store(true, Ordering::SeqCst);
+                return;
+            }
+        }
+    }
+}
+
+/// Sends a batch of B's events: first the connections not yet introduced, then the events in
+/// messages of at most [`EVENTS_PER_MESSAGE`].
+fn forward(
+    writer: &Mutex<TcpStream>,
+    introductions: &Mutex<Vec<(ConnId, u16)>>,
+    sent: &mut usize,
+    events: &[Event],
+) -> io::Result<()> {
+    let mut writer = lock(writer);
+    let new: Vec<(ConnId, u16)> = lock(introductions)[*sent..].to_vec();
+    for (conn, client_port) in new {
+        send(&mut *writer, &ToClient::Peer { conn, client_port })?;
+        *sent += 1;
+    }
+    for chunk in events.chunks(EVENTS_PER_MESSAGE) {
+        send(&mut *writer, &ToClient::Events { events: chunk.to_vec() })?;
+    }
+    Ok(())
+}
+
+/// Why a remote run is refused, naming the limit; `None` within them all.
+fn beyond_limits(spec: &RrSpec, instruments: Instruments) -> Option<String> {
+    let bytes =
+        u64::from(spec.requests) * (u64::from(spec.size_bytes) + u64::from(spec.response_size()));
+    if bytes > MAX_RUN_BYTES {
+        return Some(format!(
+            "requests x (size + response size) is {bytes} bytes; a remote run moves at most \
+             {MAX_RUN_BYTES} ({} GiB)",
+            MAX_RUN_BYTES >> 30
+        ));
+    }
+    if spec.link.is_some() {
+        return Some(
+            "--link emulates a path on one host; across hosts the path is the real network".into(),
+        );
+    }
+    if instruments.capture {
+        return Some(
+            "--capture is not available across hosts yet: capture on each host with tcpdump \
+             and `ackscope import` the files"
+                .into(),
+        );
+    }
+    None
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|p| p.into_inner())
+}

@@ -1,0 +1,197 @@
+//! The control connection between two probes: `ackscope run --remote HOST:PORT` on host A drives
+//! the `ackscope server` on host B (docs/REMOTE.md).
+//!
+//! The control connection is a TCP connection of its own, apart from the measured ones. It opens
+//! with [`CONTROL_MAGIC`] on the server's echo port: as an echo length prefix those four bytes
+//! read as over a gigabyte, which no echo client sends, so one port serves both. Then both ways
+//! it carries frames as a session file does (4-byte little-endian length, one postcard message),
+//! each at most [`MAX_CONTROL_MESSAGE_BYTES`].
+//!
+//! The exchange, in order:
+//! 1. A: [`ToServer::Hello`] with its versions and the token B printed. B: [`ToClient::Welcome`],
+//!    or [`ToClient::Refused`] naming the problem (a wrong token, or both version numbers).
+//! 2. A: [`ToServer::Run`]. B opens a listener with the server side's options for this run
+//!    alone and answers [`ToClient::Ready`] with its port, or refuses a run beyond its limits.
+//! 3. A: a few [`ToServer::Clock`]; B answers each at once with its own times. [`ClockSync`]
+//!    makes one estimate of the offset between the clocks from them.
+//! 4. A's clients connect to the port. B streams its side's events back as
+//!    [`ToClient::Events`], each connection introduced first by a [`ToClient::Peer`] naming
+//!    the client port it came from, so A can give B's events A's connection and request ids.
+//! 5. A: [`ToServer::Stop`] when its clients are done. B closes the run's connections, sends
+//!    what is left and [`ToClient::Finished`] with how its side ended.
+//!
+//! Like [`crate::wire`], nothing here does IO: the probe frames and moves the bytes.
+
+use serde::{Deserialize, Serialize};
+
+use crate::event::{ConnId, Event};
+use crate::spec::Scenario;
+use crate::wire::{Instruments, RunOutcome};
+
+/// The first four bytes of a control connection.
+pub const CONTROL_MAGIC: [u8; 4] = *b"ACKC";
+
+/// Bounds a frame's payload before it is read: an events batch of the largest kind is well
+/// under this.
+pub const MAX_CONTROL_MESSAGE_BYTES: usize = crate::wire::MAX_MESSAGE_BYTES;
+
+/// Clock exchanges before a run: the estimate takes the one with the shortest round trip.
+pub const CLOCK_EXCHANGES: usize = 32;
+
+/// Host A (the client) to host B (the server).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum ToServer {
+    /// Always first (tag 0, the version its first field), so that any later version can still be
+    /// read far enough to be refused by number.
+    Hello { protocol_version: u16, ackscope_version: String, token: String },
+    /// Run this; only the server side's part of it happens on B.
+    Run { spec: Scenario, instruments: Instruments },
+    /// `t1_ns`: when A sent this, on A's run clock.
+    Clock { t1_ns: u64 },
+    /// A's clients are done: end the run.
+    Stop,
+}
+
+/// Host B (the server) to host A (the client).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum ToClient {
+    /// Same shape as [`ToServer::Hello`]'s start: the version first.
+    Welcome { protocol_version: u16, ackscope_version: String },
+    /// The server will not go on; `reason` says why and what to do. The connection closes.
+    Refused { reason: String },
+    /// The run's listener is on `port` of the address A reached; B's run clock started at
+    /// `clock_monotonic_ns` on B's CLOCK_MONOTONIC (compared with A's only when both are one
+    /// host: the benchmark's true offset).
+    Ready { port: u16, clock_monotonic_ns: u64 },
+    /// The answer to [`ToServer::Clock`]: `t2_ns` when B read it, `t3_ns` when B sent this,
+    /// both on B's run clock.
+    Clock { t1_ns: u64, t2_ns: u64, t3_ns: u64 },
+    /// B's connection `conn` came from A's port `client_port`; sent before its events.
+    Peer { conn: ConnId, client_port: u16 },
+    /// B's events, on B's clock, with B's connection ids and, as request ids, each request's
+    /// index on its connection (B cannot know A's ids; A maps them).
+    Events {
+        #[serde(with = "crate::compact")]
+        events: Vec<Event>,
+    },
+    /// B's side of the run ended so; nothing follows.
+    Finished { outcome: RunOutcome },
+}
+
+/// One clock exchange: A sent at `t1`, B read at `t2` and answered at `t3` (B's clock), A read
+/// the answer at `t4` (A's clock).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Exchange {
+    pub t1_ns: u64,
+    pub t2_ns: u64,
+    pub t3_ns: u64,
+    pub t4_ns: u64,
+}
+
+impl Exchange {
+    /// The time on the wire both ways: the round trip less B's time between read and answer.
+    pub fn round_trip_ns(&self) -> u64 {
+        let total = self.t4_ns.saturating_sub(self.t1_ns);
+        total.saturating_sub(self.t3_ns.saturating_sub(self.t2_ns))
+    }
+
+    /// B's clock minus A's, assuming the two directions took equally long (NTP's estimate).
+    pub fn offset_ns(&self) -> i64 {
+        let there = self.t2_ns as i128 - self.t1_ns as i128;
+        let back = self.t3_ns as i128 - self.t4_ns as i128;
+        ((there + back) / 2) as i64
+    }
+}
+
+/// The estimate of B's clock relative to A's, from a run's exchanges.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClockSync {
+    /// B's clock minus A's: an event B stamped at `t` happened at `t - offset_ns` on A's clock.
+    pub offset_ns: i64,
+    /// However the round trip split between the two directions, the true offset lies within
+    /// this of `offset_ns`: half the shortest round trip.
+    pub uncertainty_ns: u64,
+    /// The shortest round trip: the path between the hosts, as the control connection saw it.
+    pub rtt_ns: u64,
+}
+
+impl ClockSync {
+    /// The exchange with the shortest round trip is the one least delayed by queues or by a
+    /// thread waiting for a CPU on either side: its offset is the estimate, and half its round
+    /// trip bounds the error. `None` without exchanges.
+    pub fn estimate(exchanges: &[Exchange]) -> Option<ClockSync> {
+        let best = exchanges.iter().min_by_key(|e| e.round_trip_ns())?;
+        let rtt_ns = best.round_trip_ns();
+        Some(ClockSync { offset_ns: best.offset_ns(), uncertainty_ns: rtt_ns.div_ceil(2), rtt_ns })
+    }
+
+    /// A time B stamped, on A's clock (0 if the estimate puts it before A's run began).
+    pub fn to_client_ns(&self, server_ns: u64) -> u64 {
+        let at = server_ns as i128 - self.offset_ns as i128;
+        at.clamp(0, u64::MAX as i128) as u64
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// B's clock runs `offset` ahead of A's; the message takes `there` to B and `back` to A,
+    /// and B answers `think` after reading.
+    fn exchange(offset: i64, t1: u64, there: u64, think: u64, back: u64) -> Exchange {
+        let t2 = (t1 as i64 + there as i64 + offset) as u64;
+        let t3 = t2 + think;
+        let t4 = (t3 as i64 - offset) as u64 + back;
+        Exchange { t1_ns: t1, t2_ns: t2, t3_ns: t3, t4_ns: t4 }
+    }
+
+    #[test]
+    fn a_symmetric_path_gives_the_offset_exactly() {
+        let e = exchange(5_000_000, 1_000, 20_000, 3_000, 20_000);
+        assert_eq!(e.round_trip_ns(), 40_000, "B's time to answer is not the path's");
+        assert_eq!(e.offset_ns(), 5_000_000);
+        let e = exchange(-7_000_000, 9_000_000, 10_000, 0, 10_000);
+        assert_eq!(e.offset_ns(), -7_000_000, "B's clock may be behind A's");
+    }
+
+    #[test]
+    fn the_shortest_round_trip_wins_and_bounds_the_error() {
+        let offset = 2_000_000;
+        let exchanges = [
+            // Queued 300 us on the way there: its estimate is 150 us off.
+            exchange(offset, 0, 320_000, 1_000, 20_000),
+            exchange(offset, 1_000_000, 22_000, 1_000, 18_000),
+            exchange(offset, 2_000_000, 20_000, 1_000, 900_000),
+        ];
+        let sync = ClockSync::estimate(&exchanges).unwrap();
+        assert_eq!(sync.rtt_ns, 40_000);
+        assert_eq!(sync.uncertainty_ns, 20_000);
+        let error = (sync.offset_ns - offset).unsigned_abs();
+        assert_eq!(error, 2_000, "an asymmetry of 4 us shows as half of it");
+        assert!(error <= sync.uncertainty_ns);
+        assert_eq!(ClockSync::estimate(&[]), None);
+    }
+
+    #[test]
+    fn server_times_move_onto_the_clients_clock() {
+        let sync = ClockSync { offset_ns: 1_000, uncertainty_ns: 10, rtt_ns: 20 };
+        assert_eq!(sync.to_client_ns(5_000), 4_000);
+        assert_eq!(sync.to_client_ns(500), 0, "never before the run began");
+        let behind = ClockSync { offset_ns: -1_000, ..sync };
+        assert_eq!(behind.to_client_ns(5_000), 6_000);
+    }
+
+    #[test]
+    fn hello_keeps_its_version_where_any_version_can_read_it() {
+        let hello = ToServer::Hello {
+            protocol_version: 4,
+            ackscope_version: "0.1.0".into(),
+            token: "t".into(),
+        };
+        let bytes = crate::wire::encode(&hello);
+        assert_eq!(bytes[0], 0, "Hello is the first variant");
+        assert_eq!(crate::wire::peek_version(&bytes), Some(4));
+        let welcome = ToClient::Welcome { protocol_version: 4, ackscope_version: "0.1.0".into() };
+        assert_eq!(crate::wire::peek_version(&crate::wire::encode(&welcome)), Some(4));
+    }
+}
