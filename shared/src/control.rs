@@ -108,8 +108,11 @@ impl Exchange {
 pub struct ClockSync {
     /// B's clock minus A's: an event B stamped at `t` happened at `t - offset_ns` on A's clock.
     pub offset_ns: i64,
-    /// However the round trip split between the two directions, the true offset lies within
-    /// this of `offset_ns`: half the shortest round trip.
+    /// How far the estimate may be off, from how well the best exchanges agree: each one's
+    /// offset, and half of how much longer its round trip was than the best (time spent queued
+    /// on one leg or the other moves an estimate by up to half of it). Like NTP, this assumes
+    /// the path takes as long each way: a path slower one way than the other moves the offset by
+    /// half the difference, up to `rtt_ns / 2`, which no exchange can see.
     pub uncertainty_ns: u64,
     /// The shortest round trip: the path between the hosts, as the control connection saw it.
     pub rtt_ns: u64,
@@ -117,12 +120,24 @@ pub struct ClockSync {
 
 impl ClockSync {
     /// The exchange with the shortest round trip is the one least delayed by queues or by a
-    /// thread waiting for a CPU on either side: its offset is the estimate, and half its round
-    /// trip bounds the error. `None` without exchanges.
+    /// thread waiting for a CPU on either side: its offset is the estimate. The uncertainty is
+    /// the spread of the best quarter of the exchanges (at least three). `None` without
+    /// exchanges.
     pub fn estimate(exchanges: &[Exchange]) -> Option<ClockSync> {
-        let best = exchanges.iter().min_by_key(|e| e.round_trip_ns())?;
-        let rtt_ns = best.round_trip_ns();
-        Some(ClockSync { offset_ns: best.offset_ns(), uncertainty_ns: rtt_ns.div_ceil(2), rtt_ns })
+        let mut by_rtt: Vec<&Exchange> = exchanges.iter().collect();
+        by_rtt.sort_by_key(|e| e.round_trip_ns());
+        let best = by_rtt.first()?;
+        let (offset_ns, rtt_ns) = (best.offset_ns(), best.round_trip_ns());
+        let considered = (by_rtt.len() / 4).max(3).min(by_rtt.len());
+        let uncertainty_ns = by_rtt[..considered]
+            .iter()
+            .map(|e| {
+                let apart = (e.offset_ns() - offset_ns).unsigned_abs();
+                apart.max((e.round_trip_ns() - rtt_ns).div_ceil(2))
+            })
+            .max()
+            .unwrap_or(0);
+        Some(ClockSync { offset_ns, uncertainty_ns, rtt_ns })
     }
 
     /// A time B stamped, on A's clock (0 if the estimate puts it before A's run began).
@@ -155,21 +170,46 @@ mod tests {
     }
 
     #[test]
-    fn the_shortest_round_trip_wins_and_bounds_the_error() {
+    fn the_shortest_round_trip_wins_and_the_best_ones_spread_is_the_uncertainty() {
         let offset = 2_000_000;
         let exchanges = [
-            // Queued 300 us on the way there: its estimate is 150 us off.
+            // Queued 300 us on the way there: its estimate is 150 us off, and it is not among
+            // the best.
             exchange(offset, 0, 320_000, 1_000, 20_000),
             exchange(offset, 1_000_000, 22_000, 1_000, 18_000),
             exchange(offset, 2_000_000, 20_000, 1_000, 900_000),
+            exchange(offset, 3_000_000, 21_000, 1_000, 21_000),
+            exchange(offset, 4_000_000, 22_000, 1_000, 22_000),
         ];
         let sync = ClockSync::estimate(&exchanges).unwrap();
         assert_eq!(sync.rtt_ns, 40_000);
-        assert_eq!(sync.uncertainty_ns, 20_000);
         let error = (sync.offset_ns - offset).unsigned_abs();
         assert_eq!(error, 2_000, "an asymmetry of 4 us shows as half of it");
-        assert!(error <= sync.uncertainty_ns);
+        // The three best: 40 us (2 us off), 42 and 44 us (0 off, 2 and 4 us longer).
+        assert_eq!(sync.uncertainty_ns, 2_000);
+        assert!(error <= sync.uncertainty_ns, "the true offset is within it here");
         assert_eq!(ClockSync::estimate(&[]), None);
+    }
+
+    #[test]
+    fn a_path_of_tens_of_milliseconds_still_gives_a_close_estimate() {
+        // 10 ms each way, a few microseconds of jitter: the estimate is as good as the jitter,
+        // not the path's length.
+        let offset = -51_000_000;
+        let exchanges: Vec<Exchange> = (0..32)
+            .map(|i| {
+                exchange(
+                    offset,
+                    i * 30_000_000,
+                    10_000_000 + i % 5 * 1_000,
+                    5_000,
+                    10_000_000 + i % 3 * 1_000,
+                )
+            })
+            .collect();
+        let sync = ClockSync::estimate(&exchanges).unwrap();
+        assert!(sync.uncertainty_ns <= 3_000, "{sync:?}");
+        assert!((sync.offset_ns - offset).unsigned_abs() <= sync.uncertainty_ns, "{sync:?}");
     }
 
     #[test]

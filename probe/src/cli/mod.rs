@@ -18,6 +18,7 @@ mod class;
 mod import;
 mod knobs;
 mod lesson;
+mod link;
 mod perfetto;
 mod run;
 mod serve_ui;
@@ -55,8 +56,12 @@ struct Cli {
 enum Command {
     /// Run an experiment without the browser and print its summary
     Run(Box<run::RunArgs>),
-    /// Run the echo server alone and record its side of every connection, until Ctrl-C
+    /// Run the echo server alone and record its side of every connection, until Ctrl-C; it also
+    /// runs the server side of `ackscope run --remote` from another host
     Server(Box<server::ServerArgs>),
+    /// Hold an emulated link between two network namespaces that other processes join (e.g. a
+    /// server and a `run --remote` across a real delay on one machine), until Ctrl-C
+    Link(link::LinkArgs),
     /// Print the summary of a session file
     Show {
         /// A session file written with -o
@@ -122,6 +127,7 @@ pub fn main() -> ExitCode {
         None => serve_ui::serve(cli.port),
         Some(Command::Run(args)) => run::run(&args),
         Some(Command::Server(args)) => server::run(&args),
+        Some(Command::Link(args)) => link::link(&args),
         Some(Command::Show { file }) => show::show(&file),
         Some(Command::Export { file, pcapng: Some(out), .. }) => show::export_pcapng(&file, &out),
         Some(Command::Export { file, perfetto: Some(out), .. }) => perfetto::export(&file, &out),

@@ -111,6 +111,11 @@ impl Link {
         }
     }
 
+    /// Each side's namespace descriptor (client, server), for other processes to join.
+    pub fn namespace_fds(&self) -> (std::os::fd::RawFd, std::os::fd::RawFd) {
+        (self.client.raw_fd(), self.server.raw_fd())
+    }
+
     /// Stops the relay; what it did, or the error that stopped it early. The namespaces stay
     /// until the link is dropped.
     pub fn stop_relay(&self) -> io::Result<RelayStats> {

@@ -45,6 +45,12 @@ impl Namespace {
             .map_err(|_| io::Error::other("the thread creating a network namespace panicked"))?
     }
 
+    /// The namespace's descriptor: another process joins it through /proc/PID/fd/N (`ackscope
+    /// link`).
+    pub fn raw_fd(&self) -> std::os::fd::RawFd {
+        self.ns.as_raw_fd()
+    }
+
     /// Moves the calling thread into this namespace: sockets it creates from now on are there.
     pub fn enter(&self) -> io::Result<()> {
         // SAFETY: the descriptor is a network namespace we opened and still own; setns() with

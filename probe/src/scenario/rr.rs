@@ -197,13 +197,19 @@ fn run_remote(
         after_clients,
         on_events,
     );
-    let mut error = first_error.into_inner().unwrap_or_else(|p| p.into_inner());
-    if let Some(remote) = &notes.remote {
-        if let (None, RunOutcome::Failed { error: server_error }) = (&error, &remote.server_outcome)
-        {
-            error = Some(server_error.clone());
-        }
-    }
+    let client_error = first_error.into_inner().unwrap_or_else(|p| p.into_inner());
+    let server_outcome = notes.remote.as_ref().map(|r| &r.server_outcome);
+    // Each side's end, named: a server that went away also makes the client's reads fail.
+    let server_error = match server_outcome {
+        Some(RunOutcome::Failed { error }) => Some(error.clone()),
+        Some(RunOutcome::Interrupted) => Some("server side: stopped on its host (Ctrl-C)".into()),
+        _ => None,
+    };
+    let error = match (client_error, server_error) {
+        (Some(client), Some(server)) => Some(format!("client side: {client}; {server}")),
+        (Some(client), None) => Some(format!("client side: {client}")),
+        (None, server) => server,
+    };
     outcome(error, user_stop)
 }
 

@@ -1,0 +1,285 @@
+//! Two hosts: `ackscope server` on one, `ackscope run --remote` on the other, as separate
+//! processes of the real binary. Across a real delay they are two network namespaces joined by
+//! `ackscope link` (this kernel has no netem); the rest runs on loopback.
+
+mod common;
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::process::{Child, ChildStdout, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use ackscope_shared::control::{ToClient, ToServer, CONTROL_MAGIC};
+use ackscope_shared::wire::{self, PROTOCOL_VERSION};
+use common::{ackscope, interrupt, root_or_skip, s, temp, text};
+
+const BIN: &str = env!("CARGO_BIN_EXE_ackscope");
+
+/// A started process and the lines it printed first, read until `until` has been seen; the
+/// rest of its output is read on a thread of its own, so that it never blocks on a full pipe.
+fn start(command: Command, until: &str) -> (Guard, Vec<String>) {
+    let (child, lines, mut out) = start_reading(command, until);
+    std::thread::spawn(move || std::io::copy(&mut out, &mut std::io::sink()));
+    (Guard(Some(child)), lines)
+}
+
+fn start_reading(
+    mut command: Command,
+    until: &str,
+) -> (Child, Vec<String>, BufReader<ChildStdout>) {
+    let mut child = command.stdout(Stdio::piped()).stderr(Stdio::inherit()).spawn().unwrap();
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let mut lines = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !lines.iter().any(|l: &String| l.starts_with(until)) {
+        assert!(Instant::now() < deadline, "no {until:?} line: {lines:?}");
+        let mut line = String::new();
+        if out.read_line(&mut line).unwrap() == 0 {
+            panic!("the process ended before printing {until:?}: {lines:?}");
+        }
+        lines.push(line.trim_end().to_string());
+    }
+    (child, lines, out)
+}
+
+/// A child process that is killed if the test ends first (a failed assertion must not leave a
+/// server running, holding the test's output open).
+struct Guard(Option<Child>);
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.0.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+
+/// The word after `prefix` on the line that starts with it.
+fn field(lines: &[String], prefix: &str, index: usize) -> String {
+    let line = lines.iter().find(|l| l.starts_with(prefix)).unwrap();
+    line.split_whitespace().nth(index).unwrap().to_string()
+}
+
+/// `ackscope server` on loopback: the process, its address and its token.
+fn server(extra: &[&str]) -> (Guard, String, String) {
+    let mut command = Command::new(BIN);
+    command.args(["server", "--listen", "127.0.0.1:0"]).args(extra);
+    let (child, lines) = start(command, "token ");
+    let addr = field(&lines, "ackscope echo server on", 4);
+    (child, addr, field(&lines, "token ", 1))
+}
+
+fn stop(mut guard: Guard) {
+    let mut child = guard.0.take().unwrap();
+    interrupt(child.id());
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while child.try_wait().unwrap().is_none() {
+        assert!(Instant::now() < deadline, "Ctrl-C did not stop pid {}", child.id());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn story_1_across_a_20_ms_path_names_the_stalls_on_both_sides() {
+    if !root_or_skip(
+        "story_1_across_a_20_ms_path_names_the_stalls_on_both_sides",
+        "joining namespaces",
+    ) {
+        return;
+    }
+    let mut link = Command::new(BIN);
+    link.args(["link", "rtt=20ms"]);
+    let (link, lines) = start(link, "server namespace");
+    let (client_ns, server_ns) =
+        (field(&lines, "client namespace", 2), field(&lines, "server namespace", 2));
+    let mut server = Command::new("nsenter");
+    server.arg(format!("--net={server_ns}")).args([BIN, "server", "--listen", "10.44.0.2:7000"]);
+    let (server, lines) = start(server, "token ");
+    let token = field(&lines, "token ", 1);
+    // 1000-byte bodies fit one segment: Nagle holds each body for the peer's delayed ACK of
+    // the 4-byte length before it (2048 bytes would leave a full segment first on this MTU).
+    let run = Command::new("nsenter")
+        .arg(format!("--net={client_ns}"))
+        .args([BIN, "run", "story1", "--size", "1000", "--count", "8", "--json"])
+        .args(["--remote", "10.44.0.2:7000", "--token", &token])
+        .output()
+        .unwrap();
+    eprintln!("{}{}", text(&run.stdout), text(&run.stderr));
+    stop(server);
+    stop(link);
+    assert!(run.status.success());
+    let summary: serde_json::Value = serde_json::from_slice(&run.stdout).unwrap();
+    let stalls = summary["stalls"].as_array().unwrap();
+    for direction in ["client->server", "server->client"] {
+        let named = stalls
+            .iter()
+            .find(|c| c["class"] == "nagle_delayed_ack" && c["direction"] == direction);
+        let named =
+            named.unwrap_or_else(|| panic!("no Nagle x delayed ACK {direction}: {stalls:?}"));
+        // ~40 ms of the timer and part of the path: far from the 10 ms of the path's half RTT.
+        let median = named["median_ms"].as_f64().unwrap();
+        assert!((30.0..120.0).contains(&median), "{direction}: {median} ms");
+    }
+    let clock = &summary["clock"];
+    let rtt = clock["rtt_ns"].as_u64().unwrap();
+    assert!((19_000_000..40_000_000).contains(&rtt), "the path's round trip: {rtt} ns");
+    let uncertainty = clock["uncertainty_ns"].as_u64().unwrap();
+    assert!(uncertainty < 1_000_000, "the offset is known within {uncertainty} ns");
+    // Both namespaces read one clock: the estimate's true error is known here.
+    let error = clock["offset_ns"].as_i64().unwrap()
+        - summary["remote"]["same_host_offset_ns"].as_i64().unwrap();
+    assert!(error.unsigned_abs() < 1_000_000, "estimated offset off by {error} ns");
+    assert_eq!(summary["remote"]["server_outcome"], "completed");
+}
+
+#[test]
+fn a_wrong_token_gets_one_clear_refusal_and_runs_past_the_limits_are_refused() {
+    let (server, addr, token) = server(&[]);
+    let wrong =
+        ackscope(&["run", "rr", "--count", "5", "--remote", &addr, "--token", "not-the-token"]);
+    assert_eq!(wrong.status.code(), Some(1));
+    let said = text(&wrong.stderr);
+    assert_eq!(said.matches("wrong token").count(), 1, "said once: {said}");
+    assert!(said.contains("the token this `ackscope server` printed"), "{said}");
+    assert!(wrong.stdout.is_empty(), "no summary of a run that never started");
+
+    let huge = ackscope(&[
+        "run",
+        "rr",
+        "--count",
+        "1000000",
+        "--size",
+        "65536",
+        "--remote",
+        &addr,
+        "--token",
+        &token,
+    ]);
+    assert_eq!(huge.status.code(), Some(1));
+    assert!(text(&huge.stderr).contains("a remote run moves at most"), "names the limit");
+
+    let fine =
+        ackscope(&["run", "rr", "--count", "5", "--remote", &addr, "--token", &token, "--json"]);
+    assert!(fine.status.success(), "the right token runs");
+    let summary: serde_json::Value = serde_json::from_slice(&fine.stdout).unwrap();
+    assert_eq!(summary["requests"], 5);
+    stop(server);
+}
+
+/// One framed control message, as a probe of another version would send it.
+fn frame<T: serde::Serialize>(message: &T) -> Vec<u8> {
+    let mut bytes = Vec::new();
+    wire::write_frame(message, &mut bytes);
+    bytes
+}
+
+#[test]
+fn a_peer_of_another_version_is_refused_with_both_version_numbers() {
+    let (server, addr, token) = server(&[]);
+    let mut control = TcpStream::connect(&addr).unwrap();
+    control.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let hello = ToServer::Hello { protocol_version: 99, ackscope_version: "9.9.9".into(), token };
+    control.write_all(&CONTROL_MAGIC).unwrap();
+    control.write_all(&frame(&hello)).unwrap();
+    let mut len = [0u8; 4];
+    control.read_exact(&mut len).unwrap();
+    let mut payload = vec![0u8; u32::from_le_bytes(len) as usize];
+    control.read_exact(&mut payload).unwrap();
+    let ToClient::Refused { reason } = wire::decode(&payload).unwrap() else {
+        panic!("not refused")
+    };
+    assert!(reason.contains("9.9.9") && reason.contains("protocol 99"), "theirs: {reason}");
+    let ours = format!("protocol {PROTOCOL_VERSION}");
+    assert!(reason.contains(env!("CARGO_PKG_VERSION")) && reason.contains(&ours), "ours: {reason}");
+    // And the connection is closed after it.
+    assert_eq!(control.read(&mut [0u8; 1]).unwrap_or(0), 0);
+    stop(server);
+}
+
+fn kill_9(guard: &mut Guard) {
+    let mut child = guard.0.take().unwrap();
+    child.kill().unwrap();
+    child.wait().unwrap();
+}
+
+#[test]
+fn a_dropped_control_connection_leaves_each_side_what_it_recorded_and_how_it_ended() {
+    // The client dies mid-run: the server's file says its side lost the control connection.
+    let server_file = temp("remote", "server.ackscope");
+    let (server, addr, token) = server(&["-o", s(&server_file)]);
+    let client = Command::new(BIN)
+        .args(["run", "rr", "--count", "1000000", "--nodelay", "both"])
+        .args(["--remote", &addr, "--token", &token])
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut client = Guard(Some(client));
+    std::thread::sleep(Duration::from_millis(1500));
+    kill_9(&mut client);
+    std::thread::sleep(Duration::from_millis(500));
+    stop(server);
+    let shown = ackscope(&["show", s(&server_file)]);
+    let shown = text(&shown.stdout);
+    assert!(shown.contains("run 2 server"), "the remote run is in the server's file: {shown}");
+    assert!(
+        shown.contains("control connection from") && shown.contains("closed mid-run"),
+        "{shown}"
+    );
+    let requests: u64 = shown
+        .lines()
+        .filter(|l| l.trim_start().starts_with("requests"))
+        .filter_map(|l| l.split_whitespace().nth(1)?.parse().ok())
+        .max()
+        .unwrap();
+    assert!(requests > 100, "what the server recorded before is kept: {requests} requests");
+
+    // The server dies mid-run: the client's file keeps both sides so far and says so.
+    let client_file = temp("remote", "client.ackscope");
+    let mut server = server_with_token(&token);
+    let addr = listen_addr(&mut server);
+    let client = Command::new(BIN)
+        .args(["run", "rr", "--count", "1000000", "--nodelay", "both", "--json"])
+        .args(["--remote", &addr, "--token", &token, "-o", s(&client_file)])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(1500));
+    kill_9(&mut server);
+    let ended = client.wait_with_output().unwrap();
+    assert_eq!(ended.status.code(), Some(1), "{}", text(&ended.stderr));
+    let summary: serde_json::Value = serde_json::from_slice(&ended.stdout).unwrap();
+    assert_eq!(summary["outcome"], "failed");
+    let error = summary["error"].as_str().unwrap();
+    assert!(error.contains("server side"), "names the side: {error}");
+    assert!(summary["requests"].as_u64().unwrap() > 100);
+    let events = common::exported_events(s(&client_file));
+    let server_reads = events
+        .iter()
+        .filter(|e| e.side == ackscope_shared::Side::Server)
+        .filter(|e| matches!(e.kind, ackscope_shared::EventKind::ReadDone { .. }))
+        .count();
+    assert!(server_reads > 100, "the server's events from before are kept: {server_reads}");
+}
+
+/// `ackscope server` on loopback with a token of our choosing, so a second one can be started
+/// for the same client arguments.
+fn server_with_token(token: &str) -> Guard {
+    let child = Command::new(BIN)
+        .args(["server", "--listen", "127.0.0.1:0", "--token", token])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    Guard(Some(child))
+}
+
+fn listen_addr(server: &mut Guard) -> String {
+    let mut out = BufReader::new(server.0.as_mut().unwrap().stdout.take().unwrap());
+    let mut line = String::new();
+    out.read_line(&mut line).unwrap();
+    let addr = line.split_whitespace().nth(4).unwrap().to_string();
+    // Keep reading its output elsewhere so it never blocks on a full pipe.
+    std::thread::spawn(move || std::io::copy(&mut out, &mut std::io::sink()));
+    addr
+}
