@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 mod common;
 
-use common::{ackscope, s, text};
+use common::{ackscope, next_message, s, send_frame, start_from_a_page, text, ui_server};
 
 fn temp(name: &str) -> PathBuf {
     common::temp("hardening", name)
@@ -181,21 +181,6 @@ fn show_prints_a_files_strings_as_data_not_terminal_commands() {
     assert!(out.contains("\\u{1b}[1Aup"), "the run's error too: {out}");
 }
 
-/// The UI server (`ackscope --port P`) on a free port, and its address.
-fn ui_server() -> (std::process::Child, String) {
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-    let mut ui = Command::new(env!("CARGO_BIN_EXE_ackscope"))
-        .args(["--port", &port.to_string()])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(ui.stdout.as_mut().unwrap()).read_line(&mut line).unwrap();
-    let url = line.split_whitespace().find(|w| w.starts_with("http://")).expect(&line);
-    (ui, url.trim_start_matches("http://").trim_end_matches('/').to_string())
-}
-
 /// One HTTP/1.1 GET of `/` with `host` as its Host header; the response's head, lower-cased.
 fn get_with_host(addr: &str, host: &str) -> String {
     let mut stream = TcpStream::connect(addr).unwrap();
@@ -347,67 +332,6 @@ fn a_thousand_concurrent_connections_are_served_in_bounded_memory() {
     stop(child);
     let shown = ackscope(&["show", s(&file)]);
     assert!(text(&shown.stdout).contains("requests       1000 in"), "{}", text(&shown.stdout));
-}
-
-/// Sends `message` to the probe's WebSocket on `addr` as its own page would (a raw client: the
-/// handshake, then one masked binary frame). Returns the connection, held open like a tab.
-fn start_from_a_page(addr: &str, message: &ackscope_shared::wire::ToProbe) -> TcpStream {
-    let mut stream = TcpStream::connect(addr).unwrap();
-    write!(
-        stream,
-        "GET /ws HTTP/1.1\r\nHost: {addr}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
-         Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\
-         Origin: http://{addr}\r\n\r\n"
-    )
-    .unwrap();
-    let mut head = Vec::new();
-    let mut byte = [0u8; 1];
-    while !head.ends_with(b"\r\n\r\n") {
-        stream.read_exact(&mut byte).unwrap();
-        head.push(byte[0]);
-    }
-    assert!(text(&head).contains("101"), "{}", text(&head));
-    send_frame(&mut stream, message);
-    stream
-}
-
-/// One masked binary frame, as a browser sends it.
-fn send_frame(stream: &mut TcpStream, message: &ackscope_shared::wire::ToProbe) {
-    let payload = ackscope_shared::wire::encode(message);
-    let mask = [7u8, 1, 2, 3];
-    let mut frame = vec![0x82u8];
-    assert!(payload.len() < 126, "a short frame");
-    frame.push(0x80 | payload.len() as u8);
-    frame.extend_from_slice(&mask);
-    frame.extend(payload.iter().enumerate().map(|(i, b)| b ^ mask[i % 4]));
-    stream.write_all(&frame).unwrap();
-}
-
-/// The next message the probe sends on `stream` (unmasked frames), skipping other opcodes.
-fn next_message(stream: &mut TcpStream) -> ackscope_shared::wire::ToBrowser {
-    loop {
-        let mut head = [0u8; 2];
-        stream.read_exact(&mut head).unwrap();
-        let len = match head[1] & 0x7f {
-            126 => {
-                let mut len = [0u8; 2];
-                stream.read_exact(&mut len).unwrap();
-                u64::from(u16::from_be_bytes(len))
-            }
-            127 => {
-                let mut len = [0u8; 8];
-                stream.read_exact(&mut len).unwrap();
-                u64::from_be_bytes(len)
-            }
-            len => u64::from(len),
-        };
-        assert!(len < 64 << 20, "a frame of {len} bytes");
-        let mut payload = vec![0u8; len as usize];
-        stream.read_exact(&mut payload).unwrap();
-        if head[0] & 0x0f == 2 {
-            return ackscope_shared::wire::decode(&payload).unwrap();
-        }
-    }
 }
 
 /// Defect 4: Ctrl-C on the UI server did not exit while a browser run was going, even twice.

@@ -55,7 +55,6 @@ impl Drop for Guard {
     }
 }
 
-
 /// The word after `prefix` on the line that starts with it.
 fn field(lines: &[String], prefix: &str, index: usize) -> String {
     let line = lines.iter().find(|l| l.starts_with(prefix)).unwrap();
@@ -146,16 +145,7 @@ fn a_wrong_token_gets_one_clear_refusal_and_runs_past_the_limits_are_refused() {
     assert!(wrong.stdout.is_empty(), "no summary of a run that never started");
 
     let huge = ackscope(&[
-        "run",
-        "rr",
-        "--count",
-        "1000000",
-        "--size",
-        "65536",
-        "--remote",
-        &addr,
-        "--token",
-        &token,
+        "run", "rr", "--count", "1000000", "--size", "65536", "--remote", &addr, "--token", &token,
     ]);
     assert_eq!(huge.status.code(), Some(1));
     assert!(text(&huge.stderr).contains("a remote run moves at most"), "names the limit");
@@ -282,4 +272,43 @@ fn listen_addr(server: &mut Guard) -> String {
     // Keep reading its output elsewhere so it never blocks on a full pipe.
     std::thread::spawn(move || std::io::copy(&mut out, &mut std::io::sink()));
     addr
+}
+
+#[test]
+fn a_page_starts_a_run_against_a_remote_server_and_sees_both_sides() {
+    use ackscope_shared::wire::{RunOutcome, ToBrowser, ToProbe};
+    use ackscope_shared::{EventKind, RrSpec, Scenario, Side};
+    let (server, addr, token) = server(&[]);
+    let (ui, ui_addr) = common::ui_server();
+    let ui = Guard(Some(ui));
+    let spec = Scenario::Rr(RrSpec { requests: 20, ..RrSpec::default() });
+    let start = ToProbe::StartRemoteRun { spec, server: addr, token };
+    let mut page = common::start_from_a_page(&ui_addr, &start);
+    page.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    let (mut clock, mut server_reads, mut done) = (None, 0, 0);
+    let outcome = loop {
+        match common::next_message(&mut page) {
+            ToBrowser::Events { events, .. } => {
+                for event in events {
+                    match event.kind {
+                        EventKind::ClockSync { uncertainty_ns, .. } => clock = Some(uncertainty_ns),
+                        EventKind::ReadDone { .. } if event.side == Side::Server => {
+                            server_reads += 1
+                        }
+                        EventKind::RequestDone => done += 1,
+                        _ => {}
+                    }
+                }
+            }
+            ToBrowser::RunFinished { outcome, .. } => break outcome,
+            ToBrowser::Rejected { reason } => panic!("refused: {reason}"),
+            _ => {}
+        }
+    };
+    assert_eq!(outcome, RunOutcome::Completed);
+    assert_eq!(done, 20, "the client's side of every request");
+    assert!(server_reads >= 40, "the remote server's side: {server_reads} reads");
+    assert!(clock.is_some(), "the page is told how the clocks were matched");
+    drop(ui);
+    stop(server);
 }

@@ -16,13 +16,14 @@ use std::cell::{Cell, OnceCell, RefCell};
 use ackscope_shared::analysis::{RunAnalysis, Summary};
 use ackscope_shared::attribution::{attribute, summarize, ClassSummary, Incremental, Stall};
 use ackscope_shared::bulk::{BulkAnalysis, BulkSummary};
+use ackscope_shared::control::ClockSync;
 use ackscope_shared::kernel::KernelTracks;
 use ackscope_shared::overview::Overview;
 use ackscope_shared::wire::{
     check_hello, write_frame, ClassState, Hello, HostFacts, Instruments, RunOutcome, ToBrowser,
     WireError,
 };
-use ackscope_shared::{Event, RrSpec, RunId, Scenario};
+use ackscope_shared::{Event, EventKind, RrSpec, RunId, Scenario};
 
 use crate::session_file::SessionDecoder;
 
@@ -77,6 +78,9 @@ pub struct Run {
     /// Every TCP_INFO sample over time per connection and side (any scenario), bounded.
     kernel: KernelTracks,
     pub events: u64,
+    /// A run against a remote server: how its clock was matched to the client's (its
+    /// `ClockSync` event, the run's first).
+    pub clock: Option<ClockSync>,
     /// Computed at most once per batch, not per read. The request/response summary costs
     /// O(n / 512) plus the unsettled requests' reads (the analysis keeps the latencies in order,
     /// `attributed` counts the settled stalled reads).
@@ -141,6 +145,7 @@ impl Run {
             bulk,
             kernel: KernelTracks::new(),
             events: 0,
+            clock: None,
             summary: OnceCell::new(),
             bulk_summary: OnceCell::new(),
             attributed: Incremental::new(),
@@ -152,6 +157,15 @@ impl Run {
     }
 
     fn push(&mut self, events: &[Event]) {
+        if self.clock.is_none() && self.events == 0 {
+            // Recorded first, by the client side, before any request.
+            self.clock = events.iter().take(16).find_map(|event| match event.kind {
+                EventKind::ClockSync { offset_ns, uncertainty_ns, rtt_ns } => {
+                    Some(ClockSync { offset_ns, uncertainty_ns, rtt_ns })
+                }
+                _ => None,
+            });
+        }
         self.events += events.len() as u64;
         self.kernel.push_all(events);
         // The settled stalls, from the cached answer if there is one (see `settled_stalls`).

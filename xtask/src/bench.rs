@@ -445,8 +445,8 @@ fn free_port() -> Result<u16, String> {
         .map_err(|e| format!("reading the free port on 127.0.0.1: {e}"))
 }
 
-struct PingPong {
-    tps: f64,
+pub(crate) struct PingPong {
+    pub tps: f64,
     half_rtt_us: f64,
 }
 
@@ -490,7 +490,7 @@ fn sockperf_ping_pong(port: u16, seconds: u32, pin: Option<u32>) -> Result<PingP
 /// round trip (RTT / 2, in microseconds), kept for the table: 1e6 / (2 x latency) = 50,388 is an
 /// upper bound on the tps, as the client's own time between an answer and the next request is
 /// not in it.
-fn parse_ping_pong(text: &str) -> Result<PingPong, String> {
+pub(crate) fn parse_ping_pong(text: &str) -> Result<PingPong, String> {
     let valid = text
         .lines()
         .find(|line| line.contains("[Valid Duration]"))

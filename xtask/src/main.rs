@@ -13,6 +13,7 @@
 
 mod bench;
 mod bench_link;
+mod bench_remote;
 mod bench_setup;
 mod bench_viewer;
 mod json;
@@ -40,6 +41,7 @@ fn main() -> ExitCode {
         "bench" => bench_setup::run(rest)
             .or_else(|| bench_viewer::run(rest))
             .or_else(|| bench_link::run(rest))
+            .or_else(|| bench_remote::run(rest))
             .unwrap_or_else(|| bench::run(rest)),
         "help" | "--help" | "-h" => {
             println!("{}", include_str!("usage.txt"));

@@ -214,13 +214,13 @@ fn take_events(
 ) -> ServerEnd {
     // Short timeouts, so that a server that stops answering is given up on once A is done.
     let _ = control.set_read_timeout(Some(Duration::from_millis(250)));
-    let mut conns: HashMap<ConnId, Option<ConnTag>> = HashMap::new();
+    let mut conns: HashMap<ConnId, Mapped> = HashMap::new();
     let mut unmatched_events = 0u64;
     let mut frames = FrameReader::default();
     let outcome = loop {
         match frames.next::<ToClient>(&mut control) {
             Ok(ToClient::Peer { conn, client_port }) => {
-                conns.insert(conn, peers.lookup(client_port));
+                conns.insert(conn, Mapped { tag: peers.lookup(client_port), last: None });
             }
             Ok(ToClient::Events { mut events }) => {
                 events.retain_mut(|event| {
@@ -228,12 +228,16 @@ fn take_events(
                     if matches!(event.kind, EventKind::RequestStart | EventKind::RequestDone) {
                         return false;
                     }
-                    let Some(Some(tag)) = conns.get(&event.conn) else {
-                        unmatched_events += 1;
-                        return false;
-                    };
-                    onto_client(event, tag, sync);
-                    true
+                    match conns.get_mut(&event.conn) {
+                        Some(mapped) if mapped.tag.is_some() => {
+                            mapped.onto_client(event, sync);
+                            true
+                        }
+                        _ => {
+                            unmatched_events += 1;
+                            false
+                        }
+                    }
                 });
                 if let (Some(sink), false) = (&sink, events.is_empty()) {
                     if sink.send(events).is_err() {
@@ -273,14 +277,34 @@ fn take_events(
     ServerEnd { outcome, unmatched_events }
 }
 
-/// One of B's events with A's connection id, A's request id and A's clock.
-fn onto_client(event: &mut Event, tag: &ConnTag, sync: ClockSync) {
-    event.conn = tag.conn;
-    // B's request id is the request's index on its connection.
-    event.req = tag.request_at(event.req.0 as usize).unwrap_or(ReqId(u32::MAX));
-    event.at_ns = sync.to_client_ns(event.at_ns);
-    if let EventKind::RunDelay { since_ns, .. } = &mut event.kind {
-        *since_ns = sync.to_client_ns(*since_ns);
+/// One of B's connections, as A knows it.
+struct Mapped {
+    /// A's tag of the connection from the client port B saw (`None`: not one A made).
+    tag: Option<ConnTag>,
+    /// The last request index asked for and A's id for it: a connection's events come request
+    /// after request, so this spares a lookup (and a lock) per event.
+    last: Option<(u32, ReqId)>,
+}
+
+impl Mapped {
+    /// One of B's events with A's connection id, A's request id and A's clock.
+    fn onto_client(&mut self, event: &mut Event, sync: ClockSync) {
+        let Some(tag) = &self.tag else { return };
+        event.conn = tag.conn;
+        // B's request id is the request's index on its connection.
+        let index = event.req.0;
+        event.req = match self.last {
+            Some((last, req)) if last == index => req,
+            _ => {
+                let req = tag.request_at(index as usize).unwrap_or(ReqId(u32::MAX));
+                self.last = Some((index, req));
+                req
+            }
+        };
+        event.at_ns = sync.to_client_ns(event.at_ns);
+        if let EventKind::RunDelay { since_ns, .. } = &mut event.kind {
+            *since_ns = sync.to_client_ns(*since_ns);
+        }
     }
 }
 

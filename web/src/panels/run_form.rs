@@ -295,6 +295,10 @@ pub fn RunForm(
 ) -> impl IntoView {
     let form = FormSignals::new(FormFields::from_spec(&RrSpec::default()));
     let error = RwSignal::new(None::<FieldError>);
+    // Where the server side runs: empty for this probe, else an `ackscope server`'s HOST:PORT
+    // and the token it printed (never part of the spec: the file keeps no token).
+    let server = RwSignal::new(String::new());
+    let token = RwSignal::new(String::new());
     // A bulk preset the user chose: Run sends it as it is, and the rr fields step aside.
     let bulk = RwSignal::new(None::<&'static Preset>);
 
@@ -326,10 +330,17 @@ pub fn RunForm(
                 return;
             }
         };
+        let message = match remote_or_local(spec, &server.get_untracked(), &token.get_untracked()) {
+            Ok(message) => message,
+            Err(invalid) => {
+                error.set(Some(invalid));
+                return;
+            }
+        };
         error.set(None);
         store.update(AppState::start_requested);
         let sent = outbox.with_value(|outbox| match outbox {
-            Some(send) => send(&ToProbe::StartRun { spec }),
+            Some(send) => send(&message),
             None => Err("no probe to talk to: open this page from the URL ackscope prints".into()),
         });
         if let Err(reason) = sent {
@@ -396,6 +407,31 @@ pub fn RunForm(
                     on:input=move |ev| form.link.set(event_target_value(&ev))
                 />
                 <small>"e.g. rtt=40ms,rate=100mbit (docs/LINK.md)"</small>
+            </label>
+            <label>
+                <span>"server"</span>
+                <input
+                    type="text"
+                    spellcheck="false"
+                    placeholder="local"
+                    data-testid="server"
+                    aria-invalid=move || invalid.run("server")
+                    prop:value=move || server.get()
+                    on:input=move |ev| server.set(event_target_value(&ev))
+                />
+                <small>"local, or HOST:PORT of an ackscope server on another host (docs/REMOTE.md)"</small>
+            </label>
+            <label prop:hidden=move || server.get().trim().is_empty()>
+                <span>"token"</span>
+                <input
+                    type="password"
+                    autocomplete="off"
+                    data-testid="server-token"
+                    aria-invalid=move || invalid.run("token")
+                    prop:value=move || token.get()
+                    on:input=move |ev| token.set(event_target_value(&ev))
+                />
+                <small>"the token that ackscope server printed"</small>
             </label>
             <table class="per-side">
                 <thead>
@@ -479,5 +515,67 @@ pub fn RunForm(
                     })
             }}
         </form>
+    }
+}
+
+/// The message that starts `spec`: on this probe's own server, or with a `server` address on
+/// that `ackscope server`, which needs its `token`. Only request/response runs go remote.
+fn remote_or_local(spec: Scenario, server: &str, token: &str) -> Result<ToProbe, FieldError> {
+    let server = server.trim();
+    if server.is_empty() {
+        return Ok(ToProbe::StartRun { spec });
+    }
+    let invalid = |field, message: &str| FieldError { field: Some(field), message: message.into() };
+    match &spec {
+        Scenario::Rr(rr) if rr.link.is_some() => {
+            return Err(invalid(
+                "link",
+                "emulated link: leave it empty with a remote server; across hosts the path is the \
+                 real network",
+            ))
+        }
+        Scenario::Rr(_) => {}
+        _ => {
+            return Err(invalid(
+                "server",
+                "server: only request/response runs have a remote server side",
+            ))
+        }
+    }
+    if !server.contains(':') {
+        return Err(invalid("server", "server: give HOST:PORT as `ackscope server` printed it"));
+    }
+    let token = token.trim();
+    if token.is_empty() {
+        return Err(invalid("token", "token: give the token that `ackscope server` printed"));
+    }
+    Ok(ToProbe::StartRemoteRun { spec, server: server.into(), token: token.into() })
+}
+
+#[cfg(test)]
+mod remote_tests {
+    use super::*;
+
+    #[test]
+    fn an_empty_server_runs_locally_and_a_remote_one_needs_its_token() {
+        let spec = Scenario::Rr(RrSpec::default());
+        assert_eq!(
+            remote_or_local(spec.clone(), "  ", ""),
+            Ok(ToProbe::StartRun { spec: spec.clone() })
+        );
+        let no_token = remote_or_local(spec.clone(), "10.0.0.2:7000", "").unwrap_err();
+        assert_eq!(no_token.field, Some("token"));
+        let remote = remote_or_local(spec.clone(), " 10.0.0.2:7000 ", "t0k3n").unwrap();
+        assert_eq!(
+            remote,
+            ToProbe::StartRemoteRun { spec, server: "10.0.0.2:7000".into(), token: "t0k3n".into() }
+        );
+        let bulk = Scenario::Bulk(Default::default());
+        assert_eq!(remote_or_local(bulk, "h:1", "t").unwrap_err().field, Some("server"));
+        let linked = Scenario::Rr(RrSpec {
+            link: Some(ackscope_shared::spec::LinkSpec::parse("rtt=40ms").unwrap()),
+            ..RrSpec::default()
+        });
+        assert_eq!(remote_or_local(linked, "h:1", "t").unwrap_err().field, Some("link"));
     }
 }

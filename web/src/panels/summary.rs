@@ -2,6 +2,7 @@
 //! calls waited; and the note that stands where a timeline cannot be drawn.
 
 use ackscope_shared::analysis::STALLED_READS_MEANING;
+use ackscope_shared::control::ClockSync;
 use ackscope_shared::wire::HostFacts;
 use ackscope_shared::Scenario;
 use leptos::prelude::*;
@@ -40,6 +41,8 @@ struct SelectedRun {
     status: String,
     instruments: String,
     host: Option<HostFacts>,
+    /// A run against a remote server: its clock, as a sentence.
+    clock: Option<String>,
     numbers: Numbers,
 }
 
@@ -67,6 +70,7 @@ impl SelectedRun {
             status: run.status.label(),
             instruments: describe_instruments(&run.instruments),
             host: state.session(key.source).and_then(|s| s.host()).cloned(),
+            clock: run.clock.map(|clock| clock_line(&clock)),
             numbers: match run.bulk_summary() {
                 Some(bulk) => Numbers::Bulk(BulkText::of(bulk, run.events)),
                 None if run.is_rr() => Numbers::Rr(
@@ -77,6 +81,17 @@ impl SelectedRun {
             },
         })
     }
+}
+
+/// How a remote server's clock was matched to this run's, in the words the CLI uses.
+fn clock_line(clock: &ClockSync) -> String {
+    format!(
+        "server on another host: its clock {:.3} ms from ours, +/- {:.1} us (path round trip \
+         {:.3} ms, not counted as stalls)",
+        clock.offset_ns as f64 / 1e6,
+        clock.uncertainty_ns as f64 / 1e3,
+        clock.rtt_ns as f64 / 1e6
+    )
 }
 
 fn rr_numbers(text: SummaryText) -> impl IntoView {
@@ -173,6 +188,7 @@ pub fn SummaryPanel(store: Store) -> impl IntoView {
                 </h2>
                 <p class="instruments" data-testid="instruments">{run.instruments}</p>
                 {run.host.map(machine_line)}
+                {run.clock.map(|line| view! { <p class="clock" data-testid="summary-clock">{line}</p> })}
                 {match run.numbers {
                     Numbers::Rr(text, classes) => {
                         view! {
