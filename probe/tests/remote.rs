@@ -312,3 +312,30 @@ fn a_page_starts_a_run_against_a_remote_server_and_sees_both_sides() {
     drop(ui);
     stop(server);
 }
+
+#[test]
+fn a_bulk_run_reads_on_the_remote_server_with_its_buffer_set_there() {
+    let (server, addr, token) = server(&[]);
+    let run = ackscope(&[
+        "run",
+        "bulk",
+        "--bytes",
+        "20000000",
+        "--server-rcvbuf",
+        "65536",
+        "--remote",
+        &addr,
+        "--token",
+        &token,
+        "--json",
+    ]);
+    stop(server);
+    assert!(run.status.success());
+    let summary: serde_json::Value = serde_json::from_slice(&run.stdout).unwrap();
+    assert_eq!(summary["bytes"], 20_000_000, "the server read every byte");
+    // Linux doubles what was asked: the server side's option was set on the server's host.
+    let rcvbuf = summary["server_rcvbuf_bytes"].as_u64().unwrap();
+    assert!((65_536..=262_144).contains(&rcvbuf), "server rcvbuf {rcvbuf}");
+    assert!(summary["clock"]["uncertainty_ns"].as_u64().is_some());
+    assert_eq!(summary["remote"]["server_outcome"], "completed");
+}

@@ -96,12 +96,18 @@ impl RunArgs {
             return Ok(scenario::Target::Local);
         };
         let refuse = |why: &str| Err(Failure::Usage(format!("--remote: {why}")));
+        if self.sweep_rcvbuf.is_some() {
+            return refuse(
+                "--sweep-rcvbuf runs each size locally; give one --server-rcvbuf per remote run",
+            );
+        }
         match scenario {
-            Scenario::Rr(RrSpec { link: Some(_), .. }) => return refuse(
+            Scenario::Rr(RrSpec { link: Some(_), .. })
+            | Scenario::Bulk(BulkSpec { link: Some(_), .. }) => return refuse(
                 "--link emulates a path on this host; across hosts the path is the real network",
             ),
-            Scenario::Rr(_) => {}
-            _ => return refuse("only rr runs have a remote server side so far"),
+            Scenario::Rr(_) | Scenario::Bulk(_) => {}
+            _ => return refuse("only rr and bulk runs have a remote server side"),
         }
         if instruments.capture {
             return refuse("--capture is not available across hosts yet; capture with tcpdump on each host and `ackscope import` the files");

@@ -41,14 +41,23 @@ pub fn serve(
     client_port: u16,
     rec: &mut Recorder,
 ) -> io::Result<u64> {
-    let opts = SideOptions::bulk(spec, Side::Server);
-    let mut stream = loop {
+    let stream = loop {
         let (stream, peer) = listener.accept().map_err(|e| context(e, "bulk server accept"))?;
-        // Anything else that finds the port is not part of the run.
         if peer.port() == client_port {
             break stream;
         }
     };
+    serve_accepted(spec, instruments, stream, rec)
+}
+
+/// Reads the transfer from its accepted connection until the client closes.
+pub fn serve_accepted(
+    spec: &BulkSpec,
+    instruments: Instruments,
+    mut stream: TcpStream,
+    rec: &mut Recorder,
+) -> io::Result<u64> {
+    let opts = SideOptions::bulk(spec, Side::Server);
     rec.record(rec.now_ns(), CONN, TRANSFER, EventKind::Accepted);
     let mut buffer = vec![0u8; spec.app_buffer_bytes as usize];
     let kernel = KernelProbe::start(instruments, &stream, rec, CONN);

@@ -4,29 +4,33 @@
 //! file, with `-o`, so that each host keeps what it recorded whatever happens to the other).
 
 use std::io::{self, Read};
-use std::net::{Shutdown, SocketAddr, TcpStream};
+use std::net::{IpAddr, Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
-use std::sync::mpsc::{sync_channel, RecvTimeoutError};
+use std::sync::mpsc::{sync_channel, RecvTimeoutError, SyncSender};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use ackscope_shared::control::{ToClient, ToServer};
 use ackscope_shared::spec::MAX_BODY_BYTES;
 use ackscope_shared::wire::{self, Instruments, RunOutcome, ToBrowser, EVENTS_PER_MESSAGE};
-use ackscope_shared::{ConnId, Event, RrSpec, RunId, Scenario, Side};
+use ackscope_shared::{ConnId, Event, RunId, Scenario, Side};
 
 use super::{receive, receive_frame, send, token_matches, versions_differ};
+use crate::net::bulk;
 use crate::net::echo::{ControlHandler, EchoConfig, EchoServer, Tagging, RUN_MAX_CONNECTIONS};
 use crate::net::options::SideOptions;
-use crate::net::record::Clock;
+use crate::net::record::{Clock, Recorder};
 use crate::record::SharedWriter;
 
 /// How long a new control connection may take to say who it is and what to run.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 /// A remote run ends after this long, keeping what it recorded.
 pub const MAX_RUN: Duration = Duration::from_secs(600);
-/// Bytes a remote run may move: requests x (request + answer).
+/// Bytes a remote run may move: requests x (request + answer), or a bulk transfer's.
 pub const MAX_RUN_BYTES: u64 = 16 << 30;
+/// A remote bulk run's smallest read buffer: each read is two events sent to the client.
+pub const MIN_APP_BUFFER_BYTES: u32 = 1024;
 
 /// What every control connection of one server shares.
 pub struct ControlHost {
@@ -75,7 +79,7 @@ impl ControlHost {
     }
 
     /// The handshake and the run's spec, or why not. Marks the host busy when it admits a run.
-    fn admit(&self, stream: &mut TcpStream) -> Result<(RrSpec, Instruments), Refusal> {
+    fn admit(&self, stream: &mut TcpStream) -> Result<(Scenario, Instruments), Refusal> {
         let mut magic = [0u8; 4];
         stream.read_exact(&mut magic)?;
         let frame = receive_frame(stream)?;
@@ -112,16 +116,13 @@ impl ControlHost {
         let ToServer::Run { spec, instruments } = receive(stream)? else {
             return Err(Refusal::Tell("expected the run's spec after Hello".into()));
         };
-        let spec = match spec {
-            Scenario::Rr(spec) => spec,
-            other => {
-                return Err(Refusal::Tell(format!(
-                    "{} runs are not run against a remote server yet; rr runs are",
-                    other.name()
-                )))
-            }
-        };
-        Scenario::Rr(spec.clone()).validate().map_err(|e| Refusal::Tell(e.to_string()))?;
+        if !matches!(spec, Scenario::Rr(_) | Scenario::Bulk(_)) {
+            return Err(Refusal::Tell(format!(
+                "{} runs are not run against a remote server; rr and bulk runs are",
+                spec.name()
+            )));
+        }
+        spec.validate().map_err(|e| Refusal::Tell(e.to_string()))?;
         if let Some(limit) = beyond_limits(&spec, instruments) {
             return Err(Refusal::Tell(limit));
         }
@@ -135,26 +136,13 @@ impl ControlHost {
 
     /// Runs the server side of `spec` until the driving probe says stop, its control connection
     /// drops, the run lasts [`MAX_RUN`] or this server stops.
-    fn run(&self, stream: TcpStream, peer: SocketAddr, spec: RrSpec, instruments: Instruments) {
+    fn run(&self, stream: TcpStream, peer: SocketAddr, spec: Scenario, instruments: Instruments) {
         let run = RunId(self.next_run.fetch_add(1, Ordering::Relaxed));
         let clock = Clock::start();
         let (sink, batches) = sync_channel(1024);
         let introductions = Arc::new(Mutex::new(Vec::new()));
-        let config = EchoConfig {
-            opts: SideOptions::rr(&spec, Side::Server),
-            max_body_bytes: MAX_BODY_BYTES,
-            response_bytes: spec.response_bytes,
-            think: Duration::from_micros(u64::from(spec.think_us)),
-            instruments,
-            max_connections: RUN_MAX_CONNECTIONS,
-            idle_timeout: None,
-        };
-        let tagging = Tagging::Remote {
-            next_conn: AtomicU32::new(0),
-            introductions: Arc::clone(&introductions),
-        };
-        let listen = match stream.local_addr() {
-            Ok(local) => SocketAddr::new(local.ip(), 0),
+        let ip = match stream.local_addr() {
+            Ok(local) => local.ip(),
             Err(e) => return tracing::warn!("control connection from {peer}: {e}"),
         };
         // Held until the server's threads are gone: then the loop below sees the channel close
@@ -162,7 +150,8 @@ impl ControlHost {
         let mut own_sink = Some(sink.clone());
         let sink = instruments.events.then_some(sink);
         let mut writer = stream;
-        let server = match EchoServer::start(listen, config, clock, tagging, sink) {
+        let started = RunServer::start(&spec, instruments, ip, clock, sink, &introductions);
+        let server = match started {
             Ok(server) => server,
             Err(e) => {
                 let reason = format!("the server could not open the run's listener: {e}");
@@ -170,10 +159,8 @@ impl ControlHost {
                 return;
             }
         };
-        let ready = ToClient::Ready {
-            port: server.addr().port(),
-            clock_monotonic_ns: clock.epoch_monotonic_ns(),
-        };
+        let ready =
+            ToClient::Ready { port: server.port(), clock_monotonic_ns: clock.epoch_monotonic_ns() };
         let reader = match writer.try_clone() {
             Ok(reader) => reader,
             Err(e) => return tracing::warn!("control connection from {peer}: {e}"),
@@ -182,17 +169,17 @@ impl ControlHost {
             return;
         }
         // This host's file holds its own view, as `ackscope server` records outside clients.
-        self.file.write(&ToBrowser::RunStarted {
-            run,
-            spec: Scenario::Server(spec.clone()),
-            instruments,
-        });
+        let file_spec = match &spec {
+            Scenario::Rr(rr) => Scenario::Server(rr.clone()),
+            other => other.clone(),
+        };
+        self.file.write(&ToBrowser::RunStarted { run, spec: file_spec, instruments });
         let mut file_ids = FileIds::default();
         tracing::info!(
-            "remote run {} from {peer}: {} requests, server side on port {}",
+            "remote run {} from {peer}: {}, server side on port {}",
             run.0,
-            spec.requests,
-            server.addr().port()
+            spec.describe(),
+            server.port()
         );
         let writer = Arc::new(Mutex::new(writer));
         let ended = Arc::new(Ended::default());
@@ -383,17 +370,30 @@ fn forward(
 }
 
 /// Why a remote run is refused, naming the limit; `None` within them all.
-fn beyond_limits(spec: &RrSpec, instruments: Instruments) -> Option<String> {
-    let bytes =
-        u64::from(spec.requests) * (u64::from(spec.size_bytes) + u64::from(spec.response_size()));
+fn beyond_limits(spec: &Scenario, instruments: Instruments) -> Option<String> {
+    let (bytes, link) = match spec {
+        Scenario::Rr(rr) => {
+            let per_request = u64::from(rr.size_bytes) + u64::from(rr.response_size());
+            (u64::from(rr.requests) * per_request, rr.link.is_some())
+        }
+        Scenario::Bulk(bulk) => {
+            if bulk.app_buffer_bytes < MIN_APP_BUFFER_BYTES {
+                return Some(format!(
+                    "app buffer: a remote bulk run reads at least {MIN_APP_BUFFER_BYTES} bytes at \
+                     a time (each read is two events, streamed to the client)"
+                ));
+            }
+            (bulk.bytes, bulk.link.is_some())
+        }
+        _ => (0, false),
+    };
     if bytes > MAX_RUN_BYTES {
         return Some(format!(
-            "requests x (size + response size) is {bytes} bytes; a remote run moves at most \
-             {MAX_RUN_BYTES} ({} GiB)",
+            "the run moves {bytes} bytes; a remote run moves at most {MAX_RUN_BYTES} ({} GiB)",
             MAX_RUN_BYTES >> 30
         ));
     }
-    if spec.link.is_some() {
+    if link {
         return Some(
             "--link emulates a path on one host; across hosts the path is the real network".into(),
         );
@@ -406,6 +406,102 @@ fn beyond_limits(spec: &RrSpec, instruments: Instruments) -> Option<String> {
         );
     }
     None
+}
+
+/// The server side of one remote run, on a listener of its own.
+enum RunServer {
+    Rr(EchoServer),
+    Bulk(BulkServer),
+}
+
+/// A bulk run's receiving end: one connection, read on a thread until the client closes.
+struct BulkServer {
+    port: u16,
+    /// A clone of the listener, to wake an `accept()` that no client will answer.
+    listener: TcpListener,
+    /// A clone of the accepted connection, to end a read that would wait for ever.
+    accepted: Arc<Mutex<Option<TcpStream>>>,
+    thread: std::thread::JoinHandle<()>,
+}
+
+impl RunServer {
+    fn start(
+        spec: &Scenario,
+        instruments: Instruments,
+        ip: IpAddr,
+        clock: Clock,
+        sink: Option<SyncSender<Vec<Event>>>,
+        introductions: &Arc<Mutex<Vec<(ConnId, u16)>>>,
+    ) -> io::Result<RunServer> {
+        match spec {
+            Scenario::Bulk(bulk) => {
+                let IpAddr::V4(ip) = ip else {
+                    return Err(io::Error::other("bulk runs across hosts are IPv4 only"));
+                };
+                let listener = bulk::listen(bulk, ip)?;
+                let port = listener.local_addr()?.port();
+                let (watch, accepted) = (listener.try_clone()?, Arc::new(Mutex::new(None)));
+                let (spec, slot, introductions) =
+                    (bulk.clone(), Arc::clone(&accepted), Arc::clone(introductions));
+                let thread =
+                    std::thread::Builder::new().name("bulk-remote".into()).spawn(move || {
+                        let mut rec = match sink {
+                            Some(sink) => Recorder::new(clock, Side::Server, sink),
+                            None => Recorder::discarding(clock, Side::Server),
+                        };
+                        let Ok((stream, peer)) = listener.accept() else { return };
+                        lock(&introductions).push((bulk::CONN, peer.port()));
+                        *lock(&slot) = stream.try_clone().ok();
+                        if let Err(e) = bulk::serve_accepted(&spec, instruments, stream, &mut rec) {
+                            tracing::warn!("remote bulk run from {peer}: {e}");
+                        }
+                    })?;
+                Ok(RunServer::Bulk(BulkServer { port, listener: watch, accepted, thread }))
+            }
+            Scenario::Rr(rr) => {
+                let config = EchoConfig {
+                    opts: SideOptions::rr(rr, Side::Server),
+                    max_body_bytes: MAX_BODY_BYTES,
+                    response_bytes: rr.response_bytes,
+                    think: Duration::from_micros(u64::from(rr.think_us)),
+                    instruments,
+                    max_connections: RUN_MAX_CONNECTIONS,
+                    idle_timeout: None,
+                };
+                let tagging = Tagging::Remote {
+                    next_conn: AtomicU32::new(0),
+                    introductions: Arc::clone(introductions),
+                };
+                let listen = SocketAddr::new(ip, 0);
+                EchoServer::start(listen, config, clock, tagging, sink).map(RunServer::Rr)
+            }
+            _ => Err(io::Error::other("only rr and bulk runs have a remote server side")),
+        }
+    }
+
+    fn port(&self) -> u16 {
+        match self {
+            RunServer::Rr(server) => server.addr().port(),
+            RunServer::Bulk(bulk) => bulk.port,
+        }
+    }
+
+    /// Closes the run's connections and joins its threads: their events have all been sent to
+    /// the channel then.
+    fn shutdown(self) {
+        match self {
+            RunServer::Rr(server) => server.shutdown(),
+            RunServer::Bulk(bulk) => {
+                // SAFETY: shutdown() on a listening socket we own wakes a thread blocked in its
+                // accept(); the descriptor stays open until `bulk.listener` drops.
+                unsafe { libc::shutdown(bulk.listener.as_raw_fd(), libc::SHUT_RDWR) };
+                if let Some(stream) = lock(&bulk.accepted).as_ref() {
+                    let _ = stream.shutdown(Shutdown::Both);
+                }
+                let _ = bulk.thread.join();
+            }
+        }
+    }
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {

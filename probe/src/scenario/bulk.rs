@@ -1,15 +1,19 @@
-//! The bulk scenario: one connection, bytes one way, on loopback.
+//! The bulk scenario: one connection, bytes one way, on loopback, across the emulated link, or
+//! to a remote `ackscope server`.
 
 use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
 use ackscope_shared::wire::{Instruments, RunOutcome};
-use ackscope_shared::{BulkSpec, Event, Side};
+use ackscope_shared::{BulkSpec, Event, Scenario, Side};
 
-use super::{outcome, start_link, Collector};
+use super::{outcome, start_link, Collector, RemoteNotes, RunNotes};
 use crate::emulate::Placement;
 use crate::net::bulk;
+use crate::net::peers::{ConnTag, Peers};
+use crate::remote::drive::{Remote, CLIENT_BIND};
 
 pub fn run(
     spec: &BulkSpec,
@@ -74,4 +78,85 @@ fn join(handle: thread::ScopedJoinHandle<'_, std::io::Result<u64>>) -> Result<u6
         Ok(result) => result.map_err(|e| e.to_string()),
         Err(_) => Err("a bulk thread panicked".into()),
     }
+}
+
+/// The receiving end on another host's `ackscope server` (docs/REMOTE.md): its events come back
+/// over the control connection onto this run's clock.
+pub fn run_remote(
+    spec: &BulkSpec,
+    instruments: Instruments,
+    server: &str,
+    token: &str,
+    stop: &AtomicBool,
+    notes: &mut RunNotes,
+    mut on_events: impl FnMut(Vec<Event>),
+) -> RunOutcome {
+    let (collector, batches) = Collector::new(instruments);
+    let started = Remote::connect(server, token).and_then(|remote| {
+        remote.start(&Scenario::Bulk(spec.clone()), instruments, collector.clock)
+    });
+    let started = match started {
+        Ok(started) => started,
+        Err(error) => return RunOutcome::Failed { error },
+    };
+    let (socket, client_port) = match bulk::client_socket(spec, CLIENT_BIND) {
+        Ok(parts) => parts,
+        Err(e) => return RunOutcome::Failed { error: e.to_string() },
+    };
+    if instruments.events {
+        on_events(vec![started.clock_event(collector.clock.now_ns())]);
+    }
+    // The server names the connection by the client port it saw: the transfer's one.
+    let peers = Arc::new(Peers::default());
+    let tag = ConnTag::new(bulk::CONN);
+    tag.announce(bulk::TRANSFER);
+    peers.register(client_port, tag);
+    let (server_addr, sync, same_host_offset_ns) =
+        (started.server, started.sync, started.same_host_offset_ns);
+    let streaming = started.stream(peers, collector.sink());
+    let deadline = spec.duration_ms.map(|ms| Instant::now() + Duration::from_millis(u64::from(ms)));
+    let mut client_rec = collector.recorder(Side::Client);
+    drop(collector);
+    let sent = thread::scope(|scope| {
+        let ends = scope.spawn(move || {
+            let sender = thread::scope(|inner| {
+                join(inner.spawn(|| {
+                    bulk::send(
+                        spec,
+                        instruments,
+                        socket,
+                        server_addr,
+                        deadline,
+                        stop,
+                        &mut client_rec,
+                    )
+                }))
+            });
+            drop(client_rec);
+            (sender, streaming.finish())
+        });
+        for batch in batches {
+            on_events(batch);
+        }
+        ends.join().expect("the thread joining the ends does not panic")
+    });
+    let (sent, end) = sent;
+    let server_error = match &end.outcome {
+        RunOutcome::Failed { error } => Some(error.clone()),
+        RunOutcome::Interrupted => Some("server side: stopped on its host (Ctrl-C)".into()),
+        RunOutcome::Completed => None,
+    };
+    notes.remote = Some(RemoteNotes {
+        server: server.to_string(),
+        sync,
+        same_host_offset_ns,
+        server_outcome: end.outcome,
+        unmatched_events: end.unmatched_events,
+    });
+    let error = match (sent.err(), server_error) {
+        (Some(client), Some(server)) => Some(format!("client side: {client}; {server}")),
+        (Some(client), None) => Some(format!("client side: {client}")),
+        (None, server) => server,
+    };
+    outcome(error, stop)
 }

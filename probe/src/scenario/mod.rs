@@ -91,9 +91,9 @@ pub fn run_against(
     scenario.validate()?;
     Ok(match (scenario, target) {
         (Scenario::Rr(spec), _) => rr::run(spec, instruments, target, stop, notes, on_events),
-        (Scenario::Bulk(_), Target::Remote { .. }) => RunOutcome::Failed {
-            error: "bulk runs are not run against a remote server yet; rr runs are".into(),
-        },
+        (Scenario::Bulk(spec), Target::Remote { server, token }) => {
+            bulk::run_remote(spec, instruments, server, token, stop, notes, on_events)
+        }
         (Scenario::Bulk(spec), Target::Local) => bulk::run(spec, instruments, stop, on_events),
         (Scenario::Server(_), _) => RunOutcome::Failed {
             error: "a standalone echo server is run with `ackscope server`, not as a run".into(),

@@ -519,28 +519,29 @@ pub fn RunForm(
 }
 
 /// The message that starts `spec`: on this probe's own server, or with a `server` address on
-/// that `ackscope server`, which needs its `token`. Only request/response runs go remote.
+/// that `ackscope server`, which needs its `token`. Request/response and bulk runs go remote.
 fn remote_or_local(spec: Scenario, server: &str, token: &str) -> Result<ToProbe, FieldError> {
     let server = server.trim();
     if server.is_empty() {
         return Ok(ToProbe::StartRun { spec });
     }
     let invalid = |field, message: &str| FieldError { field: Some(field), message: message.into() };
-    match &spec {
-        Scenario::Rr(rr) if rr.link.is_some() => {
-            return Err(invalid(
-                "link",
-                "emulated link: leave it empty with a remote server; across hosts the path is the \
-                 real network",
-            ))
-        }
-        Scenario::Rr(_) => {}
+    let link = match &spec {
+        Scenario::Rr(rr) => rr.link.is_some(),
+        Scenario::Bulk(bulk) => bulk.link.is_some(),
         _ => {
             return Err(invalid(
                 "server",
-                "server: only request/response runs have a remote server side",
+                "server: only rr and bulk runs have a remote server side",
             ))
         }
+    };
+    if link {
+        return Err(invalid(
+            "link",
+            "emulated link: leave it empty with a remote server; across hosts the path is the real \
+             network",
+        ));
     }
     if !server.contains(':') {
         return Err(invalid("server", "server: give HOST:PORT as `ackscope server` printed it"));
@@ -571,7 +572,9 @@ mod remote_tests {
             ToProbe::StartRemoteRun { spec, server: "10.0.0.2:7000".into(), token: "t0k3n".into() }
         );
         let bulk = Scenario::Bulk(Default::default());
-        assert_eq!(remote_or_local(bulk, "h:1", "t").unwrap_err().field, Some("server"));
+        assert!(matches!(remote_or_local(bulk, "h:1", "t"), Ok(ToProbe::StartRemoteRun { .. })));
+        let server = Scenario::Server(RrSpec::default());
+        assert_eq!(remote_or_local(server, "h:1", "t").unwrap_err().field, Some("server"));
         let linked = Scenario::Rr(RrSpec {
             link: Some(ackscope_shared::spec::LinkSpec::parse("rtt=40ms").unwrap()),
             ..RrSpec::default()
