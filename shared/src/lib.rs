@@ -22,6 +22,8 @@ pub mod bulk;
 mod compact;
 pub mod control;
 pub mod event;
+#[cfg(any(test, feature = "fuzzing"))]
+pub mod fuzzing;
 pub mod kernel;
 pub mod lesson;
 pub mod overview;

@@ -16,6 +16,7 @@ mod bench_link;
 mod bench_remote;
 mod bench_setup;
 mod bench_viewer;
+mod fuzz;
 mod json;
 mod link_taps;
 mod setup;
@@ -37,6 +38,7 @@ fn main() -> ExitCode {
         "build" => build(),
         "run" => build().and_then(|()| run_probe(rest)),
         "test" => test(),
+        "fuzz" => fuzz::run(rest),
         "record-lessons" => build().and_then(|()| record_lessons()),
         "bench" => bench_setup::run(rest)
             .or_else(|| bench_viewer::run(rest))

@@ -38,6 +38,14 @@ impl ClockLane {
         format!("conn {} {}", self.conn.0, self.side.name())
     }
 
+    /// The label, with how far a remote server's times may be off on this run's clock.
+    pub fn label_with(&self, server_clock_uncertainty_ns: Option<u64>) -> String {
+        match (self.side, server_clock_uncertainty_ns) {
+            (Side::Server, Some(ns)) => format!("{} ±{:.0} µs", self.label(), ns as f64 / 1e3),
+            _ => self.label(),
+        }
+    }
+
     pub fn calls(&self) -> usize {
         self.starts.len()
     }
@@ -52,6 +60,8 @@ pub struct Lanes {
     pub lanes: Vec<ClockLane>,
     /// The last moment any call ended (the run clock starts at 0).
     pub end_ns: u64,
+    /// A run against a remote server: how far its side's times may be off on this clock.
+    pub server_clock_uncertainty_ns: Option<u64>,
 }
 
 impl Lanes {
@@ -108,7 +118,7 @@ impl Lanes {
                 }
             })
             .collect();
-        Lanes { lanes, end_ns }
+        Lanes { lanes, end_ns, server_clock_uncertainty_ns: None }
     }
 }
 
@@ -180,6 +190,10 @@ mod tests {
         let lanes = lanes(5, 44 * MS);
         let labels: Vec<String> = lanes.lanes.iter().map(ClockLane::label).collect();
         assert_eq!(labels, ["conn 0 client", "conn 0 server"]);
+        // A remote server's lane says how far its times may be off on this clock.
+        let remote: Vec<String> =
+            lanes.lanes.iter().map(|lane| lane.label_with(Some(12_400))).collect();
+        assert_eq!(remote, ["conn 0 client", "conn 0 server ±12 µs"]);
         for lane in &lanes.lanes {
             assert!(lane.calls() >= 5 * 2, "{} calls", lane.calls());
             assert!(lane.starts.windows(2).all(|w| w[0] <= w[1]));

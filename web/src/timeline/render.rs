@@ -184,7 +184,9 @@ pub fn Timeline(
         }
         store.read_untracked(|state| {
             let run = state.run(key)?;
-            let lanes = Arc::new(Lanes::of(&run.analysis, run.attribution()));
+            let mut lanes = Lanes::of(&run.analysis, run.attribution());
+            lanes.server_clock_uncertainty_ns = run.clock.map(|clock| clock.uncertainty_ns);
+            let lanes = Arc::new(lanes);
             Some(RunLanes { key, events, lanes })
         })
     });
@@ -320,7 +322,7 @@ fn clock_page(lanes: &Lanes, view: &ViewState) -> Page {
         let y = position as f64 * LANE_ROW;
         let fill = if position % 2 == 0 { "#ffffff" } else { "#f6f7f9" };
         frame.bands.push(Rect { x: 0.0, y, width: CANVAS_WIDTH, height: LANE_ROW, fill });
-        names.push((y, lane.label()));
+        names.push((y, lane.label_with(lanes.server_clock_uncertainty_ns)));
     }
     for tick in scale.ticks(MAX_TICK_INTERVALS) {
         frame.grid.push((GUTTER + tick.x, 0.0, height));

@@ -1,0 +1,161 @@
+//! `cargo xtask fuzz [--seconds N] [--target NAME] [--keep]`: the coverage-guided fuzz targets
+//! of `fuzz/` (cargo-fuzz and libFuzzer, on the nightly toolchain), each for N seconds.
+//!
+//! Each target starts from its checked-in corpus (`fuzz/corpus/TARGET`, read only) and writes
+//! what it finds under `target/fuzz-corpus/TARGET`; `--keep` merges the finds that add coverage
+//! into the checked-in corpus, on purpose. libFuzzer's limits are the budgets that fail a target:
+//! any single allocation over 64 MB (the largest legitimate one is a 16 MiB message), 1 GB of
+//! memory in all, 10 s for one input. A crash stops with the input's path; add it to the
+//! corpus with the fix, and the smoke pass (`shared/tests/fuzz_corpus.rs`) keeps it fixed.
+
+use std::process::Stdio;
+
+use crate::setup::{self, tool_command};
+use crate::steps::{RunExt, Steps};
+
+const USAGE: &str = "usage: cargo xtask fuzz [--seconds N] [--target NAME] [--keep]";
+
+/// The fuzz crate's binaries; the same names as `ackscope_shared::fuzzing::TARGETS`.
+const TARGETS: [&str; 7] = [
+    "session_frames",
+    "compact_events",
+    "websocket_to_probe",
+    "control_messages",
+    "pcap_import",
+    "ip_tcp",
+    "show_pipeline",
+];
+
+const LIMITS: [&str; 4] =
+    ["-malloc_limit_mb=64", "-rss_limit_mb=1024", "-timeout=10", "-print_final_stats=1"];
+
+pub fn run(args: &[String]) -> Result<(), String> {
+    let (mut seconds, mut only, mut keep) = (60u32, None, false);
+    let mut rest = args.iter();
+    while let Some(arg) = rest.next() {
+        match arg.as_str() {
+            "--seconds" => {
+                let value = rest.next().ok_or(USAGE)?;
+                seconds =
+                    value.parse().map_err(|_| format!("--seconds {value}: a number\n{USAGE}"))?;
+            }
+            "--target" => {
+                let name = rest.next().ok_or(USAGE)?;
+                if !TARGETS.contains(&name.as_str()) {
+                    return Err(format!(
+                        "no fuzz target `{name}`: {}\n{USAGE}",
+                        TARGETS.join(", ")
+                    ));
+                }
+                only = Some(name.clone());
+            }
+            "--keep" => keep = true,
+            other => return Err(format!("unknown option `{other}`\n{USAGE}")),
+        }
+    }
+    let targets: Vec<&str> =
+        TARGETS.iter().copied().filter(|t| only.as_deref().is_none_or(|o| o == *t)).collect();
+    let mut steps = Steps::new(3 + targets.len());
+    ensure_fuzz_tools(&mut steps)?;
+    steps.start("fuzz targets (instrumented, release)");
+    fuzz_cargo().args(["build", "-O"]).run()?;
+    steps.done("built");
+    let mut report = Vec::new();
+    for target in targets {
+        steps.start(&format!("{target}, {seconds} s"));
+        let found = setup::root().join("target/fuzz-corpus").join(target);
+        std::fs::create_dir_all(&found).map_err(|e| format!("{}: {e}", found.display()))?;
+        let checked_in = format!("corpus/{target}");
+        let output = fuzz_cargo()
+            .args(["run", "-O", target])
+            .arg(&found)
+            .arg(&checked_in)
+            .arg("--")
+            .arg(format!("-max_total_time={seconds}"))
+            .args(LIMITS)
+            .stdout(Stdio::null())
+            .output()
+            .map_err(|e| format!("cargo fuzz run {target}: {e}"))?;
+        let log = String::from_utf8_lossy(&output.stderr);
+        let execs = stat(&log, "stat::number_of_executed_units:");
+        let rss = stat(&log, "stat::peak_rss_mb:");
+        if !output.status.success() {
+            let tail: Vec<&str> =
+                log.lines().rev().take(30).collect::<Vec<_>>().into_iter().rev().collect();
+            return Err(format!(
+                "fuzz target {target} failed after {} runs:\n{}",
+                execs.unwrap_or(0),
+                tail.join("\n")
+            ));
+        }
+        let execs = execs.ok_or_else(|| format!("{target}: libFuzzer printed no statistics"))?;
+        steps.done(&format!("{execs} runs, clean, peak RSS {} MB", rss.unwrap_or(0)));
+        if keep {
+            fuzz_cargo()
+                .args(["run", "-O", target])
+                .arg(&checked_in)
+                .arg(&found)
+                .args(["--", "-merge=1"])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .run()?;
+        }
+        report.push((target, execs, rss));
+    }
+    println!();
+    for (target, execs, rss) in report {
+        println!(
+            "fuzz {target} execs={execs} seconds={seconds} peak_rss_mb={} clean",
+            rss.unwrap_or(0)
+        );
+    }
+    Ok(())
+}
+
+/// `cargo +nightly fuzz` in `fuzz/`, building under the one target dir.
+fn fuzz_cargo() -> std::process::Command {
+    let mut command = tool_command("cargo");
+    command.args(["+nightly", "fuzz"]);
+    command.current_dir(setup::root().join("fuzz"));
+    command.env("CARGO_TARGET_DIR", setup::root().join("target/fuzz"));
+    command
+}
+
+/// The nightly toolchain (for `-Z sanitizer`) and cargo-fuzz, installed when missing.
+fn ensure_fuzz_tools(steps: &mut Steps) -> Result<(), String> {
+    steps.start("Rust nightly toolchain (cargo-fuzz's instrumentation needs it)");
+    if tool_command("cargo").args(["+nightly", "--version"]).run_quietly() {
+        steps.done("installed");
+    } else {
+        tool_command("rustup")
+            .args(["toolchain", "install", "nightly", "--profile", "minimal"])
+            .run()?;
+        steps.done("installed now");
+    }
+    steps.start("cargo-fuzz");
+    if tool_command("cargo").args(["fuzz", "--version"]).run_quietly() {
+        steps.done("installed");
+    } else {
+        steps.note("compiles from source: about 2 minutes, once");
+        setup::cargo().args(["install", "cargo-fuzz", "--locked"]).run()?;
+        steps.done("installed now");
+    }
+    Ok(())
+}
+
+/// libFuzzer's `-print_final_stats` value after `label`.
+fn stat(log: &str, label: &str) -> Option<u64> {
+    log.lines().find_map(|line| line.strip_prefix(label)).and_then(|v| v.trim().parse().ok())
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn reads_libfuzzers_final_statistics() {
+        let log = "#231384\tDONE   cov: 1555\nstat::number_of_executed_units: 231384\n\
+                   stat::peak_rss_mb:              368\n";
+        assert_eq!(super::stat(log, "stat::number_of_executed_units:"), Some(231_384));
+        assert_eq!(super::stat(log, "stat::peak_rss_mb:"), Some(368));
+        assert_eq!(super::stat(log, "stat::slowest_unit_time_sec:"), None);
+    }
+}
