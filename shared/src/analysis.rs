@@ -413,22 +413,30 @@ impl RunAnalysis {
     /// How long a read stayed blocked after the peer had written the last byte it returned.
     /// `None` for other spans, or while the peer's write is not known yet.
     pub fn held_ns(&self, conn: ConnId, span: &Span) -> Option<u64> {
+        let written_ns = self.written_ns(conn, span)?;
+        Some(span.end_ns.saturating_sub(span.start_ns.max(written_ns)))
+    }
+
+    /// When the peer's write that carried the read's last byte was made.
+    fn written_ns(&self, conn: ConnId, span: &Span) -> Option<u64> {
         if span.kind != SpanKind::Read || span.bytes == 0 {
             return None;
         }
         let writes = self.writes.get(&(conn, span.side.peer()))?;
         // The first peer write whose end lies past the read's last byte carried that byte.
         let index = writes.partition_point(|&(end, _)| end < span.stream_end);
-        let &(_, written_ns) = writes.get(index)?;
-        Some(span.end_ns.saturating_sub(span.start_ns.max(written_ns)))
+        writes.get(index).map(|&(_, written_ns)| written_ns)
     }
 
-    /// The stall of a read: how long it stayed blocked beyond the path's one-way delay after
-    /// the peer had written its bytes, if that is longer than [`STALL_THRESHOLD_NS`].
+    /// The stall of a read: how long it stayed blocked after its last byte could have arrived
+    /// (the peer's write of it, plus the path's one-way delay), if that is longer than
+    /// [`STALL_THRESHOLD_NS`]. A read that began before the bytes could arrive waited for the
+    /// path until then, not for the kernel; one that began later waited for the kernel all
+    /// along.
     pub fn stall_ns(&self, conn: ConnId, span: &Span) -> Option<u64> {
-        self.held_ns(conn, span)
-            .map(|held| held.saturating_sub(self.path_delay_ns))
-            .filter(|&excess| excess > STALL_THRESHOLD_NS)
+        let could_arrive = self.written_ns(conn, span)?.saturating_add(self.path_delay_ns);
+        let excess = span.end_ns.saturating_sub(span.start_ns.max(could_arrive));
+        (excess > STALL_THRESHOLD_NS).then_some(excess)
     }
 
     /// The id of `requests()[0]`: 0 unless requests were retired.

@@ -402,11 +402,11 @@ fn held_read(
         ));
     }
     // On a path with a real RTT, Nagle may wait for an ACK that was not delayed at all: the
-    // earlier small segment's, one round trip after it left.
-    // From the reader's side the tail arrives one RTT after the head did (`held` counts from
-    // the head's arrival, less the path delay the tail itself needed).
+    // earlier small segment's, one round trip after it left. From the reader's side the tail
+    // arrives one RTT after the head did, and `held` counts from the head's arrival (the tail
+    // could have come with it).
     if let Some(rtt) = facts.rtt_ns {
-        let waited = held + analysis.path_delay_ns();
+        let waited = held;
         if waited * 4 >= rtt * 3 && waited * 4 <= rtt * 5 {
             let mut evidence = format!(
                 "the {w} wrote {} bytes, then {} bytes; Nagle held the tail of the {} bytes until the ACK \
@@ -1113,9 +1113,11 @@ mod tests {
             tail.evidence
         );
         assert!(tail.evidence.contains("the RTT is 40.0 ms"), "{}", tail.evidence);
+        // Sent at once, the tail would have arrived with the head, 20 ms in: the whole round
+        // trip it waited after that is Nagle's.
         assert!(
-            (19 * MS..21 * MS).contains(&tail.wait_ns),
-            "beyond the path delay: {}",
+            (39 * MS..41 * MS).contains(&tail.wait_ns),
+            "one round trip after it could have arrived: {}",
             tail.wait_ns
         );
         let fixes = tail.class.fixes(Side::Client, Side::Server).join("; ");

@@ -16,8 +16,11 @@ use crate::spec::{RrSpec, Scenario};
 use crate::wire::{self, FrameStream, ToBrowser, ToProbe};
 use std::collections::HashMap;
 
+/// A target's body: arbitrary bytes in, no panic out.
+pub type Target = fn(&[u8]);
+
 /// Every target, by name: the fuzz crate's binaries and the corpus folders are named alike.
-pub const TARGETS: [(&str, fn(&[u8])); 7] = [
+pub const TARGETS: [(&str, Target); 7] = [
     ("session_frames", session_frames),
     ("compact_events", compact_events),
     ("websocket_to_probe", websocket_to_probe),
@@ -56,12 +59,11 @@ pub fn compact_events(data: &[u8]) {
 
 /// What a page sends the probe, as the probe decodes and checks it before acting.
 pub fn websocket_to_probe(data: &[u8]) {
-    match wire::decode::<ToProbe>(data) {
-        Ok(ToProbe::StartRun { spec } | ToProbe::StartRemoteRun { spec, .. }) => {
-            let _ = spec.validate();
-            let _ = spec.describe();
-        }
-        Ok(_) | Err(_) => {}
+    if let Ok(ToProbe::StartRun { spec } | ToProbe::StartRemoteRun { spec, .. }) =
+        wire::decode::<ToProbe>(data)
+    {
+        let _ = spec.validate();
+        let _ = spec.describe();
     }
 }
 
@@ -102,11 +104,9 @@ pub fn show_pipeline(data: &[u8]) {
     while let Some(message) = stream.next_message() {
         let Ok(message) = message else { break };
         match message {
-            ToBrowser::RunStarted { run, spec, .. } => {
-                // A file may hold many runs; past a bound they are not kept (as `show` streams).
-                if runs.len() < 64 {
-                    runs.insert(run, Pipeline::new(spec));
-                }
+            // A file may hold many runs; past a bound they are not kept (as `show` streams).
+            ToBrowser::RunStarted { run, spec, .. } if runs.len() < 64 => {
+                runs.insert(run, Pipeline::new(spec));
             }
             ToBrowser::Events { run, events } => {
                 if let Some(pipeline) = runs.get_mut(&run) {
