@@ -231,7 +231,12 @@ impl ControlHost {
         if let Some(stopping) = stopping {
             let _ = stopping.join();
         }
-        let outcome = if ended.dropped.load(Ordering::SeqCst) {
+        // Ctrl-C here also closes the control connection (with every connection of the
+        // server): the stop comes first, so the file says the run was interrupted, not dropped.
+        let outcome = if self.stopping.load(Ordering::SeqCst) && !ended.stop.load(Ordering::SeqCst)
+        {
+            RunOutcome::Interrupted
+        } else if ended.dropped.load(Ordering::SeqCst) {
             RunOutcome::Failed {
                 error: format!(
                     "server side: the control connection from {peer} closed mid-run; this side \
@@ -246,8 +251,6 @@ impl ControlHost {
                     MAX_RUN.as_secs()
                 ),
             }
-        } else if self.stopping.load(Ordering::SeqCst) && !ended.stop.load(Ordering::SeqCst) {
-            RunOutcome::Interrupted
         } else {
             RunOutcome::Completed
         };
