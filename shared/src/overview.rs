@@ -58,12 +58,16 @@ pub fn duration_of_key(key: u64) -> u64 {
     key & ((1 << DURATION_BITS) - 1)
 }
 
-/// How long a request took, or how far it got: from its start to the later of its answer and
-/// its last call. `None` while its start is unknown.
+/// How long a request took (its latency, as the summary's max counts it), or, unanswered, how
+/// far it got: from its start to its last call. A call of the other side that returns after the
+/// answer was read (a server thread stamped late) does not make the request slower. `None`
+/// while its start is unknown.
 pub fn extent_ns(view: &RequestView) -> Option<u64> {
     let start = view.start_ns?;
-    let last_span = view.spans.iter().map(|span| span.end_ns).max();
-    let end = view.done_ns.into_iter().chain(last_span).max()?;
+    let end = match view.done_ns {
+        Some(done) => done,
+        None => view.spans.iter().map(|span| span.end_ns).max()?,
+    };
     Some(end.saturating_sub(start))
 }
 
