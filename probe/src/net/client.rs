@@ -37,7 +37,36 @@ pub struct Shared<'a> {
     pub instruments: Instruments,
 }
 
-impl Shared<'_> {
+impl<'a> Shared<'a> {
+    /// A run's client threads, about to start: no request or connection taken yet, the
+    /// deadline (`spec.duration_ms`) from now.
+    pub fn new(
+        spec: &'a RrSpec,
+        server: SocketAddr,
+        bind: Ipv4Addr,
+        peers: &'a Peers,
+        stop: &'a AtomicBool,
+        user_stop: &'a AtomicBool,
+        instruments: Instruments,
+    ) -> Shared<'a> {
+        let deadline = spec
+            .duration_ms
+            .map(|ms| Instant::now() + std::time::Duration::from_millis(u64::from(ms)));
+        Shared {
+            spec,
+            server,
+            bind,
+            peers,
+            next_req: AtomicU32::new(0),
+            next_conn: AtomicU32::new(0),
+            completed: AtomicU32::new(0),
+            deadline,
+            stop,
+            user_stop,
+            instruments,
+        }
+    }
+
     /// The next request's id, or `None` when the run is over.
     fn take_request(&self) -> Option<ReqId> {
         let stopped = self.stop.load(Ordering::Relaxed) || self.user_stop.load(Ordering::Relaxed);

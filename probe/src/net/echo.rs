@@ -12,7 +12,8 @@ use std::thread::{self, JoinHandle};
 use std::time::Duration;
 
 use ackscope_shared::control::CONTROL_MAGIC;
-use ackscope_shared::{ConnId, Event, EventKind, ReqId, Side};
+use ackscope_shared::spec::MAX_BODY_BYTES;
+use ackscope_shared::{ConnId, Event, EventKind, ReqId, RrSpec, Side};
 use socket2::{Domain, Protocol, Socket, Type};
 
 use super::endpoint::{Endpoint, Inbox, KernelProbe, INBOX_START_BYTES};
@@ -40,6 +41,23 @@ pub struct EchoConfig {
     /// A connection that sends nothing for this long is closed (a standalone server's idle
     /// clients); `None`: never (a run's own client).
     pub idle_timeout: Option<Duration>,
+}
+
+impl EchoConfig {
+    /// The server of a run (this probe's own, or a remote run's on `ackscope server`): the
+    /// spec's server side, bodies up to the protocol's cap, no idle timeout (the run's client
+    /// is the only one), and [`RUN_MAX_CONNECTIONS`].
+    pub fn for_run(spec: &RrSpec, instruments: Instruments) -> EchoConfig {
+        EchoConfig {
+            opts: SideOptions::rr(spec, Side::Server),
+            max_body_bytes: MAX_BODY_BYTES,
+            response_bytes: spec.response_bytes,
+            think: Duration::from_micros(u64::from(spec.think_us)),
+            instruments,
+            max_connections: RUN_MAX_CONNECTIONS,
+            idle_timeout: None,
+        }
+    }
 }
 
 /// Connections a standalone server serves at once unless told otherwise.

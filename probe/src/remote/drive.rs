@@ -148,7 +148,7 @@ impl Started {
     /// Takes B's events from here on, each given A's ids (from `peers`, where A's clients
     /// register their connections) and A's clock, into `sink` (`None`: recording off).
     pub fn stream(self, peers: Arc<Peers>, sink: Option<SyncSender<Vec<Event>>>) -> Streaming {
-        let Started { remote, sync, .. } = self;
+        let Started { remote, sync, same_host_offset_ns, .. } = self;
         let name = remote.name.clone();
         let writer = remote.control.try_clone();
         let give_up_at = Arc::new(Mutex::new(None));
@@ -158,7 +158,7 @@ impl Started {
                 .name("control-events".into())
                 .spawn(move || take_events(remote.control, &peers, sync, sink, &give_up_at))
         };
-        Streaming { name, writer, reader, give_up_at }
+        Streaming { name, writer, reader, give_up_at, sync, same_host_offset_ns }
     }
 }
 
@@ -166,11 +166,13 @@ impl Started {
 pub struct Streaming {
     name: String,
     writer: std::io::Result<TcpStream>,
-    reader: std::io::Result<JoinHandle<ServerEnd>>,
+    reader: std::io::Result<JoinHandle<(RunOutcome, u64)>>,
     give_up_at: Arc<Mutex<Option<Instant>>>,
+    sync: ClockSync,
+    same_host_offset_ns: i64,
 }
 
-/// How B's side of the run ended.
+/// How B's side of the run ended, and its clock.
 #[derive(Debug)]
 pub struct ServerEnd {
     /// As B said, or how its control connection failed.
@@ -178,30 +180,32 @@ pub struct ServerEnd {
     /// B's events whose connection A could not match to one of its own (NAT between the hosts
     /// changes the client ports): not kept.
     pub unmatched_events: u64,
+    pub sync: ClockSync,
+    /// See [`Started::same_host_offset_ns`].
+    pub same_host_offset_ns: i64,
 }
 
 impl Streaming {
     /// Tells B that A's clients are done and waits (at most [`FINISH_TIMEOUT`]) for the rest of
     /// its events and how its side ended.
     pub fn finish(self) -> ServerEnd {
-        let lost = |error: String| ServerEnd {
-            outcome: RunOutcome::Failed { error },
-            unmatched_events: 0,
-        };
+        let lost = |error: String| (RunOutcome::Failed { error }, 0);
         *self.give_up_at.lock().unwrap_or_else(|p| p.into_inner()) =
             Some(Instant::now() + FINISH_TIMEOUT);
         if let Ok(mut writer) = self.writer {
             // If this fails the reader sees the connection gone too.
             let _ = send(&mut writer, &ToServer::Stop);
         }
-        match self.reader {
+        let (outcome, unmatched_events) = match self.reader {
             Ok(reader) => {
                 reader.join().unwrap_or_else(|_| lost("the events thread panicked".into()))
             }
             Err(e) => {
                 lost(format!("--remote {}: no thread for the server's events: {e}", self.name))
             }
-        }
+        };
+        let (sync, same_host_offset_ns) = (self.sync, self.same_host_offset_ns);
+        ServerEnd { outcome, unmatched_events, sync, same_host_offset_ns }
     }
 }
 
@@ -211,7 +215,7 @@ fn take_events(
     sync: ClockSync,
     sink: Option<SyncSender<Vec<Event>>>,
     give_up_at: &Mutex<Option<Instant>>,
-) -> ServerEnd {
+) -> (RunOutcome, u64) {
     // Short timeouts, so that a server that stops answering is given up on once A is done.
     let _ = control.set_read_timeout(Some(Duration::from_millis(250)));
     let mut conns: HashMap<ConnId, Mapped> = HashMap::new();
@@ -274,7 +278,7 @@ fn take_events(
         }
     };
     let _ = control.shutdown(Shutdown::Both);
-    ServerEnd { outcome, unmatched_events }
+    (outcome, unmatched_events)
 }
 
 /// One of B's connections, as A knows it.

@@ -12,14 +12,12 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use ackscope_shared::control::{ToClient, ToServer};
-use ackscope_shared::spec::MAX_BODY_BYTES;
 use ackscope_shared::wire::{self, Instruments, RunOutcome, ToBrowser, EVENTS_PER_MESSAGE};
 use ackscope_shared::{ConnId, Event, RunId, Scenario, Side};
 
 use super::{receive, receive_frame, send, token_matches, versions_differ};
 use crate::net::bulk;
-use crate::net::echo::{ControlHandler, EchoConfig, EchoServer, Tagging, RUN_MAX_CONNECTIONS};
-use crate::net::options::SideOptions;
+use crate::net::echo::{ControlHandler, EchoConfig, EchoServer, Tagging};
 use crate::net::record::{Clock, Recorder};
 use crate::record::SharedWriter;
 
@@ -462,15 +460,7 @@ impl RunServer {
                 Ok(RunServer::Bulk(BulkServer { port, listener: watch, accepted, thread }))
             }
             Scenario::Rr(rr) => {
-                let config = EchoConfig {
-                    opts: SideOptions::rr(rr, Side::Server),
-                    max_body_bytes: MAX_BODY_BYTES,
-                    response_bytes: rr.response_bytes,
-                    think: Duration::from_micros(u64::from(rr.think_us)),
-                    instruments,
-                    max_connections: RUN_MAX_CONNECTIONS,
-                    idle_timeout: None,
-                };
+                let config = EchoConfig::for_run(rr, instruments);
                 let tagging = Tagging::Remote {
                     next_conn: AtomicU32::new(0),
                     introductions: Arc::clone(introductions),

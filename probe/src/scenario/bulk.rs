@@ -9,11 +9,11 @@ use std::time::{Duration, Instant};
 use ackscope_shared::wire::{Instruments, RunOutcome};
 use ackscope_shared::{BulkSpec, Event, Scenario, Side};
 
-use super::{outcome, start_link, Collector, RemoteNotes, RunNotes};
+use super::{outcome, remote_error, start_link, start_remote, Collector, RemoteNotes, RunNotes};
 use crate::emulate::Placement;
 use crate::net::bulk;
 use crate::net::peers::{ConnTag, Peers};
-use crate::remote::drive::{Remote, CLIENT_BIND};
+use crate::remote::drive::CLIENT_BIND;
 
 pub fn run(
     spec: &BulkSpec,
@@ -92,27 +92,23 @@ pub fn run_remote(
     mut on_events: impl FnMut(Vec<Event>),
 ) -> RunOutcome {
     let (collector, batches) = Collector::new(instruments);
-    let started = Remote::connect(server, token).and_then(|remote| {
-        remote.start(&Scenario::Bulk(spec.clone()), instruments, collector.clock)
-    });
-    let started = match started {
-        Ok(started) => started,
-        Err(error) => return RunOutcome::Failed { error },
-    };
+    let scenario = Scenario::Bulk(spec.clone());
+    let (started, clock_event) =
+        match start_remote(&scenario, instruments, server, token, &collector) {
+            Ok(started) => started,
+            Err(error) => return RunOutcome::Failed { error },
+        };
     let (socket, client_port) = match bulk::client_socket(spec, CLIENT_BIND) {
         Ok(parts) => parts,
         Err(e) => return RunOutcome::Failed { error: e.to_string() },
     };
-    if instruments.events {
-        on_events(vec![started.clock_event(collector.clock.now_ns())]);
-    }
+    on_events(clock_event);
     // The server names the connection by the client port it saw: the transfer's one.
     let peers = Arc::new(Peers::default());
     let tag = ConnTag::new(bulk::CONN);
     tag.announce(bulk::TRANSFER);
     peers.register(client_port, tag);
-    let (server_addr, sync, same_host_offset_ns) =
-        (started.server, started.sync, started.same_host_offset_ns);
+    let server_addr = started.server;
     let streaming = started.stream(peers, collector.sink());
     let deadline = spec.duration_ms.map(|ms| Instant::now() + Duration::from_millis(u64::from(ms)));
     let mut client_rec = collector.recorder(Side::Client);
@@ -141,22 +137,8 @@ pub fn run_remote(
         ends.join().expect("the thread joining the ends does not panic")
     });
     let (sent, end) = sent;
-    let server_error = match &end.outcome {
-        RunOutcome::Failed { error } => Some(error.clone()),
-        RunOutcome::Interrupted => Some("server side: stopped on its host (Ctrl-C)".into()),
-        RunOutcome::Completed => None,
-    };
-    notes.remote = Some(RemoteNotes {
-        server: server.to_string(),
-        sync,
-        same_host_offset_ns,
-        server_outcome: end.outcome,
-        unmatched_events: end.unmatched_events,
-    });
-    let error = match (sent.err(), server_error) {
-        (Some(client), Some(server)) => Some(format!("client side: {client}; {server}")),
-        (Some(client), None) => Some(format!("client side: {client}")),
-        (None, server) => server,
-    };
+    let remote = RemoteNotes::of(server, end);
+    let error = remote_error(sent.err(), Some(&remote.server_outcome));
+    notes.remote = Some(remote);
     outcome(error, stop)
 }

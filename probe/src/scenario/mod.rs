@@ -17,6 +17,7 @@ use crate::capture::{self, Capture, CaptureReport, CaptureSocket};
 use crate::emulate::Link;
 use crate::net::peers::Peers;
 use crate::net::record::{Clock, Recorder};
+use crate::remote::drive::{Remote, ServerEnd, Started};
 
 /// Batches in flight between the experiment threads and the collector. Each is one exchange (a
 /// dozen events) or at most a few thousand events; this bounds memory if the collector lags.
@@ -56,6 +57,54 @@ pub struct RemoteNotes {
     pub same_host_offset_ns: i64,
     pub server_outcome: RunOutcome,
     pub unmatched_events: u64,
+}
+
+impl RemoteNotes {
+    pub(crate) fn of(server: &str, end: ServerEnd) -> RemoteNotes {
+        RemoteNotes {
+            server: server.to_string(),
+            sync: end.sync,
+            same_host_offset_ns: end.same_host_offset_ns,
+            server_outcome: end.outcome,
+            unmatched_events: end.unmatched_events,
+        }
+    }
+}
+
+/// Connects to the remote `ackscope server` and starts the server side of `scenario` there;
+/// with it, the `ClockSync` event that opens the run's events (none when recording is off).
+pub(crate) fn start_remote(
+    scenario: &Scenario,
+    instruments: Instruments,
+    server: &str,
+    token: &str,
+    collector: &Collector,
+) -> Result<(Started, Vec<Event>), String> {
+    let started = Remote::connect(server, token)
+        .and_then(|remote| remote.start(scenario, instruments, collector.clock))?;
+    let clock_event = match instruments.events {
+        true => vec![started.clock_event(collector.clock.now_ns())],
+        false => Vec::new(),
+    };
+    Ok((started, clock_event))
+}
+
+/// The error of a run against a remote server, each side's end named: a server that went away
+/// also makes the client's calls fail.
+pub(crate) fn remote_error(
+    client_error: Option<String>,
+    server_outcome: Option<&RunOutcome>,
+) -> Option<String> {
+    let server_error = match server_outcome {
+        Some(RunOutcome::Failed { error }) => Some(error.clone()),
+        Some(RunOutcome::Interrupted) => Some("server side: stopped on its host (Ctrl-C)".into()),
+        _ => None,
+    };
+    match (client_error, server_error) {
+        (Some(client), Some(server)) => Some(format!("client side: {client}; {server}")),
+        (Some(client), None) => Some(format!("client side: {client}")),
+        (None, server) => server,
+    }
 }
 
 /// [`run`], also filling in `notes`.

@@ -1,24 +1,24 @@
 //! The request/response scenario: the probe's echo server and its client threads on loopback.
 
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::Receiver;
 use std::sync::{Arc, Mutex};
 use std::thread;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use ackscope_shared::spec::MAX_BODY_BYTES;
 use ackscope_shared::wire::{Instruments, RunOutcome};
 use ackscope_shared::{Event, RrSpec, Scenario, Side};
 
-use super::{open_capture, outcome, Collector, RemoteNotes, RunNotes, Target};
+use super::{
+    open_capture, outcome, remote_error, start_remote, Collector, RemoteNotes, RunNotes, Target,
+};
 use crate::capture::{Capture, CaptureReport};
 use crate::emulate::{Link, Placement};
 use crate::net::client::{self, Shared};
-use crate::net::echo::{EchoConfig, EchoServer, Tagging, RUN_MAX_CONNECTIONS};
-use crate::net::options::SideOptions;
+use crate::net::echo::{EchoConfig, EchoServer, Tagging};
 use crate::net::peers::Peers;
-use crate::remote::drive::{Remote, CLIENT_BIND};
+use crate::remote::drive::CLIENT_BIND;
 
 pub fn run(
     spec: &RrSpec,
@@ -52,15 +52,7 @@ fn run_local(
     };
     let (collector, batches) = Collector::new(instruments);
     let peers = Arc::new(Peers::default());
-    let config = EchoConfig {
-        opts: SideOptions::rr(spec, Side::Server),
-        max_body_bytes: MAX_BODY_BYTES,
-        response_bytes: spec.response_bytes,
-        think: Duration::from_micros(u64::from(spec.think_us)),
-        instruments,
-        max_connections: RUN_MAX_CONNECTIONS,
-        idle_timeout: None,
-    };
+    let config = EchoConfig::for_run(spec, instruments);
     let link_capture = (instruments.capture && instruments.events).then(|| Arc::clone(&peers));
     let link = spec.link.map(|link| {
         let (client, server) = (collector.recorder(Side::Client), collector.recorder(Side::Server));
@@ -88,19 +80,8 @@ fn run_local(
     let first_error = Mutex::new(None);
     // Set by the first thread to fail: the others stop starting requests.
     let stop = AtomicBool::new(false);
-    let shared = Shared {
-        spec,
-        server: server.addr(),
-        bind: placement.ip(Side::Client),
-        peers: &peers,
-        next_req: AtomicU32::new(0),
-        next_conn: AtomicU32::new(0),
-        completed: AtomicU32::new(0),
-        deadline: deadline(spec),
-        stop: &stop,
-        user_stop,
-        instruments,
-    };
+    let bind = placement.ip(Side::Client);
+    let shared = Shared::new(spec, server.addr(), bind, &peers, &stop, user_stop, instruments);
     let link = &link;
     let first = &first_error;
     let after_clients = move |_: &mut RunNotes| {
@@ -148,43 +129,22 @@ fn run_remote(
     mut on_events: impl FnMut(Vec<Event>),
 ) -> RunOutcome {
     let (collector, batches) = Collector::new(instruments);
-    let started = Remote::connect(server, token)
-        .and_then(|remote| remote.start(&Scenario::Rr(spec.clone()), instruments, collector.clock));
-    let started = match started {
-        Ok(started) => started,
+    let scenario = Scenario::Rr(spec.clone());
+    let started = match start_remote(&scenario, instruments, server, token, &collector) {
+        Ok((started, clock_event)) => {
+            on_events(clock_event);
+            started
+        }
         Err(error) => return RunOutcome::Failed { error },
     };
-    if instruments.events {
-        on_events(vec![started.clock_event(collector.clock.now_ns())]);
-    }
     let peers = Arc::new(Peers::default());
     let first_error = Mutex::new(None);
     let stop = AtomicBool::new(false);
-    let shared = Shared {
-        spec,
-        server: started.server,
-        bind: CLIENT_BIND,
-        peers: &peers,
-        next_req: AtomicU32::new(0),
-        next_conn: AtomicU32::new(0),
-        completed: AtomicU32::new(0),
-        deadline: deadline(spec),
-        stop: &stop,
-        user_stop,
-        instruments,
-    };
-    let (sync, same_host_offset_ns) = (started.sync, started.same_host_offset_ns);
+    let shared =
+        Shared::new(spec, started.server, CLIENT_BIND, &peers, &stop, user_stop, instruments);
     let streaming = started.stream(Arc::clone(&peers), collector.sink());
-    let server_name = server.to_string();
     let after_clients = move |notes: &mut RunNotes| {
-        let end = streaming.finish();
-        notes.remote = Some(RemoteNotes {
-            server: server_name,
-            sync,
-            same_host_offset_ns,
-            server_outcome: end.outcome,
-            unmatched_events: end.unmatched_events,
-        });
+        notes.remote = Some(RemoteNotes::of(server, streaming.finish()));
         None
     };
     drive_clients(
@@ -199,22 +159,7 @@ fn run_remote(
     );
     let client_error = first_error.into_inner().unwrap_or_else(|p| p.into_inner());
     let server_outcome = notes.remote.as_ref().map(|r| &r.server_outcome);
-    // Each side's end, named: a server that went away also makes the client's reads fail.
-    let server_error = match server_outcome {
-        Some(RunOutcome::Failed { error }) => Some(error.clone()),
-        Some(RunOutcome::Interrupted) => Some("server side: stopped on its host (Ctrl-C)".into()),
-        _ => None,
-    };
-    let error = match (client_error, server_error) {
-        (Some(client), Some(server)) => Some(format!("client side: {client}; {server}")),
-        (Some(client), None) => Some(format!("client side: {client}")),
-        (None, server) => server,
-    };
-    outcome(error, user_stop)
-}
-
-fn deadline(spec: &RrSpec) -> Option<Instant> {
-    spec.duration_ms.map(|ms| Instant::now() + Duration::from_millis(u64::from(ms)))
+    outcome(remote_error(client_error, server_outcome), user_stop)
 }
 
 fn note_error(first_error: &Mutex<Option<String>>, error: String) {
