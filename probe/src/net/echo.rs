@@ -103,10 +103,18 @@ impl Tagging {
     }
 }
 
-/// Whether the connection opens with [`CONTROL_MAGIC`]: its first four bytes are peeked, not
-/// read, so an echo client's length prefix is still there for it. Waits for the four bytes (or
-/// the socket's read timeout, or the peer closing).
-fn opens_with_control_magic(stream: &TcpStream) -> bool {
+/// How a connection opens, from its first four bytes, peeked, not read: an echo client's length
+/// prefix is still there for it.
+enum Opening {
+    Control,
+    Echo,
+    /// Nothing came within the socket's read timeout (the idle timeout): closed as an idle echo
+    /// connection would be, not given a second timeout's wait.
+    Idle,
+}
+
+/// Waits for the first four bytes (or the read timeout, or the peer closing).
+fn opening(stream: &TcpStream) -> Opening {
     let mut first = [0u8; 4];
     // SAFETY: recv writes at most `first.len()` bytes into the buffer we own, on a descriptor
     // `stream` keeps open for the call.
@@ -118,7 +126,12 @@ fn opens_with_control_magic(stream: &TcpStream) -> bool {
             libc::MSG_PEEK | libc::MSG_WAITALL,
         )
     };
-    got == first.len() as isize && first == CONTROL_MAGIC
+    let timed_out = got < 0 && is_timeout(&io::Error::last_os_error());
+    match (got == first.len() as isize && first == CONTROL_MAGIC, timed_out) {
+        (true, _) => Opening::Control,
+        (false, true) => Opening::Idle,
+        (false, false) => Opening::Echo,
+    }
 }
 
 /// Connection threads still running, each with a clone of its socket to shut it down on stop.
@@ -263,8 +276,18 @@ impl Accept {
             let tagging = Arc::clone(&self.tagging);
             let spawned = thread::Builder::new().name("echo-conn".into()).spawn(move || {
                 if let Tagging::Standalone { control: Some(control), .. } = &*tagging {
-                    if opens_with_control_magic(&stream) {
-                        return control(stream, peer);
+                    match opening(&stream) {
+                        Opening::Control => return control(stream, peer),
+                        Opening::Idle => {
+                            // The accept loop holds a clone: shut it down so the peer sees it.
+                            let _ = stream.shutdown(Shutdown::Both);
+                            let idle = config.idle_timeout.unwrap_or_default().as_secs();
+                            return tracing::info!(
+                                "echo server closed the connection from {peer}: nothing came \
+                                 for {idle} s (--idle-timeout)"
+                            );
+                        }
+                        Opening::Echo => {}
                     }
                 }
                 let tag = tagging.tag(peer);

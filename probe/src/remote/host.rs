@@ -61,6 +61,9 @@ impl ControlHost {
     fn serve(&self, mut stream: TcpStream, peer: SocketAddr) {
         let _ = stream.set_nodelay(true);
         let _ = stream.set_read_timeout(Some(HANDSHAKE_TIMEOUT));
+        // The echo server holds a clone of the socket (to close it when it stops): dropping ours
+        // would not close it, so however this ends, this shuts it down.
+        let closer = stream.try_clone();
         match self.admit(&mut stream) {
             Ok((spec, instruments)) => {
                 self.run(stream, peer, spec, instruments);
@@ -73,6 +76,9 @@ impl ControlHost {
             Err(Refusal::Gone(e)) => {
                 tracing::warn!("control connection from {peer} ended before a run: {e}")
             }
+        }
+        if let Ok(closer) = closer {
+            let _ = closer.shutdown(Shutdown::Both);
         }
     }
 
