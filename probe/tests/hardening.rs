@@ -10,7 +10,9 @@ use std::time::{Duration, Instant};
 
 mod common;
 
-use common::{ackscope, next_message, s, send_frame, start_from_a_page, text, ui_server};
+use common::{
+    ackscope, next_message, open_page, s, send_frame, start_from_a_page, text, ui_server,
+};
 
 fn temp(name: &str) -> PathBuf {
     common::temp("hardening", name)
@@ -458,4 +460,65 @@ fn a_killed_run_leaves_a_readable_prefix() {
     assert!(out.contains("session by ackscope"), "{out}");
     assert!(out.contains("Nagle x delayed ACK"), "the requests written are analysed: {out}");
     assert!(out.contains("the file ends before the run did"), "{out}");
+}
+
+/// A page whose socket is cut mid-run reconnects where it was: the events it had and the rest
+/// the probe sends after the resume are exactly the run's, none lost, none twice.
+#[test]
+fn a_page_cut_off_mid_run_resumes_where_it_was_and_loses_no_event() {
+    use ackscope_shared::wire::{ToBrowser, ToProbe};
+    use ackscope_shared::{Event, PerSide, RrSpec, Scenario};
+    let (mut ui, addr) = ui_server();
+    let spec = Scenario::Rr(RrSpec {
+        requests: 20_000,
+        nodelay: PerSide::both(true),
+        ..RrSpec::default()
+    });
+    let mut page = start_from_a_page(&addr, &ToProbe::StartRun { spec });
+    page.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    let stream_id = loop {
+        if let ToBrowser::Stream { id, resumed } = next_message(&mut page) {
+            assert!(!resumed, "a first connection starts from the beginning");
+            break id;
+        }
+    };
+    let (mut first, mut run) = (Vec::<Event>::new(), None);
+    while first.len() < 3000 {
+        match next_message(&mut page) {
+            ToBrowser::RunStarted { run: started, .. } => run = Some(started),
+            ToBrowser::Events { events, .. } => first.extend(events),
+            other => panic!("before 3000 events: {other:?}"),
+        }
+    }
+    drop(page);
+    let run = run.expect("the run started");
+    let path = format!("/ws?resume={stream_id}.{}.{}.0", run.0, first.len());
+    let mut page = open_page(&addr, &path);
+    page.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    assert!(matches!(next_message(&mut page), ToBrowser::Hello(_)));
+    assert_eq!(next_message(&mut page), ToBrowser::Stream { id: stream_id, resumed: true });
+    let rest = events_until_finished(&mut page);
+    // A page that opens now gets the whole run: the truth to compare with.
+    let mut fresh = open_page(&addr, "/ws");
+    fresh.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    let whole = events_until_finished(&mut fresh);
+    let _ = ui.kill();
+    let _ = ui.wait();
+    assert!(whole.len() > first.len() + 1000, "cut mid-run: {} of {}", first.len(), whole.len());
+    first.extend(rest);
+    assert_eq!(first.len(), whole.len(), "no event lost or repeated");
+    assert!(first == whole, "the same events in the same order");
+}
+
+/// Every event of the stream's runs until its first run ends.
+fn events_until_finished(page: &mut TcpStream) -> Vec<ackscope_shared::Event> {
+    use ackscope_shared::wire::ToBrowser;
+    let mut events = Vec::new();
+    loop {
+        match next_message(page) {
+            ToBrowser::Events { events: batch, .. } => events.extend(batch),
+            ToBrowser::RunFinished { .. } => return events,
+            _ => {}
+        }
+    }
 }

@@ -67,6 +67,11 @@ pub enum ToBrowser {
     /// when it changes and to a page when it joins. Carries the whole state, so a page that
     /// missed some simply takes the newest.
     ClassState(ClassState),
+    /// The live stream only (never in files), right after `Hello`: this probe's stream `id`,
+    /// and whether the stream resumes where the page's last one was cut (it asked with
+    /// `/ws?resume=ID.RUN.EVENTS.FINISHED`, docs/PROTOCOL.md): then only what the page has not
+    /// had follows; else every run, from the start (version 4).
+    Stream { id: u64, resumed: bool },
 }
 
 /// The presenter's place in the lessons, as the room's pages follow it.

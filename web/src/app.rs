@@ -48,6 +48,7 @@ pub fn App() -> impl IntoView {
         let url = class.as_ref().map_or(url.clone(), |role| role.socket_url(&url));
         let link = Link::open(
             url,
+            move || store.read_untracked(AppState::resume_query),
             move |message| batch.apply(message),
             move |status| link_status.set(status),
         );

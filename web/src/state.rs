@@ -338,7 +338,8 @@ impl Session {
             | ToBrowser::Rejected { .. }
             | ToBrowser::Overview { .. }
             | ToBrowser::Trailer(_)
-            | ToBrowser::ClassState(_) => None,
+            | ToBrowser::ClassState(_)
+            | ToBrowser::Stream { .. } => None,
             ToBrowser::RunStarted { run, spec, instruments } => {
                 self.runs.retain(|existing| existing.id != run);
                 self.runs.push(Run::new(run, spec, instruments));
@@ -467,6 +468,12 @@ pub struct AppState {
     /// A live run a link asked for: shown when it arrives (the probe replays its runs after
     /// its Hello), and kept shown while the rest of the replay comes in.
     follow: Option<RunKey>,
+    /// The probe's live stream, once it said which (`ToBrowser::Stream`): a reconnect asks to
+    /// resume it ([`AppState::resume_query`]).
+    live_stream: Option<u64>,
+    /// A reconnect's Hello, held until the probe says whether the stream resumes (keep what the
+    /// page has) or starts over (start from it).
+    pending_hello: Option<ToBrowser>,
 }
 
 impl Default for AppState {
@@ -481,6 +488,8 @@ impl Default for AppState {
             rejected: None,
             start_pending: false,
             follow: None,
+            live_stream: None,
+            pending_hello: None,
         }
     }
 }
@@ -695,6 +704,16 @@ impl AppState {
     }
 
     /// Unmarks every run.
+    /// What a reconnecting page asks the probe for in `/ws?resume=`: its stream, its newest
+    /// run, how many of that run's events it has and whether it has its end; `None` before the
+    /// probe named its stream or while the page has no run (nothing to resume).
+    pub fn resume_query(&self) -> Option<String> {
+        let stream = self.live_stream?;
+        let run = self.live.runs().last()?;
+        let finished = u8::from(run.status != RunStatus::Running);
+        Some(format!("{stream}.{}.{}.{finished}", run.id.0, run.events))
+    }
+
     pub fn clear_compare(&mut self) {
         self.compared.clear();
     }
@@ -707,19 +726,38 @@ impl AppState {
     }
 }
 
+/// A Hello of a new stream: the live session starts over; the probe replays every run after it.
+fn start_live_over(state: &mut AppState, hello: ToBrowser) {
+    state.rejected = None;
+    state.start_pending = false;
+    if state.selected.is_some_and(|key| key.source == Source::Live) {
+        state.selected = None;
+    }
+    // The live runs are replayed as new runs after the Hello: what was marked is gone.
+    state.compared.retain(|key| key.source != Source::Live);
+    state.live.apply(hello);
+}
+
 /// Applies one message from the probe's live stream. Opened files are never touched: a Hello
 /// starts only the live session over.
 pub fn apply(state: &mut AppState, message: ToBrowser) {
     match message {
-        ToBrowser::Hello(_) => {
+        // A reconnect: the probe says next whether it resumes the stream the page had.
+        ToBrowser::Hello(_) if state.live_stream.is_some() => {
             state.rejected = None;
             state.start_pending = false;
-            if state.selected.is_some_and(|key| key.source == Source::Live) {
-                state.selected = None;
+            state.pending_hello = Some(message);
+        }
+        ToBrowser::Hello(_) => start_live_over(state, message),
+        ToBrowser::Stream { id, resumed } => {
+            let hello = state.pending_hello.take();
+            match (resumed && state.live_stream == Some(id), hello) {
+                // Resumed: what the page has stays; the rest of the stream follows.
+                (true, _) => {}
+                (false, Some(hello)) => start_live_over(state, hello),
+                (false, None) => {}
             }
-            // The live runs are replayed as new runs after the Hello: what was marked is gone.
-            state.compared.retain(|key| key.source != Source::Live);
-            state.live.apply(message);
+            state.live_stream = Some(id);
         }
         ToBrowser::Rejected { reason } => {
             if state.live.is_greeted() {
@@ -786,6 +824,35 @@ mod tests {
         assert!(state.is_greeted());
         assert_eq!(state.probe_version(), Some("0.1.0"));
         assert_eq!(state.live.host(), Some(&host()));
+    }
+
+    #[test]
+    fn a_resumed_stream_keeps_what_the_page_has_and_a_new_one_starts_over() {
+        let mut state = AppState::default();
+        apply(&mut state, hello());
+        assert_eq!(state.resume_query(), None, "the probe has not named its stream");
+        apply(&mut state, ToBrowser::Stream { id: 7, resumed: false });
+        assert_eq!(state.resume_query(), None, "no run: nothing to resume");
+        started(&mut state, 1);
+        let all = nagle_run(4, 44 * MS);
+        let (first, rest) = all.split_at(all.len() / 2);
+        apply(&mut state, events(1, first.to_vec()));
+        assert_eq!(state.resume_query(), Some(format!("7.1.{}.0", first.len())));
+
+        // The socket was cut; the probe resumes: the run goes on where it was.
+        apply(&mut state, hello());
+        apply(&mut state, ToBrowser::Stream { id: 7, resumed: true });
+        apply(&mut state, events(1, rest.to_vec()));
+        assert_eq!(state.live.runs().len(), 1);
+        assert_eq!(state.live.runs()[0].events, all.len() as u64, "every event, once");
+        apply(&mut state, finished(1, RunOutcome::Completed));
+        assert_eq!(state.resume_query(), Some(format!("7.1.{}.1", all.len())));
+
+        // Another stream (a restarted probe): the page starts over and takes its replay.
+        apply(&mut state, hello());
+        apply(&mut state, ToBrowser::Stream { id: 8, resumed: false });
+        assert!(state.live.runs().is_empty(), "the old stream's runs are gone");
+        assert!(state.is_greeted());
     }
 
     #[test]

@@ -63,6 +63,8 @@ pub struct Link {
 
 struct Inner {
     url: String,
+    /// Asked at every connect: where to resume the stream (`/ws?resume=`), if anywhere.
+    resume: Box<dyn Fn() -> Option<String>>,
     on_message: Box<dyn Fn(Result<ToBrowser, WireError>)>,
     on_status: Box<dyn Fn(LinkStatus)>,
     current: RefCell<Option<Socket>>,
@@ -92,11 +94,13 @@ impl Link {
     /// `on_status` every change of [`LinkStatus`].
     pub fn open(
         url: String,
+        resume: impl Fn() -> Option<String> + 'static,
         on_message: impl Fn(Result<ToBrowser, WireError>) + 'static,
         on_status: impl Fn(LinkStatus) + 'static,
     ) -> Link {
         let inner = Rc::new(Inner {
             url,
+            resume: Box::new(resume),
             on_message: Box::new(on_message),
             on_status: Box::new(on_status),
             current: RefCell::new(None),
@@ -123,7 +127,8 @@ impl Link {
 fn connect(inner: &Rc<Inner>) {
     // Replacing the previous socket drops its handlers; it has closed, so it calls none.
     inner.current.replace(None);
-    let socket = match WebSocket::new(&inner.url) {
+    let url = with_resume(&inner.url, (inner.resume)().as_deref());
+    let socket = match WebSocket::new(&url) {
         Ok(socket) => socket,
         Err(_) => {
             // A malformed URL cannot get better, but retrying keeps the status honest.
@@ -168,6 +173,16 @@ fn connect(inner: &Rc<Inner>) {
     }));
 }
 
+/// `url` asking to resume the stream at `point` (`ID.RUN.EVENTS.FINISHED`), after any query it
+/// has (a class's room code).
+fn with_resume(url: &str, point: Option<&str>) -> String {
+    match point {
+        Some(point) if url.contains('?') => format!("{url}&resume={point}"),
+        Some(point) => format!("{url}?resume={point}"),
+        None => url.to_string(),
+    }
+}
+
 fn retry_later(weak: Weak<Inner>) {
     set_timeout(
         move || {
@@ -187,6 +202,11 @@ mod tests {
     #[test]
     fn the_socket_is_on_the_page_origin() {
         assert_eq!(probe_url("http:", "127.0.0.1:7878"), "ws://127.0.0.1:7878/ws");
+        let ws = "ws://127.0.0.1:7878/ws";
+        assert_eq!(with_resume(ws, None), ws);
+        assert_eq!(with_resume(ws, Some("7.1.20.0")), format!("{ws}?resume=7.1.20.0"));
+        let room = format!("{ws}?room=ab12");
+        assert_eq!(with_resume(&room, Some("7.1.20.0")), format!("{room}&resume=7.1.20.0"));
         assert_eq!(probe_url("https:", "lab.example:443"), "wss://lab.example:443/ws");
     }
 }

@@ -226,7 +226,8 @@ impl TraceBuilder {
             ToBrowser::Rejected { .. }
             | ToBrowser::Overview { .. }
             | ToBrowser::Trailer(_)
-            | ToBrowser::ClassState(_) => {}
+            | ToBrowser::ClassState(_)
+            | ToBrowser::Stream { .. } => {}
         }
         out
     }

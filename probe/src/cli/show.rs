@@ -74,7 +74,8 @@ pub fn show(path: &Path) -> Result<Ended, Failure> {
             ToBrowser::Rejected { .. }
             | ToBrowser::Overview { .. }
             | ToBrowser::Trailer(_)
-            | ToBrowser::ClassState(_) => {}
+            | ToBrowser::ClassState(_)
+            | ToBrowser::Stream { .. } => {}
         }
     }
     for (id, run) in &runs {

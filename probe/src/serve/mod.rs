@@ -26,7 +26,7 @@ use axum::routing::get;
 use axum::Router;
 
 use self::room::Room;
-use self::session::{Cursor, Session};
+use self::session::Session;
 use crate::scenario;
 
 /// Browser messages are a few dozen bytes; anything near this is not ours.
@@ -214,7 +214,12 @@ fn check_origin(headers: &HeaderMap, own_origins: &[String]) -> Result<(), Strin
 
 /// The `room=` of a query string.
 fn room_code(uri: &Uri) -> Option<&str> {
-    uri.query()?.split('&').find_map(|pair| pair.strip_prefix("room="))
+    query_value(uri, "room")
+}
+
+/// The value of `name=` in the query string.
+fn query_value<'a>(uri: &'a Uri, name: &str) -> Option<&'a str> {
+    uri.query()?.split('&').find_map(|pair| pair.strip_prefix(name)?.strip_prefix('='))
 }
 
 async fn upgrade(
@@ -244,13 +249,18 @@ async fn upgrade(
     if let Err(reason) = check_origin(&headers, &origins) {
         return refuse(StatusCode::FORBIDDEN, reason);
     }
+    let resume = query_value(&uri, "resume").and_then(session::ResumePoint::parse);
     ws.max_message_size(MAX_INCOMING_MESSAGE_BYTES)
-        .on_upgrade(move |socket| stream_session(socket, app))
+        .on_upgrade(move |socket| stream_session(socket, app, resume))
 }
 
 /// Sends the whole session, then whatever is appended, until the browser goes away. In a
 /// class, also the room's state: now, and whenever the presenter moves.
-async fn stream_session(mut socket: WebSocket, app: Arc<App>) {
+async fn stream_session(
+    mut socket: WebSocket,
+    app: Arc<App>,
+    resume: Option<session::ResumePoint>,
+) {
     // The page's place in the room, given back when it goes.
     let _seat = match app.room.as_ref().map(|room| room.enter()) {
         Some(Err(reason)) => {
@@ -264,13 +274,13 @@ async fn stream_session(mut socket: WebSocket, app: Arc<App>) {
     let mut presenter = false;
     let mut window = (std::time::Instant::now(), 0u32);
     let mut changed = app.session.subscribe();
-    let mut cursor = Cursor::default();
-    if send(
-        &mut socket,
-        &ToBrowser::Hello(Hello::current(env!("CARGO_PKG_VERSION"), crate::host::facts())),
-    )
-    .await
-    .is_err()
+    // A page whose stream was cut gets only what it has not had, if it was this stream.
+    let resumed = resume.and_then(|point| app.session.cursor_at(point));
+    let stream = ToBrowser::Stream { id: app.session.id(), resumed: resumed.is_some() };
+    let mut cursor = resumed.unwrap_or_default();
+    let hello = Hello::current(env!("CARGO_PKG_VERSION"), crate::host::facts());
+    if send(&mut socket, &ToBrowser::Hello(hello)).await.is_err()
+        || send(&mut socket, &stream).await.is_err()
     {
         return;
     }

@@ -22,6 +22,39 @@ pub struct RunRecord {
 pub struct Session {
     runs: Mutex<Vec<RunRecord>>,
     changed: watch::Sender<u64>,
+    /// Tells this probe's stream from another's (a restarted probe numbers its runs from 1
+    /// again): a page resumes only the stream it was cut from.
+    id: u64,
+}
+
+/// Where a page's stream was cut: the last run it had begun receiving, how many of that run's
+/// events it had, and whether it had its end. Every earlier run it had whole: one run goes at a
+/// time, and each run's end is sent before the next run's start.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ResumePoint {
+    pub stream: u64,
+    pub run: RunId,
+    pub events: usize,
+    pub finished: bool,
+}
+
+impl ResumePoint {
+    /// `ID.RUN.EVENTS.FINISHED` (FINISHED 0 or 1), as the page puts it in `/ws?resume=`.
+    pub fn parse(text: &str) -> Option<ResumePoint> {
+        let mut parts = text.split('.');
+        let mut next = || parts.next()?.parse::<u64>().ok();
+        let (stream, run, events, finished) = (next()?, next()?, next()?, next()?);
+        Some(ResumePoint {
+            stream,
+            run: RunId(u32::try_from(run).ok()?),
+            events: usize::try_from(events).ok()?,
+            finished: match finished {
+                0 => false,
+                1 => true,
+                _ => return None,
+            },
+        })
+    }
 }
 
 /// How far one WebSocket has been sent: per run, events sent and whether the end was sent.
@@ -32,7 +65,35 @@ pub struct Cursor {
 
 impl Session {
     pub fn new() -> Arc<Session> {
-        Arc::new(Session { runs: Mutex::new(Vec::new()), changed: watch::channel(0).0 })
+        Arc::new(Session {
+            runs: Mutex::new(Vec::new()),
+            changed: watch::channel(0).0,
+            id: stream_id(),
+        })
+    }
+
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+
+    /// The cursor of a page that had everything up to `point`, if `point` is a place in this
+    /// stream (else the page starts over).
+    pub fn cursor_at(&self, point: ResumePoint) -> Option<Cursor> {
+        let runs = self.lock();
+        let index = (point.run.0 as usize).checked_sub(1)?;
+        let last = runs.get(index)?;
+        let possible = point.stream == self.id
+            && last.id == point.run
+            && point.events <= last.events.len()
+            && (!point.finished || last.outcome.is_some())
+            && runs[..index].iter().all(|run| run.outcome.is_some());
+        possible.then(|| Cursor {
+            runs: runs[..index]
+                .iter()
+                .map(|run| (run.events.len(), true))
+                .chain([(point.events, point.finished)])
+                .collect(),
+        })
     }
 
     pub fn subscribe(&self) -> watch::Receiver<u64> {
@@ -129,6 +190,15 @@ impl Session {
     fn lock(&self) -> MutexGuard<'_, Vec<RunRecord>> {
         self.runs.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
+}
+
+/// A stream id no other start of a probe is likely to have had: the clock's nanoseconds mixed
+/// with the process id (not a secret: it only tells streams apart).
+fn stream_id() -> u64 {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    now ^ u64::from(std::process::id()).rotate_left(32)
 }
 
 #[cfg(test)]

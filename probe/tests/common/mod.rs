@@ -102,10 +102,18 @@ pub fn ui_server() -> (std::process::Child, String) {
 /// handshake, then one masked binary frame). Returns the connection, held open like a tab.
 #[allow(dead_code)]
 pub fn start_from_a_page(addr: &str, message: &ackscope_shared::wire::ToProbe) -> TcpStream {
+    let mut stream = open_page(addr, "/ws");
+    send_frame(&mut stream, message);
+    stream
+}
+
+/// The probe's WebSocket at `path` (its query included), opened as its own page would.
+#[allow(dead_code)]
+pub fn open_page(addr: &str, path: &str) -> TcpStream {
     let mut stream = TcpStream::connect(addr).unwrap();
     write!(
         stream,
-        "GET /ws HTTP/1.1\r\nHost: {addr}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
+        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
          Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\
          Origin: http://{addr}\r\n\r\n"
     )
@@ -117,7 +125,6 @@ pub fn start_from_a_page(addr: &str, message: &ackscope_shared::wire::ToProbe) -
         head.push(byte[0]);
     }
     assert!(text(&head).contains("101"), "{}", text(&head));
-    send_frame(&mut stream, message);
     stream
 }
 
