@@ -158,7 +158,7 @@ impl Started {
                 .name("control-events".into())
                 .spawn(move || take_events(remote.control, &peers, sync, sink, &give_up_at))
         };
-        Streaming { name, writer, reader, give_up_at, sync, same_host_offset_ns }
+        Streaming { name, writer, reader, give_up_at, same_host_offset_ns }
     }
 }
 
@@ -168,11 +168,10 @@ pub struct Streaming {
     writer: std::io::Result<TcpStream>,
     reader: std::io::Result<JoinHandle<(RunOutcome, u64)>>,
     give_up_at: Arc<Mutex<Option<Instant>>>,
-    sync: ClockSync,
     same_host_offset_ns: i64,
 }
 
-/// How B's side of the run ended, and its clock.
+/// How B's side of the run ended.
 #[derive(Debug)]
 pub struct ServerEnd {
     /// As B said, or how its control connection failed.
@@ -180,7 +179,6 @@ pub struct ServerEnd {
     /// B's events whose connection A could not match to one of its own (NAT between the hosts
     /// changes the client ports): not kept.
     pub unmatched_events: u64,
-    pub sync: ClockSync,
     /// See [`Started::same_host_offset_ns`].
     pub same_host_offset_ns: i64,
 }
@@ -204,8 +202,7 @@ impl Streaming {
                 lost(format!("--remote {}: no thread for the server's events: {e}", self.name))
             }
         };
-        let (sync, same_host_offset_ns) = (self.sync, self.same_host_offset_ns);
-        ServerEnd { outcome, unmatched_events, sync, same_host_offset_ns }
+        ServerEnd { outcome, unmatched_events, same_host_offset_ns: self.same_host_offset_ns }
     }
 }
 

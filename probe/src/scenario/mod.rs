@@ -52,7 +52,6 @@ pub struct RunNotes {
 #[derive(Debug)]
 pub struct RemoteNotes {
     pub server: String,
-    pub sync: ackscope_shared::control::ClockSync,
     /// The offset if both probes share one host's clock (see `remote::drive::Started`).
     pub same_host_offset_ns: i64,
     pub server_outcome: RunOutcome,
@@ -63,7 +62,6 @@ impl RemoteNotes {
     pub(crate) fn of(server: &str, end: ServerEnd) -> RemoteNotes {
         RemoteNotes {
             server: server.to_string(),
-            sync: end.sync,
             same_host_offset_ns: end.same_host_offset_ns,
             server_outcome: end.outcome,
             unmatched_events: end.unmatched_events,
