@@ -152,3 +152,40 @@ fn story3_split_writes_stall_by_body_size() {
     assert!((38.0..60.0).contains(&full), "1448 B: one RTT, got {full}");
     assert!((90.0..160.0).contains(&larger), "2048 B: ~123 ms, got {larger}");
 }
+
+/// The largest IP packet the relay handed on in each direction's `Link` events of a bulk run
+/// over `link`, and how many packets it delivered.
+fn largest_link_packet(link: &str) -> (u32, usize) {
+    let file = common::temp("link-gso", &format!("{}.ackscope", link.replace([',', '='], "-")));
+    let file = common::s(&file).to_owned();
+    let args = ["run", "bulk", "--link", link, "--duration", "1s", "-o", &file, "--json"];
+    run_json(&args);
+    let events = common::exported_events(&file);
+    let _ = std::fs::remove_file(&file);
+    let delivered: Vec<u32> = events
+        .iter()
+        .filter_map(|e| match &e.kind {
+            ackscope_shared::EventKind::Link(link)
+                if link.action == ackscope_shared::LinkAction::Delivered =>
+            {
+                Some(link.bytes)
+            }
+            _ => None,
+        })
+        .collect();
+    (delivered.iter().copied().max().unwrap_or(0), delivered.len())
+}
+
+/// A link that only delays passes the kernel's GSO packets whole (docs/LINK.md): bulk data
+/// crosses it in packets far over the 1500-byte MTU. With a rate the serializer times each
+/// packet on the wire, so no packet is over the MTU.
+#[test]
+fn a_delay_only_link_passes_whole_gso_packets_and_a_rate_limited_one_mtu_packets() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let (largest, delivered) = largest_link_packet("rtt=2ms");
+    assert!(delivered > 100, "a second of bulk data delivered only {delivered} packets");
+    assert!(largest > 1500, "no packet over the MTU on a delay-only link: largest {largest} B");
+    let (largest, delivered) = largest_link_packet("rtt=2ms,rate=200mbit");
+    assert!(delivered > 100, "a second of bulk data delivered only {delivered} packets");
+    assert!(largest <= 1500, "a rate-limited link passed a {largest}-byte packet over its MTU");
+}

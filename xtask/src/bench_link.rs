@@ -37,7 +37,7 @@ const DELAY_SECONDS: u32 = 3;
 /// The measured link rate leaves out the first second of deliveries (slow start).
 const RATE_SKIP_NS: u64 = 1_000_000_000;
 
-const GBPS_TARGET: f64 = 1.0;
+const GBPS_TARGET: f64 = 5.0;
 const DELAY_ERR_P99_TARGET_MS: f64 = 1.0;
 const CAPTURE_TARGET: f64 = 0.9;
 

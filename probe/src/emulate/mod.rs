@@ -26,7 +26,7 @@ use ackscope_shared::Side;
 use crate::capture::Tagger;
 use crate::net::peers::Peers;
 use crate::net::record::{Clock, Recorder};
-use netns::Namespace;
+use netns::{Namespace, Offload};
 use queue::{Direction, DirectionConfig};
 use relay::{Path, Relay, RelayStats};
 
@@ -74,12 +74,13 @@ impl Link {
         server_recorder: Recorder,
         capture: Option<Arc<Peers>>,
     ) -> Result<Link, LinkError> {
-        let (client, client_tun) = Namespace::create(CLIENT_IP, SERVER_IP, spec.mtu)
+        let offload = offload(spec, capture.is_some());
+        let (client, client_tun) = Namespace::create(CLIENT_IP, SERVER_IP, spec.mtu, offload)
             .map_err(|source| LinkError::Namespace { side: "client", source })?;
-        let (server, server_tun) = Namespace::create(SERVER_IP, CLIENT_IP, spec.mtu)
+        let (server, server_tun) = Namespace::create(SERVER_IP, CLIENT_IP, spec.mtu, offload)
             .map_err(|source| LinkError::Namespace { side: "server", source })?;
         let seed = seed();
-        tracing::info!("emulated link: loss seed {seed}");
+        tracing::info!("emulated link: loss seed {seed}, {offload:?} packets");
         let config = DirectionConfig {
             rate_bps: spec.rate_bps,
             delay_ns: u64::from(spec.rtt_us) * 1000 / 2,
@@ -98,8 +99,8 @@ impl Link {
                 recorder: server_recorder,
             },
         ];
-        let relay =
-            Relay::start(paths, clock, capture.map(Tagger::new)).map_err(LinkError::Relay)?;
+        let relay = Relay::start(paths, clock, offload, capture.map(Tagger::new))
+            .map_err(LinkError::Relay)?;
         Ok(Link { client, server, relay, seed })
     }
 
@@ -120,6 +121,18 @@ impl Link {
     /// until the link is dropped.
     pub fn stop_relay(&self) -> io::Result<RelayStats> {
         self.relay.stop()
+    }
+}
+
+/// How the devices pass packets. A link that only delays passes the kernels' GSO packets whole:
+/// every segment of one is delayed alike, so nothing the link models changes, and the relay moves
+/// 64 KB per read and write. A rate, a queue that can fill, loss and capture act on each packet
+/// on the wire, so those links pass plain, MTU-sized packets.
+fn offload(spec: &LinkSpec, capture: bool) -> Offload {
+    if spec.rate_bps.is_none() && spec.loss_ppm == 0 && !capture {
+        Offload::Gso
+    } else {
+        Offload::Plain
     }
 }
 

@@ -15,9 +15,29 @@ pub struct DirectionConfig {
     pub loss_ppm: u32,
 }
 
+/// A packet as one TUN device hands it over and the other takes it: the IP packet, after a
+/// virtio-net header of `header_len` bytes when the devices pass GSO packets whole (see
+/// `netns::Offload`). The link's model counts the IP bytes only.
+pub struct Frame {
+    pub bytes: Vec<u8>,
+    pub header_len: usize,
+}
+
+impl Frame {
+    /// A plain IP packet, with no header in front.
+    pub fn ip(bytes: Vec<u8>) -> Frame {
+        Frame { bytes, header_len: 0 }
+    }
+
+    /// The IP packet's length: what the serializer, the queue and the events count.
+    pub fn ip_len(&self) -> u32 {
+        self.bytes.len().saturating_sub(self.header_len) as u32
+    }
+}
+
 /// A packet leaving the far end.
 pub struct Delivery {
-    pub bytes: Vec<u8>,
+    pub frame: Frame,
     pub event: LinkEvent,
     /// When it was due: the relay's lateness is the time it is written minus this.
     pub due_ns: u64,
@@ -29,7 +49,7 @@ struct Held {
     sent_ns: u64,
     /// When it comes out of the far end.
     due_ns: u64,
-    bytes: Vec<u8>,
+    frame: Frame,
 }
 
 /// A direction's queue and delay line. Packets are FIFO, so both are one deque each: the queue
@@ -59,11 +79,11 @@ impl Direction {
     }
 
     /// A packet arrives at `now_ns`: it is queued, or dropped (queue full, or random loss).
-    pub fn handle_packet(&mut self, now_ns: u64, bytes: Vec<u8>) -> LinkEvent {
+    pub fn handle_packet(&mut self, now_ns: u64, frame: Frame) -> LinkEvent {
         self.advance(now_ns);
         let packet = self.next_packet;
         self.next_packet = self.next_packet.wrapping_add(1);
-        let len = bytes.len() as u32;
+        let len = frame.ip_len();
         let lost = self.config.loss_ppm > 0
             && self.rng.next() % 1_000_000 < u64::from(self.config.loss_ppm);
         if lost || self.queue.len() >= self.config.queue_packets as usize {
@@ -75,7 +95,7 @@ impl Direction {
             .map_or(0, |bps| (u128::from(len) * 8 * 1_000_000_000 / u128::from(bps.max(1))) as u64);
         let sent_ns = self.free_ns.max(now_ns) + serialize_ns;
         self.free_ns = sent_ns;
-        let held = Held { packet, sent_ns, due_ns: sent_ns + self.config.delay_ns, bytes };
+        let held = Held { packet, sent_ns, due_ns: sent_ns + self.config.delay_ns, frame };
         self.queued_bytes += len;
         self.queue.push_back(held);
         event(LinkAction::Enqueued, packet, len, self.queued_bytes)
@@ -88,11 +108,11 @@ impl Direction {
             return None;
         }
         let held = self.line.pop_front().expect("front() was Some");
-        let len = held.bytes.len() as u32;
+        let len = held.frame.ip_len();
         Some(Delivery {
             event: event(LinkAction::Delivered, held.packet, len, self.queued_bytes),
             due_ns: held.due_ns,
-            bytes: held.bytes,
+            frame: held.frame,
         })
     }
 
@@ -105,7 +125,7 @@ impl Direction {
     fn advance(&mut self, now_ns: u64) {
         while self.queue.front().is_some_and(|held| held.sent_ns <= now_ns) {
             let held = self.queue.pop_front().expect("front() was Some");
-            self.queued_bytes -= held.bytes.len() as u32;
+            self.queued_bytes -= held.frame.ip_len();
             self.line.push_back(held);
         }
     }
@@ -147,7 +167,7 @@ mod tests {
     fn a_packet_is_due_after_its_serialization_and_the_delay() {
         // 1500 bytes at 12 Mbit/s: 1 ms on the wire.
         let mut dir = Direction::new(config(), 1);
-        let ev = dir.handle_packet(0, vec![0; 1500]);
+        let ev = dir.handle_packet(0, Frame::ip(vec![0; 1500]));
         assert_eq!(ev.action, LinkAction::Enqueued);
         assert_eq!(ev.queued_bytes, 1500);
         assert_eq!(dir.next_due_ns(), Some(21 * MS));
@@ -155,7 +175,7 @@ mod tests {
         let out = dir.poll_delivery(21 * MS).unwrap();
         let ev = out.event;
         assert_eq!(
-            (out.bytes.len(), ev.action, ev.packet, ev.queued_bytes),
+            (out.frame.bytes.len(), ev.action, ev.packet, ev.queued_bytes),
             (1500, LinkAction::Delivered, 0, 0)
         );
     }
@@ -163,15 +183,15 @@ mod tests {
     #[test]
     fn back_to_back_packets_wait_for_the_serializer_and_the_full_queue_drops() {
         let mut dir = Direction::new(config(), 1);
-        dir.handle_packet(0, vec![0; 1500]);
-        dir.handle_packet(0, vec![0; 1500]);
-        let third = dir.handle_packet(0, vec![0; 1500]);
+        dir.handle_packet(0, Frame::ip(vec![0; 1500]));
+        dir.handle_packet(0, Frame::ip(vec![0; 1500]));
+        let third = dir.handle_packet(0, Frame::ip(vec![0; 1500]));
         assert_eq!(
             (third.action, third.packet, third.queued_bytes),
             (LinkAction::Dropped, 2, 3000)
         );
         // The first has left the serializer at 1 ms: there is room again.
-        assert_eq!(dir.handle_packet(MS, vec![0; 100]).action, LinkAction::Enqueued);
+        assert_eq!(dir.handle_packet(MS, Frame::ip(vec![0; 100])).action, LinkAction::Enqueued);
         assert_eq!(dir.poll_delivery(22 * MS).unwrap().event.packet, 0);
         assert_eq!(dir.poll_delivery(22 * MS).unwrap().event.packet, 1);
         assert!(dir.poll_delivery(22 * MS).is_none(), "the third is due at 22.07 ms");
@@ -179,9 +199,20 @@ mod tests {
     }
 
     #[test]
+    fn a_frames_header_is_passed_on_but_not_counted() {
+        // 1500 IP bytes behind a 10-byte virtio-net header: 1 ms at 12 Mbit/s, not 1.0067 ms.
+        let mut dir = Direction::new(config(), 1);
+        let ev = dir.handle_packet(0, Frame { bytes: vec![7; 1510], header_len: 10 });
+        assert_eq!((ev.bytes, ev.queued_bytes), (1500, 1500));
+        assert_eq!(dir.next_due_ns(), Some(21 * MS));
+        let out = dir.poll_delivery(21 * MS).unwrap();
+        assert_eq!((out.frame.bytes.len(), out.event.bytes), (1510, 1500));
+    }
+
+    #[test]
     fn without_a_rate_only_the_delay_counts() {
         let mut dir = Direction::new(DirectionConfig { rate_bps: None, ..config() }, 1);
-        dir.handle_packet(5, vec![0; 9000]);
+        dir.handle_packet(5, Frame::ip(vec![0; 9000]));
         assert_eq!(dir.next_due_ns(), Some(20 * MS + 5));
     }
 
@@ -191,7 +222,9 @@ mod tests {
         let drops = |seed| {
             let mut dir = Direction::new(lossy, seed);
             (0..10_000u64)
-                .map(|i| dir.handle_packet(i * MS, vec![0; 40]).action == LinkAction::Dropped)
+                .map(|i| {
+                    dir.handle_packet(i * MS, Frame::ip(vec![0; 40])).action == LinkAction::Dropped
+                })
                 .collect::<Vec<_>>()
         };
         let first = drops(7);

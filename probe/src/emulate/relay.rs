@@ -16,7 +16,8 @@ use std::thread::{self, JoinHandle};
 use ackscope_shared::packet::parse_ip;
 use ackscope_shared::{ConnId, EventKind, LinkAction, LinkEvent, ReqId, Side};
 
-use super::queue::Direction;
+use super::netns::Offload;
+use super::queue::{Direction, Frame};
 use crate::capture::Tagger;
 use crate::net::record::{Clock, Recorder};
 
@@ -26,6 +27,9 @@ const STOP_CHECK_NS: u64 = 20_000_000;
 const FLUSH_EVERY_NS: u64 = 100_000_000;
 /// Packets read from one device before looking at due deliveries again.
 const READ_BURST: usize = 64;
+/// Room for the largest packet a device hands over: a GSO packet of 64 KB plus its header
+/// (a read into less would cut it short).
+const READ_BUFFER: usize = 1 << 17;
 /// Lateness samples kept for [`RelayStats`] (a few MB at most).
 const MAX_LATENESS_SAMPLES: usize = 1 << 20;
 
@@ -55,14 +59,21 @@ pub struct Relay {
 }
 
 impl Relay {
-    /// Starts relaying `paths[0]` (client to server) and `paths[1]` (server to client); with a
-    /// `capture`, recording each TCP packet read as a segment of the side that sent it.
-    pub fn start(paths: [Path; 2], clock: Clock, capture: Option<Tagger>) -> io::Result<Relay> {
+    /// Starts relaying `paths[0]` (client to server) and `paths[1]` (server to client), whose
+    /// devices both pass packets as `offload` says; with a `capture`, recording each TCP packet
+    /// read as a segment of the side that sent it.
+    pub fn start(
+        paths: [Path; 2],
+        clock: Clock,
+        offload: Offload,
+        capture: Option<Tagger>,
+    ) -> io::Result<Relay> {
         let stop = Arc::new(AtomicBool::new(false));
         let flag = Arc::clone(&stop);
+        let header_len = offload.header_len();
         let thread = thread::Builder::new()
             .name("link-relay".into())
-            .spawn(move || run(paths, clock, capture, &flag))?;
+            .spawn(move || run(paths, clock, header_len, capture, &flag))?;
         Ok(Relay { stop, thread: Mutex::new(Some(thread)) })
     }
 
@@ -89,6 +100,7 @@ impl Drop for Relay {
 fn run(
     mut paths: [Path; 2],
     clock: Clock,
+    header_len: usize,
     mut capture: Option<Tagger>,
     stop: &AtomicBool,
 ) -> io::Result<RelayStats> {
@@ -98,7 +110,7 @@ fn run(
         libc::prctl(libc::PR_SET_TIMERSLACK, 1 as libc::c_ulong, 0, 0, 0);
     }
     let mut stats = RelayStats::default();
-    let mut buffer = vec![0u8; 65_536];
+    let mut buffer = vec![0u8; READ_BUFFER];
     let mut last_flush_ns = clock.now_ns();
     while !stop.load(Ordering::Relaxed) {
         deliver_due(&mut paths, &clock, &mut stats);
@@ -110,7 +122,7 @@ fn run(
         for ((path, readable), sender) in paths.iter_mut().zip(ready).zip(SENDERS) {
             if readable {
                 let capture = capture.as_mut().map(|tagger| (tagger, sender));
-                read_burst(path, &mut buffer, &clock, &mut stats, capture)?;
+                read_burst(path, &mut buffer, header_len, &clock, &mut stats, capture)?;
             }
         }
         let now_ns = clock.now_ns();
@@ -142,12 +154,12 @@ fn deliver_due(paths: &mut [Path; 2], clock: &Clock, stats: &mut RelayStats) {
         while let Some(delivery) = paths[index].direction.poll_delivery(now_ns) {
             // A write to a TUN device hands the packet to the namespace's stack at once; if the
             // stack refuses it (memory), the packet is lost like on a real link.
-            let written = (&paths[to_index].from).write(&delivery.bytes);
+            let written = (&paths[to_index].from).write(&delivery.frame.bytes);
             let written_ns = clock.now_ns();
             let mut event = delivery.event;
             if written.is_ok() {
                 stats.delivered_packets += 1;
-                stats.delivered_bytes += delivery.bytes.len() as u64;
+                stats.delivered_bytes += u64::from(delivery.frame.ip_len());
                 if stats.lateness_ns.len() < MAX_LATENESS_SAMPLES {
                     stats.lateness_ns.push(written_ns.saturating_sub(delivery.due_ns));
                 }
@@ -163,6 +175,7 @@ fn deliver_due(paths: &mut [Path; 2], clock: &Clock, stats: &mut RelayStats) {
 fn read_burst(
     path: &mut Path,
     buffer: &mut [u8],
+    header_len: usize,
     clock: &Clock,
     stats: &mut RelayStats,
     mut capture: Option<(&mut Tagger, Side)>,
@@ -176,14 +189,16 @@ fn read_burst(
         };
         // Only IPv4 is relayed: the kernel's own IPv6 chatter (router solicitations) is not
         // part of any experiment.
-        if len == 0 || buffer[0] >> 4 != 4 {
+        if len <= header_len || buffer[header_len] >> 4 != 4 {
             continue;
         }
         let now_ns = clock.now_ns();
         if let Some((tagger, sender)) = &mut capture {
-            capture_segment(tagger, &mut path.recorder, *sender, &buffer[..len], now_ns);
+            let packet = &buffer[header_len..len];
+            capture_segment(tagger, &mut path.recorder, *sender, packet, now_ns);
         }
-        let event = path.direction.handle_packet(now_ns, buffer[..len].to_vec());
+        let frame = Frame { bytes: buffer[..len].to_vec(), header_len };
+        let event = path.direction.handle_packet(now_ns, frame);
         if event.action == LinkAction::Dropped {
             stats.dropped_packets += 1;
         }
