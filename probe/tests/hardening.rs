@@ -183,6 +183,41 @@ fn show_prints_a_files_strings_as_data_not_terminal_commands() {
     assert!(out.contains("\\u{1b}[1Aup"), "the run's error too: {out}");
 }
 
+/// Defects 5 and 6: `show` held every run of a file until its end, each with its analysis, so
+/// 100,000 runs that never end (20 MB) took 680 MB. Now a run is summarized when its end is
+/// read and forgotten, and at most 1000 runs still going are followed at once.
+#[test]
+fn show_summarizes_each_run_at_its_end_and_follows_a_bounded_number_at_once() {
+    use ackscope_shared::wire::{self, Hello, HostFacts, Instruments, RunOutcome, ToBrowser};
+    use ackscope_shared::{RrSpec, RunId, Scenario};
+
+    let started = |id: u32| ToBrowser::RunStarted {
+        run: RunId(id),
+        spec: Scenario::Rr(RrSpec::default()),
+        instruments: Instruments::default(),
+    };
+    let mut bytes = Vec::new();
+    wire::write_frame(&ToBrowser::Hello(Hello::current("0.1.0", HostFacts::default())), &mut bytes);
+    for id in 1..=3 {
+        wire::write_frame(&started(id), &mut bytes);
+        let finished = ToBrowser::RunFinished { run: RunId(id), outcome: RunOutcome::Completed };
+        wire::write_frame(&finished, &mut bytes);
+    }
+    // Then 3000 runs that all start and never end.
+    for id in 4..3004 {
+        wire::write_frame(&started(id), &mut bytes);
+    }
+    let file = temp("open-runs.ackscope");
+    std::fs::write(&file, bytes).unwrap();
+    let shown = ackscope(&["show", s(&file)]);
+    let out = text(&shown.stdout);
+    let at = |needle: &str| out.find(needle).unwrap_or_else(|| panic!("{needle:?} in {out}"));
+    assert!(at("run 1 rr") < at("run 2 rr") && at("run 2 rr") < at("run 3 rr"), "{out}");
+    assert_eq!(out.matches("the file ends before the run did").count(), 1000, "{out}");
+    assert!(at("run 1003 rr") < at("2000 more runs were started while 1000 were still going"));
+    assert!(!out.contains("run 1004 rr"), "past the bound a run is counted, not summarized");
+}
+
 /// One HTTP/1.1 GET of `/` with `host` as its Host header; the response's head, lower-cased.
 fn get_with_host(addr: &str, host: &str) -> String {
     let mut stream = TcpStream::connect(addr).unwrap();

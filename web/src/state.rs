@@ -12,6 +12,7 @@
 //! [`AppState`] and bumps a single version signal per animation frame (see `app.rs`).
 
 use std::cell::{Cell, OnceCell, RefCell};
+use std::collections::HashMap;
 
 use ackscope_shared::analysis::{RunAnalysis, Summary};
 use ackscope_shared::attribution::{attribute, summarize, ClassSummary, Incremental, Stall};
@@ -254,6 +255,13 @@ fn request_response(spec: &Scenario) -> Option<Option<&RrSpec>> {
 pub struct Session {
     /// In the order the probe started them (oldest first).
     runs: Vec<Run>,
+    /// Where each run is in `runs`: a file of many runs, their events in any order, is read in
+    /// time proportional to its size, not to its runs times its messages.
+    index: HashMap<RunId, usize>,
+    /// The most runs kept (a file's session): past it a run's messages are counted, not kept.
+    max_runs: Option<usize>,
+    /// Runs started past `max_runs`.
+    pub runs_not_kept: u64,
     /// The stream's Hello, readable or not (it names the probe's version either way).
     hello: Option<Hello>,
     /// Whether this stream began with a Hello we can read. Until it has, nothing else is applied:
@@ -272,9 +280,11 @@ impl Session {
         Session { record: Some(Vec::new()), ..Session::default() }
     }
 
-    /// An opened file's stream.
+    /// An opened file's stream. A file is whatever anyone sends: it keeps at most
+    /// [`MAX_FILE_RUNS`] runs, so that a file of many tiny runs cannot cost the page more
+    /// memory than a run's worth each (a run's analysis is a few KB before its first event).
     pub fn file() -> Session {
-        Session::default()
+        Session { max_runs: Some(MAX_FILE_RUNS), ..Session::default() }
     }
 
     pub fn runs(&self) -> &[Run] {
@@ -282,7 +292,7 @@ impl Session {
     }
 
     pub fn run(&self, id: RunId) -> Option<&Run> {
-        self.runs.iter().find(|run| run.id == id)
+        self.index.get(&id).map(|&at| &self.runs[at])
     }
 
     pub fn hello(&self) -> Option<&Hello> {
@@ -317,6 +327,7 @@ impl Session {
             *self = Session {
                 hello: Some(hello.clone()),
                 record: self.record.take().map(|_| Vec::new()),
+                max_runs: self.max_runs,
                 ..Session::default()
             };
             match check_hello(&message) {
@@ -341,8 +352,20 @@ impl Session {
             | ToBrowser::ClassState(_)
             | ToBrowser::Stream { .. } => None,
             ToBrowser::RunStarted { run, spec, instruments } => {
-                self.runs.retain(|existing| existing.id != run);
-                self.runs.push(Run::new(run, spec, instruments));
+                // An id started again (only a crafted file does that) replaces its run where it
+                // was.
+                match self.index.get(&run) {
+                    Some(&at) => self.runs[at] = Run::new(run, spec, instruments),
+                    None if self.max_runs.is_some_and(|most| self.runs.len() >= most) => {
+                        self.runs_not_kept += 1;
+                        return None;
+                    }
+                    None => {
+                        let started = Run::new(run, spec, instruments);
+                        self.index.insert(run, self.runs.len());
+                        self.runs.push(started);
+                    }
+                }
                 Some(run)
             }
             ToBrowser::Events { run, events } => {
@@ -374,8 +397,7 @@ impl Session {
     }
 
     fn run_mut(&mut self, id: RunId) -> Option<&mut Run> {
-        // The live run is the newest, so search from the end.
-        self.runs.iter_mut().rev().find(|run| run.id == id)
+        self.index.get(&id).map(|&at| &mut self.runs[at])
     }
 }
 
@@ -424,6 +446,10 @@ pub struct OpenedFile {
     /// While the file is being read: its decoder, the bytes fed so far and the file's size.
     loading: Option<Loading>,
 }
+
+/// The most runs a file's session keeps (see [`Session::file`]): far more than a sweep, a lesson
+/// or a day of runs from the page hold, and at most a few tens of MB however small the runs.
+pub const MAX_FILE_RUNS: usize = 1000;
 
 /// No request takes fewer bytes of a session file than this (its start and end events alone
 /// take more; a recorded one takes hundreds): what bounds a file's claim of how many it holds.
@@ -659,11 +685,22 @@ impl AppState {
         let Some(mut loading) = file.loading.take() else { return };
         file.session.end();
         let name = &file.name;
-        file.error = loading.decoder.finish().map(|problem| match file.session.runs().len() {
+        let problem = loading.decoder.finish().map(|problem| match file.session.runs().len() {
             0 => format!("{name}: {problem}"),
             1 => format!("{name}: {problem}; the run read before it is shown"),
             n => format!("{name}: {problem}; the {n} runs read before it are shown"),
         });
+        let not_kept = file.session.runs_not_kept;
+        let too_many = (not_kept > 0).then(|| {
+            format!(
+                "{name}: the file holds {} runs; a page keeps the first {MAX_FILE_RUNS} of a                  file, and those are shown (`ackscope show` reads them all)",
+                MAX_FILE_RUNS as u64 + not_kept
+            )
+        });
+        file.error = match (problem, too_many) {
+            (Some(problem), Some(too_many)) => Some(format!("{problem}. {too_many}")),
+            (problem, too_many) => problem.or(too_many),
+        };
         if let Some(run) = loading.newest {
             self.selected = Some(RunKey { source: Source::File(id), run });
         }
@@ -1452,5 +1489,53 @@ mod tests {
             ms(&took[..100.min(count)]),
             ms(&took[count.saturating_sub(100)..]),
         );
+    }
+
+    /// A file of many runs, each with one exchange, whose events come newest run first.
+    fn many_runs_file(runs: u32) -> Vec<u8> {
+        let mut bytes = Vec::new();
+        ackscope_shared::wire::write_frame(&hello(), &mut bytes);
+        for id in 1..=runs {
+            ackscope_shared::wire::write_frame(&rr_started(id, RrSpec::default()), &mut bytes);
+        }
+        for id in (1..=runs).rev() {
+            ackscope_shared::wire::write_frame(&events(id, nagle_run(1, 44 * MS)), &mut bytes);
+        }
+        bytes
+    }
+
+    /// Issue 11, defects 5 and 6, in the page: each message found its run by a search through
+    /// every run, so 100,000 runs whose events came in reverse order took the square of that
+    /// (now an index), and nothing bounded how many runs a file could make the page keep (each
+    /// costs a few KB of analysis: 100,000 one-request runs, 20 MB of file, took 700 MB).
+    #[test]
+    fn a_file_of_many_runs_keeps_the_first_thousand_and_says_so() {
+        let runs = 100_000;
+        let mut state = AppState::default();
+        let id = state.open_file("many.ackscope", &many_runs_file(runs));
+        let file = state.file(id).expect("opened");
+        let kept = file.session.runs();
+        assert_eq!(kept.len(), MAX_FILE_RUNS);
+        assert_eq!((kept[0].id, kept[MAX_FILE_RUNS - 1].id), (RunId(1), RunId(1000)));
+        assert!(
+            kept.iter().all(|run| run.summary().requests == 1),
+            "every kept run has its events"
+        );
+        let note = file.error.as_deref().expect("a note that runs were not kept");
+        assert!(note.contains("holds 100000 runs") && note.contains("first 1000"), "{note}");
+    }
+
+    #[test]
+    fn a_run_started_again_replaces_itself_in_place() {
+        let mut state = AppState::default();
+        started(&mut state, 1);
+        started(&mut state, 2);
+        apply(&mut state, events(1, nagle_run(3, 44 * MS)));
+        started(&mut state, 1);
+        let ids: Vec<RunId> = state.live.runs().iter().map(|run| run.id).collect();
+        assert_eq!(ids, [RunId(1), RunId(2)]);
+        assert_eq!(state.live.runs()[0].events, 0, "the run starts over");
+        apply(&mut state, events(2, nagle_run(2, 44 * MS)));
+        assert_eq!(state.live.run(RunId(2)).map(|run| run.summary().requests), Some(2));
     }
 }

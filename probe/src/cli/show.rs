@@ -26,15 +26,24 @@ struct FileRun {
     imported: Option<Vec<Event>>,
 }
 
+/// Runs going at once that `show` follows. A recorded file has one at a time (each run's end
+/// comes before the next run's start); a crafted one could start any number and never end
+/// them, each costing a run's analysis (a few KB). Past this bound a run is counted, not
+/// summarized.
+const MAX_OPEN_RUNS: usize = 1000;
+
 pub fn show(path: &Path) -> Result<Ended, Failure> {
-    // One message in memory at a time; each run's analysis retires what it has summarized.
+    // One message in memory at a time; each run's analysis retires what it has summarized, and
+    // a run is summarized and forgotten once its end is read: only the runs still going are held.
     let mut reader = record::SessionReader::open(path)?;
     let mut file_error = None;
     // Every string of the file goes through this: a crafted one cannot command the terminal.
     let mut out = Printable(io::stdout().lock());
-    let mut runs: Vec<(ackscope_shared::RunId, FileRun)> = Vec::new();
-    // Where each run is in `runs`: a file of many runs is read in one pass, not one per message.
-    let mut index: std::collections::HashMap<ackscope_shared::RunId, usize> = Default::default();
+    // The runs still going, each with its place in the file (the order they are printed in when
+    // the file ends before they do).
+    let mut open: std::collections::HashMap<RunId, (u64, FileRun)> = Default::default();
+    let mut started = 0u64;
+    let mut not_followed = 0u64;
     while let Some(message) = reader.next_into(&mut file_error) {
         match &message {
             ToBrowser::Hello(hello) => {
@@ -46,19 +55,26 @@ pub fn show(path: &Path) -> Result<Ended, Failure> {
                 );
             }
             ToBrowser::RunStarted { run, spec, .. } => {
-                index.insert(*run, runs.len());
-                runs.push((
-                    *run,
-                    FileRun {
-                        scenario: spec.clone(),
-                        tally: Tally::new(spec),
-                        outcome: None,
-                        imported: matches!(spec, Scenario::Import(_)).then(Vec::new),
-                    },
-                ));
+                // An id started again (only a crafted file does that): the earlier run is
+                // summarized as far as it went.
+                if let Some((_, earlier)) = open.remove(run) {
+                    print_run(&mut out, *run, earlier)?;
+                }
+                if open.len() >= MAX_OPEN_RUNS {
+                    not_followed += 1;
+                    continue;
+                }
+                let run_of_file = FileRun {
+                    scenario: spec.clone(),
+                    tally: Tally::new(spec),
+                    outcome: None,
+                    imported: matches!(spec, Scenario::Import(_)).then(Vec::new),
+                };
+                open.insert(*run, (started, run_of_file));
+                started += 1;
             }
             ToBrowser::Events { run, events } => {
-                if let Some((_, r)) = index.get(run).map(|&i| &mut runs[i]) {
+                if let Some((_, r)) = open.get_mut(run) {
                     match &mut r.imported {
                         Some(all) => all.extend_from_slice(events),
                         None => r.tally.push(events),
@@ -66,8 +82,9 @@ pub fn show(path: &Path) -> Result<Ended, Failure> {
                 }
             }
             ToBrowser::RunFinished { run, outcome } => {
-                if let Some((_, r)) = index.get(run).map(|&i| &mut runs[i]) {
+                if let Some((_, mut r)) = open.remove(run) {
                     r.outcome = Some(outcome.clone());
+                    print_run(&mut out, *run, r)?;
                 }
             }
             // Refusals answer a tab; overviews and the trailer repeat what the events say.
@@ -78,28 +95,17 @@ pub fn show(path: &Path) -> Result<Ended, Failure> {
             | ToBrowser::Stream { .. } => {}
         }
     }
-    for (id, run) in &runs {
-        if let Some(events) = &run.imported {
-            let _ = writeln!(
-                out,
-                "run {}: an imported packet capture (no syscalls, no TCP_INFO)",
-                id.0
-            );
-            let connections = match &run.scenario {
-                Scenario::Import(spec) => spec.connections.as_slice(),
-                _ => &[],
-            };
-            print_imported(&mut out, connections, events);
-            continue;
-        }
-        let _ = write!(out, "run {} ", id.0);
-        let outcome = run
-            .outcome
-            .clone()
-            .unwrap_or(RunOutcome::Failed { error: "the file ends before the run did".into() });
-        run.tally
-            .print(&mut out, &run.scenario, &outcome)
-            .map_err(|e| format!("writing the summary: {e}"))?;
+    let mut unfinished: Vec<(RunId, (u64, FileRun))> = open.into_iter().collect();
+    unfinished.sort_by_key(|(_, (order, _))| *order);
+    for (id, (_, run)) in unfinished {
+        print_run(&mut out, id, run)?;
+    }
+    if not_followed > 0 {
+        let _ = writeln!(
+            out,
+            "{not_followed} more runs were started while {MAX_OPEN_RUNS} were still going, more \
+             than `show` follows at once (a recorded file has one at a time): not summarized"
+        );
     }
     match file_error {
         None => Ok(Ended::Ok),
@@ -108,6 +114,25 @@ pub fn show(path: &Path) -> Result<Ended, Failure> {
             path.display()
         ))),
     }
+}
+
+/// One run's summary (an imported capture's connections and packet stalls).
+fn print_run(out: &mut impl Write, id: RunId, run: FileRun) -> Result<(), String> {
+    if let Some(events) = &run.imported {
+        let _ =
+            writeln!(out, "run {}: an imported packet capture (no syscalls, no TCP_INFO)", id.0);
+        let connections = match &run.scenario {
+            Scenario::Import(spec) => spec.connections.as_slice(),
+            _ => &[],
+        };
+        print_imported(out, connections, events);
+        return Ok(());
+    }
+    let _ = write!(out, "run {} ", id.0);
+    let outcome = run
+        .outcome
+        .unwrap_or(RunOutcome::Failed { error: "the file ends before the run did".into() });
+    run.tally.print(out, &run.scenario, &outcome).map_err(|e| format!("writing the summary: {e}"))
 }
 
 /// The file's messages as one JSON document, written as they are read.
