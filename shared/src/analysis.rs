@@ -15,7 +15,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::event::{tcp_flags, ConnId, Event, EventKind, ReqId, Segment, Side};
 use crate::side_map::SideMap;
-use crate::spec::MAX_REQUESTS;
+use crate::spec::{RrSpec, MAX_REQUESTS};
 
 /// Reads held longer than this are stalls (the summary's "reads blocked longer than 10 ms").
 /// Far above a loopback round trip (tens of microseconds), far below a delayed ACK (40 ms).
@@ -216,6 +216,17 @@ enum Time {
 impl RunAnalysis {
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// The analysis of a request/response run of `spec` (`None`: a spec of no such run). Over
+    /// an emulated link bytes need its one-way delay to cross it: that much of a read's wait is
+    /// the path, not a stall. Every reader of a run starts its analysis here.
+    pub fn of_rr(spec: Option<&RrSpec>) -> Self {
+        let mut analysis = Self::new();
+        if let Some(link) = spec.and_then(|spec| spec.link) {
+            analysis.set_path_delay_ns(link.one_way_delay_ns());
+        }
+        analysis
     }
 
     /// Room for `requests` requests in all, when a reader knows how many are coming (a file's

@@ -133,8 +133,8 @@ struct Pipeline {
 impl Pipeline {
     fn new(spec: Scenario) -> Pipeline {
         Pipeline {
+            analysis: RunAnalysis::of_rr(rr_spec(&spec)),
             spec,
-            analysis: RunAnalysis::new(),
             bulk: BulkAnalysis::new(),
             kernel: KernelTracks::new(),
             retired: StallTally::default(),

@@ -185,6 +185,11 @@ pub struct LinkSpec {
 }
 
 impl LinkSpec {
+    /// What the link delays each packet by in each direction: half its RTT.
+    pub fn one_way_delay_ns(&self) -> u64 {
+        u64::from(self.rtt_us) * 1000 / 2
+    }
+
     pub fn validate(&self) -> Result<(), SpecError> {
         in_range("link.rtt_us", self.rtt_us, 0, 10_000_000, " us")?;
         if let Some(bps) = self.rate_bps {

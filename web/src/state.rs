@@ -132,11 +132,11 @@ impl Attribution {
 impl Run {
     fn new(id: RunId, spec: Scenario, instruments: Instruments) -> Run {
         let bulk = matches!(spec, Scenario::Bulk(_)).then(BulkAnalysis::new);
-        let mut analysis = RunAnalysis::new();
-        if let Scenario::Rr(RrSpec { link: Some(link), .. }) = &spec {
-            // Bytes need half the link's RTT to cross it: that much of a read's wait is the path.
-            analysis.set_path_delay_ns(u64::from(link.rtt_us) * 1000 / 2);
-        }
+        let rr = match &spec {
+            Scenario::Rr(rr) => Some(rr),
+            _ => None,
+        };
+        let analysis = RunAnalysis::of_rr(rr);
         Run {
             id,
             spec,

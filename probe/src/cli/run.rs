@@ -365,11 +365,7 @@ pub(super) const KEEP_RECENT: usize = 1024;
 
 impl RrTally {
     fn new(spec: Option<RrSpec>) -> RrTally {
-        let mut analysis = RunAnalysis::new();
-        if let Some(link) = spec.as_ref().and_then(|spec| spec.link) {
-            // Bytes need half the link's RTT to cross it: that much of a read's wait is the path.
-            analysis.set_path_delay_ns(u64::from(link.rtt_us) * 1000 / 2);
-        }
+        let analysis = RunAnalysis::of_rr(spec.as_ref());
         RrTally {
             analysis,
             spec,

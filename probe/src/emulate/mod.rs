@@ -83,7 +83,7 @@ impl Link {
         tracing::info!("emulated link: loss seed {seed}, {offload:?} packets");
         let config = DirectionConfig {
             rate_bps: spec.rate_bps,
-            delay_ns: u64::from(spec.rtt_us) * 1000 / 2,
+            delay_ns: spec.one_way_delay_ns(),
             queue_packets: spec.queue_packets,
             loss_ppm: spec.loss_ppm,
         };
