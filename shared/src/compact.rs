@@ -26,6 +26,18 @@ struct WireEvent {
     kind: WireKind,
 }
 
+/// A [`WireEvent`] as it is written: the same fields, encoded the same, with every kind but
+/// TCP_INFO borrowed from its event instead of copied (the writer's hot path: every event of
+/// every file and stream goes through it).
+#[derive(Serialize)]
+struct WireEventRef<'a> {
+    dt_ns: i64,
+    side: Side,
+    conn: ConnId,
+    req: ReqId,
+    kind: WireKindRef<'a>,
+}
+
 // A wire event lives on the stack, one at a time, while a message is expanded: boxing the large
 // variant would allocate per TCP_INFO sample, which `Deltas` exists to avoid.
 #[allow(clippy::large_enum_variant)]
@@ -35,6 +47,14 @@ enum WireKind {
     Plain(EventKind),
     /// `changed` has bit i set for each field i (in [`TcpInfoSample::to_values`] order) that
     /// differs from the previous sample; `deltas` holds their differences, in field order.
+    TcpInfo { during_block: bool, changed: u32, deltas: Deltas },
+}
+
+/// [`WireKind`] as it is written: the variants in the same order, so they encode the same.
+#[allow(clippy::large_enum_variant)]
+#[derive(Serialize)]
+enum WireKindRef<'a> {
+    Plain(&'a EventKind),
     TcpInfo { during_block: bool, changed: u32, deltas: Deltas },
 }
 
@@ -188,35 +208,40 @@ impl Previous {
     }
 }
 
-fn compress(events: &[Event]) -> Vec<WireEvent> {
+/// The wire form of each event of a message, in order, made as they are written.
+fn wire_events(events: &[Event]) -> impl ExactSizeIterator<Item = WireEventRef<'_>> {
     let mut previous = Previous::default();
     let mut last_ns = 0u64;
-    events
-        .iter()
-        .map(|event| {
-            let dt_ns = event.at_ns.wrapping_sub(last_ns) as i64;
-            last_ns = event.at_ns;
-            let kind = match &event.kind {
-                EventKind::TcpInfo(sample) => {
-                    let values = sample.to_values();
-                    let before = previous.get((event.conn, event.side));
-                    let mut changed = 0u32;
-                    let mut deltas = Deltas { values: [0; FIELDS], len: 0 };
-                    for (i, (now, then)) in values.iter().zip(before.iter()).enumerate() {
-                        if now != then {
-                            changed |= 1 << i;
-                            deltas.values[deltas.len] = now.wrapping_sub(*then) as i64;
-                            deltas.len += 1;
-                        }
+    events.iter().map(move |event| {
+        let dt_ns = event.at_ns.wrapping_sub(last_ns) as i64;
+        last_ns = event.at_ns;
+        let kind = match &event.kind {
+            EventKind::TcpInfo(sample) => {
+                let values = sample.to_values();
+                let before = previous.get((event.conn, event.side));
+                let mut changed = 0u32;
+                let mut deltas = Deltas { values: [0; FIELDS], len: 0 };
+                for (i, (now, then)) in values.iter().zip(before.iter()).enumerate() {
+                    if now != then {
+                        changed |= 1 << i;
+                        deltas.values[deltas.len] = now.wrapping_sub(*then) as i64;
+                        deltas.len += 1;
                     }
-                    *before = values;
-                    WireKind::TcpInfo { during_block: sample.during_block, changed, deltas }
                 }
-                other => WireKind::Plain(other.clone()),
-            };
-            WireEvent { dt_ns, side: event.side, conn: event.conn, req: event.req, kind }
-        })
-        .collect()
+                *before = values;
+                WireKindRef::TcpInfo { during_block: sample.during_block, changed, deltas }
+            }
+            other => WireKindRef::Plain(other),
+        };
+        WireEventRef { dt_ns, side: event.side, conn: event.conn, req: event.req, kind }
+    })
+}
+
+/// The wire events of a message as a reader decodes them (the tests look at them).
+#[cfg(test)]
+fn compress(events: &[Event]) -> Vec<WireEvent> {
+    let wire: Vec<WireEventRef> = wire_events(events).collect();
+    postcard::from_bytes(&postcard::to_allocvec(&wire).unwrap()).unwrap()
 }
 
 /// Turns wire events back into events, one at a time, in the order of their message.
@@ -290,7 +315,7 @@ pub fn serialize<S: Serializer>(events: &Vec<Event>, serializer: S) -> Result<S:
     if serializer.is_human_readable() {
         events.serialize(serializer)
     } else {
-        compress(events).serialize(serializer)
+        serializer.collect_seq(wire_events(events))
     }
 }
 

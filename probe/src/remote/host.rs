@@ -200,9 +200,10 @@ impl ControlHost {
         let mut sent_conns = 0;
         loop {
             match batches.recv_timeout(Duration::from_millis(50)) {
-                Ok(events) => {
+                Ok(mut events) => {
                     if !ended.dropped.load(Ordering::SeqCst) {
-                        let sent = forward(&writer, &introductions, &mut sent_conns, &events);
+                        let sent;
+                        (events, sent) = forward(&writer, &introductions, &mut sent_conns, events);
                         if sent.is_err() {
                             ended.dropped.store(true, Ordering::SeqCst);
                         }
@@ -357,23 +358,33 @@ fn listen_to_client(mut reader: TcpStream, clock: Clock, writer: &Mutex<TcpStrea
 }
 
 /// Sends a batch of B's events: first the connections not yet introduced, then the events in
-/// messages of at most [`EVENTS_PER_MESSAGE`].
+/// messages of at most [`EVENTS_PER_MESSAGE`]. The events come back for this host's file,
+/// whether or not they could be sent.
 fn forward(
     writer: &Mutex<TcpStream>,
     introductions: &Mutex<Vec<(ConnId, u16)>>,
     sent: &mut usize,
-    events: &[Event],
-) -> io::Result<()> {
+    events: Vec<Event>,
+) -> (Vec<Event>, io::Result<()>) {
     let mut writer = lock(writer);
     let new: Vec<(ConnId, u16)> = lock(introductions)[*sent..].to_vec();
     for (conn, client_port) in new {
-        send(&mut *writer, &ToClient::Peer { conn, client_port })?;
+        if let Err(e) = send(&mut *writer, &ToClient::Peer { conn, client_port }) {
+            return (events, Err(e));
+        }
         *sent += 1;
     }
-    for chunk in events.chunks(EVENTS_PER_MESSAGE) {
-        send(&mut *writer, &ToClient::Events { events: chunk.to_vec() })?;
+    if events.len() <= EVENTS_PER_MESSAGE {
+        // A batch (at most 1024 events from a recorder) goes as it is, lent to the message.
+        let message = ToClient::Events { events };
+        let result = send(&mut *writer, &message);
+        let ToClient::Events { events } = message else { unreachable!("built just above") };
+        return (events, result);
     }
-    Ok(())
+    let result = events
+        .chunks(EVENTS_PER_MESSAGE)
+        .try_for_each(|chunk| send(&mut *writer, &ToClient::Events { events: chunk.to_vec() }));
+    (events, result)
 }
 
 /// Why a remote run is refused, naming the limit; `None` within them all.
