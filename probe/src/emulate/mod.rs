@@ -196,3 +196,18 @@ impl Placement<'_> {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_link_that_just_delays_passes_whole_gso_packets() {
+        let link = |text: &str| LinkSpec::parse(text).unwrap();
+        assert_eq!(offload(&link("rtt=40ms"), false), Offload::Gso);
+        assert_eq!(offload(&link("rtt=40ms,mtu=1500,queue=10"), false), Offload::Gso);
+        assert_eq!(offload(&link("rtt=40ms"), true), Offload::Plain, "capture sees each segment");
+        assert_eq!(offload(&link("rtt=40ms,rate=100mbit"), false), Offload::Plain);
+        assert_eq!(offload(&link("rtt=40ms,loss=1%"), false), Offload::Plain);
+    }
+}
