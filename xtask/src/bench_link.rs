@@ -358,21 +358,28 @@ impl Lateness {
                 .iter()
                 .filter(|c| c.client_to_server == client)
                 .map(|c| (c.sent_ns, c.bytes, Some(c.arrived_ns)))
-                .chain(
-                    lost.iter()
-                        .filter(|s| s.client_to_server == client)
-                        .map(|s| (s.at_ns, s.bytes, None)),
-                )
                 .collect();
-            direction.sort_by_key(|p| p.0);
+            // Each direction is FIFO: packets leave in the order the serializer took them, which
+            // their arrivals show. The sending stamps can be out of that order by microseconds
+            // when two CPUs transmit on one device at once (the sending thread, and a softirq
+            // answering an ACK); replayed in stamp order, a swapped pair put a packet a whole
+            // serialization time (0.12 ms for 1500 bytes at 100 Mbit/s) ahead of the relay's
+            // order, and it then seemed to arrive before it was due.
+            direction.sort_by_key(|p| p.2);
+            // Packets that never arrived take no serializer time: where they go does not matter.
+            direction.extend(
+                lost.iter()
+                    .filter(|s| s.client_to_server == client)
+                    .map(|s| (s.at_ns, s.bytes, None)),
+            );
             packets.push(direction);
         }
         let rate = receiver_rate_bps(&crossings);
         Lateness::replay(&packets, rate_bps, delay_ns, rate)
     }
 
-    /// `packets`: per direction, in the order they entered the link: (entered, IP bytes,
-    /// arrived if it did).
+    /// `packets`: per direction, in the order the link's serializer took them: (entered, IP
+    /// bytes, arrived if it did).
     fn replay(
         packets: &[Vec<(i128, u32, Option<i128>)>],
         rate_bps: u64,
@@ -576,6 +583,7 @@ fn rr(count: u32, capture: bool, pin: Option<u32>) -> Result<RrRun, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::link_taps;
 
     const EXPORT: &str = r#"{"format":"ackscope-session","messages":[
 {"Events":{"run":1,"events":[{"at_ns":1000,"side":"Client","conn":0,"req":0,"kind":{"Link":{"action":"Enqueued","packet":0,"bytes":1500,"queued_bytes":1500}}},{"at_ns":1000,"side":"Client","conn":0,"req":0,"kind":{"Link":{"action":"Enqueued","packet":1,"bytes":1500,"queued_bytes":3000}}}]}},
@@ -599,6 +607,22 @@ mod tests {
         );
         assert_eq!(events[2].action, Action::Dropped);
         assert_eq!(events[4].at_ns, 22_001_500);
+    }
+
+    #[test]
+    fn the_outside_replay_takes_packets_in_the_order_they_left_the_link() {
+        // 1500 bytes at 12 Mbit/s: 1 ms each, then 20 ms. Seq 200 was stamped 1 us before seq
+        // 100 (two CPUs sending), but 100 went first: both left exactly when due.
+        let (ms, us) = (1_000_000, 1_000);
+        let tapped = Tapped {
+            sent: vec![link_taps::seen(10 * us, 100), link_taps::seen(9 * us, 200)],
+            arrived: vec![
+                link_taps::seen(21 * ms + 10 * us, 100),
+                link_taps::seen(22 * ms + 10 * us, 200),
+            ],
+        };
+        let lateness = Lateness::from_taps(&tapped, 12_000_000, 20_000_000).unwrap();
+        assert_eq!(lateness.errors_ns, vec![0, 0], "in stamp order one would be 1 ms early");
     }
 
     #[test]
