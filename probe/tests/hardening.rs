@@ -59,6 +59,46 @@ fn ctrl_c_stops_a_server_with_300_idle_connections_within_2_s() {
     assert!(shown.contains("interrupted"), "the file says how the run ended: {shown}");
 }
 
+/// Whoever starts `ackscope server` may stop reading its output once it has the address (a
+/// script, or a test reading the first line): the server printed its next lines into a closed
+/// pipe and died of it. It serves on, and records, as if the lines had been read.
+#[test]
+fn a_server_whose_output_nobody_reads_serves_on_and_records() {
+    let file = temp("unread.ackscope");
+    // A port that was free a moment ago: the server's own address line goes unread here.
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let addr = format!("127.0.0.1:{port}");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_ackscope"))
+        .args(["server", "--listen", &addr, "-o", s(&file)])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    // Closed before the server has printed anything.
+    drop(child.stdout.take());
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut client = loop {
+        match TcpStream::connect(&addr) {
+            Ok(client) => break client,
+            Err(_) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(20)),
+            Err(e) => panic!("the server never listened on {addr}: {e}"),
+        }
+    };
+    client.write_all(&[0, 0, 0, 2, b'h', b'i']).unwrap();
+    client.read_exact(&mut [0u8; 6]).unwrap();
+    assert!(child.try_wait().unwrap().is_none(), "the server died of its unread output");
+    drop(client);
+    std::thread::sleep(Duration::from_millis(200));
+    common::interrupt(child.id());
+    let asked = Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        assert!(asked.elapsed() < Duration::from_secs(2), "still running 2 s after Ctrl-C");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let shown = text(&ackscope(&["show", s(&file)]).stdout);
+    assert!(shown.contains("requests       1 in"), "the exchange is recorded: {shown}");
+}
+
 /// Defect 9 (second half): on a full disk `run -o` exited 1 with "File too large" and printed
 /// neither its summary nor that the file was incomplete. A file-size limit stands in for the
 /// full disk.

@@ -2,10 +2,10 @@
 //! (with the room's secret in its fragment) and the students' link (with the room code); every
 //! page follows the presenter's lesson step, and runs the presenter starts stream to all of them.
 
-use std::io::{self, Write};
 use std::net::SocketAddr;
 use std::sync::Arc;
 
+use super::terminal::announce;
 use super::{Ended, Failure};
 use crate::serve;
 use crate::serve::room::{Room, MAX_PAGES};
@@ -48,14 +48,17 @@ pub fn class(args: &ClassArgs) -> Result<Ended, Failure> {
         }
         addr.to_string()
     };
-    println!(
+    announce(format_args!(
         "ackscope class: room {}, at most {} pages (Ctrl-C to stop)",
         room.code,
         MAX_PAGES - 1
-    );
-    println!("presenter: http://{host}/?room={}#{}", room.code, room.presenter_fragment());
-    println!("students:  http://{host}/?room={}", room.code);
-    let _ = io::stdout().flush();
+    ));
+    announce(format_args!(
+        "presenter: http://{host}/?room={}#{}",
+        room.code,
+        room.presenter_fragment()
+    ));
+    announce(format_args!("students:  http://{host}/?room={}", room.code));
     serve::run(listener, Some(room))?;
     Ok(Ended::Ok)
 }

@@ -9,6 +9,7 @@ use std::time::Duration;
 use ackscope_shared::spec::LinkSpec;
 use ackscope_shared::Side;
 
+use super::terminal::announce;
 use super::{Ended, Failure};
 use crate::emulate::{self, Link, CLIENT_IP, SERVER_IP};
 use crate::interrupt;
@@ -30,12 +31,12 @@ pub fn link(args: &LinkArgs) -> Result<Ended, Failure> {
         .map_err(|e| Failure::Run(e.to_string()))?;
     let (client, server) = link.namespace_fds();
     let pid = std::process::id();
-    println!("link up: round trip {} us (Ctrl-C to take it down)", args.spec.rtt_us);
-    println!("client namespace /proc/{pid}/fd/{client} address {CLIENT_IP}");
-    println!("server namespace /proc/{pid}/fd/{server} address {SERVER_IP}");
-    println!(
+    announce(format_args!("link up: round trip {} us (Ctrl-C to take it down)", args.spec.rtt_us));
+    announce(format_args!("client namespace /proc/{pid}/fd/{client} address {CLIENT_IP}"));
+    announce(format_args!("server namespace /proc/{pid}/fd/{server} address {SERVER_IP}"));
+    announce(format_args!(
         "e.g. nsenter --net=/proc/{pid}/fd/{server} ackscope server --listen {SERVER_IP}:7000"
-    );
+    ));
     let stop = interrupt::install();
     while !stop.load(Ordering::Relaxed) {
         std::thread::sleep(Duration::from_millis(50));

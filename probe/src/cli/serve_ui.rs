@@ -1,8 +1,9 @@
 //! `ackscope` with no command: the web app and its WebSocket on loopback.
 
-use std::io::{self, Write};
+use std::io;
 use std::net::{Ipv4Addr, TcpListener};
 
+use super::terminal::announce;
 use super::{Ended, Failure};
 use crate::serve;
 
@@ -20,8 +21,7 @@ pub fn serve(port: Option<u16>) -> Result<Ended, Failure> {
     if !serve::assets::is_built() {
         eprintln!("ackscope: this binary has no web app built in; build it with `cargo xtask run`");
     }
-    println!("ackscope is serving http://{addr}/ (Ctrl-C to stop)");
-    let _ = io::stdout().flush();
+    announce(format_args!("ackscope is serving http://{addr}/ (Ctrl-C to stop)"));
     serve::run(listener, None)?;
     Ok(Ended::Ok)
 }

@@ -16,6 +16,7 @@ use ackscope_shared::{RrSpec, RunId, Scenario, Side};
 
 use super::knobs::{self, BulkKnobs, CommonKnobs, RrKnobs};
 use super::run::{finish_file, print_summary, Tally};
+use super::terminal::announce;
 use super::{Ended, Failure};
 use crate::net::echo::{EchoConfig, EchoServer, Tagging, DEFAULT_MAX_CONNECTIONS};
 use crate::net::options::SideOptions;
@@ -112,14 +113,16 @@ pub fn run(args: &ServerArgs) -> Result<Ended, Failure> {
         Some(sink),
     )
     .map_err(|e| e.to_string())?;
-    println!("ackscope echo server on {} (Ctrl-C to stop and save)", server.addr());
-    println!("token {token}");
-    println!(
+    announce(format_args!("ackscope echo server on {} (Ctrl-C to stop and save)", server.addr()));
+    announce(format_args!("token {token}"));
+    announce(format_args!(
         "remote runs: ackscope run rr --remote {} --token {token}",
         shown_address(server.addr())
-    );
+    ));
     if !server.addr().ip().is_loopback() {
-        println!("  (any host that can reach this address can connect; runs need the token)");
+        announce(format_args!(
+            "  (any host that can reach this address can connect; runs need the token)"
+        ));
     }
     let stop = interrupt::install();
     let mut tally = Tally::new(&scenario);

@@ -4,6 +4,15 @@
 
 use std::io::{self, Write};
 
+/// Prints one line of a long-running command's start (its address, its token, its links) and
+/// flushes it. Whoever started the command may stop reading once it has the line it needed (a
+/// script reads the address, then closes the pipe): the command serves on instead of dying on
+/// a closed stdout.
+pub fn announce(line: std::fmt::Arguments) {
+    let mut out = io::stdout().lock();
+    let _ = out.write_fmt(line).and_then(|()| out.write_all(b"\n")).and_then(|()| out.flush());
+}
+
 /// Writes through to `W`, with every control character but newline and tab (C0, DEL, C1: ESC
 /// and BEL among them) shown as a visible escape, `\u{1b}`; bytes that are not UTF-8 become
 /// U+FFFD.
