@@ -16,7 +16,9 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use crate::event::{ConnId, Event, EventKind, ReqId, Side, TcpInfoSample};
 
-#[derive(Serialize, Deserialize)]
+/// As a reader decodes it (written as [`WireEventRef`]; the tests write these too).
+#[cfg_attr(test, derive(Serialize))]
+#[derive(Deserialize)]
 struct WireEvent {
     /// Nanoseconds since the previous event of the message (the first: since the run started).
     dt_ns: i64,
@@ -41,7 +43,8 @@ struct WireEventRef<'a> {
 // A wire event lives on the stack, one at a time, while a message is expanded: boxing the large
 // variant would allocate per TCP_INFO sample, which `Deltas` exists to avoid.
 #[allow(clippy::large_enum_variant)]
-#[derive(Serialize, Deserialize)]
+#[cfg_attr(test, derive(Serialize))]
+#[derive(Deserialize)]
 enum WireKind {
     /// Every kind but `TcpInfo`, as it is.
     Plain(EventKind),

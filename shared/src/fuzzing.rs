@@ -12,7 +12,7 @@ use crate::control::{ToClient, ToServer};
 use crate::event::RunId;
 use crate::kernel::KernelTracks;
 use crate::overview::Overview;
-use crate::spec::{RrSpec, Scenario};
+use crate::spec::Scenario;
 use crate::wire::{self, FrameStream, ToBrowser, ToProbe};
 use std::collections::HashMap;
 
@@ -133,7 +133,7 @@ struct Pipeline {
 impl Pipeline {
     fn new(spec: Scenario) -> Pipeline {
         Pipeline {
-            analysis: RunAnalysis::of_rr(rr_spec(&spec)),
+            analysis: RunAnalysis::of_rr(spec.rr()),
             spec,
             bulk: BulkAnalysis::new(),
             kernel: KernelTracks::new(),
@@ -147,7 +147,7 @@ impl Pipeline {
         self.bulk.push_all(events);
         self.kernel.push_all(events);
         if self.analysis.requests().len() > MAX_REQUESTS_AHEAD / 2 {
-            let spec = rr_spec(&self.spec);
+            let spec = self.spec.rr();
             let (retired, overview) = (&mut self.retired, &mut self.overview);
             self.analysis.retire(1024, |analysis, req, view| {
                 let stalls = attribution::attribute_request(analysis, req, view, spec);
@@ -161,18 +161,10 @@ impl Pipeline {
     }
 
     fn finish(self) {
-        let spec = rr_spec(&self.spec);
+        let spec = self.spec.rr();
         let stalls = attribution::attribute(&self.analysis, spec);
         let _ = self.retired.summaries_with(&stalls);
         let _ = self.analysis.summary();
         let _ = self.bulk.summary();
-    }
-}
-
-/// The spec that rules stall classes out, as `ackscope show` passes it (request/response runs).
-fn rr_spec(spec: &Scenario) -> Option<&RrSpec> {
-    match spec {
-        Scenario::Rr(rr) => Some(rr),
-        _ => None,
     }
 }

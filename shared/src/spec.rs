@@ -631,6 +631,14 @@ impl Scenario {
         }
     }
 
+    /// A request/response run's own spec; `None` for every other scenario.
+    pub fn rr(&self) -> Option<&RrSpec> {
+        match self {
+            Scenario::Rr(rr) => Some(rr),
+            _ => None,
+        }
+    }
+
     /// The scenario's name in the CLI and the JSON summary: "rr" or "bulk".
     pub fn name(&self) -> &'static str {
         match self {

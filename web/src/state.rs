@@ -132,11 +132,7 @@ impl Attribution {
 impl Run {
     fn new(id: RunId, spec: Scenario, instruments: Instruments) -> Run {
         let bulk = matches!(spec, Scenario::Bulk(_)).then(BulkAnalysis::new);
-        let rr = match &spec {
-            Scenario::Rr(rr) => Some(rr),
-            _ => None,
-        };
-        let analysis = RunAnalysis::of_rr(rr);
+        let analysis = RunAnalysis::of_rr(spec.rr());
         Run {
             id,
             spec,
@@ -261,7 +257,7 @@ pub struct Session {
     /// The most runs kept (a file's session): past it a run's messages are counted, not kept.
     max_runs: Option<usize>,
     /// Runs started past `max_runs`.
-    pub runs_not_kept: u64,
+    runs_not_kept: u64,
     /// The stream's Hello, readable or not (it names the probe's version either way).
     hello: Option<Hello>,
     /// Whether this stream began with a Hello we can read. Until it has, nothing else is applied:
