@@ -15,6 +15,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::event::{tcp_flags, ConnId, Event, EventKind, ReqId, Segment, Side};
 use crate::side_map::SideMap;
+pub use crate::sorted_multiset::SortedMultiset;
 use crate::spec::{RrSpec, MAX_REQUESTS};
 
 /// Reads held longer than this are stalls (the summary's "reads blocked longer than 10 ms").
@@ -445,6 +446,11 @@ impl RunAnalysis {
     /// path until then, not for the kernel; one that began later waited for the kernel all
     /// along.
     pub fn stall_ns(&self, conn: ConnId, span: &Span) -> Option<u64> {
+        // The excess is at most the read's whole duration: most reads end there, without the
+        // search for the write that carried their bytes (this runs for every retired read).
+        if span.duration_ns() <= STALL_THRESHOLD_NS {
+            return None;
+        }
         let could_arrive = self.written_ns(conn, span)?.saturating_add(self.path_delay_ns);
         let excess = span.end_ns.saturating_sub(span.start_ns.max(could_arrive));
         (excess > STALL_THRESHOLD_NS).then_some(excess)
@@ -494,7 +500,7 @@ impl RunAnalysis {
 
     /// Every completed request's latency (retired ones included), shortest first.
     pub fn latencies_ns(&self) -> Vec<u64> {
-        self.latencies.iter().collect()
+        self.latencies.to_vec()
     }
 
     /// Every completed request's latency (retired ones included), in order: for percentiles
@@ -563,149 +569,6 @@ pub fn request_touched(event: &Event) -> Option<ReqId> {
     }
 }
 
-/// Values in block-wise sorted order, for exact nearest-rank percentiles of a set that grows
-/// while it is asked (a live run's latencies, a class's waits). An insert or a removal costs
-/// O(log n + BLOCK): a binary search, then moving at most 2 * BLOCK values inside one block. The
-/// k-th value costs O(n / BLOCK): a walk over the blocks' lengths (about 400 blocks for 100,000
-/// values). A sorted `Vec` would move O(n) values per insert, sorting on every question costs
-/// O(n log n), and a histogram would not give the exact values the CLI prints.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct SortedMultiset {
-    /// Each sorted and not empty; every value of a block is at most every value of the next.
-    blocks: Vec<Vec<u64>>,
-    /// The last (largest) value of each block, side by side: the search for a value's block
-    /// reads this one array instead of one heap block per step.
-    lasts: Vec<u64>,
-    len: usize,
-}
-
-/// A block is split in two when it reaches twice this many values.
-const BLOCK: usize = 256;
-
-impl SortedMultiset {
-    pub fn new() -> SortedMultiset {
-        SortedMultiset::default()
-    }
-
-    pub fn len(&self) -> usize {
-        self.len
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-
-    /// The block where `value` goes or is: the first whose last value is at least `value` (if
-    /// `value` is held, the first block holding it is that one), else the last block.
-    fn block_of(&self, value: u64) -> usize {
-        let first_not_below = self.lasts.partition_point(|&last| last < value);
-        first_not_below.min(self.blocks.len().saturating_sub(1))
-    }
-
-    pub fn insert(&mut self, value: u64) {
-        if self.blocks.is_empty() {
-            self.blocks.push(Vec::with_capacity(2 * BLOCK));
-            self.lasts.push(value);
-        }
-        let index = self.block_of(value);
-        let block = &mut self.blocks[index];
-        let at = block.partition_point(|&v| v <= value);
-        block.insert(at, value);
-        self.len += 1;
-        if block.len() >= 2 * BLOCK {
-            let mut upper = Vec::with_capacity(2 * BLOCK);
-            upper.extend_from_slice(&block[BLOCK..]);
-            block.truncate(BLOCK);
-            let (lower_last, upper_last) = (block[BLOCK - 1], upper[upper.len() - 1]);
-            self.blocks.insert(index + 1, upper);
-            self.lasts[index] = lower_last;
-            self.lasts.insert(index + 1, upper_last);
-        } else {
-            self.lasts[index] = block[block.len() - 1];
-        }
-    }
-
-    /// Removes one `value`; false if there was none.
-    pub fn remove(&mut self, value: u64) -> bool {
-        if self.blocks.is_empty() {
-            return false;
-        }
-        let index = self.block_of(value);
-        let block = &mut self.blocks[index];
-        let at = block.partition_point(|&v| v < value);
-        if block.get(at) != Some(&value) {
-            return false;
-        }
-        block.remove(at);
-        self.len -= 1;
-        match block.last() {
-            Some(&last) => self.lasts[index] = last,
-            None => {
-                self.blocks.remove(index);
-                self.lasts.remove(index);
-            }
-        }
-        true
-    }
-
-    /// The `k`-th smallest value, from 0.
-    pub fn kth(&self, mut k: usize) -> Option<u64> {
-        for block in &self.blocks {
-            match block.get(k) {
-                Some(&value) => return Some(value),
-                None => k -= block.len(),
-            }
-        }
-        None
-    }
-
-    pub fn max(&self) -> Option<u64> {
-        self.blocks.last().and_then(|block| block.last()).copied()
-    }
-
-    /// Every value, smallest first.
-    pub fn iter(&self) -> impl Iterator<Item = u64> + '_ {
-        self.blocks.iter().flatten().copied()
-    }
-
-    /// The `k`-th smallest value (from 0) of these values and `more` (sorted) together, without
-    /// merging them: a binary search over how many of the first k + 1 come from `more`,
-    /// O(log |more| * n / BLOCK).
-    pub fn kth_with(&self, more: &[u64], k: usize) -> Option<u64> {
-        let (n, m) = (self.len, more.len());
-        let take = k.checked_add(1).filter(|&take| take <= n + m)?;
-        // `j` values from `more` and `take - j` from here are the first `take` when neither side
-        // gave a value greater than the other's next one.
-        let (mut lo, mut hi) = (take.saturating_sub(n), take.min(m));
-        loop {
-            let j = lo + (hi - lo) / 2;
-            let i = take - j;
-            let here = |index: usize| self.kth(index).unwrap_or(u64::MAX);
-            if i > 0 && j < m && here(i - 1) > more[j] {
-                lo = j + 1;
-            } else if j > 0 && i < n && more[j - 1] > here(i) {
-                hi = j - 1;
-            } else {
-                let last_here = i.checked_sub(1).and_then(|index| self.kth(index));
-                let last_more = j.checked_sub(1).map(|index| more[index]);
-                return last_here.max(last_more);
-            }
-        }
-    }
-
-    /// Nearest-rank percentile, as [`percentile`] of the sorted values; 0 when there are none.
-    pub fn percentile(&self, pct: f64) -> u64 {
-        self.percentile_with(&[], pct)
-    }
-
-    /// Nearest-rank percentile of these values and `more` (sorted) together.
-    pub fn percentile_with(&self, more: &[u64], pct: f64) -> u64 {
-        nearest_rank(self.len + more.len(), pct)
-            .and_then(|index| self.kth_with(more, index))
-            .unwrap_or(0)
-    }
-}
-
 fn min_some(a: Option<u64>, b: Option<u64>) -> Option<u64> {
     match (a, b) {
         (Some(a), Some(b)) => Some(a.min(b)),
@@ -719,7 +582,7 @@ pub fn percentile(sorted: &[u64], pct: f64) -> u64 {
 }
 
 /// The index (from 0) of the nearest-rank `pct` percentile among `len` sorted values.
-fn nearest_rank(len: usize, pct: f64) -> Option<usize> {
+pub(crate) fn nearest_rank(len: usize, pct: f64) -> Option<usize> {
     let rank = ((pct / 100.0) * len as f64).ceil() as usize;
     (len > 0).then(|| rank.clamp(1, len) - 1)
 }
@@ -784,7 +647,7 @@ pub(crate) mod batches {
 
 #[cfg(test)]
 mod tests {
-    use super::batches::{random_batches, Rng};
+    use super::batches::random_batches;
     use super::*;
 
     use crate::synthetic::{nagle_run, Script, MS, US};
@@ -951,52 +814,6 @@ mod tests {
         }
     }
 
-    #[test]
-    fn a_sorted_multiset_answers_as_a_sorted_vec() {
-        let mut rng = Rng(7);
-        let mut set = SortedMultiset::new();
-        let mut reference: Vec<u64> = Vec::new();
-        for step in 0..6000 {
-            // Few distinct values: duplicates across block boundaries.
-            let value = rng.below(700) as u64 * 3;
-            if rng.below(4) == 0 {
-                let held = reference.iter().position(|&v| v == value);
-                assert_eq!(set.remove(value), held.is_some());
-                if let Some(at) = held {
-                    reference.remove(at);
-                }
-            } else {
-                set.insert(value);
-                let at = reference.partition_point(|&v| v <= value);
-                reference.insert(at, value);
-            }
-            assert_eq!(set.len(), reference.len());
-            if step % 97 == 0 {
-                assert_eq!(set.iter().collect::<Vec<_>>(), reference);
-                assert_eq!(set.max(), reference.last().copied());
-                let lasts: Vec<u64> = set.blocks.iter().filter_map(|b| b.last().copied()).collect();
-                assert_eq!(set.lasts, lasts, "the block index follows the blocks");
-                for k in (0..reference.len() + 2).step_by(13) {
-                    assert_eq!(set.kth(k), reference.get(k).copied(), "k {k}");
-                }
-                let mut more: Vec<u64> =
-                    (0..rng.below(9)).map(|_| rng.below(2200) as u64).collect();
-                more.sort_unstable();
-                let mut merged = [reference.as_slice(), more.as_slice()].concat();
-                merged.sort_unstable();
-                for k in 0..merged.len() + 2 {
-                    assert_eq!(set.kth_with(&more, k), merged.get(k).copied(), "k {k} {more:?}");
-                }
-                for pct in [0.0, 1.0, 50.0, 99.0, 99.9, 100.0] {
-                    assert_eq!(set.percentile_with(&more, pct), percentile(&merged, pct));
-                }
-            }
-        }
-        assert!(set.blocks.len() > 3, "the blocks were split: {}", set.blocks.len());
-        assert!(SortedMultiset::new().percentile_with(&[], 50.0) == 0);
-        assert_eq!(SortedMultiset::new().kth_with(&[4, 9], 1), Some(9));
-        assert!(!SortedMultiset::new().remove(3));
-    }
 
     /// Issue 11, defect 5: one event naming request 999,999 (594 bytes of file) made a million
     /// empty request views, 112 MB, per run.

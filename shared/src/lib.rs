@@ -32,6 +32,7 @@ pub mod packet_stalls;
 pub mod pcap;
 pub mod presets;
 mod side_map;
+mod sorted_multiset;
 pub mod spec;
 #[cfg(any(test, feature = "synthetic"))]
 pub mod synthetic;
