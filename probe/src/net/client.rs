@@ -14,7 +14,7 @@ use super::endpoint::{Endpoint, Inbox, KernelProbe};
 use super::options::SideOptions;
 use super::peers::{ConnTag, Peers};
 use super::record::Recorder;
-use super::{answer_into, context, LENGTH_PREFIX_BYTES};
+use super::{answer_into, context, Message, LENGTH_PREFIX_BYTES};
 use ackscope_shared::wire::Instruments;
 
 /// What the client threads of one run share.
@@ -85,9 +85,10 @@ pub fn run(shared: &Shared, rec: &mut Recorder) -> io::Result<()> {
     let server = shared.server;
     let opts = SideOptions::rr(spec, Side::Client);
     // The request body: a recognisable pattern, so a wrong echo is caught below.
-    let request: Vec<u8> = (0..spec.size_bytes as usize).map(|i| (i % 251) as u8).collect();
+    let body: Vec<u8> = (0..spec.size_bytes as usize).map(|i| (i % 251) as u8).collect();
     let mut expected = Vec::new();
-    answer_into(&request, spec.response_size(), &mut expected);
+    answer_into(&body, spec.response_size(), &mut expected);
+    let request = Message::of(&body)?;
     // Sized for the whole answer: when it is all there, one read takes it.
     let mut inbox = Inbox::with_capacity(LENGTH_PREFIX_BYTES + spec.response_size() as usize);
 

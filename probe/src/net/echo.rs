@@ -20,7 +20,7 @@ use super::endpoint::{Endpoint, Inbox, KernelProbe, INBOX_START_BYTES};
 use super::options::SideOptions;
 use super::peers::{ConnTag, Peers};
 use super::record::{Clock, Recorder};
-use super::{answer_into, context};
+use super::{context, Message};
 use ackscope_shared::wire::Instruments;
 
 #[derive(Clone, Debug)]
@@ -356,7 +356,7 @@ impl Connection<'_> {
         let mut end = Endpoint::new(&mut stream, conn, &config.opts, rec, &kernel);
         end.record_buffers(ReqId(0))?;
         let mut inbox = Inbox::with_capacity(INBOX_START_BYTES);
-        let mut answer = Vec::new();
+        let mut answer = Message::default();
         let mut req = ReqId(0);
         let mut index = 0;
         let result = loop {
@@ -408,7 +408,7 @@ impl Connection<'_> {
                 }
                 Err(e) => break Err(context(e, format!("echo server read from {peer}"))),
             };
-            answer_into(body, config.response_bytes.unwrap_or(len), &mut answer);
+            answer.answer(body, config.response_bytes.unwrap_or(len));
             if !config.think.is_zero() {
                 thread::sleep(config.think);
             }

@@ -11,7 +11,7 @@ use socket2::SockRef;
 use super::options::{effective_buffers, SideOptions};
 use super::record::Recorder;
 use super::tcp_info::{self, BlockSampler};
-use super::{context, LENGTH_PREFIX_BYTES};
+use super::{context, Message, LENGTH_PREFIX_BYTES};
 use ackscope_shared::wire::Instruments;
 use std::time::Duration;
 
@@ -187,8 +187,6 @@ pub struct Endpoint<'a> {
     opts: &'a SideOptions,
     rec: &'a mut Recorder,
     kernel: &'a KernelProbe,
-    /// Length and body copied together for [`WritePattern::Single`].
-    scratch: Vec<u8>,
 }
 
 impl<'a> Endpoint<'a> {
@@ -199,7 +197,7 @@ impl<'a> Endpoint<'a> {
         rec: &'a mut Recorder,
         kernel: &'a KernelProbe,
     ) -> Self {
-        Endpoint { stream, conn, opts, rec, kernel, scratch: Vec::new() }
+        Endpoint { stream, conn, opts, rec, kernel }
     }
 
     /// Brackets one syscall: tells the sampler a call may block, and reads TCP_INFO at the
@@ -387,31 +385,22 @@ impl<'a> Endpoint<'a> {
         Ok(())
     }
 
-    /// Writes one message (4-byte big-endian length, then `body`) the way this side's options
-    /// say: split, single or writev, inside TCP_CORK if asked.
-    pub fn write_message(&mut self, req: ReqId, body: &[u8]) -> io::Result<()> {
-        let len = u32::try_from(body.len()).map_err(|_| io::Error::other("body over 4 GiB"))?;
-        let prefix = len.to_be_bytes();
+    /// Writes one message (its 4-byte big-endian length, then its body) the way this side's
+    /// options say: split, single or writev, inside TCP_CORK if asked.
+    pub fn write_message(&mut self, req: ReqId, message: &Message) -> io::Result<()> {
         if self.opts.cork {
             self.set_option(req, SockOpt::Cork, true)?;
         }
         match self.opts.write {
             WritePattern::Split => {
-                self.write_all(req, &prefix)?;
-                self.write_all(req, body)?;
+                self.write_all(req, message.prefix())?;
+                self.write_all(req, message.body())?;
             }
-            WritePattern::Single => {
-                let mut buffer = std::mem::take(&mut self.scratch);
-                buffer.clear();
-                buffer.extend_from_slice(&prefix);
-                buffer.extend_from_slice(body);
-                let written = self.write_all(req, &buffer);
-                self.scratch = buffer;
-                written?;
-            }
+            WritePattern::Single => self.write_all(req, message.framed())?,
             WritePattern::Writev => {
+                let (prefix, body) = (message.prefix(), message.body());
                 let mut sent = 0;
-                let total = LENGTH_PREFIX_BYTES + body.len();
+                let total = message.framed().len();
                 while sent < total {
                     let (first, second) = if sent < LENGTH_PREFIX_BYTES {
                         (&prefix[sent..], body)
