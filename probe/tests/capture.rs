@@ -40,7 +40,7 @@ fn segments(events: &[Event]) -> Vec<(&Event, &Segment)> {
     let mut segments: Vec<_> = events
         .iter()
         .filter_map(|e| match &e.kind {
-            EventKind::Segment(segment) => Some((e, &**segment)),
+            EventKind::Segment(segment) => Some((e, segment)),
             _ => None,
         })
         .collect();

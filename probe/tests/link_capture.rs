@@ -36,7 +36,7 @@ fn the_relay_captures_both_directions_on_the_run_clock_and_stalls_cite_the_packe
     let mut segments: Vec<(&Event, &Segment)> = events
         .iter()
         .filter_map(|e| match &e.kind {
-            EventKind::Segment(s) => Some((e, &**s)),
+            EventKind::Segment(s) => Some((e, s)),
             _ => None,
         })
         .collect();

@@ -197,13 +197,13 @@ mod tests {
             side,
             conn: ConnId(1),
             req: ReqId(0),
-            kind: EventKind::Segment(Box::new(Segment {
+            kind: EventKind::Segment(Segment {
                 flags,
                 seq,
                 ack,
                 len,
                 ..Segment::default()
-            })),
+            }),
         }
     }
 

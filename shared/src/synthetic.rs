@@ -48,7 +48,7 @@ impl Script {
 
     /// A captured segment sent by `side`.
     pub fn segment(&mut self, at_ns: u64, side: Side, req: u32, segment: Segment) {
-        self.event(at_ns, side, req, EventKind::Segment(Box::new(segment)));
+        self.event(at_ns, side, req, EventKind::Segment(segment));
     }
 
     /// The packets of one message held by Nagle x delayed ACK as the capture sees them: the

@@ -188,14 +188,14 @@ mod tests {
             side,
             conn: ConnId(0),
             req: ReqId(1),
-            kind: EventKind::Segment(Box::new(Segment {
+            kind: EventKind::Segment(Segment {
                 flags,
                 seq,
                 ack,
                 len,
                 window: 65_535,
                 ..Segment::default()
-            })),
+            }),
         };
         let ack = tcp_flags::ACK;
         events.push(segment(start + 10 * US, Side::Client, 1000, 1, 4, ack | tcp_flags::PSH));

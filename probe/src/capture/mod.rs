@@ -446,8 +446,8 @@ impl Tagger {
         }
         let (_, tag, cursor) = self.recent.as_mut().expect("just set");
         let tag = &*tag;
-        let kind = EventKind::Segment(Box::new(segment));
-        match tag.request_before_from(rec.clock().instant_at(at_ns), cursor) {
+        let kind = EventKind::Segment(segment);
+        match tag.request_before_from(at_ns, cursor) {
             Some(req) => {
                 rec.record_as(side, at_ns, tag.conn, req, kind);
                 self.segments += 1;

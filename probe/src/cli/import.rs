@@ -133,7 +133,7 @@ pub fn import_bytes(bytes: &[u8]) -> Imported {
             side,
             conn: ConnId(i as u32 + 1),
             req: ReqId(*count),
-            kind: EventKind::Segment(Box::new(p.segment.clone())),
+            kind: EventKind::Segment(p.segment.clone()),
         });
     }
     Imported { connections, events, packets: capture.packets.len(), skipped, error: capture.error }

@@ -311,7 +311,7 @@ pub fn export_pcapng(path: &Path, out_path: &Path) -> Result<Ended, Failure> {
         let stalls = stalls_with_segments(segments, syscalls);
         for (i, e) in segments.iter().enumerate() {
             let EventKind::Segment(segment) = &e.kind else { continue };
-            let packet = Packet { segment: (**segment).clone(), ..endpoints(e.conn, e.side) };
+            let packet = Packet { segment: segment.clone(), ..endpoints(e.conn, e.side) };
             let comment = stalls.iter().find(|(j, _)| *j == i).map(|(_, s)| comment_of(s));
             writer.packet_with_len(
                 iface,

@@ -96,22 +96,27 @@ pub fn run(shared: &Shared, rec: &mut Recorder) -> io::Result<()> {
     let mut index_on_thread = 0u32;
     let mut last_req = ReqId(0);
     while let Some(req) = shared.take_request() {
-        if spec.connects_before(index_on_thread) {
+        let reconnect = spec.connects_before(index_on_thread);
+        if reconnect {
             if let Some((stream, tag, kernel)) = open.take() {
                 close(stream, kernel, tag.conn, last_req, rec);
             }
+        }
+        // The request's start, also the time it is announced to the server and the capture.
+        let started_ns = rec.now_ns();
+        if reconnect {
             let conn = ConnId(shared.next_conn.fetch_add(1, Ordering::Relaxed));
-            rec.record(rec.now_ns(), conn, req, EventKind::RequestStart);
+            rec.record(started_ns, conn, req, EventKind::RequestStart);
             let (stream, tag) = connect(shared, &opts, ConnTag::new(conn), req, rec)?;
             let kernel = KernelProbe::start(shared.instruments, &stream, rec, conn);
             open = Some((stream, tag, kernel));
         } else if let Some((_, tag, _)) = &open {
-            rec.record(rec.now_ns(), tag.conn, req, EventKind::RequestStart);
+            rec.record(started_ns, tag.conn, req, EventKind::RequestStart);
         }
         index_on_thread += 1;
         last_req = req;
         let (stream, tag, kernel) = open.as_mut().expect("connects_before(0) opened a connection");
-        tag.announce(req);
+        tag.announce(req, started_ns);
         let mut end = Endpoint::new(stream, tag.conn, &opts, rec, kernel);
         let what = |step: &str| format!("request {}: client {step} on {server}", req.0);
         end.write_message(req, &request).map_err(|e| context(e, what("write")))?;

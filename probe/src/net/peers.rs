@@ -16,7 +16,6 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::Instant;
 
 use ackscope_shared::{ConnId, ReqId};
 
@@ -24,8 +23,9 @@ use ackscope_shared::{ConnId, ReqId};
 #[derive(Clone, Debug)]
 pub struct ConnTag {
     pub conn: ConnId,
-    /// Each request on the connection, and when the client announced it.
-    requests: Arc<Mutex<Vec<(ReqId, Instant)>>>,
+    /// Each request on the connection, and when the client began it, on the run's clock
+    /// (the time its `RequestStart` event has: no clock read of its own).
+    requests: Arc<Mutex<Vec<(ReqId, u64)>>>,
 }
 
 impl ConnTag {
@@ -33,9 +33,10 @@ impl ConnTag {
         ConnTag { conn, requests: Arc::default() }
     }
 
-    /// Client: request `req` is the next one on this connection.
-    pub fn announce(&self, req: ReqId) {
-        lock(&self.requests).push((req, Instant::now()));
+    /// Client: request `req`, begun at `started_ns` on the run's clock, is the next one on
+    /// this connection. Announced before its first byte is written.
+    pub fn announce(&self, req: ReqId, started_ns: u64) {
+        lock(&self.requests).push((req, started_ns));
     }
 
     /// Server: the id of the `index`-th request on this connection (from 0), if announced.
@@ -49,22 +50,22 @@ impl ConnTag {
         lock(&self.requests).last().map(|&(req, _)| req)
     }
 
-    /// The request announced last at or before `at`, if any.
-    pub fn request_before(&self, at: Instant) -> Option<ReqId> {
-        self.request_before_from(at, &mut 0)
+    /// The request begun last at or before `at_ns` (on the run's clock), if any.
+    pub fn request_before(&self, at_ns: u64) -> Option<ReqId> {
+        self.request_before_from(at_ns, &mut 0)
     }
 
     /// [`ConnTag::request_before`], starting from where the previous call for a time no later
-    /// than `at` ended (`cursor`, updated): packet capture asks in time order, so this walks a
-    /// step or two instead of searching the whole connection's history.
-    pub fn request_before_from(&self, at: Instant, cursor: &mut usize) -> Option<ReqId> {
+    /// than `at_ns` ended (`cursor`, updated): packet capture asks in time order, so this walks
+    /// a step or two instead of searching the whole connection's history.
+    pub fn request_before_from(&self, at_ns: u64, cursor: &mut usize) -> Option<ReqId> {
         let requests = lock(&self.requests);
         let mut after = (*cursor).min(requests.len());
-        if after > 0 && requests[after - 1].1 > at {
+        if after > 0 && requests[after - 1].1 > at_ns {
             // Asked for an earlier time than last time: search from the start.
-            after = requests.partition_point(|&(_, announced)| announced <= at);
+            after = requests.partition_point(|&(_, started)| started <= at_ns);
         } else {
-            while requests.get(after).is_some_and(|&(_, announced)| announced <= at) {
+            while requests.get(after).is_some_and(|&(_, started)| started <= at_ns) {
                 after += 1;
             }
         }
@@ -118,8 +119,8 @@ mod tests {
         let seen = peers.lookup(40_000).expect("registered");
         assert_eq!(seen.conn, ConnId(7));
         assert_eq!(seen.latest(), None, "nothing announced yet");
-        tag.announce(ReqId(3));
-        tag.announce(ReqId(9));
+        tag.announce(ReqId(3), 10);
+        tag.announce(ReqId(9), 20);
         assert_eq!(seen.latest(), Some(ReqId(9)), "the lookup shares the request list");
         assert_eq!(peers.take(40_000).map(|t| t.conn), Some(ConnId(7)));
         assert!(peers.take(40_000).is_none(), "taken once");
@@ -130,17 +131,17 @@ mod tests {
     #[test]
     fn a_segment_belongs_to_the_request_announced_before_it() {
         let tag = ConnTag::new(ConnId(0));
-        let before_any = Instant::now();
-        tag.announce(ReqId(4));
-        let during_4 = Instant::now();
-        tag.announce(ReqId(5));
+        let (before_any, during_4, later) = (99, 150, 300);
+        tag.announce(ReqId(4), 100);
+        tag.announce(ReqId(5), 200);
         assert_eq!(tag.request_before(before_any), None);
+        assert_eq!(tag.request_before(100), Some(ReqId(4)), "a segment at the request's start");
         assert_eq!(tag.request_before(during_4), Some(ReqId(4)));
-        assert_eq!(tag.request_before(Instant::now()), Some(ReqId(5)));
+        assert_eq!(tag.request_before(later), Some(ReqId(5)));
         // From a cursor, forwards and then back in time, as a capture may ask.
         let mut cursor = 0;
         assert_eq!(tag.request_before_from(during_4, &mut cursor), Some(ReqId(4)));
-        assert_eq!(tag.request_before_from(Instant::now(), &mut cursor), Some(ReqId(5)));
+        assert_eq!(tag.request_before_from(later, &mut cursor), Some(ReqId(5)));
         assert_eq!(tag.request_before_from(during_4, &mut cursor), Some(ReqId(4)));
         assert_eq!(tag.request_before_from(before_any, &mut cursor), None);
     }

@@ -1,7 +1,6 @@
 //! Stamping events and handing them to whoever collects them.
 
 use std::sync::mpsc::{SyncSender, TrySendError};
-use std::time::Instant;
 
 use ackscope_shared::{ConnId, Event, EventKind, ReqId, Side};
 
@@ -28,16 +27,6 @@ impl Clock {
 
     pub fn now_ns(&self) -> u64 {
         monotonic_ns().saturating_sub(self.epoch_monotonic_ns)
-    }
-
-    /// The instant `at_ns` on this clock stands for (`Instant` reads the same CLOCK_MONOTONIC on
-    /// Linux; the two readings here are a few tens of nanoseconds apart).
-    pub fn instant_at(&self, at_ns: u64) -> Instant {
-        let (now, now_ns) = (Instant::now(), self.now_ns());
-        match now_ns.checked_sub(at_ns) {
-            Some(ago) => now - std::time::Duration::from_nanos(ago),
-            None => now + std::time::Duration::from_nanos(at_ns - now_ns),
-        }
     }
 }
 

@@ -106,7 +106,8 @@ pub fn run_remote(
     // The server names the connection by the client port it saw: the transfer's one.
     let peers = Arc::new(Peers::default());
     let tag = ConnTag::new(bulk::CONN);
-    tag.announce(bulk::TRANSFER);
+    // The one transfer is under way from the run's start.
+    tag.announce(bulk::TRANSFER, 0);
     peers.register(client_port, tag);
     let server_addr = started.server;
     let streaming = started.stream(peers, collector.sink());
