@@ -814,7 +814,6 @@ mod tests {
         }
     }
 
-
     /// Issue 11, defect 5: one event naming request 999,999 (594 bytes of file) made a million
     /// empty request views, 112 MB, per run.
     #[test]

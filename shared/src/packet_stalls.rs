@@ -197,13 +197,7 @@ mod tests {
             side,
             conn: ConnId(1),
             req: ReqId(0),
-            kind: EventKind::Segment(Segment {
-                flags,
-                seq,
-                ack,
-                len,
-                ..Segment::default()
-            }),
+            kind: EventKind::Segment(Segment { flags, seq, ack, len, ..Segment::default() }),
         }
     }
 
