@@ -44,8 +44,17 @@ struct Blocks {
 const BLOCK: usize = 256;
 
 /// Pending values are merged one by one while they are fewer than the ordered values over
-/// this; past it the blocks are rebuilt in one pass.
+/// this; past it the blocks are rebuilt in one pass (a page asks once a frame, while a file's
+/// chunks bring tens of thousands of requests at a time: one by one, those took main-thread
+/// tasks of 50-100 ms).
 const REBUILD_RATIO: usize = 16;
+
+/// Blocks made by a rebuild hold this many values: room for inserts before they split.
+const REBUILT_FILL: usize = BLOCK * 3 / 2;
+
+/// The pending list keeps its allocation across merges up to this many values; a larger one
+/// (a whole run's latencies, asked for at its end) is given back.
+const PENDING_KEPT: usize = 4096;
 
 impl SortedMultiset {
     pub fn new() -> SortedMultiset {
@@ -133,9 +142,10 @@ impl SortedMultiset {
             let mut pending = self.pending.take();
             pending.sort_unstable();
             self.ordered.borrow_mut().merge(&pending);
-            // Keep the allocation for the next values.
-            pending.clear();
-            *self.pending.borrow_mut() = pending;
+            if pending.capacity() <= PENDING_KEPT {
+                pending.clear();
+                *self.pending.borrow_mut() = pending;
+            }
         }
         self.ordered.borrow()
     }
@@ -157,37 +167,35 @@ impl Blocks {
         first_not_below.min(self.blocks.len().saturating_sub(1))
     }
 
-    /// Merges `sorted` in: one by one when they are few against what is held, else by
-    /// rebuilding every block from the two sorted sequences.
+    /// Merges `sorted` in: one by one while they are few against the values held, else by
+    /// rebuilding the blocks from the two sorted sequences (each old block freed as it is
+    /// read, so the rebuild holds little more than the values themselves).
     fn merge(&mut self, sorted: &[u64]) {
         if sorted.len().saturating_mul(REBUILD_RATIO) < self.len {
             // In order, so that consecutive values land in the same block while it is cached.
             sorted.iter().for_each(|&value| self.insert(value));
             return;
         }
-        let mut all = Vec::with_capacity(self.len + sorted.len());
-        let (mut held, mut new) =
-            (self.blocks.iter().flatten().copied().peekable(), sorted.iter().copied().peekable());
+        let mut held = std::mem::take(&mut self.blocks).into_iter().flatten().peekable();
+        let mut new = sorted.iter().copied().peekable();
+        let mut block = Vec::with_capacity(2 * BLOCK);
         loop {
             let next = match (held.peek(), new.peek()) {
                 (Some(&a), Some(&b)) if a <= b => held.next(),
-                (Some(_), Some(_)) => new.next(),
+                (Some(_), Some(_)) | (None, Some(_)) => new.next(),
                 (Some(_), None) => held.next(),
-                (None, Some(_)) => new.next(),
                 (None, None) => break,
             };
-            all.extend(next);
+            block.extend(next);
+            if block.len() == REBUILT_FILL {
+                self.blocks.push(std::mem::replace(&mut block, Vec::with_capacity(2 * BLOCK)));
+            }
         }
-        self.blocks = all
-            .chunks(BLOCK)
-            .map(|chunk| {
-                let mut block = Vec::with_capacity(2 * BLOCK);
-                block.extend_from_slice(chunk);
-                block
-            })
-            .collect();
+        if !block.is_empty() {
+            self.blocks.push(block);
+        }
         self.lasts = self.blocks.iter().map(|block| block[block.len() - 1]).collect();
-        self.len = all.len();
+        self.len = self.blocks.iter().map(Vec::len).sum();
     }
 
     fn insert(&mut self, value: u64) {
@@ -320,12 +328,23 @@ mod tests {
         assert_eq!(set.percentile(50.0), percentile(&sorted, 50.0));
         assert_eq!(set.to_vec(), sorted);
         assert!(set.pending.borrow().is_empty());
-        assert_eq!(set.ordered.borrow().blocks.len(), 100_000_usize.div_ceil(BLOCK), "rebuilt");
+        let blocks = 100_000_usize.div_ceil(REBUILT_FILL);
+        assert_eq!(set.ordered.borrow().blocks.len(), blocks, "rebuilt in one pass");
+        assert!(set.pending.borrow().capacity() <= PENDING_KEPT, "a whole run's list given back");
         for v in [0, 1 << 29, u64::MAX] {
             set.insert(v);
             sorted.insert(sorted.partition_point(|&s| s <= v), v);
         }
         assert_eq!(set.max(), Some(u64::MAX));
         assert_eq!(set.to_vec(), sorted);
+        // As many again as are held: the two sequences are merged into new blocks.
+        for _ in 0..sorted.len() {
+            let v = rng.below(1 << 30) as u64;
+            set.insert(v);
+            sorted.insert(sorted.partition_point(|&s| s <= v), v);
+        }
+        assert_eq!(set.to_vec(), sorted);
+        assert_eq!(set.percentile(99.0), percentile(&sorted, 99.0));
+        assert!(set.ordered.borrow().blocks.iter().all(|b| b.len() <= REBUILT_FILL));
     }
 }
