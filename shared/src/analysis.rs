@@ -184,8 +184,8 @@ pub struct RunAnalysis {
     /// Requests below this id were retired ([`RunAnalysis::retire`]); `requests[0]` is this one.
     base: u32,
     retired: Retired,
-    /// Every completed request's latency, retired ones included, kept in order as requests
-    /// complete: the summary's percentiles without sorting the run on every question.
+    /// Every completed request's latency, retired ones included, for the summary's exact
+    /// percentiles: ordered when the summary is asked for, not on every request.
     latencies: SortedMultiset,
     /// The earliest start and the latest done of every request, retired ones included.
     first_start: Option<u64>,
@@ -509,8 +509,8 @@ impl RunAnalysis {
         &self.latencies
     }
 
-    /// The headline numbers. The latencies are kept in order as requests complete; the stalled
-    /// reads are counted over every span held, O(spans).
+    /// The headline numbers. The latencies are ordered when first asked for since they last
+    /// grew ([`SortedMultiset`]); the stalled reads are counted over every span held, O(spans).
     pub fn summary(&self) -> Summary {
         let stalled_reads = self.retired.stalled_reads
             + self.requests.iter().map(|view| self.stalled_reads_of(view)).sum::<u32>();
@@ -519,7 +519,8 @@ impl RunAnalysis {
 
     /// [`RunAnalysis::summary`] with the stalled reads counted by the caller, who keeps them as
     /// requests settle (`attribution::Incremental`: the browser asks once per frame while a run
-    /// streams in). Costs O(n / 256): three order statistics of the latencies.
+    /// streams in). Costs O(n / 256), three order statistics of the latencies, once the
+    /// latencies that came since the last question are merged in.
     pub fn summary_with_stalled_reads(&self, stalled_reads: u32) -> Summary {
         let duration_s = match (self.first_start, self.last_done) {
             (Some(start), Some(done)) => done.saturating_sub(start) as f64 / 1e9,

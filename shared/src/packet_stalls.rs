@@ -3,7 +3,7 @@
 //!
 //! The one pattern recognised is Nagle x delayed ACK: a data segment, then nothing more from its
 //! sender until the peer's pure ACK for it arrives 20-500 ms later (the delayed-ACK timer), then
-//! the next bytes within [`HELD_AFTER_ACK_NS`] of that ACK: the sender had them all along and
+//! the next bytes within [`NAGLE_RELEASE_NS`] of that ACK: the sender had them all along and
 //! Nagle held them until the small segment was acknowledged (RFC 896; RFC 9293 section 3.7.4).
 //! Anything less conclusive is left out: a stall is only claimed with its evidence.
 
