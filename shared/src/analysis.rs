@@ -143,7 +143,37 @@ impl RequestView {
     pub fn latency_ns(&self) -> Option<u64> {
         Some(self.done_ns?.saturating_sub(self.start_ns?))
     }
+
+    /// This view with nothing in it but its lists' allocations, to be used for another
+    /// request; `None` if a list grew large (a bulk transfer's thousands of writes), whose
+    /// memory should not outlive it.
+    fn emptied(self) -> Option<RequestView> {
+        // Every field named, so that a new one cannot be carried over to another request.
+        let RequestView { conn: _, start_ns: _, done_ns: _, spans, kernel, segments, run_delays } =
+            self;
+        let capacities =
+            [spans.capacity(), kernel.capacity(), segments.capacity(), run_delays.capacity()];
+        let small = capacities.iter().all(|&capacity| capacity <= SPARE_LIST_CAPACITY);
+        fn empty<T>(mut list: Vec<T>) -> Vec<T> {
+            list.clear();
+            list
+        }
+        small.then(|| RequestView {
+            conn: None,
+            start_ns: None,
+            done_ns: None,
+            spans: empty(spans),
+            kernel: empty(kernel),
+            segments: empty(segments),
+            run_delays: empty(run_delays),
+        })
+    }
 }
+
+/// Emptied views kept for the next requests: as many as a retirement hands back at once.
+const MAX_SPARE_VIEWS: usize = 8192;
+/// A list longer than this is not kept for another request.
+const SPARE_LIST_CAPACITY: usize = 32;
 
 /// The headline numbers of a run. Field names are part of the CLI's JSON interface.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -184,6 +214,10 @@ pub struct RunAnalysis {
     /// Requests below this id were retired ([`RunAnalysis::retire`]); `requests[0]` is this one.
     base: u32,
     retired: Retired,
+    /// Views of retired requests, emptied, for the next requests: their lists keep their
+    /// allocations, so a long run's collector does not allocate and free a request's lists
+    /// for every request (on the CPU it measures).
+    spare: Vec<RequestView>,
     /// Every completed request's latency, retired ones included, for the summary's exact
     /// percentiles: ordered when the summary is asked for, not on every request.
     latencies: SortedMultiset,
@@ -384,7 +418,8 @@ impl RunAnalysis {
         }
         let index = (req.0 - self.base) as usize;
         if index >= self.requests.len() {
-            self.requests.resize_with(index + 1, RequestView::default);
+            let spare = &mut self.spare;
+            self.requests.resize_with(index + 1, || spare.pop().unwrap_or_default());
         }
         Some(&mut self.requests[index])
     }
@@ -480,7 +515,11 @@ impl RunAnalysis {
             retired.stalled_reads += self.stalled_reads_of(view);
         }
         self.retired = retired;
-        self.requests.drain(..count);
+        for view in self.requests.drain(..count) {
+            if self.spare.len() < MAX_SPARE_VIEWS {
+                self.spare.extend(view.emptied());
+            }
+        }
         self.base += count as u32;
         // A read is carried by a write made during its own request: writes that ended before the
         // oldest request still held began are never needed again.
@@ -743,7 +782,14 @@ mod tests {
         let mut folded = Vec::new();
         for chunk in events.chunks(50) {
             rolling.push_all(chunk);
-            rolling.retire(10, |_, req, view| folded.push((req, view.spans.len())));
+            rolling.retire(10, |_, req, view| folded.push((req, view.clone())));
+        }
+        // Views of retired requests are reused: every one, handed over or kept, is what the
+        // analysis that retired nothing has for that request, nothing carried over.
+        let held = rolling.requests().iter().enumerate();
+        let kept = held.map(|(i, view)| (ReqId(rolling.first_request() + i as u32), view.clone()));
+        for (req, view) in folded.iter().cloned().chain(kept) {
+            assert_eq!(view, whole.requests()[req.0 as usize], "request {}", req.0);
         }
         assert_eq!(rolling.summary(), whole.summary());
         assert_eq!(rolling.latencies_ns(), whole.latencies_ns(), "retired latencies stay");
@@ -752,7 +798,7 @@ mod tests {
         assert!(rolling.requests().len() <= 11, "{} kept", rolling.requests().len());
         assert_eq!(rolling.first_request() as usize + rolling.requests().len(), 100);
         assert_eq!(folded.first().map(|f| f.0), Some(ReqId(0)));
-        assert!(folded.iter().all(|&(_, spans)| spans == 8), "each handed over whole");
+        assert!(folded.iter().all(|(_, view)| view.spans.len() == 8), "each handed over whole");
         assert!(folded.windows(2).all(|w| w[1].0 .0 == w[0].0 .0 + 1), "in order, once each");
     }
 
