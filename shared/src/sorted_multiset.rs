@@ -73,13 +73,11 @@ impl SortedMultiset {
         self.pending.get_mut().push(value);
     }
 
-    /// Removes one `value`; false if there was none.
+    /// Removes one `value`; false if there was none. The pending values are merged first: a
+    /// search of them would cost O(pending) per removal, and a file that repeats every
+    /// request's end (each repeat a removal) would make that quadratic.
     pub fn remove(&mut self, value: u64) -> bool {
-        let pending = self.pending.get_mut();
-        if let Some(at) = pending.iter().rposition(|&v| v == value) {
-            pending.swap_remove(at);
-            return true;
-        }
+        self.merge_pending();
         self.ordered.get_mut().remove(value)
     }
 
@@ -138,6 +136,11 @@ impl SortedMultiset {
 
     /// The ordered blocks with every pending value merged in.
     fn settled(&self) -> Ref<'_, Blocks> {
+        self.merge_pending();
+        self.ordered.borrow()
+    }
+
+    fn merge_pending(&self) {
         if !self.pending.borrow().is_empty() {
             let mut pending = self.pending.take();
             pending.sort_unstable();
@@ -147,7 +150,6 @@ impl SortedMultiset {
                 *self.pending.borrow_mut() = pending;
             }
         }
-        self.ordered.borrow()
     }
 }
 
@@ -346,5 +348,11 @@ mod tests {
         assert_eq!(set.to_vec(), sorted);
         assert_eq!(set.percentile(99.0), percentile(&sorted, 99.0));
         assert!(set.ordered.borrow().blocks.iter().all(|b| b.len() <= REBUILT_FILL));
+        // A removal merges what is pending and removes from the blocks: no scan of a list that
+        // may hold a whole run.
+        set.insert(7);
+        assert!(set.remove(7));
+        assert!(set.pending.borrow().is_empty(), "merged before the removal");
+        assert_eq!(set.to_vec(), sorted);
     }
 }
