@@ -689,7 +689,8 @@ impl AppState {
         let not_kept = file.session.runs_not_kept;
         let too_many = (not_kept > 0).then(|| {
             format!(
-                "{name}: the file holds {} runs; a page keeps the first {MAX_FILE_RUNS} of a                  file, and those are shown (`ackscope show` reads them all)",
+                "{name}: the file holds {} runs; a page keeps the first {MAX_FILE_RUNS} of a \
+                 file, and those are shown (`ackscope show` reads them all)",
                 MAX_FILE_RUNS as u64 + not_kept
             )
         });
@@ -1519,6 +1520,7 @@ mod tests {
         );
         let note = file.error.as_deref().expect("a note that runs were not kept");
         assert!(note.contains("holds 100000 runs") && note.contains("first 1000"), "{note}");
+        assert!(note.contains("the first 1000 of a file, and those are shown"), "{note}");
     }
 
     #[test]
