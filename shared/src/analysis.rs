@@ -537,6 +537,12 @@ impl RunAnalysis {
         view.spans.iter().filter(|span| self.stall_ns(conn, span).is_some()).count() as u32
     }
 
+    /// Puts the latencies recorded since the last question in order now if there are many
+    /// ([`SortedMultiset::settle_if_many`]), so that the next summary has few to merge.
+    pub fn settle_latencies(&self) {
+        self.latencies.settle_if_many();
+    }
+
     /// Every completed request's latency (retired ones included), shortest first.
     pub fn latencies_ns(&self) -> Vec<u64> {
         self.latencies.to_vec()

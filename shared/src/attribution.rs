@@ -794,17 +794,27 @@ impl Incremental {
         stalls.truncate(self.settled_stalls);
         let mut from = (analysis.path_delay_ns() != self.path_delay_ns).then_some(0);
         self.path_delay_ns = analysis.path_delay_ns();
+        // The connections and sides the batch has TCP_INFO samples of, each once: a long run's
+        // batches are mostly samples of one or two.
+        let mut sampled: Vec<(ConnId, Side)> = Vec::new();
         for event in events {
             let touched = request_touched(event).map(|req| req.0).filter(|&req| req < self.next);
             from = earliest(from, touched);
             if let EventKind::TcpInfo(_) = &event.kind {
-                // The analysis holds the batch's last sample: compare with what was used.
-                let side = event.side;
-                let changed = self.connections.get(&event.conn).filter(|settled| {
-                    settled.facts(side) != WriterFacts::of(analysis, event.conn, side)
-                });
-                from = earliest(from, changed.map(|settled| settled.first));
+                if sampled.last() != Some(&(event.conn, event.side)) {
+                    sampled.push((event.conn, event.side));
+                }
             }
+        }
+        sampled.sort_unstable_by_key(|&(conn, side)| (conn, side == Side::Server));
+        sampled.dedup();
+        for (conn, side) in sampled {
+            // The analysis holds the batch's last sample: compare with what was used.
+            let changed = self
+                .connections
+                .get(&conn)
+                .filter(|settled| settled.facts(side) != WriterFacts::of(analysis, conn, side));
+            from = earliest(from, changed.map(|settled| settled.first));
         }
         if let Some(from) = from {
             self.unsettle(from, stalls);

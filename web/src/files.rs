@@ -25,10 +25,14 @@ pub fn open_files(store: Store, files: &FileList) {
 }
 
 /// Bytes read from a file at a time: big enough that reading is not the cost, small enough
-/// that the page never holds more than a few of them besides the decoded session.
+/// that the page never holds more than a few of them besides the decoded session. They stay the
+/// browser's (an `ArrayBuffer`): only one piece at a time is copied into the app's memory.
 const READ_CHUNK_BYTES: f64 = 8.0 * 1024.0 * 1024.0;
-/// Bytes decoded between two looks at the clock.
-const DECODE_PIECE_BYTES: usize = 256 * 1024;
+/// Bytes copied into the app and decoded between two looks at the clock: at most a few
+/// milliseconds of work, so a time slice ends within a few milliseconds of [`SLICE_MS`]. (A
+/// whole chunk copied at once made the first slice a 60-110 ms task: the app's memory grew by
+/// the chunk's 8 MiB before anything was decoded.)
+const DECODE_PIECE_BYTES: u32 = 64 * 1024;
 /// The page's thread is given back after this long, so input and painting go on while a big
 /// file loads (a task over 50 ms is one a person notices).
 const SLICE_MS: f64 = 20.0;
@@ -58,14 +62,16 @@ pub fn open_blob(store: Store, name: String, blob: Blob) {
         }
         let mut at = 0.0;
         let mut slice_start = now_ms();
+        // The one buffer pieces are copied into: the app's memory holds a piece, not a chunk.
+        let mut piece = vec![0u8; DECODE_PIECE_BYTES as usize];
         while at < size {
             let end = (at + READ_CHUNK_BYTES).min(size);
             let chunk = match blob.slice_with_f64_and_f64(at, end) {
                 Ok(chunk) => settle(&chunk.array_buffer()).await,
                 Err(error) => Err(error),
             };
-            let buffer = match chunk {
-                Ok(buffer) => Uint8Array::new(&buffer).to_vec(),
+            let chunk = match chunk {
+                Ok(buffer) => Uint8Array::new(&buffer),
                 Err(error) => {
                     store.try_update(|state| {
                         state.end_file(id);
@@ -77,8 +83,13 @@ pub fn open_blob(store: Store, name: String, blob: Blob) {
                     return;
                 }
             };
-            for piece in buffer.chunks(DECODE_PIECE_BYTES) {
-                if store.try_update_quietly(|state| state.feed_file(id, piece)).is_none() {
+            let mut from = 0;
+            while from < chunk.length() {
+                let to = chunk.length().min(from + DECODE_PIECE_BYTES);
+                let bytes = &mut piece[..(to - from) as usize];
+                chunk.subarray(from, to).copy_to(bytes);
+                from = to;
+                if store.try_update_quietly(|state| state.feed_file(id, bytes)).is_none() {
                     return; // the page is gone
                 }
                 if now_ms() - slice_start > SLICE_MS {
@@ -90,6 +101,9 @@ pub fn open_blob(store: Store, name: String, blob: Blob) {
             }
             at = end;
         }
+        // The first whole view of the run is a task of its own, not the end of a decoding slice.
+        store.try_update(|_| {});
+        sleep(0).await;
         store.try_update(|state| state.end_file(id));
     });
 }
