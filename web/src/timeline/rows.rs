@@ -4,6 +4,9 @@
 //! wait, the classes of its stalls) in flat columns, so filtering and searching a million
 //! requests is a scan of a few megabytes, not of the analysis' nested spans.
 
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+
 use ackscope_shared::analysis::RunAnalysis;
 use ackscope_shared::attribution::{Stall, StallClass};
 
@@ -74,6 +77,13 @@ impl Facts {
         self.done.truncate(keep);
         self.classes.truncate(keep);
         self.worst.truncate(keep);
+        // Room for every request at once: a whole run's facts (a file's, when it is first shown)
+        // would otherwise grow each column by doubling, copying it a few times over.
+        let more = requests.len() - keep;
+        self.extent_ns.reserve(more);
+        self.done.reserve(more);
+        self.classes.reserve(more);
+        self.worst.reserve(more);
         for view in &requests[keep..] {
             self.extent_ns.push(extent_ns(view).unwrap_or(0));
             self.done.push(view.done_ns.is_some());
@@ -119,6 +129,10 @@ impl Facts {
 
     /// The request ids the filter keeps, in request order.
     pub fn rows(&self, filter: &Filter) -> Vec<u32> {
+        if filter.is_empty() {
+            // Every request: known in size, no test per row.
+            return (self.first..self.first + self.len() as u32).collect();
+        }
         (0..self.len())
             .filter(|&index| self.keeps(index, filter))
             .map(|index| self.first + index as u32)
@@ -127,21 +141,28 @@ impl Facts {
 
     /// The `count` slowest finished requests, slowest first (ties: the earlier request first).
     pub fn slowest(&self, count: usize) -> Vec<u32> {
-        let mut done: Vec<usize> = (0..self.len()).filter(|&i| self.done[i]).collect();
-        let order =
-            |a: &usize, b: &usize| self.extent_ns[*b].cmp(&self.extent_ns[*a]).then(a.cmp(b));
-        if done.len() > count {
-            done.select_nth_unstable_by(count, order);
-            done.truncate(count);
+        // One pass keeping the `count` slowest so far in a heap whose top is the fastest of
+        // them: no list of every finished request (a million, for a big file) to select from.
+        let rank = |index: usize| (self.extent_ns[index], Reverse(index));
+        let mut kept: BinaryHeap<Reverse<(u64, Reverse<usize>)>> =
+            BinaryHeap::with_capacity(count + 1);
+        for index in (0..self.len()).filter(|&i| self.done[i]) {
+            if kept.len() < count {
+                kept.push(Reverse(rank(index)));
+            } else if kept.peek().is_some_and(|Reverse(fastest)| rank(index) > *fastest) {
+                kept.pop();
+                kept.push(Reverse(rank(index)));
+            }
         }
-        done.sort_unstable_by(order);
-        done.into_iter().map(|index| self.first + index as u32).collect()
+        // Ascending `Reverse` ranks: slowest first, ties by the earlier request.
+        let order = kept.into_sorted_vec();
+        order.into_iter().map(|Reverse((_, Reverse(index)))| self.first + index as u32).collect()
     }
 
     /// The finished request that comes after `after` in slowest-first order (the slowest when
     /// `after` is `None` or the last): a scan, so no sorted copy of a million latencies is kept.
     pub fn next_slowest(&self, after: Option<u32>) -> Option<u32> {
-        let rank = |index: usize| (self.extent_ns[index], std::cmp::Reverse(index));
+        let rank = |index: usize| (self.extent_ns[index], Reverse(index));
         let bound = after.and_then(|req| self.index(req)).map(rank);
         let slower_than_bound = |index: &usize| bound.is_none_or(|bound| rank(*index) < bound);
         let next = (0..self.len())
@@ -238,6 +259,27 @@ mod tests {
         assert_eq!(drawn, written);
         assert_eq!(drawn.stalled(), 5, "every request after the first stalled");
         assert!(drawn.slowest_ns() > 44 * MS);
+    }
+
+    #[test]
+    fn the_slowest_are_those_of_a_sort_with_ties_to_the_earlier_request() {
+        let len = 500;
+        let facts = Facts {
+            first: 100,
+            // Few distinct extents (ties), every seventh request unfinished.
+            extent_ns: (0..len).map(|i| (i * 7919 % 13) as u64).collect(),
+            done: (0..len).map(|i| i % 7 != 3).collect(),
+            classes: vec![0; len],
+            worst: vec![Priority::Call; len],
+        };
+        let mut reference: Vec<usize> = (0..len).filter(|&i| facts.done[i]).collect();
+        reference.sort_by_key(|&i| (Reverse(facts.extent_ns[i]), i));
+        let ids = |indices: &[usize]| indices.iter().map(|&i| 100 + i as u32).collect::<Vec<_>>();
+        for count in [0, 1, 5, 20, 428, 429, 1000] {
+            let expected = ids(&reference[..count.min(reference.len())]);
+            assert_eq!(facts.slowest(count), expected, "count {count}");
+        }
+        assert_eq!(facts.rows(&Filter::default()), (100..600).collect::<Vec<u32>>());
     }
 
     #[test]
