@@ -13,6 +13,7 @@
 
 use std::cell::{Cell, OnceCell, RefCell};
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use ackscope_shared::analysis::{RunAnalysis, Summary};
 use ackscope_shared::attribution::{attribute, summarize, ClassSummary, Incremental, Stall};
@@ -27,6 +28,7 @@ use ackscope_shared::wire::{
 use ackscope_shared::{Event, EventKind, RrSpec, RunId, Scenario};
 
 use crate::session_file::SessionDecoder;
+use crate::timeline::rows::Facts;
 
 /// Where a run is in its life.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -102,6 +104,10 @@ pub struct Run {
     attribution: OnceCell<Attribution>,
     /// Every request's latency, sorted (the Compare view's CDF): cached like the summary.
     latencies: OnceCell<Vec<u64>>,
+    /// The timeline's per-request facts ([`Run::facts`]) and the event count they are of. A
+    /// watched run's are brought up to date with each batch while no view holds them (a file
+    /// being read), so that showing the run reads them instead of building a million at once.
+    facts: RefCell<(Arc<Facts>, u64)>,
 }
 
 /// Every wait of a run with its class and evidence (shared's [`attribute`]), and the waits
@@ -150,6 +156,7 @@ impl Run {
             settled_stalls: RefCell::new(Vec::new()),
             attribution: OnceCell::new(),
             latencies: OnceCell::new(),
+            facts: RefCell::new((Arc::new(Facts::default()), 0)),
         }
     }
 
@@ -185,6 +192,24 @@ impl Run {
         self.summary = OnceCell::new();
         self.bulk_summary = OnceCell::new();
         self.latencies = OnceCell::new();
+        // Only while nothing else holds them: a view's copy would make this a copy of them all.
+        let unshared = Arc::get_mut(&mut self.facts.get_mut().0).is_some();
+        if self.watched.get() && unshared && self.is_rr() {
+            self.facts();
+        }
+    }
+
+    /// The timeline's facts of every request (empty for other scenarios), up to date with the
+    /// events so far: only the requests since the last call are built (and the last few again,
+    /// [`Facts::update`]), in place unless a caller still holds the previous answer.
+    pub fn facts(&self) -> Arc<Facts> {
+        let mut cell = self.facts.borrow_mut();
+        if cell.1 != self.events && self.is_rr() {
+            let why = self.attribution();
+            Arc::make_mut(&mut cell.0).update(&self.analysis, &why.stalls);
+            cell.1 = self.events;
+        }
+        Arc::clone(&cell.0)
     }
 
     /// From now on every batch is attributed as it arrives (see `attributed`): for a run that
@@ -1294,11 +1319,14 @@ mod tests {
             "requests were attributed as their batches arrived: {} settled",
             run.attributed.next()
         );
+        let (facts, of_events) = run.facts.borrow().clone();
+        assert_eq!((facts.len(), of_events), (run.analysis.requests().len(), run.events));
         state.feed_file(id, rest);
         state.end_file(id);
         let run = state.selected().expect("its run is shown");
         let whole = Attribution::of(&run.analysis, run.spec.rr());
         assert_eq!(run.attribution(), &whole, "the same answer as attributing it whole");
+        assert_eq!(*run.facts(), Facts::of(&run.analysis, &whole.stalls), "and the same facts");
         assert_eq!(
             run.attribution().stalls.len(),
             2 * 39,

@@ -81,30 +81,21 @@ impl PartialEq for RowList {
     }
 }
 
-/// The selected run's facts, rebuilt only when its events change.
+/// The selected run's facts, kept by the run ([`crate::state::Run::facts`]): brought up to date
+/// only when its events change.
 pub fn run_facts(store: Store) -> Memo<Option<RunFacts>> {
     Memo::new(move |previous: Option<&Option<RunFacts>>| {
         store.read(|state| {
             let key = state.selected_key()?;
             let run = state.run(key).filter(|run| run.is_rr())?;
-            let mut facts = Facts::default();
             if let Some(Some(previous)) = previous {
                 if previous.key == key && previous.events == run.events {
                     return Some(previous.clone());
                 }
-                if previous.key == key {
-                    // The same run with more events: only its newest requests are rebuilt.
-                    facts = (*previous.facts).clone();
-                }
             }
-            let facts = facts.updated(&run.analysis, run.attribution());
+            let facts = run.facts();
             let slowest = facts.extent_ns.iter().copied().max().unwrap_or(0);
-            Some(RunFacts {
-                key,
-                events: run.events,
-                facts: Arc::new(facts),
-                home: Scale::fit(slowest, PLOT_WIDTH),
-            })
+            Some(RunFacts { key, events: run.events, facts, home: Scale::fit(slowest, PLOT_WIDTH) })
         })
     })
 }

@@ -10,7 +10,6 @@ use std::collections::BinaryHeap;
 use ackscope_shared::analysis::RunAnalysis;
 use ackscope_shared::attribution::{Stall, StallClass};
 
-use crate::state::Attribution;
 use ackscope_shared::overview::{extent_ns, key, Overview, Priority};
 
 /// Every class, in a fixed order: bit `i` of a class mask is `CLASSES[i]`.
@@ -42,7 +41,7 @@ impl Filter {
 }
 
 /// Per request (index = request id - `first`), what finding and ordering needs.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct Facts {
     /// The request id of index 0 (requests before it were retired by the analysis).
     pub first: u32,
@@ -60,14 +59,21 @@ pub struct Facts {
 const UNSETTLED: usize = 8;
 
 impl Facts {
-    pub fn of(analysis: &RunAnalysis, why: &Attribution) -> Facts {
-        Facts::default().updated(analysis, why)
+    /// `stalls`: the run's, in request order ([`crate::state::Attribution::stalls`]).
+    pub fn of(analysis: &RunAnalysis, stalls: &[Stall]) -> Facts {
+        Facts::default().updated(analysis, stalls)
     }
 
     /// These facts brought up to date with `analysis`: the requests before the last
     /// [`UNSETTLED`] are kept, the rest rebuilt, so a live run's new batch costs in proportion to
     /// the batch, not to the run. (Everything is rebuilt if the analysis retired requests.)
-    pub fn updated(mut self, analysis: &RunAnalysis, why: &Attribution) -> Facts {
+    pub fn updated(mut self, analysis: &RunAnalysis, stalls: &[Stall]) -> Facts {
+        self.update(analysis, stalls);
+        self
+    }
+
+    /// [`Facts::updated`], in place.
+    pub fn update(&mut self, analysis: &RunAnalysis, stalls: &[Stall]) {
         let requests = analysis.requests();
         let first = analysis.first_request();
         let keep = if self.first == first { self.len().saturating_sub(UNSETTLED) } else { 0 };
@@ -91,8 +97,8 @@ impl Facts {
             self.worst.push(Priority::Call);
         }
         // Stalls come in request order: only those of the rebuilt requests are looked at.
-        let from = why.stalls.partition_point(|stall| stall.req.0 < first + keep as u32);
-        for stall in &why.stalls[from..] {
+        let from = stalls.partition_point(|stall| stall.req.0 < first + keep as u32);
+        for stall in &stalls[from..] {
             let Some(index) = stall.req.0.checked_sub(first).map(|i| i as usize) else {
                 continue;
             };
@@ -101,7 +107,6 @@ impl Facts {
                 self.worst[index] = self.worst[index].max(Priority::of(stall));
             }
         }
-        self
     }
 
     pub fn len(&self) -> usize {
@@ -216,6 +221,7 @@ mod tests {
 
     use super::*;
     use crate::fixtures::{nagle_run, MS, US};
+    use crate::state::Attribution;
 
     fn run(requests: u32, hold_ns: u64) -> (RunAnalysis, Attribution) {
         let mut analysis = RunAnalysis::new();
@@ -227,7 +233,7 @@ mod tests {
     #[test]
     fn filters_keep_stalled_requests_a_class_or_the_slow_ones() {
         let (analysis, why) = run(6, 44 * MS);
-        let facts = Facts::of(&analysis, &why);
+        let facts = Facts::of(&analysis, &why.stalls);
         assert_eq!(facts.rows(&Filter::default()), [0, 1, 2, 3, 4, 5]);
         // The first request of a connection is in quick-ACK mode: no stall.
         let stalled = Filter { only_stalled: true, ..Filter::default() };
@@ -247,7 +253,7 @@ mod tests {
     #[test]
     fn the_rows_overview_is_the_one_the_probe_writes() {
         let (analysis, why) = run(6, 44 * MS);
-        let facts = Facts::of(&analysis, &why);
+        let facts = Facts::of(&analysis, &why.stalls);
         let drawn = facts.overview(&facts.rows(&Filter::default()));
         let spec = RrSpec::default();
         let written = Overview::of(analysis.requests().iter().enumerate().map(|(req, view)| {
@@ -285,7 +291,7 @@ mod tests {
     #[test]
     fn slowest_first_and_next_slowest_walks_the_same_order() {
         let (analysis, why) = run(5, 30 * US);
-        let facts = Facts::of(&analysis, &why);
+        let facts = Facts::of(&analysis, &why.stalls);
         let order = facts.slowest(10);
         assert_eq!(order.len(), 5);
         let extents: Vec<u64> = order.iter().filter_map(|&r| facts.extent_of(r)).collect();
@@ -304,7 +310,7 @@ mod tests {
     #[test]
     fn stepping_through_stalls_follows_request_order_and_the_filter() {
         let (analysis, why) = run(4, 44 * MS);
-        let facts = Facts::of(&analysis, &why);
+        let facts = Facts::of(&analysis, &why.stalls);
         let all = Filter::default();
         let stalls = &why.stalls;
         assert_eq!(stalls.len(), 6, "two per request after the first");
@@ -325,8 +331,8 @@ mod tests {
         for batch in events.chunks(13) {
             analysis.push_all(batch);
             let why = Attribution::of(&analysis, Some(&RrSpec::default()));
-            facts = facts.updated(&analysis, &why);
-            let whole = Facts::of(&analysis, &why);
+            facts = facts.updated(&analysis, &why.stalls);
+            let whole = Facts::of(&analysis, &why.stalls);
             assert_eq!(facts.extent_ns, whole.extent_ns);
             assert_eq!(facts.done, whole.done);
             assert_eq!(facts.classes, whole.classes);
