@@ -46,8 +46,10 @@ pub(super) fn Overview(
 ) -> impl IntoView {
     let canvas = NodeRef::<Canvas>::new();
     let columns: Memo<Vec<Column>> = Memo::new(move |_| {
-        let list = rows.with(|r| r.rows.clone());
+        let (list, every_row) = rows.with(|r| (r.rows.clone(), r.filter.is_empty()));
         facts.with(|f| match f.as_ref() {
+            // No filter: the overview the facts kept as the run grew, not a pass over every row.
+            Some(f) if every_row => f.facts.overview_of_all().resample(PLOT_WIDTH as usize),
             Some(f) => f.facts.overview(&list).resample(PLOT_WIDTH as usize),
             None => Vec::new(),
         })

@@ -52,6 +52,10 @@ pub struct Facts {
     pub classes: Vec<u8>,
     /// The worst wait of the request.
     pub worst: Vec<Priority>,
+    /// The overview of the first `settled_rows` requests, every one a row (no filter): those
+    /// are never rebuilt ([`UNSETTLED`]), so it grows with the run, a row at a time.
+    settled_overview: Overview,
+    settled_rows: usize,
 }
 
 /// Requests at the end of the previous facts that are rebuilt when more events come: their
@@ -107,6 +111,24 @@ impl Facts {
                 self.worst[index] = self.worst[index].max(Priority::of(stall));
             }
         }
+        if self.settled_rows > keep {
+            // Requests it held were rebuilt (retired requests moved the first): start it again.
+            (self.settled_overview, self.settled_rows) = (Overview::default(), 0);
+        }
+        let settled = self.len().saturating_sub(UNSETTLED);
+        for index in self.settled_rows..settled {
+            let (key, stalled) = self.row(index);
+            self.settled_overview.push(key, stalled);
+        }
+        self.settled_rows = self.settled_rows.max(settled);
+    }
+
+    /// Request `index`'s row of the overview: its key (its worst wait, then its extent) and
+    /// whether that wait is a stall (as the probe ranks them for the overview it writes in a
+    /// file).
+    fn row(&self, index: usize) -> (u64, bool) {
+        let worst = self.worst[index];
+        (key(worst, self.extent_ns[index]), worst == Priority::Stalled)
     }
 
     pub fn len(&self) -> usize {
@@ -181,14 +203,21 @@ impl Facts {
         .map(|index| self.first + index as u32)
     }
 
-    /// The overview of the rows: a row's key is its worst wait, then its extent (as the probe
-    /// ranks them for the overview it writes in a file).
+    /// The overview of the rows ([`Facts::row`] each).
     pub fn overview(&self, rows: &[u32]) -> Overview {
-        Overview::of(rows.iter().map(|&req| {
-            let index = self.index(req).unwrap_or_default();
-            let worst = self.worst[index];
-            (key(worst, self.extent_ns[index]), worst == Priority::Stalled)
-        }))
+        Overview::of(rows.iter().map(|&req| self.row(self.index(req).unwrap_or_default())))
+    }
+
+    /// The overview of every request, as [`Facts::overview`] of them all: the part kept as the
+    /// run grew, and the last few requests added to a copy of it (a few thousand columns at
+    /// most), instead of a pass over a million.
+    pub fn overview_of_all(&self) -> Overview {
+        let mut overview = self.settled_overview.clone();
+        for index in self.settled_rows..self.len() {
+            let (key, stalled) = self.row(index);
+            overview.push(key, stalled);
+        }
+        overview
     }
 }
 
@@ -277,6 +306,7 @@ mod tests {
             done: (0..len).map(|i| i % 7 != 3).collect(),
             classes: vec![0; len],
             worst: vec![Priority::Call; len],
+            ..Facts::default()
         };
         let mut reference: Vec<usize> = (0..len).filter(|&i| facts.done[i]).collect();
         reference.sort_by_key(|&i| (Reverse(facts.extent_ns[i]), i));
@@ -337,7 +367,14 @@ mod tests {
             assert_eq!(facts.done, whole.done);
             assert_eq!(facts.classes, whole.classes);
             assert_eq!(facts.worst, whole.worst);
+            let all: Vec<u32> = (0..facts.len() as u32).collect();
+            assert_eq!(
+                facts.overview_of_all(),
+                whole.overview(&all),
+                "the overview kept as it grew"
+            );
         }
         assert_eq!(facts.len(), 40);
+        assert_eq!(facts.settled_rows, 40 - UNSETTLED);
     }
 }
