@@ -94,7 +94,7 @@ pub fn run_facts(store: Store) -> Memo<Option<RunFacts>> {
                 }
             }
             let facts = run.facts();
-            let slowest = facts.extent_ns.iter().copied().max().unwrap_or(0);
+            let slowest = facts.longest_ns();
             Some(RunFacts { key, events: run.events, facts, home: Scale::fit(slowest, PLOT_WIDTH) })
         })
     })

@@ -56,7 +56,15 @@ pub struct Facts {
     /// are never rebuilt ([`UNSETTLED`]), so it grows with the run, a row at a time.
     settled_overview: Overview,
     settled_rows: usize,
+    /// Of those, the [`SLOWEST_KEPT`] slowest finished ones (slowest first, as
+    /// [`Facts::slowest`] orders them), and the longest extent of any.
+    settled_slowest: Vec<usize>,
+    settled_longest_ns: u64,
 }
+
+/// How many of the slowest settled requests the facts keep: [`Facts::slowest`] of at most this
+/// many needs no pass over the run.
+pub const SLOWEST_KEPT: usize = 64;
 
 /// Requests at the end of the previous facts that are rebuilt when more events come: their
 /// events (the other side's trail by about one exchange) or their attribution may still change.
@@ -114,13 +122,34 @@ impl Facts {
         if self.settled_rows > keep {
             // Requests it held were rebuilt (retired requests moved the first): start it again.
             (self.settled_overview, self.settled_rows) = (Overview::default(), 0);
+            (self.settled_slowest, self.settled_longest_ns) = (Vec::new(), 0);
         }
         let settled = self.len().saturating_sub(UNSETTLED);
         for index in self.settled_rows..settled {
             let (key, stalled) = self.row(index);
             self.settled_overview.push(key, stalled);
+            self.settled_longest_ns = self.settled_longest_ns.max(self.extent_ns[index]);
+            if self.done[index] {
+                let rank = self.rank(index);
+                let at = self.settled_slowest.partition_point(|&i| self.rank(i) > rank);
+                if at < SLOWEST_KEPT {
+                    self.settled_slowest.insert(at, index);
+                    self.settled_slowest.truncate(SLOWEST_KEPT);
+                }
+            }
         }
         self.settled_rows = self.settled_rows.max(settled);
+    }
+
+    /// The order of [`Facts::slowest`]: the larger, the slower (ties: the earlier request).
+    fn rank(&self, index: usize) -> (u64, Reverse<usize>) {
+        (self.extent_ns[index], Reverse(index))
+    }
+
+    /// The longest extent of any request (0 for none).
+    pub fn longest_ns(&self) -> u64 {
+        let unsettled = self.extent_ns[self.settled_rows.min(self.len())..].iter().copied().max();
+        unsettled.unwrap_or(0).max(self.settled_longest_ns)
     }
 
     /// Request `index`'s row of the overview: its key (its worst wait, then its extent) and
@@ -168,9 +197,19 @@ impl Facts {
 
     /// The `count` slowest finished requests, slowest first (ties: the earlier request first).
     pub fn slowest(&self, count: usize) -> Vec<u32> {
+        if count <= SLOWEST_KEPT {
+            // The slowest settled ones kept as the run grew, and the few requests after them.
+            let unsettled =
+                (self.settled_rows.min(self.len())..self.len()).filter(|&i| self.done[i]);
+            let mut candidates: Vec<usize> =
+                self.settled_slowest.iter().copied().chain(unsettled).collect();
+            candidates.sort_unstable_by_key(|&index| Reverse(self.rank(index)));
+            candidates.truncate(count);
+            return candidates.into_iter().map(|index| self.first + index as u32).collect();
+        }
         // One pass keeping the `count` slowest so far in a heap whose top is the fastest of
         // them: no list of every finished request (a million, for a big file) to select from.
-        let rank = |index: usize| (self.extent_ns[index], Reverse(index));
+        let rank = |index: usize| self.rank(index);
         let mut kept: BinaryHeap<Reverse<(u64, Reverse<usize>)>> =
             BinaryHeap::with_capacity(count + 1);
         for index in (0..self.len()).filter(|&i| self.done[i]) {
@@ -355,7 +394,7 @@ mod tests {
 
     #[test]
     fn facts_updated_batch_by_batch_equal_facts_of_the_whole_run() {
-        let events = nagle_run(40, 44 * MS);
+        let events = nagle_run(150, 44 * MS);
         let mut analysis = RunAnalysis::new();
         let mut facts = Facts::default();
         for batch in events.chunks(13) {
@@ -373,8 +412,13 @@ mod tests {
                 whole.overview(&all),
                 "the overview kept as it grew"
             );
+            for count in [1, 5, SLOWEST_KEPT, SLOWEST_KEPT + 1] {
+                assert_eq!(facts.slowest(count), whole.slowest(count), "count {count}");
+            }
+            assert_eq!(facts.longest_ns(), whole.extent_ns.iter().copied().max().unwrap_or(0));
         }
-        assert_eq!(facts.len(), 40);
-        assert_eq!(facts.settled_rows, 40 - UNSETTLED);
+        assert_eq!(facts.len(), 150);
+        assert_eq!(facts.settled_rows, 150 - UNSETTLED);
+        assert_eq!(facts.settled_slowest.len(), SLOWEST_KEPT, "more settled than kept");
     }
 }
