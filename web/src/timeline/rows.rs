@@ -5,7 +5,6 @@
 //! requests is a scan of a few megabytes, not of the analysis' nested spans.
 
 use std::cmp::Reverse;
-use std::collections::BinaryHeap;
 
 use ackscope_shared::analysis::RunAnalysis;
 use ackscope_shared::attribution::{Stall, StallClass};
@@ -197,38 +196,21 @@ impl Facts {
 
     /// The `count` slowest finished requests, slowest first (ties: the earlier request first).
     pub fn slowest(&self, count: usize) -> Vec<u32> {
-        if count <= SLOWEST_KEPT {
-            // The slowest settled ones kept as the run grew, and the few requests after them.
-            let unsettled =
-                (self.settled_rows.min(self.len())..self.len()).filter(|&i| self.done[i]);
-            let mut candidates: Vec<usize> =
-                self.settled_slowest.iter().copied().chain(unsettled).collect();
-            candidates.sort_unstable_by_key(|&index| Reverse(self.rank(index)));
-            candidates.truncate(count);
-            return candidates.into_iter().map(|index| self.first + index as u32).collect();
-        }
-        // One pass keeping the `count` slowest so far in a heap whose top is the fastest of
-        // them: no list of every finished request (a million, for a big file) to select from.
-        let rank = |index: usize| self.rank(index);
-        let mut kept: BinaryHeap<Reverse<(u64, Reverse<usize>)>> =
-            BinaryHeap::with_capacity(count + 1);
-        for index in (0..self.len()).filter(|&i| self.done[i]) {
-            if kept.len() < count {
-                kept.push(Reverse(rank(index)));
-            } else if kept.peek().is_some_and(|Reverse(fastest)| rank(index) > *fastest) {
-                kept.pop();
-                kept.push(Reverse(rank(index)));
-            }
-        }
-        // Ascending `Reverse` ranks: slowest first, ties by the earlier request.
-        let order = kept.into_sorted_vec();
-        order.into_iter().map(|Reverse((_, Reverse(index)))| self.first + index as u32).collect()
+        // The slowest settled ones kept as the run grew, and the few requests after them; past
+        // as many as are kept (no view asks for that many), every finished request.
+        let from = if count <= SLOWEST_KEPT { self.settled_rows.min(self.len()) } else { 0 };
+        let kept = if from > 0 { self.settled_slowest.as_slice() } else { &[] };
+        let rest = (from..self.len()).filter(|&i| self.done[i]);
+        let mut candidates: Vec<usize> = kept.iter().copied().chain(rest).collect();
+        candidates.sort_unstable_by_key(|&index| Reverse(self.rank(index)));
+        candidates.truncate(count);
+        candidates.into_iter().map(|index| self.first + index as u32).collect()
     }
 
     /// The finished request that comes after `after` in slowest-first order (the slowest when
     /// `after` is `None` or the last): a scan, so no sorted copy of a million latencies is kept.
     pub fn next_slowest(&self, after: Option<u32>) -> Option<u32> {
-        let rank = |index: usize| (self.extent_ns[index], Reverse(index));
+        let rank = |index: usize| self.rank(index);
         let bound = after.and_then(|req| self.index(req)).map(rank);
         let slower_than_bound = |index: &usize| bound.is_none_or(|bound| rank(*index) < bound);
         let next = (0..self.len())
