@@ -35,7 +35,7 @@ window.__bench = { overview: null, loaded: null, t0: null, entries: [] };
 try {
   // Every long task since the file was chosen. An entry is delivered after its task ends, so the
   // task that finished the load arrives after `loaded` was set: which tasks belong to the load
-  // is decided by when they began (LOAD_TASKS), once they have all been delivered.
+  // is decided by when they began (TASKS_BEFORE), once they have all been delivered.
   new PerformanceObserver((list) => {
     for (const entry of list.getEntries()) {
       if (window.__bench.t0 !== null) window.__bench.entries.push([entry.startTime, entry.duration]);

@@ -210,16 +210,15 @@ impl Facts {
     /// The finished request that comes after `after` in slowest-first order (the slowest when
     /// `after` is `None` or the last): a scan, so no sorted copy of a million latencies is kept.
     pub fn next_slowest(&self, after: Option<u32>) -> Option<u32> {
-        let rank = |index: usize| self.rank(index);
-        let bound = after.and_then(|req| self.index(req)).map(rank);
-        let slower_than_bound = |index: &usize| bound.is_none_or(|bound| rank(*index) < bound);
+        let bound = after.and_then(|req| self.index(req)).map(|index| self.rank(index));
+        let slower_than_bound = |index: &usize| bound.is_none_or(|bound| self.rank(*index) < bound);
         let next = (0..self.len())
             .filter(|&i| self.done[i])
             .filter(slower_than_bound)
-            .max_by_key(|&i| rank(i));
+            .max_by_key(|&i| self.rank(i));
         next.or_else(|| {
             // Past the fastest: start again from the slowest.
-            (0..self.len()).filter(|&i| self.done[i]).max_by_key(|&i| rank(i))
+            (0..self.len()).filter(|&i| self.done[i]).max_by_key(|&i| self.rank(i))
         })
         .map(|index| self.first + index as u32)
     }
