@@ -17,6 +17,7 @@ use crate::event::{tcp_flags, ConnId, Event, EventKind, ReqId, Segment, Side};
 use crate::side_map::SideMap;
 pub use crate::sorted_multiset::SortedMultiset;
 use crate::spec::{RrSpec, MAX_REQUESTS};
+use crate::write_log::WriteLog;
 
 /// Reads held longer than this are stalls (the summary's "reads blocked longer than 10 ms").
 /// Far above a loopback round trip (tens of microseconds), far below a delayed ACK (40 ms).
@@ -200,7 +201,7 @@ pub struct RunAnalysis {
     read_offset: SideMap<u64>,
     write_offset: SideMap<u64>,
     /// Per connection and writing side: (stream offset after the write, when it returned).
-    writes: SideMap<Vec<(u64, u64)>>,
+    writes: SideMap<WriteLog>,
     /// The latest send MSS TCP_INFO reported, per connection and side.
     mss: SideMap<u32>,
     /// The smallest RTT TCP_INFO reported, per connection and side.
@@ -301,7 +302,9 @@ impl RunAnalysis {
                     let offset = self.write_offset.get_or_insert_with(key, || 0);
                     *offset += u64::from(bytes);
                     let stream_end = *offset;
-                    self.writes.get_or_insert_with(key, Vec::new).push((stream_end, event.at_ns));
+                    self.writes
+                        .get_or_insert_with(key, WriteLog::default)
+                        .push(stream_end, event.at_ns);
                     self.add_span(event, SpanKind::Write, start_ns, bytes, stream_end);
                 }
             }
@@ -471,8 +474,7 @@ impl RunAnalysis {
         }
         let writes = self.writes.get(&(conn, span.side.peer()))?;
         // The first peer write whose end lies past the read's last byte carried that byte.
-        let index = writes.partition_point(|&(end, _)| end < span.stream_end);
-        writes.get(index).map(|&(_, written_ns)| written_ns)
+        writes.carrier_done_ns(span.stream_end)
     }
 
     /// The stall of a read: how long it stayed blocked after its last byte could have arrived
@@ -525,8 +527,7 @@ impl RunAnalysis {
         // oldest request still held began are never needed again.
         let oldest = self.requests.iter().filter_map(|r| r.start_ns).min().unwrap_or(u64::MAX);
         for writes in self.writes.values_mut() {
-            let stale = writes.partition_point(|&(_, done_ns)| done_ns < oldest);
-            writes.drain(..stale);
+            writes.forget_before(oldest);
         }
     }
 
@@ -541,6 +542,11 @@ impl RunAnalysis {
     /// ([`SortedMultiset::settle_if_many`]), so that the next summary has few to merge.
     pub fn settle_latencies(&self) {
         self.latencies.settle_if_many();
+    }
+
+    /// Puts every latency recorded since the last question in order now.
+    pub fn order_latencies(&self) {
+        self.latencies.settle();
     }
 
     /// Every completed request's latency (retired ones included), shortest first.

@@ -38,6 +38,7 @@ pub mod spec;
 pub mod synthetic;
 pub mod tcp_info;
 pub mod wire;
+mod write_log;
 
 pub use analysis::{RequestView, Summary};
 pub use event::{
