@@ -95,6 +95,12 @@ impl SortedMultiset {
         }
     }
 
+    /// Merges every pending value now: for a caller that knows the next question is coming
+    /// and wants its cost in a moment of its own choosing.
+    pub fn settle(&self) {
+        self.merge_pending();
+    }
+
     /// The `k`-th smallest value, from 0.
     pub fn kth(&self, k: usize) -> Option<u64> {
         self.settled().kth(k)

@@ -101,8 +101,11 @@ pub fn open_blob(store: Store, name: String, blob: Blob) {
             }
             at = end;
         }
-        // The first whole view of the run is a task of its own, not the end of a decoding slice.
+        // The first whole view of the run is a task of its own, not the end of a decoding slice,
+        // and what it reads is made in one before it.
         store.try_update(|_| {});
+        sleep(0).await;
+        store.try_update_quietly(|state| state.prepare_file(id));
         sleep(0).await;
         store.try_update(|state| state.end_file(id));
     });

@@ -219,6 +219,19 @@ impl Run {
         self.watched.set(true);
     }
 
+    /// Makes now what showing a watched run reads first (its ordered latencies, summary,
+    /// attribution and facts, each cached until the next batch), so that showing it is only
+    /// the view's own work. For a run no more batches will come to: a file read to its end.
+    fn prepare(&self) {
+        if !self.watched.get() || !self.is_rr() {
+            return;
+        }
+        self.analysis.order_latencies();
+        self.summary();
+        self.attribution();
+        self.facts();
+    }
+
     /// The request/response summary (all zeros for a run of another scenario): equal to
     /// `self.analysis.summary()`, without counting the settled requests' stalled reads again.
     pub fn summary(&self) -> &Summary {
@@ -739,6 +752,17 @@ impl AppState {
         };
         if let Some(run) = loading.newest {
             self.selected = Some(RunKey { source: Source::File(id), run });
+        }
+    }
+
+    /// The last step of reading a file before [`AppState::end_file`], a moment of its own: its
+    /// runs make what showing them reads ([`Run::prepare`]), so that the task that first shows
+    /// the newest one is only the view's work (together they were a 70-105 ms task at a
+    /// million requests).
+    pub fn prepare_file(&self, id: FileId) {
+        let Some(file) = self.files.iter().find(|file| file.id == id) else { return };
+        for run in file.session.runs() {
+            run.prepare();
         }
     }
 
