@@ -7,6 +7,8 @@
 //! inside a bucket still reaches its max. Between samples a counter holds its value, so lines
 //! are steps.
 
+use std::fmt::Write;
+
 use ackscope_shared::bulk::goodput_over_time;
 use ackscope_shared::kernel::{Field, KernelTracks, Unit, Window};
 use ackscope_shared::wire::Instruments;
@@ -349,10 +351,33 @@ fn line(points: &[(f64, f64)]) -> String {
     }
 }
 
-/// "x,y x,y …", a tenth of a pixel being below what anyone sees.
+/// "x,y x,y …", a tenth of a pixel being below what anyone sees. Written as whole tenths into
+/// one string: the kernel panel's charts hold about 20,000 points, and formatting each as a
+/// float into a string of its own was a tenth of the task that first shows a big run.
 pub fn format_points(points: &[(f64, f64)]) -> String {
-    let px = |value: f64| (value * 10.0).round() / 10.0;
-    points.iter().map(|&(x, y)| format!("{},{}", px(x), px(y))).collect::<Vec<_>>().join(" ")
+    let mut text = String::with_capacity(points.len() * 12);
+    for (i, &(x, y)) in points.iter().enumerate() {
+        if i > 0 {
+            text.push(' ');
+        }
+        push_tenths(&mut text, x);
+        text.push(',');
+        push_tenths(&mut text, y);
+    }
+    text
+}
+
+/// `value` rounded to a tenth: "90", "12.5", "-0.5" (as `{}` prints the rounded float).
+fn push_tenths(text: &mut String, value: f64) {
+    let tenths = (value * 10.0).round() as i64;
+    if tenths < 0 {
+        text.push('-');
+    }
+    let (whole, tenth) = (tenths.unsigned_abs() / 10, tenths.unsigned_abs() % 10);
+    let _ = write!(text, "{whole}");
+    if tenth != 0 {
+        let _ = write!(text, ".{tenth}");
+    }
 }
 
 /// A bulk run's goodput over the whole run, with the windows: `None` for other scenarios.
@@ -617,6 +642,20 @@ mod tests {
             ]
         );
         assert_eq!(format_points(&points[..2]), "0,90 10,90");
+    }
+
+    #[test]
+    fn points_are_written_to_a_tenth_as_floats_print() {
+        let values = [0.0, 0.04, 0.05, 0.96, 1.0, 12.34, 12.35, 299.99, 300.0, 55.55, -0.5, -3.26];
+        for x in values {
+            for y in values {
+                let tenth = |value: f64| (value * 10.0).round() / 10.0;
+                let float = format!("{},{}", tenth(x), tenth(y));
+                assert_eq!(format_points(&[(x, y)]), float, "({x}, {y})");
+            }
+        }
+        assert_eq!(format_points(&[(1.0, 2.0), (3.5, 4.25), (5.0, 6.0)]), "1,2 3.5,4.3 5,6");
+        assert_eq!(format_points(&[]), "");
     }
 
     #[test]

@@ -4,8 +4,8 @@
 //! - `load_ms`: from handing the file to the file picker to the overview strip of the whole run
 //!   painted: the preview from the overview the probe wrote at the file's end (`data-requests`
 //!   saying every request), or, for a file without one, the timeline's own strip;
-//! - `full_load_ms`: to every request decoded and reachable (the summary shows every request
-//!   and the timeline's strip is painted);
+//! - `full_load_ms`: to every request decoded and reachable (the summary shows every request,
+//!   the timeline's strip is painted and the kernel panel is built);
 //! - `longest_task_ms`: the longest main-thread task that began while it loaded, the one that
 //!   finished the load included (PerformanceObserver's long tasks; none over 50 ms means the
 //!   page stayed responsive);
@@ -45,7 +45,9 @@ try {
 const done = () => {
   const summary = document.querySelector("[data-testid=summary-requests]");
   const overview = document.querySelector("[data-testid=overview]");
-  return summary && overview && summary.textContent.trim() === String(requests)
+  // The kernel panel is built a task after the rest of the run's view: the load ends with it.
+  const kernel = document.querySelector("[data-testid=kernel-tracks], [data-testid=no-kernel-tracks]");
+  return summary && overview && kernel && summary.textContent.trim() === String(requests)
     && overview.width > 0;
 };
 const previewed = () => {

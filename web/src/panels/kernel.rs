@@ -2,6 +2,8 @@
 //! one small chart per field ("kernel tracks"), and a bulk run's goodput over time with its
 //! windows. What it shows is computed by [`crate::tracks`]; this module only draws it.
 
+use std::time::Duration;
+
 use leptos::prelude::*;
 
 use crate::panels::px;
@@ -27,10 +29,20 @@ const G_BOTTOM: f64 = 34.0;
 
 #[component]
 pub fn KernelPanel(store: Store, view: RwSignal<ViewState>) -> impl IntoView {
+    // The charts are the page's largest part (a third of its elements, thousands of points),
+    // below the timeline: a newly selected run gets them a task after the rest of its view, so
+    // that showing a big run is two shorter tasks, not one long one.
+    let selected_run = Memo::new(move |_| store.read(|state| state.selected_key()));
+    let run_a_task_ago = RwSignal::new(None);
+    Effect::new(move |_| {
+        let key = selected_run.get();
+        set_timeout(move || run_a_task_ago.set(key), Duration::ZERO);
+    });
     // A memo: a frame that brought nothing new for the shown range redraws nothing.
     let shown = Memo::new(move |_| {
         let selected = view.with(|v| v.selected);
-        store.read(|state| state.selected().map(|run| Shown::of(run, selected)))
+        let key = run_a_task_ago.get().filter(|&key| Some(key) == selected_run.get())?;
+        store.read(|state| state.run(key).map(|run| Shown::of(run, selected)))
     });
     move || shown.get().map(kernel_card)
 }

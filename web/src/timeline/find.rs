@@ -160,11 +160,11 @@ pub(crate) fn select_request(
         return;
     }
     // A request the filter hides is shown by clearing the filter: the user asked for it.
-    if rows.with_untracked(|r| r.rows.binary_search(&req).is_err()) {
+    if rows.with_untracked(|r| r.rows.position(req).is_none()) {
         filter.set(Filter::default());
     }
     message.set(None);
-    let position = rows.with_untracked(|r| r.rows.binary_search(&req).ok());
+    let position = rows.with_untracked(|r| r.rows.position(req));
     let total = rows.with_untracked(|r| r.rows.len());
     view.update(|v| {
         v.selected = Some(req);

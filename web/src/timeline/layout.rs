@@ -16,6 +16,7 @@ use ackscope_shared::attribution::{Stall, StallClass};
 use ackscope_shared::overview::extent_ns;
 use ackscope_shared::{RequestView, Side};
 
+use super::rows::RowSet;
 use super::scale::Scale;
 use crate::state::Attribution;
 
@@ -234,17 +235,17 @@ impl TimelineLayout {
 pub fn layout_page(
     analysis: &RunAnalysis,
     why: &Attribution,
-    rows: &[u32],
+    rows: &RowSet,
     top: usize,
     page: usize,
     scale: Scale,
 ) -> TimelineLayout {
     let first = analysis.first_request();
     let requests = analysis.requests();
-    let visible = rows.iter().skip(top).take(page);
+    let visible = rows.from(top).take(page);
     let laid = visible
         .enumerate()
-        .filter_map(|(position, &req)| {
+        .filter_map(|(position, req)| {
             let view = requests.get(req.checked_sub(first)? as usize)?;
             let mut row = layout_row(analysis, req, view, why.of_request(req), &scale)?;
             row.y = position as f64 * ROW_HEIGHT;
@@ -408,7 +409,7 @@ mod tests {
     /// The attribution of story 1's spec (Nagle on both sides).
     /// Every row of a run on one page, with the scale that fits it.
     fn layout_run(analysis: &RunAnalysis, why: &Attribution, width_px: f64) -> TimelineLayout {
-        let rows: Vec<u32> = (0..analysis.requests().len() as u32).collect();
+        let rows = RowSet::All(0..analysis.requests().len() as u32);
         let scale = home_scale(analysis, width_px);
         layout_page(analysis, why, &rows, 0, rows.len(), scale)
     }
@@ -578,7 +579,7 @@ mod tests {
         assert!(!layout.rows[1].bars.is_empty());
 
         let many = analysed(1005, 30 * US);
-        let rows: Vec<u32> = (0..1005).collect();
+        let rows = RowSet::All(0..1005);
         let scale = home_scale(&many, 800.0);
         let page = layout_page(&many, &why(&many), &rows, 990, 20, scale);
         assert_eq!(page.total, 1005);

@@ -20,7 +20,7 @@ use super::layout::{
 };
 use super::overview::Overview;
 use super::png::export_png;
-use super::rows::{Facts, Filter};
+use super::rows::{Facts, Filter, RowSet};
 use super::scale::{format_duration, Scale};
 use super::tables::Tables;
 use super::view::{key_action, Action, Mode, ViewState, KEY_HELP};
@@ -72,7 +72,7 @@ impl PartialEq for RunLanes {
 pub struct RowList {
     pub of: Option<(RunKey, u64)>,
     pub filter: Filter,
-    pub rows: Arc<Vec<u32>>,
+    pub rows: RowSet,
 }
 
 impl PartialEq for RowList {
@@ -107,7 +107,7 @@ pub fn row_list(facts: Memo<Option<RunFacts>>, filter: RwSignal<Filter>) -> Memo
         facts.with(|facts| match facts {
             Some(facts) => RowList {
                 of: Some((facts.key, facts.events)),
-                rows: Arc::new(facts.facts.rows(&filter)),
+                rows: facts.facts.rows(&filter),
                 filter,
             },
             None => RowList::default(),
@@ -151,7 +151,7 @@ pub fn Timeline(
         if let Some(state) = linked {
             initial.set(None);
             let (position, total) = rows.with_untracked(|r| {
-                (state.selected.and_then(|req| r.rows.binary_search(&req).ok()), r.rows.len())
+                (state.selected.and_then(|req| r.rows.position(req)), r.rows.len())
             });
             view.set(state);
             if let Some(position) = position {

@@ -5,6 +5,8 @@
 //! requests is a scan of a few megabytes, not of the analysis' nested spans.
 
 use std::cmp::Reverse;
+use std::ops::Range;
+use std::sync::Arc;
 
 use ackscope_shared::analysis::RunAnalysis;
 use ackscope_shared::attribution::{Stall, StallClass};
@@ -36,6 +38,54 @@ pub struct Filter {
 impl Filter {
     pub fn is_empty(&self) -> bool {
         *self == Filter::default()
+    }
+}
+
+/// The requests a filter keeps (request ids, in order): with no filter every request of the
+/// run, a range that costs nothing to make (a list of a million ids was 4 MB written in the
+/// task that first showed a big file); otherwise the list of them, shared.
+#[derive(Clone, Debug, PartialEq)]
+pub enum RowSet {
+    All(Range<u32>),
+    Some(Arc<Vec<u32>>),
+}
+
+impl Default for RowSet {
+    fn default() -> Self {
+        RowSet::All(0..0)
+    }
+}
+
+impl RowSet {
+    pub fn len(&self) -> usize {
+        match self {
+            RowSet::All(range) => range.len(),
+            RowSet::Some(list) => list.len(),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Where request `req` is in the set, if it is in it.
+    pub fn position(&self, req: u32) -> Option<usize> {
+        match self {
+            RowSet::All(range) => range.contains(&req).then(|| (req - range.start) as usize),
+            RowSet::Some(list) => list.binary_search(&req).ok(),
+        }
+    }
+
+    /// The requests from position `from` on, in order.
+    pub fn from(&self, from: usize) -> Box<dyn Iterator<Item = u32> + '_> {
+        match self {
+            RowSet::All(range) => Box::new(range.clone().skip(from)),
+            RowSet::Some(list) => Box::new(list.iter().skip(from).copied()),
+        }
+    }
+
+    pub fn to_vec(&self) -> Vec<u32> {
+        self.from(0).collect()
     }
 }
 
@@ -183,15 +233,13 @@ impl Facts {
     }
 
     /// The request ids the filter keeps, in request order.
-    pub fn rows(&self, filter: &Filter) -> Vec<u32> {
+    pub fn rows(&self, filter: &Filter) -> RowSet {
         if filter.is_empty() {
             // Every request: known in size, no test per row.
-            return (self.first..self.first + self.len() as u32).collect();
+            return RowSet::All(self.first..self.first + self.len() as u32);
         }
-        (0..self.len())
-            .filter(|&index| self.keeps(index, filter))
-            .map(|index| self.first + index as u32)
-            .collect()
+        let kept = (0..self.len()).filter(|&index| self.keeps(index, filter));
+        RowSet::Some(Arc::new(kept.map(|index| self.first + index as u32).collect()))
     }
 
     /// The `count` slowest finished requests, slowest first (ties: the earlier request first).
@@ -224,8 +272,8 @@ impl Facts {
     }
 
     /// The overview of the rows ([`Facts::row`] each).
-    pub fn overview(&self, rows: &[u32]) -> Overview {
-        Overview::of(rows.iter().map(|&req| self.row(self.index(req).unwrap_or_default())))
+    pub fn overview(&self, rows: &RowSet) -> Overview {
+        Overview::of(rows.from(0).map(|req| self.row(self.index(req).unwrap_or_default())))
     }
 
     /// The overview of every request, as [`Facts::overview`] of them all: the part kept as the
@@ -280,19 +328,35 @@ mod tests {
     }
 
     #[test]
+    fn a_range_of_rows_finds_and_walks_as_the_list_of_them_does() {
+        // Requests 100..600 (the analysis retired the first 100).
+        let range = RowSet::All(100..600);
+        let list = RowSet::Some(Arc::new((100..600).collect()));
+        assert_eq!((range.len(), list.len()), (500, 500));
+        for req in [0, 99, 100, 101, 350, 599, 600, u32::MAX] {
+            assert_eq!(range.position(req), list.position(req), "request {req}");
+        }
+        assert_eq!(range.position(350), Some(250));
+        for from in [0, 1, 499, 500, 501] {
+            assert!(range.from(from).eq(list.from(from)), "from {from}");
+        }
+        assert!(RowSet::default().is_empty());
+    }
+
+    #[test]
     fn filters_keep_stalled_requests_a_class_or_the_slow_ones() {
         let (analysis, why) = run(6, 44 * MS);
         let facts = Facts::of(&analysis, &why.stalls);
-        assert_eq!(facts.rows(&Filter::default()), [0, 1, 2, 3, 4, 5]);
+        assert_eq!(facts.rows(&Filter::default()).to_vec(), [0, 1, 2, 3, 4, 5]);
         // The first request of a connection is in quick-ACK mode: no stall.
         let stalled = Filter { only_stalled: true, ..Filter::default() };
-        assert_eq!(facts.rows(&stalled), [1, 2, 3, 4, 5]);
+        assert_eq!(facts.rows(&stalled).to_vec(), [1, 2, 3, 4, 5]);
         let nagle = Filter { class: Some(StallClass::NagleDelayedAck), ..Filter::default() };
-        assert_eq!(facts.rows(&nagle), [1, 2, 3, 4, 5]);
+        assert_eq!(facts.rows(&nagle).to_vec(), [1, 2, 3, 4, 5]);
         let think = Filter { class: Some(StallClass::ServerThinkTime), ..Filter::default() };
         assert!(facts.rows(&think).is_empty());
         let slow = Filter { min_latency_ns: 50 * MS, ..Filter::default() };
-        assert_eq!(facts.rows(&slow), [1, 2, 3, 4, 5]);
+        assert_eq!(facts.rows(&slow).to_vec(), [1, 2, 3, 4, 5]);
         assert_eq!(facts.extent_of(0).map(|ns| ns < MS), Some(true));
         assert_eq!(facts.extent_of(9), None);
     }
@@ -335,7 +399,7 @@ mod tests {
             let expected = ids(&reference[..count.min(reference.len())]);
             assert_eq!(facts.slowest(count), expected, "count {count}");
         }
-        assert_eq!(facts.rows(&Filter::default()), (100..600).collect::<Vec<u32>>());
+        assert_eq!(facts.rows(&Filter::default()).to_vec(), (100..600).collect::<Vec<u32>>());
     }
 
     #[test]
@@ -387,7 +451,8 @@ mod tests {
             assert_eq!(facts.done, whole.done);
             assert_eq!(facts.classes, whole.classes);
             assert_eq!(facts.worst, whole.worst);
-            let all: Vec<u32> = (0..facts.len() as u32).collect();
+            // The list of every row, walked row by row.
+            let all = RowSet::Some(Arc::new((0..facts.len() as u32).collect()));
             assert_eq!(
                 facts.overview_of_all(),
                 whole.overview(&all),
