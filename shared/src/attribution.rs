@@ -207,7 +207,7 @@ fn not_running(view: &RequestView, stall: Stall) -> Stall {
         return stall;
     }
     let delayed = |side: Side| -> u64 {
-        let samples = view.run_delays.iter().filter(|d| d.side == side);
+        let samples = view.run_delays().iter().filter(|d| d.side == side);
         samples.map(|d| d.within(stall.start_ns, stall.end_ns)).sum()
     };
     let (side, waited) = [stall.side, stall.side.peer()]
@@ -315,7 +315,7 @@ fn server_only_read(
         return Some(unexplained("the first part was not a small segment"));
     }
     let timer = view
-        .kernel
+        .kernel()
         .iter()
         .filter(|k| k.side == Side::Server && k.at_ns >= read.start_ns && k.at_ns <= read.end_ns)
         .map(|k| k.ato_us)
@@ -439,14 +439,14 @@ fn held_read(
         body.bytes,
         ms(held)
     );
-    if view.segments.iter().any(|s| s.side == writer) {
+    if view.segments().iter().any(|s| s.side == writer) {
         match on_the_wire(view, read, small.bytes, writer, analysis.path_delay_ns()) {
             Ok(packets) => evidence.push_str(&format!("; on the wire: {packets}")),
             Err(why) => return unexplained(format!("the packets contradict Nagle: {why}")),
         }
     }
     let during = view
-        .kernel
+        .kernel()
         .iter()
         .filter(|k| k.side == writer && k.at_ns >= read.start_ns && k.at_ns <= read.end_ns);
     if let Some(sample) = during.max_by_key(|k| k.notsent_bytes) {
@@ -502,7 +502,7 @@ fn on_the_wire(
     path_delay_ns: u64,
 ) -> Result<String, String> {
     let (w, r) = (writer.name(), writer.peer().name());
-    let mut segments = view.segments.clone();
+    let mut segments = view.segments().to_vec();
     segments.sort_by_key(|s| s.at_ns);
     let small = segments
         .iter()
@@ -530,10 +530,10 @@ fn round_trip_on_the_wire(
     writer: Side,
 ) -> Option<String> {
     let from_writer = |s: &&SegmentSample| s.side == writer && s.len > 0 && s.at_ns <= read.end_ns;
-    let small = view.segments.iter().filter(from_writer).find(|s| s.len == small_bytes)?;
-    let tail = view.segments.iter().filter(from_writer).max_by_key(|s| s.at_ns)?;
+    let small = view.segments().iter().filter(from_writer).find(|s| s.len == small_bytes)?;
+    let tail = view.segments().iter().filter(from_writer).max_by_key(|s| s.at_ns)?;
     let ack = view
-        .segments
+        .segments()
         .iter()
         .filter(|s| s.side == writer.peer() && s.at_ns >= small.at_ns && s.at_ns <= tail.at_ns)
         .find(|s| seq_ge(s.ack, small.seq_end()))?;
@@ -551,7 +551,7 @@ fn round_trip_on_the_wire(
 fn write_stall(view: &RequestView, conn: ConnId, req: ReqId, write: &Span) -> Stall {
     let reader = write.side.peer();
     let during: Vec<_> = view
-        .kernel
+        .kernel()
         .iter()
         .filter(|k| k.side == write.side && k.at_ns >= write.start_ns && k.at_ns <= write.end_ns)
         .collect();

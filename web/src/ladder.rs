@@ -76,7 +76,7 @@ pub fn ladder(analysis: &RunAnalysis, view: &RequestView, stalls: &[Stall]) -> O
         .done_ns
         .into_iter()
         .chain(view.spans.iter().map(|span| span.end_ns))
-        .chain(view.segments.iter().map(|segment| segment.at_ns))
+        .chain(view.segments().iter().map(|segment| segment.at_ns))
         .max()?
         .max(start + 1);
     let extent = (end - start) as f64;
@@ -112,10 +112,10 @@ pub fn ladder(analysis: &RunAnalysis, view: &RequestView, stalls: &[Stall]) -> O
         });
     }
     let mut packets: Vec<LadderPacket> = view
-        .segments
+        .segments()
         .iter()
         .enumerate()
-        .map(|(index, segment)| packet(&view.segments[..index], segment, y(segment.at_ns)))
+        .map(|(index, segment)| packet(&view.segments()[..index], segment, y(segment.at_ns)))
         .collect();
     let mut last_label = f64::NEG_INFINITY;
     for packet in &mut packets {
