@@ -72,7 +72,9 @@ async fn students_follow_the_presenter_explore_and_cannot_start_runs() -> Result
     let (_d1, presenter, _p1) = start_browser().await?;
     let (_d2, alice, _p2) = start_browser().await?;
     let (_d3, bob, _p3) = start_browser().await?;
-    let result = async {
+    // Bounded: a page that stops answering (one that redraws itself without end) would hold a
+    // WebDriver call forever.
+    let result = tokio::time::timeout(Duration::from_secs(120), async {
         presenter.goto(&presenter_url).await?;
         alice.goto(&student_url).await?;
         bob.goto(&student_url).await?;
@@ -113,11 +115,29 @@ async fn students_follow_the_presenter_explore_and_cannot_start_runs() -> Result
         let reason = refused.text().await?;
         assert!(reason.contains("presenter starts the runs"), "{reason}");
         assert!(alice.find(css("[data-testid=run-entry]")).await.is_err(), "no run started");
+
+        // The presenter predicts, then runs step 3 live: the run streams to every student's
+        // page, which shows it whole (its 20 requests) and settles (a page that kept redrawing
+        // itself would not answer WebDriver).
+        presenter.find(css("[data-testid=lesson-choice]")).await?.click().await?;
+        presenter.find(css("[data-testid=lesson-run]")).await?.click().await?;
+        for (student, who) in [(&alice, "alice"), (&bob, "bob")] {
+            student
+                .wait()
+                .at_most(Duration::from_secs(30))
+                .for_element(css("[data-testid=run-entry][data-source=live][aria-selected=true] \
+                     [data-status=done]"))
+                .await
+                .with_context(|| format!("{who} was not shown the presenter's live run"))?;
+            let requests = student.find(css("[data-testid=summary-requests]")).await?;
+            assert_eq!(requests.text().await?.trim(), "20", "{who} sees every request");
+        }
         Ok(())
-    }
-    .await;
+    })
+    .await
+    .unwrap_or_else(|_| Err(anyhow::anyhow!("a page stopped answering within 120 s")));
     for client in [presenter, alice, bob] {
-        client.close().await?;
+        let _ = tokio::time::timeout(Duration::from_secs(10), client.close()).await;
     }
     result
 }

@@ -14,7 +14,7 @@ use crate::app::Outbox;
 use crate::class::ClassRole;
 use crate::files::{carried_recording, open_blob, open_url};
 use crate::lessons::{self, recording_name, recording_url};
-use crate::state::{AppState, Run};
+use crate::state::{AppState, Run, RunKey};
 use crate::store::Store;
 use crate::timeline::rows::Filter;
 use crate::timeline::view::{Mode, ViewState};
@@ -236,8 +236,15 @@ pub fn LessonPanel(
     // presenter shows (its recording is opened here too; a live run streams here by itself).
     if student {
         let played = StoredValue::new(None::<(String, u32)>);
+        // Memos, so that the effect runs when the room or the newest live run changes, not on
+        // every batch of a live run (and not again for its own `show_newest_live`, which it
+        // would if it read the whole store: a page that redrew itself without end).
+        let room = Memo::new(move |_| store.read(|s| s.class.clone()));
+        let newest_live = Memo::new(move |_| {
+            store.read(|s| s.live.runs().last().map(|run| RunKey::live(run.id)))
+        });
         Effect::new(move |_| {
-            let Some(room) = store.read(|s| s.class.clone()) else { return };
+            let Some(room) = room.get() else { return };
             if !follow.get() {
                 return;
             }
@@ -259,7 +266,12 @@ pub fn LessonPanel(
                 played.set_value(Some(key));
                 play_recording(store, &room.lesson, room.step as usize);
             }
-            if room.revealed && !room.recording {
+            let newest = newest_live.get();
+            if room.revealed
+                && !room.recording
+                && newest.is_some()
+                && store.read_untracked(AppState::selected_key) != newest
+            {
                 store.update(AppState::show_newest_live);
             }
         });
