@@ -42,8 +42,13 @@ pub mod dom {
         (0..list.length()).filter_map(|i| list.item(i)?.dyn_into().ok()).collect()
     }
 
-    /// Lets Leptos run the effects a signal change queued.
+    /// Lets Leptos run the effects a signal change queued, then what they put off to a later
+    /// task (the kernel panel is built a task after the rest of a run's view), then theirs.
     pub async fn settle() {
+        for _ in 0..3 {
+            leptos::task::tick().await;
+        }
+        crate::js::sleep(0).await;
         for _ in 0..3 {
             leptos::task::tick().await;
         }
