@@ -84,7 +84,8 @@ impl RowSet {
         }
     }
 
-    pub fn to_vec(&self) -> Vec<u32> {
+    #[cfg(test)]
+    fn to_vec(&self) -> Vec<u32> {
         self.from(0).collect()
     }
 }
