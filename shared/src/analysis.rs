@@ -179,12 +179,14 @@ impl RequestView {
     fn emptied(self) -> Option<RequestView> {
         // Every field named, so that a new one cannot be carried over to another request.
         let RequestView { conn: _, start_ns: _, done_ns: _, spans, evidence } = self;
-        let mut capacities = vec![spans.capacity()];
-        if let Some(evidence) = &evidence {
-            let Evidence { kernel, segments, run_delays } = &**evidence;
-            capacities.extend([kernel.capacity(), segments.capacity(), run_delays.capacity()]);
-        }
-        let small = capacities.iter().all(|&capacity| capacity <= SPARE_LIST_CAPACITY);
+        // No list of the capacities: this runs for every request the command line retires.
+        let small_list = |capacity: usize| capacity <= SPARE_LIST_CAPACITY;
+        let small = small_list(spans.capacity())
+            && evidence.as_deref().is_none_or(|Evidence { kernel, segments, run_delays }| {
+                [kernel.capacity(), segments.capacity(), run_delays.capacity()]
+                    .into_iter()
+                    .all(small_list)
+            });
         fn empty<T>(mut list: Vec<T>) -> Vec<T> {
             list.clear();
             list
