@@ -16,6 +16,8 @@ use serde::{Deserialize, Serialize};
 use crate::event::{tcp_flags, ConnId, Event, EventKind, ReqId, Segment, Side};
 use crate::side_map::SideMap;
 pub use crate::sorted_multiset::SortedMultiset;
+use crate::span_list::SpanList;
+pub use crate::span_list::Spans;
 use crate::spec::{RrSpec, MAX_REQUESTS};
 use crate::write_log::WriteLog;
 
@@ -63,7 +65,9 @@ pub struct RequestView {
     pub start_ns: Option<u64>,
     /// When the client had read the whole response.
     pub done_ns: Option<u64>,
-    pub spans: Vec<Span>,
+    /// Packed once the request has settled, in a reader that keeps requests
+    /// ([`RunAnalysis::pack_settled`]).
+    spans: SpanList,
     /// What only some requests have, behind one pointer: a page that keeps a million requests
     /// pays 4 bytes for each that has none, not three empty lists (36 bytes).
     evidence: Option<Box<Evidence>>,
@@ -149,6 +153,20 @@ pub struct KernelSample {
 }
 
 impl RequestView {
+    /// Every syscall of this request, both sides, in the order they were recorded.
+    pub fn spans(&self) -> Spans<'_> {
+        self.spans.iter()
+    }
+
+    pub fn span_count(&self) -> usize {
+        self.spans.len()
+    }
+
+    #[cfg(test)]
+    pub(crate) fn spans_packed(&self) -> bool {
+        self.spans.is_packed()
+    }
+
     pub fn latency_ns(&self) -> Option<u64> {
         Some(self.done_ns?.saturating_sub(self.start_ns?))
     }
@@ -195,7 +213,7 @@ impl RequestView {
             conn: None,
             start_ns: None,
             done_ns: None,
-            spans: empty(spans),
+            spans: SpanList::Open(spans.into_open_capacity()),
             evidence: evidence.map(|evidence| {
                 let Evidence { kernel, segments, run_delays } = *evidence;
                 Box::new(Evidence {
@@ -251,6 +269,8 @@ pub struct RunAnalysis {
     pub ignored_events: u64,
     /// Requests below this id were retired ([`RunAnalysis::retire`]); `requests[0]` is this one.
     base: u32,
+    /// The held requests below this id have their spans packed ([`RunAnalysis::pack_settled`]).
+    packed_until: u32,
     retired: Retired,
     /// Views of retired requests, emptied, for the next requests: their lists keep their
     /// allocations, so a long run's collector does not allocate and free a request's lists
@@ -468,8 +488,27 @@ impl RunAnalysis {
         let span =
             Span { side: done.side, kind, start_ns, end_ns: done.at_ns, bytes, stream_end: end };
         if let Some(view) = self.request_mut(done.req) {
+            let was_packed = view.spans.is_packed();
             view.spans.push(span);
+            if was_packed {
+                // A late span of a settled request: pack it again when it settles again.
+                self.packed_until = self.packed_until.min(done.req.0);
+            }
         }
+    }
+
+    /// Packs the spans of the requests before id `before` that are not packed yet (about 12
+    /// bytes a span instead of 32: `span_list`). For a reader that keeps every request (the
+    /// browser) and calls it with the requests that settled, which rarely change again; a
+    /// later span of one unpacks it. Costs what it packs: requests packed before are skipped.
+    pub fn pack_settled(&mut self, before: u32) {
+        let held = self.base..self.base + self.requests.len() as u32;
+        let from = self.packed_until.clamp(held.start, held.end);
+        let to = before.clamp(from, held.end);
+        for view in &mut self.requests[(from - held.start) as usize..(to - held.start) as usize] {
+            view.spans.pack();
+        }
+        self.packed_until = self.packed_until.max(to);
     }
 
     /// The send MSS of a side of a connection, if TCP_INFO was sampled.
@@ -572,7 +611,7 @@ impl RunAnalysis {
     /// [`Summary::stalled_reads`] counts), as the analysis knows them now.
     pub fn stalled_reads_of(&self, view: &RequestView) -> u32 {
         let Some(conn) = view.conn else { return 0 };
-        view.spans.iter().filter(|span| self.stall_ns(conn, span).is_some()).count() as u32
+        view.spans().filter(|span| self.stall_ns(conn, span).is_some()).count() as u32
     }
 
     /// Puts the latencies recorded since the last question in order now if there are many
@@ -756,7 +795,7 @@ mod tests {
         let view = &analysis.requests()[3];
         let conn = view.conn.unwrap();
         let stalls: Vec<(Side, u64)> =
-            view.spans.iter().filter_map(|s| Some((s.side, analysis.stall_ns(conn, s)?))).collect();
+            view.spans().filter_map(|s| Some((s.side, analysis.stall_ns(conn, &s)?))).collect();
         assert_eq!(stalls.len(), 2);
         assert!(stalls.iter().all(|&(_, held)| (43 * MS..45 * MS).contains(&held)));
         assert!(stalls.iter().any(|&(side, _)| side == Side::Server));
@@ -771,11 +810,10 @@ mod tests {
         analysis.push_all(&script.events);
         let view = &analysis.requests()[0];
         let client_len_read = view
-            .spans
-            .iter()
+            .spans()
             .find(|s| s.side == Side::Client && s.kind == SpanKind::Read && s.bytes == 4)
             .unwrap();
-        let held = analysis.held_ns(ConnId(0), client_len_read).unwrap();
+        let held = analysis.held_ns(ConnId(0), &client_len_read).unwrap();
         assert!(held < 20 * US, "held {held} ns");
         assert_eq!(analysis.summary().stalled_reads, 0);
     }
@@ -847,7 +885,7 @@ mod tests {
         assert!(rolling.requests().len() <= 11, "{} kept", rolling.requests().len());
         assert_eq!(rolling.first_request() as usize + rolling.requests().len(), 100);
         assert_eq!(folded.first().map(|f| f.0), Some(ReqId(0)));
-        assert!(folded.iter().all(|(_, view)| view.spans.len() == 8), "each handed over whole");
+        assert!(folded.iter().all(|(_, view)| view.span_count() == 8), "each handed over whole");
         assert!(folded.windows(2).all(|w| w[1].0 .0 == w[0].0 .0 + 1), "in order, once each");
     }
 

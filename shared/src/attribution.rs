@@ -195,7 +195,7 @@ pub fn attribute_request(
         }
         _ => None,
     };
-    view.spans.iter().filter_map(classify).map(|stall| not_running(view, stall)).collect()
+    view.spans().filter_map(|span| classify(&span)).map(|stall| not_running(view, stall)).collect()
 }
 
 /// A stall whose wait was mostly a thread waiting for a CPU becomes [`StallClass::NotRunning`],
@@ -254,7 +254,7 @@ fn read_stall(
         let (class, evidence) = held_read(analysis, view, conn, read, held, spec);
         return Some(stall(held, class, evidence));
     }
-    if read.side == Side::Server && !view.spans.iter().any(|s| s.side == Side::Client) {
+    if read.side == Side::Server && !view.spans().any(|s| s.side == Side::Client) {
         let (wait_ns, class, evidence) = server_only_read(analysis, view, read)?;
         return Some(stall(wait_ns, class, evidence));
     }
@@ -263,7 +263,7 @@ fn read_stall(
     if read.side != Side::Client || blocked <= STALL_THRESHOLD_NS {
         return None;
     }
-    let server = |kind| view.spans.iter().filter(move |s| s.side == Side::Server && s.kind == kind);
+    let server = |kind| view.spans().filter(move |s| s.side == Side::Server && s.kind == kind);
     let last_read =
         server(SpanKind::Read).filter(|s| s.end_ns <= read.end_ns).map(|s| s.end_ns).max()?;
     let first_write = server(SpanKind::Write).map(|s| s.start_ns).min()?;
@@ -296,8 +296,7 @@ fn server_only_read(
         return None;
     }
     let earlier: u64 = view
-        .spans
-        .iter()
+        .spans()
         .filter(|s| s.side == Side::Server && s.kind == SpanKind::Read && s.end_ns <= read.start_ns)
         .map(|s| u64::from(s.bytes))
         .sum();
@@ -376,8 +375,8 @@ fn held_read(
         }
     }
     let facts = WriterFacts::of(analysis, conn, writer);
-    let writes: Vec<&Span> =
-        view.spans.iter().filter(|s| s.side == writer && s.kind == SpanKind::Write).collect();
+    let writes: Vec<Span> =
+        view.spans().filter(|s| s.side == writer && s.kind == SpanKind::Write).collect();
     // The write that carried the read's last byte, and the write just before it.
     let Some(carrier) = writes.iter().position(|s| s.stream_end >= read.stream_end) else {
         return unexplained("the write that carried the data is not in this request".into());
@@ -388,7 +387,7 @@ fn held_read(
     let body = writes[carrier];
     let mss = facts.mss;
     // The small write's bytes reached the reader before the body's did.
-    let small_arrived = view.spans.iter().any(|s| {
+    let small_arrived = view.spans().any(|s| {
         s.side == read.side
             && s.kind == SpanKind::Read
             && s.stream_end >= small.stream_end
@@ -914,8 +913,8 @@ fn is_settled(
     let later_started =
         newest_started.is_some_and(|newest| newest >= req.saturating_add(SETTLE_AFTER));
     let reads_matched = view.conn.is_none_or(|conn| {
-        let read = |span: &&Span| span.kind == SpanKind::Read;
-        view.spans.iter().filter(read).all(|span| analysis.held_ns(conn, span).is_some())
+        let read = |span: &Span| span.kind == SpanKind::Read;
+        view.spans().filter(read).all(|span| analysis.held_ns(conn, &span).is_some())
     });
     view.done_ns.is_some() && later_started && reads_matched
 }
@@ -1235,12 +1234,21 @@ mod tests {
         analysis.set_path_delay_ns(path_delay_ns);
         let mut incremental = Incremental::new();
         let mut stalls = Vec::new();
+        // The same batches into an analysis that packs what settles, as the browser's does:
+        // it must answer every question the same.
+        let mut packed = RunAnalysis::new();
+        packed.set_path_delay_ns(path_delay_ns);
         for (step, batch) in batches.iter().enumerate() {
             analysis.push_all(batch);
             incremental.push(&analysis, spec, batch, &mut stalls);
+            packed.push_all(batch);
+            packed.pack_settled(incremental.next());
             assert_eq!(stalls.len(), incremental.settled_stalls());
             let tail = incremental.tail(&analysis, spec);
             let whole = attribute(&analysis, spec);
+            assert_eq!(attribute(&packed, spec), whole, "packed, step {step}");
+            assert_eq!(packed.requests(), analysis.requests(), "packed, step {step}");
+            assert_eq!(packed.summary(), analysis.summary(), "packed, step {step}");
             assert_eq!([stalls.as_slice(), tail.as_slice()].concat(), whole, "step {step}");
             assert_eq!(incremental.classes_with(&tail), summarize(&whole), "step {step}");
             let held = incremental.held_reads() + incremental.tail_held_reads(&analysis);
@@ -1248,6 +1256,11 @@ mod tests {
             // A caller's tail left in the list is dropped by the next push.
             stalls.extend(tail);
         }
+        let settled = (incremental.next() - packed.first_request()) as usize;
+        let with_spans =
+            |views: &[RequestView]| views.iter().filter(|v| v.span_count() > 0).count();
+        let packed_views = packed.requests().iter().filter(|view| view.spans_packed()).count();
+        assert_eq!(packed_views, with_spans(&packed.requests()[..settled]), "every settled one");
         (analysis, incremental.next())
     }
 

@@ -33,6 +33,7 @@ pub mod pcap;
 pub mod presets;
 mod side_map;
 mod sorted_multiset;
+mod span_list;
 pub mod spec;
 #[cfg(any(test, feature = "synthetic"))]
 pub mod synthetic;

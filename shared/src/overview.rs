@@ -66,7 +66,7 @@ pub fn extent_ns(view: &RequestView) -> Option<u64> {
     let start = view.start_ns?;
     let end = match view.done_ns {
         Some(done) => done,
-        None => view.spans.iter().map(|span| span.end_ns).max()?,
+        None => view.spans().map(|span| span.end_ns).max()?,
     };
     Some(end.saturating_sub(start))
 }

@@ -79,8 +79,13 @@ pub async fn start_browser() -> Result<(Reaped, Client, tempdir::TempDir)> {
         "--window-size=1280,1000".into(),
         format!("--user-data-dir={}", profile.path().display()),
     ];
+    // What the page saves (a view as PNG, a session) lands in the profile's own folder.
+    let prefs = serde_json::json!({
+        "download.default_directory": downloads(&profile),
+        "download.prompt_for_download": false,
+    });
     let capabilities = serde_json::json!({
-        "goog:chromeOptions": { "binary": "/usr/bin/chromium", "args": args }
+        "goog:chromeOptions": { "binary": "/usr/bin/chromium", "args": args, "prefs": prefs }
     });
     let serde_json::Value::Object(capabilities) = capabilities else { unreachable!() };
     let client = ClientBuilder::native()
@@ -89,6 +94,11 @@ pub async fn start_browser() -> Result<(Reaped, Client, tempdir::TempDir)> {
         .await
         .context("opening a WebDriver session in Chromium")?;
     Ok((driver, client, profile))
+}
+
+/// Where the browser of [`start_browser`] saves what a page downloads.
+pub fn downloads(profile: &tempdir::TempDir) -> PathBuf {
+    profile.path().join("downloads")
 }
 
 /// A static file server over `dir`, as any static host (GitHub Pages and the like) would

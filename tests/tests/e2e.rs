@@ -7,8 +7,8 @@
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use ackscope_tests::{screenshot, start_browser, start_probe};
-use anyhow::{bail, Context, Result};
+use ackscope_tests::{downloads, screenshot, start_browser, start_probe};
+use anyhow::{bail, ensure, Context, Result};
 use fantoccini::{elements::Element, Client, Locator};
 
 /// Requests per run: with Nagle on both sides each takes ~88 ms, so a run lasts ~5 s, long enough
@@ -121,8 +121,8 @@ async fn run_and_wait(client: &Client) -> Result<usize> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_nagle_stall_shows_live_and_vanishes_with_nodelay() -> Result<()> {
     let (_probe, url) = start_probe()?;
-    let (_driver, client, _profile) = start_browser().await?;
-    let result = scenario(&client, &url).await;
+    let (_driver, client, profile) = start_browser().await?;
+    let result = scenario(&client, &url, &downloads(&profile)).await;
     if result.is_err() {
         if let Ok(png) = client.screenshot().await {
             let path = std::env::temp_dir().join("ackscope-e2e-failure.png");
@@ -134,7 +134,7 @@ async fn the_nagle_stall_shows_live_and_vanishes_with_nodelay() -> Result<()> {
     result
 }
 
-async fn scenario(client: &Client, url: &str) -> Result<()> {
+async fn scenario(client: &Client, url: &str, downloads: &std::path::Path) -> Result<()> {
     client.goto(url).await?;
     // The app mounted (a blank page with a broken wasm would fail here).
     client
@@ -242,10 +242,22 @@ async fn scenario(client: &Client, url: &str) -> Result<()> {
     element_screenshot(client, "section.timeline", "run-clock.png").await?;
     client.find(css("[data-testid=mode-aligned]")).await?.click().await?;
 
-    // The address bar holds the view: reloading it shows the same run and request.
+    // "Save as PNG" saves the view as the screen shows it: a PNG of the plot's width.
+    client.find(css("[data-testid=export-png]")).await?.click().await?;
+    let png = downloaded(downloads, "ackscope-view.png").await?;
+    let (width, height) = png_size(&png)?;
+    let (_, _, plot_width, _) =
+        client.find(css("[data-testid=plot] canvas")).await?.rectangle().await?;
+    assert_eq!(f64::from(width), plot_width.round(), "the PNG is as wide as the plot on screen");
+    assert!(height > 100, "the PNG holds the rows: {width} x {height}");
+
+    // The address bar holds the view: zoomed in, reloading it shows the same run, request and
+    // time window.
+    client.find(css("[data-testid=plot]")).await?.send_keys("++").await?;
     tokio::time::sleep(Duration::from_millis(600)).await;
     let link = client.current_url().await?;
     assert!(link.as_str().contains("run=1") && link.as_str().contains("req=2"), "{link}");
+    let window = query_window(link.as_str()).context("zoomed in, the link holds no window")?;
     client.goto(link.as_str()).await?;
     client
         .wait()
@@ -254,6 +266,9 @@ async fn scenario(client: &Client, url: &str) -> Result<()> {
         .await
         .context("the reloaded link did not show request 2 again")?;
     client.find(css("[data-testid=run-entry][data-run-id='1'][aria-selected=true]")).await?;
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let reloaded = client.current_url().await?;
+    assert_eq!(query_window(reloaded.as_str()), Some(window), "the same window: {reloaded}");
 
     // Compare the two runs: the specs' difference is named.
     for id in ["1", "2"] {
@@ -272,6 +287,42 @@ async fn scenario(client: &Client, url: &str) -> Result<()> {
     assert!(changed.contains("TCP_NODELAY") && changed.contains("off -> on"), "{changed}");
     screenshot(client, "compare.png").await?;
     Ok(())
+}
+
+/// The `from` and `to` of a link's query: the timeline's time window.
+fn query_window(link: &str) -> Option<(u64, u64)> {
+    let query = link.split_once('?')?.1;
+    let value = |name: &str| {
+        query.split('&').find_map(|pair| pair.strip_prefix(name)?.strip_prefix('=')?.parse().ok())
+    };
+    Some((value("from")?, value("to")?))
+}
+
+/// The file `name` once the browser has finished downloading it into `dir`.
+async fn downloaded(dir: &std::path::Path, name: &str) -> Result<Vec<u8>> {
+    let path = dir.join(name);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        // Chromium writes `name.crdownload` and renames it when done.
+        if let Ok(bytes) = std::fs::read(&path) {
+            if !bytes.is_empty() {
+                return Ok(bytes);
+            }
+        }
+        if Instant::now() > deadline {
+            bail!("{} was not downloaded within 10 s", path.display());
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// The width and height in a PNG's header.
+fn png_size(png: &[u8]) -> Result<(u32, u32)> {
+    const SIGNATURE: &[u8] = b"\x89PNG\r\n\x1a\n";
+    ensure!(png.len() > 24 && png.starts_with(SIGNATURE), "not a PNG ({} bytes)", png.len());
+    ensure!(&png[12..16] == b"IHDR", "a PNG without its header first");
+    let number = |at: usize| u32::from_be_bytes(png[at..at + 4].try_into().expect("4 bytes"));
+    Ok((number(16), number(20)))
 }
 
 /// The request the selection panel shows.

@@ -25,12 +25,8 @@ use crate::timeline::overview::FilePreview;
 use crate::timeline::render::Timeline;
 use crate::timeline::rows::Filter;
 use crate::timeline::view::ViewState;
-use crate::url_state::UrlView;
-use crate::ws::{probe_url_for_this_page, Link, LinkStatus};
-
-/// Where the page's requests to the probe go: the probe's [`Link`] in the app; tests pass one
-/// that keeps what was sent. `Err` says why it was not sent.
-pub type Outbox = Rc<dyn Fn(&ToProbe) -> Result<(), String>>;
+use crate::url_state::{is_embed, UrlView};
+use crate::ws::{probe_url_for_this_page, Link, LinkStatus, Outbox};
 
 /// The app as served by the probe: connects to the page's own origin and shows what comes, and
 /// opens the session file named by `?url=`, if any.
@@ -150,11 +146,6 @@ pub fn Page(
             </main>
         </div>
     }
-}
-
-/// Whether a query string asks for the embedded view (`embed=1`).
-pub fn is_embed(search: &str) -> bool {
-    search.trim_start_matches('?').split('&').any(|pair| pair == "embed=1")
 }
 
 #[component]

@@ -75,14 +75,14 @@ pub fn ladder(analysis: &RunAnalysis, view: &RequestView, stalls: &[Stall]) -> O
     let end = view
         .done_ns
         .into_iter()
-        .chain(view.spans.iter().map(|span| span.end_ns))
+        .chain(view.spans().map(|span| span.end_ns))
         .chain(view.segments().iter().map(|segment| segment.at_ns))
         .max()?
         .max(start + 1);
     let extent = (end - start) as f64;
     let y = |at_ns: u64| TOP + at_ns.saturating_sub(start) as f64 / extent * PLOT_HEIGHT;
     let mut calls = Vec::new();
-    for span in view.spans.iter().filter(|span| span.end_ns >= start) {
+    for span in view.spans().filter(|span| span.end_ns >= start) {
         let top = y(span.start_ns.max(start));
         let height = (y(span.end_ns) - top).max(MIN_CALL_HEIGHT);
         let why = stalls.iter().find(|stall| {
@@ -90,7 +90,7 @@ pub fn ladder(analysis: &RunAnalysis, view: &RequestView, stalls: &[Stall]) -> O
                 && stall.start_ns == span.start_ns
                 && stall.end_ns == span.end_ns
         });
-        let held = view.conn.and_then(|conn| analysis.stall_ns(conn, span));
+        let held = view.conn.and_then(|conn| analysis.stall_ns(conn, &span));
         let mut text = match span.kind {
             SpanKind::Connect => "connect".to_string(),
             SpanKind::Write => format!("write {} B", span.bytes),

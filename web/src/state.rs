@@ -183,6 +183,9 @@ impl Run {
             self.analysis.push_all(events);
             if self.watched.get() {
                 self.attributed.push(&self.analysis, spec, events, &mut stalls);
+                // A settled request rarely changes again: its spans take a third of the memory
+                // packed (a million requests: about 150 MB less).
+                self.analysis.pack_settled(self.attributed.next());
                 // Someone will ask for the summary: merge the pending latencies whenever a
                 // rebuild is due, so that the first answer (a whole file's, at its end) does not
                 // sort them all at once.

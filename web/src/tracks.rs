@@ -170,7 +170,7 @@ fn request_focus(run: &Run, req: u32) -> Option<Focus> {
     let start = request.start_ns?;
     // A request in flight: up to its latest call or sample.
     let end = request.done_ns.unwrap_or_else(|| {
-        let spans = request.spans.iter().map(|span| span.end_ns);
+        let spans = request.spans().map(|span| span.end_ns);
         let samples = [Side::Client, Side::Server]
             .into_iter()
             .filter_map(|side| run.kernel().track(conn, side)?.span_ns().map(|(_, end)| end));

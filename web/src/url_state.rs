@@ -127,9 +127,21 @@ fn decode(text: &str) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
+/// Whether a query string asks for the embedded view (`embed=1`).
+pub fn is_embed(search: &str) -> bool {
+    search.trim_start_matches('?').split('&').any(|pair| pair == "embed=1")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn embedding_is_asked_for_by_name() {
+        assert!(is_embed("?embed=1&lesson=forty-ms&step=2"));
+        assert!(is_embed("?lesson=forty-ms&embed=1"));
+        assert!(!is_embed("?lesson=forty-ms") && !is_embed("?embed=10"));
+    }
 
     #[test]
     fn a_view_round_trips_through_its_query() {

@@ -41,6 +41,10 @@ impl LinkStatus {
 
 /// The probe's WebSocket address for a page served from `protocol` (`"http:"`) and `host`
 /// (`"127.0.0.1:7878"`), as `window.location` gives them.
+/// Where the page's requests to the probe go: the probe's [`Link`] in the app; tests pass one
+/// that keeps what was sent. `Err` says why it was not sent.
+pub type Outbox = Rc<dyn Fn(&ToProbe) -> Result<(), String>>;
+
 pub fn probe_url(protocol: &str, host: &str) -> String {
     let scheme = if protocol == "https:" { "wss" } else { "ws" };
     format!("{scheme}://{host}/ws")

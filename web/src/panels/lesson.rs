@@ -10,7 +10,6 @@ use leptos::ev::KeyboardEvent;
 use leptos::prelude::*;
 use wasm_bindgen::JsCast;
 
-use crate::app::Outbox;
 use crate::class::ClassRole;
 use crate::files::{carried_recording, open_blob, open_url};
 use crate::lessons::{self, recording_name, recording_url};
@@ -19,6 +18,7 @@ use crate::store::Store;
 use crate::timeline::rows::Filter;
 use crate::timeline::view::{Mode, ViewState};
 use crate::ws::LinkStatus;
+use crate::ws::Outbox;
 
 /// Where the class is in the lessons.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -479,14 +479,6 @@ fn apply_look(step: &Step, view: RwSignal<ViewState>, filter: RwSignal<Filter>) 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn embedding_is_asked_for_by_name() {
-        use crate::app::is_embed;
-        assert!(is_embed("?embed=1&lesson=forty-ms&step=2"));
-        assert!(is_embed("?lesson=forty-ms&embed=1"));
-        assert!(!is_embed("?lesson=forty-ms") && !is_embed("?embed=10"));
-    }
 
     #[test]
     fn keys_move_through_the_steps_and_stop_at_the_ends() {

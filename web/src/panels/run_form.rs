@@ -7,11 +7,11 @@ use ackscope_shared::{PerSide, RrSpec, Scenario, WritePattern};
 use leptos::ev::{Event, SubmitEvent};
 use leptos::prelude::*;
 
-use crate::app::Outbox;
 use crate::form::{write_pattern, FieldError, FormFields};
 use crate::state::AppState;
 use crate::store::Store;
 use crate::ws::LinkStatus;
+use crate::ws::Outbox;
 
 /// The form's inputs, one signal each: typing in one field re-renders only that field.
 #[derive(Clone, Copy)]

@@ -78,7 +78,7 @@ impl Lanes {
         for (index, view) in analysis.requests().iter().enumerate() {
             let Some(conn) = view.conn else { continue };
             let req = first + index as u32;
-            for span in &view.spans {
+            for span in view.spans() {
                 let priority = waits
                     .get(&(span.side, span.start_ns, span.end_ns))
                     .copied()
@@ -87,7 +87,7 @@ impl Lanes {
                     (Priority::Stalled, _) => Mark::Stalled,
                     (Priority::Waited, _) => Mark::Waited,
                     (Priority::Call, SpanKind::Connect) => Mark::Connect,
-                    (Priority::Call, _) => Mark::Call(RowLane::of(span)),
+                    (Priority::Call, _) => Mark::Call(RowLane::of(&span)),
                 };
                 let rank = key(priority, span.duration_ns());
                 calls.entry((conn, span.side)).or_default().push((

@@ -272,9 +272,9 @@ pub fn layout_row(
     scale: &Scale,
 ) -> Option<RowLayout> {
     let start_ns = view.start_ns?;
-    let mut bars = Vec::with_capacity(view.spans.len());
+    let mut bars = Vec::with_capacity(view.span_count());
     let mut labels = Vec::new();
-    for span in &view.spans {
+    for span in view.spans() {
         // A server read that began before the request (the server idling in read() for the
         // next request) is drawn from the request's start: before it, nothing of this request
         // existed to wait for.
@@ -289,14 +289,14 @@ pub fn layout_row(
         }
         let x = scale.x(from_ns);
         let width = (scale.x(to_ns) - x).max(MIN_BAR_WIDTH);
-        let lane = Lane::of(span);
-        let held_ns = view.conn.and_then(|conn| analysis.stall_ns(conn, span));
+        let lane = Lane::of(&span);
+        let held_ns = view.conn.and_then(|conn| analysis.stall_ns(conn, &span));
         let why = stalls.iter().find(|stall| {
             stall.side == span.side
                 && stall.start_ns == span.start_ns
                 && stall.end_ns == span.end_ns
         });
-        let mut title = describe_span(span, held_ns);
+        let mut title = describe_span(&span, held_ns);
         if let Some(stall) = why {
             title.push_str(&format!("\n{}", explain(stall)));
         }
@@ -553,7 +553,7 @@ mod tests {
         let scale = Scale::fit(MS, 1000.0);
         let view = &analysis.requests()[2];
         // The server sat in read() for this request's length since 40 µs before it began.
-        let early = view.spans.iter().filter(|s| s.start_ns < view.start_ns.unwrap_or(0)).count();
+        let early = view.spans().filter(|s| s.start_ns < view.start_ns.unwrap_or(0)).count();
         assert_eq!(early, 1);
         let row = layout_row(&analysis, 2, view, &[], &scale).expect("the request has started");
         let length_read = row

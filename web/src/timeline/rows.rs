@@ -12,6 +12,7 @@ use ackscope_shared::analysis::RunAnalysis;
 use ackscope_shared::attribution::{Stall, StallClass};
 
 use ackscope_shared::overview::{extent_ns, key, Overview, Priority};
+use ackscope_shared::Side;
 
 /// Every class, in a fixed order: bit `i` of a class mask is `CLASSES[i]`.
 pub const CLASSES: [StallClass; StallClass::ALL.len()] = StallClass::ALL;
@@ -110,6 +111,26 @@ pub struct Facts {
     /// [`Facts::slowest`] orders them), and the longest extent of any.
     settled_slowest: Vec<usize>,
     settled_longest_ns: u64,
+    /// The [`SLOWEST_KEPT`] longest waits of those requests (longest first, ties: the earlier
+    /// wait first), so that the table of the longest waits needs no pass over every stall.
+    settled_waits: Vec<Wait>,
+}
+
+/// One named wait, as the table of the longest waits lists it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Wait {
+    pub req: u32,
+    pub class: StallClass,
+    pub from: Side,
+    pub to: Side,
+    pub wait_ns: u64,
+}
+
+impl Wait {
+    fn of(stall: &Stall) -> Wait {
+        let Stall { req, class, from, to, wait_ns, .. } = *stall;
+        Wait { req: req.0, class, from, to, wait_ns }
+    }
 }
 
 /// How many of the slowest settled requests the facts keep: [`Facts::slowest`] of at most this
@@ -173,8 +194,18 @@ impl Facts {
             // Requests it held were rebuilt (retired requests moved the first): start it again.
             (self.settled_overview, self.settled_rows) = (Overview::default(), 0);
             (self.settled_slowest, self.settled_longest_ns) = (Vec::new(), 0);
+            self.settled_waits.clear();
         }
         let settled = self.len().saturating_sub(UNSETTLED);
+        let stalls_of = |rows: usize| stalls.partition_point(|s| s.req.0 < first + rows as u32);
+        for stall in &stalls[stalls_of(self.settled_rows)..stalls_of(settled)] {
+            // After the equally long ones already kept: those are of earlier requests.
+            let at = self.settled_waits.partition_point(|kept| kept.wait_ns >= stall.wait_ns);
+            if at < SLOWEST_KEPT {
+                self.settled_waits.insert(at, Wait::of(stall));
+                self.settled_waits.truncate(SLOWEST_KEPT);
+            }
+        }
         for index in self.settled_rows..settled {
             let (key, stalled) = self.row(index);
             self.settled_overview.push(key, stalled);
@@ -254,6 +285,21 @@ impl Facts {
         candidates.sort_unstable_by_key(|&index| Reverse(self.rank(index)));
         candidates.truncate(count);
         candidates.into_iter().map(|index| self.first + index as u32).collect()
+    }
+
+    /// The `count` longest waits of `stalls` (the run's, in request order, as the facts were
+    /// updated with), longest first (ties: the earlier wait first): those kept of the settled
+    /// requests and the few stalls after them; past as many as are kept, every stall.
+    pub fn longest_waits(&self, stalls: &[Stall], count: usize) -> Vec<Wait> {
+        let settled = if count <= SLOWEST_KEPT { self.settled_rows.min(self.len()) } else { 0 };
+        let kept = if settled > 0 { self.settled_waits.as_slice() } else { &[] };
+        let tail_from = stalls.partition_point(|s| s.req.0 < self.first + settled as u32);
+        let mut waits: Vec<Wait> =
+            kept.iter().copied().chain(stalls[tail_from..].iter().map(Wait::of)).collect();
+        // Stable: equally long waits stay in request order.
+        waits.sort_by_key(|wait| Reverse(wait.wait_ns));
+        waits.truncate(count);
+        waits
     }
 
     /// The finished request that comes after `after` in slowest-first order (the slowest when
@@ -463,9 +509,17 @@ mod tests {
                 assert_eq!(facts.slowest(count), whole.slowest(count), "count {count}");
             }
             assert_eq!(facts.longest_ns(), whole.extent_ns.iter().copied().max().unwrap_or(0));
+            // The longest waits: a sort of every stall, longest first, ties in request order.
+            let mut every: Vec<Wait> = why.stalls.iter().map(Wait::of).collect();
+            every.sort_by_key(|wait| Reverse(wait.wait_ns));
+            for count in [1, 10, SLOWEST_KEPT, SLOWEST_KEPT + 1] {
+                let expected = &every[..count.min(every.len())];
+                assert_eq!(facts.longest_waits(&why.stalls, count), expected, "count {count}");
+            }
         }
         assert_eq!(facts.len(), 150);
         assert_eq!(facts.settled_rows, 150 - UNSETTLED);
         assert_eq!(facts.settled_slowest.len(), SLOWEST_KEPT, "more settled than kept");
+        assert_eq!(facts.settled_waits.len(), SLOWEST_KEPT, "more waits settled than kept");
     }
 }

@@ -1,13 +1,12 @@
 //! The slowest requests and the longest waits of the run as tables: DOM a screen reader reads,
 //! sortable by a click on a column's head, each row a way to that request.
 
-use ackscope_shared::attribution::Stall;
 use leptos::prelude::*;
 
 use super::find::select_request;
 use super::layout::class_word;
 use super::render::{RowList, RunFacts};
-use super::rows::Filter;
+use super::rows::{Filter, Wait};
 use super::scale::format_duration;
 use super::view::ViewState;
 use crate::store::Store;
@@ -33,28 +32,16 @@ struct StallRow {
     wait_ns: u64,
 }
 
-/// The longest `count` waits, longest first.
-fn longest_stalls(stalls: &[Stall], count: usize) -> Vec<StallRow> {
-    let mut order: Vec<usize> = (0..stalls.len()).collect();
-    let by_wait = |a: &usize, b: &usize| stalls[*b].wait_ns.cmp(&stalls[*a].wait_ns).then(a.cmp(b));
-    if order.len() > count {
-        order.select_nth_unstable_by(count, by_wait);
-        order.truncate(count);
+impl StallRow {
+    fn of(wait: &Wait) -> StallRow {
+        StallRow {
+            req: wait.req,
+            class: class_word(wait.class),
+            name: wait.class.name(),
+            direction: format!("{}->{}", wait.from.name(), wait.to.name()),
+            wait_ns: wait.wait_ns,
+        }
     }
-    order.sort_unstable_by(by_wait);
-    order
-        .into_iter()
-        .map(|index| {
-            let stall = &stalls[index];
-            StallRow {
-                req: stall.req.0,
-                class: class_word(stall.class),
-                name: stall.class.name(),
-                direction: format!("{}->{}", stall.from.name(), stall.to.name()),
-                wait_ns: stall.wait_ns,
-            }
-        })
-        .collect()
 }
 
 #[component]
@@ -80,10 +67,16 @@ pub fn Tables(
         })
     });
     let stalls = Memo::new(move |_| {
-        let key = facts.with(|f| f.as_ref().map(|f| f.key))?;
-        // `facts` changes with the run's events; the attribution is cached in the run.
-        store.read_untracked(|state| {
-            state.run(key).map(|run| longest_stalls(&run.attribution().stalls, TABLE_ROWS))
+        facts.with(|f| {
+            let f = f.as_ref()?;
+            // `facts` changes with the run's events; the attribution is cached in the run. The
+            // facts keep the longest waits of the settled requests: only the last few requests'
+            // stalls are looked at, not every stall of the run.
+            store.read_untracked(|state| {
+                let stalls = &state.run(f.key)?.attribution().stalls;
+                let waits = f.facts.longest_waits(stalls, TABLE_ROWS);
+                Some(waits.iter().map(StallRow::of).collect::<Vec<_>>())
+            })
         })
     });
     let go = move |req: u32| select_request(facts, rows, view, filter, req, message);
@@ -150,29 +143,5 @@ pub fn Tables(
                 <tbody>{stall_rows}</tbody>
             </table>
         </div>
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use ackscope_shared::analysis::RunAnalysis;
-    use ackscope_shared::RrSpec;
-
-    use super::*;
-    use crate::fixtures::{nagle_run, MS};
-    use crate::state::Attribution;
-
-    #[test]
-    fn the_longest_waits_come_first_and_are_capped() {
-        let mut analysis = RunAnalysis::new();
-        analysis.push_all(&nagle_run(30, 44 * MS));
-        let why = Attribution::of(&analysis, Some(&RrSpec::default()));
-        let rows = longest_stalls(&why.stalls, 5);
-        assert_eq!(rows.len(), 5);
-        assert!(rows.windows(2).all(|w| w[0].wait_ns >= w[1].wait_ns));
-        assert!(rows
-            .iter()
-            .all(|r| r.class == "nagle_delayed_ack" && r.name == "Nagle x delayed ACK"));
-        assert_eq!(longest_stalls(&why.stalls, 100).len(), why.stalls.len());
     }
 }
