@@ -226,6 +226,14 @@ async fn scenario(client: &Client, url: &str, downloads: &std::path::Path) -> Re
     }
     assert_eq!(visited, [1, 1, 2], "n walks the stalls in order");
     element_screenshot(client, "[data-testid=selection]", "ladder.png").await?;
+    // The kernel's view of the selected request's connection: TCP_INFO over time, both sides.
+    client
+        .wait()
+        .at_most(Duration::from_secs(10))
+        .for_element(css("[data-testid=kernel-tracks]"))
+        .await
+        .context("no kernel tracks for the selected request")?;
+    element_screenshot(client, "[data-testid=kernel-tracks]", "kernel.png").await?;
 
     // The run-clock view: one lane per connection and side, the stalls still red.
     client.find(css("[data-testid=mode-run-clock]")).await?.click().await?;

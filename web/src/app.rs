@@ -10,14 +10,15 @@ use leptos::prelude::*;
 use ackscope_shared::RunId;
 
 use crate::class::ClassRole;
+use crate::compare::Comparison;
 use crate::files::{open_files, open_url};
 use crate::panels::compare::ComparePanel;
-use crate::panels::kernel::KernelPanel;
+use crate::panels::kernel::{self, KernelPanel};
 use crate::panels::lesson::{LessonPanel, LessonState};
 use crate::panels::run_form::RunForm;
 use crate::panels::runs::{OpenedFiles, RunList};
-use crate::panels::selection::SelectionPanel;
-use crate::panels::summary::{NoTimeline, SummaryPanel};
+use crate::panels::selection::{Selected, SelectionPanel};
+use crate::panels::summary::{no_timeline_note, NoTimeline, SelectedRun, SummaryPanel};
 use crate::session_file::name_of_url;
 use crate::state::{AppState, RunKey, Source};
 use crate::store::{FrameBatch, Store};
@@ -93,6 +94,21 @@ pub fn Page(
         follow_link(store, link.clone(), initial);
         keep_link(store, view, link.url);
     }
+    // What each panel that only shows reads, derived here: a panel gets its own model, not the
+    // store, and redraws when that changed. (The form, the run lists, the lessons and the
+    // timeline also act on the state: they get the store.)
+    let summary = store.memo(SelectedRun::of);
+    let live_host = store.memo(|state| state.live.host().cloned());
+    let comparison = store.memo(Comparison::of);
+    let clear_compare = Callback::new(move |()| store.update(AppState::clear_compare));
+    let no_timeline = store.memo(no_timeline_note);
+    let selected = Memo::new(move |_| {
+        let req = view.with(|v| v.selected)?;
+        store.read(|state| Selected::of(state, req))
+    });
+    let kernel = kernel::shown(store, view);
+    let version = store.memo(|state| state.probe_version().map(str::to_string));
+    let protocol_error = store.memo(|state| state.live.error.clone());
     let dragging = RwSignal::new(false);
     let drag_over = move |ev: DragEvent| {
         // Without this the browser would open the file itself instead of letting us drop it.
@@ -124,9 +140,9 @@ pub fn Page(
                         "delayed ACK) or a peer that had not written yet."
                     </p>
                 </div>
-                <ConnectionBadge store link_status />
+                <ConnectionBadge version link_status />
             </header>
-            <ProtocolError store />
+            <ProtocolError error=protocol_error />
             <main class="layout">
                 <aside class="side">
                     <RunForm store link_status outbox />
@@ -136,12 +152,12 @@ pub fn Page(
                 <section class="main">
                     <LessonPanel store lesson view filter link_status outbox class embed />
                     <FilePreview store />
-                    <SummaryPanel store />
-                    <ComparePanel store />
-                    <NoTimeline store />
+                    <SummaryPanel selected=summary live_host />
+                    <ComparePanel comparison clear=clear_compare />
+                    <NoTimeline note=no_timeline />
                     <Timeline store view filter initial />
-                    <SelectionPanel store view />
-                    <KernelPanel store view />
+                    <SelectionPanel selected />
+                    <KernelPanel shown=kernel />
                 </section>
             </main>
         </div>
@@ -149,8 +165,11 @@ pub fn Page(
 }
 
 #[component]
-fn ConnectionBadge(store: Store, link_status: RwSignal<LinkStatus>) -> impl IntoView {
-    let version = move || store.read(|state| state.probe_version().map(str::to_string));
+fn ConnectionBadge(
+    version: Memo<Option<String>>,
+    link_status: RwSignal<LinkStatus>,
+) -> impl IntoView {
+    let version = move || version.get();
     view! {
         <div
             class="connection"
@@ -174,9 +193,9 @@ fn ConnectionBadge(store: Store, link_status: RwSignal<LinkStatus>) -> impl Into
 }
 
 #[component]
-fn ProtocolError(store: Store) -> impl IntoView {
+fn ProtocolError(error: Memo<Option<String>>) -> impl IntoView {
     move || {
-        store.read(|state| state.live.error.clone()).map(|error| {
+        error.get().map(|error| {
             view! { <p class="banner error" role="alert" data-testid="protocol-error">{error}</p> }
         })
     }

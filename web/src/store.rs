@@ -32,6 +32,16 @@ impl Store {
         self.state.with_value(f)
     }
 
+    /// What a view reads, derived from the state by `f` and kept until it changes: the view is
+    /// handed this memo, not the store, and redraws only when its own model changed (not for
+    /// every frame of a run streaming into another part of the page).
+    pub fn memo<T>(self, f: impl Fn(&AppState) -> T + Send + Sync + 'static) -> Memo<T>
+    where
+        T: PartialEq + Send + Sync + 'static,
+    {
+        Memo::new(move |_| self.read(&f))
+    }
+
     /// Reads the state without subscribing: for event handlers and tests.
     pub fn read_untracked<T>(&self, f: impl FnOnce(&AppState) -> T) -> T {
         self.state.with_value(f)

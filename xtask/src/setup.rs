@@ -42,9 +42,11 @@ fn binaryen_dir() -> PathBuf {
     root().join(".tools/binaryen")
 }
 
-/// PATH with the tools this task installs in front: cargo's bin dir, binaryen's bin dir.
+/// PATH with the tools this task installs in front: binaryen's bin dir first (a `wasm-opt` in
+/// cargo's bin dir or anywhere else on PATH, Debian's 108 among them, must not shadow the 132
+/// this task installs and checks), then cargo's bin dir.
 fn tool_path() -> OsString {
-    let mut dirs = vec![cargo_bin_dir(), binaryen_dir().join("node_modules/.bin")];
+    let mut dirs = vec![binaryen_dir().join("node_modules/.bin"), cargo_bin_dir()];
     dirs.extend(env::split_paths(&env::var_os("PATH").unwrap_or_default()));
     env::join_paths(dirs).expect("PATH entries have no separators")
 }
@@ -227,4 +229,30 @@ fn newest(path: &Path) -> Option<SystemTime> {
     }
     let entries = fs::read_dir(path).ok()?;
     entries.flatten().filter_map(|e| newest(&e.path())).chain(own).max()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_installed_wasm_opt_comes_before_any_other_on_path() {
+        let first = env::split_paths(&tool_path()).next();
+        assert_eq!(first, Some(binaryen_dir().join("node_modules/.bin")));
+    }
+
+    /// `trunk serve` (live reload while working on the web app) takes its tool versions from
+    /// Trunk.toml, the build from Cargo.lock and this file: they must not drift apart.
+    #[test]
+    fn trunk_uses_the_tools_the_build_pins() {
+        let trunk = fs::read_to_string(root().join("Trunk.toml")).expect("Trunk.toml");
+        let pinned = |key: &str| {
+            let line = trunk.lines().find(|line| line.trim_start().starts_with(key))?;
+            Some(line.split_once('=')?.1.trim().trim_matches('"').to_string())
+        };
+        let bindgen = lock_version("wasm-bindgen").expect("Cargo.lock names wasm-bindgen");
+        assert_eq!(pinned("wasm_bindgen ").as_deref(), Some(bindgen.as_str()), "Trunk.toml");
+        let major = BINARYEN_VERSION.split('.').next().expect("a version");
+        assert_eq!(pinned("wasm_opt ").as_deref(), Some(format!("version_{major}").as_str()));
+    }
 }

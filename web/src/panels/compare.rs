@@ -6,8 +6,6 @@ use leptos::prelude::*;
 
 use crate::compare::{AxisTick, ClassRow, ComparedRun, Comparison, PLOT_HEIGHT, PLOT_WIDTH};
 use crate::panels::px;
-use crate::state::AppState;
-use crate::store::Store;
 
 /// Room around the plot: fraction labels on the left, latency labels and the axis title below.
 const LEFT: f64 = 44.0;
@@ -17,16 +15,16 @@ const BOTTOM: f64 = 38.0;
 const SVG_WIDTH: f64 = LEFT + PLOT_WIDTH + RIGHT;
 const SVG_HEIGHT: f64 = TOP + PLOT_HEIGHT + BOTTOM;
 
+/// The runs marked to compare (`Comparison::of` the state: a memo, so a frame that changed
+/// nothing compared, another run streaming, redraws nothing); `clear` unmarks them all.
 #[component]
-pub fn ComparePanel(store: Store) -> impl IntoView {
-    // A memo: a frame that changed nothing compared (another run streaming) redraws nothing.
-    let comparison = Memo::new(move |_| store.read(Comparison::of));
-    move || comparison.get().map(|comparison| compare_card(store, comparison))
+pub fn ComparePanel(comparison: Memo<Option<Comparison>>, clear: Callback<()>) -> impl IntoView {
+    move || comparison.get().map(|comparison| compare_card(clear, comparison))
 }
 
-fn compare_card(store: Store, comparison: Comparison) -> impl IntoView {
+fn compare_card(clear: Callback<()>, comparison: Comparison) -> impl IntoView {
     let Comparison { runs, x_ticks, y_ticks, classes } = comparison;
-    let clear = move |_| store.update(AppState::clear_compare);
+    let clear = move |_| clear.run(());
     view! {
         <section class="card compare" data-testid="compare" aria-label="compare runs">
             <div class="runs-head">

@@ -27,8 +27,9 @@ const G_RIGHT: f64 = 64.0;
 const G_TOP: f64 = 8.0;
 const G_BOTTOM: f64 = 34.0;
 
-#[component]
-pub fn KernelPanel(store: Store, view: RwSignal<ViewState>) -> impl IntoView {
+/// What the kernel panel shows: the tracks of the selected run around the selected request
+/// ([`Shown::of`]).
+pub fn shown(store: Store, view: RwSignal<ViewState>) -> Memo<Option<Shown>> {
     // The charts are the page's largest part (a third of its elements, thousands of points),
     // below the timeline: a newly selected run gets them a task after the rest of its view, so
     // that showing a big run is two shorter tasks, not one long one.
@@ -44,6 +45,11 @@ pub fn KernelPanel(store: Store, view: RwSignal<ViewState>) -> impl IntoView {
         let key = run_a_task_ago.get().filter(|&key| Some(key) == selected_run.get())?;
         store.read(|state| state.run(key).map(|run| Shown::of(run, selected)))
     });
+    shown
+}
+
+#[component]
+pub fn KernelPanel(shown: Memo<Option<Shown>>) -> impl IntoView {
     move || shown.get().map(kernel_card)
 }
 
@@ -245,7 +251,7 @@ mod tests {
         let root = document.create_element("div").expect("create a div");
         document.body().expect("a body").append_child(&root).expect("append");
         let mounted = mount_to(root.clone().unchecked_into(), move || {
-            view! { <KernelPanel store view /> }
+            view! { <KernelPanel shown=super::shown(store, view) /> }
         });
         (root, mounted)
     }

@@ -1,4 +1,6 @@
-//! One module per panel of the page. Each reads the state through [`crate::store::Store`].
+//! One module per panel of the page. A panel that only shows gets its model (a memo the page
+//! derives from the state: `Store::memo` of the panel's own `of`), not the store; the panels
+//! that also act on the state (the run form, the run lists, the lessons) get the store.
 
 pub mod compare;
 pub mod kernel;

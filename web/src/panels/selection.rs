@@ -6,14 +6,13 @@ use ackscope_shared::Side;
 use leptos::prelude::*;
 
 use crate::ladder::{ladder, line_x, Ladder, CLIENT_X, SERVER_X, WIDTH};
-use crate::store::Store;
+use crate::state::AppState;
 use crate::timeline::layout::class_word;
 use crate::timeline::scale::format_duration;
-use crate::timeline::view::ViewState;
 
 /// Everything the panel shows, computed from the state in one read.
 #[derive(Clone, Debug, PartialEq)]
-struct Selected {
+pub struct Selected {
     req: u32,
     conn: Option<u32>,
     latency: Option<String>,
@@ -22,25 +21,27 @@ struct Selected {
     stalls: Vec<Stall>,
 }
 
-#[component]
-pub fn SelectionPanel(store: Store, view: RwSignal<ViewState>) -> impl IntoView {
-    let selected = Memo::new(move |_| {
-        let req = view.with(|v| v.selected)?;
-        store.read(|state| {
-            let run = state.selected().filter(|run| run.is_rr())?;
-            let index = req.checked_sub(run.analysis.first_request())? as usize;
-            let request = run.analysis.requests().get(index)?;
-            let stalls = run.attribution().of_request(req);
-            Some(Selected {
-                req,
-                conn: request.conn.map(|conn| conn.0),
-                latency: request.latency_ns().map(format_duration),
-                latency_ns: request.latency_ns(),
-                ladder: ladder(&run.analysis, request, stalls),
-                stalls: stalls.to_vec(),
-            })
+impl Selected {
+    /// Request `req` of the selected run, if that is a request/response run and has it.
+    pub fn of(state: &AppState, req: u32) -> Option<Selected> {
+        let run = state.selected().filter(|run| run.is_rr())?;
+        let index = req.checked_sub(run.analysis.first_request())? as usize;
+        let request = run.analysis.requests().get(index)?;
+        let stalls = run.attribution().of_request(req);
+        Some(Selected {
+            req,
+            conn: request.conn.map(|conn| conn.0),
+            latency: request.latency_ns().map(format_duration),
+            latency_ns: request.latency_ns(),
+            ladder: ladder(&run.analysis, request, stalls),
+            stalls: stalls.to_vec(),
         })
-    });
+    }
+}
+
+/// The selected request ([`Selected::of`] the request the view selects).
+#[component]
+pub fn SelectionPanel(selected: Memo<Option<Selected>>) -> impl IntoView {
     move || {
         selected.get().map(|selected| {
             let Selected { req, conn, latency, latency_ns, ladder, stalls } = selected;

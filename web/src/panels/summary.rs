@@ -8,7 +8,6 @@ use ackscope_shared::Scenario;
 use leptos::prelude::*;
 
 use crate::state::{AppState, Source};
-use crate::store::Store;
 use crate::text::{describe_instruments, host_rows, BulkText, ClassText, SummaryText};
 
 /// A details element, closed: "machine: linux 6.8.0, cubic", the rest on demand.
@@ -34,7 +33,7 @@ fn machine_line(host: HostFacts) -> impl IntoView {
 
 /// Everything the summary card shows of the selected run.
 #[derive(Clone, Debug, PartialEq)]
-struct SelectedRun {
+pub struct SelectedRun {
     id: u32,
     file: Option<String>,
     describe: String,
@@ -56,7 +55,7 @@ enum Numbers {
 }
 
 impl SelectedRun {
-    fn of(state: &AppState) -> Option<SelectedRun> {
+    pub fn of(state: &AppState) -> Option<SelectedRun> {
         let key = state.selected_key()?;
         let run = state.run(key)?;
         let file = match key.source {
@@ -162,10 +161,14 @@ fn event_count(events: u64) -> impl IntoView {
     }
 }
 
+/// The summary of the selected run, or, with none, what to do and the probe's machine.
 #[component]
-pub fn SummaryPanel(store: Store) -> impl IntoView {
-    let selected = move || store.read(SelectedRun::of);
-    let live_host = move || store.read(|state| state.live.host().cloned());
+pub fn SummaryPanel(
+    selected: Memo<Option<SelectedRun>>,
+    live_host: Memo<Option<HostFacts>>,
+) -> impl IntoView {
+    let selected = move || selected.get();
+    let live_host = move || live_host.get();
     move || {
         match selected() {
         None => view! {
@@ -208,21 +211,21 @@ pub fn SummaryPanel(store: Store) -> impl IntoView {
     }
 }
 
+/// Why the selected run has no timeline, if it has none: [`NoTimeline`]'s model.
+pub fn no_timeline_note(state: &AppState) -> Option<&'static str> {
+    state.selected().and_then(|run| match run.spec {
+        _ if run.is_rr() => None,
+        Scenario::Bulk(_) => Some("Bulk runs have no per-request timeline yet."),
+        _ => Some("This run has no per-request timeline."),
+    })
+}
+
 /// Where the timeline would be, for a run of another scenario: says there is none rather than
 /// showing nothing.
 #[component]
-pub fn NoTimeline(store: Store) -> impl IntoView {
-    let note = move || {
-        store.read(|state| {
-            state.selected().and_then(|run| match run.spec {
-                _ if run.is_rr() => None,
-                Scenario::Bulk(_) => Some("Bulk runs have no per-request timeline yet."),
-                _ => Some("This run has no per-request timeline."),
-            })
-        })
-    };
+pub fn NoTimeline(note: Memo<Option<&'static str>>) -> impl IntoView {
     move || {
-        note().map(|note| {
+        note.get().map(|note| {
             view! {
                 <section class="card timeline-note" data-testid="no-timeline">
                     <p class="hint">{note}</p>

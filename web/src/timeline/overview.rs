@@ -13,20 +13,39 @@ use super::scale::format_duration;
 use super::view::{Mode, ViewState};
 use crate::store::Store;
 
-const OVERVIEW_HEIGHT: f64 = 36.0;
+const OVERVIEW_HEIGHT: f64 = 42.0;
+/// The band along the top that shows how densely each share stalled.
+const DENSITY_HEIGHT: f64 = 6.0;
 
-/// The strip's marks: one column per share of the rows, the tallest line the slowest request of
-/// the share (red when any request of it stalled); `band` is where the page is, if anywhere.
+/// How densely a share of the rows stalled, as a shade of red: darker the larger the part of
+/// its requests that stalled; the faintest shade for a single stall among any number, so that
+/// one is never lost; `None` for none.
+fn density_fill(stalled: u32, rows: u32) -> Option<&'static str> {
+    const SHADES: [&str; 4] = ["#f4c4c4", "#ea8f8f", "#e05a5a", "#d62828"];
+    if stalled == 0 {
+        return None;
+    }
+    let part = f64::from(stalled) / f64::from(rows.max(stalled));
+    Some(SHADES[((part * SHADES.len() as f64).ceil() as usize).clamp(1, SHADES.len()) - 1])
+}
+
+/// The strip's marks: one column per share of the rows. Along the top, how densely the share
+/// stalled ([`density_fill`]); below it, a line as tall as the slowest request of the share (red
+/// when any request of it stalled). `band` is where the page is, if anywhere.
 fn strip(columns: &[Column], band: Option<(f64, f64)>) -> Frame {
     let mut frame = Frame { width: CANVAS_WIDTH, height: OVERVIEW_HEIGHT, ..Frame::default() };
     let max = columns.iter().map(|c| c.slowest_ns).max().unwrap_or(0);
     let count = columns.len().max(1) as f64;
     let width = (PLOT_WIDTH / count).max(1.0);
+    let bars = OVERVIEW_HEIGHT - DENSITY_HEIGHT - 2.0;
     for (index, column) in columns.iter().enumerate() {
-        let share = if max == 0 { 0.0 } else { column.slowest_ns as f64 / max as f64 };
-        let height = (share.sqrt() * (OVERVIEW_HEIGHT - 4.0)).max(1.0);
-        let fill = if column.stalled > 0 { "#d62828" } else { "#84b3ee" };
         let x = GUTTER + index as f64 * PLOT_WIDTH / count;
+        if let Some(fill) = density_fill(column.stalled, column.rows) {
+            frame.marks.push(Rect { x, y: 0.0, width, height: DENSITY_HEIGHT, fill });
+        }
+        let share = if max == 0 { 0.0 } else { column.slowest_ns as f64 / max as f64 };
+        let height = (share.sqrt() * (bars - 2.0)).max(1.0);
+        let fill = if column.stalled > 0 { "#d62828" } else { "#84b3ee" };
         frame.marks.push(Rect { x, y: OVERVIEW_HEIGHT - height, width, height, fill });
     }
     if let Some((x, width)) = band {
@@ -78,7 +97,7 @@ pub(super) fn Overview(
     };
     let stalled_columns = move || columns.with(|c| c.iter().filter(|c| c.stalled > 0).count());
     view! {
-        <div class="overview" title="the whole run: each column the slowest request of its share, red where one stalled; click or drag to go there">
+        <div class="overview" title="the whole run: each column the slowest request of its share, red where one stalled; the band along the top darker where more of them stalled; click or drag to go there">
             <canvas
                 node_ref=canvas
                 data-testid="overview"
@@ -168,5 +187,38 @@ pub fn FilePreview(store: Store) -> impl IntoView {
                 </section>
             }
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stall_density_darkens_with_the_share_that_stalled_and_never_hides_one() {
+        assert_eq!(density_fill(0, 1000), None);
+        let faintest = density_fill(1, 1_000_000).expect("one stall in a million is shown");
+        let half = density_fill(500, 1000).expect("shown");
+        let all = density_fill(1000, 1000).expect("shown");
+        assert_ne!(faintest, half);
+        assert_ne!(half, all);
+        assert_eq!(all, "#d62828", "every request stalled: the stall colour itself");
+        // A merged column can never say more stalled than it has rows; if it did, it is all.
+        assert_eq!(density_fill(7, 3), Some(all));
+    }
+
+    #[test]
+    fn the_strip_marks_density_only_where_requests_stalled() {
+        let column =
+            |rows, stalled| Column { rows, stalled, slowest_ns: 1000, ..Column::default() };
+        let frame = strip(&[column(10, 0), column(10, 1), column(10, 10)], None);
+        let density: Vec<&str> = frame
+            .marks
+            .iter()
+            .filter(|mark| mark.y == 0.0 && mark.height == DENSITY_HEIGHT)
+            .map(|mark| mark.fill)
+            .collect();
+        assert_eq!(density.len(), 2, "the column with no stall has no density mark");
+        assert_ne!(density[0], density[1], "1 of 10 and 10 of 10 are told apart");
     }
 }
