@@ -86,6 +86,20 @@ pub struct ClassState {
     /// The presenter is showing the step's recording (not a live run, which reaches every page
     /// as it streams).
     pub recording: bool,
+    /// What the presenter's timeline shows of that run: the pages that follow show the same.
+    pub view: ClassView,
+}
+
+/// The presenter's view of the timeline, as the class follows it. Times are the timeline's:
+/// from each request's start in the aligned view, on the run's clock in the run-clock view.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClassView {
+    /// The run-clock view (lanes per connection and side), not the aligned one.
+    pub run_clock: bool,
+    /// `(from_ns, to_ns)` of the time window, when the presenter zoomed or panned.
+    pub window: Option<(u64, u64)>,
+    /// The selected request.
+    pub selected: Option<u32>,
 }
 
 /// See [`ToBrowser::Trailer`]: encoded in exactly [`TRAILER_FRAME_BYTES`] with its frame,

@@ -139,6 +139,51 @@ async fn students_follow_the_presenter_explore_and_cannot_start_runs() -> Result
             let requests = student.find(css("[data-testid=summary-requests]")).await?;
             assert_eq!(requests.text().await?.trim(), "20", "{who} sees every request");
         }
+        // The shown run's view goes into each address bar (a link to it), and the class stays
+        // in it: a reload keeps every page in the room, the presenter with the room's secret.
+        tokio::time::sleep(Duration::from_millis(800)).await;
+        for (page, who) in [(&presenter, "the presenter"), (&alice, "alice"), (&bob, "bob")] {
+            let url = page.current_url().await?;
+            assert!(url.as_str().contains("run="), "{who}'s address holds the view: {url}");
+            assert!(url.as_str().contains("room="), "{who}'s address keeps the room: {url}");
+        }
+        let url = presenter.current_url().await?;
+        assert!(url.fragment().is_some_and(|f| f.starts_with("presenter=")), "{url}");
+
+        // The presenter goes to request 5 and zooms in: the students' timelines show the same
+        // request and the same time window.
+        let goto = presenter.find(css("[data-testid=goto-request]")).await?;
+        goto.send_keys("5\u{E007}").await?;
+        presenter.find(css("[data-testid=plot]")).await?.send_keys("++").await?;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let plot = presenter.find(css("[data-testid=plot]")).await?;
+        let window = plot.attr("data-window").await?.context("the plot names its window")?;
+        let start = Instant::now();
+        for (student, who) in [(&alice, "alice"), (&bob, "bob")] {
+            loop {
+                let selected = student.find(css("[data-testid=selection]")).await.ok();
+                let request = match selected {
+                    Some(panel) => panel.attr("data-request").await?,
+                    None => None,
+                };
+                let plot = student.find(css("[data-testid=plot]")).await?;
+                let shown = plot.attr("data-window").await?;
+                if request.as_deref() == Some("5") && shown.as_deref() == Some(window.as_str()) {
+                    break;
+                }
+                if start.elapsed() > FOLLOW_WITHIN {
+                    let mine = presenter.find(css("[data-testid=selection]")).await?;
+                    let mine = mine.attr("data-request").await?;
+                    let refused = match presenter.find(css("[data-testid=rejected]")).await {
+                        Ok(refused) => Some(refused.text().await?),
+                        Err(_) => None,
+                    };
+                    bail!("{who} shows request {request:?}, window {shown:?}: not the presenter's {mine:?}, {window} (refused: {refused:?})");
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+        eprintln!("class: students followed the presenter's view after {:?}", start.elapsed());
         Ok(())
     })
     .await

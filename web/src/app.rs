@@ -26,7 +26,7 @@ use crate::timeline::overview::FilePreview;
 use crate::timeline::render::Timeline;
 use crate::timeline::rows::Filter;
 use crate::timeline::view::ViewState;
-use crate::url_state::{is_embed, UrlView};
+use crate::url_state::{is_embed, relink, UrlView};
 use crate::ws::{probe_url_for_this_page, Link, LinkStatus, Outbox};
 
 /// The app as served by the probe: connects to the page's own origin and shows what comes, and
@@ -264,12 +264,17 @@ fn keep_link(store: Store, view: RwSignal<ViewState>, linked_file: Option<String
                     return;
                 }
                 let Some(window) = web_sys::window() else { return };
-                let path = window.location().pathname().unwrap_or_default();
+                let location = window.location();
+                let path = location.pathname().unwrap_or_default();
+                // The page's own parameters (a class's room, a lesson's step) and its fragment
+                // (a presenter's secret) stay: only the view's part of the address changes.
+                let search = relink(&location.search().unwrap_or_default(), &query);
+                let hash = location.hash().unwrap_or_default();
                 if let Ok(history) = window.history() {
                     let _ = history.replace_state_with_url(
                         &wasm_bindgen::JsValue::NULL,
                         "",
-                        Some(&format!("{path}{query}")),
+                        Some(&format!("{path}{search}{hash}")),
                     );
                 }
             },

@@ -127,6 +127,28 @@ fn decode(text: &str) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
+/// The parameters a view writes ([`UrlView::query`]); any other (a class's `room`, a lesson's
+/// `lesson` and `step`, `embed`) belongs to the page, not to the view.
+const VIEW_KEYS: [&str; 6] = ["url", "run", "view", "from", "to", "req"];
+
+/// The address for the page at `search` (its query, `?` or not) showing the view of
+/// `view_query` ([`UrlView::query`]): the page's own parameters kept, in their order, then the
+/// view's, which replace any the address had. Writing the view into the address bar must not
+/// take a class page out of its room, or a lesson off its step.
+pub fn relink(search: &str, view_query: &str) -> String {
+    let own =
+        search.trim_start_matches('?').split('&').filter(|pair| !pair.is_empty()).filter(|pair| {
+            !VIEW_KEYS.contains(&pair.split_once('=').map_or(*pair, |(key, _)| key))
+        });
+    let view = view_query.trim_start_matches('?').split('&').filter(|pair| !pair.is_empty());
+    let parts: Vec<&str> = own.chain(view).collect();
+    if parts.is_empty() {
+        String::new()
+    } else {
+        format!("?{}", parts.join("&"))
+    }
+}
+
 /// Whether a query string asks for the embedded view (`embed=1`).
 pub fn is_embed(search: &str) -> bool {
     search.trim_start_matches('?').split('&').any(|pair| pair == "embed=1")
@@ -135,6 +157,21 @@ pub fn is_embed(search: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_view_in_the_address_keeps_the_pages_own_parameters() {
+        // A student's page in a class, on a lesson's step, showing a live run.
+        let student = "?room=K7QX2M&lesson=forty-ms&step=2";
+        assert_eq!(relink(student, "?run=2&req=3"), format!("{student}&run=2&req=3"));
+        // The view's parameters are replaced, the page's kept.
+        let linked = "?lesson=forty-ms&run=1&from=5&to=9&step=3&req=4&embed=1";
+        assert_eq!(
+            relink(linked, "?run=2&view=run-clock"),
+            "?lesson=forty-ms&step=3&embed=1&run=2&view=run-clock"
+        );
+        assert_eq!(relink("?run=1&req=2", ""), "");
+        assert_eq!(relink("", "?run=1"), "?run=1");
+    }
 
     #[test]
     fn embedding_is_asked_for_by_name() {

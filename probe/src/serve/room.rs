@@ -92,10 +92,13 @@ impl Room {
 
 #[cfg(test)]
 mod tests {
+    use ackscope_shared::wire::ClassView;
+
     use super::*;
 
     fn state(step: u32) -> ClassState {
-        ClassState { lesson: "forty-ms".into(), step, revealed: false, recording: false }
+        let view = ClassView::default();
+        ClassState { lesson: "forty-ms".into(), step, revealed: false, recording: false, view }
     }
 
     #[test]

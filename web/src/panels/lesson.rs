@@ -20,6 +20,11 @@ use crate::timeline::view::{Mode, ViewState};
 use crate::ws::LinkStatus;
 use crate::ws::Outbox;
 
+/// How long the presenter's timeline must stay still before the room is told what it shows:
+/// short beside the second a student may wait, long beside a frame, so that a pan or a zoom is
+/// one message when it ends, not sixty a second.
+const VIEW_SETTLE_MS: u64 = 150;
+
 /// Where the class is in the lessons.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct LessonState {
@@ -213,23 +218,52 @@ pub fn LessonPanel(
         });
     };
 
-    // The presenter's page tells the room where it is, whenever that changes.
+    // The presenter's page tells the room where it is, whenever that changes: its step at once,
+    // what its timeline shows once it stops moving for a moment (a pan redraws every frame;
+    // the room takes a few messages a second). Each message holds the whole state, so a page
+    // that joins late is where the room is with the first one it gets.
     if let Some(ClassRole::Presenter { secret, .. }) = class.clone() {
-        Effect::new(move |_| {
-            let state = lesson.get();
-            let (Some(index), true) = (state.lesson, connected()) else { return };
+        let secret = StoredValue::new(secret);
+        let tell_room = move || {
+            let state = lesson.get_untracked();
+            let Some(index) = state.lesson else { return };
             let Some(id) = list.with_value(|l| l.get(index).map(|l| l.id.clone())) else { return };
             let message = ToProbe::ClassState(ClassState {
                 lesson: id,
                 step: state.step as u32,
                 revealed: state.revealed,
                 recording: state.recording,
+                view: view.with_untracked(ViewState::class_view),
             });
             // The secret first, every time: after a reconnect the probe knows the page again.
-            let present = ToProbe::Present { secret: secret.clone() };
+            let present = ToProbe::Present { secret: secret.get_value() };
             outbox.with_value(|o| {
                 o.as_ref().map(|send| send(&present).and_then(|()| send(&message)))
             });
+        };
+        Effect::new(move |_| {
+            lesson.track();
+            if connected() {
+                tell_room();
+            }
+        });
+        let shown = Memo::new(move |_| view.with(ViewState::class_view));
+        let generation = StoredValue::new(0u64);
+        Effect::new(move |first: Option<()>| {
+            // Read, not only tracked: a memo never read is never computed, and never hears of
+            // the view changing.
+            shown.with(|_| ());
+            if first.is_none() {
+                return; // the step's message above carries it
+            }
+            generation.update_value(|g| *g += 1);
+            let mine = generation.get_value();
+            let settled = move || {
+                if generation.try_get_value() == Some(mine) && connected() {
+                    tell_room();
+                }
+            };
+            set_timeout(settled, std::time::Duration::from_millis(VIEW_SETTLE_MS));
         });
     }
     // A student's page takes the room's state while it follows: the step, and what the
@@ -261,6 +295,10 @@ pub fn LessonPanel(
                 s.revealed = room.revealed;
                 s.recording = room.recording;
             });
+            // What the presenter's timeline shows: the layout, the zoom, the selected request.
+            if view.with_untracked(ViewState::class_view) != room.view {
+                view.update(|v| v.follow(room.view));
+            }
             let key = (room.lesson.clone(), room.step);
             if room.revealed && room.recording && played.get_value().as_ref() != Some(&key) {
                 played.set_value(Some(key));

@@ -4,6 +4,8 @@
 //! handlers turn keys and wheel turns into [`Action`]s and [`ViewState::act`] applies them, so
 //! navigation is tested without a browser.
 
+use ackscope_shared::wire::ClassView;
+
 use super::scale::Scale;
 
 /// The two ways to lay out the same requests.
@@ -159,6 +161,27 @@ impl ViewState {
         self.top = top as usize;
     }
 
+    /// What a class follows of this view ([`ClassView`]): the layout, the time window and the
+    /// selected request; not the scroll position or the keys' help, which are each page's own.
+    pub fn class_view(&self) -> ClassView {
+        ClassView {
+            run_clock: self.mode == Mode::RunClock,
+            window: self.window.map(|(from, domain)| (from, from.saturating_add(domain))),
+            selected: self.selected,
+        }
+    }
+
+    /// Shows what the presenter's view shows ([`ViewState::class_view`]).
+    pub fn follow(&mut self, presenter: ClassView) {
+        self.mode = if presenter.run_clock { Mode::RunClock } else { Mode::Aligned };
+        self.window =
+            presenter.window.filter(|(from, to)| to > from).map(|(from, to)| (from, to - from));
+        if self.selected != presenter.selected {
+            self.selected = presenter.selected;
+            self.stall = None;
+        }
+    }
+
     /// Scrolls so that row `position` is visible, near the middle if it was not.
     pub fn reveal(&mut self, position: usize, rows: usize, page: usize) {
         if position < self.top || position >= self.top + page {
@@ -180,6 +203,29 @@ mod tests {
         assert_eq!(key_action("KeyN", "n"), Some(Action::NextStall));
         assert_eq!(key_action("Slash", "?"), Some(Action::ToggleHelp));
         assert_eq!(key_action("KeyX", "x"), None);
+    }
+
+    #[test]
+    fn a_followed_view_is_the_presenters() {
+        let home = Scale::fit(100 * MS, 1000.0);
+        let mut presenter =
+            ViewState { mode: Mode::RunClock, selected: Some(7), ..ViewState::default() };
+        presenter.act(Action::Zoom { factor: 0.5, at: 0.0 }, home, 100, 20);
+        let mut student = ViewState { top: 40, stall: Some(3), ..ViewState::default() };
+        student.follow(presenter.class_view());
+        assert_eq!(student.class_view(), presenter.class_view());
+        assert_eq!(
+            (student.mode, student.window, student.selected),
+            (Mode::RunClock, Some((0, 50 * MS)), Some(7))
+        );
+        assert_eq!(
+            (student.top, student.stall),
+            (40, None),
+            "its own scroll kept, the stall step reset"
+        );
+        // An empty or reversed window from a broken message is the whole domain.
+        student.follow(ClassView { window: Some((9, 9)), ..ClassView::default() });
+        assert_eq!((student.mode, student.window), (Mode::Aligned, None));
     }
 
     #[test]
