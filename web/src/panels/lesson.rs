@@ -16,6 +16,10 @@ use crate::lessons::{self, recording_name, recording_url};
 use crate::state::{AppState, Run, RunKey};
 use crate::store::Store;
 use crate::timeline::rows::Filter;
+use ackscope_shared::overview::extent_ns;
+
+use crate::timeline::render::PLOT_WIDTH;
+use crate::timeline::scale::Scale;
 use crate::timeline::view::{Mode, ViewState};
 use crate::ws::LinkStatus;
 use crate::ws::Outbox;
@@ -150,7 +154,16 @@ pub fn LessonPanel(
             return;
         }
         applied.set_value(Some(key));
-        apply_look(&step, view, filter);
+        // How long a highlighted request took, and the run's fitted scale: its look zooms to it.
+        let extent = move |req: u32| {
+            store.read_untracked(|s| {
+                let run = run_of(s, &scenario)?;
+                let index = req.checked_sub(run.analysis.first_request())? as usize;
+                let extent = extent_ns(run.analysis.requests().get(index)?)?;
+                Some((extent, Scale::fit(run.facts().longest_ns(), PLOT_WIDTH)))
+            })
+        };
+        apply_look(&step, view, filter, extent);
     });
     // Moving to another step drops what the last one's look set.
     Effect::new(move |previous: Option<(Option<usize>, usize)>| {
@@ -497,7 +510,15 @@ fn play_recording(store: Store, id: &str, step: usize) {
 }
 
 /// Points the view at what a step names.
-fn apply_look(step: &Step, view: RwSignal<ViewState>, filter: RwSignal<Filter>) {
+/// Shows what a step highlights: a class filtered, a request selected with the timeline zoomed
+/// to it (`extent`: how long it took and the run's fitted scale, if known), a time range, or
+/// the run-clock lanes.
+fn apply_look(
+    step: &Step,
+    view: RwSignal<ViewState>,
+    filter: RwSignal<Filter>,
+    extent: impl Fn(u32) -> Option<(u64, Scale)>,
+) {
     for look in &step.look {
         match *look {
             Look::Class(class) => filter.set(Filter { class: Some(class), ..Filter::default() }),
@@ -505,6 +526,9 @@ fn apply_look(step: &Step, view: RwSignal<ViewState>, filter: RwSignal<Filter>) 
                 v.mode = Mode::Aligned;
                 v.selected = Some(req);
                 v.top = (req as usize).saturating_sub(2);
+                if let Some((extent, home)) = extent(req) {
+                    v.fit(0, extent, home);
+                }
             }),
             Look::Range { from_ns, to_ns } => {
                 view.update(|v| v.window = Some((from_ns, to_ns - from_ns)))
