@@ -183,3 +183,31 @@ fn with_recording_off_the_throughput_is_still_measured() {
     assert_eq!(v["p50_ms"], serde_json::Value::Null, "latency needs the events: {v}");
     assert_eq!(v["events"], 0);
 }
+
+/// `record-lesson` records each step that runs something, as the web app looks for it, and
+/// removes a recording of the lesson that no step makes any more (it would be bundled with the
+/// app and played for the wrong step); another lesson's recordings are left alone.
+#[test]
+fn recording_a_lesson_keeps_only_its_steps_recordings() {
+    let dir = common::temp("cli", "record-lesson");
+    let out = dir.join("recordings");
+    std::fs::create_dir_all(&out).unwrap();
+    let lesson = dir.join("demo.lesson");
+    std::fs::write(
+        &lesson,
+        "lesson: A demo\n\nstep: Words only\ntext: Nothing runs here.\n\n\
+         step: Both sides NODELAY\ntext: Two quick requests.\nrun: story1-nodelay\nrequests: 2\n",
+    )
+    .unwrap();
+    for stale in ["demo-1.ackscope", "demo-5.ackscope", "other-1.ackscope"] {
+        std::fs::write(out.join(stale), b"an old recording").unwrap();
+    }
+    let output = ackscope(&["record-lesson", common::s(&lesson), "--out", common::s(&out)]);
+    assert!(output.status.success(), "{}", common::text(&output.stderr));
+    let shown = ackscope(&["show", common::s(&out.join("demo-2.ackscope"))]);
+    assert!(common::text(&shown.stdout).contains("requests       2"), "step 2 was recorded");
+    assert!(!out.join("demo-1.ackscope").exists(), "step 1 runs nothing: its old file goes");
+    assert!(!out.join("demo-5.ackscope").exists(), "there is no step 5");
+    assert!(out.join("other-1.ackscope").exists(), "another lesson's recording stays");
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -30,9 +30,10 @@ pub fn record(args: &RecordLessonArgs) -> Result<Ended, Failure> {
     // Every lesson is read first: a mistake in the last one should not cost the others' runs.
     let lessons = args.lessons.iter().map(|path| read(path)).collect::<Result<Vec<_>, _>>()?;
     for lesson in &lessons {
+        remove_stale(&args.out, lesson)?;
         for (index, step) in lesson.steps.iter().enumerate() {
             let Some(run) = &step.run else { continue };
-            let out = args.out.join(format!("{}-{}.ackscope", lesson.id, index + 1));
+            let out = args.out.join(recording_name(&lesson.id, index));
             let mut command = Command::new(&exe);
             command.args(["run", &run.preset]);
             if let Some(requests) = run.requests {
@@ -53,6 +54,37 @@ pub fn record(args: &RecordLessonArgs) -> Result<Ended, Failure> {
         }
     }
     Ok(Ended::Ok)
+}
+
+/// The recording of step `index` (from 0) of lesson `id`, as the web app looks for it.
+fn recording_name(id: &str, index: usize) -> String {
+    format!("{id}-{}.ackscope", index + 1)
+}
+
+/// Removes the recordings of `lesson` in `dir` that no step of it makes any more (a step taken
+/// out, or one that no longer runs anything): otherwise they would be bundled with the app and
+/// played for a step they are not of.
+fn remove_stale(dir: &Path, lesson: &lesson::Lesson) -> Result<(), Failure> {
+    let wanted: Vec<String> = (lesson.steps.iter().enumerate())
+        .filter(|(_, step)| step.run.is_some())
+        .map(|(index, _)| recording_name(&lesson.id, index))
+        .collect();
+    let entries =
+        std::fs::read_dir(dir).map_err(|e| format!("cannot read {}: {e}", dir.display()))?;
+    for entry in entries.flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let step = name
+            .strip_prefix(&format!("{}-", lesson.id))
+            .and_then(|rest| rest.strip_suffix(".ackscope"))
+            .is_some_and(|number| number.parse::<usize>().is_ok());
+        if step && !wanted.contains(&name) {
+            let path = entry.path();
+            std::fs::remove_file(&path)
+                .map_err(|e| format!("cannot remove {}: {e}", path.display()))?;
+            eprintln!("{}: no step records this any more; removed", path.display());
+        }
+    }
+    Ok(())
 }
 
 fn read(path: &Path) -> Result<lesson::Lesson, Failure> {
