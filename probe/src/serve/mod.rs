@@ -34,6 +34,9 @@ const MAX_INCOMING_MESSAGE_BYTES: usize = 64 * 1024;
 /// A page sends a message per click or key press; more than this in a second is not a person,
 /// and the connection is closed.
 const MAX_INCOMING_PER_SECOND: u32 = 50;
+/// How long a page that finds its class full has to show it is the presenter's (its page sends
+/// the secret as soon as it connects) before it is told the room is full.
+const PRESENT_WITHIN: std::time::Duration = std::time::Duration::from_secs(2);
 
 struct App {
     session: Arc<Session>,
@@ -254,6 +257,15 @@ async fn upgrade(
         .on_upgrade(move |socket| stream_session(socket, app, resume))
 }
 
+/// The first message a page sends within `within`, if it is one of ours.
+async fn first_message(socket: &mut WebSocket, within: std::time::Duration) -> Option<ToProbe> {
+    let incoming = tokio::time::timeout(within, socket.recv()).await.ok()??;
+    match incoming {
+        Ok(Message::Binary(bytes)) => wire::decode::<ToProbe>(&bytes).ok(),
+        _ => None,
+    }
+}
+
 /// Sends the whole session, then whatever is appended, until the browser goes away. In a
 /// class, also the room's state: now, and whenever the presenter moves.
 async fn stream_session(
@@ -261,17 +273,34 @@ async fn stream_session(
     app: Arc<App>,
     resume: Option<session::ResumePoint>,
 ) {
-    // The page's place in the room, given back when it goes.
-    let _seat = match app.room.as_ref().map(|room| room.enter()) {
-        Some(Err(reason)) => {
-            tracing::warn!("{reason}");
-            let _ = send(&mut socket, &ToBrowser::Rejected { reason }).await;
-            return;
-        }
-        seat => seat,
+    // The page's place in the room, given back when it goes. A full room still takes the
+    // presenter's page, in the place kept for it, if the page's first message proves it is.
+    let mut presenter = false;
+    let mut seat = match app.room.as_deref().map(|room| (room, room.enter())) {
+        None => None,
+        Some((_, Ok(seat))) => Some(seat),
+        Some((room, Err(reason))) => match first_message(&mut socket, PRESENT_WITHIN).await {
+            Some(ToProbe::Present { secret }) if room.is_presenter(&secret) => {
+                match room.seat_presenter(None) {
+                    Ok(seat) => {
+                        presenter = true;
+                        Some(seat)
+                    }
+                    Err(_) => {
+                        let reason = format!("{reason}; the presenter's page is already in");
+                        let _ = send(&mut socket, &ToBrowser::Rejected { reason }).await;
+                        return;
+                    }
+                }
+            }
+            _ => {
+                tracing::warn!("{reason}");
+                let _ = send(&mut socket, &ToBrowser::Rejected { reason }).await;
+                return;
+            }
+        },
     };
     let mut room_changed = app.room.as_ref().map(|room| room.subscribe());
-    let mut presenter = false;
     let mut window = (std::time::Instant::now(), 0u32);
     let mut changed = app.session.subscribe();
     // A page whose stream was cut gets only what it has not had, if it was this stream.
@@ -349,7 +378,15 @@ async fn stream_session(
             }
             (Ok(ToProbe::StopRun), _) => app.session.stop_running().err(),
             (Ok(ToProbe::Present { secret }), Some(room)) => {
+                let was = presenter;
                 presenter = room.is_presenter(&secret);
+                if presenter && !was {
+                    // To the place kept for it; the student's place it held goes back.
+                    seat = match room.seat_presenter(seat.take()) {
+                        Ok(kept) => Some(kept),
+                        Err(held) => held,
+                    };
+                }
                 (!presenter).then(|| {
                     "this link's presenter secret is not this room's; use the presenter link \
                      `ackscope class` printed"

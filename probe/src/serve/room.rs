@@ -6,13 +6,16 @@
 //! code in the link; the room keeps the last state, so a late joiner catches up at once; and the
 //! room, its messages and their rate are bounded.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use ackscope_shared::wire::ClassState;
 use tokio::sync::watch;
 
 /// Pages in one room at most: a large lecture hall, with the presenter's.
 pub const MAX_PAGES: usize = 301;
+/// The pages other than the presenter's: one place is always kept for the presenter, so that
+/// students (or anyone with the room code) filling the room cannot lock the presenter out.
+pub const MAX_STUDENTS: usize = MAX_PAGES - 1;
 /// A lesson id longer than this is not one of ours.
 const MAX_LESSON_ID_BYTES: usize = 64;
 
@@ -22,15 +25,24 @@ pub struct Room {
     /// 128 random bits in hex, in the presenter's link's fragment only.
     secret: String,
     state: watch::Sender<Option<ClassState>>,
+    /// Pages in the students' places.
     pages: AtomicUsize,
+    /// The place kept for the presenter is taken.
+    presenter_seated: AtomicBool,
 }
 
 /// A page's place in the room, given back when it leaves.
-pub struct Seat<'a>(&'a Room);
+pub struct Seat<'a> {
+    room: &'a Room,
+    presenter: bool,
+}
 
 impl Drop for Seat<'_> {
     fn drop(&mut self) {
-        self.0.pages.fetch_sub(1, Ordering::SeqCst);
+        match self.presenter {
+            true => self.room.presenter_seated.store(false, Ordering::SeqCst),
+            false => _ = self.room.pages.fetch_sub(1, Ordering::SeqCst),
+        }
     }
 }
 
@@ -48,7 +60,13 @@ impl Room {
     }
 
     fn with(code: String, secret: String) -> Room {
-        Room { code, secret, state: watch::channel(None).0, pages: AtomicUsize::new(0) }
+        Room {
+            code,
+            secret,
+            state: watch::channel(None).0,
+            pages: AtomicUsize::new(0),
+            presenter_seated: AtomicBool::new(false),
+        }
     }
 
     /// The presenter's link's fragment.
@@ -62,16 +80,39 @@ impl Room {
         a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
     }
 
-    /// A place for one more page, or why not.
+    /// One of the students' places for a page that has just come (every page comes as a
+    /// student; the presenter moves to its own place when it presents), or why not.
     pub fn enter(&self) -> Result<Seat<'_>, String> {
         let before = self.pages.fetch_add(1, Ordering::SeqCst);
-        let seat = Seat(self);
-        if before >= MAX_PAGES {
+        let seat = Seat { room: self, presenter: false };
+        if before >= MAX_STUDENTS {
             return Err(format!(
-                "the room is full ({MAX_PAGES} pages); ask the presenter to start a second one"
+                "the room is full ({MAX_STUDENTS} pages and the presenter's); ask the presenter \
+                 to start a second one"
             ));
         }
         Ok(seat)
+    }
+
+    /// The place kept for the presenter, for a page that proved it is the presenter's: it
+    /// gives back the student's place it held, if any. `None` if a page of the presenter's
+    /// already holds it (a second tab of the presenter link): that page keeps its `seat`.
+    pub fn seat_presenter<'a>(
+        &'a self,
+        seat: Option<Seat<'a>>,
+    ) -> Result<Seat<'a>, Option<Seat<'a>>> {
+        match self.presenter_seated.compare_exchange(
+            false,
+            true,
+            Ordering::SeqCst,
+            Ordering::SeqCst,
+        ) {
+            Ok(_) => {
+                drop(seat);
+                Ok(Seat { room: self, presenter: true })
+            }
+            Err(_) => Err(seat),
+        }
     }
 
     /// The presenter moved: every page gets the new state (the last one, if they come later).
@@ -117,11 +158,27 @@ mod tests {
     #[test]
     fn the_room_is_bounded_and_a_seat_is_given_back() {
         let room = Room::with("ABC234".into(), "x".repeat(32));
-        let seats: Vec<_> = (0..MAX_PAGES).map(|_| room.enter().unwrap()).collect();
+        let seats: Vec<_> = (0..MAX_STUDENTS).map(|_| room.enter().unwrap()).collect();
         let full = room.enter().err().unwrap();
         assert!(full.contains("full"), "{full}");
         drop(seats);
         assert!(room.enter().is_ok(), "places come back as pages leave");
+    }
+
+    #[test]
+    fn the_presenters_place_is_kept_whoever_fills_the_room() {
+        let room = Room::with("ABC234".into(), "x".repeat(32));
+        // The presenter came first, as a student, then presented: its place is given back.
+        let first = room.enter().unwrap();
+        let presenter = room.seat_presenter(Some(first)).ok().expect("the kept place");
+        let students: Vec<_> = (0..MAX_STUDENTS).map(|_| room.enter().unwrap()).collect();
+        assert!(room.enter().is_err(), "{MAX_STUDENTS} students fill it");
+        // A second tab of the presenter link keeps what it had; the place is one.
+        assert!(room.seat_presenter(None).is_err());
+        drop(presenter);
+        // The presenter's page comes back to a full room: its place is still there.
+        assert!(room.seat_presenter(None).is_ok());
+        drop(students);
     }
 
     #[test]

@@ -238,20 +238,25 @@ pub fn LessonPanel(
     if let Some(ClassRole::Presenter { secret, .. }) = class.clone() {
         let secret = StoredValue::new(secret);
         let tell_room = move || {
-            let state = lesson.get_untracked();
-            let Some(index) = state.lesson else { return };
-            let Some(id) = list.with_value(|l| l.get(index).map(|l| l.id.clone())) else { return };
-            let message = ToProbe::ClassState(ClassState {
-                lesson: id,
-                step: state.step as u32,
-                revealed: state.revealed,
-                recording: state.recording,
-                view: view.with_untracked(ViewState::class_view),
-            });
-            // The secret first, every time: after a reconnect the probe knows the page again.
+            // The secret first, every time, and as soon as the page is connected, lesson or
+            // not: after a reconnect the probe knows the page again, and a full room lets the
+            // presenter in only if its first message proves it is.
             let present = ToProbe::Present { secret: secret.get_value() };
+            let state = lesson.get_untracked();
+            let id = state.lesson.and_then(|i| list.with_value(|l| l.get(i).map(|l| l.id.clone())));
+            let message = id.map(|id| {
+                ToProbe::ClassState(ClassState {
+                    lesson: id,
+                    step: state.step as u32,
+                    revealed: state.revealed,
+                    recording: state.recording,
+                    view: view.with_untracked(ViewState::class_view),
+                })
+            });
             outbox.with_value(|o| {
-                o.as_ref().map(|send| send(&present).and_then(|()| send(&message)))
+                o.as_ref().map(|send| {
+                    send(&present).and_then(|()| message.as_ref().map_or(Ok(()), |m| send(m)))
+                })
             });
         };
         Effect::new(move |_| {

@@ -1,0 +1,178 @@
+//! `ackscope class` against raw WebSocket clients: what the room lets in, and what only the
+//! presenter may do, whatever a page sends.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use ackscope_shared::wire::{ClassState, ClassView, ToBrowser, ToProbe};
+use ackscope_shared::{RrSpec, Scenario};
+
+mod common;
+
+use common::{next_message, open_page, send_frame};
+
+/// A room on a free loopback port: the process, its address, the room code and the secret.
+struct Class {
+    child: Child,
+    addr: String,
+    code: String,
+    secret: String,
+}
+
+impl Drop for Class {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn start_class() -> Class {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_ackscope"))
+        .args(["class", "--listen", "127.0.0.1:0"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let presenter = loop {
+        let line = lines.next().expect("ackscope class printed its links").unwrap();
+        if line.starts_with("presenter:") {
+            break line.split_whitespace().last().unwrap().to_string();
+        }
+    };
+    // http://ADDR/?room=CODE#presenter=SECRET
+    let rest = presenter.strip_prefix("http://").unwrap();
+    let (addr, rest) = rest.split_once("/?room=").unwrap();
+    let (code, secret) = rest.split_once("#presenter=").unwrap();
+    Class { child, addr: addr.into(), code: code.into(), secret: secret.into() }
+}
+
+/// The status line the probe answers a WebSocket upgrade of `path` with.
+fn upgrade_status(addr: &str, path: &str) -> String {
+    let mut stream = TcpStream::connect(addr).unwrap();
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
+         Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\
+         Origin: http://{addr}\r\n\r\n"
+    )
+    .unwrap();
+    let mut line = String::new();
+    BufReader::new(stream).read_line(&mut line).unwrap();
+    line
+}
+
+/// The first `Rejected` the probe sends on `stream`, skipping the session's own messages.
+fn rejected(stream: &mut TcpStream) -> String {
+    stream.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    loop {
+        if let ToBrowser::Rejected { reason } = next_message(stream) {
+            return reason;
+        }
+    }
+}
+
+fn state(step: u32) -> ClassState {
+    let view = ClassView { run_clock: true, window: Some((0, 5)), selected: Some(3) };
+    ClassState { lesson: "forty-ms".into(), step, revealed: false, recording: false, view }
+}
+
+/// The room's state a newly joined page is given, if any, within a second.
+fn state_given_to_a_new_page(class: &Class) -> Option<ClassState> {
+    let mut page = open_page(&class.addr, &format!("/ws?room={}", class.code));
+    page.set_read_timeout(Some(Duration::from_secs(1))).unwrap();
+    let mut bytes = Vec::new();
+    // Hello and Stream first; the room's state, if there is one, right after them.
+    for _ in 0..3 {
+        let mut head = [0u8; 2];
+        if page.read_exact(&mut head).is_err() {
+            break;
+        }
+        let len = usize::from(head[1] & 0x7f);
+        assert!(len < 126, "a short message");
+        bytes.resize(len, 0);
+        page.read_exact(&mut bytes).unwrap();
+        if let Ok(ToBrowser::ClassState(state)) = ackscope_shared::wire::decode(&bytes) {
+            return Some(state);
+        }
+    }
+    None
+}
+
+#[test]
+fn a_page_needs_the_room_code() {
+    let class = start_class();
+    for path in ["/ws", "/ws?room=", "/ws?room=WRONG1"] {
+        let status = upgrade_status(&class.addr, path);
+        assert!(status.contains("403"), "{path}: {status}");
+    }
+    assert!(upgrade_status(&class.addr, &format!("/ws?room={}", class.code)).contains("101"));
+}
+
+#[test]
+fn only_the_presenter_moves_the_room_or_starts_runs() {
+    let class = start_class();
+    let student = format!("/ws?room={}", class.code);
+    let mut page = open_page(&class.addr, &student);
+    send_frame(&mut page, &ToProbe::ClassState(state(4)));
+    assert!(rejected(&mut page).contains("only the presenter moves the room"));
+    send_frame(&mut page, &ToProbe::Present { secret: "0".repeat(class.secret.len()) });
+    assert!(rejected(&mut page).contains("presenter secret is not this room's"));
+    let spec = Scenario::Rr(RrSpec { requests: 2, ..RrSpec::default() });
+    send_frame(&mut page, &ToProbe::StartRun { spec });
+    assert!(rejected(&mut page).contains("presenter starts the runs"));
+    assert_eq!(state_given_to_a_new_page(&class), None, "the room did not move");
+
+    // The presenter's page, with the secret, moves it: a page joining later is there at once,
+    // the presenter's view included.
+    let mut presenter = open_page(&class.addr, &student);
+    send_frame(&mut presenter, &ToProbe::Present { secret: class.secret.clone() });
+    send_frame(&mut presenter, &ToProbe::ClassState(state(4)));
+    std::thread::sleep(Duration::from_millis(200));
+    assert_eq!(state_given_to_a_new_page(&class), Some(state(4)));
+}
+
+#[test]
+fn a_page_sending_faster_than_a_person_is_disconnected() {
+    let class = start_class();
+    let mut page = open_page(&class.addr, &format!("/ws?room={}", class.code));
+    let secret = ToProbe::Present { secret: "x".into() };
+    for _ in 0..60 {
+        // The probe may close the connection before the last ones are written.
+        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            send_frame(&mut page, &secret)
+        }));
+    }
+    page.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let mut rest = Vec::new();
+    let closed = page.read_to_end(&mut rest).is_ok();
+    assert!(closed, "more than 50 messages in a second closed the connection");
+}
+
+/// Students fill the room; the next page is told so, but the presenter's page still gets in
+/// (a place is kept for it) and moves the room.
+#[test]
+fn a_full_room_says_so_to_the_next_page_and_still_takes_the_presenter() {
+    let class = start_class();
+    let student = format!("/ws?room={}", class.code);
+    let mut pages: Vec<TcpStream> = (0..ackscope_probe::serve::room::MAX_STUDENTS)
+        .map(|_| open_page(&class.addr, &student))
+        .collect();
+    let mut one_more = open_page(&class.addr, &student);
+    let reason = rejected(&mut one_more);
+    assert!(reason.contains("the room is full"), "{reason}");
+
+    let mut presenter = open_page(&class.addr, &student);
+    send_frame(&mut presenter, &ToProbe::Present { secret: class.secret.clone() });
+    send_frame(&mut presenter, &ToProbe::ClassState(state(2)));
+    let first = &mut pages[0];
+    first.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let moved = loop {
+        if let ToBrowser::ClassState(state) = next_message(first) {
+            break state;
+        }
+    };
+    assert_eq!(moved, state(2), "the presenter, in the full room, moved it");
+}
