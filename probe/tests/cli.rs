@@ -193,10 +193,16 @@ fn recording_a_lesson_keeps_only_its_steps_recordings() {
     let out = dir.join("recordings");
     std::fs::create_dir_all(&out).unwrap();
     let lesson = dir.join("demo.lesson");
+    // A step may give a whole spec: the one `--print-spec` prints, on one line.
+    let printed = ackscope(&["run", "story1", "--nodelay", "both", "--print-spec"]);
+    let spec: serde_json::Value = serde_json::from_slice(&printed.stdout).unwrap();
     std::fs::write(
         &lesson,
-        "lesson: A demo\n\nstep: Words only\ntext: Nothing runs here.\n\n\
-         step: Both sides NODELAY\ntext: Two quick requests.\nrun: story1-nodelay\nrequests: 2\n",
+        format!(
+            "lesson: A demo\n\nstep: Words only\ntext: Nothing runs here.\n\n\
+             step: Both sides NODELAY\ntext: Two quick requests.\nrun: story1-nodelay\n\
+             requests: 2\n\nstep: The same, as a spec\nspec: {spec}\nrequests: 3\n"
+        ),
     )
     .unwrap();
     for stale in ["demo-1.ackscope", "demo-5.ackscope", "other-1.ackscope"] {
@@ -206,6 +212,11 @@ fn recording_a_lesson_keeps_only_its_steps_recordings() {
     assert!(output.status.success(), "{}", common::text(&output.stderr));
     let shown = ackscope(&["show", common::s(&out.join("demo-2.ackscope"))]);
     assert!(common::text(&shown.stdout).contains("requests       2"), "step 2 was recorded");
+    let shown = ackscope(&["show", common::s(&out.join("demo-3.ackscope"))]);
+    let shown = common::text(&shown.stdout);
+    assert!(shown.contains("requests       3") && shown.contains("TCP_NODELAY"), "{shown}");
+    let left: Vec<_> = std::fs::read_dir(&out).unwrap().flatten().map(|e| e.file_name()).collect();
+    assert!(!left.iter().any(|name| name.to_string_lossy().ends_with(".json")), "{left:?}");
     assert!(!out.join("demo-1.ackscope").exists(), "step 1 runs nothing: its old file goes");
     assert!(!out.join("demo-5.ackscope").exists(), "there is no step 5");
     assert!(out.join("other-1.ackscope").exists(), "another lesson's recording stays");

@@ -42,15 +42,34 @@ pub struct Step {
 
 #[derive(Clone, Debug, PartialEq)]
 pub struct Run {
-    pub preset: String,
-    /// For request/response presets: run this many requests instead of the preset's.
+    pub what: RunWhat,
+    /// For request/response runs: run this many requests instead of the preset's or spec's.
     pub requests: Option<u32>,
 }
 
+/// What a step runs: a preset by name (`run: story1`), or a whole scenario spec
+/// (`spec: {...}`, the JSON `ackscope run ... --print-spec` prints, on one line).
+#[derive(Clone, Debug, PartialEq)]
+pub enum RunWhat {
+    Preset(String),
+    Spec(Box<Scenario>),
+}
+
 impl Run {
-    /// The scenario to run: the preset's, with the lesson's changes.
+    /// The preset's name, or `spec` for a step that gives its own.
+    pub fn name(&self) -> &str {
+        match &self.what {
+            RunWhat::Preset(name) => name,
+            RunWhat::Spec(_) => "spec",
+        }
+    }
+
+    /// The scenario to run: the preset's or the spec, with the lesson's changes.
     pub fn scenario(&self) -> Option<Scenario> {
-        let mut scenario = (presets::find(&self.preset)?.build)();
+        let mut scenario = match &self.what {
+            RunWhat::Preset(name) => (presets::find(name)?.build)(),
+            RunWhat::Spec(spec) => (**spec).clone(),
+        };
         if let (Scenario::Rr(spec), Some(requests)) = (&mut scenario, self.requests) {
             spec.requests = requests;
         }
@@ -151,13 +170,14 @@ pub fn parse(id: &str, text: &str) -> Result<Lesson, LessonError> {
                 step_lines.push(line);
                 continue;
             }
-            "text" | "run" | "requests" | "look" | "ask" | "choice" | "choice*" | "reveal" => {}
+            "text" | "run" | "spec" | "requests" | "look" | "ask" | "choice" | "choice*"
+            | "reveal" => {}
             _ => {
                 return Err(fail(
                     line,
                     format!(
                         "unknown key {key:?}; a lesson has lesson, about, step, text, run, \
-                         requests, look, ask, choice, choice*, reveal"
+                         spec, requests, look, ask, choice, choice*, reveal"
                     ),
                 ))
             }
@@ -182,7 +202,17 @@ pub fn parse(id: &str, text: &str) -> Result<Lesson, LessonError> {
                         format!("no preset {value:?}; the presets are {}", names.join(", ")),
                     ));
                 }
-                step.run = Some(Run { preset: value.to_string(), requests: None });
+                step.run = Some(Run { what: RunWhat::Preset(value.to_string()), requests: None });
+            }
+            "spec" => {
+                let how = "give the JSON `ackscope run PRESET --print-spec` prints, on one line";
+                let spec: Scenario = serde_json::from_str(value)
+                    .map_err(|e| fail(line, format!("not a spec ({e}); {how}")))?;
+                spec.validate().map_err(|e| fail(line, format!("{e}")))?;
+                if matches!(spec, Scenario::Server(_) | Scenario::Import(_)) {
+                    return Err(fail(line, "a step runs an rr or a bulk spec".into()));
+                }
+                step.run = Some(Run { what: RunWhat::Spec(Box::new(spec)), requests: None });
             }
             "requests" => {
                 let Some(run) = step.run.as_mut() else {
@@ -373,7 +403,7 @@ text: That is all.
             ["The client writes the length, then the body.", "A second paragraph."]
         );
         let run = step.run.as_ref().unwrap();
-        assert_eq!((run.preset.as_str(), run.requests), ("story1", Some(20)));
+        assert_eq!((run.what.clone(), run.requests), (RunWhat::Preset("story1".into()), Some(20)));
         match run.scenario() {
             Some(Scenario::Rr(spec)) => assert_eq!(spec.requests, 20),
             other => panic!("{other:?}"),
@@ -391,6 +421,24 @@ text: That is all.
         assert_eq!(question.answer, 1);
         assert_eq!(question.reveal, "Two delayed ACKs of about 44 ms.");
         assert_eq!(lesson.steps[1].run, None);
+    }
+
+    #[test]
+    fn a_step_can_run_a_whole_spec() {
+        // What `ackscope run story1 --nodelay client --print-spec` prints, on one line.
+        let mut spec = crate::spec::RrSpec::default();
+        spec.nodelay.client = true;
+        let json = serde_json::to_string(&Scenario::Rr(spec.clone())).unwrap();
+        let text = format!("lesson: x\nstep: a\nspec: {json}\nrequests: 7\n");
+        let run = parse("x", &text).unwrap().steps[0].run.clone().unwrap();
+        assert_eq!(run.name(), "spec");
+        spec.requests = 7;
+        assert_eq!(run.scenario(), Some(Scenario::Rr(spec.clone())));
+        // A spec the command line would refuse is refused here, by its field.
+        spec.requests = 0;
+        let json = serde_json::to_string(&Scenario::Rr(spec)).unwrap();
+        let error = parse("x", &format!("lesson: x\nstep: a\nspec: {json}\n")).unwrap_err();
+        assert!(error.to_string().contains("requests"), "{error}");
     }
 
     #[test]
@@ -415,6 +463,7 @@ text: That is all.
             ("step: a\n", 1, "starts with `lesson: TITLE`"),
             ("lesson: x\n", 1, "at least one `step:`"),
             ("lesson: x\nstep: a\njust words\n", 3, "expected `key: value`"),
+            ("lesson: x\nstep: a\nspec: {\"rr\": 5}\n", 3, "--print-spec"),
         ];
         for (text, line, says) in cases {
             let error = parse("bad", text).unwrap_err();

@@ -63,7 +63,7 @@ mod tests {
                 lesson.id
             );
             for step in lesson.steps.iter().filter_map(|s| s.run.as_ref()) {
-                assert!(step.scenario().is_some(), "{}: {} is a preset", lesson.id, step.preset);
+                assert!(step.scenario().is_some(), "{}: {} runs", lesson.id, step.name());
             }
         }
     }

@@ -9,7 +9,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use ackscope_shared::lesson::{self, MAX_LESSON_BYTES};
+use ackscope_shared::lesson::{self, RunWhat, MAX_LESSON_BYTES};
 
 use super::{Ended, Failure};
 
@@ -35,20 +35,36 @@ pub fn record(args: &RecordLessonArgs) -> Result<Ended, Failure> {
             let Some(run) = &step.run else { continue };
             let out = args.out.join(recording_name(&lesson.id, index));
             let mut command = Command::new(&exe);
-            command.args(["run", &run.preset]);
+            let mut spec_file = None;
+            match &run.what {
+                RunWhat::Preset(name) => _ = command.args(["run", name]),
+                RunWhat::Spec(spec) => {
+                    // The spec as the file `ackscope run --spec` reads, beside the recording.
+                    let path = out.with_extension("spec.json");
+                    let json = serde_json::to_string_pretty(&**spec)
+                        .map_err(|e| format!("{} step {}: {e}", lesson.id, index + 1))?;
+                    std::fs::write(&path, json)
+                        .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+                    command.arg("run").arg("--spec").arg(&path);
+                    spec_file = Some(path);
+                }
+            }
             if let Some(requests) = run.requests {
                 command.args(["--count", &requests.to_string()]);
             }
             command.arg("-o").arg(&out).stdout(std::process::Stdio::null());
-            eprintln!("{} step {} ({}): {}", lesson.id, index + 1, run.preset, out.display());
-            let status =
-                command.status().map_err(|e| format!("cannot run {}: {e}", exe.display()))?;
+            eprintln!("{} step {} ({}): {}", lesson.id, index + 1, run.name(), out.display());
+            let status = command.status();
+            if let Some(path) = spec_file {
+                let _ = std::fs::remove_file(path);
+            }
+            let status = status.map_err(|e| format!("cannot run {}: {e}", exe.display()))?;
             if !status.success() {
                 return Err(Failure::Run(format!(
                     "{} step {}: `ackscope run {}` failed ({status}); its message is above",
                     lesson.id,
                     index + 1,
-                    run.preset
+                    run.name()
                 )));
             }
         }

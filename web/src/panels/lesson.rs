@@ -191,9 +191,13 @@ pub fn LessonPanel(
         if !lesson.with_untracked(|s| s.presenter && s.lesson.is_some()) {
             return;
         }
+        // A choice just clicked (a radio button) keeps the focus: the arrows still move the
+        // steps then, not the choice.
         let typing =
             ev.target().and_then(|t| t.dyn_into::<web_sys::Element>().ok()).is_some_and(|el| {
-                matches!(el.tag_name().as_str(), "INPUT" | "SELECT" | "TEXTAREA")
+                let choice =
+                    matches!(el.get_attribute("type").as_deref(), Some("radio" | "checkbox"));
+                (matches!(el.tag_name().as_str(), "INPUT" | "SELECT" | "TEXTAREA") && !choice)
                     || el.closest("[data-testid=plot]").ok().flatten().is_some()
             });
         if typing {
