@@ -1,7 +1,7 @@
 //! `ackscope class` against raw WebSocket clients: what the room lets in, and what only the
 //! presenter may do, whatever a page sends.
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{BufRead, BufReader, Read};
 use std::net::TcpStream;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
@@ -51,17 +51,8 @@ fn start_class() -> Class {
 
 /// The status line the probe answers a WebSocket upgrade of `path` with.
 fn upgrade_status(addr: &str, path: &str) -> String {
-    let mut stream = TcpStream::connect(addr).unwrap();
-    write!(
-        stream,
-        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
-         Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\
-         Origin: http://{addr}\r\n\r\n"
-    )
-    .unwrap();
-    let mut line = String::new();
-    BufReader::new(stream).read_line(&mut line).unwrap();
-    line
+    let (_, head) = common::upgrade(addr, path);
+    head.lines().next().unwrap_or_default().to_string()
 }
 
 /// The first `Rejected` the probe sends on `stream`, skipping the session's own messages.

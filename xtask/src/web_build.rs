@@ -3,9 +3,10 @@
 //! Installing Trunk means compiling it (about 15 minutes on 2 cores), and its build is these
 //! three steps plus rewriting `index.html`. `web/index.html`'s `data-trunk` links stay the one
 //! description of the assets: `trunk serve` reads them for live reload while working on the app,
-//! and this module reads the same links, so the two cannot drift. It knows two kinds, the ones
-//! the app uses: `rel="css"` (copied) and `rel="rust"` (built). Any other kind is an error that
-//! names it, rather than an asset silently missing from the page.
+//! and this module reads the same links, so the two cannot drift. It knows the kinds the app
+//! uses: `rel="css"` (copied), `rel="rust"` (built) and `rel="copy-dir"` (a folder's files
+//! copied to `data-target-path`, as Trunk does: the lessons' recordings). Any other kind is an
+//! error that names it, rather than an asset silently missing from the page.
 
 use std::fs;
 use std::path::Path;
@@ -76,6 +77,8 @@ fn parse_attributes(text: &str) -> Result<Vec<(String, String)>, String> {
 struct Plan {
     /// Stylesheets, relative to web/.
     css: Vec<String>,
+    /// Folders whose files are copied: (from, relative to web/; to, relative to dist/).
+    dirs: Vec<(String, String)>,
     /// The binary to build, the cargo profile of a release build, and the wasm-opt level.
     bin: String,
     profile: String,
@@ -84,18 +87,33 @@ struct Plan {
 
 fn plan(links: &[TrunkLink]) -> Result<Plan, String> {
     let mut css = Vec::new();
+    let mut dirs = Vec::new();
     let mut rust = None;
     for link in links {
         match link.get("rel") {
             Some("css") => css.push(
                 link.get("href").ok_or("web/index.html: a css link has no href")?.to_string(),
             ),
+            Some("copy-dir") => {
+                let from = link.get("href").ok_or("web/index.html: a copy-dir link has no href")?;
+                let to = link.get("data-target-path").ok_or(
+                    "web/index.html: a copy-dir link has no data-target-path (where in dist/)",
+                )?;
+                if to.split('/').any(|part| part == ".." || part.is_empty()) || to.starts_with('/')
+                {
+                    return Err(format!(
+                        "web/index.html: data-target-path {to:?} is not inside dist/"
+                    ));
+                }
+                dirs.push((from.to_string(), to.to_string()));
+            }
             Some("rust") if rust.is_none() => rust = Some(link),
             Some("rust") => return Err("web/index.html: more than one rust link".into()),
             other => {
                 return Err(format!(
                 "web/index.html: a data-trunk link with rel={other:?}, which `cargo xtask build` \
-                     does not build (it knows css and rust); add it to xtask/src/web_build.rs"
+                     does not build (it knows css, copy-dir and rust); add it to \
+                     xtask/src/web_build.rs"
             ))
             }
         }
@@ -103,6 +121,7 @@ fn plan(links: &[TrunkLink]) -> Result<Plan, String> {
     let rust = rust.ok_or("web/index.html: no data-trunk rust link")?;
     Ok(Plan {
         css,
+        dirs,
         bin: rust.get("data-bin").ok_or("web/index.html: the rust link has no data-bin")?.into(),
         profile: rust.get("data-cargo-profile-release").unwrap_or("release").into(),
         wasm_opt: rust.get("data-wasm-opt").unwrap_or("0").into(),
@@ -120,6 +139,8 @@ fn rewrite_html(html: &str, links: &[TrunkLink], bin: &str) -> String {
                 let href = link.get("href").unwrap_or_default();
                 out.push_str(&format!(r#"<link rel="stylesheet" href="./{href}" />"#));
             }
+            // Files beside the page, nothing in it.
+            Some("copy-dir") => {}
             _ => out.push_str(&format!(
                 r#"<link rel="modulepreload" href="./{bin}.js" />
     <script type="module">
@@ -160,6 +181,7 @@ pub fn build() -> Result<(), String> {
     let stage = dist.join(".stage");
     let _ = fs::remove_dir_all(&stage);
     fs::create_dir_all(&stage).map_err(|e| format!("creating {}: {e}", stage.display()))?;
+    setup::wait_for_tools()?;
     setup::tool_command("wasm-bindgen")
         .args(["--target", "web", "--no-typescript", "--out-name", &plan.bin, "--out-dir"])
         .arg(&stage)
@@ -182,15 +204,14 @@ pub fn build() -> Result<(), String> {
     for css in &plan.css {
         copy(&web.join(css), &stage.join(css))?;
     }
-    // The lessons' recordings, so that the app plays every lesson with no probe (a static copy
-    // of dist/ on any host; the probe serves them too).
-    let recordings = root.join("lessons/recordings");
-    if let Ok(entries) = fs::read_dir(&recordings) {
-        for entry in entries.flatten() {
-            let name = entry.file_name();
-            if name.to_string_lossy().ends_with(".ackscope") {
-                copy(&entry.path(), &stage.join("lessons/recordings").join(&name))?;
-            }
+    // The folders index.html names: the lessons' recordings, so that the app plays every lesson
+    // with no probe (a static copy of dist/ on any host; the probe serves them too).
+    for (from, to) in &plan.dirs {
+        let from = web.join(from);
+        let entries = fs::read_dir(&from)
+            .map_err(|e| format!("web/index.html names {}: {e}", from.display()))?;
+        for entry in entries.flatten().filter(|entry| entry.path().is_file()) {
+            copy(&entry.path(), &stage.join(to).join(entry.file_name()))?;
         }
     }
     let page = rewrite_html(&html, &links, &plan.bin);
@@ -209,6 +230,7 @@ fn page_for_offline(html: &str, links: &[TrunkLink]) -> String {
         out.push_str(&html[from..link.start]);
         out.push_str(match link.get("rel") {
             Some("css") => "<!--ackscope:style-->",
+            Some("copy-dir") => "",
             _ => "<!--ackscope:app-->",
         });
         from = link.end;
@@ -338,18 +360,20 @@ mod tests {
       data-cargo-profile-release="wasm-release"
       data-wasm-opt="z"
     />
+    <link data-trunk rel="copy-dir" href="../lessons/recordings" data-target-path="lessons/recordings" />
     <link rel="icon" href="x.png">
 </head>"#;
 
     #[test]
     fn the_links_of_index_html_are_the_plan() {
         let links = trunk_links(PAGE).expect("links");
-        assert_eq!(links.len(), 2, "the icon is not a trunk link");
+        assert_eq!(links.len(), 3, "the icon is not a trunk link");
         let plan = plan(&links).expect("a plan");
         assert_eq!(
             plan,
             Plan {
                 css: vec!["style.css".into()],
+                dirs: vec![("../lessons/recordings".into(), "lessons/recordings".into())],
                 bin: "app".into(),
                 profile: "wasm-release".into(),
                 wasm_opt: "z".into()
@@ -361,13 +385,19 @@ mod tests {
         assert!(html.contains(r#"import init from "./app.js";"#), "{html}");
         assert!(html.contains(r#"await init({ module_or_path: "./app_bg.wasm" });"#), "{html}");
         assert!(html.contains(r#"<link rel="icon" href="x.png">"#), "other links stay");
+        assert_eq!(html.matches("<script").count(), 1, "a folder adds nothing to the page");
+        let offline = page_for_offline(PAGE, &links);
+        assert_eq!(offline.matches("<!--ackscope:app-->").count(), 1, "{offline}");
     }
 
     #[test]
     fn an_asset_kind_it_cannot_build_is_named() {
-        let links = trunk_links(r#"<link data-trunk rel="copy-dir" href="assets" />"#).unwrap();
+        let links = trunk_links(r#"<link data-trunk rel="sass" href="a.scss" />"#).unwrap();
         let error = plan(&links).unwrap_err();
-        assert!(error.contains("rel=Some(\"copy-dir\")"), "{error}");
+        assert!(error.contains("rel=Some(\"sass\")"), "{error}");
+        let outside = r#"<link data-trunk rel="copy-dir" href="a" data-target-path="../etc" />"#;
+        let error = plan(&trunk_links(outside).unwrap()).unwrap_err();
+        assert!(error.contains("not inside dist/"), "{error}");
         assert!(trunk_links("<link data-trunk rel=css>").unwrap_err().contains("quoted"));
     }
 }

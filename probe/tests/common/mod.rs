@@ -110,6 +110,15 @@ pub fn start_from_a_page(addr: &str, message: &ackscope_shared::wire::ToProbe) -
 /// The probe's WebSocket at `path` (its query included), opened as its own page would.
 #[allow(dead_code)]
 pub fn open_page(addr: &str, path: &str) -> TcpStream {
+    let (stream, head) = upgrade(addr, path);
+    assert!(head.contains("101"), "{head}");
+    stream
+}
+
+/// Asks for the probe's WebSocket at `path` as its own page would: the connection, and the
+/// head of the probe's answer (`101 Switching Protocols`, or why not).
+#[allow(dead_code)]
+pub fn upgrade(addr: &str, path: &str) -> (TcpStream, String) {
     let mut stream = TcpStream::connect(addr).unwrap();
     write!(
         stream,
@@ -124,8 +133,7 @@ pub fn open_page(addr: &str, path: &str) -> TcpStream {
         stream.read_exact(&mut byte).unwrap();
         head.push(byte[0]);
     }
-    assert!(text(&head).contains("101"), "{}", text(&head));
-    stream
+    (stream, text(&head))
 }
 
 /// One masked binary frame, as a browser sends it.
