@@ -169,6 +169,23 @@ async fn every_lesson_plays_from_the_static_build_with_no_probe() -> Result<()> 
         }
         screenshot(&client, "embed.png").await?;
 
+        // Embedded with a file and a view instead: that file's run, its request selected, in
+        // that time window, and nothing else of the page.
+        let file = "lessons/recordings/forty-ms-1.ackscope";
+        client.goto(&format!("{url}?embed=1&url={file}&run=1&from=0&to=50000000&req=4")).await?;
+        client
+            .wait()
+            .at_most(Duration::from_secs(30))
+            .for_element(css("[data-testid=selection][data-request='4']"))
+            .await
+            .context("the embedded file's request 4 is not selected")?;
+        let plot = client.find(css("[data-testid=plot]")).await?;
+        assert_eq!(plot.attr("data-window").await?.as_deref(), Some("0 50000000"));
+        for hidden in ["[data-testid=lesson-panel]", "[data-testid=run]", "header.top"] {
+            let shown = client.find(css(hidden)).await?.is_displayed().await?;
+            assert!(!shown, "{hidden} is hidden when a file is embedded");
+        }
+
         // Presenter mode: the keys move through the steps.
         client.goto(&format!("{url}?lesson=forty-ms&step=1")).await?;
         client.wait().for_element(css("[data-testid=lesson-step][data-step='1']")).await?;

@@ -143,10 +143,7 @@ fn bench(options: &Options) -> Result<(), String> {
     for line in run.described() {
         steps.note(&line);
     }
-    steps.note(
-        "several minutes on 2 cores: wasm-bindgen-cli (4 to 5) compiles beside the probe (2) \
-         and the web app (4)",
-    );
+    steps.note("8 to 10 minutes on 2 cores: wasm-bindgen-cli 4 to 7, the web app 2, the probe 1.5");
     let (first_run_s, mut server) = first_run(&run, &toolchain, options.timeout)?;
     steps.done(&format!("the web app answered 200 after {first_run_s:.1} s"));
     println!("\nsetup first_run_s={first_run_s:.1}\n");

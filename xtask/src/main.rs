@@ -34,9 +34,7 @@ fn main() -> ExitCode {
         None => ("help", &[][..]),
     };
     let result = match command {
-        "setup" => {
-            setup::ensure_build_tools(&mut Steps::new(3)).and_then(|()| setup::wait_for_tools())
-        }
+        "setup" => setup::ensure_build_tools(&mut Steps::new(3)),
         "build" => build(),
         "run" => build().and_then(|()| run_probe(rest)),
         "test" => test(),
@@ -56,14 +54,6 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    // Nothing left in the background: a finished command waited for it, a failed one stops it.
-    let result = match result {
-        Ok(()) => setup::wait_for_tools(),
-        Err(message) => {
-            setup::abandon_tools();
-            Err(message)
-        }
-    };
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(message) => {
@@ -76,11 +66,6 @@ fn main() -> ExitCode {
 fn build() -> Result<(), String> {
     let mut steps = Steps::new(5);
     setup::ensure_build_tools(&mut steps)?;
-    if setup::installing() {
-        // The probe first, while wasm-bindgen-cli compiles: its build needs no web app, and
-        // once the app is built it only relinks to embed it.
-        build_probe(&mut steps)?;
-    }
     build_web(&mut steps)?;
     build_probe(&mut steps)
 }
@@ -175,7 +160,6 @@ fn test() -> Result<(), String> {
     build_probe(&mut steps)?;
 
     steps.start("web crate tests in headless Chromium (wasm-bindgen-test)");
-    setup::wait_for_tools()?;
     setup::tool_command("cargo")
         .args(["test", "--package", "ackscope-web", "--target", "wasm32-unknown-unknown"])
         .run()?;

@@ -9,9 +9,8 @@ use std::env;
 use std::ffi::OsString;
 use std::fs;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::Mutex;
-use std::time::{Instant, SystemTime};
+use std::process::Command;
+use std::time::SystemTime;
 
 use crate::steps::{RunExt, Steps};
 
@@ -86,30 +85,10 @@ pub fn ensure_build_tools(steps: &mut Steps) -> Result<(), String> {
         steps.done("installed");
     } else {
         steps.note(&format!("found {}; installing", found.as_deref().unwrap_or("none")));
-        // Compiling it is the longest part of a first run (4-5 minutes on 2 cores), and nothing
-        // needs it until the web app's wasm is built: it compiles in the background, in a
-        // target directory of its own (cargo allows one build per directory), while the probe
-        // and the wasm build go on. Whatever runs wasm-bindgen waits for it first.
-        let log = target_dir().join("wasm-bindgen-cli-install.log");
-        fs::create_dir_all(target_dir()).map_err(|e| format!("creating the target dir: {e}"))?;
-        let out = fs::File::create(&log).map_err(|e| format!("creating {}: {e}", log.display()))?;
-        let err = out.try_clone().map_err(|e| format!("{}: {e}", log.display()))?;
+        steps.note("this compiles wasm-bindgen-cli from source: about 5 minutes on 2 cores, once");
         // Not --locked: its lockfile pins a webpki-roots version the registry no longer has.
-        let child = cargo()
-            .args(["install", "--force", "wasm-bindgen-cli", "--version", &wanted])
-            .arg("--target-dir")
-            .arg(target_dir().join("wasm-bindgen-cli"))
-            .stdout(Stdio::from(out))
-            .stderr(Stdio::from(err))
-            .spawn()
-            .map_err(|e| format!("could not start cargo install wasm-bindgen-cli: {e}"))?;
-        *INSTALLING.lock().expect("not poisoned") =
-            Some(Install { child, log: log.clone(), started: Instant::now() });
-        steps.done(&format!(
-            "compiling in the background (about 5 minutes on 2 cores, once; its output goes to \
-             {}), while the builds go on",
-            log.display()
-        ));
+        cargo().args(["install", "--force", "wasm-bindgen-cli", "--version", &wanted]).run()?;
+        steps.done("installed");
     }
 
     steps.start(&format!("wasm-opt from binaryen {BINARYEN_VERSION} (npm)"));
@@ -131,53 +110,6 @@ pub fn ensure_build_tools(steps: &mut Steps) -> Result<(), String> {
         steps.done("installed");
     }
     Ok(())
-}
-
-/// wasm-bindgen-cli being compiled in the background ([`ensure_build_tools`]).
-struct Install {
-    child: Child,
-    log: std::path::PathBuf,
-    started: Instant,
-}
-
-static INSTALLING: Mutex<Option<Install>> = Mutex::new(None);
-
-/// Whether wasm-bindgen-cli is still being compiled in the background.
-pub fn installing() -> bool {
-    INSTALLING.lock().expect("not poisoned").is_some()
-}
-
-/// Waits for the background install of wasm-bindgen-cli, if one is going: for anything that
-/// runs wasm-bindgen or its test runner. A failed install is an error with the end of its log.
-pub fn wait_for_tools() -> Result<(), String> {
-    let Some(mut install) = INSTALLING.lock().expect("not poisoned").take() else { return Ok(()) };
-    println!("      waiting for wasm-bindgen-cli, compiling in the background ...");
-    let status = install.child.wait().map_err(|e| format!("waiting for cargo install: {e}"))?;
-    let took = install.started.elapsed().as_secs();
-    if status.success() {
-        println!(
-            "      wasm-bindgen-cli installed ({}m {}s, beside the builds)",
-            took / 60,
-            took % 60
-        );
-        return Ok(());
-    }
-    let log = fs::read_to_string(&install.log).unwrap_or_default();
-    let tail: Vec<&str> = log.lines().rev().take(30).collect();
-    let tail: Vec<&str> = tail.into_iter().rev().collect();
-    Err(format!(
-        "`cargo install wasm-bindgen-cli` failed ({status}); the end of {}:\n{}",
-        install.log.display(),
-        tail.join("\n")
-    ))
-}
-
-/// Stops a background install that nothing will wait for any more (a build failed).
-pub fn abandon_tools() {
-    if let Some(mut install) = INSTALLING.lock().expect("not poisoned").take() {
-        let _ = install.child.kill();
-        let _ = install.child.wait();
-    }
 }
 
 /// Chromium and ChromeDriver for the browser tests, from Debian's packages when missing.

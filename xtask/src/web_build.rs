@@ -181,7 +181,6 @@ pub fn build() -> Result<(), String> {
     let stage = dist.join(".stage");
     let _ = fs::remove_dir_all(&stage);
     fs::create_dir_all(&stage).map_err(|e| format!("creating {}: {e}", stage.display()))?;
-    setup::wait_for_tools()?;
     setup::tool_command("wasm-bindgen")
         .args(["--target", "web", "--no-typescript", "--out-name", &plan.bin, "--out-dir"])
         .arg(&stage)
