@@ -28,11 +28,13 @@ pub fn open_files(store: Store, files: &FileList) {
 /// that the page never holds more than a few of them besides the decoded session. They stay the
 /// browser's (an `ArrayBuffer`): only one piece at a time is copied into the app's memory.
 const READ_CHUNK_BYTES: f64 = 8.0 * 1024.0 * 1024.0;
-/// Bytes copied into the app and decoded between two looks at the clock: at most a few
-/// milliseconds of work, so a time slice ends within a few milliseconds of [`SLICE_MS`]. (A
-/// whole chunk copied at once made the first slice a 60-110 ms task: the app's memory grew by
-/// the chunk's 8 MiB before anything was decoded.)
-const DECODE_PIECE_BYTES: u32 = 64 * 1024;
+/// Bytes copied into the app and decoded between two looks at the clock: a slice ends at most
+/// one piece's work after [`SLICE_MS`]. (A whole chunk copied at once made the first slice a
+/// 60-110 ms task: the app's memory grew by the chunk's 8 MiB before anything was decoded.
+/// Pieces of 64 KiB still made one of the first slices 54-63 ms about one load in five, with or
+/// without the file's overview: the first pieces run before the browser has finished
+/// optimizing the app's code, several times slower than later ones.)
+const DECODE_PIECE_BYTES: u32 = 16 * 1024;
 /// The page's thread is given back after this long, so input and painting go on while a big
 /// file loads (a task over 50 ms is one a person notices).
 const SLICE_MS: f64 = 20.0;
