@@ -32,8 +32,8 @@ const READ_CHUNK_BYTES: f64 = 8.0 * 1024.0 * 1024.0;
 /// one piece's work after [`SLICE_MS`]. (A whole chunk copied at once made the first slice a
 /// 60-110 ms task: the app's memory grew by the chunk's 8 MiB before anything was decoded.
 /// Pieces of 64 KiB still made one of the first slices 54-63 ms about one load in five, with or
-/// without the file's overview: the first pieces run before the browser has finished
-/// optimizing the app's code, several times slower than later ones.)
+/// without the file's overview, in the first slices; most likely the first pieces run before
+/// the browser has finished optimizing the app's code, slower than later ones.)
 const DECODE_PIECE_BYTES: u32 = 16 * 1024;
 /// The page's thread is given back after this long, so input and painting go on while a big
 /// file loads (a task over 50 ms is one a person notices).
