@@ -16,6 +16,7 @@
 
 use crate::analysis::{Span, SpanKind};
 use crate::event::Side;
+use crate::wire;
 
 #[derive(Clone, Debug)]
 pub(crate) enum SpanList {
@@ -193,16 +194,11 @@ impl<'a> Decoder<'a> {
     }
 
     fn varint(&mut self) -> u64 {
-        let mut value = 0u64;
-        for (index, &byte) in self.bytes.iter().enumerate() {
-            value |= u64::from(byte & 0x7f) << (7 * index);
-            if byte & 0x80 == 0 {
-                self.bytes = &self.bytes[index + 1..];
-                return value;
-            }
-        }
         // Only `encode` writes these bytes: every varint it writes is whole.
-        unreachable!("a packed span list ends inside a number")
+        let (value, rest) =
+            wire::varint(self.bytes).expect("a packed span list holds whole numbers");
+        self.bytes = rest;
+        value
     }
 
     fn signed(&mut self) -> u64 {

@@ -289,7 +289,7 @@ pub fn peek_version(first_message: &[u8]) -> Option<u16> {
 }
 
 /// A LEB128 varint (postcard's integer encoding) and the bytes after it.
-fn varint(bytes: &[u8]) -> Option<(u64, &[u8])> {
+pub(crate) fn varint(bytes: &[u8]) -> Option<(u64, &[u8])> {
     let mut value = 0u64;
     for (i, byte) in bytes.iter().enumerate().take(10) {
         value |= u64::from(byte & 0x7f) << (7 * i);

@@ -12,6 +12,7 @@ use ackscope_shared::RunId;
 use crate::class::ClassRole;
 use crate::compare::Comparison;
 use crate::files::{open_files, open_url};
+use crate::js::Debounce;
 use crate::panels::compare::ComparePanel;
 use crate::panels::kernel::{self, KernelPanel};
 use crate::panels::lesson::{LessonPanel, LessonState};
@@ -238,7 +239,7 @@ fn follow_link(store: Store, link: UrlView, initial: RwSignal<Option<(RunKey, Vi
 /// Writes the shown view into the address bar (without a new history entry), a quarter of a
 /// second after it stops changing: browsers throttle a page that rewrites its URL every frame.
 fn keep_link(store: Store, view: RwSignal<ViewState>, linked_file: Option<String>) {
-    let generation = StoredValue::new(0u64);
+    let debounce = Debounce::new(std::time::Duration::from_millis(250));
     Effect::new(move |_| {
         let state = view.get();
         let Some(key) = store.read(|s| s.selected_key()) else { return };
@@ -256,29 +257,21 @@ fn keep_link(store: Store, view: RwSignal<ViewState>, linked_file: Option<String
             }
         };
         let query = UrlView::of(url, Some(key.run.0), &state).query();
-        generation.update_value(|g| *g += 1);
-        let mine = generation.get_value();
-        set_timeout(
-            move || {
-                if generation.try_get_value() != Some(mine) {
-                    return;
-                }
-                let Some(window) = web_sys::window() else { return };
-                let location = window.location();
-                let path = location.pathname().unwrap_or_default();
-                // The page's own parameters (a class's room, a lesson's step) and its fragment
-                // (a presenter's secret) stay: only the view's part of the address changes.
-                let search = relink(&location.search().unwrap_or_default(), &query);
-                let hash = location.hash().unwrap_or_default();
-                if let Ok(history) = window.history() {
-                    let _ = history.replace_state_with_url(
-                        &wasm_bindgen::JsValue::NULL,
-                        "",
-                        Some(&format!("{path}{search}{hash}")),
-                    );
-                }
-            },
-            std::time::Duration::from_millis(250),
-        );
+        debounce.call(move || {
+            let Some(window) = web_sys::window() else { return };
+            let location = window.location();
+            let path = location.pathname().unwrap_or_default();
+            // The page's own parameters (a class's room, a lesson's step) and its fragment
+            // (a presenter's secret) stay: only the view's part of the address changes.
+            let search = relink(&location.search().unwrap_or_default(), &query);
+            let hash = location.hash().unwrap_or_default();
+            if let Ok(history) = window.history() {
+                let _ = history.replace_state_with_url(
+                    &wasm_bindgen::JsValue::NULL,
+                    "",
+                    Some(&format!("{path}{search}{hash}")),
+                );
+            }
+        });
     });
 }

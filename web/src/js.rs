@@ -1,7 +1,10 @@
 //! Small bridges to the browser's JavaScript: awaiting a promise, naming a thrown value, and
 //! waiting on the page's clock.
 
+use std::time::Duration;
+
 use js_sys::{Function, Promise};
+use leptos::prelude::{set_timeout, GetValue, StoredValue, UpdateValue};
 use wasm_bindgen::JsValue;
 use wasm_bindgen_futures::JsFuture;
 
@@ -27,6 +30,36 @@ pub async fn sleep(ms: i32) {
         }
     });
     let _ = settle(&promise).await;
+}
+
+/// Runs work once things have stopped changing for `delay`: each [`Debounce::call`] cancels
+/// the one before it that has not run yet. For what should follow a burst of changes (a pan
+/// redraws every frame) once, when it ends.
+#[derive(Clone, Copy)]
+pub struct Debounce {
+    generation: StoredValue<u64>,
+    delay: Duration,
+}
+
+impl Debounce {
+    pub fn new(delay: Duration) -> Debounce {
+        Debounce { generation: StoredValue::new(0), delay }
+    }
+
+    /// Runs `work` after the delay, unless another call comes first (or the page is gone).
+    pub fn call(&self, work: impl FnOnce() + 'static) {
+        let generation = self.generation;
+        generation.update_value(|g| *g += 1);
+        let mine = generation.get_value();
+        set_timeout(
+            move || {
+                if generation.try_get_value() == Some(mine) {
+                    work();
+                }
+            },
+            self.delay,
+        );
+    }
 }
 
 #[cfg(all(test, target_arch = "wasm32"))]

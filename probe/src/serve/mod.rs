@@ -276,29 +276,22 @@ async fn stream_session(
     // The page's place in the room, given back when it goes. A full room still takes the
     // presenter's page, in the place kept for it, if the page's first message proves it is.
     let mut presenter = false;
-    let mut seat = match app.room.as_deref().map(|room| (room, room.enter())) {
+    // Held, not read: dropping it gives the place back.
+    let mut _seat = match app.room.as_deref().map(|room| (room, room.enter())) {
         None => None,
         Some((_, Ok(seat))) => Some(seat),
-        Some((room, Err(reason))) => match first_message(&mut socket, PRESENT_WITHIN).await {
-            Some(ToProbe::Present { secret }) if room.is_presenter(&secret) => {
-                match room.seat_presenter(None) {
-                    Ok(seat) => {
-                        presenter = true;
-                        Some(seat)
-                    }
-                    Err(_) => {
-                        let reason = format!("{reason}; the presenter's page is already in");
-                        let _ = send(&mut socket, &ToBrowser::Rejected { reason }).await;
-                        return;
-                    }
-                }
-            }
-            _ => {
+        Some((room, Err(reason))) => {
+            let first = first_message(&mut socket, PRESENT_WITHIN).await;
+            let proved =
+                matches!(first, Some(ToProbe::Present { secret }) if room.is_presenter(&secret));
+            let Some(seat) = proved.then(|| room.seat_presenter()).flatten() else {
                 tracing::warn!("{reason}");
                 let _ = send(&mut socket, &ToBrowser::Rejected { reason }).await;
                 return;
-            }
-        },
+            };
+            presenter = true;
+            Some(seat)
+        }
     };
     let mut room_changed = app.room.as_ref().map(|room| room.subscribe());
     let mut window = (std::time::Instant::now(), 0u32);
@@ -381,11 +374,10 @@ async fn stream_session(
                 let was = presenter;
                 presenter = room.is_presenter(&secret);
                 if presenter && !was {
-                    // To the place kept for it; the student's place it held goes back.
-                    seat = match room.seat_presenter(seat.take()) {
-                        Ok(kept) => Some(kept),
-                        Err(held) => held,
-                    };
+                    // To the place kept for it, if free; the student's place it held goes back.
+                    if let Some(kept) = room.seat_presenter() {
+                        _seat = Some(kept);
+                    }
                 }
                 (!presenter).then(|| {
                     "this link's presenter secret is not this room's; use the presenter link \

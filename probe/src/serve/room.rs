@@ -94,25 +94,13 @@ impl Room {
         Ok(seat)
     }
 
-    /// The place kept for the presenter, for a page that proved it is the presenter's: it
-    /// gives back the student's place it held, if any. `None` if a page of the presenter's
-    /// already holds it (a second tab of the presenter link): that page keeps its `seat`.
-    pub fn seat_presenter<'a>(
-        &'a self,
-        seat: Option<Seat<'a>>,
-    ) -> Result<Seat<'a>, Option<Seat<'a>>> {
-        match self.presenter_seated.compare_exchange(
-            false,
-            true,
-            Ordering::SeqCst,
-            Ordering::SeqCst,
-        ) {
-            Ok(_) => {
-                drop(seat);
-                Ok(Seat { room: self, presenter: true })
-            }
-            Err(_) => Err(seat),
-        }
+    /// The place kept for the presenter, for a page that proved it is the presenter's (the
+    /// caller then lets go of the student's place it held, if any). `None` if a page of the
+    /// presenter's already holds it (a second tab of the presenter link).
+    pub fn seat_presenter(&self) -> Option<Seat<'_>> {
+        let free =
+            self.presenter_seated.compare_exchange(false, true, Ordering::SeqCst, Ordering::SeqCst);
+        free.is_ok().then_some(Seat { room: self, presenter: true })
     }
 
     /// The presenter moved: every page gets the new state (the last one, if they come later).
@@ -170,14 +158,15 @@ mod tests {
         let room = Room::with("ABC234".into(), "x".repeat(32));
         // The presenter came first, as a student, then presented: its place is given back.
         let first = room.enter().unwrap();
-        let presenter = room.seat_presenter(Some(first)).ok().expect("the kept place");
+        let presenter = room.seat_presenter().expect("the kept place");
+        drop(first);
         let students: Vec<_> = (0..MAX_STUDENTS).map(|_| room.enter().unwrap()).collect();
         assert!(room.enter().is_err(), "{MAX_STUDENTS} students fill it");
         // A second tab of the presenter link keeps what it had; the place is one.
-        assert!(room.seat_presenter(None).is_err());
+        assert!(room.seat_presenter().is_none());
         drop(presenter);
         // The presenter's page comes back to a full room: its place is still there.
-        assert!(room.seat_presenter(None).is_ok());
+        assert!(room.seat_presenter().is_some());
         drop(students);
     }
 

@@ -4,6 +4,7 @@
 //! same panel in large type, driven by the keyboard.
 
 use ackscope_shared::lesson::{Lesson, Look, Step};
+use ackscope_shared::overview::extent_ns;
 use ackscope_shared::wire::{ClassState, ToProbe};
 use ackscope_shared::Scenario;
 use leptos::ev::KeyboardEvent;
@@ -12,17 +13,15 @@ use wasm_bindgen::JsCast;
 
 use crate::class::ClassRole;
 use crate::files::{carried_recording, open_blob, open_url};
+use crate::js::Debounce;
 use crate::lessons::{self, recording_name, recording_url};
 use crate::state::{AppState, Run, RunKey};
 use crate::store::Store;
-use crate::timeline::rows::Filter;
-use ackscope_shared::overview::extent_ns;
-
 use crate::timeline::render::PLOT_WIDTH;
+use crate::timeline::rows::Filter;
 use crate::timeline::scale::Scale;
 use crate::timeline::view::{Mode, ViewState};
-use crate::ws::LinkStatus;
-use crate::ws::Outbox;
+use crate::ws::{LinkStatus, Outbox};
 
 /// How long the presenter's timeline must stay still before the room is told what it shows:
 /// short beside the second a student may wait, long beside a frame, so that a pan or a zoom is
@@ -270,7 +269,7 @@ pub fn LessonPanel(
             }
         });
         let shown = Memo::new(move |_| view.with(ViewState::class_view));
-        let generation = StoredValue::new(0u64);
+        let debounce = Debounce::new(std::time::Duration::from_millis(VIEW_SETTLE_MS));
         Effect::new(move |first: Option<()>| {
             // Read, not only tracked: a memo never read is never computed, and never hears of
             // the view changing.
@@ -278,14 +277,11 @@ pub fn LessonPanel(
             if first.is_none() {
                 return; // the step's message above carries it
             }
-            generation.update_value(|g| *g += 1);
-            let mine = generation.get_value();
-            let settled = move || {
-                if generation.try_get_value() == Some(mine) && connected() {
+            debounce.call(move || {
+                if connected() {
                     tell_room();
                 }
-            };
-            set_timeout(settled, std::time::Duration::from_millis(VIEW_SETTLE_MS));
+            });
         });
     }
     // A student's page takes the room's state while it follows: the step, and what the
