@@ -143,7 +143,9 @@ fn bench(options: &Options) -> Result<(), String> {
     for line in run.described() {
         steps.note(&line);
     }
-    steps.note("8 to 10 minutes on 2 cores: wasm-bindgen-cli 4 to 7, the web app 2, the probe 1.5");
+    steps.note(
+        "5 to 8 minutes on 2 cores: wasm-bindgen-cli 1.5, the web app 2.5 to 4, the probe 1.5 to 2",
+    );
     let (first_run_s, mut server) = first_run(&run, &toolchain, options.timeout)?;
     steps.done(&format!("the web app answered 200 after {first_run_s:.1} s"));
     println!("\nsetup first_run_s={first_run_s:.1}\n");

@@ -138,8 +138,9 @@ fn screenshot_dir() -> Result<std::path::PathBuf, String> {
 
 fn test() -> Result<(), String> {
     let mut steps = Steps::new(11);
+    let test_packages = setup::BackgroundInstall::start();
     setup::ensure_build_tools(&mut steps)?;
-    setup::ensure_browser(&mut steps)?;
+    test_packages.finish(&mut steps)?;
 
     steps.start("cargo fmt --check");
     setup::cargo().args(["fmt", "--all", "--", "--check"]).run()?;
@@ -152,7 +153,8 @@ fn test() -> Result<(), String> {
     steps.start("clippy, warnings denied (web crate, wasm32)");
     setup::cargo()
         .args(["clippy", "--package", "ackscope-web", "--target", "wasm32-unknown-unknown"])
-        .args(["--all-targets", "--", "-D", "warnings"])
+        // The tests' profile, so that their proc macros and build scripts are built once.
+        .args(["--profile", "wasm-test", "--all-targets", "--", "-D", "warnings"])
         .run()?;
     steps.done("clean");
 
@@ -162,6 +164,7 @@ fn test() -> Result<(), String> {
     steps.start("web crate tests in headless Chromium (wasm-bindgen-test)");
     setup::tool_command("cargo")
         .args(["test", "--package", "ackscope-web", "--target", "wasm32-unknown-unknown"])
+        .args(["--profile", "wasm-test"])
         .run()?;
     steps.done("passed");
 

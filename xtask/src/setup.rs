@@ -2,7 +2,8 @@
 //!
 //! Pinned here and nowhere else: binaryen's wasm-opt (Debian's 108 silently breaks the app; 132
 //! from npm works). wasm-bindgen-cli must equal the `wasm-bindgen` in Cargo.lock, so its version
-//! is read from there. Trunk is not needed to build (see `web_build.rs`); only `trunk serve`,
+//! is read from there. Both go into `.tools/` in the checkout, not into cargo's bin directory: the
+//! project's build tools do not replace the user's own. Trunk is not needed to build (see `web_build.rs`); only `trunk serve`,
 //! for live reload while working on the web app, uses it (web/README.md says how to install it).
 
 use std::env;
@@ -42,11 +43,20 @@ fn binaryen_dir() -> PathBuf {
     root().join(".tools/binaryen")
 }
 
+/// `cargo install --root` of wasm-bindgen-cli: its programs are in `bin/` below.
+fn wasm_bindgen_dir() -> PathBuf {
+    root().join(".tools/wasm-bindgen")
+}
+
 /// PATH with the tools this task installs in front: binaryen's bin dir first (a `wasm-opt` in
 /// cargo's bin dir or anywhere else on PATH, Debian's 108 among them, must not shadow the 132
-/// this task installs and checks), then cargo's bin dir.
+/// this task installs and checks), then the wasm-bindgen it installs, then cargo's bin dir.
 fn tool_path() -> OsString {
-    let mut dirs = vec![binaryen_dir().join("node_modules/.bin"), cargo_bin_dir()];
+    let mut dirs = vec![
+        binaryen_dir().join("node_modules/.bin"),
+        wasm_bindgen_dir().join("bin"),
+        cargo_bin_dir(),
+    ];
     dirs.extend(env::split_paths(&env::var_os("PATH").unwrap_or_default()));
     env::join_paths(dirs).expect("PATH entries have no separators")
 }
@@ -85,9 +95,19 @@ pub fn ensure_build_tools(steps: &mut Steps) -> Result<(), String> {
         steps.done("installed");
     } else {
         steps.note(&format!("found {}; installing", found.as_deref().unwrap_or("none")));
-        steps.note("this compiles wasm-bindgen-cli from source: about 5 minutes on 2 cores, once");
+        steps.note("this compiles wasm-bindgen-cli from source into .tools/: about 1.5 minutes");
+        // Compiled without optimization: 73 s instead of 197 s on 2 cores. It then takes 1.9 s
+        // instead of 0.3 s for the release app, and 12 s instead of 1.8 s for the web tests'
+        // wasm (built without debuginfo for that reason: the `wasm-test` profile), so every
+        // first build and first test is two minutes sooner (docs/BENCHMARKS.md, "bench setup").
+        // Only the two programs the build and the web tests run.
         // Not --locked: its lockfile pins a webpki-roots version the registry no longer has.
-        cargo().args(["install", "--force", "wasm-bindgen-cli", "--version", &wanted]).run()?;
+        cargo()
+            .args(["install", "--force", "wasm-bindgen-cli", "--version", &wanted])
+            .args(["--bin", "wasm-bindgen", "--bin", "wasm-bindgen-test-runner", "--root"])
+            .arg(wasm_bindgen_dir())
+            .env("CARGO_PROFILE_RELEASE_OPT_LEVEL", "0")
+            .run()?;
         steps.done("installed");
     }
 
@@ -112,34 +132,76 @@ pub fn ensure_build_tools(steps: &mut Steps) -> Result<(), String> {
     Ok(())
 }
 
-/// Chromium and ChromeDriver for the browser tests, from Debian's packages when missing.
-pub fn ensure_browser(steps: &mut Steps) -> Result<(), String> {
-    steps.start(
-        "chromium, chromedriver, OpenSSL headers (browser tests), tcpdump, tshark (capture \
-         tests), python3 (an outside client)",
-    );
+/// Debian's packages the tests need: Chromium and ChromeDriver (browser tests), the OpenSSL
+/// headers (the WebDriver client links the system OpenSSL), tcpdump and tshark (the capture
+/// import/export tests make and read real captures), python3 (the server-view test's client is
+/// not ackscope's own).
+const TEST_PACKAGES: [&str; 7] =
+    ["chromium", "chromium-driver", "libssl-dev", "pkg-config", "tcpdump", "tshark", "python3"];
+
+const TEST_PACKAGES_STEP: &str = "chromium, chromedriver, OpenSSL headers (browser tests), \
+     tcpdump, tshark (capture tests), python3 (an outside client)";
+
+/// Those of [`TEST_PACKAGES`] to install: none when every program is there (however it was
+/// installed), else those dpkg does not list.
+fn missing_test_packages() -> Vec<&'static str> {
     let have = |p: &str| version_of(p, &["--version"]).is_some();
-    // The WebDriver client links the system OpenSSL.
     let openssl = tool_command("pkg-config").args(["--exists", "openssl"]).run_quietly();
-    // tcpdump and tshark: the capture import/export tests make and read real captures.
-    let capture_tools = have("tcpdump") && have("tshark");
-    // python3: the server-view test's client is not ackscope's own.
-    if have("chromium") && have("chromedriver") && openssl && capture_tools && have("python3") {
-        steps.done("installed");
-        return Ok(());
+    let programs = ["chromium", "chromedriver", "tcpdump", "tshark", "python3"];
+    if openssl && programs.iter().all(|p| have(p)) {
+        return Vec::new();
     }
-    ensure_apt_packages(
-        steps,
-        &[
-            "chromium",
-            "chromium-driver",
-            "libssl-dev",
-            "pkg-config",
-            "tcpdump",
-            "tshark",
-            "python3",
-        ],
-    )
+    TEST_PACKAGES.iter().copied().filter(|package| !dpkg_has(package)).collect()
+}
+
+/// Chromium and ChromeDriver for the browser tests, and the other [`TEST_PACKAGES`], from
+/// Debian's packages when missing.
+pub fn ensure_browser(steps: &mut Steps) -> Result<(), String> {
+    steps.start(TEST_PACKAGES_STEP);
+    ensure_apt_packages(steps, &missing_test_packages())
+}
+
+/// The test packages installed while something else runs: `apt-get` downloads and unpacks for
+/// about 40 s, mostly waiting on the network and the disk, which the compile of
+/// wasm-bindgen-cli beside it does not. Only as root: `sudo` may ask for a password, which needs
+/// the terminal to itself. Its output goes to `log`; [`BackgroundInstall::finish`] ends the step.
+pub struct BackgroundInstall {
+    missing: Vec<&'static str>,
+    log: PathBuf,
+    install: Option<std::thread::JoinHandle<Result<(), String>>>,
+}
+
+impl BackgroundInstall {
+    pub fn start() -> BackgroundInstall {
+        let missing = missing_test_packages();
+        let log = target_dir().join("apt-get.log");
+        let install = (!missing.is_empty() && is_root()).then(|| {
+            let (packages, log) = (missing.clone(), log.clone());
+            std::thread::spawn(move || apt_install(&packages, Some(&log)))
+        });
+        BackgroundInstall { missing, log, install }
+    }
+
+    pub fn finish(self, steps: &mut Steps) -> Result<(), String> {
+        steps.start(TEST_PACKAGES_STEP);
+        match self.install {
+            None => ensure_apt_packages(steps, &self.missing),
+            Some(install) => {
+                steps.note(&format!(
+                    "installed {} with apt-get beside the step before (its output: {})",
+                    self.missing.join(", "),
+                    self.log.display()
+                ));
+                install.join().map_err(|_| "the apt-get thread panicked".to_string())??;
+                steps.done("installed");
+                Ok(())
+            }
+        }
+    }
+}
+
+fn is_root() -> bool {
+    tool_command("id").arg("-u").output_text().is_some_and(|id| id.trim() == "0")
 }
 
 /// Installs those of Debian's `packages` that dpkg does not list as installed, with apt-get
@@ -153,18 +215,39 @@ pub fn ensure_apt_packages(steps: &mut Steps, packages: &[&str]) -> Result<(), S
     }
     steps
         .note(&format!("installing Debian's {} with apt-get (about a minute)", missing.join(", ")));
-    let fix = format!("install them with: sudo apt-get install -y {}", missing.join(" "));
-    let as_root = tool_command("id").arg("-u").output_text().is_some_and(|id| id.trim() == "0");
+    apt_install(&missing, None)?;
+    steps.done("installed");
+    Ok(())
+}
+
+/// `apt-get update` then `apt-get install -y` of `packages` (through sudo unless root), its
+/// output into the file `log` if given, else to the terminal.
+fn apt_install(packages: &[&str], log: Option<&Path>) -> Result<(), String> {
+    let mut fix = format!("install them with: sudo apt-get install -y {}", packages.join(" "));
+    let log = match log {
+        None => None,
+        Some(path) => {
+            fix = format!("its output is in {}\n{fix}", path.display());
+            let _ = fs::create_dir_all(path.parent().unwrap_or(Path::new(".")));
+            Some(fs::File::create(path).map_err(|e| format!("creating {}: {e}", path.display()))?)
+        }
+    };
+    let as_root = is_root();
     let apt_get = |args: &[&str]| {
         let mut command = tool_command(if as_root { "apt-get" } else { "sudo" });
         if !as_root {
             command.arg("apt-get");
         }
+        if let Some(log) = &log {
+            let (out, err) = (log.try_clone(), log.try_clone());
+            command.stdout(out.map_err(|e| e.to_string())?);
+            command.stderr(err.map_err(|e| e.to_string())?);
+        }
         command.env("DEBIAN_FRONTEND", "noninteractive").args(args).run()
     };
-    apt_get(&["update"]).map_err(|e| format!("{e}\n{fix}"))?;
-    apt_get(&[&["install", "-y"][..], &missing[..]].concat()).map_err(|e| format!("{e}\n{fix}"))?;
-    steps.done("installed");
+    let failed = |e: String| format!("{e}\n{fix}");
+    apt_get(&["update"]).map_err(failed)?;
+    apt_get(&[&["install", "-y"][..], packages].concat()).map_err(failed)?;
     Ok(())
 }
 
@@ -236,9 +319,12 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_installed_wasm_opt_comes_before_any_other_on_path() {
-        let first = env::split_paths(&tool_path()).next();
-        assert_eq!(first, Some(binaryen_dir().join("node_modules/.bin")));
+    fn the_installed_tools_come_before_any_others_on_path() {
+        let first: Vec<PathBuf> = env::split_paths(&tool_path()).take(2).collect();
+        assert_eq!(
+            first,
+            [binaryen_dir().join("node_modules/.bin"), wasm_bindgen_dir().join("bin")]
+        );
     }
 
     /// `trunk serve` (live reload while working on the web app) takes its tool versions from
