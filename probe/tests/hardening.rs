@@ -101,32 +101,87 @@ fn a_server_whose_output_nobody_reads_serves_on_and_records() {
 
 /// Defect 9 (second half): on a full disk `run -o` exited 1 with "File too large" and printed
 /// neither its summary nor that the file was incomplete. A file-size limit stands in for the
-/// full disk.
+/// full disk. A write error now ends the run within 2 s, as Ctrl-C does: a million requests
+/// (over a minute here) stop soon after the first 64 KiB.
 #[test]
-fn a_full_disk_keeps_the_summary_and_the_prefix_and_says_so() {
+fn a_full_disk_stops_the_run_and_keeps_the_summary_and_the_prefix_and_says_so() {
     let file = temp("full.ackscope");
     let mut command = Command::new(env!("CARGO_BIN_EXE_ackscope"));
-    command.args(["run", "rr", "--count", "2000", "--nodelay", "both", "-o", s(&file), "--json"]);
+    command.args(["run", "rr", "--count", "1000000", "--nodelay", "both", "-o", s(&file)]);
+    command.arg("--json");
+    limit_file_size(&mut command, 64 << 10);
+    let started = Instant::now();
+    let output = command.output().unwrap();
+    let took = started.elapsed();
+    let err = text(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{err}");
+    assert!(took < Duration::from_secs(6), "the run stopped at the error: {took:?}");
+    assert!(err.contains("incomplete") && err.contains(s(&file)), "{err}");
+    let summary: serde_json::Value = serde_json::from_slice(&output.stdout).expect(&err);
+    let requests = summary["requests"].as_u64().unwrap();
+    assert!(requests > 0 && requests < 1_000_000, "the summary covers what ran: {summary}");
+    assert!(summary.to_string().contains("writing the session file"), "{summary}");
+    let size = std::fs::metadata(&file).unwrap().len();
+    assert!(size > 0 && size <= 64 << 10, "{size} bytes");
+    let shown = ackscope(&["show", s(&file)]);
+    assert!(text(&shown.stdout).contains("rr:"), "the prefix is readable");
+}
+
+/// Runs `command` with files limited to `bytes` (RLIMIT_FSIZE): a write past it fails with
+/// EFBIG, as one on a full disk fails with ENOSPC.
+fn limit_file_size(command: &mut Command, bytes: u64) {
     // SAFETY: setrlimit in the child between fork and exec touches only the child.
     unsafe {
-        command.pre_exec(|| {
-            let limit = libc::rlimit { rlim_cur: 64 << 10, rlim_max: 64 << 10 };
+        command.pre_exec(move || {
+            let limit = libc::rlimit { rlim_cur: bytes, rlim_max: bytes };
             if libc::setrlimit(libc::RLIMIT_FSIZE, &limit) != 0 {
                 return Err(std::io::Error::last_os_error());
             }
             Ok(())
         });
     }
-    let output = command.output().unwrap();
-    let err = text(&output.stderr);
-    assert_eq!(output.status.code(), Some(1), "{err}");
+}
+
+/// The same for `ackscope server -o`: it served on with nothing recorded; now it stops within
+/// 2 s of the failed write, says the file is incomplete, and the prefix reads.
+#[test]
+fn a_full_disk_stops_a_recording_server_and_keeps_the_prefix() {
+    let file = temp("server-full.ackscope");
+    let mut command = Command::new(env!("CARGO_BIN_EXE_ackscope"));
+    // NODELAY: its answers are not held by Nagle, so 64 KiB of events come within a second.
+    command.args(["server", "--listen", "127.0.0.1:0", "--nodelay", "server", "-o", s(&file)]);
+    command.stdout(Stdio::piped()).stderr(Stdio::piped());
+    limit_file_size(&mut command, 64 << 10);
+    let mut server = command.spawn().unwrap();
+    let mut first = String::new();
+    BufReader::new(server.stdout.as_mut().unwrap()).read_line(&mut first).unwrap();
+    let addr = first.split_whitespace().find(|w| w.contains("127.0.0.1:")).expect(&first);
+    // An outside client's requests until the server closes the connection: each is recorded.
+    let mut client = TcpStream::connect(addr).unwrap();
+    client.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let started = Instant::now();
+    let mut answered = 0u32;
+    let body = [7u8; 1000];
+    loop {
+        let mut request = 1000u32.to_be_bytes().to_vec();
+        request.extend_from_slice(&body);
+        let mut answer = [0u8; 1004];
+        if client.write_all(&request).is_err() || client.read_exact(&mut answer).is_err() {
+            break;
+        }
+        answered += 1;
+        assert!(started.elapsed() < Duration::from_secs(30), "still serving: {answered}");
+    }
+    let status = server.wait().unwrap();
+    let took = started.elapsed();
+    let mut err = String::new();
+    server.stderr.take().unwrap().read_to_string(&mut err).unwrap();
+    assert_eq!(status.code(), Some(1), "{err}");
+    assert!(answered > 0, "{err}");
+    assert!(took < Duration::from_secs(10), "stopped soon after the error: {took:?} {err}");
     assert!(err.contains("incomplete") && err.contains(s(&file)), "{err}");
-    let summary: serde_json::Value = serde_json::from_slice(&output.stdout).expect(&err);
-    assert_eq!(summary["requests"], 2000, "the summary covers the whole run: {summary}");
-    let size = std::fs::metadata(&file).unwrap().len();
-    assert!(size > 0 && size <= 64 << 10, "{size} bytes");
     let shown = ackscope(&["show", s(&file)]);
-    assert!(text(&shown.stdout).contains("rr:"), "the prefix is readable");
+    assert!(text(&shown.stdout).contains("session by ackscope"), "the prefix is readable");
 }
 
 /// Defect 10: CLI-written bulk files carried 16,384-event messages where PROTOCOL.md and
@@ -396,12 +451,7 @@ fn a_thousand_concurrent_connections_are_served_in_bounded_memory() {
     let mut clients: Vec<TcpStream> =
         (0..1000).map(|_| TcpStream::connect(&addr).unwrap()).collect();
     let served = clients.iter_mut().map(answers).filter(|&ok| ok).count();
-    let status = std::fs::read_to_string(format!("/proc/{}/status", child.id())).unwrap();
-    let rss_kb: u64 = status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.split_whitespace().next()?.parse().ok())
-        .unwrap();
+    let rss_kb = rss_kb(child.id());
     eprintln!("{served} of 1000 served; server RSS {} MB", rss_kb / 1024);
     assert_eq!(served, 1000);
     assert!(rss_kb < 200 * 1024, "{rss_kb} kB");
@@ -409,6 +459,40 @@ fn a_thousand_concurrent_connections_are_served_in_bounded_memory() {
     stop(child);
     let shown = ackscope(&["show", s(&file)]);
     assert!(text(&shown.stdout).contains("requests       1000 in"), "{}", text(&shown.stdout));
+}
+
+/// A process's resident memory, in kB (`VmRSS` of /proc/PID/status).
+fn rss_kb(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .unwrap()
+}
+
+/// A standalone server's connection kept the largest message it ever got (and its answer) for
+/// as long as it stayed open: three clients that each sent 48 MiB once, then waited, held
+/// about 300 MB. Past 1 MiB the buffers are given back after the answer.
+#[test]
+fn a_connection_gives_back_a_large_messages_memory_after_answering_it() {
+    let (child, addr) = server_with(&[], None);
+    let before = rss_kb(child.id());
+    let len = 48u32 << 20;
+    let mut clients: Vec<TcpStream> = (0..3).map(|_| TcpStream::connect(&addr).unwrap()).collect();
+    for client in &mut clients {
+        client.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+        client.write_all(&len.to_be_bytes()).unwrap();
+        client.write_all(&vec![1u8; len as usize]).unwrap();
+        let mut answer = vec![0u8; 4 + len as usize];
+        client.read_exact(&mut answer).unwrap();
+        assert!(answers(client), "the connection is still served after it");
+    }
+    let after = rss_kb(child.id());
+    eprintln!("server RSS {} MB before, {} MB after 3 x 48 MiB", before / 1024, after / 1024);
+    assert!(after < before + 100 * 1024, "{before} kB before, {after} kB after");
+    drop(clients);
+    stop(child);
 }
 
 /// Defect 4: Ctrl-C on the UI server did not exit while a browser run was going, even twice.
@@ -511,6 +595,55 @@ fn the_ui_closes_connections_that_send_no_request() {
     eprintln!("201 connections without a request closed after {closed_after:?}");
     assert!(closed_after >= Duration::from_secs(4), "{closed_after:?}");
     assert!(closed_after < Duration::from_secs(12), "{closed_after:?}");
+    common::interrupt(ui.id());
+    let _ = ui.wait();
+}
+
+/// The header timeout holds for every request of a kept-alive connection, not only its first:
+/// one that sends a request, then trickles the next one's headers, is closed 5 s after their
+/// first byte. A WebSocket is not HTTP after its handshake: a page silent for longer is kept.
+#[test]
+fn a_kept_alive_connection_must_send_each_requests_headers_in_time_but_a_websocket_may_be_silent() {
+    use ackscope_shared::wire::{ToBrowser, ToProbe};
+    use ackscope_shared::{PerSide, RrSpec, Scenario};
+    let (mut ui, addr) = ui_server();
+    let mut page = common::open_page(&addr, "/ws");
+    let page_opened = Instant::now();
+
+    let mut kept = TcpStream::connect(&addr).unwrap();
+    kept.set_read_timeout(Some(Duration::from_secs(15))).unwrap();
+    write!(kept, "GET / HTTP/1.1\r\nHost: {addr}\r\n\r\n").unwrap();
+    let mut head = Vec::new();
+    let mut byte = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        kept.read_exact(&mut byte).unwrap();
+        head.push(byte[0]);
+    }
+    let head = text(&head).to_lowercase();
+    assert!(head.starts_with("http/1.1 200"), "{head}");
+    let length: usize = head
+        .lines()
+        .find_map(|l| l.strip_prefix("content-length:"))
+        .and_then(|v| v.trim().parse().ok())
+        .expect("a content-length");
+    kept.read_exact(&mut vec![0u8; length]).unwrap();
+    // The first request was answered and the connection kept; now half of a second one.
+    write!(kept, "GET / HTTP/1.1\r\nHost: {addr}\r\n").unwrap();
+    let started = Instant::now();
+    let mut rest = Vec::new();
+    let ended = kept.read_to_end(&mut rest);
+    let closed_after = started.elapsed();
+    assert!(ended.is_ok() && rest.is_empty(), "closed with no answer: {ended:?} {rest:?}");
+    assert!(closed_after >= Duration::from_secs(4), "{closed_after:?}");
+    assert!(closed_after < Duration::from_secs(12), "{closed_after:?}");
+
+    // The page has sent nothing since its handshake, longer than the header timeout.
+    std::thread::sleep(Duration::from_secs(6).saturating_sub(page_opened.elapsed()));
+    let spec =
+        Scenario::Rr(RrSpec { requests: 3, nodelay: PerSide::both(true), ..RrSpec::default() });
+    common::send_frame(&mut page, &ToProbe::StartRun { spec });
+    page.set_read_timeout(Some(Duration::from_secs(15))).unwrap();
+    while !matches!(common::next_message(&mut page), ToBrowser::RunStarted { .. }) {}
     common::interrupt(ui.id());
     let _ = ui.wait();
 }

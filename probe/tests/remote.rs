@@ -188,6 +188,31 @@ fn a_peer_of_another_version_is_refused_with_both_version_numbers() {
     stop(server);
 }
 
+/// A host that answers with terminal commands in its refusal (a hostile or broken server): the
+/// driving probe prints them as data. Without this, the reason below would clear the screen of
+/// whoever ran `ackscope run --remote`.
+#[test]
+fn a_remote_refusal_is_printed_as_data_not_as_terminal_commands() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let host = std::thread::spawn(move || {
+        let (mut control, _) = listener.accept().unwrap();
+        control.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let mut magic = [0u8; 4];
+        control.read_exact(&mut magic).unwrap();
+        assert_eq!(magic, CONTROL_MAGIC, "the probe opens with the control magic");
+        let reason = "bad token\x1b[2J\x1b]0;pwned\x07".to_string();
+        control.write_all(&frame(&ToClient::Refused { reason })).unwrap();
+    });
+    let out = ackscope(&["run", "rr", "--remote", &addr.to_string(), "--token", &"t".repeat(16)]);
+    host.join().unwrap();
+    assert!(!out.status.success(), "a refused run fails");
+    let stderr = text(&out.stderr);
+    assert!(stderr.contains("refused: bad token"), "the reason is shown: {stderr}");
+    assert!(!stderr.contains('\x1b') && !stderr.contains('\x07'), "no raw escape: {stderr:?}");
+    assert!(stderr.contains("\\u{1b}[2J"), "shown as an escape: {stderr}");
+}
+
 fn kill_9(guard: &mut Guard) {
     let mut child = guard.0.take().unwrap();
     child.kill().unwrap();

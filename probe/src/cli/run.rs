@@ -15,6 +15,7 @@ use ackscope_shared::{BulkSpec, Event, EventKind, RrSpec, RunId, Scenario, Summa
 
 use super::knobs::{self, BulkKnobs, CommonKnobs, RrKnobs};
 use super::sweep;
+use super::terminal::Printable;
 use super::{Ended, Failure};
 use crate::capture::CaptureReport;
 use crate::record::SessionWriter;
@@ -230,6 +231,11 @@ pub fn run(args: &RunArgs) -> Result<Ended, Failure> {
             progress.update(&tally);
             if let (None, Some(writer)) = (&write_error, &mut file) {
                 write_error = writer.write_events(run, events).err().map(|e| e.to_string());
+                if write_error.is_some() {
+                    // What is recorded can no longer be kept (a full disk): the run stops as on
+                    // Ctrl-C, within a step, instead of going on unrecorded.
+                    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+                }
             }
         })
         .map_err(|e| Failure::Usage(format!("{}: {}", knobs::flag_of(e.field), e.problem)))?;
@@ -247,14 +253,20 @@ pub fn run(args: &RunArgs) -> Result<Ended, Failure> {
         tally.clients = Some((notes.requests_completed, notes.clients_elapsed));
         tally.events_recorded = instruments.events;
     }
+    let outcome = match (&write_error, outcome) {
+        (Some(error), RunOutcome::Completed | RunOutcome::Interrupted) => {
+            RunOutcome::Failed { error: format!("writing the session file: {error}") }
+        }
+        (_, outcome) => outcome,
+    };
     let write_error = finish_file(file.take(), write_error, run, &outcome, &tally);
-    // The summary is printed whatever happened to the file: the run itself went on.
+    // The summary is printed whatever happened to the file.
     print_summary(&tally, &scenario, &outcome, args.json)?;
     if let (Some(message), Some(path)) = (write_error, &args.output) {
         return Err(Failure::Run(format!(
-            "the run went on, but its file is incomplete: {message}; the summary above covers \
-             the whole run, and {} holds every message written before the error (free some \
-             space, or write to another disk with -o)",
+            "the run stopped: its file is incomplete: {message}; the summary above covers what \
+             ran, and {} holds every message written before the error (free some space, or \
+             write to another disk with -o)",
             path.display()
         )));
     }
@@ -297,7 +309,8 @@ pub(super) fn print_summary(
     outcome: &RunOutcome,
     json: bool,
 ) -> Result<(), Failure> {
-    let mut out = io::stdout().lock();
+    // A remote run's summary quotes the other host (its facts, why its side failed): as data.
+    let mut out = Printable(io::stdout().lock());
     let printed = if json {
         writeln!(out, "{}", tally.json(scenario, outcome))
     } else {

@@ -133,13 +133,17 @@ pub fn run(args: &ServerArgs) -> Result<Ended, Failure> {
             Ok(events) => {
                 tally.push(&events);
                 if let Some(error) = file.write_events(run, events) {
-                    eprintln!("ackscope: {error}; serving on, recording only the summary");
+                    // A recording server whose recording fails (a full disk) stops as on
+                    // Ctrl-C, rather than serving on with nothing kept.
+                    eprintln!("ackscope: {error}; stopping");
+                    stop.store(true, Ordering::SeqCst);
                 }
             }
             Err(RecvTimeoutError::Timeout) => {}
             Err(RecvTimeoutError::Disconnected) => break,
         }
-        if stop.load(Ordering::Relaxed) {
+        // A remote run's write may be the one that failed.
+        if stop.load(Ordering::Relaxed) || file.failed() {
             remote_stop.store(true, Ordering::SeqCst);
             // Closing the server joins its connection threads, which may be waiting to hand
             // events to this loop: it is done elsewhere while this loop drains, so it cannot

@@ -60,6 +60,11 @@ impl EchoConfig {
     }
 }
 
+/// The buffers a standalone server's connection keeps between requests; larger ones are given
+/// back after the answer. 1,024 idle connections that each once sent 64 MiB then hold 2 GiB at
+/// most, not 128 GiB.
+const KEEP_BETWEEN_REQUESTS: usize = 1 << 20;
+
 /// Connections a standalone server serves at once unless told otherwise.
 pub const DEFAULT_MAX_CONNECTIONS: usize = 1024;
 /// A run's own server: its client opens at most `spec.connections` at a time, and a few more
@@ -417,6 +422,13 @@ impl Connection<'_> {
             }
             if standalone {
                 end.note(req, EventKind::RequestDone);
+            }
+            if matches!(self.tagging, Tagging::Standalone { .. }) {
+                // An outside client may send one large message, then wait: its connection then
+                // keeps at most 1 MiB, not the largest message it ever sent. (A run's client
+                // sends many of one size: its buffers are kept.)
+                inbox.release_above(KEEP_BETWEEN_REQUESTS);
+                answer.release_above(KEEP_BETWEEN_REQUESTS);
             }
             end.recorder().hand_over();
         };

@@ -172,6 +172,14 @@ impl Inbox {
         &mut self.buf[self.end..]
     }
 
+    /// Gives back memory past `keep` bytes once nothing is buffered: an inbox grown for one
+    /// large message does not hold it through the waits after.
+    pub fn release_above(&mut self, keep: usize) {
+        if self.start == self.end && self.buf.len() > keep {
+            *self = Inbox::with_capacity(INBOX_START_BYTES);
+        }
+    }
+
     /// Takes the first `len` bytes (all buffered).
     fn take(&mut self, len: usize) -> &[u8] {
         let taken = &self.buf[self.start..self.start + len];

@@ -68,6 +68,13 @@ impl Message {
         append_answer(request, len, &mut self.bytes);
     }
 
+    /// Gives back memory past `keep` bytes (after a large answer, before a long wait).
+    pub fn release_above(&mut self, keep: usize) {
+        if self.bytes.capacity() > keep {
+            self.bytes = Vec::new();
+        }
+    }
+
     /// The length prefix and the body together.
     pub fn framed(&self) -> &[u8] {
         &self.bytes

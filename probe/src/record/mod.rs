@@ -100,6 +100,11 @@ impl SharedWriter {
         Some(error)
     }
 
+    /// A write has failed: nothing more is written.
+    pub fn failed(&self) -> bool {
+        self.state.lock().unwrap_or_else(|p| p.into_inner()).1.is_some()
+    }
+
     /// The writer and the first write error, for ending the file.
     pub fn take(&self) -> (Option<SessionWriter>, Option<String>) {
         std::mem::take(&mut *self.state.lock().unwrap_or_else(|p| p.into_inner()))
@@ -130,8 +135,8 @@ pub fn read(path: &Path) -> Result<SessionFile, String> {
 /// Memory grows as bytes arrive, so a length over [`wire::MAX_MESSAGE_BYTES`] is refused and a
 /// short file claiming a long frame costs only its bytes; nothing past the size checked against
 /// [`MAX_FILE_BYTES`] at open is read, and the first bad frame ends the stream.
-pub struct SessionReader {
-    input: io::Take<File>,
+pub struct SessionReader<R = File> {
+    input: io::Take<R>,
     stream: FrameStream,
     /// Bytes read from the file at a time, reused.
     chunk: Vec<u8>,
@@ -154,8 +159,15 @@ impl SessionReader {
             ));
         }
         let file = File::open(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+        SessionReader::from_reader(file, size, &path.display().to_string())
+    }
+}
+
+impl<R: Read> SessionReader<R> {
+    /// [`SessionReader::open`] of `size` bytes from `input`, called `name` in errors.
+    pub fn from_reader(input: R, size: u64, name: &str) -> Result<SessionReader<R>, String> {
         let mut reader = SessionReader {
-            input: file.take(size),
+            input: input.take(size.min(MAX_FILE_BYTES)),
             stream: FrameStream::new(),
             chunk: vec![0; READ_CHUNK_BYTES],
             hello: None,
@@ -163,19 +175,11 @@ impl SessionReader {
         };
         let hello = match reader.frame() {
             Some(Ok(message)) => message,
-            Some(Err(e)) => {
-                return Err(format!("{} is not an ackscope session file: {e}", path.display()))
-            }
-            None => {
-                return Err(format!(
-                    "{} is not an ackscope session file: it is empty",
-                    path.display()
-                ))
-            }
+            Some(Err(e)) => return Err(format!("{name} is not an ackscope session file: {e}")),
+            None => return Err(format!("{name} is not an ackscope session file: it is empty")),
         };
-        wire::check_hello(&hello).map_err(|e| {
-            format!("{} is not a session file this build can read: {e}", path.display())
-        })?;
+        wire::check_hello(&hello)
+            .map_err(|e| format!("{name} is not a session file this build can read: {e}"))?;
         reader.hello = Some(hello);
         Ok(reader)
     }

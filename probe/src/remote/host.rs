@@ -210,7 +210,8 @@ impl ControlHost {
                     }
                     let events = file_ids.renumber(events);
                     if let Some(error) = self.file.write_events(run, events) {
-                        eprintln!("ackscope: {error}; serving on, without the file");
+                        // The server's own loop sees the failure and stops the server.
+                        eprintln!("ackscope: {error}; stopping");
                     }
                 }
                 Err(RecvTimeoutError::Timeout) => {}

@@ -8,6 +8,8 @@ use ackscope_shared::wire::{Instruments, RunOutcome, ToBrowser, EVENTS_PER_MESSA
 use ackscope_shared::{Event, RunId, Scenario};
 use tokio::sync::watch;
 
+use super::limits;
+
 pub struct RunRecord {
     pub id: RunId,
     pub spec: Scenario,
@@ -18,9 +20,17 @@ pub struct RunRecord {
     pub stop: Arc<AtomicBool>,
 }
 
-/// Append-only store of runs; a watch channel says "something was appended".
+/// Events the session keeps in memory across its runs, about 320 MB: room for the largest
+/// browser run ([`limits::MAX_EVENTS`]) beside the runs before it. Starting a run drops the
+/// oldest finished runs' events until the new run has that room.
+pub const MAX_KEPT_EVENTS: usize = 2 * limits::MAX_EVENTS as usize;
+/// Runs the session keeps, however small (each costs its spec and bookkeeping).
+pub const MAX_KEPT_RUNS: usize = 1000;
+
+/// Append-only store of runs, but for the oldest, dropped past [`MAX_KEPT_EVENTS`] or
+/// [`MAX_KEPT_RUNS`]; a watch channel says "something was appended".
 pub struct Session {
-    runs: Mutex<Vec<RunRecord>>,
+    runs: Mutex<Runs>,
     changed: watch::Sender<u64>,
     /// Tells this probe's stream from another's (a restarted probe numbers its runs from 1
     /// again): a page resumes only the stream it was cut from.
@@ -63,10 +73,41 @@ pub struct Cursor {
     runs: Vec<(usize, bool)>,
 }
 
+/// The runs kept, after the `dropped` oldest: the run at `kept[i]` is the stream's run number
+/// `dropped + i + 1`.
+#[derive(Default)]
+struct Runs {
+    dropped: usize,
+    kept: Vec<RunRecord>,
+}
+
+impl Runs {
+    /// Drops the oldest finished runs until a new run has room for the largest browser run's
+    /// events and is within the count. Tabs that had them keep them; a tab that opens later
+    /// starts from the first run kept.
+    fn make_room(&mut self) {
+        let room_for = |runs: &Runs| {
+            let events: usize = runs.kept.iter().map(|r| r.events.len()).sum();
+            events + limits::MAX_EVENTS as usize <= MAX_KEPT_EVENTS
+                && runs.kept.len() < MAX_KEPT_RUNS
+        };
+        while !room_for(self) && self.kept.first().is_some_and(|r| r.outcome.is_some()) {
+            let oldest = self.kept.remove(0);
+            self.dropped += 1;
+            tracing::info!(
+                "run {} ({} events) dropped from the probe's memory to make room for the next \
+                 run; pages that have it keep it",
+                oldest.id.0,
+                oldest.events.len()
+            );
+        }
+    }
+}
+
 impl Session {
     pub fn new() -> Arc<Session> {
         Arc::new(Session {
-            runs: Mutex::new(Vec::new()),
+            runs: Mutex::new(Runs::default()),
             changed: watch::channel(0).0,
             id: stream_id(),
         })
@@ -80,17 +121,17 @@ impl Session {
     /// stream (else the page starts over).
     pub fn cursor_at(&self, point: ResumePoint) -> Option<Cursor> {
         let runs = self.lock();
-        let index = (point.run.0 as usize).checked_sub(1)?;
-        let last = runs.get(index)?;
+        // A run dropped since the page had it: the page starts over from the runs kept.
+        let index = (point.run.0 as usize).checked_sub(1 + runs.dropped)?;
+        let last = runs.kept.get(index)?;
         let possible = point.stream == self.id
             && last.id == point.run
             && point.events <= last.events.len()
             && (!point.finished || last.outcome.is_some())
-            && runs[..index].iter().all(|run| run.outcome.is_some());
+            && runs.kept[..index].iter().all(|run| run.outcome.is_some());
         possible.then(|| Cursor {
-            runs: runs[..index]
-                .iter()
-                .map(|run| (run.events.len(), true))
+            runs: std::iter::repeat_n((0, true), runs.dropped)
+                .chain(runs.kept[..index].iter().map(|run| (run.events.len(), true)))
                 .chain([(point.events, point.finished)])
                 .collect(),
         })
@@ -113,13 +154,14 @@ impl Session {
         instruments: Instruments,
     ) -> Result<(RunId, Arc<AtomicBool>), String> {
         let mut runs = self.lock();
-        if let Some(running) = runs.iter().find(|r| r.outcome.is_none()) {
+        if let Some(running) = runs.kept.iter().find(|r| r.outcome.is_none()) {
             return Err(format!(
                 "run {} is still going; wait for it to finish, then press Run again",
                 running.id.0
             ));
         }
-        let id = RunId(runs.len() as u32 + 1);
+        runs.make_room();
+        let id = RunId((runs.dropped + runs.kept.len()) as u32 + 1);
         let stop = Arc::new(AtomicBool::new(false));
         let record = RunRecord {
             id,
@@ -129,7 +171,7 @@ impl Session {
             outcome: None,
             stop: Arc::clone(&stop),
         };
-        runs.push(record);
+        runs.kept.push(record);
         drop(runs);
         self.notify();
         Ok((id, stop))
@@ -138,20 +180,20 @@ impl Session {
     /// Asks the run that is going to stop; an error if none is.
     pub fn stop_running(&self) -> Result<RunId, String> {
         let runs = self.lock();
-        let running = runs.iter().find(|r| r.outcome.is_none()).ok_or("no run is going")?;
+        let running = runs.kept.iter().find(|r| r.outcome.is_none()).ok_or("no run is going")?;
         running.stop.store(true, Ordering::Relaxed);
         Ok(running.id)
     }
 
     pub fn append(&self, run: RunId, events: Vec<Event>) {
-        if let Some(record) = self.lock().iter_mut().find(|r| r.id == run) {
+        if let Some(record) = self.lock().kept.iter_mut().find(|r| r.id == run) {
             record.events.extend(events);
         }
         self.notify();
     }
 
     pub fn finish(&self, run: RunId, outcome: RunOutcome) {
-        if let Some(record) = self.lock().iter_mut().find(|r| r.id == run) {
+        if let Some(record) = self.lock().kept.iter_mut().find(|r| r.id == run) {
             record.outcome = Some(outcome);
         }
         self.notify();
@@ -161,7 +203,12 @@ impl Session {
     pub fn catch_up(&self, cursor: &mut Cursor) -> Vec<ToBrowser> {
         let runs = self.lock();
         let mut messages = Vec::new();
-        for (index, record) in runs.iter().enumerate() {
+        // Runs dropped before this page had them: it never will.
+        if cursor.runs.len() < runs.dropped {
+            cursor.runs.resize(runs.dropped, (0, true));
+        }
+        for (offset, record) in runs.kept.iter().enumerate() {
+            let index = runs.dropped + offset;
             if index == cursor.runs.len() {
                 cursor.runs.push((0, false));
                 messages.push(ToBrowser::RunStarted {
@@ -187,7 +234,7 @@ impl Session {
         self.changed.send_modify(|version| *version += 1);
     }
 
-    fn lock(&self) -> MutexGuard<'_, Vec<RunRecord>> {
+    fn lock(&self) -> MutexGuard<'_, Runs> {
         self.runs.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 }
@@ -238,6 +285,49 @@ mod tests {
             .map(|m| if let ToBrowser::Events { events, .. } = m { events.len() } else { 0 })
             .sum();
         assert_eq!(replayed, 3);
+    }
+
+    fn started(messages: &[ToBrowser]) -> Vec<u32> {
+        let ids = messages.iter().filter_map(|m| match m {
+            ToBrowser::RunStarted { run, .. } => Some(run.0),
+            _ => None,
+        });
+        ids.collect()
+    }
+
+    /// The probe's memory is bounded across runs, not only within one: the oldest finished
+    /// runs are dropped to make room, and run numbers go on from where they were.
+    #[test]
+    fn the_oldest_runs_are_dropped_past_the_sessions_bounds() {
+        let session = Session::new();
+        let spec = || Scenario::Rr(RrSpec::default());
+        let mut live = Cursor::default();
+        let first = session.begin_run(spec(), Instruments::default()).unwrap();
+        // One run with more events than leave the next one its room.
+        session.append(first, vec![event(1); limits::MAX_EVENTS as usize + 1]);
+        session.finish(first, RunOutcome::Completed);
+        let _ = session.catch_up(&mut live);
+        let second = session.begin_run(spec(), Instruments::default()).unwrap();
+        assert_eq!(second, RunId(2), "numbers go on");
+        assert_eq!(started(&session.catch_up(&mut Cursor::default())), [2], "run 1 dropped");
+        assert_eq!(started(&session.catch_up(&mut live)), [2], "a live page just goes on");
+        let resume = ResumePoint { stream: session.id(), run: first, events: 1, finished: true };
+        assert!(session.cursor_at(resume).is_none(), "a page cut off in run 1 starts over");
+        session.finish(second, RunOutcome::Completed);
+
+        // And by count: small runs, at most MAX_KEPT_RUNS of them kept.
+        for _ in 0..MAX_KEPT_RUNS {
+            let run = session.begin_run(spec(), Instruments::default()).unwrap();
+            session.append(run, vec![event(2)]);
+            session.finish(run, RunOutcome::Completed);
+        }
+        let late = started(&session.catch_up(&mut Cursor::default()));
+        assert_eq!(late.len(), MAX_KEPT_RUNS);
+        assert_eq!((late[0], late[late.len() - 1]), (3, MAX_KEPT_RUNS as u32 + 2));
+        let resume =
+            ResumePoint { stream: session.id(), run: RunId(500), events: 1, finished: true };
+        let mut cursor = session.cursor_at(resume).expect("a kept run resumes");
+        assert_eq!(started(&session.catch_up(&mut cursor))[0], 501, "from where it was");
     }
 
     #[test]
