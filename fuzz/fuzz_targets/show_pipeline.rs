@@ -1,3 +1,3 @@
 #![no_main]
-// See ackscope_shared::fuzzing::show_pipeline.
-libfuzzer_sys::fuzz_target!(|data: &[u8]| ackscope_shared::fuzzing::show_pipeline(data));
+// `ackscope show` and `export --json` of the bytes: see ackscope_probe::fuzzing.
+libfuzzer_sys::fuzz_target!(|data: &[u8]| ackscope_probe::fuzzing::show_pipeline(data));

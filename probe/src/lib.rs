@@ -18,6 +18,7 @@
 pub mod capture;
 pub mod cli;
 pub mod emulate;
+pub mod fuzzing;
 pub mod host;
 pub mod interrupt;
 pub mod net;

@@ -26,8 +26,16 @@ const TARGETS: [&str; 7] = [
     "show_pipeline",
 ];
 
-const LIMITS: [&str; 4] =
-    ["-malloc_limit_mb=64", "-rss_limit_mb=1024", "-timeout=10", "-print_final_stats=1"];
+/// libFuzzer's budgets (docs/FUZZING.md). `-max_len`: inputs up to 64 KiB (several frames of a
+/// session, a capture of dozens of packets); by default libFuzzer stops at its corpus's largest
+/// input, about 4 KB here, and a decoder's bounds past that were never tried.
+const LIMITS: [&str; 5] = [
+    "-malloc_limit_mb=64",
+    "-rss_limit_mb=1024",
+    "-timeout=10",
+    "-max_len=65536",
+    "-print_final_stats=1",
+];
 
 pub fn run(args: &[String]) -> Result<(), String> {
     let (mut seconds, mut only, mut keep) = (60u32, None, false);

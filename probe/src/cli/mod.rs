@@ -27,7 +27,7 @@ mod show;
 mod sweep;
 mod terminal;
 
-use std::io;
+use std::io::{self, Write as _};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -136,17 +136,34 @@ pub fn main() -> ExitCode {
         Some(Command::RecordLesson(args)) => lesson::record(&args),
         Some(Command::Class(args)) => class::class(&args),
     };
+    // An error may quote what a file or a remote host said (a refusal's reason, a version): it
+    // is printed as data, never as commands to the terminal.
+    let error = |message: String| {
+        let _ = writeln!(terminal::Printable(std::io::stderr().lock()), "ackscope: {message}");
+    };
     match result {
         Ok(Ended::Ok) => ExitCode::SUCCESS,
         Ok(Ended::Interrupted) => ExitCode::from(130),
         Err(Failure::Usage(message)) => {
-            eprintln!("ackscope: {message}");
+            error(message);
             ExitCode::from(2)
         }
         Err(Failure::Run(message)) => {
-            eprintln!("ackscope: {message}");
+            error(message);
             ExitCode::FAILURE
         }
+    }
+}
+
+/// `show` and `export --json` of `data` as a session file, their output thrown away: the body
+/// of the `show_pipeline` fuzz target ([`crate::fuzzing`]).
+pub(crate) fn show_and_export(data: &[u8]) {
+    let open = || crate::record::SessionReader::from_reader(data, data.len() as u64, "input");
+    if let Ok(reader) = open() {
+        let _ = show::show_from(reader, &mut terminal::Printable(io::sink()));
+    }
+    if let Ok(reader) = open() {
+        let _ = show::export_json_from(reader, &mut io::sink());
     }
 }
 

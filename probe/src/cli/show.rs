@@ -1,13 +1,13 @@
 //! `ackscope show FILE` and `ackscope export FILE --json | --pcapng OUT`.
 
-use std::io::{self, Write};
+use std::io::{self, Read, Write};
 use std::path::Path;
 
 use ackscope_shared::analysis::RunAnalysis;
 use ackscope_shared::attribution::{self, Stall, StallClass};
 use ackscope_shared::packet::{synthesize, Packet};
 use ackscope_shared::pcap::{linktype, PcapngWriter};
-use ackscope_shared::wire::{RunOutcome, ToBrowser, PROTOCOL_VERSION};
+use ackscope_shared::wire::{RunOutcome, ToBrowser, WireError, PROTOCOL_VERSION};
 use ackscope_shared::{
     packet_stalls, ConnId, Event, EventKind, ImportedConnection, RrSpec, RunId, Scenario, Side,
 };
@@ -33,12 +33,27 @@ struct FileRun {
 const MAX_OPEN_RUNS: usize = 1000;
 
 pub fn show(path: &Path) -> Result<Ended, Failure> {
-    // One message in memory at a time; each run's analysis retires what it has summarized, and
-    // a run is summarized and forgotten once its end is read: only the runs still going are held.
-    let mut reader = record::SessionReader::open(path)?;
-    let mut file_error = None;
+    let reader = record::SessionReader::open(path)?;
     // Every string of the file goes through this: a crafted one cannot command the terminal.
     let mut out = Printable(io::stdout().lock());
+    match show_from(reader, &mut out)? {
+        None => Ok(Ended::Ok),
+        Some(error) => Err(Failure::Run(format!(
+            "{}: {error}; the summary above covers everything before that point",
+            path.display()
+        ))),
+    }
+}
+
+/// `show` of what `reader` reads, into `out`: the error that ended the file early, if one did.
+/// (The fuzz target runs this on arbitrary bytes: `crate::fuzzing`.)
+pub(crate) fn show_from<R: Read>(
+    mut reader: record::SessionReader<R>,
+    out: &mut impl Write,
+) -> Result<Option<WireError>, String> {
+    // One message in memory at a time; each run's analysis retires what it has summarized, and
+    // a run is summarized and forgotten once its end is read: only the runs still going are held.
+    let mut file_error = None;
     // The runs still going, each with its place in the file (the order they are printed in when
     // the file ends before they do).
     let mut open: std::collections::HashMap<RunId, (u64, FileRun)> = Default::default();
@@ -58,7 +73,7 @@ pub fn show(path: &Path) -> Result<Ended, Failure> {
                 // An id started again (only a crafted file does that): the earlier run is
                 // summarized as far as it went.
                 if let Some((_, earlier)) = open.remove(run) {
-                    print_run(&mut out, *run, earlier)?;
+                    print_run(out, *run, earlier)?;
                 }
                 if open.len() >= MAX_OPEN_RUNS {
                     not_followed += 1;
@@ -84,7 +99,7 @@ pub fn show(path: &Path) -> Result<Ended, Failure> {
             ToBrowser::RunFinished { run, outcome } => {
                 if let Some((_, mut r)) = open.remove(run) {
                     r.outcome = Some(outcome.clone());
-                    print_run(&mut out, *run, r)?;
+                    print_run(out, *run, r)?;
                 }
             }
             // Refusals answer a tab; overviews and the trailer repeat what the events say.
@@ -98,7 +113,7 @@ pub fn show(path: &Path) -> Result<Ended, Failure> {
     let mut unfinished: Vec<(RunId, (u64, FileRun))> = open.into_iter().collect();
     unfinished.sort_by_key(|(_, (order, _))| *order);
     for (id, (_, run)) in unfinished {
-        print_run(&mut out, id, run)?;
+        print_run(out, id, run)?;
     }
     if not_followed > 0 {
         let _ = writeln!(
@@ -107,13 +122,7 @@ pub fn show(path: &Path) -> Result<Ended, Failure> {
              than `show` follows at once (a recorded file has one at a time): not summarized"
         );
     }
-    match file_error {
-        None => Ok(Ended::Ok),
-        Some(error) => Err(Failure::Run(format!(
-            "{}: {error}; the summary above covers everything before that point",
-            path.display()
-        ))),
-    }
+    Ok(file_error)
 }
 
 /// One run's summary (an imported capture's connections and packet stalls).
@@ -137,27 +146,10 @@ fn print_run(out: &mut impl Write, id: RunId, run: FileRun) -> Result<(), String
 
 /// The file's messages as one JSON document, written as they are read.
 pub fn export_json(path: &Path) -> Result<Ended, Failure> {
-    // One message in memory at a time: a file of any size exports in the memory of its
-    // largest message.
-    let mut reader = record::SessionReader::open(path)?;
+    let reader = record::SessionReader::open(path)?;
     let mut out = io::BufWriter::new(io::stdout().lock());
-    let mut file_error = None;
-    let written = (|| -> io::Result<()> {
-        write!(out, "{{\"format\":\"ackscope-session\",\"protocol_version\":{PROTOCOL_VERSION},\"messages\":[")?;
-        let mut first = true;
-        while let Some(message) = reader.next_into(&mut file_error) {
-            if !first {
-                out.write_all(b",\n")?;
-            }
-            first = false;
-            serde_json::to_writer(&mut out, &message)?;
-        }
-        let error = file_error.as_ref().map(|e| e.to_string());
-        write!(out, "],\"error\":{}}}", serde_json::to_string(&error)?)?;
-        writeln!(out)?;
-        out.flush()
-    })();
-    written.map_err(|e| format!("writing the export: {e}"))?;
+    let file_error =
+        export_json_from(reader, &mut out).map_err(|e| format!("writing the export: {e}"))?;
     match file_error {
         None => Ok(Ended::Ok),
         Some(error) => Err(Failure::Run(format!(
@@ -167,18 +159,45 @@ pub fn export_json(path: &Path) -> Result<Ended, Failure> {
     }
 }
 
+/// `export --json` of what `reader` reads, into `out`: the error that ended the file early, if
+/// one did.
+pub(crate) fn export_json_from<R: Read>(
+    mut reader: record::SessionReader<R>,
+    out: &mut impl Write,
+) -> io::Result<Option<WireError>> {
+    // One message in memory at a time: a file of any size exports in the memory of its
+    // largest message.
+    let mut file_error = None;
+    let written = (|| -> io::Result<()> {
+        write!(out, "{{\"format\":\"ackscope-session\",\"protocol_version\":{PROTOCOL_VERSION},\"messages\":[")?;
+        let mut first = true;
+        while let Some(message) = reader.next_into(&mut file_error) {
+            if !first {
+                out.write_all(b",\n")?;
+            }
+            first = false;
+            serde_json::to_writer(&mut *out, &message)?;
+        }
+        let error = file_error.as_ref().map(|e| e.to_string());
+        write!(out, "],\"error\":{}}}", serde_json::to_string(&error)?)?;
+        writeln!(out)?;
+        out.flush()
+    })();
+    written.map(|()| file_error)
+}
+
 /// An imported run's connections and packet stalls.
 fn print_imported(out: &mut impl Write, connections: &[ImportedConnection], events: &[Event]) {
+    // In the order they first appear; the map finds a connection's row in O(1), so a capture
+    // of many connections is not quadratic.
     let mut conns: Vec<(ConnId, u32, [u64; 2])> = Vec::new();
+    let mut row_of: std::collections::HashMap<ConnId, usize> = Default::default();
     for e in events {
         let EventKind::Segment(s) = &e.kind else { continue };
-        let i = match conns.iter().position(|c| c.0 == e.conn) {
-            Some(i) => i,
-            None => {
-                conns.push((e.conn, 0, [0, 0]));
-                conns.len() - 1
-            }
-        };
+        let i = *row_of.entry(e.conn).or_insert_with(|| {
+            conns.push((e.conn, 0, [0, 0]));
+            conns.len() - 1
+        });
         conns[i].1 += 1;
         conns[i].2[usize::from(e.side == Side::Server)] += u64::from(s.len);
     }
