@@ -158,6 +158,30 @@ fn a_wrong_token_gets_one_clear_refusal_and_runs_past_the_limits_are_refused() {
     stop(server);
 }
 
+/// One remote run at a time on a server (two would measure each other): a second probe asking
+/// while a run is going gets one clear refusal, and the first run is not disturbed.
+#[test]
+fn a_second_remote_run_while_one_is_going_is_refused() {
+    let (server, addr, token) = server(&[]);
+    // About 88 ms a request (Nagle x delayed ACK on both sides): 30 of them take over 2 s.
+    let first = Command::new(BIN)
+        .args(["run", "story1", "--count", "30", "--json", "--remote", &addr, "--token", &token])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(700));
+    let second = ackscope(&["run", "rr", "--count", "5", "--remote", &addr, "--token", &token]);
+    let first = first.wait_with_output().unwrap();
+    stop(server);
+    assert_eq!(second.status.code(), Some(1));
+    let said = text(&second.stderr);
+    assert!(said.contains("another remote run is going on this server"), "{said}");
+    assert!(first.status.success(), "{}", text(&first.stderr));
+    let summary: serde_json::Value = serde_json::from_slice(&first.stdout).unwrap();
+    assert_eq!(summary["requests"], 30, "the first run went on whole");
+}
+
 /// One framed control message, as a probe of another version would send it.
 fn frame<T: serde::Serialize>(message: &T) -> Vec<u8> {
     let mut bytes = Vec::new();
