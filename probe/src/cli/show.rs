@@ -36,12 +36,16 @@ pub fn show(path: &Path) -> Result<Ended, Failure> {
     let reader = record::SessionReader::open(path)?;
     // Every string of the file goes through this: a crafted one cannot command the terminal.
     let mut out = Printable(io::stdout().lock());
-    match show_from(reader, &mut out)? {
+    let file_error = show_from(reader, &mut out)?;
+    ended(path, file_error, "the summary above covers everything before that point")
+}
+
+/// How a command that read `path` to its end (or to the bad frame `file_error`) ended: a damaged
+/// file is an error that says what was `kept` of it.
+fn ended(path: &Path, file_error: Option<WireError>, kept: &str) -> Result<Ended, Failure> {
+    match file_error {
         None => Ok(Ended::Ok),
-        Some(error) => Err(Failure::Run(format!(
-            "{}: {error}; the summary above covers everything before that point",
-            path.display()
-        ))),
+        Some(error) => Err(Failure::Run(format!("{}: {error}; {kept}", path.display()))),
     }
 }
 
@@ -150,13 +154,7 @@ pub fn export_json(path: &Path) -> Result<Ended, Failure> {
     let mut out = io::BufWriter::new(io::stdout().lock());
     let file_error =
         export_json_from(reader, &mut out).map_err(|e| format!("writing the export: {e}"))?;
-    match file_error {
-        None => Ok(Ended::Ok),
-        Some(error) => Err(Failure::Run(format!(
-            "{}: {error}; everything before that point was exported",
-            path.display()
-        ))),
-    }
+    ended(path, file_error, "everything before that point was exported")
 }
 
 /// `export --json` of what `reader` reads, into `out`: the error that ended the file early, if
