@@ -518,6 +518,27 @@ fn ctrl_c_ends_the_ui_server_during_a_browser_run() {
     eprintln!("the UI server ended {:?} after Ctrl-C, a run going", asked.elapsed());
 }
 
+/// A second Ctrl-C ends the UI server at once. With a request still coming in, the first waits
+/// for it (up to its 2 s fallback); the second does not.
+#[test]
+fn a_second_ctrl_c_ends_the_ui_server_at_once() {
+    let (mut ui, addr) = ui_server();
+    let mut coming = TcpStream::connect(&addr).unwrap();
+    coming.write_all(b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\n").unwrap();
+    std::thread::sleep(Duration::from_millis(200));
+    common::interrupt(ui.id());
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(ui.try_wait().unwrap().is_none(), "the first Ctrl-C waits for the request");
+    let second = Instant::now();
+    common::interrupt(ui.id());
+    while ui.try_wait().unwrap().is_none() {
+        // The first Ctrl-C's own fallback would end it 1.5 s from now.
+        assert!(second.elapsed() < Duration::from_millis(1000), "still running after 1 s");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    eprintln!("the UI server ended {:?} after the second Ctrl-C", second.elapsed());
+}
+
 /// Defect 3: 500 idle connections grew the file by about 1 MB/s (TCP_INFO every millisecond
 /// of every idle connection's wait for its next request). A wait between requests is not
 /// sampled now.

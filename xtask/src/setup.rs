@@ -3,8 +3,9 @@
 //! Pinned here and nowhere else: binaryen's wasm-opt (Debian's 108 silently breaks the app; 132
 //! from npm works). wasm-bindgen-cli must equal the `wasm-bindgen` in Cargo.lock, so its version
 //! is read from there. Both go into `.tools/` in the checkout, not into cargo's bin directory: the
-//! project's build tools do not replace the user's own. Trunk is not needed to build (see `web_build.rs`); only `trunk serve`,
-//! for live reload while working on the web app, uses it (web/README.md says how to install it).
+//! project's build tools do not replace the user's own. Trunk is not needed to build (see
+//! `web_build.rs`); only `trunk serve`, for live reload while working on the web app, uses it
+//! (web/README.md says how to install it).
 
 use std::env;
 use std::ffi::OsString;

@@ -94,7 +94,7 @@ impl Runs {
         while !room_for(self) && self.kept.first().is_some_and(|r| r.outcome.is_some()) {
             let oldest = self.kept.remove(0);
             self.dropped += 1;
-            tracing::info!(
+            tracing::warn!(
                 "run {} ({} events) dropped from the probe's memory to make room for the next \
                  run; pages that have it keep it",
                 oldest.id.0,
