@@ -298,6 +298,71 @@ async fn scenario(client: &Client, url: &str, downloads: &std::path::Path) -> Re
 }
 
 /// The `from` and `to` of a link's query: the timeline's time window.
+/// The run form's "server" field: a run against `ackscope server` elsewhere (here another
+/// process on loopback), started from the page with its token. The page shows the run's
+/// requests, the Nagle stalls on both sides, and how the server's clock was matched to ours.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_against_a_remote_server_is_started_from_the_run_form() -> Result<()> {
+    let (_server, addr, token) = start_server()?;
+    let (_probe, url) = start_probe()?;
+    let (_driver, client, _profile) = start_browser().await?;
+    let result = remote_scenario(&client, &url, &addr, &token).await;
+    client.close().await?;
+    result
+}
+
+/// `ackscope server --listen 127.0.0.1:0`: the process, its address and its token.
+fn start_server() -> Result<(ackscope_tests::Reaped, String, String)> {
+    use std::io::BufRead;
+    let mut child = std::process::Command::new(ackscope_tests::ackscope_bin()?)
+        .args(["server", "--listen", "127.0.0.1:0"])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .context("starting ackscope server")?;
+    let mut out = std::io::BufReader::new(child.stdout.take().context("stdout")?);
+    let server = ackscope_tests::Reaped(child);
+    let (mut addr, mut token) = (None, None);
+    while token.is_none() {
+        let mut line = String::new();
+        ensure!(out.read_line(&mut line)? > 0, "ackscope server ended before its token");
+        let words: Vec<&str> = line.split_whitespace().collect();
+        if line.starts_with("ackscope echo server on") {
+            addr = words.get(4).map(|w| w.to_string());
+        }
+        if line.starts_with("token ") {
+            token = words.get(1).map(|w| w.to_string());
+        }
+    }
+    // The rest of its output is read, so that it never blocks on a full pipe.
+    std::thread::spawn(move || std::io::copy(&mut out, &mut std::io::sink()));
+    Ok((server, addr.context("no address line")?, token.context("no token")?))
+}
+
+async fn remote_scenario(client: &Client, url: &str, addr: &str, token: &str) -> Result<()> {
+    client.goto(url).await?;
+    client
+        .wait()
+        .at_most(Duration::from_secs(30))
+        .for_element(css("[data-testid=run]"))
+        .await
+        .context("the Run button never appeared: the web app did not mount")?;
+    type_into(client, "requests", &REQUESTS.to_string()).await?;
+    set_checkbox(client, "nodelay-client", false).await?;
+    set_checkbox(client, "nodelay-server", false).await?;
+    type_into(client, "server", addr).await?;
+    type_into(client, "server-token", token).await?;
+    run_and_wait(client).await?;
+    let clock = text_of(client, "summary-clock").await?;
+    ensure!(clock.starts_with("server on another host"), "the clock line: {clock:?}");
+    // Nagle x delayed ACK on both sides, as on loopback: the server's options were applied
+    // on the server.
+    let (rows, delayed_ack, _) = stall_rows(client).await?;
+    ensure!(rows >= 15, "{rows} request rows");
+    ensure!(delayed_ack * 2 > rows, "a 30-60 ms stall on most rows: {delayed_ack} of {rows}");
+    ensure!(number_of(client, "summary-stalled-reads").await? >= REQUESTS as f64);
+    Ok(())
+}
+
 fn query_window(link: &str) -> Option<(u64, u64)> {
     let query = link.split_once('?')?.1;
     let value = |name: &str| {
