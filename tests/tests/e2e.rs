@@ -134,21 +134,25 @@ async fn the_nagle_stall_shows_live_and_vanishes_with_nodelay() -> Result<()> {
     result
 }
 
-async fn scenario(client: &Client, url: &str, downloads: &std::path::Path) -> Result<()> {
+/// Opens the app at `url` and waits until it has mounted (a blank page with a broken wasm fails
+/// here), then fills in story 1 as the seed had it: [`REQUESTS`] requests of 2048 bytes, Nagle
+/// on both sides, keep-alive.
+async fn open_with_story_one(client: &Client, url: &str) -> Result<()> {
     client.goto(url).await?;
-    // The app mounted (a blank page with a broken wasm would fail here).
     client
         .wait()
         .at_most(Duration::from_secs(30))
         .for_element(css("[data-testid=run]"))
         .await
         .context("the Run button never appeared: the web app did not mount")?;
-
-    // Story 1 as the seed had it: Nagle on both sides, keep-alive.
     type_into(client, "requests", &REQUESTS.to_string()).await?;
     type_into(client, "size", "2048").await?;
     set_checkbox(client, "nodelay-client", false).await?;
-    set_checkbox(client, "nodelay-server", false).await?;
+    set_checkbox(client, "nodelay-server", false).await
+}
+
+async fn scenario(client: &Client, url: &str, downloads: &std::path::Path) -> Result<()> {
+    open_with_story_one(client, url).await?;
     let seen_live = run_and_wait(client).await?;
     assert!(
         seen_live > 0,
@@ -339,16 +343,7 @@ fn start_server() -> Result<(ackscope_tests::Reaped, String, String)> {
 }
 
 async fn remote_scenario(client: &Client, url: &str, addr: &str, token: &str) -> Result<()> {
-    client.goto(url).await?;
-    client
-        .wait()
-        .at_most(Duration::from_secs(30))
-        .for_element(css("[data-testid=run]"))
-        .await
-        .context("the Run button never appeared: the web app did not mount")?;
-    type_into(client, "requests", &REQUESTS.to_string()).await?;
-    set_checkbox(client, "nodelay-client", false).await?;
-    set_checkbox(client, "nodelay-server", false).await?;
+    open_with_story_one(client, url).await?;
     type_into(client, "server", addr).await?;
     type_into(client, "server-token", token).await?;
     run_and_wait(client).await?;
