@@ -109,7 +109,7 @@ fn a_full_disk_stops_the_run_and_keeps_the_summary_and_the_prefix_and_says_so() 
     let mut command = Command::new(env!("CARGO_BIN_EXE_ackscope"));
     command.args(["run", "rr", "--count", "1000000", "--nodelay", "both", "-o", s(&file)]);
     command.arg("--json");
-    limit_file_size(&mut command, 64 << 10);
+    limit(&mut command, libc::RLIMIT_FSIZE, 64 << 10);
     let started = Instant::now();
     let output = command.output().unwrap();
     let took = started.elapsed();
@@ -127,14 +127,15 @@ fn a_full_disk_stops_the_run_and_keeps_the_summary_and_the_prefix_and_says_so() 
     assert!(text(&shown.stdout).contains("rr:"), "the prefix is readable");
 }
 
-/// Runs `command` with files limited to `bytes` (RLIMIT_FSIZE): a write past it fails with
-/// EFBIG, as one on a full disk fails with ENOSPC.
-fn limit_file_size(command: &mut Command, bytes: u64) {
+/// Runs `command` with `resource` limited to `value` (setrlimit in the child): RLIMIT_FSIZE
+/// makes a write past it fail with EFBIG, as one on a full disk fails with ENOSPC;
+/// RLIMIT_NOFILE makes the descriptors run out.
+fn limit(command: &mut Command, resource: libc::__rlimit_resource_t, value: u64) {
     // SAFETY: setrlimit in the child between fork and exec touches only the child.
     unsafe {
         command.pre_exec(move || {
-            let limit = libc::rlimit { rlim_cur: bytes, rlim_max: bytes };
-            if libc::setrlimit(libc::RLIMIT_FSIZE, &limit) != 0 {
+            let limit = libc::rlimit { rlim_cur: value, rlim_max: value };
+            if libc::setrlimit(resource, &limit) != 0 {
                 return Err(std::io::Error::last_os_error());
             }
             Ok(())
@@ -147,17 +148,11 @@ fn limit_file_size(command: &mut Command, bytes: u64) {
 #[test]
 fn a_full_disk_stops_a_recording_server_and_keeps_the_prefix() {
     let file = temp("server-full.ackscope");
-    let mut command = Command::new(env!("CARGO_BIN_EXE_ackscope"));
     // NODELAY: its answers are not held by Nagle, so 64 KiB of events come within a second.
-    command.args(["server", "--listen", "127.0.0.1:0", "--nodelay", "server", "-o", s(&file)]);
-    command.stdout(Stdio::piped()).stderr(Stdio::piped());
-    limit_file_size(&mut command, 64 << 10);
-    let mut server = command.spawn().unwrap();
-    let mut first = String::new();
-    BufReader::new(server.stdout.as_mut().unwrap()).read_line(&mut first).unwrap();
-    let addr = first.split_whitespace().find(|w| w.contains("127.0.0.1:")).expect(&first);
+    let args = ["--nodelay", "server", "-o", s(&file)];
+    let (mut server, addr) = server_with(&args, Some((libc::RLIMIT_FSIZE, 64 << 10)));
     // An outside client's requests until the server closes the connection: each is recorded.
-    let mut client = TcpStream::connect(addr).unwrap();
+    let mut client = TcpStream::connect(&addr).unwrap();
     client.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
     let started = Instant::now();
     let mut answered = 0u32;
@@ -222,11 +217,6 @@ fn no_message_of_a_file_holds_more_events_than_the_protocol_says() {
 fn hostile_length_prefixes_cost_the_server_nothing_until_bytes_come() {
     let file = temp("hostile.ackscope");
     let (mut child, addr) = server(&file);
-    let rss_kb = |pid: u32| -> u64 {
-        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-        let line = status.lines().find(|l| l.starts_with("VmRSS:")).unwrap();
-        line.split_whitespace().nth(1).unwrap().parse().unwrap()
-    };
     std::thread::sleep(Duration::from_millis(200));
     let before = rss_kb(child.id());
     let hostile: Vec<TcpStream> = (0..10)
@@ -345,22 +335,17 @@ fn the_ui_refuses_other_hosts_and_sends_its_security_headers() {
     let _ = ui.wait();
 }
 
-/// `ackscope server ARGS` on a free port, its address, and its standard error.
-fn server_with(args: &[&str], limit_files: Option<u64>) -> (std::process::Child, String) {
+/// `ackscope server ARGS` on a free port, with a resource limited ([`limit`]) if asked, and its
+/// address; its standard error is piped.
+fn server_with(
+    args: &[&str],
+    limited: Option<(libc::__rlimit_resource_t, u64)>,
+) -> (std::process::Child, String) {
     let mut command = Command::new(env!("CARGO_BIN_EXE_ackscope"));
     command.args(["server", "--listen", "127.0.0.1:0"]).args(args);
     command.stdout(Stdio::piped()).stderr(Stdio::piped());
-    if let Some(files) = limit_files {
-        // SAFETY: setrlimit in the child between fork and exec touches only the child.
-        unsafe {
-            command.pre_exec(move || {
-                let limit = libc::rlimit { rlim_cur: files, rlim_max: files };
-                if libc::setrlimit(libc::RLIMIT_NOFILE, &limit) != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                Ok(())
-            });
-        }
+    if let Some((resource, value)) = limited {
+        limit(&mut command, resource, value);
     }
     let mut child = command.spawn().unwrap();
     let mut line = String::new();
@@ -422,7 +407,7 @@ fn an_idle_connection_is_closed_after_the_idle_timeout() {
 /// Defect 1: an `accept()` error (EMFILE: out of descriptors) made the accept loop spin.
 #[test]
 fn running_out_of_descriptors_does_not_spin_the_server() {
-    let (child, addr) = server_with(&[], Some(40));
+    let (child, addr) = server_with(&[], Some((libc::RLIMIT_NOFILE, 40)));
     // More connections than the server has descriptors for: its accepts fail with EMFILE.
     let held: Vec<TcpStream> = (0..60).filter_map(|_| TcpStream::connect(&addr).ok()).collect();
     std::thread::sleep(Duration::from_millis(300));

@@ -133,16 +133,14 @@ pub fn run(args: &ServerArgs) -> Result<Ended, Failure> {
             Ok(events) => {
                 tally.push(&events);
                 if let Some(error) = file.write_events(run, events) {
-                    // A recording server whose recording fails (a full disk) stops as on
-                    // Ctrl-C, rather than serving on with nothing kept.
                     eprintln!("ackscope: {error}; stopping");
-                    stop.store(true, Ordering::SeqCst);
                 }
             }
             Err(RecvTimeoutError::Timeout) => {}
             Err(RecvTimeoutError::Disconnected) => break,
         }
-        // A remote run's write may be the one that failed.
+        // A recording server whose recording fails (a full disk; its own write or a remote
+        // run's) stops as on Ctrl-C, rather than serving on with nothing kept.
         if stop.load(Ordering::Relaxed) || file.failed() {
             remote_stop.store(true, Ordering::SeqCst);
             // Closing the server joins its connection threads, which may be waiting to hand

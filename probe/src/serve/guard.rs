@@ -152,9 +152,7 @@ impl AsyncRead for Guarded {
         }
         let before = buf.filled().len();
         let polled = Pin::new(&mut this.stream).poll_read(cx, buf);
-        if !matches!(this.state, State::Upgraded) {
-            this.follow(&buf.filled()[before..]);
-        }
+        this.follow(&buf.filled()[before..]);
         polled
     }
 }

@@ -86,13 +86,15 @@ impl Runs {
     /// events and is within the count. Tabs that had them keep them; a tab that opens later
     /// starts from the first run kept.
     fn make_room(&mut self) {
-        let room_for = |runs: &Runs| {
-            let events: usize = runs.kept.iter().map(|r| r.events.len()).sum();
-            events + limits::MAX_EVENTS as usize <= MAX_KEPT_EVENTS
-                && runs.kept.len() < MAX_KEPT_RUNS
+        let mut events: usize = self.kept.iter().map(|r| r.events.len()).sum();
+        let full = |events: usize, runs: usize| {
+            events + limits::MAX_EVENTS as usize > MAX_KEPT_EVENTS || runs >= MAX_KEPT_RUNS
         };
-        while !room_for(self) && self.kept.first().is_some_and(|r| r.outcome.is_some()) {
+        while full(events, self.kept.len())
+            && self.kept.first().is_some_and(|r| r.outcome.is_some())
+        {
             let oldest = self.kept.remove(0);
+            events -= oldest.events.len();
             self.dropped += 1;
             tracing::warn!(
                 "run {} ({} events) dropped from the probe's memory to make room for the next \
