@@ -49,13 +49,9 @@ fn segments(events: &[Event]) -> Vec<(&Event, &Segment)> {
 }
 
 #[test]
+#[ignore = "needs root (packet capture): cargo xtask test runs it as root"]
 fn story_1_on_the_wire_small_segment_delayed_pure_ack_then_the_body() {
-    if !common::root_or_skip(
-        "story_1_on_the_wire_small_segment_delayed_pure_ack_then_the_body",
-        "packet capture",
-    ) {
-        return;
-    }
+    common::require_root("packet capture");
     let dir = tempdir();
     let file = dir.join("story1.ackscope");
     let file = file.to_str().unwrap();
@@ -104,13 +100,9 @@ type Write = (u64, u64, u64);
 /// Each captured data segment is stamped after the write that gave its first byte started,
 /// and before the peer's read of its last byte returned: packet and syscall stamps agree.
 #[test]
+#[ignore = "needs root (packet capture): cargo xtask test runs it as root"]
 fn packet_stamps_fall_between_the_write_and_the_peers_read() {
-    if !common::root_or_skip(
-        "packet_stamps_fall_between_the_write_and_the_peers_read",
-        "packet capture",
-    ) {
-        return;
-    }
+    common::require_root("packet capture");
     let spec = RrSpec { requests: 10, ..RrSpec::default() };
     let instruments = Instruments { capture: true, ..Instruments::default() };
     let mut events = Vec::new();
@@ -183,13 +175,9 @@ fn packet_stamps_fall_between_the_write_and_the_peers_read() {
 }
 
 #[test]
+#[ignore = "needs root (packet capture): cargo xtask test runs it as root"]
 fn without_cap_net_raw_capture_fails_before_starting_and_plain_runs_work() {
-    if !common::root_or_skip(
-        "without_cap_net_raw_capture_fails_before_starting_and_plain_runs_work",
-        "packet capture",
-    ) {
-        return;
-    }
+    common::require_root("packet capture");
     let drop_to_nobody: Vec<&str> = if Path::new("/usr/bin/setpriv").exists()
         || Command::new("setpriv").arg("--version").output().is_ok()
     {
@@ -243,13 +231,9 @@ fn tempdir() -> std::path::PathBuf {
 /// segments) and the import of the same packets (segments alone, through pcapng) name the same
 /// stalls in each direction.
 #[test]
+#[ignore = "needs root (packet capture): cargo xtask test runs it as root"]
 fn a_live_capture_and_its_import_agree_on_every_nagle_stall() {
-    if !common::root_or_skip(
-        "a_live_capture_and_its_import_agree_on_every_nagle_stall",
-        "packet capture",
-    ) {
-        return;
-    }
+    common::require_root("packet capture");
     let dir = tempdir();
     let (file, pcapng, imported) =
         (dir.join("live.ackscope"), dir.join("live.pcapng"), dir.join("imported.ackscope"));
@@ -286,13 +270,9 @@ fn a_live_capture_and_its_import_agree_on_every_nagle_stall() {
 /// The kernel's filter keeps the host's other loopback traffic out of the capture: what it
 /// passes to the capture is the run's own segments, however busy loopback is.
 #[test]
+#[ignore = "needs root (packet capture): cargo xtask test runs it as root"]
 fn other_loopback_traffic_is_not_copied_to_the_capture() {
-    if !common::root_or_skip(
-        "other_loopback_traffic_is_not_copied_to_the_capture",
-        "packet capture",
-    ) {
-        return;
-    }
+    common::require_root("packet capture");
     use std::io::{Read, Write};
     use std::net::{Ipv4Addr, TcpListener, TcpStream};
     use std::sync::atomic::Ordering;

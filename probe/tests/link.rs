@@ -89,14 +89,10 @@ fn bulk_goodput_is_the_window_over_the_rtt() {
 /// unprivileged user namespaces, so the run works; where the kernel refuses them the run stops
 /// before starting with one message naming the sysctl that allows them.
 #[test]
+#[ignore = "needs root (switching to an unprivileged uid): cargo xtask test runs it as root"]
 fn an_unprivileged_user_runs_over_the_link_in_a_user_namespace() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
-    if !common::root_or_skip(
-        "an_unprivileged_user_runs_over_the_link_in_a_user_namespace",
-        "switching to an unprivileged uid",
-    ) {
-        return;
-    }
+    common::require_root("switching to an unprivileged uid");
     let before = leftovers();
     let output = Command::new("setpriv")
         .args(["--reuid=65534", "--regid=65534", "--clear-groups"])

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 mod common;
 
-use common::{ackscope, root_or_skip, s, text};
+use common::{ackscope, require_root, s, text};
 
 const ROUNDS: usize = 6;
 
@@ -77,11 +77,9 @@ fn nagle_line(out: &str, direction: &str) -> Option<(u32, f64)> {
 }
 
 #[test]
+#[ignore = "needs root (capturing on lo with tcpdump): cargo xtask test runs it as root"]
 fn a_tcpdump_capture_imports_with_its_nagle_stalls_and_exports_back() {
-    let name = "a_tcpdump_capture_imports_with_its_nagle_stalls_and_exports_back";
-    if !root_or_skip(name, "capturing on lo with tcpdump") {
-        return;
-    }
+    require_root("capturing on lo with tcpdump");
     let pcap = temp("nagle.pcap");
     capture(&pcap);
     let session = temp("nagle.ackscope");

@@ -95,11 +95,14 @@ pub struct RunDelaySample {
 }
 
 impl RunDelaySample {
-    /// How much of the wait can fall within `start_ns..end_ns`: the delay, at most the overlap
-    /// of the two intervals.
-    pub fn within(&self, start_ns: u64, end_ns: u64) -> u64 {
+    /// How much of the delay fell within `start_ns..end_ns`, at the least. Two readings say only
+    /// that `waited_ns` accrued somewhere between `since_ns` and `at_ns`; as much of it as fits
+    /// outside `start_ns..end_ns` is taken to be outside, so a wait is never blamed on the
+    /// scheduler for a delay that could have come before or after it.
+    pub fn at_least_within(&self, start_ns: u64, end_ns: u64) -> u64 {
         let overlap = self.at_ns.min(end_ns).saturating_sub(self.since_ns.max(start_ns));
-        self.waited_ns.min(overlap)
+        let outside = self.at_ns.saturating_sub(self.since_ns).saturating_sub(overlap);
+        self.waited_ns.saturating_sub(outside).min(overlap)
     }
 }
 
@@ -145,11 +148,24 @@ pub struct KernelSample {
     pub notsent_bytes: Option<u32>,
     /// Segments sent and not yet acknowledged.
     pub unacked: u32,
+    /// Bytes sent and not yet acknowledged (`bytes_sent - bytes_acked`, Linux 4.19 or later).
+    pub in_flight_bytes: Option<u64>,
     /// The delayed-ACK timeout in use.
     pub ato_us: u32,
     pub snd_mss: u32,
     /// The window the peer advertises.
     pub snd_wnd: Option<u32>,
+}
+
+impl KernelSample {
+    /// The bytes in the send queue: written and not sent, plus sent and not acknowledged;
+    /// `None` where the kernel reports neither.
+    pub fn queued_bytes(&self) -> Option<u64> {
+        match (self.notsent_bytes, self.in_flight_bytes) {
+            (None, None) => None,
+            (notsent, in_flight) => Some(u64::from(notsent.unwrap_or(0)) + in_flight.unwrap_or(0)),
+        }
+    }
 }
 
 impl RequestView {
@@ -388,6 +404,10 @@ impl RunAnalysis {
                         at_ns: event.at_ns,
                         notsent_bytes: info.notsent_bytes,
                         unacked: info.unacked,
+                        in_flight_bytes: info
+                            .bytes_sent
+                            .zip(info.bytes_acked)
+                            .map(|(sent, acked)| sent.saturating_sub(acked)),
                         ato_us: info.ato_us,
                         snd_mss: info.snd_mss,
                         snd_wnd: info.snd_wnd,

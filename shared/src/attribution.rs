@@ -146,6 +146,15 @@ pub struct Stall {
     pub evidence: String,
 }
 
+impl Stall {
+    /// Whether this is a read the kernel held after the peer had written (what "stalled reads"
+    /// counts): a held-read class on a call that waited for the other side's data. An
+    /// unexplained write is not one.
+    pub fn is_held_read(&self) -> bool {
+        self.class.is_held_read() && self.from != self.side
+    }
+}
+
 /// The smallest MSS any TCP path uses (RFC 9293, 3.7.1): a write this small is sub-MSS on any
 /// path, so Nagle holds what follows it until it is acknowledged.
 const MIN_MSS: u32 = 536;
@@ -191,7 +200,7 @@ pub fn attribute_request(
         }
         SpanKind::Read => read_stall(analysis, view, conn, req, span, spec),
         SpanKind::Write if span.duration_ns() > STALL_THRESHOLD_NS => {
-            Some(write_stall(view, conn, req, span))
+            Some(write_stall(view, conn, req, span, spec))
         }
         _ => None,
     };
@@ -208,7 +217,7 @@ fn not_running(view: &RequestView, stall: Stall) -> Stall {
     }
     let delayed = |side: Side| -> u64 {
         let samples = view.run_delays().iter().filter(|d| d.side == side);
-        samples.map(|d| d.within(stall.start_ns, stall.end_ns)).sum()
+        samples.map(|d| d.at_least_within(stall.start_ns, stall.end_ns)).sum()
     };
     let (side, waited) = [stall.side, stall.side.peer()]
         .into_iter()
@@ -219,8 +228,8 @@ fn not_running(view: &RequestView, stall: Stall) -> Stall {
         return stall;
     }
     let evidence = format!(
-        "the {} thread was runnable but not running for {:.1} ms of this {:.1} ms wait (the \
-         kernel's run-queue delay); without it: {}",
+        "the {} thread was runnable but not running for at least {:.1} ms of this {:.1} ms wait \
+         (the kernel's run-queue delay); without it: {}",
         side.name(),
         ms(waited),
         ms(stall.wait_ns),
@@ -547,41 +556,68 @@ fn round_trip_on_the_wire(
     ))
 }
 
-fn write_stall(view: &RequestView, conn: ConnId, req: ReqId, write: &Span) -> Stall {
-    let reader = write.side.peer();
+/// A write that blocked. Two causes leave evidence in TCP_INFO taken during the wait: a peer
+/// window under two segments (receive-window limited), or a send queue (bytes not sent, plus
+/// bytes sent and not acknowledged) as large as a send buffer holds (send-buffer limited: the
+/// write waits for the queue to drain). A write that blocked with less queued, or with no
+/// TCP_INFO during the wait, was held by something else (the scheduler, see [`not_running`]):
+/// unexplained, never guessed by elimination.
+fn write_stall(
+    view: &RequestView,
+    conn: ConnId,
+    req: ReqId,
+    write: &Span,
+    spec: Option<&RrSpec>,
+) -> Stall {
+    let (writer, reader) = (write.side, write.side.peer());
+    let (w, r) = (writer.name(), reader.name());
+    let blocked = ms(write.duration_ns());
     let during: Vec<_> = view
         .kernel()
         .iter()
-        .filter(|k| k.side == write.side && k.at_ns >= write.start_ns && k.at_ns <= write.end_ns)
+        .filter(|k| k.side == writer && k.at_ns >= write.start_ns && k.at_ns <= write.end_ns)
         .collect();
     let small_window = during
         .iter()
         .filter_map(|k| k.snd_wnd.map(|wnd| (wnd, k.snd_mss)))
         .any(|(wnd, mss)| wnd < 2 * mss.max(MIN_MSS));
-    let (class, evidence) = if small_window {
-        (
+    let full = full_queue_bytes(spec.and_then(|spec| *spec.sndbuf.get(writer)));
+    let queued = during.iter().filter_map(|k| Some((k.queued_bytes()?, *k))).max_by_key(|q| q.0);
+    let (class, evidence) = match queued {
+        _ if small_window => (
             StallClass::ReceiveWindowLimited,
-            format!(
-                "write() blocked {:.1} ms while the {} advertised a window under two segments",
-                ms(write.duration_ns()),
-                reader.name()
-            ),
-        )
-    } else {
-        (
+            format!("write() blocked {blocked:.1} ms while the {r} advertised a window under two segments"),
+        ),
+        Some((bytes, k)) if bytes >= full => (
             StallClass::SendBufferLimited,
             format!(
-                "write() blocked {:.1} ms: the send buffer was full until the {} acknowledged data",
-                ms(write.duration_ns()),
-                reader.name()
+                "write() blocked {blocked:.1} ms with the send buffer full: TCP_INFO on the {w} \
+                 during the wait showed {bytes} bytes queued ({} not sent, the rest waiting for \
+                 the {r}'s ACK)",
+                k.notsent_bytes.unwrap_or(0)
             ),
-        )
+        ),
+        Some((bytes, _)) => (
+            StallClass::Unexplained,
+            format!(
+                "write() blocked {blocked:.1} ms, but TCP_INFO on the {w} during the wait showed \
+                 only {bytes} bytes queued, less than a send buffer holds ({full}): not a full \
+                 send buffer"
+            ),
+        ),
+        None => (
+            StallClass::Unexplained,
+            format!(
+                "write() blocked {blocked:.1} ms with no TCP_INFO during the wait to say why (the \
+                 sampler off, or no send queue in what the kernel reports)"
+            ),
+        ),
     };
     Stall {
         req,
         conn,
-        side: write.side,
-        from: write.side,
+        side: writer,
+        from: writer,
         to: reader,
         start_ns: write.start_ns,
         end_ns: write.end_ns,
@@ -589,6 +625,16 @@ fn write_stall(view: &RequestView, conn: ConnId, req: ReqId, write: &Span) -> St
         class,
         evidence,
     }
+}
+
+/// The fewest bytes queued in a full send buffer. Linux doubles the SO_SNDBUF asked for, and
+/// half the buffer's memory goes to bookkeeping, so a buffer set to `n` bytes is full at about
+/// `n` bytes queued: a quarter of that leaves room for the overhead of small segments. Left to
+/// auto-tuning, a buffer starts at `tcp_wmem`'s default (16 KiB of memory by default) and only
+/// grows, so it holds at least 4 KiB.
+fn full_queue_bytes(sndbuf: Option<u32>) -> u64 {
+    const AUTO_TUNED_AT_LEAST: u64 = 4096;
+    sndbuf.map_or(AUTO_TUNED_AT_LEAST, |asked| u64::from(asked) / 4)
 }
 
 fn ms(ns: u64) -> f64 {
@@ -826,7 +872,7 @@ impl Incremental {
         let cut = stalls.partition_point(|stall| stall.req.0 < from);
         for stall in stalls.drain(cut..) {
             self.tally.remove(&stall);
-            self.held_reads = self.held_reads.saturating_sub(u32::from(stall.class.is_held_read()));
+            self.held_reads = self.held_reads.saturating_sub(u32::from(stall.is_held_read()));
         }
         self.settled_stalls = stalls.len();
         self.next = self.next.min(from);
@@ -848,7 +894,7 @@ impl Incremental {
             for stall in attribute_request(analysis, ReqId(self.next), view, spec) {
                 self.tally.add(&stall);
                 // A held read is exactly a read `stall_ns` reports, as `stalled_reads_of` counts.
-                self.held_reads += u32::from(stall.class.is_held_read());
+                self.held_reads += u32::from(stall.is_held_read());
                 stalls.push(stall);
             }
             if let Some(conn) = view.conn {
@@ -1183,8 +1229,20 @@ mod tests {
         let mut script = Script::default();
         script.event(0, Client, 0, EventKind::RequestStart);
         // A 2 KB write on loopback that took 20 ms, of which the thread waited 18 ms for a CPU
-        // (read 5 ms before the write began, and right after it).
+        // (read 1 ms before the write began, and right after it). TCP_INFO during the write
+        // shows one message in flight: nothing that fills a send buffer.
         script.write(Client, 0, MS, 21 * MS, 2048);
+        let one_message = crate::event::TcpInfoSample {
+            during_block: true,
+            snd_mss: 65_483,
+            snd_wnd: Some(4_000_000),
+            notsent_bytes: Some(0),
+            unacked: 1,
+            bytes_sent: Some(2052),
+            bytes_acked: Some(0),
+            ..Default::default()
+        };
+        script.event(5 * MS, Client, 0, EventKind::TcpInfo(Box::new(one_message)));
         let delay = |at_ns, since_ns, waited_ns| crate::event::Event {
             at_ns,
             side: Client,
@@ -1192,23 +1250,41 @@ mod tests {
             req: ReqId(0),
             kind: EventKind::RunDelay { since_ns, waited_ns },
         };
-        script.events.push(delay(21 * MS, 0, 18 * MS));
         script.read(Server, 0, 0, 22 * MS, 2048);
         script.event(23 * MS, Client, 0, EventKind::RequestDone);
-        let stalls = attribute(&analysed(&script.events), None);
-        let write = stalls.iter().find(|s| s.side == Client).expect("the slow write");
+        let with_delay = |delay_event| {
+            let mut events = script.events.clone();
+            events.push(delay_event);
+            let stalls = attribute(&analysed(&events), None);
+            stalls.into_iter().find(|s| s.side == Client).expect("the slow write")
+        };
+        let write = with_delay(delay(21 * MS, 0, 18 * MS));
         assert_eq!(write.class, StallClass::NotRunning, "{}", write.evidence);
-        assert!(write.evidence.contains("client thread was runnable but not running for 18.0 ms"));
-        assert!(write.evidence.contains("send buffer"), "keeps what it was: {}", write.evidence);
-        assert!(!write.class.is_held_read());
+        // Of the 18 ms between readings 21 ms apart, at most 1 ms fell before the write.
+        assert!(
+            write
+                .evidence
+                .contains("client thread was runnable but not running for at least 17.0 ms"),
+            "{}",
+            write.evidence
+        );
+        assert!(
+            write.evidence.contains("2052 bytes queued"),
+            "keeps what it saw: {}",
+            write.evidence
+        );
+        assert!(!write.is_held_read());
 
-        // A delay too short for the wait leaves its class alone.
-        let mut events = script.events.clone();
-        events.retain(|e| !matches!(e.kind, EventKind::RunDelay { .. }));
-        events.push(delay(21 * MS, 0, 5 * MS));
-        let stalls = attribute(&analysed(&events), None);
-        let write = stalls.iter().find(|s| s.side == Client).expect("the slow write");
-        assert_eq!(write.class, StallClass::SendBufferLimited, "{}", write.evidence);
+        // The same 18 ms read over a window of 61 ms may all have fallen outside the write's
+        // 20 ms: not blamed on the scheduler.
+        let write = with_delay(delay(61 * MS, 0, 18 * MS));
+        assert_ne!(write.class, StallClass::NotRunning, "{}", write.evidence);
+        // A delay too short for the wait leaves it unexplained: one message queued does not
+        // fill a send buffer, and nothing is guessed.
+        let write = with_delay(delay(21 * MS, 0, 5 * MS));
+        assert_eq!(write.class, StallClass::Unexplained, "{}", write.evidence);
+        assert!(write.evidence.contains("not a full send buffer"), "{}", write.evidence);
+        assert!(!write.is_held_read(), "an unexplained write is not a stalled read");
     }
 
     #[test]

@@ -33,7 +33,7 @@ pub enum Priority {
 impl Priority {
     /// How a named wait ranks.
     pub fn of(stall: &Stall) -> Priority {
-        if stall.class.is_held_read() {
+        if stall.is_held_read() {
             Priority::Stalled
         } else {
             Priority::Waited

@@ -144,7 +144,7 @@ fn nagle_script(requests: u32, hold: u64, packets: bool) -> Script {
 
 /// One exchange of 100-byte messages with three waits that are not held reads: a 25 ms connect,
 /// the server thinking 30 ms between reading the request and answering, and the answer's body
-/// write blocked 15 ms (a full send buffer).
+/// write blocked 15 ms (a full send buffer: TCP_INFO during it shows 60,000 bytes queued).
 pub fn think_time_exchange() -> Vec<Event> {
     use Side::{Client, Server};
     let mut script = Script::default();
@@ -159,6 +159,15 @@ pub fn think_time_exchange() -> Vec<Event> {
     let answer = t + 30 * MS;
     script.write(Server, 0, answer, answer + 5 * US, 4);
     script.write(Server, 0, answer + 6 * US, answer + 15 * MS, 100);
+    let queued = crate::event::TcpInfoSample {
+        during_block: true,
+        snd_mss: 1448,
+        snd_wnd: Some(65_535),
+        notsent_bytes: Some(60_000),
+        unacked: 10,
+        ..Default::default()
+    };
+    script.event(answer + 5 * MS, Server, 0, EventKind::TcpInfo(Box::new(queued)));
     script.read(Client, 0, t + 11 * US, answer + 10 * US, 4);
     script.read(Client, 0, answer + 11 * US, answer + 15 * MS + 10 * US, 100);
     script.event(answer + 16 * MS, Client, 0, EventKind::RequestDone);

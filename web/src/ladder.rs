@@ -101,7 +101,7 @@ pub fn ladder(analysis: &RunAnalysis, view: &RequestView, stalls: &[Stall]) -> O
             Some(held) => text.push_str(&format!(", held {}", format_duration(held))),
             None => text.push_str(&format!(" in {}", format_duration(span.duration_ns()))),
         }
-        let stalled = why.is_some_and(|stall| stall.class.is_held_read()) || held.is_some();
+        let stalled = why.is_some_and(|stall| stall.is_held_read()) || held.is_some();
         calls.push(LadderCall {
             side: span.side,
             y: top,

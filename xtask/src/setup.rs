@@ -201,7 +201,7 @@ impl BackgroundInstall {
     }
 }
 
-fn is_root() -> bool {
+pub fn is_root() -> bool {
     tool_command("id").arg("-u").output_text().is_some_and(|id| id.trim() == "0")
 }
 

@@ -24,18 +24,14 @@ pub fn is_root() -> bool {
     unsafe { libc::geteuid() == 0 }
 }
 
-/// True as root; otherwise reports the test `name` as skipped and why (CI runs as root, so
-/// there it always runs). The report goes straight to standard error, not through `eprintln!`,
-/// which the test harness captures and hides for a test that returns: a skip must be seen.
+/// The first line of a root-only test. Such a test is marked
+/// `#[ignore = "needs root (...): cargo xtask test runs it as root"]`, so that `cargo test`
+/// lists it as ignored, by name, instead of passing it; `cargo xtask test` runs the ignored
+/// tests as root (as in CI). Run by hand without root (`-- --ignored`), it fails here with what
+/// it needs instead of failing later in a way that hides why.
 #[allow(dead_code)]
-pub fn root_or_skip(name: &str, why: &str) -> bool {
-    let root = is_root();
-    if !root {
-        use std::io::Write;
-        let line = format!("SKIPPED {name}: {why} needs root (CI runs as root)\n");
-        let _ = std::io::stderr().write_all(line.as_bytes());
-    }
-    root
+pub fn require_root(what: &str) {
+    assert!(is_root(), "{what} needs root: run this test as root (cargo xtask test does, as CI)");
 }
 
 /// Every event of a session file, through `ackscope export FILE --json`.

@@ -70,7 +70,7 @@ pub fn SelectionPanel(selected: Memo<Option<Selected>>) -> impl IntoView {
 }
 
 fn wait_item(stall: Stall) -> impl IntoView {
-    let held = stall.class.is_held_read();
+    let held = stall.is_held_read();
     let fixes = stall.class.fixes(stall.from, stall.to);
     let headline = format!(
         "{}, {}->{}: {}",
