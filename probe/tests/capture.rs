@@ -11,7 +11,10 @@ use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant, SystemTime};
 
 use ackscope_probe::scenario::{self, RunNotes};
+use ackscope_shared::analysis::RunAnalysis;
+use ackscope_shared::attribution::{self, Stall, StallClass};
 use ackscope_shared::event::tcp_flags;
+use ackscope_shared::packet_stalls;
 use ackscope_shared::wire::Instruments;
 use ackscope_shared::{ConnId, Event, EventKind, RrSpec, Scenario, Segment, Side};
 use common::ackscope;
@@ -228,8 +231,9 @@ fn tempdir() -> std::path::PathBuf {
 }
 
 /// One rule for Nagle x delayed ACK on packets: a live capture's attribution (syscalls and
-/// segments) and the import of the same packets (segments alone, through pcapng) name the same
-/// stalls in each direction.
+/// segments) and the import of the same packets (segments alone, through pcapng) reach the same
+/// verdict on each stall: the same class in the same direction, the import's held segment inside
+/// the live stall's blocked read, one for one.
 #[test]
 #[ignore = "needs root (packet capture): cargo xtask test runs it as root"]
 fn a_live_capture_and_its_import_agree_on_every_nagle_stall() {
@@ -241,29 +245,63 @@ fn a_live_capture_and_its_import_agree_on_every_nagle_stall() {
     let run = ackscope(&["run", "story1", "--count", "8", "--capture", "--json", "-o", &s(&file)]);
     assert!(run.status.success());
     let summary: serde_json::Value = serde_json::from_slice(&run.stdout).unwrap();
-    let live_count = |direction: &str| {
-        summary["stalls"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .filter(|s| s["class"] == "nagle_delayed_ack" && s["direction"] == direction)
-            .map(|s| s["count"].as_u64().unwrap())
-            .sum::<u64>()
-    };
     assert!(ackscope(&["export", &s(&file), "--pcapng", &s(&pcapng)]).status.success());
     let import = ackscope(&["import", &s(&pcapng), "-o", &s(&imported)]);
     assert!(import.status.success());
     let out = String::from_utf8_lossy(&import.stdout).to_string();
-    let imported_count = |direction: &str| {
-        out.lines()
-            .find(|l| l.contains(&format!("Nagle x delayed ACK, {direction},")))
-            .and_then(|l| l.trim().split(' ').next()?.parse::<u64>().ok())
-            .unwrap_or(0)
-    };
-    for direction in ["client->server", "server->client"] {
+
+    // The live verdicts: the recorded events through the attribution the run itself used.
+    let live_events = common::exported_events(&s(&file));
+    let mut analysis = RunAnalysis::new();
+    analysis.push_all(&live_events);
+    // story1 is the default knobs (Nagle on both sides, length and body written apart).
+    let spec = RrSpec::default();
+    let live = attribution::attribute(&analysis, Some(&spec));
+    // The import's: the packets alone, as `show` and `import` find them.
+    let imported_events = common::exported_events(&s(&imported));
+    let from_packets: Vec<Stall> =
+        packet_stalls::find(&imported_events).into_iter().map(|p| p.stall).collect();
+    // The two files' clocks differ by a constant: the first captured segment is the same
+    // packet in both.
+    let first = |events: &[Event]| segments(events).first().map(|(e, _)| e.at_ns).unwrap();
+    let shift = |at_ns: u64| at_ns + first(&live_events) - first(&imported_events);
+
+    for (from, to) in [(Side::Client, Side::Server), (Side::Server, Side::Client)] {
+        let direction = format!("{}->{}", from.name(), to.name());
+        let nagle = |stalls: &[Stall]| -> Vec<Stall> {
+            let mut these: Vec<Stall> = stalls
+                .iter()
+                .filter(|x| x.class == StallClass::NagleDelayedAck && (x.from, x.to) == (from, to))
+                .cloned()
+                .collect();
+            these.sort_by_key(|x| x.end_ns);
+            these
+        };
+        let (live, imported) = (nagle(&live), nagle(&from_packets));
         // Every request after the first stalls each way (the first is in quick-ACK mode).
-        assert_eq!(live_count(direction), 7, "live {direction}: {summary}");
-        assert_eq!(imported_count(direction), live_count(direction), "{direction}: {out}");
+        assert_eq!(live.len(), 7, "live {direction}: {live:#?}");
+        assert_eq!(imported.len(), live.len(), "{direction}: {imported:#?}\n{out}");
+        for (live, imported) in live.iter().zip(&imported) {
+            // The held segment arrived while the reader was blocked on it (1 ms of slack for
+            // the pcapng timestamps' microseconds and the read's return).
+            let held_at = shift(imported.end_ns);
+            assert!(
+                live.start_ns <= held_at + 1_000_000 && held_at <= live.end_ns + 1_000_000,
+                "{direction}: the import's held segment at {held_at} ns is outside the live \
+                 stall {}..{} ns\nlive: {live:#?}\nimported: {imported:#?}",
+                live.start_ns,
+                live.end_ns
+            );
+        }
+        // And the summary the run printed counts the same stalls.
+        let counted: u64 = summary["stalls"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|x| x["class"] == "nagle_delayed_ack" && x["direction"] == direction.as_str())
+            .map(|x| x["count"].as_u64().unwrap())
+            .sum();
+        assert_eq!(counted, live.len() as u64, "{direction}: {summary}");
     }
 }
 
