@@ -1,5 +1,6 @@
-//! `cargo xtask fuzz [--seconds N] [--target NAME] [--keep]`: the coverage-guided fuzz targets
-//! of `fuzz/` (cargo-fuzz and libFuzzer, on the nightly toolchain), each for N seconds.
+//! `cargo xtask fuzz [--seconds N | --runs N] [--target NAME] [--keep]`: the coverage-guided
+//! fuzz targets of `fuzz/` (cargo-fuzz and libFuzzer, on the nightly toolchain), each for N
+//! seconds, or until it has run N inputs (`--runs`: an exec count to reach, however long).
 //!
 //! Each target starts from its checked-in corpus (`fuzz/corpus/TARGET`, read only) and writes
 //! what it finds under `target/fuzz-corpus/TARGET`; `--keep` merges the finds that add coverage
@@ -13,7 +14,7 @@ use std::process::Stdio;
 use crate::setup::{self, tool_command};
 use crate::steps::{RunExt, Steps};
 
-const USAGE: &str = "usage: cargo xtask fuzz [--seconds N] [--target NAME] [--keep]";
+const USAGE: &str = "usage: cargo xtask fuzz [--seconds N | --runs N] [--target NAME] [--keep]";
 
 /// The fuzz crate's binaries; the same names as `ackscope_shared::fuzzing::TARGETS`.
 const TARGETS: [&str; 7] = [
@@ -38,7 +39,7 @@ const LIMITS: [&str; 5] = [
 ];
 
 pub fn run(args: &[String]) -> Result<(), String> {
-    let (mut seconds, mut only, mut keep) = (60u32, None, false);
+    let (mut seconds, mut runs, mut only, mut keep) = (60u32, None::<u64>, None, false);
     let mut rest = args.iter();
     while let Some(arg) = rest.next() {
         match arg.as_str() {
@@ -46,6 +47,11 @@ pub fn run(args: &[String]) -> Result<(), String> {
                 let value = rest.next().ok_or(USAGE)?;
                 seconds =
                     value.parse().map_err(|_| format!("--seconds {value}: a number\n{USAGE}"))?;
+            }
+            "--runs" => {
+                let value = rest.next().ok_or(USAGE)?;
+                runs =
+                    Some(value.parse().map_err(|_| format!("--runs {value}: a number\n{USAGE}"))?);
             }
             "--target" => {
                 let name = rest.next().ok_or(USAGE)?;
@@ -70,7 +76,15 @@ pub fn run(args: &[String]) -> Result<(), String> {
     steps.done("built");
     let mut report = Vec::new();
     for target in targets {
-        steps.start(&format!("{target}, {seconds} s"));
+        let budget = match runs {
+            Some(runs) => format!("-runs={runs}"),
+            None => format!("-max_total_time={seconds}"),
+        };
+        steps.start(&format!(
+            "{target}, {}",
+            runs.map_or(format!("{seconds} s"), |r| format!("{r} runs"))
+        ));
+        let started = std::time::Instant::now();
         let found = setup::root().join("target/fuzz-corpus").join(target);
         std::fs::create_dir_all(&found).map_err(|e| format!("{}: {e}", found.display()))?;
         let checked_in = format!("corpus/{target}");
@@ -79,7 +93,7 @@ pub fn run(args: &[String]) -> Result<(), String> {
             .arg(&found)
             .arg(&checked_in)
             .arg("--")
-            .arg(format!("-max_total_time={seconds}"))
+            .arg(&budget)
             .args(LIMITS)
             .stdout(Stdio::null())
             .output()
@@ -108,10 +122,10 @@ pub fn run(args: &[String]) -> Result<(), String> {
                 .stderr(Stdio::null())
                 .run()?;
         }
-        report.push((target, execs, rss));
+        report.push((target, execs, rss, started.elapsed().as_secs()));
     }
     println!();
-    for (target, execs, rss) in report {
+    for (target, execs, rss, seconds) in report {
         println!(
             "fuzz {target} execs={execs} seconds={seconds} peak_rss_mb={} clean",
             rss.unwrap_or(0)
