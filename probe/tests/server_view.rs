@@ -97,6 +97,15 @@ fn a_server_only_session_names_the_outside_clients_nagle_stalls() {
     let fixes = nagle["fixes"].to_string();
     assert!(fixes.contains("TCP_NODELAY on the client"), "{fixes}");
 
+    // `export --json` carries the same analysis after the messages.
+    let exported = ackscope(&["export", file_arg, "--json"]);
+    assert!(exported.status.success());
+    let exported: serde_json::Value = serde_json::from_slice(&exported.stdout).unwrap();
+    let run = &exported["runs"][0]["summary"];
+    assert_eq!(run["requests"], requests, "{run}");
+    assert_eq!(run["stalls"], summary["stalls"], "export and the server's summary agree");
+    assert_eq!(exported["runs_not_summarized"], 0);
+
     // The Perfetto export marks each stall with its evidence.
     let trace = dir.join("trace.json");
     let exported = ackscope(&["export", file_arg, "--perfetto", trace.to_str().unwrap()]);

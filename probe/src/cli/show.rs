@@ -58,75 +58,130 @@ pub(crate) fn show_from<R: Read>(
     // One message in memory at a time; each run's analysis retires what it has summarized, and
     // a run is summarized and forgotten once its end is read: only the runs still going are held.
     let mut file_error = None;
-    // The runs still going, each with its place in the file (the order they are printed in when
-    // the file ends before they do).
-    let mut open: std::collections::HashMap<RunId, (u64, FileRun)> = Default::default();
-    let mut started = 0u64;
-    let mut not_followed = 0u64;
+    let mut runs = FileRuns::default();
     while let Some(message) = reader.next_into(&mut file_error) {
-        match &message {
-            ToBrowser::Hello(hello) => {
-                let h = &hello.host;
-                let _ = writeln!(
-                    out,
-                    "session by ackscope {} on {} {} (congestion control {}, tcp_rmem {}, tcp_wmem {})",
-                    hello.ackscope_version, h.os, h.kernel, h.congestion_control, h.tcp_rmem, h.tcp_wmem
-                );
-            }
+        if let ToBrowser::Hello(hello) = &message {
+            let h = &hello.host;
+            let _ =
+                writeln!(
+                out,
+                "session by ackscope {} on {} {} (congestion control {}, tcp_rmem {}, tcp_wmem {})",
+                hello.ackscope_version, h.os, h.kernel, h.congestion_control, h.tcp_rmem, h.tcp_wmem
+            );
+        }
+        runs.follow(message, |id, run| print_run(out, id, run))?;
+    }
+    let not_followed = runs.finish(|id, run| print_run(out, id, run))?;
+    if not_followed > 0 {
+        let _ = writeln!(out, "{}", not_followed_note(not_followed));
+    }
+    Ok(file_error)
+}
+
+fn not_followed_note(count: u64) -> String {
+    format!(
+        "{count} more runs were started while {MAX_OPEN_RUNS} were still going, more than `show` \
+         and `export` follow at once (a recorded file has one at a time): not summarized"
+    )
+}
+
+/// The runs of a file as its messages go by, each handed over (to be printed or summarized)
+/// when its end is read, or when the file ends before it does: what `show` and `export --json`
+/// both read a file's runs with.
+#[derive(Default)]
+struct FileRuns {
+    /// The runs still going, each with its place in the file (the order they are handed over
+    /// in when the file ends before they do).
+    open: std::collections::HashMap<RunId, (u64, FileRun)>,
+    started: u64,
+    /// Runs started while [`MAX_OPEN_RUNS`] were going: counted, not followed.
+    not_followed: u64,
+}
+
+impl FileRuns {
+    /// Follows `message`; `ended` gets each run whose end (or whose id started again) it is.
+    fn follow<E>(
+        &mut self,
+        message: ToBrowser,
+        mut ended: impl FnMut(RunId, FileRun) -> Result<(), E>,
+    ) -> Result<(), E> {
+        match message {
             ToBrowser::RunStarted { run, spec, .. } => {
                 // An id started again (only a crafted file does that): the earlier run is
-                // summarized as far as it went.
-                if let Some((_, earlier)) = open.remove(run) {
-                    print_run(out, *run, earlier)?;
+                // handed over as far as it went.
+                if let Some((_, earlier)) = self.open.remove(&run) {
+                    ended(run, earlier)?;
                 }
-                if open.len() >= MAX_OPEN_RUNS {
-                    not_followed += 1;
-                    continue;
+                if self.open.len() >= MAX_OPEN_RUNS {
+                    self.not_followed += 1;
+                    return Ok(());
                 }
-                let run_of_file = FileRun {
-                    scenario: spec.clone(),
-                    tally: Tally::new(spec),
+                let file_run = FileRun {
+                    tally: Tally::new(&spec),
                     outcome: None,
                     imported: matches!(spec, Scenario::Import(_)).then(Vec::new),
+                    scenario: spec,
                 };
-                open.insert(*run, (started, run_of_file));
-                started += 1;
+                self.open.insert(run, (self.started, file_run));
+                self.started += 1;
             }
             ToBrowser::Events { run, events } => {
-                if let Some((_, r)) = open.get_mut(run) {
+                if let Some((_, r)) = self.open.get_mut(&run) {
                     match &mut r.imported {
-                        Some(all) => all.extend_from_slice(events),
-                        None => r.tally.push(events),
+                        Some(all) => all.extend(events),
+                        None => r.tally.push(&events),
                     }
                 }
             }
             ToBrowser::RunFinished { run, outcome } => {
-                if let Some((_, mut r)) = open.remove(run) {
-                    r.outcome = Some(outcome.clone());
-                    print_run(out, *run, r)?;
+                if let Some((_, mut r)) = self.open.remove(&run) {
+                    r.outcome = Some(outcome);
+                    ended(run, r)?;
                 }
             }
             // Refusals answer a tab; overviews and the trailer repeat what the events say.
-            ToBrowser::Rejected { .. }
+            ToBrowser::Hello(_)
+            | ToBrowser::Rejected { .. }
             | ToBrowser::Overview { .. }
             | ToBrowser::Trailer(_)
             | ToBrowser::ClassState(_)
             | ToBrowser::Stream { .. } => {}
         }
+        Ok(())
     }
-    let mut unfinished: Vec<(RunId, (u64, FileRun))> = open.into_iter().collect();
-    unfinished.sort_by_key(|(_, (order, _))| *order);
-    for (id, (_, run)) in unfinished {
-        print_run(out, id, run)?;
+
+    /// The file has ended: hands over the runs still going, in the order they started, and
+    /// returns how many runs were not followed.
+    fn finish<E>(self, mut ended: impl FnMut(RunId, FileRun) -> Result<(), E>) -> Result<u64, E> {
+        let mut unfinished: Vec<(RunId, (u64, FileRun))> = self.open.into_iter().collect();
+        unfinished.sort_by_key(|(_, (order, _))| *order);
+        for (id, (_, run)) in unfinished {
+            ended(id, run)?;
+        }
+        Ok(self.not_followed)
     }
-    if not_followed > 0 {
-        let _ = writeln!(
-            out,
-            "{not_followed} more runs were started while {MAX_OPEN_RUNS} were still going, more \
-             than `show` follows at once (a recorded file has one at a time): not summarized"
-        );
+}
+
+/// One run's entry in `export --json`'s `runs`: the summary `run --json` prints for it (an
+/// imported capture's: its connections and the stall classes found in its packets).
+fn run_json(id: RunId, run: FileRun) -> serde_json::Value {
+    if let Some(events) = &run.imported {
+        let stalls: Vec<Stall> = packet_stalls::find(events).into_iter().map(|s| s.stall).collect();
+        let connections = match &run.scenario {
+            Scenario::Import(spec) => spec.connections.len(),
+            _ => 0,
+        };
+        return serde_json::json!({
+            "run": id.0,
+            "imported": { "connections": connections, "stalls": attribution::summarize(&stalls) },
+        });
     }
-    Ok(file_error)
+    let outcome = run.outcome.unwrap_or_else(unfinished_outcome);
+    serde_json::json!({ "run": id.0, "summary": run.tally.json(&run.scenario, &outcome) })
+}
+
+fn unfinished_outcome() -> RunOutcome {
+    RunOutcome::Failed { error: "the file ends before the run did".into() }
 }
 
 /// One run's summary (an imported capture's connections and packet stalls).
@@ -142,13 +197,11 @@ fn print_run(out: &mut impl Write, id: RunId, run: FileRun) -> Result<(), String
         return Ok(());
     }
     let _ = write!(out, "run {} ", id.0);
-    let outcome = run
-        .outcome
-        .unwrap_or(RunOutcome::Failed { error: "the file ends before the run did".into() });
+    let outcome = run.outcome.unwrap_or_else(unfinished_outcome);
     run.tally.print(out, &run.scenario, &outcome).map_err(|e| format!("writing the summary: {e}"))
 }
 
-/// The file's messages as one JSON document, written as they are read.
+/// The file's messages as one JSON document, written as they are read, then each run's summary.
 pub fn export_json(path: &Path) -> Result<Ended, Failure> {
     let reader = record::SessionReader::open(path)?;
     let mut out = io::BufWriter::new(io::stdout().lock());
@@ -157,31 +210,56 @@ pub fn export_json(path: &Path) -> Result<Ended, Failure> {
     ended(path, file_error, "everything before that point was exported")
 }
 
+/// Runs whose summaries `export --json` keeps for the end of its document (each a few KB); a
+/// file with more has the rest counted in `runs_not_summarized` (`show` prints them all).
+const MAX_EXPORTED_SUMMARIES: usize = 10_000;
+
 /// `export --json` of what `reader` reads, into `out`: the error that ended the file early, if
 /// one did.
 pub(crate) fn export_json_from<R: Read>(
     mut reader: record::SessionReader<R>,
     out: &mut impl Write,
 ) -> io::Result<Option<WireError>> {
-    // One message in memory at a time: a file of any size exports in the memory of its
-    // largest message.
+    // One message in memory at a time, and the analysis of the runs still going: a file of any
+    // size exports in the memory of its largest message and its runs' summaries.
     let mut file_error = None;
-    let written = (|| -> io::Result<()> {
-        write!(out, "{{\"format\":\"ackscope-session\",\"protocol_version\":{PROTOCOL_VERSION},\"messages\":[")?;
-        let mut first = true;
-        while let Some(message) = reader.next_into(&mut file_error) {
-            if !first {
-                out.write_all(b",\n")?;
-            }
-            first = false;
-            serde_json::to_writer(&mut *out, &message)?;
+    let mut runs = FileRuns::default();
+    let mut summaries = Vec::new();
+    let mut not_summarized = 0u64;
+    let mut summarize = |id: RunId, run: FileRun| -> io::Result<()> {
+        if summaries.len() < MAX_EXPORTED_SUMMARIES {
+            summaries.push(run_json(id, run));
+        } else {
+            not_summarized += 1;
         }
-        let error = file_error.as_ref().map(|e| e.to_string());
-        write!(out, "],\"error\":{}}}", serde_json::to_string(&error)?)?;
-        writeln!(out)?;
-        out.flush()
-    })();
-    written.map(|()| file_error)
+        Ok(())
+    };
+    write!(
+        out,
+        "{{\"format\":\"ackscope-session\",\"protocol_version\":{PROTOCOL_VERSION},\"messages\":["
+    )?;
+    let mut first = true;
+    while let Some(message) = reader.next_into(&mut file_error) {
+        if !first {
+            out.write_all(b",\n")?;
+        }
+        first = false;
+        serde_json::to_writer(&mut *out, &message)?;
+        runs.follow(message, &mut summarize)?;
+    }
+    let not_followed = runs.finish(&mut summarize)?;
+    write!(out, "],\n\"runs\":")?;
+    serde_json::to_writer(&mut *out, &summaries)?;
+    let not_summarized = not_summarized + not_followed;
+    let error = file_error.as_ref().map(|e| e.to_string());
+    write!(
+        out,
+        ",\"runs_not_summarized\":{not_summarized},\"error\":{}}}",
+        serde_json::to_string(&error)?
+    )?;
+    writeln!(out)?;
+    out.flush()?;
+    Ok(file_error)
 }
 
 /// An imported run's connections and packet stalls.
