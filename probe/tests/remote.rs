@@ -80,6 +80,27 @@ fn stop(mut guard: Guard) {
     }
 }
 
+/// An echo client in Python: sends `OPENING` (if any), then one 5-byte message; prints
+/// "answered N bytes", or "closed: " and what the server said before closing.
+const ECHO_CLIENT: &str = r#"
+import socket, struct, sys
+s = socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=10)
+s.sendall(sys.argv[3].encode().replace(b"\\n", b"\n") + struct.pack(">I", 5) + b"hello")
+got = b""
+while True:
+    try:
+        chunk = s.recv(65536)
+    except ConnectionResetError:
+        break
+    if not chunk:
+        break
+    got += chunk
+    if len(got) >= 9 and struct.unpack(">I", got[:4])[0] == len(got) - 4:
+        print("answered %d bytes" % (len(got) - 4))
+        sys.exit(0)
+print("closed: " + got.decode(errors="replace"))
+"#;
+
 #[test]
 #[ignore = "needs root (joining namespaces): cargo xtask test runs it as root"]
 fn story_1_across_a_20_ms_path_names_the_stalls_on_both_sides() {
@@ -102,8 +123,29 @@ fn story_1_across_a_20_ms_path_names_the_stalls_on_both_sides() {
         .output()
         .unwrap();
     eprintln!("{}{}", text(&run.stdout), text(&run.stderr));
+    // The server is not on loopback: an echo client from the other host needs the token too.
+    let echo = |opening: &str| -> String {
+        let output = Command::new("nsenter")
+            .arg(format!("--net={client_ns}"))
+            .args(["python3", "-c", ECHO_CLIENT, "10.44.0.2", "7000", opening])
+            .output()
+            .expect("python3 (installed by cargo xtask test's set-up)");
+        text(&output.stdout)
+    };
+    let without = echo("");
+    let wrong = echo("ACKT0000000000000000\n");
+    let with = echo(&format!("ACKT{token}\n"));
     stop(server);
     stop(link);
+    assert!(
+        without.contains(
+            "closed: ackscope: this server is not on loopback: open the connection \
+         with ACKT, the token"
+        ),
+        "no token: {without}"
+    );
+    assert!(wrong.contains("closed: ackscope: wrong token"), "a wrong token: {wrong}");
+    assert_eq!(with.trim(), "answered 5 bytes", "the token, then an echo message");
     assert!(run.status.success());
     let summary: serde_json::Value = serde_json::from_slice(&run.stdout).unwrap();
     let stalls = summary["stalls"].as_array().unwrap();

@@ -31,6 +31,15 @@ use crate::wire::{Instruments, RunOutcome};
 /// The first four bytes of a control connection.
 pub const CONTROL_MAGIC: [u8; 4] = *b"ACKC";
 
+/// How an echo client opens a connection to an `ackscope server` that is not on loopback:
+/// these four bytes, the token, a newline (docs/PROTOCOL.md). As an echo length prefix they too
+/// would read as over a gigabyte.
+pub const TOKEN_MAGIC: [u8; 4] = *b"ACKT";
+
+/// The longest token line an echo client may send after [`TOKEN_MAGIC`] (the token itself and
+/// its newline): read a byte at a time up to this, never more.
+pub const MAX_TOKEN_LINE: usize = 256;
+
 /// Bounds a frame's payload before it is read: an events batch of the largest kind is well
 /// under this.
 pub const MAX_CONTROL_MESSAGE_BYTES: usize = crate::wire::MAX_MESSAGE_BYTES;

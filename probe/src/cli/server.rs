@@ -18,7 +18,7 @@ use super::knobs::{self, BulkKnobs, CommonKnobs, RrKnobs};
 use super::run::{finish_file, print_summary, Tally};
 use super::terminal::announce;
 use super::{Ended, Failure};
-use crate::net::echo::{EchoConfig, EchoServer, Tagging, DEFAULT_MAX_CONNECTIONS};
+use crate::net::echo::{EchoAccess, EchoConfig, EchoServer, Tagging, DEFAULT_MAX_CONNECTIONS};
 use crate::net::options::SideOptions;
 use crate::net::record::Clock;
 use crate::record::{SessionWriter, SharedWriter};
@@ -109,7 +109,10 @@ pub fn run(args: &ServerArgs) -> Result<Ended, Failure> {
         args.listen,
         config,
         Clock::start(),
-        Tagging::standalone(Some(control.handler())),
+        Tagging::standalone(
+            Some(control.handler()),
+            EchoAccess::for_listener(args.listen, Some(Arc::from(token.as_str()))),
+        ),
         Some(sink),
     )
     .map_err(|e| e.to_string())?;
@@ -121,7 +124,8 @@ pub fn run(args: &ServerArgs) -> Result<Ended, Failure> {
     ));
     if !server.addr().ip().is_loopback() {
         announce(format_args!(
-            "  (any host that can reach this address can connect; runs need the token)"
+            "  (not on loopback: runs need the token, and so do echo clients, which open the \
+             connection with ACKT, the token and a newline: docs/PROTOCOL.md)"
         ));
     }
     let stop = interrupt::install();

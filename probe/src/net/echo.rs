@@ -4,14 +4,14 @@
 //! every recorded wait is the kernel's, not a scheduler's. Protocol: docs/PROTOCOL.md.
 
 use std::io;
-use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::net::{IpAddr, Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::mpsc::SyncSender;
 use std::sync::{Arc, Mutex};
 use std::thread::{self, JoinHandle};
 use std::time::Duration;
 
-use ackscope_shared::control::CONTROL_MAGIC;
+use ackscope_shared::control::{CONTROL_MAGIC, MAX_TOKEN_LINE, TOKEN_MAGIC};
 use ackscope_shared::spec::MAX_BODY_BYTES;
 use ackscope_shared::{ConnId, Event, EventKind, ReqId, RrSpec, Side};
 use socket2::{Domain, Protocol, Socket, Type};
@@ -77,20 +77,51 @@ pub enum Tagging {
     Run(Arc<Peers>),
     /// A standalone server: every connection, numbered in the order they come. With `control`,
     /// a connection that opens with [`CONTROL_MAGIC`] is handed to it instead (a remote probe
-    /// driving this server: docs/REMOTE.md).
-    Standalone { next_conn: AtomicU32, next_req: AtomicU32, control: Option<ControlHandler> },
-    /// The server of a run another host drives: every connection, numbered in the order they
-    /// come; a request's id is its index on its connection, which the driving host maps to its
-    /// own ids. Each connection's client port is noted in `introductions` before its events.
-    Remote { next_conn: AtomicU32, introductions: Arc<Mutex<Vec<(ConnId, u16)>>> },
+    /// driving this server: docs/REMOTE.md). `access` says who gets echo answers.
+    Standalone {
+        next_conn: AtomicU32,
+        next_req: AtomicU32,
+        control: Option<ControlHandler>,
+        access: EchoAccess,
+    },
+    /// The server of a run another host drives: every connection from `from` (the address of
+    /// the control connection that gave the token; any other is closed), numbered in the order
+    /// they come; a request's id is its index on its connection, which the driving host maps to
+    /// its own ids. Each connection's client port is noted in `introductions` before its events.
+    Remote { from: IpAddr, next_conn: AtomicU32, introductions: Arc<Mutex<Vec<(ConnId, u16)>>> },
+}
+
+/// Who a standalone server answers.
+pub enum EchoAccess {
+    /// Anyone: a listener on loopback. A client that gives a token anyway has it checked
+    /// against this one.
+    Open(Option<Arc<str>>),
+    /// Only a connection that opens with [`TOKEN_MAGIC`], this token and a newline: a listener
+    /// that is not on loopback.
+    Token(Arc<str>),
+}
+
+impl EchoAccess {
+    /// What a listener on `addr` with `token` requires.
+    pub fn for_listener(addr: SocketAddr, token: Option<Arc<str>>) -> EchoAccess {
+        match token {
+            Some(token) if !addr.ip().is_loopback() => EchoAccess::Token(token),
+            token => EchoAccess::Open(token),
+        }
+    }
 }
 
 /// Serves a control connection (its first four bytes still unread).
 pub type ControlHandler = Arc<dyn Fn(TcpStream, SocketAddr) + Send + Sync>;
 
 impl Tagging {
-    pub fn standalone(control: Option<ControlHandler>) -> Tagging {
-        Tagging::Standalone { next_conn: AtomicU32::new(0), next_req: AtomicU32::new(0), control }
+    pub fn standalone(control: Option<ControlHandler>, access: EchoAccess) -> Tagging {
+        Tagging::Standalone {
+            next_conn: AtomicU32::new(0),
+            next_req: AtomicU32::new(0),
+            control,
+            access,
+        }
     }
 
     /// The tag of a connection from `peer`, or `None` for one that is served but not recorded.
@@ -99,7 +130,7 @@ impl Tagging {
         match self {
             Tagging::Run(peers) => peers.take(peer.port()),
             Tagging::Standalone { next_conn, .. } => Some(ConnTag::new(next(next_conn))),
-            Tagging::Remote { next_conn, introductions } => {
+            Tagging::Remote { next_conn, introductions, .. } => {
                 let conn = next(next_conn);
                 lock(introductions).push((conn, peer.port()));
                 Some(ConnTag::new(conn))
@@ -112,6 +143,8 @@ impl Tagging {
 /// prefix is still there for it.
 enum Opening {
     Control,
+    /// [`TOKEN_MAGIC`]: an echo client giving the token.
+    Token,
     Echo,
     /// Nothing came within the socket's read timeout (the idle timeout): closed as an idle echo
     /// connection would be, not given a second timeout's wait.
@@ -132,11 +165,63 @@ fn opening(stream: &TcpStream) -> Opening {
         )
     };
     let timed_out = got < 0 && is_timeout(&io::Error::last_os_error());
-    match (got == first.len() as isize && first == CONTROL_MAGIC, timed_out) {
-        (true, _) => Opening::Control,
-        (false, true) => Opening::Idle,
-        (false, false) => Opening::Echo,
+    let whole = got == first.len() as isize;
+    match first {
+        _ if !whole && timed_out => Opening::Idle,
+        CONTROL_MAGIC if whole => Opening::Control,
+        TOKEN_MAGIC if whole => Opening::Token,
+        _ => Opening::Echo,
     }
+}
+
+/// Reads an echo client's [`TOKEN_MAGIC`] line and checks it against `token`: `Err` says why
+/// the connection is refused (also told to the client, on one line).
+fn check_token_line(stream: &mut TcpStream, token: &str) -> Result<(), String> {
+    use std::io::Read;
+    let mut magic = [0u8; 4];
+    stream.read_exact(&mut magic).map_err(|e| format!("the token line did not come: {e}"))?;
+    // A byte at a time, at most MAX_TOKEN_LINE: nothing past the newline is taken from the
+    // echo messages that follow it.
+    let mut line = Vec::with_capacity(64);
+    let mut byte = [0u8; 1];
+    loop {
+        match stream.read(&mut byte) {
+            Ok(1) if byte[0] == b'\n' => break,
+            Ok(1) if line.len() < MAX_TOKEN_LINE => line.push(byte[0]),
+            Ok(1) => return Err(format!("the token line is over {MAX_TOKEN_LINE} bytes")),
+            Ok(_) => return Err("the connection closed before the token's newline".into()),
+            Err(e) => return Err(format!("the token line did not come: {e}")),
+        }
+    }
+    // Compared without stopping at the first difference: the time taken says nothing of how
+    // much of a guess was right.
+    let given = line.strip_suffix(b"\r").unwrap_or(&line);
+    let same = given.len() == token.len()
+        && given.iter().zip(token.as_bytes()).fold(0u8, |diff, (a, b)| diff | (a ^ b)) == 0;
+    if same {
+        Ok(())
+    } else {
+        Err("wrong token: give the token this `ackscope server` printed when it started".into())
+    }
+}
+
+/// Closes a connection this server does not serve, telling the client why on one line.
+fn refuse(mut stream: TcpStream, peer: SocketAddr, why: &str) {
+    use std::io::{Read, Write};
+    tracing::warn!("echo server refused the connection from {peer}: {why}");
+    let _ = stream.write_all(format!("ackscope: {why}\n").as_bytes());
+    let _ = stream.shutdown(Shutdown::Write);
+    // What the client sent unread would make the close a reset, which can overtake the line
+    // above: read it away first (at most 64 KiB, for at most a second).
+    let _ = stream.set_read_timeout(Some(Duration::from_secs(1)));
+    let mut sink = [0u8; 4096];
+    for _ in 0..16 {
+        if !matches!(stream.read(&mut sink), Ok(n) if n > 0) {
+            break;
+        }
+    }
+    // The accept loop holds a clone: shut it down so the peer sees the close now.
+    let _ = stream.shutdown(Shutdown::Both);
 }
 
 /// Connection threads still running, each with a clone of its socket to shut it down on stop.
@@ -280,9 +365,39 @@ impl Accept {
             let config = self.config.clone();
             let tagging = Arc::clone(&self.tagging);
             let spawned = thread::Builder::new().name("echo-conn".into()).spawn(move || {
-                if let Tagging::Standalone { control: Some(control), .. } = &*tagging {
+                let mut stream = stream;
+                if let Tagging::Remote { from, .. } = &*tagging {
+                    if peer.ip() != *from {
+                        let why = format!(
+                            "this port serves a run driven from {from}, and no other address"
+                        );
+                        return refuse(stream, peer, &why);
+                    }
+                }
+                if let Tagging::Standalone { control, access, .. } = &*tagging {
                     match opening(&stream) {
-                        Opening::Control => return control(stream, peer),
+                        Opening::Control => match control {
+                            Some(control) => return control(stream, peer),
+                            None => return refuse(stream, peer, "this server takes no runs"),
+                        },
+                        Opening::Token => {
+                            let (EchoAccess::Token(token) | EchoAccess::Open(Some(token))) = access
+                            else {
+                                return refuse(stream, peer, "this server has no token");
+                            };
+                            if let Err(why) = check_token_line(&mut stream, token) {
+                                return refuse(stream, peer, &why);
+                            }
+                        }
+                        Opening::Echo if matches!(access, EchoAccess::Token(_)) => {
+                            return refuse(
+                                stream,
+                                peer,
+                                "this server is not on loopback: open the connection with ACKT, \
+                                 the token it printed and a newline, then send echo messages \
+                                 (docs/PROTOCOL.md)",
+                            );
+                        }
                         Opening::Idle => {
                             // The accept loop holds a clone: shut it down so the peer sees it.
                             let _ = stream.shutdown(Shutdown::Both);
@@ -517,6 +632,51 @@ mod tests {
         (Ipv4Addr::LOCALHOST, 0).into()
     }
 
+    /// What a listener that is not on loopback asks of echo clients (`EchoAccess::Token`; the
+    /// address itself is loopback here, so the test needs no other network).
+    #[test]
+    fn a_server_that_asks_for_the_token_answers_only_the_clients_that_give_it() {
+        let token: Arc<str> = Arc::from("the-servers-token-0123456789");
+        let server = EchoServer::start(
+            loopback(),
+            config(1024),
+            Clock::start(),
+            Tagging::standalone(None, EchoAccess::Token(Arc::clone(&token))),
+            None,
+        )
+        .unwrap();
+        let connect = || {
+            let stream = TcpStream::connect(server.addr()).unwrap();
+            stream.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+            stream
+        };
+        // What a refused client reads: one line, then the close (the message it sent unread).
+        let refusal = |mut stream: TcpStream| {
+            stream.write_all(&5u32.to_be_bytes()).unwrap();
+            stream.write_all(b"hello").unwrap();
+            let mut said = Vec::new();
+            let _ = stream.read_to_end(&mut said);
+            String::from_utf8_lossy(&said).into_owned()
+        };
+
+        let said = refusal(connect());
+        assert!(said.starts_with("ackscope: this server is not on loopback"), "{said}");
+        assert!(said.contains("ACKT, the token it printed and a newline"), "{said}");
+
+        let mut wrong = connect();
+        wrong.write_all(b"ACKTnot-the-token\n").unwrap();
+        let said = refusal(wrong);
+        assert!(said.starts_with("ackscope: wrong token"), "{said}");
+
+        let mut right = connect();
+        right.write_all(format!("ACKT{token}\r\n").as_bytes()).unwrap();
+        for body in [&b"hello"[..], b"again"] {
+            let answer = echo_once(&mut right, body).unwrap();
+            let expected: Vec<u8> = body.iter().map(|b| b ^ XOR_KEY).collect();
+            assert_eq!(answer, expected, "served like any echo client after the token");
+        }
+    }
+
     #[test]
     fn a_length_over_the_cap_closes_that_connection_and_the_server_serves_on() {
         let (sink, _events) = sync_channel(64);
@@ -524,7 +684,7 @@ mod tests {
             loopback(),
             config(1024),
             Clock::start(),
-            Tagging::standalone(None),
+            Tagging::standalone(None, EchoAccess::Open(None)),
             Some(sink),
         )
         .unwrap();
@@ -556,7 +716,7 @@ mod tests {
         let (accepted, peer) = listener.accept().unwrap();
         client.write_all(&5000u32.to_be_bytes()).unwrap();
         let config = config(4096);
-        let tagging = Tagging::standalone(None);
+        let tagging = Tagging::standalone(None, EchoAccess::Open(None));
         let connection = Connection { peer, tag: None, tagging: &tagging, config: &config };
         let mut recorder = Recorder::discarding(Clock::start(), Side::Server);
         let err = connection.serve(accepted, ConnId(0), &mut recorder).unwrap_err();
@@ -569,9 +729,14 @@ mod tests {
     fn answers_can_be_longer_or_shorter_than_requests() {
         let mut long = config(1024);
         long.response_bytes = Some(7);
-        let server =
-            EchoServer::start(loopback(), long, Clock::start(), Tagging::standalone(None), None)
-                .unwrap();
+        let server = EchoServer::start(
+            loopback(),
+            long,
+            Clock::start(),
+            Tagging::standalone(None, EchoAccess::Open(None)),
+            None,
+        )
+        .unwrap();
         let mut client = TcpStream::connect(server.addr()).unwrap();
         let answer = echo_once(&mut client, b"abc").unwrap();
         let expected: Vec<u8> = b"abcabca".iter().map(|b| b ^ XOR_KEY).collect();

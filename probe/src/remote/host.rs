@@ -154,7 +154,8 @@ impl ControlHost {
         let mut own_sink = Some(sink.clone());
         let sink = instruments.events.then_some(sink);
         let mut writer = stream;
-        let started = RunServer::start(&spec, instruments, ip, clock, sink, &introductions);
+        let started =
+            RunServer::start(&spec, instruments, (ip, peer.ip()), clock, sink, &introductions);
         let server = match started {
             Ok(server) => server,
             Err(e) => {
@@ -444,10 +445,12 @@ struct BulkServer {
 }
 
 impl RunServer {
+    /// The run's listener on `ip`, serving connections from `from` (the driving probe's
+    /// address) only.
     fn start(
         spec: &Scenario,
         instruments: Instruments,
-        ip: IpAddr,
+        (ip, from): (IpAddr, IpAddr),
         clock: Clock,
         sink: Option<SyncSender<Vec<Event>>>,
         introductions: &Arc<Mutex<Vec<(ConnId, u16)>>>,
@@ -468,7 +471,18 @@ impl RunServer {
                             Some(sink) => Recorder::new(clock, Side::Server, sink),
                             None => Recorder::discarding(clock, Side::Server),
                         };
-                        let Ok((stream, peer)) = listener.accept() else { return };
+                        // The run's one connection: from the driving probe's address, any
+                        // other closed (it would take the run's place).
+                        let (stream, peer) = loop {
+                            let Ok((stream, peer)) = listener.accept() else { return };
+                            if peer.ip() == from {
+                                break (stream, peer);
+                            }
+                            tracing::warn!(
+                                "remote bulk run: closed a connection from {peer}: this port \
+                                 serves the run driven from {from} only"
+                            );
+                        };
                         lock(&introductions).push((bulk::CONN, peer.port()));
                         *lock(&slot) = stream.try_clone().ok();
                         if let Err(e) = bulk::serve_accepted(&spec, instruments, stream, &mut rec) {
@@ -480,6 +494,7 @@ impl RunServer {
             Scenario::Rr(rr) => {
                 let config = EchoConfig::for_run(rr, instruments);
                 let tagging = Tagging::Remote {
+                    from,
                     next_conn: AtomicU32::new(0),
                     introductions: Arc::clone(introductions),
                 };
