@@ -738,3 +738,81 @@ fn events_until_finished(page: &mut TcpStream) -> Vec<ackscope_shared::Event> {
         }
     }
 }
+
+/// `ackscope import` read the whole capture into memory and built every event before writing
+/// one: its memory grew with the file. Now it reads the capture twice, one packet at a time,
+/// and writes the events as it makes them: a 130 MB capture imports in a few MB, and `show` of
+/// the session follows its packets' stalls in as little.
+#[test]
+fn a_large_capture_imports_and_shows_in_memory_that_does_not_grow_with_it() {
+    use ackscope_shared::event::tcp_flags::{ACK, PSH};
+    use ackscope_shared::packet::{synthesize, Packet};
+    use ackscope_shared::pcap::{linktype, PcapngWriter};
+    use ackscope_shared::Segment;
+    use std::net::{IpAddr, Ipv4Addr};
+
+    let capture = temp("large.pcapng");
+    // Written to the file as it is made: the test's own memory stays small, and a child's
+    // peak RSS starts from its parent's at the fork.
+    let mut file = std::fs::File::create(&capture).unwrap();
+    let mut bytes = Vec::new();
+    {
+        let mut w = PcapngWriter::new(&mut bytes);
+        let lo = w.interface("lo", linktype::RAW);
+        let ip = IpAddr::V4(Ipv4Addr::LOCALHOST);
+        // 100,000 full segments one way and their ACKs, over 50 connections.
+        for i in 0..100_000u32 {
+            let conn = 40_000 + (i % 50) as u16;
+            let (seq, ack) = (1 + (i / 50) * 1200, 1);
+            let data = Segment { flags: PSH | ACK, seq, ack, len: 1200, ..Segment::default() };
+            let back = Segment { flags: ACK, seq: ack, ack: seq + 1200, ..Segment::default() };
+            let t = 1_000_000_000 + u64::from(i) * 10_000;
+            let out = Packet { src: ip, dst: ip, src_port: conn, dst_port: 7, segment: data };
+            let ret = Packet { src: ip, dst: ip, src_port: 7, dst_port: conn, segment: back };
+            // The headers say 1200 bytes of payload; the capture holds them all (no snaplen).
+            let mut full = synthesize(&out);
+            full.resize(full.len() + 1200, 0);
+            w.packet(lo, t, &full, None);
+            w.packet(lo, t + 5_000, &synthesize(&ret), None);
+            if i % 1000 == 999 {
+                file.write_all(w.bytes()).unwrap();
+                w.bytes().clear();
+            }
+        }
+        file.write_all(w.bytes()).unwrap();
+    }
+    drop(file);
+    let file_mb = std::fs::metadata(&capture).unwrap().len() >> 20;
+    assert!(file_mb >= 120, "the capture is {file_mb} MB");
+
+    let session = temp("large.ackscope");
+    let peak_mb = |args: &[&str]| -> (u64, String) {
+        let child = Command::new(env!("CARGO_BIN_EXE_ackscope"))
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let pid = child.id();
+        let mut stdout = String::new();
+        child.stdout.unwrap().read_to_string(&mut stdout).unwrap();
+        let mut status = 0;
+        // SAFETY: rusage is plain data wait4 fills; the child is ours and not yet reaped.
+        let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+        let reaped = unsafe { libc::wait4(pid as i32, &mut status, 0, &mut usage) };
+        assert_eq!(reaped, pid as i32);
+        assert_eq!(status, 0, "ackscope {args:?} failed: {stdout}");
+        (usage.ru_maxrss as u64 / 1024, stdout)
+    };
+    let (import_mb, said) = peak_mb(&["import", s(&capture), "-o", s(&session)]);
+    assert!(said.contains("imported 200000 of 200000 packets"), "{said}");
+    assert!(said.contains("wrote 200000 segments"), "{said}");
+    let (show_mb, shown) = peak_mb(&["show", s(&session)]);
+    assert!(shown.contains("conn 50:"), "every connection shown: {shown}");
+    eprintln!("capture {file_mb} MB: import peak {import_mb} MB, show peak {show_mb} MB");
+    // Before, the import held the file and every event: more than the file's size.
+    assert!(import_mb < 40, "import peaked at {import_mb} MB for a {file_mb} MB capture");
+    assert!(show_mb < 40, "show peaked at {show_mb} MB");
+    let _ = std::fs::remove_file(&capture);
+    let _ = std::fs::remove_file(&session);
+}

@@ -73,8 +73,8 @@ pub fn control_messages(data: &[u8]) {
 
 /// A pcap or pcapng file as `ackscope import` reads it, every packet parsed.
 pub fn pcap_import(data: &[u8]) {
-    let capture = crate::pcap::read(data);
-    for packet in &capture.packets {
+    let mut reader = crate::pcap::CaptureReader::new(data);
+    while let Some(packet) = reader.next_packet() {
         let _ = crate::pcap::parse_link(packet.linktype, packet.data);
     }
 }

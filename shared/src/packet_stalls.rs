@@ -9,7 +9,7 @@
 
 use crate::analysis::SegmentSample;
 use crate::attribution::{Stall, StallClass};
-use crate::event::{Event, EventKind};
+use crate::event::{ConnId, Event, EventKind, ReqId};
 
 /// The delayed-ACK timer's range: Linux runs it between its minimum (40 ms with HZ >= 100; the
 /// stall table measured 43-44 ms) and its maximum (200 ms); room is left on both ends.
@@ -56,6 +56,22 @@ pub fn nagle_hold(
     small: usize,
     path_delay_ns: u64,
 ) -> Result<Hold, String> {
+    hold_so_far(segments, small, path_delay_ns).map_err(|miss| match miss {
+        Miss::No(why) | Miss::NotYet(why) => why,
+    })
+}
+
+/// Why [`nagle_hold`] found no hold: the packets show none, or they ran out before saying.
+enum Miss {
+    No(String),
+    /// More segments could still make it a hold.
+    NotYet(String),
+}
+
+/// [`nagle_hold`], telling "no" from "not yet": what [`StallFinder`] needs to decide a
+/// candidate only once its packets are in.
+fn hold_so_far(segments: &[SegmentSample], small: usize, path_delay_ns: u64) -> Result<Hold, Miss> {
+    let no = |why: String| Miss::No(why);
     let first = segments[small];
     let writer = first.side;
     let (w, r) = (writer.name(), writer.peer().name());
@@ -63,42 +79,45 @@ pub fn nagle_hold(
     let mut rest = segments.iter().enumerate().skip(small + 1);
     let ack = loop {
         let Some((index, s)) = rest.next() else {
-            return Err(format!("no ACK from the {r} of the {}-byte segment", first.len));
+            return Err(Miss::NotYet(format!(
+                "no ACK from the {r} of the {}-byte segment",
+                first.len
+            )));
         };
         if s.side == writer {
             if s.len > 0 {
-                return Err(format!(
+                return Err(no(format!(
                     "the {w} sent more data before the {r} acknowledged the {}-byte segment",
                     first.len
-                ));
+                )));
             }
             continue;
         }
         if s.len > 0 && !seq_ge(s.ack, end) {
-            return Err(format!(
+            return Err(no(format!(
                 "the {r} answered before it acknowledged the {}-byte segment",
                 first.len
-            ));
+            )));
         }
         if s.flags & crate::event::tcp_flags::ACK == 0 || !seq_ge(s.ack, end) {
             continue;
         }
         if !s.is_pure_ack() {
-            return Err(format!(
+            return Err(no(format!(
                 "the {r}'s ACK of the {}-byte segment rode on its answer: not delayed",
                 first.len
-            ));
+            )));
         }
         let delay = s.at_ns.saturating_sub(first.at_ns).saturating_sub(path_delay_ns);
         if !DELAYED_ACK_NS.contains(&delay) {
-            return Err(format!(
+            return Err(no(format!(
                 "the {r} acknowledged the {}-byte segment after {:.1} ms, outside the \
                  delayed-ACK timer's {:.0}-{:.0} ms",
                 first.len,
                 delay as f64 / 1e6,
                 *DELAYED_ACK_NS.start() as f64 / 1e6,
                 *DELAYED_ACK_NS.end() as f64 / 1e6,
-            ));
+            )));
         }
         break index;
     };
@@ -107,70 +126,180 @@ pub fn nagle_hold(
             continue;
         }
         if s.seq != end {
-            return Err(format!("the {w}'s next data did not start where the small segment ended"));
+            return Err(no(format!(
+                "the {w}'s next data did not start where the small segment ended"
+            )));
         }
         let release = s.at_ns.saturating_sub(segments[ack].at_ns).saturating_sub(path_delay_ns);
         if release > NAGLE_RELEASE_NS {
-            return Err(format!(
+            return Err(no(format!(
                 "the held {} bytes left {:.1} ms after the {r}'s ACK, not at once",
                 s.len,
                 release as f64 / 1e6
-            ));
+            )));
         }
         return Ok(Hold { small, ack, held: index });
     }
-    Err(format!("nothing from the {w} followed the {r}'s ACK of the {}-byte segment", first.len))
+    Err(Miss::NotYet(format!(
+        "nothing from the {w} followed the {r}'s ACK of the {}-byte segment",
+        first.len
+    )))
 }
 
 /// Finds the Nagle x delayed ACK stalls among `events`' [`EventKind::Segment`]s (other kinds are
 /// ignored; `side` is the sender), by [`nagle_hold`] with every data segment a candidate. Stalls
-/// come out in time order.
+/// come out in time order. The whole-slice form of [`StallFinder`], which it uses: one rule.
 pub fn find(events: &[Event]) -> Vec<PacketStall> {
-    let mut segments: Vec<(usize, &Event, SegmentSample)> = events
+    let mut segments: Vec<(usize, &Event)> = events
         .iter()
         .enumerate()
-        .filter_map(|(i, e)| match &e.kind {
-            EventKind::Segment(s) => Some((i, e, SegmentSample::new(e.side, e.at_ns, s))),
-            _ => None,
-        })
+        .filter(|(_, e)| matches!(e.kind, EventKind::Segment(_)))
         .collect();
-    segments.sort_by_key(|(i, e, _)| (e.conn, e.at_ns, *i));
-    let mut stalls = Vec::new();
-    for conn in segments.chunk_by(|a, b| a.1.conn == b.1.conn) {
-        let samples: Vec<SegmentSample> = conn.iter().map(|(_, _, s)| *s).collect();
-        for (k, &(_, first, small)) in conn.iter().enumerate() {
-            if small.len == 0 {
-                continue;
-            }
-            let Ok(hold) = nagle_hold(&samples, k, 0) else { continue };
-            let (ack, held) = (samples[hold.ack], samples[hold.held]);
-            let sender = small.side;
-            let receiver = sender.peer();
-            let evidence = format!(
-                "{}-byte segment at {:.6} s, pure ACK {} later, {} bytes {} after it",
-                small.len,
-                small.at_ns as f64 / 1e9,
-                duration(ack.at_ns - small.at_ns),
-                held.len,
-                duration(held.at_ns - ack.at_ns),
-            );
-            let stall = Stall {
-                req: first.req,
-                conn: first.conn,
-                side: receiver,
-                from: sender,
-                to: receiver,
-                start_ns: small.at_ns,
-                end_ns: held.at_ns,
-                wait_ns: held.at_ns - small.at_ns,
-                class: StallClass::NagleDelayedAck,
-                evidence,
-            };
-            stalls.push(PacketStall { stall, ended_by: conn[hold.held].0 });
-        }
+    segments.sort_by_key(|(i, e)| (e.conn, e.at_ns, *i));
+    let mut finder = StallFinder::default();
+    for (i, event) in segments {
+        finder.push(event, i);
     }
+    let mut stalls: Vec<PacketStall> = finder
+        .finish()
+        .into_iter()
+        .map(|(stall, ended_by)| PacketStall { stall, ended_by })
+        .collect();
     stalls.sort_by_key(|s| (s.stall.start_ns, s.stall.conn));
     stalls
+}
+
+/// Segments a connection's window keeps past its oldest undecided candidate: past this, that
+/// candidate is given up (no stall claimed), so a hostile capture costs bounded memory and time.
+/// A real hold is decided within a handful of segments (the reader's next segment either is the
+/// pure ACK or says it is not).
+pub const MAX_WINDOW: usize = 1024;
+
+/// How long after a small segment its hold is decided, whatever came: the latest delayed ACK and
+/// the release after it.
+const DECIDED_AFTER_NS: u64 = *DELAYED_ACK_NS.end() + NAGLE_RELEASE_NS;
+
+/// Finds Nagle x delayed ACK holds as segments come, holding only each connection's segments
+/// since its oldest candidate not yet decided (at most [`MAX_WINDOW`]): an import of any size
+/// streams through it. Each segment carries a `T` (an index, for [`find`]) that comes back with
+/// the stall its segment ended. A connection's segments must come in time order.
+pub struct StallFinder<T = ()> {
+    windows: std::collections::HashMap<ConnId, Window<T>>,
+    found: Vec<(Stall, T)>,
+}
+
+impl<T> Default for StallFinder<T> {
+    fn default() -> Self {
+        StallFinder { windows: Default::default(), found: Vec::new() }
+    }
+}
+
+/// One connection's segments from its oldest undecided candidate on.
+struct Window<T> {
+    samples: std::collections::VecDeque<SegmentSample>,
+    tags: std::collections::VecDeque<(ReqId, T)>,
+}
+
+impl<T: Clone> StallFinder<T> {
+    /// Adds a segment event (any other kind is ignored).
+    pub fn push(&mut self, event: &Event, tag: T) {
+        let EventKind::Segment(segment) = &event.kind else { return };
+        let window = self
+            .windows
+            .entry(event.conn)
+            .or_insert_with(|| Window { samples: Default::default(), tags: Default::default() });
+        window.samples.push_back(SegmentSample::new(event.side, event.at_ns, segment));
+        window.tags.push_back((event.req, tag));
+        decide(event.conn, window, false, &mut self.found);
+    }
+
+    /// Segments held, all connections together: what the finder costs in memory.
+    pub fn held_segments(&self) -> usize {
+        self.windows.values().map(|w| w.samples.len()).sum()
+    }
+
+    /// The stalls decided so far, taken.
+    pub fn take_found(&mut self) -> Vec<(Stall, T)> {
+        std::mem::take(&mut self.found)
+    }
+
+    /// The capture has ended: every candidate is decided on what came, and the stalls not yet
+    /// taken are returned.
+    pub fn finish(mut self) -> Vec<(Stall, T)> {
+        for (conn, window) in &mut self.windows {
+            decide(*conn, window, true, &mut self.found);
+        }
+        self.found
+    }
+}
+
+/// Decides `window`'s candidates in order while they can be (all of them when `at_end`), then
+/// drops the segments before the first one left.
+fn decide<T: Clone>(
+    conn: ConnId,
+    window: &mut Window<T>,
+    at_end: bool,
+    found: &mut Vec<(Stall, T)>,
+) {
+    let newest = window.samples.back().map_or(0, |s| s.at_ns);
+    loop {
+        let Some(small) = window.samples.iter().position(|s| s.len > 0) else {
+            window.samples.clear();
+            window.tags.clear();
+            return;
+        };
+        window.samples.drain(..small);
+        window.tags.drain(..small);
+        let first = window.samples[0];
+        let over = window.samples.len() > MAX_WINDOW;
+        let final_ = at_end || over || newest > first.at_ns.saturating_add(DECIDED_AFTER_NS);
+        let samples = window.samples.make_contiguous();
+        match hold_so_far(samples, 0, 0) {
+            Ok(hold) => {
+                let (ack, held) = (samples[hold.ack], samples[hold.held]);
+                let (req, _) = &window.tags[0];
+                let ended_by = window.tags[hold.held].1.clone();
+                found.push((nagle_stall(conn, *req, first, ack, held), ended_by));
+            }
+            Err(Miss::NotYet(_)) if !final_ => return,
+            Err(_) => {}
+        }
+        // This candidate is decided: the next data segment is the next candidate.
+        window.samples.pop_front();
+        window.tags.pop_front();
+    }
+}
+
+/// The stall of a hold: the small segment, the reader's pure ACK of it, the held data.
+fn nagle_stall(
+    conn: ConnId,
+    req: ReqId,
+    small: SegmentSample,
+    ack: SegmentSample,
+    held: SegmentSample,
+) -> Stall {
+    let sender = small.side;
+    let receiver = sender.peer();
+    let evidence = format!(
+        "{}-byte segment at {:.6} s, pure ACK {} later, {} bytes {} after it",
+        small.len,
+        small.at_ns as f64 / 1e9,
+        duration(ack.at_ns - small.at_ns),
+        held.len,
+        duration(held.at_ns - ack.at_ns),
+    );
+    Stall {
+        req,
+        conn,
+        side: receiver,
+        from: sender,
+        to: receiver,
+        start_ns: small.at_ns,
+        end_ns: held.at_ns,
+        wait_ns: held.at_ns - small.at_ns,
+        class: StallClass::NagleDelayedAck,
+        evidence,
+    }
 }
 
 /// "43.6 ms", "30 us".
@@ -264,6 +393,45 @@ mod tests {
             s.seq = 1;
         }
         assert_eq!(find(&retrans[..3]).len(), 0);
+    }
+
+    /// Story 1 exchanges one after another, fed one segment at a time: the stalls come out as
+    /// they are decided, the same as the whole-slice `find`, with a window of a few segments.
+    #[test]
+    fn streamed_segments_give_the_stalls_of_the_whole_capture_in_a_small_window() {
+        let mut events = Vec::new();
+        for i in 0..1000u32 {
+            let t = u64::from(i) * 100 * MS;
+            events.extend(nagle_exchange(t, 1000 + i * 2052, 5000 + i * 2052));
+        }
+        let mut finder = StallFinder::default();
+        let (mut streamed, mut most_held) = (Vec::new(), 0);
+        for (i, event) in events.iter().enumerate() {
+            finder.push(event, i);
+            most_held = most_held.max(finder.held_segments());
+            streamed.extend(finder.take_found());
+        }
+        streamed.extend(finder.finish());
+        let whole = find(&events);
+        assert_eq!(whole.len(), 2000);
+        let whole: Vec<(Stall, usize)> = whole.into_iter().map(|s| (s.stall, s.ended_by)).collect();
+        assert_eq!(streamed, whole);
+        assert!(most_held <= 8, "held {most_held} segments at most");
+    }
+
+    /// A small segment never acknowledged, then thousands of segments that never decide it: the
+    /// window stops at its bound and the candidate is given up, not held for ever.
+    #[test]
+    fn an_undecided_candidate_is_given_up_at_the_window_bound() {
+        use Side::Client;
+        let mut finder = StallFinder::default();
+        finder.push(&seg(0, Client, 1, 1, 4, PSH | ACK), ());
+        for i in 0..10 * MAX_WINDOW as u64 {
+            // Pure ACKs from the writer itself, microseconds apart: nothing that decides it.
+            finder.push(&seg(i * 1000, Client, 5, 1, 0, ACK), ());
+            assert!(finder.held_segments() <= MAX_WINDOW + 1);
+        }
+        assert!(finder.finish().is_empty());
     }
 
     #[test]

@@ -6,6 +6,8 @@
 //! a block longer than [`MAX_BLOCK_BYTES`] or past the end of the input ends the read with an
 //! error that names the byte offset, and every packet before it is kept.
 
+use std::io::Read;
+
 use crate::packet::{self, Packet, PacketError};
 
 /// Link-layer header types (the tcpdump.org LINKTYPE_ registry) that [`parse_link`] reads.
@@ -29,20 +31,30 @@ pub const MAX_BLOCK_BYTES: usize = 16 << 20;
 
 /// One packet from a capture file.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct CapturedPacket<'a> {
+pub struct CapturedPacket {
     /// Nanoseconds since the Unix epoch (as the capture's clock said).
     pub ts_ns: u64,
     pub linktype: u16,
     /// The bytes captured (possibly fewer than were on the wire: the snaplen).
-    pub data: &'a [u8],
+    pub data: Vec<u8>,
     /// How long the packet was on the wire.
+    pub orig_len: u32,
+}
+
+/// One packet as [`CaptureReader::next_packet`] gives it: its bytes are the reader's, until the
+/// next packet.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PacketRef<'a> {
+    pub ts_ns: u64,
+    pub linktype: u16,
+    pub data: &'a [u8],
     pub orig_len: u32,
 }
 
 /// Everything readable from a capture file, and why the read stopped early, if it did.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Capture<'a> {
-    pub packets: Vec<CapturedPacket<'a>>,
+pub struct Capture {
+    pub packets: Vec<CapturedPacket>,
     pub error: Option<CaptureError>,
 }
 
@@ -232,23 +244,278 @@ impl Endian {
     }
 }
 
-/// Reads a pcap or pcapng capture (told apart by the first four bytes).
-pub fn read(bytes: &[u8]) -> Capture<'_> {
-    let magic = bytes.get(..4).map(|m| [m[0], m[1], m[2], m[3]]);
-    match magic {
-        Some(m) if u32::from_le_bytes(m) == SHB => read_pcapng(bytes),
-        Some(m) => match pcap_magic(m) {
-            Some((endian, ns)) => read_pcap(bytes, endian, ns),
-            None => not_a_capture(bytes),
-        },
-        None => not_a_capture(bytes),
+/// Reads a whole pcap or pcapng capture held in memory (tests and the fuzz target; `ackscope
+/// import` streams files with [`CaptureReader`]).
+pub fn read(bytes: &[u8]) -> Capture {
+    let mut reader = CaptureReader::new(bytes);
+    let mut packets = Vec::new();
+    while let Some(p) = reader.next_packet() {
+        packets.push(CapturedPacket {
+            ts_ns: p.ts_ns,
+            linktype: p.linktype,
+            data: p.data.to_vec(),
+            orig_len: p.orig_len,
+        });
     }
+    Capture { packets, error: reader.into_error() }
 }
 
-fn not_a_capture(bytes: &[u8]) -> Capture<'_> {
-    Capture {
-        packets: Vec::new(),
-        error: Some(CaptureError::NotACapture { magic: bytes[..bytes.len().min(4)].to_vec() }),
+/// The most interfaces a pcapng section may describe: each costs a few bytes of memory, and a
+/// real capture has a handful.
+pub const MAX_INTERFACES: usize = 65_536;
+
+/// Reads a pcap or pcapng capture (told apart by its first four bytes) from `src` one block at a
+/// time: it holds one block (at most [`MAX_BLOCK_BYTES`], allocated as its bytes arrive) and the
+/// section's interfaces, whatever the size of the file.
+pub struct CaptureReader<R> {
+    src: R,
+    /// Bytes consumed: where the next block or record starts.
+    at: usize,
+    format: Format,
+    /// The current block or record.
+    block: Vec<u8>,
+    /// The block holds the first bytes of the next block already (a pcapng file's magic, read
+    /// to tell the format).
+    carried: bool,
+    error: Option<CaptureError>,
+}
+
+/// A packet found in the current block: its time, link type, place in the block, length on the
+/// wire.
+type Found = (u64, u16, std::ops::Range<usize>, u32);
+
+enum Format {
+    /// Nothing read yet.
+    Unknown,
+    Pcap {
+        e: Endian,
+        ns: bool,
+        linktype: u16,
+    },
+    Pcapng {
+        e: Endian,
+        interfaces: Vec<Interface>,
+        last_ts_ns: u64,
+    },
+    /// The end, or an error.
+    Done,
+}
+
+impl<R: std::io::Read> CaptureReader<R> {
+    pub fn new(src: R) -> CaptureReader<R> {
+        let (format, block) = (Format::Unknown, Vec::new());
+        CaptureReader { src, at: 0, format, block, carried: false, error: None }
+    }
+
+    /// Why the read stopped before the end of the input, if it did.
+    pub fn into_error(self) -> Option<CaptureError> {
+        self.error
+    }
+
+    /// Appends up to `n` more bytes of the input to the block; how many came.
+    fn fill(&mut self, n: usize) -> usize {
+        let before = self.block.len();
+        // `take` + `read_to_end`: the block grows as the bytes arrive, not by `n` up front.
+        let _ = (&mut self.src).take(n as u64).read_to_end(&mut self.block);
+        self.block.len() - before
+    }
+
+    /// Ends the read with `error`.
+    fn fail(&mut self, error: CaptureError) {
+        self.error = Some(error);
+        self.format = Format::Done;
+    }
+
+    /// Reads the next `n` bytes as the start of a new block or record: `None` at a clean end
+    /// (no byte left), or after failing with a truncation error naming `what`.
+    fn start_block(&mut self, n: usize, what: &'static str) -> Option<()> {
+        let kept = if std::mem::take(&mut self.carried) { self.block.len() } else { 0 };
+        self.block.truncate(kept);
+        match kept + self.fill(n - kept) {
+            0 => {
+                self.format = Format::Done;
+                None
+            }
+            got if got < n => {
+                self.fail(CaptureError::Truncated { what, offset: self.at, needed: n, got });
+                None
+            }
+            _ => Some(()),
+        }
+    }
+
+    /// Completes the block begun by [`Self::start_block`] to `len` bytes.
+    fn finish_block(&mut self, len: usize, what: &'static str) -> Option<()> {
+        let had = self.block.len();
+        let got = had + self.fill(len - had);
+        if got < len {
+            self.fail(CaptureError::Truncated { what, offset: self.at, needed: len, got });
+            return None;
+        }
+        Some(())
+    }
+
+    /// The next packet, or `None` at the end of the input or at an error ([`Self::into_error`]).
+    pub fn next_packet(&mut self) -> Option<PacketRef<'_>> {
+        let (ts_ns, linktype, range, orig_len) = loop {
+            let found = match &self.format {
+                Format::Done => return None,
+                Format::Unknown => {
+                    self.read_file_header();
+                    continue;
+                }
+                Format::Pcap { .. } => self.pcap_record(),
+                Format::Pcapng { .. } => self.pcapng_block(),
+            };
+            if let Some(found) = found {
+                break found;
+            }
+        };
+        Some(PacketRef { ts_ns, linktype, data: &self.block[range], orig_len })
+    }
+
+    fn read_file_header(&mut self) {
+        self.block.clear();
+        let got = self.fill(4);
+        let magic = [0, 1, 2, 3].map(|i| self.block.get(i).copied().unwrap_or(0));
+        if got < 4 {
+            return self.fail(CaptureError::NotACapture { magic: self.block.clone() });
+        }
+        if u32::from_le_bytes(magic) == SHB {
+            // The magic is the section header's first bytes: the first block.
+            self.carried = true;
+            self.format =
+                Format::Pcapng { e: Endian::Little, interfaces: Vec::new(), last_ts_ns: 0 };
+            return;
+        }
+        let Some((e, ns)) = pcap_magic(magic) else {
+            return self.fail(CaptureError::NotACapture { magic: magic.to_vec() });
+        };
+        if self.finish_block(24, "pcap file header").is_none() {
+            return;
+        }
+        // The link type is the low 16 bits; the high ones carry FCS information.
+        let linktype = e.u32(&self.block, 20) as u16;
+        self.at = 24;
+        self.block.clear();
+        self.format = Format::Pcap { e, ns, linktype };
+    }
+
+    /// One pcap record: `Some` with its packet's place in the block, or `None` at the end or at
+    /// an error.
+    fn pcap_record(&mut self) -> Option<Found> {
+        let Format::Pcap { e, ns, linktype } = self.format else { return None };
+        self.start_block(16, "pcap record header")?;
+        let b = &self.block;
+        let (sec, frac) = (u64::from(e.u32(b, 0)), u64::from(e.u32(b, 4)));
+        let incl = e.u32(b, 8) as usize;
+        let orig_len = e.u32(b, 12);
+        if incl > MAX_BLOCK_BYTES {
+            let at = self.at;
+            self.fail(CaptureError::TooLong { what: "pcap record", offset: at, len: incl });
+            return None;
+        }
+        self.finish_block(16 + incl, "pcap record")?;
+        self.at += 16 + incl;
+        let frac_ns = if ns { frac } else { frac.saturating_mul(1000) };
+        let ts_ns = sec.saturating_mul(1_000_000_000).saturating_add(frac_ns);
+        Some((ts_ns, linktype, 16..16 + incl, orig_len))
+    }
+
+    /// One pcapng block: `Some` with a packet's place in it, `None` with the format still
+    /// pcapng for a block that holds none, and `None` at the end or at an error.
+    fn pcapng_block(&mut self) -> Option<Found> {
+        let at = self.at;
+        self.start_block(12, "pcapng block header")?;
+        let Format::Pcapng { e, .. } = &mut self.format else { return None };
+        let b = &self.block;
+        let kind = u32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+        if kind == SHB {
+            // SHB's type reads the same in both byte orders; the section's byte order is in
+            // the block: read it before its length.
+            let order = u32::from_le_bytes([b[8], b[9], b[10], b[11]]);
+            *e = if order == BYTE_ORDER_MAGIC {
+                Endian::Little
+            } else if order.swap_bytes() == BYTE_ORDER_MAGIC {
+                Endian::Big
+            } else {
+                let value = order.into();
+                let bad =
+                    CaptureError::Bad { what: "pcapng byte-order magic", offset: at + 8, value };
+                self.fail(bad);
+                return None;
+            };
+        }
+        let e = *e;
+        let kind = e.u32(b, 0);
+        let len = e.u32(b, 4) as usize;
+        if len > MAX_BLOCK_BYTES {
+            self.fail(CaptureError::TooLong { what: "pcapng block", offset: at, len });
+            return None;
+        }
+        if len < 12 || len % 4 != 0 {
+            let value = len as u64;
+            self.fail(CaptureError::Bad { what: "pcapng block length", offset: at, value });
+            return None;
+        }
+        self.finish_block(len, "pcapng block")?;
+        self.at += len;
+        let Format::Pcapng { interfaces, last_ts_ns, .. } = &mut self.format else { return None };
+        let body = &self.block[8..len - 4];
+        let bad = |what, value: u64| CaptureError::Bad { what, offset: at, value };
+        let failed = match kind {
+            SHB => {
+                interfaces.clear();
+                None
+            }
+            IDB if body.len() < 8 => Some(bad("interface description block length", len as u64)),
+            IDB if interfaces.len() >= MAX_INTERFACES => {
+                Some(bad("interface count (over the limit)", interfaces.len() as u64))
+            }
+            IDB => {
+                let mut iface = Interface { linktype: e.u16(body, 0), tsresol: 6 };
+                for (code, value) in options(&body[8..], e) {
+                    if code == IF_TSRESOL && !value.is_empty() {
+                        iface.tsresol = value[0];
+                    }
+                }
+                interfaces.push(iface);
+                None
+            }
+            EPB if body.len() < 20 => Some(bad("enhanced packet block length", len as u64)),
+            EPB => {
+                let id = e.u32(body, 0);
+                let caplen = e.u32(body, 12) as usize;
+                match interfaces.get(id as usize) {
+                    None => Some(bad("interface id (none described)", id.into())),
+                    Some(_) if caplen > body.len() - 20 => {
+                        Some(bad("captured length", caplen as u64))
+                    }
+                    Some(&iface) => {
+                        let units = (u64::from(e.u32(body, 4)) << 32) | u64::from(e.u32(body, 8));
+                        *last_ts_ns = iface.to_ns(units);
+                        let orig_len = e.u32(body, 16);
+                        // The body starts 8 bytes into the block.
+                        return Some((*last_ts_ns, iface.linktype, 28..28 + caplen, orig_len));
+                    }
+                }
+            }
+            SPB => match interfaces.first() {
+                // No timestamp (section 4.4): the previous packet's is the best there is.
+                None => Some(bad("simple packet block without an interface", 0)),
+                Some(_) if body.len() < 4 => Some(bad("simple packet block length", len as u64)),
+                Some(&iface) => {
+                    let orig_len = e.u32(body, 0);
+                    let caplen = (orig_len as usize).min(body.len() - 4);
+                    return Some((*last_ts_ns, iface.linktype, 12..12 + caplen, orig_len));
+                }
+            },
+            _ => None, // name resolution, statistics, custom blocks: nothing for us
+        };
+        if let Some(error) = failed {
+            self.fail(error);
+        }
+        None
     }
 }
 
@@ -261,48 +528,6 @@ fn pcap_magic(m: [u8; 4]) -> Option<(Endian, bool)> {
         (_, 0xa1b2_3c4d) => Some((Endian::Big, true)),
         _ => None,
     }
-}
-
-fn truncated(what: &'static str, offset: usize, needed: usize, bytes: &[u8]) -> CaptureError {
-    CaptureError::Truncated { what, offset, needed, got: bytes.len().saturating_sub(offset) }
-}
-
-fn read_pcap(bytes: &[u8], e: Endian, ns: bool) -> Capture<'_> {
-    let mut capture = Capture::default();
-    if bytes.len() < 24 {
-        capture.error = Some(truncated("pcap file header", 0, 24, bytes));
-        return capture;
-    }
-    // The link type is the low 16 bits; the high ones carry FCS information.
-    let linktype = e.u32(bytes, 20) as u16;
-    let mut at = 24;
-    while at < bytes.len() {
-        if bytes.len() - at < 16 {
-            capture.error = Some(truncated("pcap record header", at, 16, bytes));
-            break;
-        }
-        let (sec, frac) = (u64::from(e.u32(bytes, at)), u64::from(e.u32(bytes, at + 4)));
-        let incl = e.u32(bytes, at + 8) as usize;
-        let orig_len = e.u32(bytes, at + 12);
-        if incl > MAX_BLOCK_BYTES {
-            capture.error =
-                Some(CaptureError::TooLong { what: "pcap record", offset: at, len: incl });
-            break;
-        }
-        if bytes.len() - at - 16 < incl {
-            capture.error = Some(truncated("pcap record", at, 16 + incl, bytes));
-            break;
-        }
-        let frac_ns = if ns { frac } else { frac.saturating_mul(1000) };
-        capture.packets.push(CapturedPacket {
-            ts_ns: sec.saturating_mul(1_000_000_000).saturating_add(frac_ns),
-            linktype,
-            data: &bytes[at + 16..at + 16 + incl],
-            orig_len,
-        });
-        at += 16 + incl;
-    }
-    capture
 }
 
 /// An interface of the current pcapng section.
@@ -327,121 +552,6 @@ impl Interface {
         };
         u64::try_from(ns).unwrap_or(u64::MAX)
     }
-}
-
-fn read_pcapng(bytes: &[u8]) -> Capture<'_> {
-    let mut capture = Capture::default();
-    let mut e = Endian::Little;
-    let mut interfaces: Vec<Interface> = Vec::new();
-    let mut last_ts_ns = 0;
-    let mut at = 0;
-    while at < bytes.len() {
-        if bytes.len() - at < 12 {
-            capture.error = Some(truncated("pcapng block header", at, 12, bytes));
-            break;
-        }
-        let kind = u32::from_le_bytes([bytes[at], bytes[at + 1], bytes[at + 2], bytes[at + 3]]);
-        if kind == SHB {
-            // SHB's type reads the same in both byte orders.
-            // The section's byte order is in the block: read it before its length.
-            let order = u32::from_le_bytes(bytes[at + 8..at + 12].try_into().expect("4 bytes"));
-            e = if order == BYTE_ORDER_MAGIC {
-                Endian::Little
-            } else if order.swap_bytes() == BYTE_ORDER_MAGIC {
-                Endian::Big
-            } else {
-                let value = order.into();
-                capture.error = Some(CaptureError::Bad {
-                    what: "pcapng byte-order magic",
-                    offset: at + 8,
-                    value,
-                });
-                break;
-            };
-            interfaces.clear();
-        }
-        let kind = e.u32(bytes, at);
-        let len = e.u32(bytes, at + 4) as usize;
-        if len > MAX_BLOCK_BYTES {
-            capture.error = Some(CaptureError::TooLong { what: "pcapng block", offset: at, len });
-            break;
-        }
-        if len < 12 || len % 4 != 0 {
-            capture.error = Some(CaptureError::Bad {
-                what: "pcapng block length",
-                offset: at,
-                value: len as u64,
-            });
-            break;
-        }
-        if bytes.len() - at < len {
-            capture.error = Some(truncated("pcapng block", at, len, bytes));
-            break;
-        }
-        let body = &bytes[at + 8..at + len - 4];
-        let bad = |what, value: u64| CaptureError::Bad { what, offset: at, value };
-        match kind {
-            IDB => {
-                if body.len() < 8 {
-                    capture.error = Some(bad("interface description block length", len as u64));
-                    break;
-                }
-                let mut iface = Interface { linktype: e.u16(body, 0), tsresol: 6 };
-                for (code, value) in options(&body[8..], e) {
-                    if code == IF_TSRESOL && !value.is_empty() {
-                        iface.tsresol = value[0];
-                    }
-                }
-                interfaces.push(iface);
-            }
-            EPB => {
-                if body.len() < 20 {
-                    capture.error = Some(bad("enhanced packet block length", len as u64));
-                    break;
-                }
-                let id = e.u32(body, 0);
-                let Some(&iface) = interfaces.get(id as usize) else {
-                    capture.error = Some(bad("interface id (none described)", id.into()));
-                    break;
-                };
-                let units = (u64::from(e.u32(body, 4)) << 32) | u64::from(e.u32(body, 8));
-                let caplen = e.u32(body, 12) as usize;
-                if caplen > body.len() - 20 {
-                    capture.error = Some(bad("captured length", caplen as u64));
-                    break;
-                }
-                last_ts_ns = iface.to_ns(units);
-                capture.packets.push(CapturedPacket {
-                    ts_ns: last_ts_ns,
-                    linktype: iface.linktype,
-                    data: &body[20..20 + caplen],
-                    orig_len: e.u32(body, 16),
-                });
-            }
-            SPB => {
-                // No timestamp (section 4.4): the previous packet's is the best there is.
-                let Some(&iface) = interfaces.first() else {
-                    capture.error = Some(bad("simple packet block without an interface", 0));
-                    break;
-                };
-                if body.len() < 4 {
-                    capture.error = Some(bad("simple packet block length", len as u64));
-                    break;
-                }
-                let orig_len = e.u32(body, 0);
-                let caplen = (orig_len as usize).min(body.len() - 4);
-                capture.packets.push(CapturedPacket {
-                    ts_ns: last_ts_ns,
-                    linktype: iface.linktype,
-                    data: &body[4..4 + caplen],
-                    orig_len,
-                });
-            }
-            _ => {} // name resolution, statistics, custom blocks: nothing for us
-        }
-        at += len;
-    }
-    capture
 }
 
 /// The options of a block body (section 3.5), until opt_endofopt or a malformed one.
@@ -499,8 +609,10 @@ mod tests {
         assert_eq!(p[0].ts_ns, 1_700_000_000_123_456_789);
         assert_eq!(p[1].ts_ns, 1_700_000_000_167_000_001);
         assert_eq!((p[0].linktype, p[2].linktype), (linktype::RAW, linktype::EN10MB));
-        let lens: Vec<u32> =
-            p.iter().map(|c| parse_link(c.linktype, c.data).expect("parses").segment.len).collect();
+        let lens: Vec<u32> = p
+            .iter()
+            .map(|c| parse_link(c.linktype, &c.data).expect("parses").segment.len)
+            .collect();
         assert_eq!(lens, [4, 0, 2048]);
     }
 
@@ -554,7 +666,7 @@ mod tests {
                 assert_eq!(c.packets[0].ts_ns, 10_000_000_000 + frac);
                 assert_eq!(c.packets[1].ts_ns, 11_000_000_000);
                 assert_eq!(
-                    parse_link(c.packets[0].linktype, c.packets[0].data).map(|p| p.segment.len),
+                    parse_link(c.packets[0].linktype, &c.packets[0].data).map(|p| p.segment.len),
                     Ok(4)
                 );
             }
@@ -626,7 +738,7 @@ mod tests {
         assert_eq!(c.error, None);
         let ts: Vec<u64> = c.packets.iter().map(|p| p.ts_ns).collect();
         assert_eq!(ts, [2_500_000_000, 2_000_000_000, 2_000_000_000]);
-        assert!(c.packets.iter().all(|p| parse_link(p.linktype, p.data).is_ok()));
+        assert!(c.packets.iter().all(|p| parse_link(p.linktype, &p.data).is_ok()));
     }
 
     #[test]
@@ -651,6 +763,34 @@ mod tests {
         assert_eq!(c.packets.len(), 2);
         let err = c.error.expect("truncated");
         assert!(err.to_string().starts_with("truncated pcapng block at byte "), "{err}");
+    }
+
+    /// A file read a few bytes at a time (a pipe, a slow disk) gives what the whole file does.
+    #[test]
+    fn a_stream_that_trickles_reads_like_the_whole_file() {
+        struct Trickle<'a>(&'a [u8], usize);
+        impl std::io::Read for Trickle<'_> {
+            fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+                self.1 += 1;
+                let n = buf.len().min(self.1 % 7 + 1).min(self.0.len());
+                buf[..n].copy_from_slice(&self.0[..n]);
+                self.0 = &self.0[n..];
+                Ok(n)
+            }
+        }
+        let bytes = written();
+        for cut in [bytes.len(), bytes.len() - 5, 30] {
+            let whole = read(&bytes[..cut]);
+            let mut reader = CaptureReader::new(Trickle(&bytes[..cut], 0));
+            let mut packets = Vec::new();
+            while let Some(p) = reader.next_packet() {
+                packets.push((p.ts_ns, p.linktype, p.data.to_vec()));
+            }
+            let expected: Vec<_> =
+                whole.packets.iter().map(|p| (p.ts_ns, p.linktype, p.data.clone())).collect();
+            assert_eq!(packets, expected, "cut at {cut}");
+            assert_eq!(reader.into_error(), whole.error, "cut at {cut}");
+        }
     }
 
     #[test]
@@ -698,7 +838,7 @@ mod tests {
             let cut = next() % (b.len() + 1);
             let c = read(&b[..cut]);
             for p in &c.packets {
-                let _ = parse_link(p.linktype, p.data);
+                let _ = parse_link(p.linktype, &p.data);
             }
         }
     }

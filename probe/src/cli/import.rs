@@ -10,11 +10,11 @@
 //! - Times are nanoseconds since the first TCP packet of the capture.
 
 use std::collections::HashMap;
-use std::io::{self, Write};
+use std::io::{self, Read, Write};
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 
-use ackscope_shared::attribution::summarize;
+use ackscope_shared::attribution::{ClassSummary, StallTally};
 use ackscope_shared::packet::Packet;
 use ackscope_shared::pcap;
 use ackscope_shared::wire::{
@@ -26,7 +26,7 @@ use ackscope_shared::{
 };
 
 use super::{Ended, Failure};
-use crate::record::{SessionWriter, MAX_FILE_BYTES};
+use crate::record::SessionWriter;
 
 #[derive(Debug, clap::Args)]
 pub struct ImportArgs {
@@ -50,46 +50,56 @@ pub struct Connection {
     pub bytes: [u64; 2],
 }
 
-/// What an import produced.
-pub struct Imported {
+/// The connections of a capture, from a first pass over it: who the client is in each needs
+/// the whole capture (a SYN may come late in a merged file), before any event is written.
+pub struct Scan {
     pub connections: Vec<Connection>,
-    pub events: Vec<Event>,
+    index: HashMap<(Endpoint, Endpoint), usize>,
+    /// The first TCP packet's time: the session's zero.
+    start_ns: u64,
     /// Packets read, and those of them that were not TCP over IP (or not readable as such).
     pub packets: usize,
     pub skipped: usize,
     pub error: Option<pcap::CaptureError>,
 }
 
-/// Turns a capture's bytes into connections and events. Pure: the caller reads and writes files.
-pub fn import_bytes(bytes: &[u8]) -> Imported {
-    let capture = pcap::read(bytes);
-    let mut parsed: Vec<(u64, Packet)> = Vec::new();
-    let mut skipped = 0;
-    for p in &capture.packets {
-        match pcap::parse_link(p.linktype, p.data) {
-            Ok(packet) => parsed.push((p.ts_ns, packet)),
-            Err(_) => skipped += 1,
-        }
+/// A connection's key: its two endpoints, in one order whichever way the packet went.
+fn key(p: &Packet) -> (Endpoint, Endpoint) {
+    let (a, b) = ((p.src, p.src_port), (p.dst, p.dst_port));
+    if a <= b {
+        (a, b)
+    } else {
+        (b, a)
     }
-    // Pass 1: which connection each packet belongs to, and who the client is.
-    let key = |p: &Packet| {
-        let (a, b) = ((p.src, p.src_port), (p.dst, p.dst_port));
-        if a <= b {
-            (a, b)
-        } else {
-            (b, a)
-        }
+}
+
+/// Pass 1: every packet of the capture read once, one at a time, for its connection.
+pub fn scan(src: impl Read) -> Scan {
+    let mut reader = pcap::CaptureReader::new(src);
+    let mut scan = Scan {
+        connections: Vec::new(),
+        index: HashMap::new(),
+        start_ns: 0,
+        packets: 0,
+        skipped: 0,
+        error: None,
     };
-    let mut index: HashMap<(Endpoint, Endpoint), usize> = HashMap::new();
-    let mut connections: Vec<Connection> = Vec::new();
-    for (_, p) in &parsed {
-        let n = connections.len();
-        let i = *index.entry(key(p)).or_insert(n);
+    while let Some(captured) = reader.next_packet() {
+        scan.packets += 1;
+        let Ok(p) = pcap::parse_link(captured.linktype, captured.data) else {
+            scan.skipped += 1;
+            continue;
+        };
+        if scan.packets - scan.skipped == 1 {
+            scan.start_ns = captured.ts_ns;
+        }
+        let n = scan.connections.len();
+        let i = *scan.index.entry(key(&p)).or_insert(n);
         if i == n {
             let (first, second) = ((p.src, p.src_port), (p.dst, p.dst_port));
             let (client, server) =
                 if second.1 > first.1 { (second, first) } else { (first, second) };
-            connections.push(Connection {
+            scan.connections.push(Connection {
                 client,
                 server,
                 told_by: "higher port",
@@ -97,7 +107,7 @@ pub fn import_bytes(bytes: &[u8]) -> Imported {
                 bytes: [0, 0],
             });
         }
-        let c = &mut connections[i];
+        let c = &mut scan.connections[i];
         let syn = p.segment.has(ackscope_shared::event::tcp_flags::SYN);
         let ack = p.segment.has(ackscope_shared::event::tcp_flags::ACK);
         if syn && c.told_by != "SYN" {
@@ -106,13 +116,29 @@ pub fn import_bytes(bytes: &[u8]) -> Imported {
                 if ack { (receiver, sender, "SYN+ACK") } else { (sender, receiver, "SYN") };
         }
     }
-    // Pass 2: the events.
-    let start_ns = parsed.first().map_or(0, |(ts, _)| *ts);
-    let mut req = vec![(0u32, false); connections.len()];
-    let mut events = Vec::with_capacity(parsed.len());
-    for (ts_ns, p) in parsed.iter() {
-        let i = index[&key(p)];
-        let c = &mut connections[i];
+    scan.error = reader.into_error();
+    // Who sent what is known once the clients are: counted in the second pass.
+    scan
+}
+
+/// Pass 2: the capture read again, each TCP packet an event of its connection, handed to
+/// `batch` [`EVENTS_PER_MESSAGE`] at a time and to `finder`. Returns the events made. Only the
+/// batch and the finder's windows are held, whatever the size of the capture.
+pub fn events(
+    src: impl Read,
+    scan: &mut Scan,
+    finder: &mut packet_stalls::StallFinder,
+    mut batch: impl FnMut(Vec<Event>) -> Result<(), String>,
+) -> Result<u64, String> {
+    let mut reader = pcap::CaptureReader::new(src);
+    let mut req = vec![(0u32, false); scan.connections.len()];
+    let mut pending = Vec::with_capacity(EVENTS_PER_MESSAGE);
+    let mut made = 0u64;
+    while let Some(captured) = reader.next_packet() {
+        let Ok(p) = pcap::parse_link(captured.linktype, captured.data) else { continue };
+        // A packet the first pass did not see (the file grew in between) is left out.
+        let Some(&i) = scan.index.get(&key(&p)) else { continue };
+        let c = &mut scan.connections[i];
         let side = if (p.src, p.src_port) == c.client { Side::Client } else { Side::Server };
         c.segments += 1;
         c.bytes[usize::from(side == Side::Server)] += u64::from(p.segment.len);
@@ -127,16 +153,47 @@ pub fn import_bytes(bytes: &[u8]) -> Imported {
                 Side::Server => *server_spoke = true,
             }
         }
-        events.push(Event {
+        let event = Event {
             // A capture's clock may step back (merged files): never below the start.
-            at_ns: ts_ns.saturating_sub(start_ns),
+            at_ns: captured.ts_ns.saturating_sub(scan.start_ns),
             side,
             conn: ConnId(i as u32 + 1),
             req: ReqId(*count),
-            kind: EventKind::Segment(p.segment.clone()),
-        });
+            kind: EventKind::Segment(p.segment),
+        };
+        finder.push(&event, ());
+        pending.push(event);
+        made += 1;
+        if pending.len() == EVENTS_PER_MESSAGE {
+            batch(std::mem::replace(&mut pending, Vec::with_capacity(EVENTS_PER_MESSAGE)))?;
+        }
     }
-    Imported { connections, events, packets: capture.packets.len(), skipped, error: capture.error }
+    if !pending.is_empty() {
+        batch(pending)?;
+    }
+    Ok(made)
+}
+
+/// What an import of a capture held in memory produced (the tests' form of `scan` and
+/// `events`).
+#[cfg(test)]
+pub struct Imported {
+    pub connections: Vec<Connection>,
+    pub events: Vec<Event>,
+    pub error: Option<pcap::CaptureError>,
+}
+
+#[cfg(test)]
+pub fn import_bytes(bytes: &[u8]) -> Imported {
+    let mut scan = scan(bytes);
+    let mut all = Vec::new();
+    let mut finder = packet_stalls::StallFinder::default();
+    events(bytes, &mut scan, &mut finder, |batch| {
+        all.extend(batch);
+        Ok(())
+    })
+    .expect("collecting cannot fail");
+    Imported { connections: scan.connections, events: all, error: scan.error }
 }
 
 /// What the session says about where its packets came from.
@@ -154,24 +211,6 @@ pub fn import_spec(source: &Path, connections: &[Connection]) -> ImportSpec {
     }
 }
 
-/// The session's messages for an import: one run, no syscall events, packets captured.
-pub fn session_messages(spec: ImportSpec, events: Vec<Event>) -> Vec<ToBrowser> {
-    let run = RunId(1);
-    let mut messages = vec![
-        ToBrowser::Hello(Hello::current(env!("CARGO_PKG_VERSION"), HostFacts::default())),
-        ToBrowser::RunStarted {
-            run,
-            spec: Scenario::Import(spec),
-            instruments: imported_instruments(),
-        },
-    ];
-    for batch in events.chunks(EVENTS_PER_MESSAGE) {
-        messages.push(ToBrowser::Events { run, events: batch.to_vec() });
-    }
-    messages.push(ToBrowser::RunFinished { run, outcome: RunOutcome::Completed });
-    messages
-}
-
 /// The instruments of an imported run: packets only.
 pub fn imported_instruments() -> Instruments {
     Instruments {
@@ -184,18 +223,16 @@ pub fn imported_instruments() -> Instruments {
 
 pub fn import(args: &ImportArgs) -> Result<Ended, Failure> {
     let path = &args.capture;
-    let size =
-        std::fs::metadata(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?.len();
-    if size > MAX_FILE_BYTES {
-        return Err(Failure::Run(format!(
-            "{} is {size} bytes, over the {MAX_FILE_BYTES}-byte limit",
-            path.display()
-        )));
-    }
-    let bytes = std::fs::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-    let imported = import_bytes(&bytes);
-    if imported.packets == 0 {
-        if let Some(error) = &imported.error {
+    let open = || {
+        std::fs::File::open(path)
+            .map(io::BufReader::new)
+            .map_err(|e| format!("cannot read {}: {e}", path.display()))
+    };
+    // Two passes over the file, one packet in memory at a time: the connections first (the
+    // session's header names them), then the events, written as they are made.
+    let mut scan = scan(open()?);
+    if scan.packets == 0 {
+        if let Some(error) = &scan.error {
             return Err(Failure::Run(format!("{}: {error}", path.display())));
         }
     }
@@ -207,36 +244,41 @@ pub fn import(args: &ImportArgs) -> Result<Ended, Failure> {
             output.display()
         )));
     }
-    let stalls: Vec<_> =
-        packet_stalls::find(&imported.events).into_iter().map(|s| s.stall).collect();
+    let mut writer = SessionWriter::create(&output).map_err(|e| e.to_string())?;
+    let run = RunId(1);
+    let mut write = |message: ToBrowser| writer.write(&message).map_err(|e| e.to_string());
+    write(ToBrowser::Hello(Hello::current(env!("CARGO_PKG_VERSION"), HostFacts::default())))?;
+    let spec = Scenario::Import(import_spec(path, &scan.connections));
+    write(ToBrowser::RunStarted { run, spec, instruments: imported_instruments() })?;
+    let mut finder = packet_stalls::StallFinder::default();
+    let made =
+        events(open()?, &mut scan, &mut finder, |events| write(ToBrowser::Events { run, events }))?;
+    write(ToBrowser::RunFinished { run, outcome: RunOutcome::Completed })?;
+    let mut stalls = StallTally::default();
+    finder.finish().iter().for_each(|(stall, ())| stalls.add(stall));
+
     let mut out = io::stdout().lock();
     let _ = writeln!(
         out,
         "imported {} of {} packets from {} (a packet capture: no syscalls, no TCP_INFO){}",
-        imported.packets - imported.skipped,
-        imported.packets,
+        scan.packets - scan.skipped,
+        scan.packets,
         path.display(),
-        if imported.skipped > 0 {
-            format!("; {} not TCP over IP, skipped", imported.skipped)
+        if scan.skipped > 0 {
+            format!("; {} not TCP over IP, skipped", scan.skipped)
         } else {
             String::new()
         }
     );
-    print_connections(&mut out, &imported.connections);
-    print_stalls(&mut out, &stalls);
-    let events = imported.events.len();
-    let mut writer = SessionWriter::create(&output).map_err(|e| e.to_string())?;
-    let spec = import_spec(path, &imported.connections);
-    for message in session_messages(spec, imported.events) {
-        writer.write(&message).map_err(|e| e.to_string())?;
-    }
-    let _ = writeln!(out, "wrote {events} segments to {}", output.display());
-    match imported.error {
+    print_connections(&mut out, &scan.connections);
+    print_summaries(&mut out, &stalls.summaries());
+    let _ = writeln!(out, "wrote {made} segments to {}", output.display());
+    match scan.error {
         None => Ok(Ended::Ok),
         Some(error) => Err(Failure::Run(format!(
             "{}: {error}; the {} packets before it were imported",
             path.display(),
-            imported.packets
+            scan.packets
         ))),
     }
 }
@@ -278,12 +320,13 @@ pub fn print_connections(out: &mut impl Write, connections: &[Connection]) {
     }
 }
 
-pub fn print_stalls(out: &mut impl Write, stalls: &[ackscope_shared::attribution::Stall]) {
-    if stalls.is_empty() {
+/// The stall classes of an import, or that there were none.
+pub fn print_summaries(out: &mut impl Write, classes: &[ClassSummary]) {
+    if classes.is_empty() {
         let _ = writeln!(out, "no stalls seen in the packets");
         return;
     }
-    for class in summarize(stalls) {
+    for class in classes {
         let _ = writeln!(out, "{}", class.line());
     }
 }

@@ -4,7 +4,7 @@ use std::io::{self, Read, Write};
 use std::path::Path;
 
 use ackscope_shared::analysis::RunAnalysis;
-use ackscope_shared::attribution::{self, Stall, StallClass};
+use ackscope_shared::attribution::{self, ClassSummary, Stall, StallClass, StallTally};
 use ackscope_shared::packet::{synthesize, Packet};
 use ackscope_shared::pcap::{linktype, PcapngWriter};
 use ackscope_shared::wire::{RunOutcome, ToBrowser, WireError, PROTOCOL_VERSION};
@@ -22,8 +22,8 @@ struct FileRun {
     scenario: Scenario,
     tally: Tally,
     outcome: Option<RunOutcome>,
-    /// An imported capture's events (see `import`): shown as connections and packet stalls.
-    imported: Option<Vec<Event>>,
+    /// An imported capture (see `import`): shown as connections and packet stalls.
+    imported: Option<ImportedRun>,
 }
 
 /// Runs going at once that `show` follows. A recorded file has one at a time (each run's end
@@ -119,7 +119,7 @@ impl FileRuns {
                 let file_run = FileRun {
                     tally: Tally::new(&spec),
                     outcome: None,
-                    imported: matches!(spec, Scenario::Import(_)).then(Vec::new),
+                    imported: matches!(spec, Scenario::Import(_)).then(ImportedRun::default),
                     scenario: spec,
                 };
                 self.open.insert(run, (self.started, file_run));
@@ -128,7 +128,7 @@ impl FileRuns {
             ToBrowser::Events { run, events } => {
                 if let Some((_, r)) = self.open.get_mut(&run) {
                     match &mut r.imported {
-                        Some(all) => all.extend(events),
+                        Some(imported) => imported.push(&events),
                         None => r.tally.push(&events),
                     }
                 }
@@ -165,15 +165,15 @@ impl FileRuns {
 /// One run's entry in `export --json`'s `runs`: the summary `run --json` prints for it (an
 /// imported capture's: its connections and the stall classes found in its packets).
 fn run_json(id: RunId, run: FileRun) -> serde_json::Value {
-    if let Some(events) = &run.imported {
-        let stalls: Vec<Stall> = packet_stalls::find(events).into_iter().map(|s| s.stall).collect();
+    if let Some(imported) = run.imported {
         let connections = match &run.scenario {
             Scenario::Import(spec) => spec.connections.len(),
             _ => 0,
         };
+        let (_, stalls) = imported.finish();
         return serde_json::json!({
             "run": id.0,
-            "imported": { "connections": connections, "stalls": attribution::summarize(&stalls) },
+            "imported": { "connections": connections, "stalls": stalls },
         });
     }
     let outcome = run.outcome.unwrap_or_else(unfinished_outcome);
@@ -186,14 +186,14 @@ fn unfinished_outcome() -> RunOutcome {
 
 /// One run's summary (an imported capture's connections and packet stalls).
 fn print_run(out: &mut impl Write, id: RunId, run: FileRun) -> Result<(), String> {
-    if let Some(events) = &run.imported {
+    if let Some(imported) = run.imported {
         let _ =
             writeln!(out, "run {}: an imported packet capture (no syscalls, no TCP_INFO)", id.0);
         let connections = match &run.scenario {
             Scenario::Import(spec) => spec.connections.as_slice(),
             _ => &[],
         };
-        print_imported(out, connections, events);
+        print_imported(out, connections, imported);
         return Ok(());
     }
     let _ = write!(out, "run {} ", id.0);
@@ -262,22 +262,49 @@ pub(crate) fn export_json_from<R: Read>(
     Ok(file_error)
 }
 
-/// An imported run's connections and packet stalls.
-fn print_imported(out: &mut impl Write, connections: &[ImportedConnection], events: &[Event]) {
-    // In the order they first appear; the map finds a connection's row in O(1), so a capture
-    // of many connections is not quadratic.
-    let mut conns: Vec<(ConnId, u32, [u64; 2])> = Vec::new();
-    let mut row_of: std::collections::HashMap<ConnId, usize> = Default::default();
-    for e in events {
-        let EventKind::Segment(s) = &e.kind else { continue };
-        let i = *row_of.entry(e.conn).or_insert_with(|| {
-            conns.push((e.conn, 0, [0, 0]));
-            conns.len() - 1
-        });
-        conns[i].1 += 1;
-        conns[i].2[usize::from(e.side == Side::Server)] += u64::from(s.len);
+/// A connection of an imported run: its id, its segments, its payload bytes each way.
+type ConnRow = (ConnId, u32, [u64; 2]);
+
+/// An imported capture's run as `show` and `export` follow it: each connection's segments and
+/// bytes, and the stalls its packets show, found as the events go by (the finder holds only each
+/// connection's undecided window, as the import did).
+#[derive(Default)]
+struct ImportedRun {
+    /// Connection, segments, bytes each way: in the order they first appear; `row_of` finds a
+    /// connection's row in O(1), so a capture of many connections is not quadratic.
+    rows: Vec<ConnRow>,
+    row_of: std::collections::HashMap<ConnId, usize>,
+    finder: packet_stalls::StallFinder,
+    stalls: StallTally,
+}
+
+impl ImportedRun {
+    fn push(&mut self, events: &[Event]) {
+        for e in events {
+            let EventKind::Segment(s) = &e.kind else { continue };
+            let rows = &mut self.rows;
+            let i = *self.row_of.entry(e.conn).or_insert_with(|| {
+                rows.push((e.conn, 0, [0, 0]));
+                rows.len() - 1
+            });
+            self.rows[i].1 += 1;
+            self.rows[i].2[usize::from(e.side == Side::Server)] += u64::from(s.len);
+            self.finder.push(e, ());
+        }
+        self.finder.take_found().iter().for_each(|(stall, ())| self.stalls.add(stall));
     }
-    for (conn, segments, bytes) in &conns {
+
+    /// The connections' rows and the stall classes, every candidate decided.
+    fn finish(mut self) -> (Vec<ConnRow>, Vec<ClassSummary>) {
+        self.finder.finish().iter().for_each(|(stall, ())| self.stalls.add(stall));
+        (self.rows, self.stalls.summaries())
+    }
+}
+
+/// An imported run's connections and packet stalls.
+fn print_imported(out: &mut impl Write, connections: &[ImportedConnection], run: ImportedRun) {
+    let (rows, stalls) = run.finish();
+    for (conn, segments, bytes) in &rows {
         // Connection ids of an import count from 1.
         let addresses = (conn.0 as usize)
             .checked_sub(1)
@@ -291,8 +318,7 @@ fn print_imported(out: &mut impl Write, connections: &[ImportedConnection], even
             conn.0, bytes[0], bytes[1]
         );
     }
-    let stalls: Vec<Stall> = packet_stalls::find(events).into_iter().map(|s| s.stall).collect();
-    super::import::print_stalls(out, &stalls);
+    super::import::print_summaries(out, &stalls);
 }
 
 /// Addresses for synthesized headers: a session keeps no addresses, so every connection is
