@@ -495,7 +495,8 @@ fn ctrl_c_ends_the_ui_server_during_a_browser_run() {
     let _page = start_from_a_page(&addr, &ToProbe::StartRun { spec });
     std::thread::sleep(Duration::from_millis(800));
     common::interrupt(ui.id());
-    let took = ends_within(&mut ui, Duration::from_secs(3));
+    // The promise: within 2 s under any load (the server's own fallback is 1.5 s).
+    let took = ends_within(&mut ui, Duration::from_secs(2));
     eprintln!("the UI server ended {took:?} after Ctrl-C, a run going");
 }
 
@@ -510,7 +511,7 @@ fn ends_within(child: &mut std::process::Child, limit: Duration) -> Duration {
 }
 
 /// A second Ctrl-C ends the UI server at once. With a request still coming in, the first waits
-/// for it (up to its 2 s fallback); the second does not.
+/// for it (up to its 1.5 s fallback); the second does not.
 #[test]
 fn a_second_ctrl_c_ends_the_ui_server_at_once() {
     let (mut ui, addr) = ui_server();
@@ -521,8 +522,8 @@ fn a_second_ctrl_c_ends_the_ui_server_at_once() {
     std::thread::sleep(Duration::from_millis(500));
     assert!(ui.try_wait().unwrap().is_none(), "the first Ctrl-C waits for the request");
     common::interrupt(ui.id());
-    // The first Ctrl-C's own fallback would end it 1.5 s from now.
-    let took = ends_within(&mut ui, Duration::from_millis(1000));
+    // The first Ctrl-C's own fallback would end it 1 s from now.
+    let took = ends_within(&mut ui, Duration::from_millis(600));
     eprintln!("the UI server ended {took:?} after the second Ctrl-C");
 }
 

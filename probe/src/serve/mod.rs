@@ -38,6 +38,10 @@ const MAX_INCOMING_PER_SECOND: u32 = 50;
 /// the secret as soon as it connects) before it is told the room is full.
 const PRESENT_WITHIN: std::time::Duration = std::time::Duration::from_secs(2);
 
+/// After Ctrl-C, the process ends this soon whatever is still open: with the exit's own time,
+/// well within the 2 s ackscope promises for any load.
+const STOP_WITHIN: std::time::Duration = std::time::Duration::from_millis(1500);
+
 struct App {
     session: Arc<Session>,
     /// The origins of this probe's own page, e.g. "http://127.0.0.1:4044".
@@ -95,14 +99,14 @@ async fn serve(
         .with_graceful_shutdown(async {
             let _ = tokio::signal::ctrl_c().await;
             // Runs stop and keep what they recorded; open pages would hold a graceful shutdown
-            // for ever, so the process ends 2 s from now whatever is left, and at once on a
-            // second Ctrl-C.
+            // for ever, so the process ends STOP_WITHIN from now whatever is left, and at once
+            // on a second Ctrl-C.
             STOP_RUNS.store(true, std::sync::atomic::Ordering::Relaxed);
             eprintln!("ackscope: stopping (Ctrl-C again to stop at once)");
             tokio::spawn(async {
                 tokio::select! {
                     _ = tokio::signal::ctrl_c() => {}
-                    _ = tokio::time::sleep(std::time::Duration::from_secs(2)) => {}
+                    _ = tokio::time::sleep(STOP_WITHIN) => {}
                 }
                 std::process::exit(130);
             });
