@@ -788,10 +788,11 @@ fn a_large_capture_imports_and_shows_in_memory_that_does_not_grow_with_it() {
 
     let session = temp("large.ackscope");
     let peak_mb = |args: &[&str]| -> (u64, String) {
+        // Reaped by wait4 below, which also gives its peak RSS.
+        #[allow(clippy::zombie_processes)]
         let child = Command::new(env!("CARGO_BIN_EXE_ackscope"))
             .args(args)
             .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
             .spawn()
             .unwrap();
         let pid = child.id();

@@ -71,7 +71,6 @@ enum Miss {
 /// [`nagle_hold`], telling "no" from "not yet": what [`StallFinder`] needs to decide a
 /// candidate only once its packets are in.
 fn hold_so_far(segments: &[SegmentSample], small: usize, path_delay_ns: u64) -> Result<Hold, Miss> {
-    let no = |why: String| Miss::No(why);
     let first = segments[small];
     let writer = first.side;
     let (w, r) = (writer.name(), writer.peer().name());
@@ -86,7 +85,7 @@ fn hold_so_far(segments: &[SegmentSample], small: usize, path_delay_ns: u64) -> 
         };
         if s.side == writer {
             if s.len > 0 {
-                return Err(no(format!(
+                return Err(Miss::No(format!(
                     "the {w} sent more data before the {r} acknowledged the {}-byte segment",
                     first.len
                 )));
@@ -94,7 +93,7 @@ fn hold_so_far(segments: &[SegmentSample], small: usize, path_delay_ns: u64) -> 
             continue;
         }
         if s.len > 0 && !seq_ge(s.ack, end) {
-            return Err(no(format!(
+            return Err(Miss::No(format!(
                 "the {r} answered before it acknowledged the {}-byte segment",
                 first.len
             )));
@@ -103,14 +102,14 @@ fn hold_so_far(segments: &[SegmentSample], small: usize, path_delay_ns: u64) -> 
             continue;
         }
         if !s.is_pure_ack() {
-            return Err(no(format!(
+            return Err(Miss::No(format!(
                 "the {r}'s ACK of the {}-byte segment rode on its answer: not delayed",
                 first.len
             )));
         }
         let delay = s.at_ns.saturating_sub(first.at_ns).saturating_sub(path_delay_ns);
         if !DELAYED_ACK_NS.contains(&delay) {
-            return Err(no(format!(
+            return Err(Miss::No(format!(
                 "the {r} acknowledged the {}-byte segment after {:.1} ms, outside the \
                  delayed-ACK timer's {:.0}-{:.0} ms",
                 first.len,
@@ -126,13 +125,13 @@ fn hold_so_far(segments: &[SegmentSample], small: usize, path_delay_ns: u64) -> 
             continue;
         }
         if s.seq != end {
-            return Err(no(format!(
+            return Err(Miss::No(format!(
                 "the {w}'s next data did not start where the small segment ended"
             )));
         }
         let release = s.at_ns.saturating_sub(segments[ack].at_ns).saturating_sub(path_delay_ns);
         if release > NAGLE_RELEASE_NS {
-            return Err(no(format!(
+            return Err(Miss::No(format!(
                 "the held {} bytes left {:.1} ms after the {r}'s ACK, not at once",
                 s.len,
                 release as f64 / 1e6
