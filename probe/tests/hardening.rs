@@ -787,24 +787,34 @@ fn a_large_capture_imports_and_shows_in_memory_that_does_not_grow_with_it() {
     assert!(file_mb >= 120, "the capture is {file_mb} MB");
 
     let session = temp("large.ackscope");
+    // The child's own high-water mark (VmHWM, which starts afresh at exec; a fork's rusage
+    // would count the test process's memory too), read until it exits.
     let peak_mb = |args: &[&str]| -> (u64, String) {
-        // Reaped by wait4 below, which also gives its peak RSS.
-        #[allow(clippy::zombie_processes)]
-        let child = Command::new(env!("CARGO_BIN_EXE_ackscope"))
+        let mut child = Command::new(env!("CARGO_BIN_EXE_ackscope"))
             .args(args)
             .stdout(Stdio::piped())
             .spawn()
             .unwrap();
-        let pid = child.id();
-        let mut stdout = String::new();
-        child.stdout.unwrap().read_to_string(&mut stdout).unwrap();
-        let mut status = 0;
-        // SAFETY: rusage is plain data wait4 fills; the child is ours and not yet reaped.
-        let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
-        let reaped = unsafe { libc::wait4(pid as i32, &mut status, 0, &mut usage) };
-        assert_eq!(reaped, pid as i32);
-        assert_eq!(status, 0, "ackscope {args:?} failed: {stdout}");
-        (usage.ru_maxrss as u64 / 1024, stdout)
+        let mut stdout = child.stdout.take().unwrap();
+        let reader = std::thread::spawn(move || {
+            let mut text = String::new();
+            stdout.read_to_string(&mut text).unwrap();
+            text
+        });
+        let status_file = format!("/proc/{}/status", child.id());
+        let mut peak_kb = 0;
+        while child.try_wait().unwrap().is_none() {
+            let status = std::fs::read_to_string(&status_file).unwrap_or_default();
+            let hwm = status.lines().find_map(|l| l.strip_prefix("VmHWM:"));
+            if let Some(kb) = hwm.and_then(|v| v.split_whitespace().next()?.parse::<u64>().ok()) {
+                peak_kb = peak_kb.max(kb);
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let stdout = reader.join().unwrap();
+        assert!(child.wait().unwrap().success(), "ackscope {args:?} failed: {stdout}");
+        assert!(peak_kb > 0, "read the peak of ackscope {args:?}");
+        (peak_kb / 1024, stdout)
     };
     let (import_mb, said) = peak_mb(&["import", s(&capture), "-o", s(&session)]);
     assert!(said.contains("imported 200000 of 200000 packets"), "{said}");
