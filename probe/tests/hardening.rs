@@ -448,12 +448,13 @@ fn a_thousand_concurrent_connections_are_served_in_bounded_memory() {
 
 /// A process's resident memory, in kB (`VmRSS` of /proc/PID/status).
 fn rss_kb(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.split_whitespace().next()?.parse().ok())
-        .unwrap()
+    status_kb(pid, "VmRSS:").unwrap()
+}
+
+/// A `/proc/PID/status` field in KB (`VmRSS:`, `VmHWM:`); `None` once the process is gone.
+fn status_kb(pid: u32, field: &str) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status.lines().find_map(|l| l.strip_prefix(field))?.split_whitespace().next()?.parse().ok()
 }
 
 /// A standalone server's connection kept the largest message it ever got (and its answer) for
@@ -801,14 +802,9 @@ fn a_large_capture_imports_and_shows_in_memory_that_does_not_grow_with_it() {
             stdout.read_to_string(&mut text).unwrap();
             text
         });
-        let status_file = format!("/proc/{}/status", child.id());
         let mut peak_kb = 0;
         while child.try_wait().unwrap().is_none() {
-            let status = std::fs::read_to_string(&status_file).unwrap_or_default();
-            let hwm = status.lines().find_map(|l| l.strip_prefix("VmHWM:"));
-            if let Some(kb) = hwm.and_then(|v| v.split_whitespace().next()?.parse::<u64>().ok()) {
-                peak_kb = peak_kb.max(kb);
-            }
+            peak_kb = peak_kb.max(status_kb(child.id(), "VmHWM:").unwrap_or(0));
             std::thread::sleep(Duration::from_millis(5));
         }
         let stdout = reader.join().unwrap();

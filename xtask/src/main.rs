@@ -170,23 +170,24 @@ fn test() -> Result<(), String> {
 
     steps.start("native unit, integration and end-to-end tests (the web crate's pure modules too)");
     steps.note("the end-to-end test drives the real binary in headless Chromium");
-    setup::tool_command("cargo")
-        .args(["test", "--workspace"])
-        .env("ACKSCOPE_BIN", setup::probe_binary())
-        // Under target/: tests never rewrite tracked files; docs/ gets a copy on purpose.
-        .env("ACKSCOPE_SCREENSHOT_DIR", screenshot_dir()?)
-        .run()?;
+    // Both passes below run the workspace's tests against the release binary just built.
+    let workspace_tests = || -> Result<std::process::Command, String> {
+        let mut command = setup::tool_command("cargo");
+        command
+            .args(["test", "--workspace"])
+            .env("ACKSCOPE_BIN", setup::probe_binary())
+            // Under target/: tests never rewrite tracked files; docs/ gets a copy on purpose.
+            .env("ACKSCOPE_SCREENSHOT_DIR", screenshot_dir()?);
+        Ok(command)
+    };
+    workspace_tests()?.run()?;
     steps.done("passed");
 
     // The tests that need root are `#[ignore = "needs root ..."]`: the pass above lists them as
     // ignored, by name. Here they run, on their own, when this is root (as in CI).
     steps.start("root-only tests (packet capture, namespaces, SCHED_FIFO), the ignored ones above");
     if setup::is_root() {
-        setup::tool_command("cargo")
-            .args(["test", "--workspace", "--", "--ignored"])
-            .env("ACKSCOPE_BIN", setup::probe_binary())
-            .env("ACKSCOPE_SCREENSHOT_DIR", screenshot_dir()?)
-            .run()?;
+        workspace_tests()?.args(["--", "--ignored"]).run()?;
         steps.done("passed");
     } else {
         steps.done(
