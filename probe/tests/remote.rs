@@ -196,6 +196,43 @@ fn a_wrong_token_gets_one_clear_refusal_and_runs_past_the_limits_are_refused() {
     stop(server);
 }
 
+/// `ackscope server --max-run S`: a run that asks for longer is refused up front, naming the
+/// limit; one that goes on longer (a count of requests, no duration) is stopped at the limit, and
+/// both files keep what was recorded and say why it ended.
+#[test]
+fn a_remote_run_is_held_to_the_servers_longest_run() {
+    let server_file = temp("remote", "max-run-server.ackscope");
+    let (server, addr, token) = server(&["--max-run", "2", "-o", s(&server_file)]);
+    let long = ackscope(&["run", "rr", "--duration", "5s", "--remote", &addr, "--token", &token]);
+    assert_eq!(long.status.code(), Some(1));
+    let said = text(&long.stderr);
+    assert!(said.contains("a remote run lasts at most 2 s on this server"), "{said}");
+    assert!(said.contains("--max-run"), "names the server's option: {said}");
+
+    // Story 1 waits about 88 ms a request (Nagle x delayed ACK): 100 requests take 8.8 s at the
+    // least, so a run that ends within 6 s was stopped by the server's 2 s limit.
+    let client_file = temp("remote", "max-run-client.ackscope");
+    let began = Instant::now();
+    let stopped = ackscope(&[
+        "run", "story1", "--count", "100", "--json", "--remote", &addr, "--token", &token, "-o",
+        s(&client_file),
+    ]);
+    let took = began.elapsed();
+    stop(server);
+    assert!(took < Duration::from_secs(6), "stopped at the limit, not after the run: {took:?}");
+    assert_eq!(stopped.status.code(), Some(1), "{}", text(&stopped.stderr));
+    let summary: serde_json::Value = serde_json::from_slice(&stopped.stdout).unwrap();
+    assert_eq!(summary["outcome"], "failed");
+    let error = summary["error"].as_str().unwrap();
+    assert!(error.contains("server side: stopped after 2 s"), "{error}");
+    let requests = summary["requests"].as_u64().unwrap();
+    assert!((5..100).contains(&requests), "what ran before the limit is kept: {requests}");
+    let shown = text(&ackscope(&["show", s(&server_file)]).stdout);
+    assert!(shown.contains("stopped after 2 s"), "the server's file says so too: {shown}");
+    let shown = text(&ackscope(&["show", s(&client_file)]).stdout);
+    assert!(shown.contains("stopped after 2 s"), "and the client's: {shown}");
+}
+
 /// One remote run at a time on a server (two would measure each other): a second probe asking
 /// while a run is going gets one clear refusal, and the first run is not disturbed.
 #[test]

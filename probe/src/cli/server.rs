@@ -22,7 +22,7 @@ use crate::net::echo::{EchoAccess, EchoConfig, EchoServer, Tagging, DEFAULT_MAX_
 use crate::net::options::SideOptions;
 use crate::net::record::Clock;
 use crate::record::{SessionWriter, SharedWriter};
-use crate::remote::{self, host::ControlHost};
+use crate::remote::{self, host::ControlHost, host::MAX_RUN, host::MAX_RUN_LIMIT};
 use crate::{host, interrupt};
 
 #[derive(Debug, clap::Args)]
@@ -49,6 +49,11 @@ pub struct ServerArgs {
     /// characters [default: a fresh random one, printed at start]
     #[arg(long, value_name = "TOKEN")]
     token: Option<String>,
+    /// The longest a remote run may last, 1 to 3600 seconds; one that asks for longer is
+    /// refused, one that goes on longer is stopped and keeps what it recorded
+    #[arg(long, value_name = "SECONDS", default_value_t = MAX_RUN.as_secs(),
+          value_parser = clap::value_parser!(u64).range(1..=MAX_RUN_LIMIT.as_secs()))]
+    max_run: u64,
     #[command(flatten)]
     rr: RrKnobs,
     #[command(flatten)]
@@ -94,7 +99,12 @@ pub fn run(args: &ServerArgs) -> Result<Ended, Failure> {
     let file = Arc::new(SharedWriter::new(file));
     let remote_stop = Arc::new(AtomicBool::new(false));
     let control =
-        Arc::new(ControlHost::new(token.clone(), Arc::clone(&file), Arc::clone(&remote_stop)));
+        Arc::new(ControlHost::new(
+            token.clone(),
+            Arc::clone(&file),
+            Arc::clone(&remote_stop),
+            Duration::from_secs(args.max_run),
+        ));
     let config = EchoConfig {
         opts: SideOptions::rr(spec, Side::Server),
         max_body_bytes: args.max_body,

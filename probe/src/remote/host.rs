@@ -23,8 +23,12 @@ use crate::record::SharedWriter;
 
 /// How long a new control connection may take to say who it is and what to run.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
-/// A remote run ends after this long, keeping what it recorded.
+/// A remote run ends after this long, keeping what it recorded, unless the server is started
+/// with another `--max-run`.
 pub const MAX_RUN: Duration = Duration::from_secs(600);
+/// The longest `--max-run` may be: a spec's longest duration.
+pub const MAX_RUN_LIMIT: Duration =
+    Duration::from_millis(ackscope_shared::spec::MAX_DURATION_MS as u64);
 /// Bytes a remote run may move: requests x (request + answer), or a bulk transfer's.
 pub const MAX_RUN_BYTES: u64 = 16 << 30;
 /// A remote bulk run's smallest read buffer: each read is two events sent to the client.
@@ -40,16 +44,24 @@ pub struct ControlHost {
     busy: AtomicBool,
     /// Set when the server stops: a run going ends, as interrupted.
     stopping: Arc<AtomicBool>,
+    /// How long a remote run may last ([`MAX_RUN`] unless `--max-run` says otherwise).
+    max_run: Duration,
 }
 
 impl ControlHost {
-    pub fn new(token: String, file: Arc<SharedWriter>, stopping: Arc<AtomicBool>) -> ControlHost {
+    pub fn new(
+        token: String,
+        file: Arc<SharedWriter>,
+        stopping: Arc<AtomicBool>,
+        max_run: Duration,
+    ) -> ControlHost {
         ControlHost {
             token,
             file,
             next_run: AtomicU32::new(2),
             busy: AtomicBool::new(false),
             stopping,
+            max_run,
         }
     }
 
@@ -127,7 +139,7 @@ impl ControlHost {
             )));
         }
         spec.validate().map_err(|e| Refusal::Tell(e.to_string()))?;
-        if let Some(limit) = beyond_limits(&spec, instruments) {
+        if let Some(limit) = beyond_limits(&spec, instruments, self.max_run) {
             return Err(Refusal::Tell(limit));
         }
         if self.busy.swap(true, Ordering::SeqCst) {
@@ -139,7 +151,7 @@ impl ControlHost {
     }
 
     /// Runs the server side of `spec` until the driving probe says stop, its control connection
-    /// drops, the run lasts [`MAX_RUN`] or this server stops.
+    /// drops, the run lasts `max_run` or this server stops.
     fn run(&self, stream: TcpStream, peer: SocketAddr, spec: Scenario, instruments: Instruments) {
         let run = RunId(self.next_run.fetch_add(1, Ordering::Relaxed));
         let clock = Clock::start();
@@ -218,7 +230,7 @@ impl ControlHost {
                 Err(RecvTimeoutError::Timeout) => {}
                 Err(RecvTimeoutError::Disconnected) => break,
             }
-            let over = started.elapsed() >= MAX_RUN;
+            let over = started.elapsed() >= self.max_run;
             let stop = ended.stop.load(Ordering::SeqCst)
                 || ended.dropped.load(Ordering::SeqCst)
                 || self.stopping.load(Ordering::SeqCst)
@@ -254,8 +266,8 @@ impl ControlHost {
             RunOutcome::Failed {
                 error: format!(
                     "server side: stopped after {} s, the longest a remote run lasts on this \
-                     server; what it recorded is kept",
-                    MAX_RUN.as_secs()
+                     server (its --max-run); what it recorded is kept",
+                    self.max_run.as_secs()
                 ),
             }
         } else {
@@ -390,7 +402,20 @@ fn forward(
 }
 
 /// Why a remote run is refused, naming the limit; `None` within them all.
-fn beyond_limits(spec: &Scenario, instruments: Instruments) -> Option<String> {
+fn beyond_limits(spec: &Scenario, instruments: Instruments, max_run: Duration) -> Option<String> {
+    let duration_ms = match spec {
+        Scenario::Rr(rr) => rr.duration_ms,
+        Scenario::Bulk(bulk) => bulk.duration_ms,
+        _ => None,
+    };
+    if let Some(ms) = duration_ms.filter(|&ms| u128::from(ms) > max_run.as_millis()) {
+        return Some(format!(
+            "the run asks for {} s; a remote run lasts at most {} s on this server (its \
+             --max-run)",
+            f64::from(ms) / 1000.0,
+            max_run.as_secs()
+        ));
+    }
     let (bytes, link) = match spec {
         Scenario::Rr(rr) => {
             let per_request = u64::from(rr.size_bytes) + u64::from(rr.response_size());
