@@ -214,7 +214,16 @@ fn a_remote_run_is_held_to_the_servers_longest_run() {
     let client_file = temp("remote", "max-run-client.ackscope");
     let began = Instant::now();
     let stopped = ackscope(&[
-        "run", "story1", "--count", "100", "--json", "--remote", &addr, "--token", &token, "-o",
+        "run",
+        "story1",
+        "--count",
+        "100",
+        "--json",
+        "--remote",
+        &addr,
+        "--token",
+        &token,
+        "-o",
         s(&client_file),
     ]);
     let took = began.elapsed();

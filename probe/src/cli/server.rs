@@ -98,13 +98,12 @@ pub fn run(args: &ServerArgs) -> Result<Ended, Failure> {
     // From here the server's own run and the remote runs share the file.
     let file = Arc::new(SharedWriter::new(file));
     let remote_stop = Arc::new(AtomicBool::new(false));
-    let control =
-        Arc::new(ControlHost::new(
-            token.clone(),
-            Arc::clone(&file),
-            Arc::clone(&remote_stop),
-            Duration::from_secs(args.max_run),
-        ));
+    let control = Arc::new(ControlHost::new(
+        token.clone(),
+        Arc::clone(&file),
+        Arc::clone(&remote_stop),
+        Duration::from_secs(args.max_run),
+    ));
     let config = EchoConfig {
         opts: SideOptions::rr(spec, Side::Server),
         max_body_bytes: args.max_body,
