@@ -43,8 +43,9 @@ const PACKET_STATISTICS: libc::c_int = 6;
 const POLL_TIMEOUT_MS: libc::c_int = 10;
 /// Captured segments are sent on at least this often, so a live view keeps up.
 const FLUSH_EVERY: Duration = Duration::from_millis(20);
-/// After the stop flag, blocks are taken until none has come for this long: the kernel hands
-/// the last, partly filled block over [`ring::RETIRE_AFTER_MS`] after its first packet.
+/// After the stop flag, blocks are taken until none has come for this long, counted from the
+/// stop at the earliest: the kernel hands the last, partly filled block over
+/// [`ring::RETIRE_AFTER_MS`] after its first packet.
 const DRAIN_FOR: Duration = Duration::from_millis(4 * ring::RETIRE_AFTER_MS as u64);
 /// Segments sent before their connection's first request was announced (the handshake) wait
 /// this long for it before they are dropped.
@@ -331,20 +332,29 @@ impl Reader {
         let (mut dropped, mut kernel_packets) = (0u32, 0u64);
         let start = self.offset;
         let (mut largest_step, mut widest) = (0i128, start.uncertainty_ns);
-        let mut last_block = Instant::now();
+        // When a block last came, or the stop, whichever is later.
+        let mut quiet_since = Instant::now();
+        let mut stop_seen = false;
         let Some(mut ring) = self.socket.ring.take() else {
             return CaptureReport::default();
         };
         loop {
-            // Once stopping, what is still in the ring is read: the last FINs are in it.
+            // Once stopping, what is still in the ring is read: the last FINs are in it. The
+            // quiet time counts from the stop, not from the last block: a run whose last block
+            // came long before its last packets (story 1 sends every 44 ms) still has them in a
+            // block the kernel has not handed over yet.
             let stopping = stop.load(Ordering::SeqCst);
+            if stopping && !stop_seen {
+                stop_seen = true;
+                quiet_since = Instant::now();
+            }
             if ring.ready() {
                 // The offset of the moment the block is read, so a step of the realtime clock
                 // since the last block does not move its packets.
                 self.remeasure(&mut largest_step, &mut widest);
                 ring.take_block(|packet| self.handle(packet.frame, Some(packet.realtime_ns)));
-                last_block = Instant::now();
-            } else if stopping && last_block.elapsed() >= DRAIN_FOR {
+                quiet_since = Instant::now();
+            } else if stopping && quiet_since.elapsed() >= DRAIN_FOR {
                 break;
             } else {
                 self.socket.wait();
