@@ -403,10 +403,21 @@ fn forward(
 
 /// Why a remote run is refused, naming the limit; `None` within them all.
 fn beyond_limits(spec: &Scenario, instruments: Instruments, max_run: Duration) -> Option<String> {
-    let duration_ms = match spec {
-        Scenario::Rr(rr) => rr.duration_ms,
-        Scenario::Bulk(bulk) => bulk.duration_ms,
-        _ => None,
+    let (bytes, link, duration_ms) = match spec {
+        Scenario::Rr(rr) => {
+            let per_request = u64::from(rr.size_bytes) + u64::from(rr.response_size());
+            (u64::from(rr.requests) * per_request, rr.link.is_some(), rr.duration_ms)
+        }
+        Scenario::Bulk(bulk) => {
+            if bulk.app_buffer_bytes < MIN_APP_BUFFER_BYTES {
+                return Some(format!(
+                    "app buffer: a remote bulk run reads at least {MIN_APP_BUFFER_BYTES} bytes at \
+                     a time (each read is two events, streamed to the client)"
+                ));
+            }
+            (bulk.bytes, bulk.link.is_some(), bulk.duration_ms)
+        }
+        _ => (0, false, None),
     };
     if let Some(ms) = duration_ms.filter(|&ms| u128::from(ms) > max_run.as_millis()) {
         return Some(format!(
@@ -416,22 +427,6 @@ fn beyond_limits(spec: &Scenario, instruments: Instruments, max_run: Duration) -
             max_run.as_secs()
         ));
     }
-    let (bytes, link) = match spec {
-        Scenario::Rr(rr) => {
-            let per_request = u64::from(rr.size_bytes) + u64::from(rr.response_size());
-            (u64::from(rr.requests) * per_request, rr.link.is_some())
-        }
-        Scenario::Bulk(bulk) => {
-            if bulk.app_buffer_bytes < MIN_APP_BUFFER_BYTES {
-                return Some(format!(
-                    "app buffer: a remote bulk run reads at least {MIN_APP_BUFFER_BYTES} bytes at \
-                     a time (each read is two events, streamed to the client)"
-                ));
-            }
-            (bulk.bytes, bulk.link.is_some())
-        }
-        _ => (0, false),
-    };
     if bytes > MAX_RUN_BYTES {
         return Some(format!(
             "the run moves {bytes} bytes; a remote run moves at most {MAX_RUN_BYTES} ({} GiB)",
