@@ -171,6 +171,81 @@ fn story_1_across_a_20_ms_path_names_the_stalls_on_both_sides() {
     assert_eq!(summary["remote"]["server_outcome"], "completed");
 }
 
+/// `--server-netns`: a local run whose server is in another namespace crosses the real path
+/// between them, both sides in one process, on one clock. Story 1 over the link's 20 ms round
+/// trip: the stalls are named in both directions, and the path's round trip is measured and left
+/// out of them, in the summary and in `show` of the file.
+#[test]
+#[ignore = "needs root (entering namespaces): cargo xtask test runs it as root"]
+fn a_local_run_with_its_server_in_another_namespace_crosses_the_path_between() {
+    require_root("entering namespaces");
+    let mut link = Command::new(BIN);
+    link.args(["link", "rtt=20ms"]);
+    let (link, lines) = start(link, "server namespace");
+    let (client_ns, server_ns) =
+        (field(&lines, "client namespace", 2), field(&lines, "server namespace", 2));
+    let file = temp("remote", "server-netns.ackscope");
+    let run = Command::new("nsenter")
+        .arg(format!("--net={client_ns}"))
+        .args([BIN, "run", "story1", "--size", "1000", "--count", "8", "--json", "-o", s(&file)])
+        .args(["--server-netns", &server_ns, "--server-ip", "10.44.0.2"])
+        .output()
+        .unwrap();
+    eprintln!("{}{}", text(&run.stdout), text(&run.stderr));
+    let show = ackscope(&["show", s(&file)]);
+    stop(link);
+    assert!(run.status.success());
+    let summary: serde_json::Value = serde_json::from_slice(&run.stdout).unwrap();
+    assert_eq!(summary["server_netns"]["name"], server_ns.as_str());
+    assert_eq!(summary["server_netns"]["ip"], "10.44.0.2");
+    let stalls = summary["stalls"].as_array().unwrap();
+    for direction in ["client->server", "server->client"] {
+        let named = stalls
+            .iter()
+            .find(|c| c["class"] == "nagle_delayed_ack" && c["direction"] == direction);
+        let named =
+            named.unwrap_or_else(|| panic!("no Nagle x delayed ACK {direction}: {stalls:?}"));
+        let median = named["median_ms"].as_f64().unwrap();
+        assert!((30.0..120.0).contains(&median), "{direction}: {median} ms");
+    }
+    // Measured by TCP handshakes before the run: the link's 20 ms, not loopback's microseconds.
+    let clock = &summary["clock"];
+    let rtt = clock["rtt_ns"].as_u64().unwrap();
+    assert!((19_000_000..40_000_000).contains(&rtt), "the path's round trip: {rtt} ns");
+    assert_eq!(clock["offset_ns"], 0, "one process, one clock");
+    assert!(show.status.success());
+    let shown = text(&show.stdout);
+    assert!(shown.contains("Nagle"), "show names the stalls: {shown}");
+    assert!(shown.contains("in another network namespace, on this run's clock"), "{shown}");
+}
+
+/// What `--server-netns` cannot do is refused before anything runs, each saying what to do.
+#[test]
+fn a_server_namespace_that_is_not_there_or_cannot_serve_the_run_is_refused_clearly() {
+    let refused = |args: &[&str], says: &str| {
+        let output = ackscope(args);
+        assert!(!output.status.success(), "{args:?} must fail");
+        let said = text(&output.stderr);
+        assert!(said.contains(says), "{args:?}: {said}");
+        assert!(text(&output.stdout).is_empty(), "{args:?}: no summary of a run that never ran");
+    };
+    let missing = "ackscope-no-such-namespace";
+    refused(
+        &["run", "story1", "--server-netns", missing, "--server-ip", "10.9.0.2"],
+        &format!("make it with `ip netns add {missing}`"),
+    );
+    refused(
+        &["run", "story1", "--server-netns", "/nonexistent/ns/net", "--server-ip", "10.9.0.2"],
+        "/proc/PID/ns/net",
+    );
+    refused(
+        &["run", "story1", "--server-netns", missing, "--server-ip", "10.9.0.2", "--capture"],
+        "--capture watches lo",
+    );
+    refused(&["run", "bulk", "--server-netns", missing, "--server-ip", "10.9.0.2"], "only rr runs");
+    refused(&["run", "story1", "--server-netns", missing], "--server-ip");
+}
+
 #[test]
 fn a_wrong_token_gets_one_clear_refusal_and_runs_past_the_limits_are_refused() {
     let (server, addr, token) = server(&[]);

@@ -128,6 +128,32 @@ pub struct ClockSync {
 }
 
 impl ClockSync {
+    /// A server on this run's own clock: in this process, in another network namespace
+    /// (`--server-netns`), which records offset and uncertainty 0. Exchanges between two
+    /// clocks never agree to the nanosecond, so an estimate is never both.
+    pub fn is_same_clock(&self) -> bool {
+        self.offset_ns == 0 && self.uncertainty_ns == 0
+    }
+
+    /// Where the server was and how its clock was matched to the run's, in the words the CLI
+    /// and the page both print after "server": `place` names it when the caller knows more
+    /// than the event says (the remote host's address, the namespace's name).
+    pub fn describe(&self, place: Option<&str>) -> String {
+        let path =
+            format!("path round trip {:.3} ms, not counted as stalls", self.rtt_ns as f64 / 1e6);
+        if self.is_same_clock() {
+            let place = place.unwrap_or("in another network namespace");
+            format!("{place}, on this run's clock ({path})")
+        } else {
+            format!(
+                "{}: its clock {:.3} ms from ours, +/- {:.1} us ({path})",
+                place.unwrap_or("on another host"),
+                self.offset_ns as f64 / 1e6,
+                self.uncertainty_ns as f64 / 1e3
+            )
+        }
+    }
+
     /// The exchange with the shortest round trip is the one least delayed by queues or by a
     /// thread waiting for a CPU on either side: its offset is the estimate. The uncertainty is
     /// the spread of the best quarter of the exchanges (at least three). `None` without
@@ -198,6 +224,32 @@ mod tests {
         assert_eq!(sync.uncertainty_ns, 2_000);
         assert!(error <= sync.uncertainty_ns, "the true offset is within it here");
         assert_eq!(ClockSync::estimate(&[]), None);
+    }
+
+    #[test]
+    fn the_server_line_says_whether_the_server_shared_the_runs_clock() {
+        let namespace = ClockSync { offset_ns: 0, uncertainty_ns: 0, rtt_ns: 20_000_000 };
+        assert_eq!(
+            namespace.describe(None),
+            "in another network namespace, on this run's clock (path round trip 20.000 ms, not \
+             counted as stalls)"
+        );
+        let remote = ClockSync { offset_ns: 1_500_000, uncertainty_ns: 2_500, rtt_ns: 300_000 };
+        assert_eq!(
+            remote.describe(Some("10.0.0.2:7000")),
+            "10.0.0.2:7000: its clock 1.500 ms from ours, +/- 2.5 us (path round trip 0.300 ms, \
+             not counted as stalls)"
+        );
+        assert!(remote.describe(None).starts_with("on another host: its clock"));
+        // Real exchanges disagree by some nanoseconds at least: an estimate is not "one clock",
+        // even when its offset is 0.
+        let estimated = ClockSync::estimate(&[
+            exchange(0, 1_000, 50_000, 10_000, 50_000),
+            exchange(0, 200_000, 50_000, 10_000, 52_000),
+            exchange(0, 400_000, 51_000, 10_000, 50_000),
+        ])
+        .unwrap();
+        assert!(!estimated.is_same_clock(), "{estimated:?}");
     }
 
     #[test]

@@ -98,7 +98,9 @@ pub enum EventKind {
     /// clock and moved onto this run's clock by subtracting `offset_ns` (the server's clock
     /// minus the client's), which is known to within `uncertainty_ns` either way. `rtt_ns` is
     /// the shortest round trip of the exchanges that estimated it: the path between the hosts.
-    /// Recorded once, first, by the client side (version 4).
+    /// Recorded once, first, by the client side (version 4). A run whose server was in another
+    /// network namespace of the same process (`--server-netns`) records it too, with offset and
+    /// uncertainty 0 (one clock) and the path's round trip from TCP handshakes.
     ClockSync { offset_ns: i64, uncertainty_ns: u64, rtt_ns: u64 },
 }
 

@@ -3,7 +3,9 @@
 //!
 //! Two network namespaces joined by a veth pair (no delay) stand for the two hosts: the server
 //! process in one, the client in the other. The local run is the same `ackscope run rr` in the
-//! client's namespace with its own server on loopback. Rounds alternate local and remote.
+//! client's namespace with its own server across the same veth pair (`--server-netns`): the
+//! same path, so the ratio is the remote mode's own cost. The same two on loopback, and
+//! sockperf on both paths, say what the path itself costs. Rounds alternate their order.
 //! Both namespaces read the one host's CLOCK_MONOTONIC, so the true offset between the two
 //! probes' clocks is known (the JSON's `remote.same_host_offset_ns`), and the estimate's error
 //! is measured, not computed by the estimator about itself.
@@ -129,10 +131,13 @@ impl Drop for Server {
 
 /// One round: every rate in requests (transactions) per second.
 struct Round {
-    /// `ackscope run rr` with its own server, on loopback.
+    /// `ackscope run rr` with its own server in the server's namespace, across the veth pair:
+    /// the headline's denominator.
     local: f64,
+    /// `ackscope run rr` with its own server on loopback.
+    local_lo: f64,
     /// Against `ackscope server` in the same namespace, on loopback: two processes, the
-    /// server's events streamed back, the same path as `local`.
+    /// server's events streamed back, the same path as `local_lo`.
     remote_lo: f64,
     /// Against `ackscope server` across the veth pair: the headline's numerator.
     remote_veth: f64,
@@ -171,11 +176,12 @@ fn remote(rounds: u32, count: u32, pin: u32) -> Result<(), String> {
             steps.start(&what);
             let result = one_round(&ns, count, placement, round % 2 == 0)?;
             steps.done(&format!(
-                "local {:.0}, remote on lo {:.0}, across veth {:.0}; sockperf lo {:.0}, veth \
-                 {:.0} (rps); offset error {:.1} us (+/- {:.1} us)",
+                "across veth: local {:.0}, remote {:.0}; on lo: local {:.0}, remote {:.0}; \
+                 sockperf lo {:.0}, veth {:.0} (rps); offset error {:.1} us (+/- {:.1} us)",
                 result.local,
-                result.remote_lo,
                 result.remote_veth,
+                result.local_lo,
+                result.remote_lo,
                 result.sockperf_lo,
                 result.sockperf_veth,
                 result.offset_err_us,
@@ -192,8 +198,8 @@ fn remote(rounds: u32, count: u32, pin: u32) -> Result<(), String> {
     );
     for (placement, results) in &medians {
         let m = |f: fn(&Round) -> f64| median(results.iter().map(f));
-        let (local, remote_lo, remote_veth) =
-            (m(|r| r.local), m(|r| r.remote_lo), m(|r| r.remote_veth));
+        let (local, local_lo, remote_lo, remote_veth) =
+            (m(|r| r.local), m(|r| r.local_lo), m(|r| r.remote_lo), m(|r| r.remote_veth));
         let (sockperf_lo, sockperf_veth) = (m(|r| r.sockperf_lo), m(|r| r.sockperf_veth));
         let error = m(|r| r.offset_err_us);
         let worst = results.iter().map(|r| r.offset_err_us.abs()).fold(0.0, f64::max);
@@ -217,8 +223,8 @@ fn remote(rounds: u32, count: u32, pin: u32) -> Result<(), String> {
             None => format!("  (worst |E| {worst:.1} us)"),
         };
         println!(
-            "{prefix}remote rr_vs_local ratio={ratio:.3} offset_err_us={error:.1}  (remote across \
-             the veth pair {remote_veth:.0} rps / local {local:.0} rps){verdicts}"
+            "{prefix}remote rr_vs_local ratio={ratio:.3} offset_err_us={error:.1}  (across the \
+             veth pair: remote {remote_veth:.0} rps / local {local:.0} rps){verdicts}"
         );
         println!(
             "{prefix}  the path alone: sockperf veth_vs_lo ratio={:.3} ({sockperf_veth:.0} / \
@@ -226,9 +232,14 @@ fn remote(rounds: u32, count: u32, pin: u32) -> Result<(), String> {
             sockperf_veth / sockperf_lo
         );
         println!(
-            "{prefix}  the same path: remote_on_lo_vs_local ratio={:.3} ({remote_lo:.0} / \
-             {local:.0}: two processes, the server's events streamed back)",
-            remote_lo / local
+            "{prefix}  on loopback: remote_on_lo_vs_local_on_lo ratio={:.3} ({remote_lo:.0} / \
+             {local_lo:.0}: two processes, the server's events streamed back)",
+            remote_lo / local_lo
+        );
+        println!(
+            "{prefix}  the path alone, ackscope's local run: local veth_vs_lo ratio={:.3} \
+             ({local:.0} / {local_lo:.0})",
+            local / local_lo
         );
         println!(
             "{prefix}  across the veth pair: remote_vs_sockperf ratio={:.3} ({remote_veth:.0} / \
@@ -249,6 +260,7 @@ fn one_round(
 ) -> Result<Round, String> {
     let mut round = Round {
         local: 0.0,
+        local_lo: 0.0,
         remote_lo: 0.0,
         remote_veth: 0.0,
         sockperf_lo: 0.0,
@@ -256,39 +268,59 @@ fn one_round(
         offset_err_us: 0.0,
         uncertainty_us: 0.0,
     };
-    let mut order: Vec<u8> = (0..5).collect();
+    let mut order: Vec<u8> = (0..6).collect();
     if reversed {
         order.reverse();
     }
     for which in order {
         match which {
-            0 => round.local = rr(ns, count, pin, None)?.0,
-            1 => round.remote_lo = rr(ns, count, pin, Some("127.0.0.1"))?.0,
-            2 => {
-                let (rps, clock) = rr(ns, count, pin, Some(SERVER_IP))?;
+            0 => round.local = rr(ns, count, pin, ServerSide::LocalAcross)?.0,
+            1 => round.local_lo = rr(ns, count, pin, ServerSide::LocalOnLo)?.0,
+            2 => round.remote_lo = rr(ns, count, pin, ServerSide::Remote("127.0.0.1"))?.0,
+            3 => {
+                let (rps, clock) = rr(ns, count, pin, ServerSide::Remote(SERVER_IP))?;
                 round.remote_veth = rps;
                 (round.offset_err_us, round.uncertainty_us) = clock.unwrap_or_default();
             }
-            3 => round.sockperf_lo = sockperf(ns, &ns.client, "127.0.0.1", pin)?,
+            4 => round.sockperf_lo = sockperf(ns, &ns.client, "127.0.0.1", pin)?,
             _ => round.sockperf_veth = sockperf(ns, &ns.server, SERVER_IP, pin)?,
         }
     }
     Ok(round)
 }
 
-/// `ackscope run rr` in the client's namespace, against its own server or the `ackscope
-/// server` at `remote`: its rate and, for a remote one, the offset's error and uncertainty (us).
+/// Where a round's `ackscope run rr` has its server side.
+#[derive(Clone, Copy)]
+enum ServerSide<'a> {
+    /// Its own, in the server's namespace, across the veth pair (`--server-netns`).
+    LocalAcross,
+    /// Its own, on loopback.
+    LocalOnLo,
+    /// The `ackscope server` at this address.
+    Remote(&'a str),
+}
+
+/// `ackscope run rr` in the client's namespace, with its server side at `server`: its rate
+/// and, for a remote one, the offset's error and uncertainty (us).
 fn rr(
     ns: &Namespaces,
     count: u32,
     pin: Option<u32>,
-    remote: Option<&str>,
+    server: ServerSide,
 ) -> Result<(f64, Option<(f64, f64)>), String> {
     let mut command = Namespaces::command(&ns.client, pin);
     command.args(["run", "rr", "--count", &count.to_string()]).args(RR_ARGS);
-    if let Some(ip) = remote {
-        command.args(["--remote", &format!("{ip}:{SERVER_PORT}"), "--token", TOKEN]);
-    }
+    let remote = match server {
+        ServerSide::LocalAcross => {
+            command.args(["--server-netns", &ns.server, "--server-ip", SERVER_IP]);
+            None
+        }
+        ServerSide::LocalOnLo => None,
+        ServerSide::Remote(ip) => {
+            command.args(["--remote", &format!("{ip}:{SERVER_PORT}"), "--token", TOKEN]);
+            Some(ip)
+        }
+    };
     let summary = json::summary(&checked_output(&mut command)?)?;
     let clients = summary.get("clients").ok_or("no `clients` in the summary")?;
     let rps = json::number(clients, "rps")?;

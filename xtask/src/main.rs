@@ -76,7 +76,9 @@ pub(crate) fn build_web(steps: &mut Steps) -> Result<(), String> {
         steps.done("up to date");
         return Ok(());
     }
-    steps.note("a clean build takes a few minutes on 2 cores; later ones take seconds");
+    steps.note(
+        "a clean build takes a few minutes on 2 cores; a rebuild after an edit about a minute",
+    );
     web_build::build()?;
     steps.done("built into dist/");
     Ok(())

@@ -75,6 +75,21 @@ pub struct RunArgs {
     /// The token that `ackscope server` printed
     #[arg(long, value_name = "TOKEN", requires = "remote", help_heading = "Two hosts")]
     token: Option<String>,
+    /// rr only: put the server's sockets in network namespace NAME (made with `ip netns add`,
+    /// or a path such as /proc/PID/ns/net; needs root), so the run crosses the real path to it
+    /// (a veth pair, with or without tc netem); both sides stay in this process, on one clock
+    /// (docs/REMOTE.md)
+    #[arg(
+        long,
+        value_name = "NAME",
+        requires = "server_ip",
+        conflicts_with = "remote",
+        help_heading = "Two namespaces"
+    )]
+    server_netns: Option<String>,
+    /// The address in NAME that the server listens on and the client connects to
+    #[arg(long, value_name = "IPV4", requires = "server_netns", help_heading = "Two namespaces")]
+    server_ip: Option<std::net::Ipv4Addr>,
 }
 
 impl RunArgs {
@@ -93,6 +108,9 @@ impl RunArgs {
         scenario: &Scenario,
         instruments: Instruments,
     ) -> Result<scenario::Target, Failure> {
+        if let (Some(name), Some(ip)) = (&self.server_netns, self.server_ip) {
+            return self.server_netns_target(scenario, instruments, name, ip);
+        }
         let (Some(server), Some(token)) = (&self.remote, &self.token) else {
             return Ok(scenario::Target::Local);
         };
@@ -114,6 +132,38 @@ impl RunArgs {
             return refuse("--capture is not available across hosts yet; capture with tcpdump on each host and `ackscope import` the files");
         }
         Ok(scenario::Target::Remote { server: server.clone(), token: token.clone() })
+    }
+
+    /// `--server-netns`: only for what it can place, and only a namespace that is there and
+    /// can be entered (checked now, so that a mistake costs no run).
+    fn server_netns_target(
+        &self,
+        scenario: &Scenario,
+        instruments: Instruments,
+        name: &str,
+        ip: std::net::Ipv4Addr,
+    ) -> Result<scenario::Target, Failure> {
+        let refuse = |why: &str| Err(Failure::Usage(format!("--server-netns: {why}")));
+        match scenario {
+            Scenario::Rr(RrSpec { link: Some(_), .. }) => {
+                return refuse(
+                    "--link makes namespaces of its own; the path to NAME is the one you made \
+                     (add delay to it with `tc qdisc add dev VETH root netem delay 10ms`)",
+                )
+            }
+            Scenario::Rr(_) => {}
+            _ => return refuse("only rr runs place their server in a namespace"),
+        }
+        if instruments.capture {
+            return refuse(
+                "--capture watches lo, which the run no longer crosses; capture on the veth with \
+                 tcpdump and `ackscope import` the file",
+            );
+        }
+        // The address and the path too, by a few handshakes: before the run's file is begun.
+        let checked = emulate::ServerNamespace::open(name, ip).and_then(|s| s.path_rtt_ns());
+        checked.map_err(|e| Failure::Run(format!("--server-netns: {e}")))?;
+        Ok(scenario::Target::ServerNetns { name: name.to_owned(), ip })
     }
 
     /// The spec to run: the preset, spec file or default, with the flags applied and checked.
@@ -249,6 +299,9 @@ pub fn run(args: &RunArgs) -> Result<Ended, Failure> {
     }
     tally.capture = notes.capture;
     tally.remote = notes.remote;
+    if let scenario::Target::ServerNetns { name, ip } = &target {
+        tally.server_netns = Some((name.clone(), *ip));
+    }
     if matches!(scenario, Scenario::Rr(_)) {
         tally.clients = Some((notes.requests_completed, notes.clients_elapsed));
         tally.events_recorded = instruments.events;
@@ -440,6 +493,9 @@ pub struct Tally {
     pub clock: Option<ClockSync>,
     /// A run against a remote server, as the run saw it (not in files).
     pub remote: Option<scenario::RemoteNotes>,
+    /// `--server-netns`: the namespace and address of the server (not in files, whose
+    /// connections show the address).
+    pub server_netns: Option<(String, std::net::Ipv4Addr)>,
 }
 
 impl Tally {
@@ -461,6 +517,7 @@ impl Tally {
             events_recorded: true,
             clock: None,
             remote: None,
+            server_netns: None,
         }
     }
 
@@ -571,6 +628,10 @@ impl Tally {
             });
             object.insert("remote".into(), remote);
         }
+        if let Some((name, ip)) = &self.server_netns {
+            let placed = serde_json::json!({ "name": name, "ip": ip.to_string() });
+            object.insert("server_netns".into(), placed);
+        }
         object.insert("ackscope_version".into(), env!("CARGO_PKG_VERSION").into());
         value
     }
@@ -590,15 +651,12 @@ impl Tally {
             writeln!(out, "  {}", class.line())?;
         }
         if let Some(clock) = &self.clock {
-            let server = self.remote.as_ref().map_or("a remote host", |r| r.server.as_str());
-            writeln!(
-                out,
-                "  server         {server}: its clock {} ms from ours, +/- {:.1} us (path round \
-                 trip {:.3} ms, not counted as stalls)",
-                clock.offset_ns as f64 / 1e6,
-                clock.uncertainty_ns as f64 / 1e3,
-                clock.rtt_ns as f64 / 1e6
-            )?;
+            let place = match (&self.remote, &self.server_netns) {
+                (Some(remote), _) => Some(remote.server.clone()),
+                (None, Some((name, ip))) => Some(format!("in network namespace `{name}` at {ip}")),
+                (None, None) => None,
+            };
+            writeln!(out, "  server         {}", clock.describe(place.as_deref()))?;
         }
         if let Some(remote) = &self.remote {
             if remote.unmatched_events > 0 {

@@ -9,6 +9,9 @@
 //! - [`relay`]: the thread that moves packets between the devices.
 //! - [`privilege`]: what `--link` needs without root (a user namespace), and the one message
 //!   when the system refuses it.
+//!
+//! A run can also put its server in a network namespace the user made (`--server-netns`): the
+//! path between is then theirs, a veth pair with or without `tc netem`, and nothing is emulated.
 
 pub mod netns;
 pub mod privilege;
@@ -16,9 +19,10 @@ pub mod queue;
 pub mod relay;
 
 use std::io;
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, TcpListener, TcpStream};
 use std::sync::Arc;
 use std::thread;
+use std::time::{Duration, Instant};
 
 use ackscope_shared::spec::LinkSpec;
 use ackscope_shared::Side;
@@ -146,11 +150,62 @@ fn seed() -> u64 {
         .map_or(1, |d| d.as_nanos() as u64)
 }
 
-/// Where a run's sockets live: both on loopback, or each side in its namespace of a link.
+/// A run's server placed in a network namespace the user made (`ip netns add`), listening on
+/// `ip`, an address of that namespace the client's namespace has a route to.
+pub struct ServerNamespace {
+    pub name: String,
+    pub ip: Ipv4Addr,
+    namespace: Namespace,
+}
+
+impl ServerNamespace {
+    /// Opens and checks the namespace (see [`Namespace::open_named`]).
+    pub fn open(name: &str, ip: Ipv4Addr) -> Result<ServerNamespace, String> {
+        let namespace = Namespace::open_named(name)?;
+        Ok(ServerNamespace { name: name.to_owned(), ip, namespace })
+    }
+
+    /// The round trip of the path from the calling thread's namespace to the server's: the
+    /// fastest of a few TCP handshakes (`connect()` returns when the SYN-ACK is back) to a
+    /// listener of its own on `ip`, so the run's echo server sees none of them. Also checks that
+    /// `ip` is the namespace's and reachable, before the run starts.
+    pub fn path_rtt_ns(&self) -> Result<u64, String> {
+        const HANDSHAKES: usize = 5;
+        let (name, ip) = (&self.name, self.ip);
+        let listener = Placement::ServerIn(self)
+            .run_in(Side::Server, || TcpListener::bind((ip, 0)))
+            .map_err(|e| {
+                format!(
+                    "cannot listen on {ip} in namespace `{name}` ({e}): give --server-ip one of \
+                     its addresses (`ip -n {name} addr`)"
+                )
+            })?;
+        let to = listener.local_addr().map_err(|e| e.to_string())?;
+        let mut fastest = u64::MAX;
+        for _ in 0..HANDSHAKES {
+            let started = Instant::now();
+            let stream = TcpStream::connect_timeout(&to, Duration::from_secs(2)).map_err(|e| {
+                format!(
+                    "cannot reach {ip} (namespace `{name}`) from this namespace ({e}): is the \
+                     veth pair up, with a route to it? (`ip route get {ip}`)"
+                )
+            })?;
+            fastest = fastest.min(u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX));
+            drop(stream);
+            // Established already: accept() returns at once and keeps the backlog empty.
+            let _ = listener.accept();
+        }
+        Ok(fastest)
+    }
+}
+
+/// Where a run's sockets live: both on loopback, each side in its namespace of a link, or the
+/// client in this process's namespace and the server in a named one.
 #[derive(Clone, Copy)]
 pub enum Placement<'a> {
     Loopback,
     Link(&'a Link),
+    ServerIn(&'a ServerNamespace),
 }
 
 impl Placement<'_> {
@@ -164,14 +219,19 @@ impl Placement<'_> {
             (Placement::Loopback, _) => Ipv4Addr::LOCALHOST,
             (Placement::Link(_), Side::Client) => CLIENT_IP,
             (Placement::Link(_), Side::Server) => SERVER_IP,
+            // Whichever local address the route to the server's namespace leaves from.
+            (Placement::ServerIn(_), Side::Client) => Ipv4Addr::UNSPECIFIED,
+            (Placement::ServerIn(server), Side::Server) => server.ip,
         }
     }
 
-    /// Moves the calling thread to `side`'s namespace (nothing to do on loopback).
+    /// Moves the calling thread to `side`'s namespace (nothing to do on loopback, or for the
+    /// client of a server in a named namespace: it stays in this process's).
     pub fn enter(&self, side: Side) -> io::Result<()> {
-        match self {
-            Placement::Loopback => Ok(()),
-            Placement::Link(link) => link.enter(side),
+        match (self, side) {
+            (Placement::Loopback, _) | (Placement::ServerIn(_), Side::Client) => Ok(()),
+            (Placement::Link(link), side) => link.enter(side),
+            (Placement::ServerIn(server), Side::Server) => server.namespace.enter(),
         }
     }
 

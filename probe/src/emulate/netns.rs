@@ -1,4 +1,5 @@
-//! Network namespaces and TUN devices, by syscalls: no `ip` command, no names in /run/netns.
+//! Network namespaces and TUN devices, by syscalls: no `ip` command, no names in /run/netns
+//! for the link's own namespaces (a user's named one is only opened: [`Namespace::open_named`]).
 //!
 //! A namespace is made by a short-lived thread that unshares its own network namespace, keeps a
 //! descriptor of it, creates the TUN device there (a TUN device belongs to the namespace of the
@@ -77,6 +78,45 @@ impl Namespace {
     /// link`).
     pub fn raw_fd(&self) -> std::os::fd::RawFd {
         self.ns.as_raw_fd()
+    }
+
+    /// The namespace that `ip netns add NAME` made (/run/netns/NAME), or the one at a path
+    /// (`/proc/PID/ns/net`: a container's, a process's), checked by entering it on a
+    /// short-lived thread: a wrong name or a missing privilege is found before a run starts,
+    /// with what to do about it.
+    pub fn open_named(name: &str) -> Result<Namespace, String> {
+        let listed = "a name that `ip netns list` shows, or a path such as /proc/PID/ns/net";
+        let path = if name.contains('/') {
+            name.to_owned()
+        } else if name.is_empty() || name == "." || name == ".." {
+            return Err(format!("`{name}` is not a network namespace's name: give {listed}"));
+        } else {
+            format!("/run/netns/{name}")
+        };
+        let file = File::open(&path).map_err(|e| match e.kind() {
+            io::ErrorKind::NotFound if !name.contains('/') => format!(
+                "there is no network namespace `{name}` ({path}): make it with `ip netns add \
+                 {name}`, or give {listed}"
+            ),
+            _ if name.contains('/') => {
+                format!("opening network namespace {path}: {e}: give {listed}")
+            }
+            _ => format!("opening network namespace `{name}` ({path}): {e}: give {listed}"),
+        })?;
+        let namespace = Namespace { ns: file.into() };
+        let entered = thread::scope(|scope| scope.spawn(|| namespace.enter()).join());
+        match entered {
+            Ok(Ok(())) => Ok(namespace),
+            Ok(Err(e)) if e.raw_os_error() == Some(libc::EPERM) => Err(format!(
+                "entering network namespace `{name}` needs CAP_SYS_ADMIN, which this process does \
+                 not have ({e}): run ackscope as root"
+            )),
+            Ok(Err(e)) if e.raw_os_error() == Some(libc::EINVAL) => {
+                Err(format!("{path} is not a network namespace ({e}): give {listed}"))
+            }
+            Ok(Err(e)) => Err(format!("entering network namespace `{name}`: {e}")),
+            Err(_) => Err(format!("the thread entering network namespace `{name}` panicked")),
+        }
     }
 
     /// Moves the calling thread into this namespace: sockets it creates from now on are there.

@@ -122,6 +122,10 @@ pub enum Target {
     /// In this process, on loopback or across the emulated link.
     #[default]
     Local,
+    /// In this process, the server's sockets in the network namespace `name` (`ip netns add`),
+    /// listening on its address `ip`: the run crosses the path the user made (a veth pair,
+    /// with or without `tc netem`), both sides on one clock.
+    ServerNetns { name: String, ip: std::net::Ipv4Addr },
     /// On the `ackscope server` at `server` (host:port), which printed `token`.
     Remote { server: String, token: String },
 }
@@ -142,6 +146,9 @@ pub fn run_against(
             bulk::run_remote(spec, instruments, server, token, stop, notes, on_events)
         }
         (Scenario::Bulk(spec), Target::Local) => bulk::run(spec, instruments, stop, on_events),
+        (Scenario::Bulk(_), Target::ServerNetns { .. }) => {
+            RunOutcome::Failed { error: "--server-netns places the server of rr runs only".into() }
+        }
         (Scenario::Server(_), _) => RunOutcome::Failed {
             error: "a standalone echo server is run with `ackscope server`, not as a run".into(),
         },

@@ -1,4 +1,5 @@
-//! The request/response scenario: the probe's echo server and its client threads on loopback.
+//! The request/response scenario: the probe's echo server and its client threads, on loopback,
+//! across the emulated link, in the user's namespaces, or with the server on another host.
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -8,13 +9,13 @@ use std::thread;
 use std::time::Instant;
 
 use ackscope_shared::wire::{Instruments, RunOutcome};
-use ackscope_shared::{Event, RrSpec, Scenario, Side};
+use ackscope_shared::{ConnId, Event, EventKind, ReqId, RrSpec, Scenario, Side};
 
 use super::{
     open_capture, outcome, remote_error, start_remote, Collector, RemoteNotes, RunNotes, Target,
 };
 use crate::capture::{Capture, CaptureReport};
-use crate::emulate::{Link, Placement};
+use crate::emulate::{Link, Placement, ServerNamespace};
 use crate::net::client::{self, Shared};
 use crate::net::echo::{EchoConfig, EchoServer, Tagging};
 use crate::net::peers::Peers;
@@ -29,21 +30,33 @@ pub fn run(
     on_events: impl FnMut(Vec<Event>),
 ) -> RunOutcome {
     match target {
-        Target::Local => run_local(spec, instruments, user_stop, notes, on_events),
+        Target::Local => run_local(spec, instruments, None, user_stop, notes, on_events),
+        Target::ServerNetns { name, ip } => match ServerNamespace::open(name, *ip) {
+            Ok(server) => run_local(spec, instruments, Some(&server), user_stop, notes, on_events),
+            Err(error) => RunOutcome::Failed { error: format!("--server-netns: {error}") },
+        },
         Target::Remote { server, token } => {
             run_remote(spec, instruments, server, token, user_stop, notes, on_events)
         }
     }
 }
 
-/// Both sides in this process: the echo server on loopback or across the emulated link.
+/// Both sides in this process: the echo server on loopback, across the emulated link, or in the
+/// user's network namespace `server_in`.
 fn run_local(
     spec: &RrSpec,
     instruments: Instruments,
+    server_in: Option<&ServerNamespace>,
     user_stop: &AtomicBool,
     notes: &mut RunNotes,
-    on_events: impl FnMut(Vec<Event>),
+    mut on_events: impl FnMut(Vec<Event>),
 ) -> RunOutcome {
+    if server_in.is_some() && (spec.link.is_some() || instruments.capture) {
+        let error = "--server-netns: the path is the namespaces' own: leave out --link (which \
+                     makes namespaces of its own) and --capture (which watches lo; capture on \
+                     the veth with tcpdump and `ackscope import` the file)";
+        return RunOutcome::Failed { error: error.into() };
+    }
     // On the link the relay captures (it holds every packet already): no socket on lo.
     let on_lo = Instruments { capture: instruments.capture && spec.link.is_none(), ..instruments };
     let capture_socket = match open_capture(on_lo) {
@@ -63,7 +76,25 @@ fn run_local(
         Ok(link) => link,
         Err(error) => return RunOutcome::Failed { error },
     };
-    let placement = Placement::new(link.as_ref());
+    let placement = match server_in {
+        Some(server_in) => Placement::ServerIn(server_in),
+        None => Placement::new(link.as_ref()),
+    };
+    if let Some(server_in) = server_in {
+        // Across the namespaces' path a read waits half its round trip for the bytes: measured
+        // here, and told to the analysis as a remote run's is, so that it is not called a stall.
+        match server_in.path_rtt_ns() {
+            Ok(rtt_ns) if instruments.events => on_events(vec![Event {
+                at_ns: collector.clock.now_ns(),
+                side: Side::Client,
+                conn: ConnId(0),
+                req: ReqId(0),
+                kind: EventKind::ClockSync { offset_ns: 0, uncertainty_ns: 0, rtt_ns },
+            }]),
+            Ok(_) => {}
+            Err(error) => return RunOutcome::Failed { error: format!("--server-netns: {error}") },
+        }
+    }
     let listen: SocketAddr = (placement.ip(Side::Server), 0).into();
     let tagging = Tagging::Run(Arc::clone(&peers));
     let (clock, sink) = (collector.clock, collector.sink());
@@ -107,7 +138,7 @@ fn run_local(
         collector,
         batches,
         &first_error,
-        Placement::new(link.as_ref()),
+        placement,
         notes,
         after_clients,
         on_events,

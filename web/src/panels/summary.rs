@@ -82,15 +82,9 @@ impl SelectedRun {
     }
 }
 
-/// How a remote server's clock was matched to this run's, in the words the CLI uses.
+/// Where the server was and how its clock was matched to this run's, as the CLI says it.
 fn clock_line(clock: &ClockSync) -> String {
-    format!(
-        "server on another host: its clock {:.3} ms from ours, +/- {:.1} us (path round trip \
-         {:.3} ms, not counted as stalls)",
-        clock.offset_ns as f64 / 1e6,
-        clock.uncertainty_ns as f64 / 1e3,
-        clock.rtt_ns as f64 / 1e6
-    )
+    format!("server {}", clock.describe(None))
 }
 
 fn rr_numbers(text: SummaryText) -> impl IntoView {
