@@ -1,8 +1,9 @@
 //! Packet capture of a run's own connections, on the run's clock.
 //!
-//! An AF_PACKET socket on `lo` sees every segment of the run's connections; a BPF filter on the
-//! echo server's port keeps everything else on loopback out. Each packet carries a kernel
-//! timestamp (CLOCK_REALTIME, taken when loopback delivers the packet: SO_TIMESTAMPNS is on);
+//! An AF_PACKET socket on `lo` sees every segment of the run's connections as loopback delivers
+//! it; a BPF filter on the echo server's port keeps everything else on loopback out. Each packet
+//! carries the kernel's timestamp (CLOCK_REALTIME, taken by the tap as it copies the packet into
+//! the ring, in the sending thread's own softirq on loopback);
 //! events count monotonic nanoseconds since the run started, so the offset between the two
 //! clocks ([`ClockOffset`]) is measured when the capture starts and again as each packet is read,
 //! and each stamp is converted with the offset of its own read: a realtime clock that time sync
@@ -34,9 +35,6 @@ use socket2::{Domain, Protocol, Socket, Type};
 use crate::net::peers::{ConnTag, Peers};
 use crate::net::record::{Clock, Recorder};
 
-/// `PACKET_IGNORE_OUTGOING` (linux/if_packet.h, Linux 4.20): on lo each packet passes the tap
-/// twice, once outgoing and once incoming; this keeps the incoming copy only.
-const PACKET_IGNORE_OUTGOING: libc::c_int = 23;
 /// `PACKET_STATISTICS`: packets seen and dropped for a full ring since the last read.
 const PACKET_STATISTICS: libc::c_int = 6;
 /// How long the thread waits for a block before it looks at its stop flag.
@@ -80,19 +78,25 @@ pub struct CaptureSocket {
 
 /// Opens the capture socket (see the module docs). Fails with [`CaptureError::Permission`]
 /// without CAP_NET_RAW.
+///
+/// What the kernel pays for it, per packet of the host, is kept small (docs/BENCHMARKS.md,
+/// `bench capture`):
+/// - The socket takes IPv4 (ETH_P_IP) on lo, not every protocol (ETH_P_ALL). A tap for every
+///   protocol is also called for each packet lo sends, only to be told to ignore it; an IPv4
+///   tap is called once, as the packet is received.
+/// - No SO_TIMESTAMPNS: the ring stamps each packet it keeps anyway, and the option would turn on
+///   a timestamp for every packet the host receives, and TCP's receive-timestamp work in every
+///   read of every socket.
+/// - The socket is made with no protocol, so it takes nothing until it is bound to lo, and its
+///   filter refuses every packet until the run's port is known.
 pub fn open() -> Result<CaptureSocket, CaptureError> {
-    let all = i32::from((libc::ETH_P_ALL as u16).to_be());
-    let socket =
-        Socket::new(Domain::PACKET, Type::RAW, Some(Protocol::from(all))).map_err(|e| {
-            match e.raw_os_error() {
-                Some(libc::EPERM | libc::EACCES) => CaptureError::Permission(e),
-                _ => CaptureError::Io { op: "AF_PACKET socket", source: e },
-            }
-        })?;
+    let socket = Socket::new(Domain::PACKET, Type::RAW, Some(Protocol::from(0))).map_err(|e| {
+        match e.raw_os_error() {
+            Some(libc::EPERM | libc::EACCES) => CaptureError::Permission(e),
+            _ => CaptureError::Io { op: "AF_PACKET socket", source: e },
+        }
+    })?;
     let fd = socket.as_raw_fd();
-    set_int(fd, libc::SOL_PACKET, PACKET_IGNORE_OUTGOING, 1)
-        .map_err(io_error("PACKET_IGNORE_OUTGOING (Linux 4.20 or later)"))?;
-    set_int(fd, libc::SOL_SOCKET, libc::SO_TIMESTAMPNS, 1).map_err(io_error("SO_TIMESTAMPNS"))?;
     // Port 0 is no TCP connection's: nothing is copied before the run's port is known.
     ring::attach_filter(fd, 0).map_err(io_error("SO_ATTACH_FILTER"))?;
     let ring = ring::Ring::map(fd).map_err(io_error("PACKET_RX_RING (TPACKET_V3)"))?;
@@ -136,7 +140,7 @@ fn bind_to_loopback(fd: RawFd) -> Result<(), CaptureError> {
     // SAFETY: sockaddr_ll is plain data; all zeroes is a valid value of it.
     let mut addr: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
     addr.sll_family = libc::AF_PACKET as u16;
-    addr.sll_protocol = (libc::ETH_P_ALL as u16).to_be();
+    addr.sll_protocol = (libc::ETH_P_IP as u16).to_be();
     addr.sll_ifindex = i32::try_from(ifindex).unwrap_or(i32::MAX);
     // SAFETY: `addr` is a live sockaddr_ll and the length passed is its size.
     let rc = unsafe {
