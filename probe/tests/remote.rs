@@ -219,6 +219,79 @@ fn a_local_run_with_its_server_in_another_namespace_crosses_the_path_between() {
     assert!(shown.contains("in another network namespace, on this run's clock"), "{shown}");
 }
 
+/// Two namespaces made with `ip netns add` and joined by a veth pair, deleted when dropped.
+/// Their `lo` is left down, as `ip netns add` leaves it.
+struct IpNetns {
+    client: String,
+    server: String,
+}
+
+impl IpNetns {
+    fn create(client_ip: &str, server_ip: &str) -> IpNetns {
+        let id = std::process::id();
+        let made = IpNetns {
+            client: format!("ackscope-test-a-{id}"),
+            server: format!("ackscope-test-b-{id}"),
+        };
+        let ip = |args: &[&str]| {
+            let status = Command::new("ip").args(args).status().expect("ip (iproute2)");
+            assert!(status.success(), "ip {args:?}");
+        };
+        let (a, b) = (made.client.as_str(), made.server.as_str());
+        ip(&["netns", "add", a]);
+        ip(&["netns", "add", b]);
+        ip(&["link", "add", "veth-a", "netns", a, "type", "veth", "peer", "name", "veth-b"]);
+        ip(&["link", "set", "veth-b", "netns", b]);
+        for (ns, dev, addr) in [(a, "veth-a", client_ip), (b, "veth-b", server_ip)] {
+            ip(&["-n", ns, "addr", "add", &format!("{addr}/24"), "dev", dev]);
+            ip(&["-n", ns, "link", "set", dev, "up"]);
+        }
+        made
+    }
+}
+
+impl Drop for IpNetns {
+    fn drop(&mut self) {
+        for ns in [&self.client, &self.server] {
+            let _ = Command::new("ip").args(["netns", "del", ns]).status();
+        }
+    }
+}
+
+/// As a user sets it up: the server's namespace has its `lo` down, so nothing in it can connect
+/// to its own address. The run still ends (its server's accept() is woken without a connection)
+/// and names the stalls.
+#[test]
+#[ignore = "needs root (making namespaces): cargo xtask test runs it as root"]
+fn a_run_into_a_namespace_made_with_ip_netns_ends_though_its_lo_is_down() {
+    require_root("making namespaces");
+    let ns = IpNetns::create("10.78.0.1", "10.78.0.2");
+    let mut child = Command::new("ip")
+        .args(["netns", "exec", &ns.client, BIN, "run", "story1", "--size", "1000"])
+        .args(["--count", "4", "--json", "--server-netns", &ns.server, "--server-ip", "10.78.0.2"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Four requests of about 90 ms: far less than this, unless the run hangs at its end.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while child.try_wait().unwrap().is_none() {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("the run did not end within 30 s");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let output = child.wait_with_output().unwrap();
+    assert!(output.status.success(), "{}", text(&output.stdout));
+    let summary: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(summary["requests"], 4);
+    let stalls = summary["stalls"].as_array().unwrap();
+    assert!(
+        stalls.iter().any(|c| c["class"] == "nagle_delayed_ack"),
+        "story 1 across the veth pair: {stalls:?}"
+    );
+}
+
 /// What `--server-netns` cannot do is refused before anything runs, each saying what to do.
 #[test]
 fn a_server_namespace_that_is_not_there_or_cannot_serve_the_run_is_refused_clearly() {

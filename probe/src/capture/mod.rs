@@ -439,7 +439,7 @@ impl Tagger {
     /// Records `segment`, sent by `side` at `at_ns` on the connection from `client_port`, for
     /// the request the client announced last before `at_ns` (handshake segments wait for the
     /// connection's first request: [`Tagger::resolve_pending`]). Segments of a connection the
-    /// run did not make (the server's own wake-up connect at shutdown) are only counted.
+    /// run did not make (another program's, to the server's port) are only counted.
     pub fn record(
         &mut self,
         rec: &mut Recorder,

@@ -231,6 +231,8 @@ type OpenConnections = Arc<Mutex<Vec<(TcpStream, JoinHandle<()>)>>>;
 /// thread, so that all their events have been handed over.
 pub struct EchoServer {
     addr: SocketAddr,
+    /// A second descriptor of the listening socket, to wake the accept thread with.
+    wake: TcpListener,
     stopping: Arc<AtomicBool>,
     accept_thread: Option<JoinHandle<()>>,
     connections: OpenConnections,
@@ -248,6 +250,7 @@ impl EchoServer {
     ) -> io::Result<EchoServer> {
         let listener = listener(listen, &config.opts)?;
         let addr = listener.local_addr()?;
+        let wake = listener.try_clone().map_err(|e| context(e, "echo server listener"))?;
         let stopping = Arc::new(AtomicBool::new(false));
         let connections = OpenConnections::default();
         let accept_thread = {
@@ -259,7 +262,7 @@ impl EchoServer {
                 accept.run(listener);
             })?
         };
-        Ok(EchoServer { addr, stopping, accept_thread: Some(accept_thread), connections })
+        Ok(EchoServer { addr, wake, stopping, accept_thread: Some(accept_thread), connections })
     }
 
     pub fn addr(&self) -> SocketAddr {
@@ -276,8 +279,14 @@ impl EchoServer {
             return;
         };
         self.stopping.store(true, Ordering::SeqCst);
-        // accept() has no timeout: a connection of our own wakes it to see the flag.
-        let _ = TcpStream::connect(self.addr);
+        // accept() has no timeout. Shutting the listening socket down ends the listen, and the
+        // blocked accept() returns (EINVAL) to see the flag. A connection of our own would need a
+        // route to the listener's address from this thread's namespace: from a user's
+        // namespace whose lo is down (`ip netns add` leaves it so) there is none, and accept()
+        // would wait forever. The connection stays as the fallback.
+        if socket2::SockRef::from(&self.wake).shutdown(Shutdown::Read).is_err() {
+            let _ = TcpStream::connect(self.addr);
+        }
         let _ = accept_thread.join();
         let connections = std::mem::take(&mut *lock(&self.connections));
         for (stream, handle) in connections {

@@ -116,8 +116,6 @@ fn run_local(
     let link = &link;
     let first = &first_error;
     let after_clients = move |_: &mut RunNotes| {
-        // The server wakes its accept() with a connection of its own: from its namespace.
-        let _ = placement.enter(Side::Server);
         server.shutdown();
         // After the server: the last segments are in, and its sender goes.
         let mut capture = capture.map(Capture::stop);
