@@ -101,15 +101,37 @@ while True:
 print("closed: " + got.decode(errors="replace"))
 "#;
 
+/// `ackscope link rtt=20ms`: the process, and its client and server namespaces' paths.
+fn link_20_ms() -> (Guard, String, String) {
+    let mut link = Command::new(BIN);
+    link.args(["link", "rtt=20ms"]);
+    let (link, lines) = start(link, "server namespace");
+    (link, field(&lines, "client namespace", 2), field(&lines, "server namespace", 2))
+}
+
+/// Story 1 (1000-byte bodies) across `ackscope link rtt=20ms`, from its summary: Nagle x
+/// delayed ACK named in both directions, and the path's round trip recorded as about 20 ms.
+fn assert_story_1_across_the_20_ms_path(summary: &serde_json::Value) {
+    let stalls = summary["stalls"].as_array().unwrap();
+    for direction in ["client->server", "server->client"] {
+        let named = stalls
+            .iter()
+            .find(|c| c["class"] == "nagle_delayed_ack" && c["direction"] == direction);
+        let named =
+            named.unwrap_or_else(|| panic!("no Nagle x delayed ACK {direction}: {stalls:?}"));
+        // ~40 ms of the timer and part of the path: far from the 10 ms of the path's half RTT.
+        let median = named["median_ms"].as_f64().unwrap();
+        assert!((30.0..120.0).contains(&median), "{direction}: {median} ms");
+    }
+    let rtt = summary["clock"]["rtt_ns"].as_u64().unwrap();
+    assert!((19_000_000..40_000_000).contains(&rtt), "the path's round trip: {rtt} ns");
+}
+
 #[test]
 #[ignore = "needs root (joining namespaces): cargo xtask test runs it as root"]
 fn story_1_across_a_20_ms_path_names_the_stalls_on_both_sides() {
     require_root("joining namespaces");
-    let mut link = Command::new(BIN);
-    link.args(["link", "rtt=20ms"]);
-    let (link, lines) = start(link, "server namespace");
-    let (client_ns, server_ns) =
-        (field(&lines, "client namespace", 2), field(&lines, "server namespace", 2));
+    let (link, client_ns, server_ns) = link_20_ms();
     let mut server = Command::new("nsenter");
     server.arg(format!("--net={server_ns}")).args([BIN, "server", "--listen", "10.44.0.2:7000"]);
     let (server, lines) = start(server, "token ");
@@ -148,20 +170,8 @@ fn story_1_across_a_20_ms_path_names_the_stalls_on_both_sides() {
     assert_eq!(with.trim(), "answered 5 bytes", "the token, then an echo message");
     assert!(run.status.success());
     let summary: serde_json::Value = serde_json::from_slice(&run.stdout).unwrap();
-    let stalls = summary["stalls"].as_array().unwrap();
-    for direction in ["client->server", "server->client"] {
-        let named = stalls
-            .iter()
-            .find(|c| c["class"] == "nagle_delayed_ack" && c["direction"] == direction);
-        let named =
-            named.unwrap_or_else(|| panic!("no Nagle x delayed ACK {direction}: {stalls:?}"));
-        // ~40 ms of the timer and part of the path: far from the 10 ms of the path's half RTT.
-        let median = named["median_ms"].as_f64().unwrap();
-        assert!((30.0..120.0).contains(&median), "{direction}: {median} ms");
-    }
+    assert_story_1_across_the_20_ms_path(&summary);
     let clock = &summary["clock"];
-    let rtt = clock["rtt_ns"].as_u64().unwrap();
-    assert!((19_000_000..40_000_000).contains(&rtt), "the path's round trip: {rtt} ns");
     let uncertainty = clock["uncertainty_ns"].as_u64().unwrap();
     assert!(uncertainty < 1_000_000, "the offset is known within {uncertainty} ns");
     // Both namespaces read one clock: the estimate's true error is known here.
@@ -179,11 +189,7 @@ fn story_1_across_a_20_ms_path_names_the_stalls_on_both_sides() {
 #[ignore = "needs root (entering namespaces): cargo xtask test runs it as root"]
 fn a_local_run_with_its_server_in_another_namespace_crosses_the_path_between() {
     require_root("entering namespaces");
-    let mut link = Command::new(BIN);
-    link.args(["link", "rtt=20ms"]);
-    let (link, lines) = start(link, "server namespace");
-    let (client_ns, server_ns) =
-        (field(&lines, "client namespace", 2), field(&lines, "server namespace", 2));
+    let (link, client_ns, server_ns) = link_20_ms();
     let file = temp("remote", "server-netns.ackscope");
     let run = Command::new("nsenter")
         .arg(format!("--net={client_ns}"))
@@ -198,21 +204,9 @@ fn a_local_run_with_its_server_in_another_namespace_crosses_the_path_between() {
     let summary: serde_json::Value = serde_json::from_slice(&run.stdout).unwrap();
     assert_eq!(summary["server_netns"]["name"], server_ns.as_str());
     assert_eq!(summary["server_netns"]["ip"], "10.44.0.2");
-    let stalls = summary["stalls"].as_array().unwrap();
-    for direction in ["client->server", "server->client"] {
-        let named = stalls
-            .iter()
-            .find(|c| c["class"] == "nagle_delayed_ack" && c["direction"] == direction);
-        let named =
-            named.unwrap_or_else(|| panic!("no Nagle x delayed ACK {direction}: {stalls:?}"));
-        let median = named["median_ms"].as_f64().unwrap();
-        assert!((30.0..120.0).contains(&median), "{direction}: {median} ms");
-    }
-    // Measured by TCP handshakes before the run: the link's 20 ms, not loopback's microseconds.
-    let clock = &summary["clock"];
-    let rtt = clock["rtt_ns"].as_u64().unwrap();
-    assert!((19_000_000..40_000_000).contains(&rtt), "the path's round trip: {rtt} ns");
-    assert_eq!(clock["offset_ns"], 0, "one process, one clock");
+    // The round trip measured by TCP handshakes before the run: the link's 20 ms.
+    assert_story_1_across_the_20_ms_path(&summary);
+    assert_eq!(summary["clock"]["offset_ns"], 0, "one process, one clock");
     assert!(show.status.success());
     let shown = text(&show.stdout);
     assert!(shown.contains("Nagle"), "show names the stalls: {shown}");
