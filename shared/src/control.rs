@@ -135,6 +135,26 @@ impl ClockSync {
         self.offset_ns == 0 && self.uncertainty_ns == 0
     }
 
+    /// A server on this run's own clock across a path whose round trip is `rtt_ns`.
+    pub fn same_clock(rtt_ns: u64) -> ClockSync {
+        ClockSync { offset_ns: 0, uncertainty_ns: 0, rtt_ns }
+    }
+
+    /// The `ClockSync` event that opens a run's events, recorded by the client side.
+    pub fn event(&self, at_ns: u64) -> Event {
+        Event {
+            at_ns,
+            side: crate::Side::Client,
+            conn: ConnId(0),
+            req: crate::ReqId(0),
+            kind: crate::EventKind::ClockSync {
+                offset_ns: self.offset_ns,
+                uncertainty_ns: self.uncertainty_ns,
+                rtt_ns: self.rtt_ns,
+            },
+        }
+    }
+
     /// Where the server was and how its clock was matched to the run's, in the words the CLI
     /// and the page both print after "server": `place` names it when the caller knows more
     /// than the event says (the remote host's address, the namespace's name).
@@ -228,7 +248,7 @@ mod tests {
 
     #[test]
     fn the_server_line_says_whether_the_server_shared_the_runs_clock() {
-        let namespace = ClockSync { offset_ns: 0, uncertainty_ns: 0, rtt_ns: 20_000_000 };
+        let namespace = ClockSync::same_clock(20_000_000);
         assert_eq!(
             namespace.describe(None),
             "in another network namespace, on this run's clock (path round trip 20.000 ms, not \

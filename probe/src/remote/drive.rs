@@ -130,21 +130,6 @@ pub struct Started {
 }
 
 impl Started {
-    /// The `ClockSync` event that opens the run's events.
-    pub fn clock_event(&self, at_ns: u64) -> Event {
-        Event {
-            at_ns,
-            side: ackscope_shared::Side::Client,
-            conn: ConnId(0),
-            req: ReqId(0),
-            kind: EventKind::ClockSync {
-                offset_ns: self.sync.offset_ns,
-                uncertainty_ns: self.sync.uncertainty_ns,
-                rtt_ns: self.sync.rtt_ns,
-            },
-        }
-    }
-
     /// Takes B's events from here on, each given A's ids (from `peers`, where A's clients
     /// register their connections) and A's clock, into `sink` (`None`: recording off).
     pub fn stream(self, peers: Arc<Peers>, sink: Option<SyncSender<Vec<Event>>>) -> Streaming {

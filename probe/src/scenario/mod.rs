@@ -81,7 +81,7 @@ pub(crate) fn start_remote(
     let started = Remote::connect(server, token)
         .and_then(|remote| remote.start(scenario, instruments, collector.clock))?;
     let clock_event = match instruments.events {
-        true => vec![started.clock_event(collector.clock.now_ns())],
+        true => vec![started.sync.event(collector.clock.now_ns())],
         false => Vec::new(),
     };
     Ok((started, clock_event))

@@ -8,8 +8,9 @@ use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::Instant;
 
+use ackscope_shared::control::ClockSync;
 use ackscope_shared::wire::{Instruments, RunOutcome};
-use ackscope_shared::{ConnId, Event, EventKind, ReqId, RrSpec, Scenario, Side};
+use ackscope_shared::{Event, RrSpec, Scenario, Side};
 
 use super::{
     open_capture, outcome, remote_error, start_remote, Collector, RemoteNotes, RunNotes, Target,
@@ -84,13 +85,9 @@ fn run_local(
         // Across the namespaces' path a read waits half its round trip for the bytes: measured
         // here, and told to the analysis as a remote run's is, so that it is not called a stall.
         match server_in.path_rtt_ns() {
-            Ok(rtt_ns) if instruments.events => on_events(vec![Event {
-                at_ns: collector.clock.now_ns(),
-                side: Side::Client,
-                conn: ConnId(0),
-                req: ReqId(0),
-                kind: EventKind::ClockSync { offset_ns: 0, uncertainty_ns: 0, rtt_ns },
-            }]),
+            Ok(rtt_ns) if instruments.events => {
+                on_events(vec![ClockSync::same_clock(rtt_ns).event(collector.clock.now_ns())])
+            }
             Ok(_) => {}
             Err(error) => return RunOutcome::Failed { error: format!("--server-netns: {error}") },
         }
