@@ -109,7 +109,12 @@ impl RunArgs {
         instruments: Instruments,
     ) -> Result<scenario::Target, Failure> {
         if let (Some(name), Some(ip)) = (&self.server_netns, self.server_ip) {
-            return self.server_netns_target(scenario, instruments, name, ip);
+            if let Some(refusal) = scenario::server_netns_refusal(scenario, instruments) {
+                return Err(Failure::Usage(refusal.into()));
+            }
+            // Whether the namespace is there, may be entered and reaches `ip` is found as the
+            // run starts, which then ends with that one error (below, in `run`).
+            return Ok(scenario::Target::ServerNetns { name: name.clone(), ip });
         }
         let (Some(server), Some(token)) = (&self.remote, &self.token) else {
             return Ok(scenario::Target::Local);
@@ -132,38 +137,6 @@ impl RunArgs {
             return refuse("--capture is not available across hosts yet; capture with tcpdump on each host and `ackscope import` the files");
         }
         Ok(scenario::Target::Remote { server: server.clone(), token: token.clone() })
-    }
-
-    /// `--server-netns`: only for what it can place, and only a namespace that is there and
-    /// can be entered (checked now, so that a mistake costs no run).
-    fn server_netns_target(
-        &self,
-        scenario: &Scenario,
-        instruments: Instruments,
-        name: &str,
-        ip: std::net::Ipv4Addr,
-    ) -> Result<scenario::Target, Failure> {
-        let refuse = |why: &str| Err(Failure::Usage(format!("--server-netns: {why}")));
-        match scenario {
-            Scenario::Rr(RrSpec { link: Some(_), .. }) => {
-                return refuse(
-                    "--link makes namespaces of its own; the path to NAME is the one you made \
-                     (add delay to it with `tc qdisc add dev VETH root netem delay 10ms`)",
-                )
-            }
-            Scenario::Rr(_) => {}
-            _ => return refuse("only rr runs place their server in a namespace"),
-        }
-        if instruments.capture {
-            return refuse(
-                "--capture watches lo, which the run no longer crosses; capture on the veth with \
-                 tcpdump and `ackscope import` the file",
-            );
-        }
-        // The address and the path too, by a few handshakes: before the run's file is begun.
-        let checked = emulate::ServerNamespace::open(name, ip).and_then(|s| s.path_rtt_ns());
-        checked.map_err(|e| Failure::Run(format!("--server-netns: {e}")))?;
-        Ok(scenario::Target::ServerNetns { name: name.to_owned(), ip })
     }
 
     /// The spec to run: the preset, spec file or default, with the flags applied and checked.
@@ -290,11 +263,15 @@ pub fn run(args: &RunArgs) -> Result<Ended, Failure> {
         })
         .map_err(|e| Failure::Usage(format!("{}: {}", knobs::flag_of(e.field), e.problem)))?;
     progress.finish();
-    if let (scenario::Target::Remote { .. }, None, RunOutcome::Failed { error }) =
-        (&target, &notes.remote, &outcome)
-    {
-        // The remote server never started the run (refused, unreachable): one clear error,
-        // no summary of nothing.
+    let never_started = match &target {
+        scenario::Target::Remote { .. } => notes.remote.is_none(),
+        // Its clients never ran: the run ended as it placed the server.
+        scenario::Target::ServerNetns { .. } => notes.clients_elapsed.is_zero(),
+        scenario::Target::Local => false,
+    };
+    if let (true, RunOutcome::Failed { error }) = (never_started, &outcome) {
+        // The remote server never started the run (refused, unreachable), or the namespace
+        // could not take the server: one clear error, no summary of nothing.
         return Err(Failure::Run(error.clone()));
     }
     tally.capture = notes.capture;

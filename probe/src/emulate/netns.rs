@@ -86,22 +86,17 @@ impl Namespace {
     /// with what to do about it.
     pub fn open_named(name: &str) -> Result<Namespace, String> {
         let listed = "a name that `ip netns list` shows, or a path such as /proc/PID/ns/net";
-        let path = if name.contains('/') {
-            name.to_owned()
-        } else if name.is_empty() || name == "." || name == ".." {
+        let by_name = !name.contains('/');
+        if by_name && matches!(name, "" | "." | "..") {
             return Err(format!("`{name}` is not a network namespace's name: give {listed}"));
-        } else {
-            format!("/run/netns/{name}")
-        };
+        }
+        let path = if by_name { format!("/run/netns/{name}") } else { name.to_owned() };
         let file = File::open(&path).map_err(|e| match e.kind() {
-            io::ErrorKind::NotFound if !name.contains('/') => format!(
+            io::ErrorKind::NotFound if by_name => format!(
                 "there is no network namespace `{name}` ({path}): make it with `ip netns add \
                  {name}`, or give {listed}"
             ),
-            _ if name.contains('/') => {
-                format!("opening network namespace {path}: {e}: give {listed}")
-            }
-            _ => format!("opening network namespace `{name}` ({path}): {e}: give {listed}"),
+            _ => format!("opening network namespace {path}: {e}: give {listed}"),
         })?;
         let namespace = Namespace { ns: file.into() };
         let entered = thread::scope(|scope| scope.spawn(|| namespace.enter()).join());

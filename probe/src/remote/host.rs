@@ -5,7 +5,6 @@
 
 use std::io::{self, Read};
 use std::net::{IpAddr, Shutdown, SocketAddr, TcpListener, TcpStream};
-use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::mpsc::{sync_channel, RecvTimeoutError, SyncSender};
 use std::sync::{Arc, Mutex};
@@ -538,9 +537,9 @@ impl RunServer {
         match self {
             RunServer::Rr(server) => server.shutdown(),
             RunServer::Bulk(bulk) => {
-                // SAFETY: shutdown() on a listening socket we own wakes a thread blocked in its
-                // accept(); the descriptor stays open until `bulk.listener` drops.
-                unsafe { libc::shutdown(bulk.listener.as_raw_fd(), libc::SHUT_RDWR) };
+                // Shutting a listening socket down wakes a thread blocked in its accept(), as
+                // the echo server's stop does.
+                let _ = socket2::SockRef::from(&bulk.listener).shutdown(Shutdown::Both);
                 if let Some(stream) = lock(&bulk.accepted).as_ref() {
                     let _ = stream.shutdown(Shutdown::Both);
                 }

@@ -130,6 +130,24 @@ pub enum Target {
     Remote { server: String, token: String },
 }
 
+/// Why `scenario` cannot have its server in a user's namespace (`--server-netns`); `None` if
+/// it can. The path is then the namespaces' own: only rr runs, without an emulated link or the
+/// capture on lo.
+pub fn server_netns_refusal(scenario: &Scenario, instruments: Instruments) -> Option<&'static str> {
+    match scenario {
+        Scenario::Rr(spec) if spec.link.is_some() => Some(
+            "--server-netns: --link makes namespaces of its own; the path to NAME is the one \
+             you made (add delay to it with `tc qdisc add dev VETH root netem delay 10ms`)",
+        ),
+        Scenario::Rr(_) if instruments.capture => Some(
+            "--server-netns: --capture watches lo, which the run no longer crosses; capture on \
+             the veth with tcpdump and `ackscope import` the file",
+        ),
+        Scenario::Rr(_) => None,
+        _ => Some("--server-netns: only rr runs place their server in a namespace"),
+    }
+}
+
 /// [`run_noting`], with the server side at `target`.
 pub fn run_against(
     scenario: &Scenario,
@@ -140,6 +158,11 @@ pub fn run_against(
     on_events: impl FnMut(Vec<Event>),
 ) -> Result<RunOutcome, SpecError> {
     scenario.validate()?;
+    if let (Target::ServerNetns { .. }, Some(error)) =
+        (target, server_netns_refusal(scenario, instruments))
+    {
+        return Ok(RunOutcome::Failed { error: error.into() });
+    }
     Ok(match (scenario, target) {
         (Scenario::Rr(spec), _) => rr::run(spec, instruments, target, stop, notes, on_events),
         (Scenario::Bulk(spec), Target::Remote { server, token }) => {
@@ -147,7 +170,7 @@ pub fn run_against(
         }
         (Scenario::Bulk(spec), Target::Local) => bulk::run(spec, instruments, stop, on_events),
         (Scenario::Bulk(_), Target::ServerNetns { .. }) => {
-            RunOutcome::Failed { error: "--server-netns places the server of rr runs only".into() }
+            unreachable!("server_netns_refusal refuses bulk runs, above")
         }
         (Scenario::Server(_), _) => RunOutcome::Failed {
             error: "a standalone echo server is run with `ackscope server`, not as a run".into(),

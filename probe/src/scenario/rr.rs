@@ -43,7 +43,8 @@ pub fn run(
 }
 
 /// Both sides in this process: the echo server on loopback, across the emulated link, or in the
-/// user's network namespace `server_in`.
+/// user's network namespace `server_in` (never with a link or capture on lo:
+/// [`super::server_netns_refusal`]).
 fn run_local(
     spec: &RrSpec,
     instruments: Instruments,
@@ -52,12 +53,6 @@ fn run_local(
     notes: &mut RunNotes,
     mut on_events: impl FnMut(Vec<Event>),
 ) -> RunOutcome {
-    if server_in.is_some() && (spec.link.is_some() || instruments.capture) {
-        let error = "--server-netns: the path is the namespaces' own: leave out --link (which \
-                     makes namespaces of its own) and --capture (which watches lo; capture on \
-                     the veth with tcpdump and `ackscope import` the file)";
-        return RunOutcome::Failed { error: error.into() };
-    }
     // On the link the relay captures (it holds every packet already): no socket on lo.
     let on_lo = Instruments { capture: instruments.capture && spec.link.is_none(), ..instruments };
     let capture_socket = match open_capture(on_lo) {
