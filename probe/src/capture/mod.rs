@@ -37,6 +37,8 @@ use crate::net::record::{Clock, Recorder};
 
 /// `PACKET_STATISTICS`: packets seen and dropped for a full ring since the last read.
 const PACKET_STATISTICS: libc::c_int = 6;
+/// `PACKET_IGNORE_OUTGOING` (linux/if_packet.h, since 4.20): the tap skips packets the host sends.
+const PACKET_IGNORE_OUTGOING: libc::c_int = 23;
 /// How long the thread waits for a block before it looks at its stop flag.
 const POLL_TIMEOUT_MS: libc::c_int = 10;
 /// Captured segments are sent on at least this often, so a live view keeps up.
@@ -81,9 +83,11 @@ pub struct CaptureSocket {
 ///
 /// What the kernel pays for it, per packet of the host, is kept small (docs/BENCHMARKS.md,
 /// `bench capture`):
-/// - The socket takes IPv4 (ETH_P_IP) on lo, not every protocol (ETH_P_ALL). A tap for every
-///   protocol is also called for each packet lo sends, only to be told to ignore it; an IPv4
-///   tap is called once, as the packet is received.
+/// - The socket takes every protocol (ETH_P_ALL) on lo, and ignores the packets lo sends
+///   (PACKET_IGNORE_OUTGOING): each packet is tapped once, as lo receives it, before IP sees it.
+///   An IPv4 tap (ETH_P_IP) would be called after IP instead, which then has to clone every
+///   packet, as it finds it shared with the tap; without PACKET_IGNORE_OUTGOING every packet
+///   would be cloned and filtered a second time as lo sends it.
 /// - No SO_TIMESTAMPNS: the ring stamps each packet it keeps anyway, and the option would turn on
 ///   a timestamp for every packet the host receives, and TCP's receive-timestamp work in every
 ///   read of every socket.
@@ -100,7 +104,13 @@ pub fn open() -> Result<CaptureSocket, CaptureError> {
     // Port 0 is no TCP connection's: nothing is copied before the run's port is known.
     ring::attach_filter(fd, 0).map_err(io_error("SO_ATTACH_FILTER"))?;
     let ring = ring::Ring::map(fd).map_err(io_error("PACKET_RX_RING (TPACKET_V3)"))?;
-    bind_to_loopback(fd)?;
+    // Kernels before 4.20 have no PACKET_IGNORE_OUTGOING: there the IPv4 tap sees each packet
+    // once, at the price of IP's clone.
+    let protocol = match set_int(fd, libc::SOL_PACKET, PACKET_IGNORE_OUTGOING, 1) {
+        Ok(()) => libc::ETH_P_ALL,
+        Err(_) => libc::ETH_P_IP,
+    };
+    bind_to_loopback(fd, protocol as u16)?;
     Ok(CaptureSocket { socket, ring: Some(ring) })
 }
 
@@ -131,7 +141,7 @@ fn set_int(fd: RawFd, level: libc::c_int, name: libc::c_int, value: libc::c_int)
     }
 }
 
-fn bind_to_loopback(fd: RawFd) -> Result<(), CaptureError> {
+fn bind_to_loopback(fd: RawFd, protocol: u16) -> Result<(), CaptureError> {
     // SAFETY: the argument is a NUL-terminated string literal.
     let ifindex = unsafe { libc::if_nametoindex(c"lo".as_ptr()) };
     if ifindex == 0 {
@@ -140,7 +150,7 @@ fn bind_to_loopback(fd: RawFd) -> Result<(), CaptureError> {
     // SAFETY: sockaddr_ll is plain data; all zeroes is a valid value of it.
     let mut addr: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
     addr.sll_family = libc::AF_PACKET as u16;
-    addr.sll_protocol = (libc::ETH_P_IP as u16).to_be();
+    addr.sll_protocol = protocol.to_be();
     addr.sll_ifindex = i32::try_from(ifindex).unwrap_or(i32::MAX);
     // SAFETY: `addr` is a live sockaddr_ll and the length passed is its size.
     let rc = unsafe {
@@ -286,6 +296,7 @@ impl Capture {
             offset,
             rec: Recorder::new(clock, Side::Client, sink),
             tagger: Tagger::new(peers),
+            block: Vec::new(),
         };
         let stopping = Arc::clone(&stop);
         let thread =
@@ -328,6 +339,8 @@ struct Reader {
     /// Records for both sides ([`Recorder::record_as`]).
     rec: Recorder,
     tagger: Tagger,
+    /// The segments of the block being read, tagged together (kept for its allocation).
+    block: Vec<Captured>,
 }
 
 impl Reader {
@@ -356,7 +369,10 @@ impl Reader {
                 // The offset of the moment the block is read, so a step of the realtime clock
                 // since the last block does not move its packets.
                 self.remeasure(&mut largest_step, &mut widest);
-                ring.take_block(|packet| self.handle(packet.frame, Some(packet.realtime_ns)));
+                ring.take_block(|packet| self.parse(packet.frame, Some(packet.realtime_ns)));
+                self.tagger.record_all(&mut self.rec, &self.block);
+                self.block.clear();
+                self.rec.hand_over();
                 quiet_since = Instant::now();
             } else if stopping && quiet_since.elapsed() >= DRAIN_FOR {
                 break;
@@ -401,7 +417,8 @@ impl Reader {
         self.offset = now;
     }
 
-    fn handle(&mut self, frame: &[u8], stamp: Option<i128>) {
+    /// Parses a packet of the block being read into [`Reader::block`].
+    fn parse(&mut self, frame: &[u8], stamp: Option<i128>) {
         let Ok(packet) = parse_ethernet(frame) else { return };
         let (side, client_port) = match (packet.src_port, packet.dst_port) {
             (src, dst) if src == self.server_port => (Side::Server, dst),
@@ -412,8 +429,22 @@ impl Reader {
             Some(realtime) => self.offset.to_run_ns(realtime),
             None => self.rec.now_ns(),
         };
-        self.tagger.record(&mut self.rec, side, client_port, at_ns, packet.segment);
-        self.rec.hand_over();
+        self.block.push(Captured { side, client_port, at_ns, segment: packet.segment });
+    }
+}
+
+/// A captured segment, not yet given its request: sent by `side` at `at_ns` on the connection
+/// from `client_port`.
+pub struct Captured {
+    pub side: Side,
+    pub client_port: u16,
+    pub at_ns: u64,
+    pub segment: Segment,
+}
+
+impl Captured {
+    fn is_syn(&self) -> bool {
+        self.segment.has(ackscope_shared::event::tcp_flags::SYN)
     }
 }
 
@@ -426,6 +457,8 @@ pub struct Tagger {
     recent: Option<(u16, ConnTag, usize)>,
     /// Handshake segments, waiting for their connection's first request id.
     pending: Vec<(Instant, ConnTag, Event)>,
+    /// The requests of a run of segments (kept for its allocation).
+    requests: Vec<Option<ReqId>>,
     segments: u64,
     unmatched: u64,
 }
@@ -433,7 +466,14 @@ pub struct Tagger {
 impl Tagger {
     /// Tags segments of the connections whose client ports `peers` knows.
     pub fn new(peers: Arc<Peers>) -> Tagger {
-        Tagger { peers, recent: None, pending: Vec::new(), segments: 0, unmatched: 0 }
+        Tagger {
+            peers,
+            recent: None,
+            pending: Vec::new(),
+            requests: Vec::new(),
+            segments: 0,
+            unmatched: 0,
+        }
     }
 
     /// Records `segment`, sent by `side` at `at_ns` on the connection from `client_port`, for
@@ -448,27 +488,54 @@ impl Tagger {
         at_ns: u64,
         segment: Segment,
     ) {
-        // A SYN may open a new connection from a port a closed one used (loopback reuses ports
-        // in TIME_WAIT): look the port up again then.
-        let syn = segment.flags & ackscope_shared::event::tcp_flags::SYN != 0;
-        if syn || self.recent.as_ref().is_none_or(|(port, ..)| *port != client_port) {
-            let Some(tag) = self.peers.lookup(client_port) else {
-                self.unmatched += 1;
-                return;
-            };
-            self.recent = Some((client_port, tag, 0));
-        }
-        let (_, tag, cursor) = self.recent.as_mut().expect("just set");
-        let tag = &*tag;
-        let kind = EventKind::Segment(segment);
-        match tag.request_before_from(at_ns, cursor) {
-            Some(req) => {
-                rec.record_as(side, at_ns, tag.conn, req, kind);
-                self.segments += 1;
+        self.record_all(rec, &[Captured { side, client_port, at_ns, segment }]);
+    }
+
+    /// [`Tagger::record`] for each of `captured`, in time order, with one lock of a
+    /// connection's request list for each run of its segments: a ping-pong sends two packets
+    /// a request, and the client announces each request under that lock too.
+    pub fn record_all(&mut self, rec: &mut Recorder, captured: &[Captured]) {
+        let mut rest = captured;
+        while let Some(first) = rest.first() {
+            // A SYN may open a new connection from a port a closed one used (loopback reuses
+            // ports in TIME_WAIT): it starts a run of its own, and its port is looked up again.
+            let same = |c: &&Captured| c.client_port == first.client_port && !c.is_syn();
+            let (run, tail) = rest.split_at(1 + rest[1..].iter().take_while(same).count());
+            rest = tail;
+            if first.is_syn()
+                || self.recent.as_ref().is_none_or(|(port, ..)| *port != first.client_port)
+            {
+                let Some(tag) = self.peers.lookup(first.client_port) else {
+                    self.unmatched += run.len() as u64;
+                    continue;
+                };
+                self.recent = Some((first.client_port, tag, 0));
             }
-            None => {
-                let event = Event { at_ns, side, conn: tag.conn, req: ReqId(0), kind };
-                self.pending.push((Instant::now(), tag.clone(), event));
+            let (_, tag, cursor) = self.recent.as_mut().expect("just set");
+            // The lock is let go before recording: a full collector may make a record wait,
+            // and the client must not wait on that to announce its next request.
+            let requests = tag.requests();
+            self.requests.clear();
+            self.requests.extend(run.iter().map(|c| requests.before_from(c.at_ns, cursor)));
+            drop(requests);
+            for (c, req) in run.iter().zip(&self.requests) {
+                let kind = EventKind::Segment(c.segment.clone());
+                match *req {
+                    Some(req) => {
+                        rec.record_as(c.side, c.at_ns, tag.conn, req, kind);
+                        self.segments += 1;
+                    }
+                    None => {
+                        let event = Event {
+                            at_ns: c.at_ns,
+                            side: c.side,
+                            conn: tag.conn,
+                            req: ReqId(0),
+                            kind,
+                        };
+                        self.pending.push((Instant::now(), tag.clone(), event));
+                    }
+                }
             }
         }
     }

@@ -53,11 +53,14 @@ struct Program {
     filter: *const Instruction,
 }
 
-/// The filter for "IPv4 TCP to or from `port`", returning the snap length: the program
-/// `tcpdump -dd 'ip and tcp port PORT'` prints for an Ethernet link (lo's frames have an
-/// Ethernet header), with its accept length lowered to [`SNAP_BYTES`]. Fragments after the
-/// first are refused, as they carry no TCP header.
-pub fn tcp_port_filter(port: u16) -> [Instruction; 13] {
+/// The filter for "IPv4 TCP to or from `port`", returning the snap length. It keeps what
+/// `tcpdump -dd 'ip and tcp port PORT'` keeps on an Ethernet link (lo's frames have an Ethernet
+/// header), refusing fragments after the first as they carry no TCP header, with one change
+/// for speed: an IP header without options (version 4, length 20: every packet of a loopback
+/// run) has its ports read at fixed offsets. The kernel compiles a fixed-offset load inline; the
+/// load after the header's variable length (tcpdump's only path, kept here for IP options) is
+/// a call into the kernel, twice per packet of the host's loopback traffic.
+pub fn tcp_port_filter(port: u16) -> [Instruction; 19] {
     let op = |code, jt, jf, k| Instruction { code, jt, jf, k };
     const LD_H_ABS: u16 = 0x28;
     const LD_B_ABS: u16 = 0x30;
@@ -67,20 +70,27 @@ pub fn tcp_port_filter(port: u16) -> [Instruction; 13] {
     const JSET_K: u16 = 0x45;
     const RET_K: u16 = 0x06;
     let port = u32::from(port);
+    // Jumps are relative to the next instruction: accept is 17, refuse 18.
     [
         op(LD_H_ABS, 0, 0, 12),      // 0: EtherType
-        op(JEQ_K, 0, 10, 0x0800),    // 1: IPv4, else refuse
+        op(JEQ_K, 0, 16, 0x0800),    // 1: IPv4, else refuse
         op(LD_B_ABS, 0, 0, 23),      // 2: IP protocol
-        op(JEQ_K, 0, 8, 6),          // 3: TCP, else refuse
+        op(JEQ_K, 0, 14, 6),         // 3: TCP, else refuse
         op(LD_H_ABS, 0, 0, 20),      // 4: flags and fragment offset
-        op(JSET_K, 6, 0, 0x1fff),    // 5: a later fragment: refuse
-        op(LDX_B_MSH, 0, 0, 14),     // 6: X = IP header length
-        op(LD_H_IND, 0, 0, 14),      // 7: TCP source port
-        op(JEQ_K, 2, 0, port),       // 8: ours: accept
-        op(LD_H_IND, 0, 0, 16),      // 9: TCP destination port
-        op(JEQ_K, 0, 1, port),       // 10: ours: accept, else refuse
-        op(RET_K, 0, 0, SNAP_BYTES), // 11: accept, this many bytes
-        op(RET_K, 0, 0, 0),          // 12: refuse
+        op(JSET_K, 12, 0, 0x1fff),   // 5: a later fragment: refuse
+        op(LD_B_ABS, 0, 0, 14),      // 6: IP version and header length
+        op(JEQ_K, 0, 4, 0x45),       // 7: no options: ports at fixed offsets, else at 12
+        op(LD_H_ABS, 0, 0, 34),      // 8: TCP source port
+        op(JEQ_K, 7, 0, port),       // 9: ours: accept
+        op(LD_H_ABS, 0, 0, 36),      // 10: TCP destination port
+        op(JEQ_K, 5, 6, port),       // 11: ours: accept, else refuse
+        op(LDX_B_MSH, 0, 0, 14),     // 12: X = IP header length (with options)
+        op(LD_H_IND, 0, 0, 14),      // 13: TCP source port
+        op(JEQ_K, 2, 0, port),       // 14: ours: accept
+        op(LD_H_IND, 0, 0, 16),      // 15: TCP destination port
+        op(JEQ_K, 0, 1, port),       // 16: ours: accept, else refuse
+        op(RET_K, 0, 0, SNAP_BYTES), // 17: accept, this many bytes
+        op(RET_K, 0, 0, 0),          // 18: refuse
     ]
 }
 
@@ -298,12 +308,87 @@ mod tests {
         (0x6, 0, 0, 0x00000000),
     ];
 
+    /// Runs a classic BPF program of the instructions the filters use on `frame`, as the
+    /// kernel does: a load beyond the frame refuses it.
+    fn run(program: &[Instruction], frame: &[u8]) -> u32 {
+        let (mut a, mut x, mut pc) = (0u32, 0u32, 0usize);
+        let byte = |at: usize| frame.get(at).map(|&b| u32::from(b));
+        let half = |at: usize| Some(byte(at)? << 8 | byte(at + 1)?);
+        loop {
+            let Instruction { code, jt, jf, k } = program[pc];
+            let k_at = k as usize;
+            pc += 1;
+            let loaded = match code {
+                0x28 => half(k_at),
+                0x30 => byte(k_at),
+                0x48 => half(x as usize + k_at),
+                0xb1 => {
+                    x = byte(k_at).map_or(0, |b| (b & 0xf) * 4);
+                    continue;
+                }
+                0x15 => {
+                    pc += usize::from(if a == k { jt } else { jf });
+                    continue;
+                }
+                0x45 => {
+                    pc += usize::from(if a & k != 0 { jt } else { jf });
+                    continue;
+                }
+                0x06 => return k,
+                other => panic!("instruction {other:#x} not in the filters"),
+            };
+            match loaded {
+                Some(value) => a = value,
+                None => return 0,
+            }
+        }
+    }
+
+    /// An Ethernet frame of IPv4 with `options` bytes of IP options, `protocol`, the fragment
+    /// field `fragment`, and then the ports.
+    fn frame(protocol: u8, options: usize, fragment: u16, src: u16, dst: u16) -> Vec<u8> {
+        let mut frame = vec![0u8; 12];
+        frame.extend_from_slice(&[0x08, 0x00]);
+        let header = 20 + options;
+        let mut ip = vec![0u8; header];
+        ip[0] = 0x40 | (header / 4) as u8;
+        ip[6..8].copy_from_slice(&fragment.to_be_bytes());
+        ip[9] = protocol;
+        // Options that read as port 5000 where the ports would be without them.
+        for chunk in ip[20..].chunks_mut(2) {
+            chunk.copy_from_slice(&5000u16.to_be_bytes()[..chunk.len()]);
+        }
+        frame.extend_from_slice(&ip);
+        frame.extend_from_slice(&src.to_be_bytes());
+        frame.extend_from_slice(&dst.to_be_bytes());
+        frame.extend_from_slice(&[0u8; 16]);
+        frame
+    }
+
     #[test]
-    fn the_filter_is_tcpdumps_with_our_snap_length() {
+    fn the_filter_keeps_what_tcpdumps_keeps_with_our_snap_length() {
+        let tcpdump: Vec<Instruction> =
+            TCPDUMP.iter().map(|&(code, jt, jf, k)| Instruction { code, jt, jf, k }).collect();
         let ours = tcp_port_filter(5000);
-        for (index, (instruction, &(code, jt, jf, k))) in ours.iter().zip(&TCPDUMP).enumerate() {
-            let k = if index == 11 { SNAP_BYTES } else { k };
-            assert_eq!(*instruction, Instruction { code, jt, jf, k }, "instruction {index}");
+        let mut ipv6 = frame(6, 0, 0, 5000, 40000);
+        ipv6[12..14].copy_from_slice(&[0x86, 0xdd]);
+        let cases = [
+            ("to our port", frame(6, 0, 0, 40000, 5000), true),
+            ("from our port", frame(6, 0, 0, 5000, 40000), true),
+            ("another port", frame(6, 0, 0, 40000, 5001), false),
+            ("UDP on our port", frame(17, 0, 0, 40000, 5000), false),
+            ("IPv6", ipv6, false),
+            ("a later fragment", frame(6, 0, 0x0010, 40000, 5000), false),
+            ("a first fragment", frame(6, 0, 0x2000, 40000, 5000), true),
+            ("IP options, to our port", frame(6, 8, 0, 40000, 5000), true),
+            ("IP options, another port", frame(6, 4, 0, 40000, 5001), false),
+            ("cut short", frame(6, 0, 0, 40000, 5000)[..36].to_vec(), false),
+        ];
+        for (name, frame, kept) in cases {
+            let want = if kept { 262_144 } else { 0 };
+            assert_eq!(run(&tcpdump, &frame), want, "tcpdump's program, {name}");
+            let want = if kept { SNAP_BYTES } else { 0 };
+            assert_eq!(run(&ours, &frame), want, "our filter, {name}");
         }
     }
 }

@@ -56,10 +56,27 @@ impl ConnTag {
     }
 
     /// [`ConnTag::request_before`], starting from where the previous call for a time no later
-    /// than `at_ns` ended (`cursor`, updated): packet capture asks in time order, so this walks
-    /// a step or two instead of searching the whole connection's history.
+    /// than `at_ns` ended (`cursor`, updated): see [`Requests::before_from`].
     pub fn request_before_from(&self, at_ns: u64, cursor: &mut usize) -> Option<ReqId> {
-        let requests = lock(&self.requests);
+        self.requests().before_from(at_ns, cursor)
+    }
+
+    /// The request list, locked until the value is dropped: packet capture tags a block of
+    /// segments under one lock, not one lock each (the client announces under the same lock).
+    pub fn requests(&self) -> Requests<'_> {
+        Requests(lock(&self.requests))
+    }
+}
+
+/// A connection's request list, locked ([`ConnTag::requests`]).
+pub struct Requests<'a>(MutexGuard<'a, Vec<(ReqId, u64)>>);
+
+impl Requests<'_> {
+    /// The request begun last at or before `at_ns`, starting from where the previous call for
+    /// a time no later than `at_ns` ended (`cursor`, updated): packet capture asks in time
+    /// order, so this walks a step or two instead of searching the whole connection's history.
+    pub fn before_from(&self, at_ns: u64, cursor: &mut usize) -> Option<ReqId> {
+        let requests = &self.0;
         let mut after = (*cursor).min(requests.len());
         if after > 0 && requests[after - 1].1 > at_ns {
             // Asked for an earlier time than last time: search from the start.
