@@ -55,6 +55,15 @@ struct Program {
     filter: *const Instruction,
 }
 
+// The classic BPF instructions the filter uses (linux/filter.h: class | size | mode).
+const LD_H_ABS: u16 = 0x28;
+const LD_B_ABS: u16 = 0x30;
+const LD_H_IND: u16 = 0x48;
+const LDX_B_MSH: u16 = 0xb1;
+const JEQ_K: u16 = 0x15;
+const JSET_K: u16 = 0x45;
+const RET_K: u16 = 0x06;
+
 /// The filter for "IPv4 TCP to or from `port`", returning the snap length. It keeps what
 /// `tcpdump -dd 'ip and tcp port PORT'` keeps on an Ethernet link (lo's frames have an Ethernet
 /// header), refusing fragments after the first as they carry no TCP header, with one change
@@ -64,13 +73,6 @@ struct Program {
 /// a call into the kernel, twice per packet of the host's loopback traffic.
 pub fn tcp_port_filter(port: u16) -> [Instruction; 19] {
     let op = |code, jt, jf, k| Instruction { code, jt, jf, k };
-    const LD_H_ABS: u16 = 0x28;
-    const LD_B_ABS: u16 = 0x30;
-    const LD_H_IND: u16 = 0x48;
-    const LDX_B_MSH: u16 = 0xb1;
-    const JEQ_K: u16 = 0x15;
-    const JSET_K: u16 = 0x45;
-    const RET_K: u16 = 0x06;
     let port = u32::from(port);
     // Jumps are relative to the next instruction: accept is 17, refuse 18.
     [
@@ -321,22 +323,22 @@ mod tests {
             let k_at = k as usize;
             pc += 1;
             let loaded = match code {
-                0x28 => half(k_at),
-                0x30 => byte(k_at),
-                0x48 => half(x as usize + k_at),
-                0xb1 => {
+                LD_H_ABS => half(k_at),
+                LD_B_ABS => byte(k_at),
+                LD_H_IND => half(x as usize + k_at),
+                LDX_B_MSH => {
                     x = byte(k_at).map_or(0, |b| (b & 0xf) * 4);
                     continue;
                 }
-                0x15 => {
+                JEQ_K => {
                     pc += usize::from(if a == k { jt } else { jf });
                     continue;
                 }
-                0x45 => {
+                JSET_K => {
                     pc += usize::from(if a & k != 0 { jt } else { jf });
                     continue;
                 }
-                0x06 => return k,
+                RET_K => return k,
                 other => panic!("instruction {other:#x} not in the filters"),
             };
             match loaded {

@@ -50,17 +50,6 @@ impl ConnTag {
         lock(&self.requests).last().map(|&(req, _)| req)
     }
 
-    /// The request begun last at or before `at_ns` (on the run's clock), if any.
-    pub fn request_before(&self, at_ns: u64) -> Option<ReqId> {
-        self.request_before_from(at_ns, &mut 0)
-    }
-
-    /// [`ConnTag::request_before`], starting from where the previous call for a time no later
-    /// than `at_ns` ended (`cursor`, updated): see [`Requests::before_from`].
-    pub fn request_before_from(&self, at_ns: u64, cursor: &mut usize) -> Option<ReqId> {
-        self.requests().before_from(at_ns, cursor)
-    }
-
     /// The request list, locked until the value is dropped: packet capture tags a block of
     /// segments under one lock, not one lock each (the client announces under the same lock).
     pub fn requests(&self) -> Requests<'_> {
@@ -72,8 +61,8 @@ impl ConnTag {
 pub struct Requests<'a>(MutexGuard<'a, Vec<(ReqId, u64)>>);
 
 impl Requests<'_> {
-    /// The request begun last at or before `at_ns`, starting from where the previous call for
-    /// a time no later than `at_ns` ended (`cursor`, updated): packet capture asks in time
+    /// The request begun last at or before `at_ns` (on the run's clock), if any, starting from
+    /// where the previous call for a time no later than `at_ns` ended (`cursor`, updated): packet capture asks in time
     /// order, so this walks a step or two instead of searching the whole connection's history.
     pub fn before_from(&self, at_ns: u64, cursor: &mut usize) -> Option<ReqId> {
         let requests = &self.0;
@@ -151,15 +140,16 @@ mod tests {
         let (before_any, during_4, later) = (99, 150, 300);
         tag.announce(ReqId(4), 100);
         tag.announce(ReqId(5), 200);
-        assert_eq!(tag.request_before(before_any), None);
-        assert_eq!(tag.request_before(100), Some(ReqId(4)), "a segment at the request's start");
-        assert_eq!(tag.request_before(during_4), Some(ReqId(4)));
-        assert_eq!(tag.request_before(later), Some(ReqId(5)));
+        let before = |at_ns| tag.requests().before_from(at_ns, &mut 0);
+        assert_eq!(before(before_any), None);
+        assert_eq!(before(100), Some(ReqId(4)), "a segment at the request's start");
+        assert_eq!(before(during_4), Some(ReqId(4)));
+        assert_eq!(before(later), Some(ReqId(5)));
         // From a cursor, forwards and then back in time, as a capture may ask.
-        let mut cursor = 0;
-        assert_eq!(tag.request_before_from(during_4, &mut cursor), Some(ReqId(4)));
-        assert_eq!(tag.request_before_from(later, &mut cursor), Some(ReqId(5)));
-        assert_eq!(tag.request_before_from(during_4, &mut cursor), Some(ReqId(4)));
-        assert_eq!(tag.request_before_from(before_any, &mut cursor), None);
+        let (requests, mut cursor) = (tag.requests(), 0);
+        assert_eq!(requests.before_from(during_4, &mut cursor), Some(ReqId(4)));
+        assert_eq!(requests.before_from(later, &mut cursor), Some(ReqId(5)));
+        assert_eq!(requests.before_from(during_4, &mut cursor), Some(ReqId(4)));
+        assert_eq!(requests.before_from(before_any, &mut cursor), None);
     }
 }
