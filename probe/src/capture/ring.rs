@@ -2,10 +2,11 @@
 //! port, and a TPACKET_V3 ring the kernel fills with whole blocks of packets.
 //!
 //! Without them every loopback packet on the host is copied to the capture socket, one
-//! `recvmsg` each. With them the kernel drops other traffic before copying anything, copies at
-//! most [`SNAP_BYTES`] of each kept packet into a memory-mapped block, and hands a block over
-//! when it is full or [`RETIRE_AFTER_MS`] after its first packet: one wake-up for hundreds of
-//! packets.
+//! `recvmsg` each. With them the kernel drops other traffic before copying anything, copies the
+//! headers of each kept packet (at most 134 bytes) into a memory-mapped block, and hands a
+//! block over
+//! when it is full or [`RETIRE_AFTER_MS`] after its first packet: one wake-up for hundreds
+//! of packets.
 //!
 //! The structures are written out from linux/if_packet.h and linux/filter.h (they are uapi,
 //! stable since 3.2) rather than taken from `libc`, which exposes them only for some targets.
@@ -16,11 +17,6 @@ use std::os::fd::RawFd;
 use std::ptr::NonNull;
 use std::sync::atomic::{fence, Ordering};
 
-/// Bytes of each packet copied into the ring: the longest headers, Ethernet (14) + IP with
-/// options (60) + TCP with options (60). The payload is not needed (lengths come from the IP
-/// header), and copying none of it spares the kernel a visit to the packet's data pages
-/// (docs/BENCHMARKS.md: 1% of a pinned ping-pong, against 256 bytes).
-pub const SNAP_BYTES: u32 = 14 + 60 + 60;
 /// A block is handed over this long after its first packet even if it is not full, so a live
 /// view keeps up with a slow run.
 pub const RETIRE_AFTER_MS: u32 = 4;
@@ -61,40 +57,64 @@ const LD_B_ABS: u16 = 0x30;
 const LD_H_IND: u16 = 0x48;
 const LDX_B_MSH: u16 = 0xb1;
 const JEQ_K: u16 = 0x15;
+const LD_B_IND: u16 = 0x50;
 const JSET_K: u16 = 0x45;
+const ADD_K: u16 = 0x04;
+const ADD_X: u16 = 0x0c;
+const AND_K: u16 = 0x54;
+const RSH_K: u16 = 0x74;
 const RET_K: u16 = 0x06;
+const RET_A: u16 = 0x16;
 
-/// The filter for "IPv4 TCP to or from `port`", returning the snap length. It keeps what
+/// The filter for "IPv4 TCP to or from `port`", returning how many bytes to copy: the packet's
+/// headers, Ethernet, IP and TCP, and none of its payload. It keeps what
 /// `tcpdump -dd 'ip and tcp port PORT'` keeps on an Ethernet link (lo's frames have an Ethernet
-/// header), refusing fragments after the first as they carry no TCP header, with one change
-/// for speed: an IP header without options (version 4, length 20: every packet of a loopback
-/// run) has its ports read at fixed offsets. The kernel compiles a fixed-offset load inline; the
-/// load after the header's variable length (tcpdump's only path, kept here for IP options) is
-/// a call into the kernel, twice per packet of the host's loopback traffic.
-pub fn tcp_port_filter(port: u16) -> [Instruction; 19] {
+/// header), refusing fragments after the first as they carry no TCP header, with two changes
+/// for speed:
+/// - An IP header without options (version 4, length 20: every packet of a loopback run) has
+///   its ports and TCP header length read at fixed offsets. The kernel compiles a fixed-offset
+///   load inline; a load after the header's variable length (tcpdump's only path, kept here
+///   for IP options) is a call into the kernel.
+/// - The length returned is the headers' own, 54 bytes to 134 (Ethernet 14, IP with the
+///   longest options 60, TCP with the longest 60), not a fixed snap length: the payload is not
+///   needed (lengths come from the IP header), and on loopback it sits in pages apart from the
+///   headers, which a copy reaching into it maps and reads for every packet
+///   (docs/BENCHMARKS.md, `bench capture`).
+pub fn tcp_port_filter(port: u16) -> [Instruction; 29] {
     let op = |code, jt, jf, k| Instruction { code, jt, jf, k };
     let port = u32::from(port);
-    // Jumps are relative to the next instruction: accept is 17, refuse 18.
+    // Jumps are relative to the next instruction. The TCP header length is the high four bits
+    // of the byte 12 into the TCP header, in 32-bit words: (byte >> 2) & 0x3c is it in bytes.
     [
-        op(LD_H_ABS, 0, 0, 12),      // 0: EtherType
-        op(JEQ_K, 0, 16, 0x0800),    // 1: IPv4, else refuse
-        op(LD_B_ABS, 0, 0, 23),      // 2: IP protocol
-        op(JEQ_K, 0, 14, 6),         // 3: TCP, else refuse
-        op(LD_H_ABS, 0, 0, 20),      // 4: flags and fragment offset
-        op(JSET_K, 12, 0, 0x1fff),   // 5: a later fragment: refuse
-        op(LD_B_ABS, 0, 0, 14),      // 6: IP version and header length
-        op(JEQ_K, 0, 4, 0x45),       // 7: no options: ports at fixed offsets, else at 12
-        op(LD_H_ABS, 0, 0, 34),      // 8: TCP source port
-        op(JEQ_K, 7, 0, port),       // 9: ours: accept
-        op(LD_H_ABS, 0, 0, 36),      // 10: TCP destination port
-        op(JEQ_K, 5, 6, port),       // 11: ours: accept, else refuse
-        op(LDX_B_MSH, 0, 0, 14),     // 12: X = IP header length (with options)
-        op(LD_H_IND, 0, 0, 14),      // 13: TCP source port
-        op(JEQ_K, 2, 0, port),       // 14: ours: accept
-        op(LD_H_IND, 0, 0, 16),      // 15: TCP destination port
-        op(JEQ_K, 0, 1, port),       // 16: ours: accept, else refuse
-        op(RET_K, 0, 0, SNAP_BYTES), // 17: accept, this many bytes
-        op(RET_K, 0, 0, 0),          // 18: refuse
+        op(LD_H_ABS, 0, 0, 12),    // 0: EtherType
+        op(JEQ_K, 0, 26, 0x0800),  // 1: IPv4, else refuse
+        op(LD_B_ABS, 0, 0, 23),    // 2: IP protocol
+        op(JEQ_K, 0, 24, 6),       // 3: TCP, else refuse
+        op(LD_H_ABS, 0, 0, 20),    // 4: flags and fragment offset
+        op(JSET_K, 22, 0, 0x1fff), // 5: a later fragment: refuse
+        op(LD_B_ABS, 0, 0, 14),    // 6: IP version and header length
+        op(JEQ_K, 0, 9, 0x45),     // 7: no options: ports at fixed offsets, else at 17
+        op(LD_H_ABS, 0, 0, 34),    // 8: TCP source port
+        op(JEQ_K, 2, 0, port),     // 9: ours: accept at 12
+        op(LD_H_ABS, 0, 0, 36),    // 10: TCP destination port
+        op(JEQ_K, 0, 16, port),    // 11: ours: accept at 12, else refuse
+        op(LD_B_ABS, 0, 0, 46),    // 12: TCP header length
+        op(RSH_K, 0, 0, 2),        // 13
+        op(AND_K, 0, 0, 0x3c),     // 14: in bytes
+        op(ADD_K, 0, 0, 14 + 20),  // 15: after Ethernet and IP
+        op(RET_A, 0, 0, 0),        // 16: accept, the headers
+        op(LDX_B_MSH, 0, 0, 14),   // 17: X = IP header length (with options)
+        op(LD_H_IND, 0, 0, 14),    // 18: TCP source port
+        op(JEQ_K, 2, 0, port),     // 19: ours: accept at 22
+        op(LD_H_IND, 0, 0, 16),    // 20: TCP destination port
+        op(JEQ_K, 0, 6, port),     // 21: ours: accept at 22, else refuse
+        op(LD_B_IND, 0, 0, 26),    // 22: TCP header length
+        op(RSH_K, 0, 0, 2),        // 23
+        op(AND_K, 0, 0, 0x3c),     // 24: in bytes
+        op(ADD_X, 0, 0, 0),        // 25: after IP
+        op(ADD_K, 0, 0, 14),       // 26: after Ethernet
+        op(RET_A, 0, 0, 0),        // 27: accept, the headers
+        op(RET_K, 0, 0, 0),        // 28: refuse
     ]
 }
 
@@ -295,6 +315,9 @@ impl Drop for Ring {
 mod tests {
     use super::*;
 
+    /// The longest headers: Ethernet, IP with 40 bytes of options, TCP with 40.
+    const SNAP_BYTES: u32 = 14 + 60 + 60;
+
     /// `tcpdump -dd 'ip and tcp port 5000'` (tcpdump 4.99, libpcap 1.10), accept length 262144.
     const TCPDUMP: [(u16, u8, u8, u32); 13] = [
         (0x28, 0, 0, 0x0000000c),
@@ -326,6 +349,7 @@ mod tests {
                 LD_H_ABS => half(k_at),
                 LD_B_ABS => byte(k_at),
                 LD_H_IND => half(x as usize + k_at),
+                LD_B_IND => byte(x as usize + k_at),
                 LDX_B_MSH => {
                     x = byte(k_at).map_or(0, |b| (b & 0xf) * 4);
                     continue;
@@ -338,7 +362,12 @@ mod tests {
                     pc += usize::from(if a & k != 0 { jt } else { jf });
                     continue;
                 }
+                RSH_K => Some(a >> k),
+                AND_K => Some(a & k),
+                ADD_K => Some(a.wrapping_add(k)),
+                ADD_X => Some(a.wrapping_add(x)),
                 RET_K => return k,
+                RET_A => return a,
                 other => panic!("instruction {other:#x} not in the filters"),
             };
             match loaded {
@@ -349,8 +378,20 @@ mod tests {
     }
 
     /// An Ethernet frame of IPv4 with `options` bytes of IP options, `protocol`, the fragment
-    /// field `fragment`, and then the ports.
+    /// field `fragment`, then a TCP header with the ports and `tcp_options` bytes of options,
+    /// and 100 bytes of payload.
     fn frame(protocol: u8, options: usize, fragment: u16, src: u16, dst: u16) -> Vec<u8> {
+        frame_with(protocol, options, fragment, src, dst, 0)
+    }
+
+    fn frame_with(
+        protocol: u8,
+        options: usize,
+        fragment: u16,
+        src: u16,
+        dst: u16,
+        tcp_options: usize,
+    ) -> Vec<u8> {
         let mut frame = vec![0u8; 12];
         frame.extend_from_slice(&[0x08, 0x00]);
         let header = 20 + options;
@@ -363,36 +404,49 @@ mod tests {
             chunk.copy_from_slice(&5000u16.to_be_bytes()[..chunk.len()]);
         }
         frame.extend_from_slice(&ip);
-        frame.extend_from_slice(&src.to_be_bytes());
-        frame.extend_from_slice(&dst.to_be_bytes());
-        frame.extend_from_slice(&[0u8; 16]);
+        let mut tcp = vec![0u8; 20 + tcp_options];
+        tcp[0..2].copy_from_slice(&src.to_be_bytes());
+        tcp[2..4].copy_from_slice(&dst.to_be_bytes());
+        tcp[12] = (((20 + tcp_options) / 4) << 4) as u8;
+        frame.extend_from_slice(&tcp);
+        frame.extend_from_slice(&[0xaa; 100]);
         frame
     }
 
     #[test]
-    fn the_filter_keeps_what_tcpdumps_keeps_with_our_snap_length() {
+    fn the_filter_keeps_what_tcpdump_keeps_and_copies_the_headers_alone() {
         let tcpdump: Vec<Instruction> =
             TCPDUMP.iter().map(|&(code, jt, jf, k)| Instruction { code, jt, jf, k }).collect();
         let ours = tcp_port_filter(5000);
         let mut ipv6 = frame(6, 0, 0, 5000, 40000);
         ipv6[12..14].copy_from_slice(&[0x86, 0xdd]);
+        // (name, frame, the headers' length when kept, 0 when refused)
         let cases = [
-            ("to our port", frame(6, 0, 0, 40000, 5000), true),
-            ("from our port", frame(6, 0, 0, 5000, 40000), true),
-            ("another port", frame(6, 0, 0, 40000, 5001), false),
-            ("UDP on our port", frame(17, 0, 0, 40000, 5000), false),
-            ("IPv6", ipv6, false),
-            ("a later fragment", frame(6, 0, 0x0010, 40000, 5000), false),
-            ("a first fragment", frame(6, 0, 0x2000, 40000, 5000), true),
-            ("IP options, to our port", frame(6, 8, 0, 40000, 5000), true),
-            ("IP options, another port", frame(6, 4, 0, 40000, 5001), false),
-            ("cut short", frame(6, 0, 0, 40000, 5000)[..36].to_vec(), false),
+            ("to our port", frame(6, 0, 0, 40000, 5000), 14 + 20 + 20),
+            ("from our port", frame(6, 0, 0, 5000, 40000), 14 + 20 + 20),
+            ("TCP options", frame_with(6, 0, 0, 40000, 5000, 12), 14 + 20 + 32),
+            ("the longest headers", frame_with(6, 40, 0, 5000, 40000, 40), SNAP_BYTES),
+            ("another port", frame(6, 0, 0, 40000, 5001), 0),
+            ("UDP on our port", frame(17, 0, 0, 40000, 5000), 0),
+            ("IPv6", ipv6, 0),
+            ("a later fragment", frame(6, 0, 0x0010, 40000, 5000), 0),
+            ("a first fragment", frame(6, 0, 0x2000, 40000, 5000), 14 + 20 + 20),
+            ("IP options, to our port", frame(6, 8, 0, 40000, 5000), 14 + 28 + 20),
+            ("IP options and TCP's", frame_with(6, 8, 0, 40000, 5000, 12), 14 + 28 + 32),
+            ("IP options, another port", frame(6, 4, 0, 40000, 5001), 0),
+            ("cut short", frame(6, 0, 0, 40000, 5000)[..36].to_vec(), 0),
         ];
-        for (name, frame, kept) in cases {
-            let want = if kept { 262_144 } else { 0 };
+        for (name, frame, headers) in cases {
+            let want = if headers > 0 { 262_144 } else { 0 };
             assert_eq!(run(&tcpdump, &frame), want, "tcpdump's program, {name}");
-            let want = if kept { SNAP_BYTES } else { 0 };
-            assert_eq!(run(&ours, &frame), want, "our filter, {name}");
+            assert_eq!(run(&ours, &frame), headers, "our filter, {name}");
+            assert!(headers <= SNAP_BYTES, "{name}: no more than the longest headers");
         }
+        // One difference, for a frame no link delivers: cut short inside its TCP header (the
+        // ports there, the header's length not), tcpdump keeps what there is, the filter
+        // refuses it: it holds no segment to record.
+        let cut = frame(6, 0, 0, 40000, 5000)[..40].to_vec();
+        assert_eq!(run(&tcpdump, &cut), 262_144);
+        assert_eq!(run(&ours, &cut), 0);
     }
 }
