@@ -1,13 +1,12 @@
-//! `cargo xtask bench link` and `cargo xtask bench capture`: the emulated link and packet
-//! capture, measured through the release binary (`ackscope run`, `ackscope export`).
+//! `cargo xtask bench link`: the emulated link, measured through the release binary
+//! (`ackscope run`, `ackscope export`).
 //!
-//! - `link`: the relay's throughput with no rate limit (TCP goodput of a bulk run over
-//!   `--link rtt=1ms`), and how late the relay delivers packets against its own queue model,
-//!   from the `Link` events of a rate-limited bulk run's session file.
-//! - `capture`: `ackscope run rr` with `--capture` against without, rounds alternating the order.
+//! The relay's throughput with no rate limit (TCP goodput of a bulk run over `--link rtt=1ms`),
+//! and how late packets arrive against the link's model, from the `Link` events of a
+//! rate-limited bulk run's session file and from taps outside the relay.
 //!
-//! Like `bench rr`, these measure: a missed target is printed and the exit code stays 0.
-//! What they measure and the figures of one machine: docs/BENCHMARKS.md.
+//! Like `bench rr`, this measures: a missed target is printed and the exit code stays 0.
+//! What it measures and the figures of one machine: docs/BENCHMARKS.md.
 
 use std::collections::HashMap;
 use std::fs;
@@ -20,8 +19,7 @@ use crate::link_taps::{Crossing, Tapped, Taps};
 use crate::steps::Steps;
 use crate::{json, setup};
 
-const USAGE: &str = "usage: cargo xtask bench link [--rounds N]\n       \
-                     cargo xtask bench capture [--rounds N] [--seconds S]";
+const USAGE: &str = "usage: cargo xtask bench link [--rounds N]";
 
 /// The throughput runs: a short RTT and no rate, so the relay is the only limit.
 const THROUGHPUT_LINK: &str = "rtt=1ms";
@@ -39,13 +37,8 @@ const RATE_SKIP_NS: u64 = 1_000_000_000;
 
 const GBPS_TARGET: f64 = 5.0;
 const DELAY_ERR_P99_TARGET_MS: f64 = 1.0;
-const CAPTURE_TARGET: f64 = 0.9;
 
-/// The rr runs of `bench capture`, as `bench rr` runs ackscope with recording on.
-const RR_ARGS: [&str; 7] = ["--size", "2048", "--nodelay", "both", "--write", "single", "--json"];
-const MAX_COUNT: u32 = 1_000_000;
-
-/// `bench link` and `bench capture`; `None` for the other benchmarks (`bench.rs`).
+/// `bench link`; `None` for the other benchmarks.
 pub fn run(args: &[String]) -> Option<Result<(), String>> {
     let (which, rest) = args.split_first()?;
     match which.as_str() {
@@ -54,14 +47,6 @@ pub fn run(args: &[String]) -> Option<Result<(), String>> {
                 0 => Err(format!("--rounds must be at least 1\n{USAGE}")),
                 rounds => link(rounds),
             }
-        })),
-        "capture" => Some(options(rest, &["--rounds", "--seconds"], USAGE).and_then(|options| {
-            let rounds = option(&options, "--rounds").unwrap_or(5);
-            let seconds = option(&options, "--seconds").unwrap_or(3);
-            if rounds == 0 || seconds == 0 {
-                return Err(format!("--rounds and --seconds must be at least 1\n{USAGE}"));
-            }
-            capture(rounds, seconds)
         })),
         _ => None,
     }
@@ -446,138 +431,6 @@ fn client_rate_bps(events: &[LinkEvent]) -> f64 {
     let bytes: u64 =
         delivered.iter().filter(|e| e.at_ns > from_ns).map(|e| u64::from(e.bytes)).sum();
     bytes as f64 * 8.0 * 1e9 / (last.at_ns - from_ns) as f64
-}
-
-fn capture(rounds: u32, seconds: u32) -> Result<(), String> {
-    let mut steps = prepare(1 + 2 * (1 + rounds as usize))?;
-    steps.start("can this user capture? (ackscope run rr --capture --count 100)");
-    let uid = Command::new("id").arg("-u").output().ok().map_or_else(
-        || "unknown".to_string(),
-        |o| String::from_utf8_lossy(&o.stdout).trim().to_string(),
-    );
-    if let Err(error) = rr(100, true, None) {
-        steps.done("no");
-        let why = if uid == "0" {
-            "running as root, yet ackscope could not capture".to_string()
-        } else {
-            format!(
-                "not root (uid {uid}): --capture needs CAP_NET_RAW (docs/CAPTURE.md, \
-                 Permissions)"
-            )
-        };
-        println!("\ncapture_vs_off skipped: {why}\n{error}");
-        return Ok(());
-    }
-    steps.done(&format!("yes (uid {uid})"));
-
-    // Pinned first: every thread on CPU 0, so what the capture costs is CPU time, the headline.
-    let placements = [(Some(0), "pinned: every thread on CPU 0"), (None, "not pinned")];
-    let mut medians = Vec::new();
-    for (pin, placement) in placements {
-        steps.start(&format!(
-            "calibrating the request count to last about {seconds} s, {placement}"
-        ));
-        let rps = rr(10_000, true, pin)?.rps;
-        let count =
-            ((rps * f64::from(seconds) / 1000.0).round() as u32 * 1000).clamp(1000, MAX_COUNT);
-        steps.done(&format!("{rps:.0} requests/s with capture on: --count {count}"));
-        let mut results = Vec::new();
-        for round in 1..=rounds {
-            steps.start(&format!("round {round} of {rounds}, {placement}"));
-            // Every other round runs capture first, so that drift favours neither.
-            let (on, off) = if round % 2 == 1 {
-                let off = rr(count, false, pin)?;
-                (rr(count, true, pin)?, off)
-            } else {
-                let on = rr(count, true, pin)?;
-                (on, rr(count, false, pin)?)
-            };
-            steps.done(&format!(
-                "capture on {:.0}, off {:.0} requests/s; {} segments captured, {} dropped",
-                on.rps, off.rps, on.segments, on.dropped
-            ));
-            results.push((on, off));
-        }
-        println!(
-            "\nackscope run rr --count {count} {} [--capture] on loopback, {placement}; \
-             requests/s (clients.rps: the client threads' own count over their run)\n",
-            RR_ARGS.join(" ")
-        );
-        println!(
-            "{:>5}  {:>10}  {:>10}  {:>6}  {:>9}  {:>14}  {:>7}",
-            "round", "capture", "off", "ratio", "segments", "kernel passed", "dropped"
-        );
-        for (index, (on, off)) in results.iter().enumerate() {
-            println!(
-                "{:>5}  {:>10.0}  {:>10.0}  {:>6.3}  {:>9}  {:>14}  {:>7}",
-                index + 1,
-                on.rps,
-                off.rps,
-                on.rps / off.rps,
-                on.segments,
-                on.kernel_packets,
-                on.dropped
-            );
-        }
-        let dropped: u64 = results.iter().map(|r| r.0.dropped).sum();
-        medians.push((
-            placement,
-            median(results.iter().map(|r| r.0.rps)),
-            median(results.iter().map(|r| r.1.rps)),
-            dropped,
-        ));
-    }
-    println!("\nmedians over {rounds} rounds:");
-    for (index, (placement, on_rps, off_rps, dropped)) in medians.into_iter().enumerate() {
-        let ratio = on_rps / off_rps;
-        let (prefix, verdict) = if index == 0 {
-            let verdict = if ratio >= CAPTURE_TARGET {
-                format!("(target >= {CAPTURE_TARGET})")
-            } else {
-                format!("target missed (>= {CAPTURE_TARGET})")
-            };
-            ("", verdict)
-        } else {
-            ("unpinned ", String::new())
-        };
-        println!(
-            "{prefix}capture_vs_off ratio={ratio:.3} capture_rps={on_rps:.0} off_rps={off_rps:.0} \
-             dropped={dropped}  ({placement}; capture on / off) {verdict}"
-        );
-    }
-    Ok(())
-}
-
-#[derive(Clone, Copy)]
-struct RrRun {
-    rps: f64,
-    segments: u64,
-    kernel_packets: u64,
-    dropped: u64,
-}
-
-fn rr(count: u32, capture: bool, pin: Option<u32>) -> Result<RrRun, String> {
-    let mut command = match pin {
-        Some(cpu) => {
-            let mut command = setup::tool_command("taskset");
-            command.arg("-c").arg(cpu.to_string()).arg(setup::probe_binary());
-            command
-        }
-        None => Command::new(setup::probe_binary()),
-    };
-    command.args(["run", "rr", "--count", &count.to_string()]).args(RR_ARGS);
-    if capture {
-        command.arg("--capture");
-    }
-    let json = json::summary(&checked_output(&mut command)?)?;
-    let captured = |field| json["capture"].get(field).and_then(|n| n.as_u64()).unwrap_or(0);
-    let clients = json.get("clients").ok_or_else(|| format!("no `clients` object in {json}"))?;
-    Ok(RrRun {
-        rps: json::number(clients, "rps")?,
-        segments: captured("segments"),
-        kernel_packets: captured("kernel_packets"),
-        dropped: captured("dropped"),
-    })
 }
 
 #[cfg(test)]

@@ -12,6 +12,7 @@
 //! ```
 
 mod bench;
+mod bench_capture;
 mod bench_link;
 mod bench_remote;
 mod bench_setup;
@@ -43,6 +44,7 @@ fn main() -> ExitCode {
         "bench" => bench_setup::run(rest)
             .or_else(|| bench_viewer::run(rest))
             .or_else(|| bench_link::run(rest))
+            .or_else(|| bench_capture::run(rest))
             .or_else(|| bench_remote::run(rest))
             .unwrap_or_else(|| bench::run(rest)),
         "help" | "--help" | "-h" => {

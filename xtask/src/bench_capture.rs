@@ -1,0 +1,374 @@
+//! `cargo xtask bench capture`: what `--capture` costs a request/response run, measured through
+//! the release binary, against the same run without it and against the same run watched by
+//! tcpdump, a C capture tool.
+//!
+//! Like `bench rr`, this measures: a missed target is printed and the exit code stays 0.
+//! What it measures and the figures of one machine: docs/BENCHMARKS.md.
+
+use std::io::{BufRead, BufReader, Read};
+use std::process::{Child, ChildStderr, Command, Stdio};
+use std::thread;
+use std::time::Duration;
+
+use crate::bench::{checked_output, median, option, options};
+use crate::steps::Steps;
+use crate::{json, setup};
+
+const USAGE: &str = "usage: cargo xtask bench capture [--rounds N] [--seconds S]";
+
+const CAPTURE_TARGET: f64 = 0.9;
+/// The rr runs, as `bench rr` runs ackscope with recording on.
+const RR_ARGS: [&str; 7] = ["--size", "2048", "--nodelay", "both", "--write", "single", "--json"];
+const MAX_COUNT: u32 = 1_000_000;
+/// The peer: tcpdump on lo keeping what `--capture` keeps. `-Q in`: loopback delivers each
+/// packet twice, as lo sends it and as lo receives it, and the capture keeps the second only.
+/// `-s 134`: the longest headers, the most the capture copies. `ip and tcp`: the run's port is
+/// not known before it starts; on a host with no other loopback TCP, these are its packets
+/// (the `kept` column shows it). `-w /dev/null`: tcpdump's cheapest output.
+const TCPDUMP_ARGS: [&str; 9] =
+    ["-i", "lo", "-Q", "in", "-s", "134", "-w", "/dev/null", "ip and tcp"];
+
+/// tcpdump's read timeout (tcpdump.c), which its TPACKET_V3 ring takes as the time a block is
+/// handed over after its first packet.
+const TCPDUMP_BLOCK_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// `bench capture`; `None` for the other benchmarks.
+pub fn run(args: &[String]) -> Option<Result<(), String>> {
+    let (which, rest) = args.split_first()?;
+    if which != "capture" {
+        return None;
+    }
+    Some(options(rest, &["--rounds", "--seconds"], USAGE).and_then(|options| {
+        let rounds = option(&options, "--rounds").unwrap_or(5);
+        let seconds = option(&options, "--seconds").unwrap_or(3);
+        if rounds == 0 || seconds == 0 {
+            return Err(format!("--rounds and --seconds must be at least 1\n{USAGE}"));
+        }
+        capture(rounds, seconds)
+    }))
+}
+
+/// One `ackscope run rr --json`, as its summary tells it.
+#[derive(Clone, Copy, Default)]
+struct RrRun {
+    /// `clients.rps`: requests the client threads answered over their own run, the same window
+    /// with capture on and off.
+    rps: f64,
+    segments: u64,
+    kernel_packets: u64,
+    dropped: u64,
+}
+
+/// What tcpdump said as it ended.
+#[derive(Clone, Copy, Default)]
+struct TcpdumpCounts {
+    captured: u64,
+    dropped: u64,
+}
+
+/// One round: the run with capture, without, and (pinned only) without, beside tcpdump.
+struct Round {
+    on: RrRun,
+    off: RrRun,
+    tcpdump: Option<(RrRun, TcpdumpCounts)>,
+}
+
+fn capture(rounds: u32, seconds: u32) -> Result<(), String> {
+    let mut steps = Steps::new(6 + 1 + 2 * (1 + rounds as usize));
+    setup::ensure_build_tools(&mut steps)?;
+    steps.start("Debian packages: tcpdump (the C tool the capture is compared with)");
+    setup::ensure_apt_packages(&mut steps, &["tcpdump"])?;
+    crate::build_web(&mut steps)?;
+    crate::build_probe(&mut steps)?;
+
+    steps.start("can this user capture? (ackscope run rr --capture --count 100)");
+    let uid = Command::new("id").arg("-u").output().ok().map_or_else(
+        || "unknown".to_string(),
+        |o| String::from_utf8_lossy(&o.stdout).trim().to_string(),
+    );
+    if let Err(error) = rr(100, true, None) {
+        steps.done("no");
+        let why = if uid == "0" {
+            "running as root, yet ackscope could not capture".to_string()
+        } else {
+            format!(
+                "not root (uid {uid}): --capture needs CAP_NET_RAW (docs/CAPTURE.md, \
+                 Permissions)"
+            )
+        };
+        println!("\ncapture_vs_off skipped: {why}\n{error}");
+        return Ok(());
+    }
+    steps.done(&format!("yes (uid {uid})"));
+
+    // Pinned first: every thread on CPU 0, so what the capture costs is CPU time, the headline.
+    // The tcpdump peer runs there too, where the target is.
+    let placements = [(Some(0), "pinned: every thread on CPU 0"), (None, "not pinned")];
+    let mut summary = Vec::new();
+    for (pin, placement) in placements {
+        steps.start(&format!(
+            "calibrating the request count to last about {seconds} s, {placement}"
+        ));
+        let rps = rr(10_000, true, pin)?.rps;
+        let count =
+            ((rps * f64::from(seconds) / 1000.0).round() as u32 * 1000).clamp(1000, MAX_COUNT);
+        steps.done(&format!("{rps:.0} requests/s with capture on: --count {count}"));
+        let mut results = Vec::new();
+        for round in 1..=rounds {
+            steps.start(&format!("round {round} of {rounds}, {placement}"));
+            let result = one_round(round, count, pin)?;
+            let peer = result
+                .tcpdump
+                .map_or(String::new(), |(run, _)| format!(", off beside tcpdump {:.0}", run.rps));
+            steps.done(&format!(
+                "capture on {:.0}, off {:.0}{peer} requests/s; {} segments captured, {} dropped",
+                result.on.rps, result.off.rps, result.on.segments, result.on.dropped
+            ));
+            results.push(result);
+        }
+        print_rounds(count, placement, &results);
+        summary.push((placement, results));
+    }
+    println!("\nmedians over {rounds} rounds:");
+    for (index, (placement, results)) in summary.iter().enumerate() {
+        let on = median(results.iter().map(|r| r.on.rps));
+        let off = median(results.iter().map(|r| r.off.rps));
+        let dropped: u64 = results.iter().map(|r| r.on.dropped).sum();
+        let ratio = on / off;
+        let (prefix, verdict) = if index == 0 {
+            let verdict = if ratio >= CAPTURE_TARGET {
+                format!("(target >= {CAPTURE_TARGET})")
+            } else {
+                format!("target missed (>= {CAPTURE_TARGET})")
+            };
+            ("", verdict)
+        } else {
+            ("unpinned ", String::new())
+        };
+        println!(
+            "{prefix}capture_vs_off ratio={ratio:.3} capture_rps={on:.0} off_rps={off:.0} \
+             dropped={dropped}  ({placement}; capture on / off) {verdict}"
+        );
+        let peer: Vec<&(RrRun, TcpdumpCounts)> =
+            results.iter().filter_map(|r| r.tcpdump.as_ref()).collect();
+        if !peer.is_empty() {
+            let beside = median(peer.iter().map(|p| p.0.rps));
+            let dropped: u64 = peer.iter().map(|p| p.1.dropped).sum();
+            println!(
+                "tcpdump_vs_off ratio={:.3} tcpdump_rps={beside:.0} off_rps={off:.0} \
+                 dropped={dropped}  ({placement}; off beside `tcpdump {}` / off: what a C \
+                 capture tool costs, for comparison)",
+                beside / off,
+                shell_words(&TCPDUMP_ARGS)
+            );
+            println!(
+                "capture_vs_tcpdump ratio={:.3}  ({placement}; capture on / off beside tcpdump: \
+                 above 1, ackscope's capture, recording and analysis included, costs the run \
+                 less than tcpdump writing to /dev/null)",
+                on / beside
+            );
+        }
+    }
+    Ok(())
+}
+
+/// The runs of one round, their order turned by one each round so that drift favours none.
+fn one_round(round: u32, count: u32, pin: Option<u32>) -> Result<Round, String> {
+    let mut result = Round { on: RrRun::default(), off: RrRun::default(), tcpdump: None };
+    let runs = if pin.is_some() { 3 } else { 2 };
+    for turn in 0..runs {
+        match (round + turn) % runs {
+            0 => result.off = rr(count, false, pin)?,
+            1 => result.on = rr(count, true, pin)?,
+            _ => {
+                let cpu = pin.expect("the peer runs pinned only");
+                let tcpdump = Tcpdump::start(cpu)?;
+                let run = rr(count, false, pin);
+                let counts = tcpdump.stop()?;
+                result.tcpdump = Some((run?, counts));
+            }
+        }
+    }
+    Ok(result)
+}
+
+fn print_rounds(count: u32, placement: &str, results: &[Round]) {
+    println!(
+        "\nackscope run rr --count {count} {} [--capture] on loopback, {placement}; \
+         requests/s (clients.rps: the client threads' own count over their run)",
+        RR_ARGS.join(" ")
+    );
+    let peer = results.iter().any(|r| r.tcpdump.is_some());
+    if peer {
+        println!(
+            "tcpdump: the run without --capture, beside `tcpdump {}` on the same CPU; kept and \
+             dropped are tcpdump's own counts",
+            shell_words(&TCPDUMP_ARGS)
+        );
+    }
+    println!();
+    let mut header = format!(
+        "{:>5}  {:>10}  {:>10}  {:>6}  {:>9}  {:>14}  {:>7}",
+        "round", "capture", "off", "ratio", "segments", "kernel passed", "dropped"
+    );
+    if peer {
+        header +=
+            &format!("  {:>10}  {:>11}  {:>9}  {:>7}", "tcpdump", "tcpdump/off", "kept", "dropped");
+    }
+    println!("{header}");
+    for (index, r) in results.iter().enumerate() {
+        let mut row = format!(
+            "{:>5}  {:>10.0}  {:>10.0}  {:>6.3}  {:>9}  {:>14}  {:>7}",
+            index + 1,
+            r.on.rps,
+            r.off.rps,
+            r.on.rps / r.off.rps,
+            r.on.segments,
+            r.on.kernel_packets,
+            r.on.dropped
+        );
+        if let Some((run, counts)) = r.tcpdump {
+            row += &format!(
+                "  {:>10.0}  {:>11.3}  {:>9}  {:>7}",
+                run.rps,
+                run.rps / r.off.rps,
+                counts.captured,
+                counts.dropped
+            );
+        }
+        println!("{row}");
+    }
+}
+
+fn rr(count: u32, capture: bool, pin: Option<u32>) -> Result<RrRun, String> {
+    let mut command = match pin {
+        Some(cpu) => {
+            let mut command = setup::tool_command("taskset");
+            command.arg("-c").arg(cpu.to_string()).arg(setup::probe_binary());
+            command
+        }
+        None => Command::new(setup::probe_binary()),
+    };
+    command.args(["run", "rr", "--count", &count.to_string()]).args(RR_ARGS);
+    if capture {
+        command.arg("--capture");
+    }
+    let json = json::summary(&checked_output(&mut command)?)?;
+    let captured = |field| json["capture"].get(field).and_then(|n| n.as_u64()).unwrap_or(0);
+    let clients = json.get("clients").ok_or_else(|| format!("no `clients` object in {json}"))?;
+    Ok(RrRun {
+        rps: json::number(clients, "rps")?,
+        segments: captured("segments"),
+        kernel_packets: captured("kernel_packets"),
+        dropped: captured("dropped"),
+    })
+}
+
+fn shell_words(args: &[&str]) -> String {
+    let quoted: Vec<String> = args
+        .iter()
+        .map(|a| if a.contains(' ') { format!("'{a}'") } else { a.to_string() })
+        .collect();
+    quoted.join(" ")
+}
+
+/// The counts tcpdump prints as it ends: "N packets captured", "N packets dropped by kernel".
+fn counts(said: &str) -> Option<TcpdumpCounts> {
+    let count = |what: &str| {
+        said.lines().find_map(|line| line.strip_suffix(what)?.trim().parse::<u64>().ok())
+    };
+    Some(TcpdumpCounts {
+        captured: count(" packets captured")?,
+        dropped: count(" packets dropped by kernel")?,
+    })
+}
+
+/// tcpdump capturing lo on one CPU; stopped with SIGINT, as a user stops it, when this is
+/// stopped or dropped (also when a round fails).
+struct Tcpdump {
+    child: Child,
+    stderr: BufReader<ChildStderr>,
+    /// What it printed before it was capturing, for an error.
+    started: String,
+}
+
+impl Tcpdump {
+    /// Starts tcpdump pinned to `cpu`, and returns once it says it is listening.
+    fn start(cpu: u32) -> Result<Tcpdump, String> {
+        let mut command = setup::tool_command("taskset");
+        command.args(["-c", &cpu.to_string(), "tcpdump"]).args(TCPDUMP_ARGS);
+        let shown = crate::steps::shown(&command);
+        let mut child = command
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .map_err(|e| format!("could not start `{shown}`: {e}"))?;
+        let stderr = child.stderr.take().expect("stderr was piped");
+        let mut tcpdump = Tcpdump { child, stderr: BufReader::new(stderr), started: String::new() };
+        // tcpdump says "listening on lo, ..." once its socket, ring and filter are in place,
+        // or says why not and exits (end of its stderr).
+        loop {
+            let mut line = String::new();
+            let read = tcpdump.stderr.read_line(&mut line).map_err(|e| e.to_string())?;
+            tcpdump.started.push_str(&line);
+            if line.contains("listening on") {
+                return Ok(tcpdump);
+            }
+            if read == 0 {
+                return Err(format!(
+                    "`{shown}` did not start capturing (run it as root to see why):\n{}",
+                    tcpdump.started
+                ));
+            }
+        }
+    }
+
+    /// Stops it and reads its counts: "N packets captured", "N packets dropped by kernel".
+    fn stop(mut self) -> Result<TcpdumpCounts, String> {
+        // Its ring hands a block over when full or a second after the block's first packet
+        // (tcpdump's timeout): wait for the run's last block, so that it counts every packet.
+        thread::sleep(TCPDUMP_BLOCK_TIMEOUT + Duration::from_millis(200));
+        self.interrupt();
+        let mut said = String::new();
+        let _ = self.stderr.read_to_string(&mut said);
+        let _ = self.child.wait();
+        counts(&said)
+            .ok_or_else(|| format!("tcpdump ended without its counts:\n{}{said}", self.started))
+    }
+
+    fn interrupt(&mut self) {
+        if let Ok(pid) = i32::try_from(self.child.id()) {
+            // SAFETY: a plain signal to our own child, which has not been waited for yet (its
+            // PID cannot have been reused).
+            unsafe { libc::kill(pid, libc::SIGINT) };
+        }
+    }
+}
+
+impl Drop for Tcpdump {
+    fn drop(&mut self) {
+        if self.child.try_wait().ok().flatten().is_none() {
+            self.interrupt();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_tcpdumps_counts_as_it_prints_them() {
+        // tcpdump 4.99's last words on SIGINT (and a first line that is not a count).
+        let said = "tcpdump: listening on lo, link-type EN10MB (Ethernet), snapshot length 134 \
+                    bytes\n1104010 packets captured\n2208020 packets received by filter\n\
+                    7 packets dropped by kernel\n";
+        let read = counts(said).expect("both counts");
+        assert_eq!((read.captured, read.dropped), (1_104_010, 7));
+        assert!(
+            counts("tcpdump: lo: You don't have permission to capture on that device\n").is_none()
+        );
+    }
+}
