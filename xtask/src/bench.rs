@@ -96,8 +96,9 @@ fn command(program: impl AsRef<OsStr>, pin: Option<u32>) -> Command {
     }
 }
 
-/// Install what is missing and build the release probe; `more` steps follow.
-fn prepare(more: usize, packages: &[&str]) -> Result<Steps, String> {
+/// Install what is missing (with the Debian `packages` a benchmark runs beside ackscope) and
+/// build the release probe; `more` steps follow.
+pub(crate) fn prepare(more: usize, packages: &[&str]) -> Result<Steps, String> {
     let mut steps = Steps::new(6 + more);
     setup::ensure_build_tools(&mut steps)?;
     steps.start(&format!("Debian packages: {}", packages.join(", ")));

@@ -10,8 +10,7 @@ use std::process::{Child, ChildStderr, Command, Stdio};
 use std::thread;
 use std::time::Duration;
 
-use crate::bench::{checked_output, median, option, options};
-use crate::steps::Steps;
+use crate::bench::{checked_output, median, option, options, prepare};
 use crate::{json, setup};
 
 const USAGE: &str = "usage: cargo xtask bench capture [--rounds N] [--seconds S]";
@@ -74,12 +73,8 @@ struct Round {
 }
 
 fn capture(rounds: u32, seconds: u32) -> Result<(), String> {
-    let mut steps = Steps::new(6 + 1 + 2 * (1 + rounds as usize));
-    setup::ensure_build_tools(&mut steps)?;
-    steps.start("Debian packages: tcpdump (the C tool the capture is compared with)");
-    setup::ensure_apt_packages(&mut steps, &["tcpdump"])?;
-    crate::build_web(&mut steps)?;
-    crate::build_probe(&mut steps)?;
+    // tcpdump: the C tool the capture is compared with.
+    let mut steps = prepare(1 + 2 * (1 + rounds as usize), &["tcpdump"])?;
 
     steps.start("can this user capture? (ackscope run rr --capture --count 100)");
     let uid = Command::new("id").arg("-u").output().ok().map_or_else(

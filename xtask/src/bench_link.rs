@@ -14,9 +14,8 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use crate::bench::{checked_output, median, met_or_missed, option, options};
+use crate::bench::{checked_output, median, met_or_missed, option, options, prepare};
 use crate::link_taps::{Crossing, Tapped, Taps};
-use crate::steps::Steps;
 use crate::{json, setup};
 
 const USAGE: &str = "usage: cargo xtask bench link [--rounds N]";
@@ -52,19 +51,9 @@ pub fn run(args: &[String]) -> Option<Result<(), String>> {
     }
 }
 
-/// Install what is missing and build the release probe; `more` steps follow.
-fn prepare(more: usize) -> Result<Steps, String> {
-    let mut steps = Steps::new(6 + more);
-    setup::ensure_build_tools(&mut steps)?;
-    steps.start("Debian packages: iperf3 (the loopback peer of bench link)");
-    setup::ensure_apt_packages(&mut steps, &["iperf3"])?;
-    crate::build_web(&mut steps)?;
-    crate::build_probe(&mut steps)?;
-    Ok(steps)
-}
-
 fn link(rounds: u32) -> Result<(), String> {
-    let mut steps = prepare(rounds as usize + 2)?;
+    // iperf3: the loopback peer of the relay's goodput.
+    let mut steps = prepare(rounds as usize + 2, &["iperf3"])?;
     let mut gbps = Vec::new();
     for round in 1..=rounds {
         steps.start(&format!(

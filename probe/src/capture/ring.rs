@@ -85,6 +85,8 @@ pub fn tcp_port_filter(port: u16) -> [Instruction; 29] {
     let port = u32::from(port);
     // Jumps are relative to the next instruction. The TCP header length is the high four bits
     // of the byte 12 into the TCP header, in 32-bit words: (byte >> 2) & 0x3c is it in bytes.
+    // The two paths end alike (12-16, 22-27) on purpose: sharing one tail would make the
+    // common path's fixed-offset loads variable ones, each a call.
     [
         op(LD_H_ABS, 0, 0, 12),    // 0: EtherType
         op(JEQ_K, 0, 26, 0x0800),  // 1: IPv4, else refuse
