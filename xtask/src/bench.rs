@@ -85,7 +85,7 @@ pub(crate) fn option(options: &[(&str, u32)], name: &str) -> Option<u32> {
 }
 
 /// `program`, under `taskset -c CPU` when pinned to a CPU.
-fn command(program: impl AsRef<OsStr>, pin: Option<u32>) -> Command {
+pub(crate) fn command(program: impl AsRef<OsStr>, pin: Option<u32>) -> Command {
     match pin {
         Some(cpu) => {
             let mut command = setup::tool_command("taskset");

@@ -10,7 +10,7 @@ use std::process::{Child, ChildStderr, Command, Stdio};
 use std::thread;
 use std::time::Duration;
 
-use crate::bench::{checked_output, median, option, options, prepare};
+use crate::bench::{checked_output, command, median, option, options, prepare};
 use crate::{json, setup};
 
 const USAGE: &str = "usage: cargo xtask bench capture [--rounds N] [--seconds S]";
@@ -236,14 +236,7 @@ fn print_rounds(count: u32, placement: &str, results: &[Round]) {
 }
 
 fn rr(count: u32, capture: bool, pin: Option<u32>) -> Result<RrRun, String> {
-    let mut command = match pin {
-        Some(cpu) => {
-            let mut command = setup::tool_command("taskset");
-            command.arg("-c").arg(cpu.to_string()).arg(setup::probe_binary());
-            command
-        }
-        None => Command::new(setup::probe_binary()),
-    };
+    let mut command = command(setup::probe_binary(), pin);
     command.args(["run", "rr", "--count", &count.to_string()]).args(RR_ARGS);
     if capture {
         command.arg("--capture");
@@ -290,8 +283,8 @@ struct Tcpdump {
 impl Tcpdump {
     /// Starts tcpdump pinned to `cpu`, and returns once it says it is listening.
     fn start(cpu: u32) -> Result<Tcpdump, String> {
-        let mut command = setup::tool_command("taskset");
-        command.args(["-c", &cpu.to_string(), "tcpdump"]).args(TCPDUMP_ARGS);
+        let mut command = command("tcpdump", Some(cpu));
+        command.args(TCPDUMP_ARGS);
         let shown = crate::steps::shown(&command);
         let mut child = command
             .stdin(Stdio::null())
