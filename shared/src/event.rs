@@ -139,6 +139,7 @@ pub struct Segment {
 }
 
 impl Segment {
+    #[inline]
     pub fn has(&self, flag: u8) -> bool {
         self.flags & flag != 0
     }
