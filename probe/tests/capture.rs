@@ -55,7 +55,7 @@ fn segments(events: &[Event]) -> Vec<(&Event, &Segment)> {
 #[ignore = "needs root (packet capture): cargo xtask test runs it as root"]
 fn story_1_on_the_wire_small_segment_delayed_pure_ack_then_the_body() {
     common::require_root("packet capture");
-    let dir = tempdir();
+    let dir = common::temp_folder("capture");
     let file = dir.join("story1.ackscope");
     let file = file.to_str().unwrap();
     let run = ackscope(&["run", "story1", "--count", "10", "--capture", "--json", "-o", file]);
@@ -189,7 +189,7 @@ fn without_cap_net_raw_capture_fails_before_starting_and_plain_runs_work() {
         vec!["runuser", "-u", "nobody", "--"]
     };
     // A copy the unprivileged user can reach and run.
-    let dir = tempdir();
+    let dir = common::temp_folder("capture");
     std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
     let binary = dir.join("ackscope");
     std::fs::copy(env!("CARGO_BIN_EXE_ackscope"), &binary).unwrap();
@@ -220,16 +220,6 @@ fn without_cap_net_raw_capture_fails_before_starting_and_plain_runs_work() {
     assert!(plain.status.success());
 }
 
-fn tempdir() -> std::path::PathBuf {
-    let dir = std::env::temp_dir().join(format!(
-        "ackscope-capture-{}-{}",
-        std::process::id(),
-        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos()
-    ));
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
-
 /// One rule for Nagle x delayed ACK on packets: a live capture's attribution (syscalls and
 /// segments) and the import of the same packets (segments alone, through pcapng) reach the same
 /// verdict on each stall: the same class in the same direction, the import's held segment inside
@@ -238,7 +228,7 @@ fn tempdir() -> std::path::PathBuf {
 #[ignore = "needs root (packet capture): cargo xtask test runs it as root"]
 fn a_live_capture_and_its_import_agree_on_every_nagle_stall() {
     common::require_root("packet capture");
-    let dir = tempdir();
+    let dir = common::temp_folder("capture");
     let (file, pcapng, imported) =
         (dir.join("live.ackscope"), dir.join("live.pcapng"), dir.join("imported.ackscope"));
     let s = |p: &Path| p.to_str().unwrap().to_string();

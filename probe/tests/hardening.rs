@@ -4,7 +4,6 @@
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::os::unix::process::CommandExt;
-use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -14,7 +13,7 @@ use common::{
     ackscope, next_message, open_page, s, send_frame, start_from_a_page, text, ui_server,
 };
 
-fn temp(name: &str) -> PathBuf {
+fn temp(name: &str) -> common::Scratch {
     common::temp("hardening", name)
 }
 

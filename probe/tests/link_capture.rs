@@ -16,7 +16,7 @@ use common::ackscope;
 #[ignore = "needs root (the link capture test): cargo xtask test runs it as root"]
 fn the_relay_captures_both_directions_on_the_run_clock_and_stalls_cite_the_packets() {
     common::require_root("the link capture test");
-    let file = std::env::temp_dir().join(format!("ackscope-link-capture-{}", std::process::id()));
+    let file = common::temp("link-capture", "run.ackscope");
     let file = file.to_str().unwrap();
     let args = ["run", "rr", "--link", "rtt=40ms", "--count", "6", "--capture", "-o", file];
     let run = ackscope(&[&args[..], &["--json"]].concat());

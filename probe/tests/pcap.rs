@@ -4,7 +4,7 @@
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
@@ -14,7 +14,7 @@ use common::{ackscope, require_root, s, text};
 
 const ROUNDS: usize = 6;
 
-fn temp(name: &str) -> PathBuf {
+fn temp(name: &str) -> common::Scratch {
     common::temp("pcap-test", name)
 }
 

@@ -5,7 +5,7 @@
 //! 60 ms on loopback, so its slice is asserted between 30 and 60 ms.
 
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use serde_json::Value;
 
@@ -13,13 +13,13 @@ mod common;
 
 use common::{ackscope, exported_events, s, text};
 
-fn temp(name: &str) -> PathBuf {
+fn temp(name: &str) -> common::Scratch {
     common::temp("perfetto", name)
 }
 
 /// A story-1 session of `count` requests (Nagle on both sides: two stalls per request after the
 /// first).
-fn story1(name: &str, count: &str) -> PathBuf {
+fn story1(name: &str, count: &str) -> common::Scratch {
     let file = temp(name);
     assert!(ackscope(&["run", "story1", "--count", count, "-o", s(&file)]).status.success());
     file

@@ -36,8 +36,7 @@ s.close()
 
 #[test]
 fn a_server_only_session_names_the_outside_clients_nagle_stalls() {
-    let dir = std::env::temp_dir().join(format!("ackscope-server-view-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = common::temp_folder("server-view");
     let file = dir.join("server.ackscope");
     let file_arg = file.to_str().unwrap();
     let mut server = Command::new(env!("CARGO_BIN_EXE_ackscope"))

@@ -2,7 +2,6 @@
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
-use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -10,7 +9,7 @@ mod common;
 
 use common::{ackscope, s, text};
 
-fn temp(name: &str) -> PathBuf {
+fn temp(name: &str) -> common::Scratch {
     common::temp("test", name)
 }
 

@@ -243,10 +243,34 @@ mod tests {
     use ackscope_shared::wire::{HostFacts, Instruments, RunOutcome};
     use ackscope_shared::{ConnId, Event, EventKind, ReqId, RrSpec, RunId, Scenario, Side};
 
-    fn temp(name: &str) -> PathBuf {
-        let dir = std::env::temp_dir().join(format!("ackscope-record-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        dir.join(name)
+    /// A scratch file of one test, removed at its end unless the test failed.
+    struct TempFile(PathBuf);
+
+    fn temp(name: &str) -> TempFile {
+        TempFile(
+            std::env::temp_dir().join(format!("ackscope-record-{}-{name}", std::process::id())),
+        )
+    }
+
+    impl std::ops::Deref for TempFile {
+        type Target = Path;
+        fn deref(&self) -> &Path {
+            &self.0
+        }
+    }
+
+    impl AsRef<Path> for TempFile {
+        fn as_ref(&self) -> &Path {
+            &self.0
+        }
+    }
+
+    impl Drop for TempFile {
+        fn drop(&mut self) {
+            if !std::thread::panicking() {
+                let _ = std::fs::remove_file(&self.0);
+            }
+        }
     }
 
     fn session() -> Vec<ToBrowser> {

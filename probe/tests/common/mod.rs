@@ -4,6 +4,7 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// Runs `ackscope ARGS` to completion; its output is printed so a failing test shows it.
 pub fn ackscope(args: &[&str]) -> Output {
@@ -51,12 +52,68 @@ pub fn exported_events(file: &str) -> Vec<ackscope_shared::Event> {
         .collect()
 }
 
-/// A path in this test binary's own temporary folder (`tag` tells the binaries' folders apart).
+/// A test's scratch file or folder: `name` in a folder of its own under the system's temporary
+/// folder (which the unprivileged user some root tests switch to can reach). The folder is
+/// removed when the value is dropped, at the end of the test, unless the test is failing: then
+/// it is kept, and its path printed, for a look. Without this every run of the tests would
+/// leave its sessions and captures behind (tens of MB a run).
+pub struct Scratch {
+    folder: PathBuf,
+    path: PathBuf,
+}
+
+/// [`Scratch`] `name` (`tag` tells the test binaries' folders apart).
 #[allow(dead_code)]
-pub fn temp(tag: &str, name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("ackscope-{tag}-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    dir.join(name)
+pub fn temp(tag: &str, name: &str) -> Scratch {
+    let folder = new_folder(tag);
+    Scratch { path: folder.join(name), folder }
+}
+
+/// A [`Scratch`] folder of its own, for a test that makes several files.
+#[allow(dead_code)]
+pub fn temp_folder(tag: &str) -> Scratch {
+    let folder = new_folder(tag);
+    Scratch { path: folder.clone(), folder }
+}
+
+fn new_folder(tag: &str) -> PathBuf {
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    let folder = std::env::temp_dir().join(format!(
+        "ackscope-{tag}-{}-{}",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    ));
+    std::fs::create_dir_all(&folder).unwrap();
+    folder
+}
+
+impl std::ops::Deref for Scratch {
+    type Target = Path;
+    fn deref(&self) -> &Path {
+        &self.path
+    }
+}
+
+impl AsRef<Path> for Scratch {
+    fn as_ref(&self) -> &Path {
+        &self.path
+    }
+}
+
+impl AsRef<std::ffi::OsStr> for Scratch {
+    fn as_ref(&self) -> &std::ffi::OsStr {
+        self.path.as_os_str()
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!("test files kept for a look: {}", self.folder.display());
+        } else {
+            let _ = std::fs::remove_dir_all(&self.folder);
+        }
+    }
 }
 
 /// A path as the `&str` a command line takes.
