@@ -13,6 +13,7 @@
 //! A run can also put its server in a network namespace the user made (`--server-netns`): the
 //! path between is then theirs, a veth pair with or without `tc netem`, and nothing is emulated.
 
+pub mod entry;
 pub mod netns;
 pub mod privilege;
 pub mod queue;
@@ -30,7 +31,8 @@ use ackscope_shared::Side;
 use crate::capture::Tagger;
 use crate::net::peers::Peers;
 use crate::net::record::{Clock, Recorder};
-use netns::{Namespace, Offload};
+use entry::EntryTap;
+use netns::{Namespace, Offload, TUN_NAME};
 use queue::{Direction, DirectionConfig};
 use relay::{Path, Relay, RelayStats};
 
@@ -94,11 +96,13 @@ impl Link {
         let paths = [
             Path {
                 from: client_tun,
+                entry: entry_tap(&client, "client"),
                 direction: Direction::new(config, seed),
                 recorder: client_recorder,
             },
             Path {
                 from: server_tun,
+                entry: entry_tap(&server, "server"),
                 direction: Direction::new(config, seed ^ 0x5EED),
                 recorder: server_recorder,
             },
@@ -132,6 +136,25 @@ impl Link {
 /// every segment of one is delayed alike, so nothing the link models changes, and the relay moves
 /// 64 KB per read and write. A rate, a queue that can fill, loss and capture act on each packet
 /// on the wire, so those links pass plain, MTU-sized packets.
+/// The entry tap of `namespace`'s device (opened from a short-lived thread in it: a socket
+/// belongs to its maker's namespace); without one the relay times packets by its reads.
+fn entry_tap(namespace: &Namespace, side: &str) -> Option<EntryTap> {
+    let opened = thread::scope(|scope| {
+        scope.spawn(|| namespace.enter().and_then(|()| EntryTap::open(TUN_NAME))).join()
+    });
+    match opened {
+        Ok(Ok(tap)) => Some(tap),
+        Ok(Err(e)) => {
+            tracing::warn!(
+                "emulated link: no entry tap on the {side} device ({e}); its packets enter the \
+                 link when the relay reads them, later if the relay is kept off the CPU"
+            );
+            None
+        }
+        Err(_) => None,
+    }
+}
+
 fn offload(spec: &LinkSpec, capture: bool) -> Offload {
     if spec.rate_bps.is_none() && spec.loss_ppm == 0 && !capture {
         Offload::Gso
