@@ -137,7 +137,7 @@ fn link(rounds: u32) -> Result<(), String> {
              root)"
         ),
     }
-    println!("  the relay's own bookkeeping (its read and write times): {}", describe(&own));
+    println!("  the relay's own bookkeeping (each packet's entry time, as its kernel stamped it, and its write time): {}", describe(&own));
     let (rate, rate_source) = match &outside {
         Some(outside) => (outside.client_rate_bps, "IP bytes arriving in the server's namespace"),
         None => (own.client_rate_bps, "IP bytes the relay delivered client to server"),
