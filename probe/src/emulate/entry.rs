@@ -43,7 +43,8 @@ const SO_ATTACH_FILTER: libc::c_int = 26;
 struct Stamp {
     key: [u8; KEY_BYTES],
     len: usize,
-    realtime_ns: i128,
+    /// On the run's clock.
+    at_ns: u64,
 }
 
 /// The entry tap of one TUN device (see the module docs).
@@ -58,25 +59,25 @@ pub struct EntryTap {
 struct Pending(VecDeque<Stamp>);
 
 impl Pending {
-    fn push(&mut self, first_bytes: &[u8], realtime_ns: i128) {
+    fn push(&mut self, first_bytes: &[u8], at_ns: u64) {
         if self.0.len() == MAX_PENDING {
             self.0.pop_front();
         }
         let len = first_bytes.len().min(KEY_BYTES);
         let mut key = [0; KEY_BYTES];
         key[..len].copy_from_slice(&first_bytes[..len]);
-        self.0.push_back(Stamp { key, len, realtime_ns });
+        self.0.push_back(Stamp { key, len, at_ns });
     }
 
     /// The stamp of `packet`, taken with those before it (packets the device dropped, or sent
     /// as something the relay does not read); none taken if none is its.
-    fn claim(&mut self, packet: &[u8]) -> Option<i128> {
+    fn claim(&mut self, packet: &[u8]) -> Option<u64> {
         let len = packet.len().min(KEY_BYTES);
         let index = self
             .0
             .iter()
             .position(|stamp| stamp.len == len && stamp.key[..len] == packet[..len])?;
-        self.0.drain(..=index).next_back().map(|stamp| stamp.realtime_ns)
+        self.0.drain(..=index).next_back().map(|stamp| stamp.at_ns)
     }
 }
 
@@ -129,17 +130,16 @@ impl EntryTap {
     /// When the kernel handed `packet` (its IP bytes, as read from the device) to the device,
     /// on the run's clock; `None` if the tap has no stamp of it.
     pub fn entered(&mut self, packet: &[u8], clock: &Clock) -> Option<u64> {
-        let found = self.pending.claim(packet).or_else(|| {
-            self.read_stamps();
+        self.pending.claim(packet).or_else(|| {
+            self.read_stamps(clock);
             self.pending.claim(packet)
-        });
-        // The offset of this moment: a step of the realtime clock since the packet was stamped
-        // (microseconds to milliseconds ago) moves it by that step, at most.
-        found.map(|realtime_ns| ClockOffset::measure_with(clock, 4).to_run_ns(realtime_ns))
+        })
     }
 
-    /// Moves the stamps queued on the socket to `pending`.
-    fn read_stamps(&mut self) {
+    /// Moves the stamps queued on the socket to `pending`, on the run's clock: converted with
+    /// the offset of the moment they are read, so a step of the realtime clock moves only the
+    /// stamps taken before it and read after it (by at most that step).
+    fn read_stamps(&mut self, clock: &Clock) {
         let mut frames = [[0u8; KEY_BYTES]; BATCH];
         let mut control = [[0u64; 8]; BATCH];
         // SAFETY: mmsghdr and iovec are plain data; all zeroes is valid for each.
@@ -170,11 +170,12 @@ impl EntryTap {
             };
             // Nothing queued (EAGAIN) or an error: the packets read are timed by the read.
             let Ok(n) = usize::try_from(n) else { return };
+            let offset = ClockOffset::measure_with(clock, 4);
             for (index, header) in headers.iter().enumerate().take(n) {
                 let Some(realtime_ns) = timestamp(&header.msg_hdr) else { continue };
                 // The filter keeps KEY_BYTES of each packet; a shorter packet, all of it.
                 let len = (header.msg_len as usize).min(KEY_BYTES);
-                self.pending.push(&frames[index][..len], realtime_ns);
+                self.pending.push(&frames[index][..len], offset.to_run_ns(realtime_ns));
             }
             if n < BATCH {
                 return;
@@ -308,7 +309,7 @@ mod tests {
         assert_eq!(pending.claim(&short[..5]), None, "a different length is another packet");
         assert_eq!(pending.claim(&short), Some(1));
         for n in 0..MAX_PENDING + 1 {
-            pending.push(&packet(n as u16, n as u32)[..KEY_BYTES], n as i128);
+            pending.push(&packet(n as u16, n as u32)[..KEY_BYTES], n as u64);
         }
         assert_eq!(pending.0.len(), MAX_PENDING);
         assert_eq!(pending.claim(&packet(0, 0)), None, "the oldest went");
