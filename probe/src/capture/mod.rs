@@ -18,6 +18,8 @@
 
 mod ring;
 
+pub(crate) use ring::{attach_program, Instruction};
+
 use std::io;
 use std::mem::{size_of, size_of_val};
 use std::os::fd::{AsRawFd, RawFd};
@@ -123,7 +125,13 @@ pub fn availability() -> String {
     }
 }
 
-fn set_int(fd: RawFd, level: libc::c_int, name: libc::c_int, value: libc::c_int) -> io::Result<()> {
+/// Sets an integer socket option.
+pub(crate) fn set_int(
+    fd: RawFd,
+    level: libc::c_int,
+    name: libc::c_int,
+    value: libc::c_int,
+) -> io::Result<()> {
     // SAFETY: `value` is a live c_int and the length passed is its size; the kernel only reads it.
     let rc = unsafe {
         libc::setsockopt(
@@ -142,10 +150,16 @@ fn set_int(fd: RawFd, level: libc::c_int, name: libc::c_int, value: libc::c_int)
 }
 
 fn bind_to_loopback(fd: RawFd, protocol: u16) -> Result<(), CaptureError> {
-    // SAFETY: the argument is a NUL-terminated string literal.
-    let ifindex = unsafe { libc::if_nametoindex(c"lo".as_ptr()) };
+    bind_to_device(fd, c"lo", protocol).map_err(io_error("bind to lo"))
+}
+
+/// Binds the packet socket `fd` to the device `name` of the calling thread's namespace, for
+/// `protocol` (an ETH_P_ value).
+pub(crate) fn bind_to_device(fd: RawFd, name: &std::ffi::CStr, protocol: u16) -> io::Result<()> {
+    // SAFETY: the argument is a NUL-terminated string.
+    let ifindex = unsafe { libc::if_nametoindex(name.as_ptr()) };
     if ifindex == 0 {
-        return Err(CaptureError::Io { op: "find lo", source: io::Error::last_os_error() });
+        return Err(io::Error::last_os_error());
     }
     // SAFETY: sockaddr_ll is plain data; all zeroes is a valid value of it.
     let mut addr: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
@@ -161,7 +175,7 @@ fn bind_to_loopback(fd: RawFd, protocol: u16) -> Result<(), CaptureError> {
         )
     };
     if rc != 0 {
-        return Err(CaptureError::Io { op: "bind to lo", source: io::Error::last_os_error() });
+        return Err(io::Error::last_os_error());
     }
     Ok(())
 }

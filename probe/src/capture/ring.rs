@@ -122,8 +122,14 @@ pub fn tcp_port_filter(port: u16) -> [Instruction; 29] {
 
 /// Attaches [`tcp_port_filter`] to the packet socket `fd`.
 pub fn attach_filter(fd: RawFd, port: u16) -> io::Result<()> {
-    let filter = tcp_port_filter(port);
-    let program = Program { len: filter.len() as u16, filter: filter.as_ptr() };
+    attach_program(fd, &tcp_port_filter(port))
+}
+
+/// Attaches the classic BPF `filter` to the socket `fd`, replacing any before it.
+pub fn attach_program(fd: RawFd, filter: &[Instruction]) -> io::Result<()> {
+    let len =
+        u16::try_from(filter.len()).map_err(|_| io::Error::other("a BPF program too long"))?;
+    let program = Program { len, filter: filter.as_ptr() };
     // SAFETY: `program` points at `filter`, both live for the call; the kernel copies the
     // program and checks every instruction before accepting it.
     let rc = unsafe {

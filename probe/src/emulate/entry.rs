@@ -18,10 +18,10 @@
 
 use std::collections::VecDeque;
 use std::io;
-use std::mem::{size_of, size_of_val};
+use std::mem::size_of_val;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 
-use crate::capture::ClockOffset;
+use crate::capture::{attach_program, bind_to_device, set_int, ClockOffset, Instruction};
 use crate::net::record::Clock;
 
 /// The bytes of a packet that pair a stamp with the packet read: the IP header without options
@@ -37,7 +37,6 @@ const MAX_PENDING: usize = 4096;
 const PACKET_OUTGOING: u32 = 4;
 /// `SKF_AD_OFF + SKF_AD_PKTTYPE` (linux/filter.h): classic BPF's load of the packet's type.
 const LOAD_PACKET_TYPE: u32 = 0xFFFF_F000 + 4;
-const SO_ATTACH_FILTER: libc::c_int = 26;
 
 /// A stamp waiting for its packet to be read.
 struct Stamp {
@@ -103,27 +102,7 @@ impl EntryTap {
         if set_int(fd, libc::SOL_SOCKET, libc::SO_RCVBUFFORCE, 4 << 20).is_err() {
             set_int(fd, libc::SOL_SOCKET, libc::SO_RCVBUF, 4 << 20)?;
         }
-        // SAFETY: the argument is a NUL-terminated string.
-        let ifindex = unsafe { libc::if_nametoindex(device.as_ptr()) };
-        if ifindex == 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // SAFETY: sockaddr_ll is plain data; all zeroes is a valid value of it.
-        let mut addr: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
-        addr.sll_family = libc::AF_PACKET as u16;
-        addr.sll_protocol = (libc::ETH_P_ALL as u16).to_be();
-        addr.sll_ifindex = i32::try_from(ifindex).unwrap_or(i32::MAX);
-        // SAFETY: `addr` is a live sockaddr_ll and the length passed is its size.
-        let rc = unsafe {
-            libc::bind(
-                fd,
-                (&addr as *const libc::sockaddr_ll).cast(),
-                size_of::<libc::sockaddr_ll>() as libc::socklen_t,
-            )
-        };
-        if rc != 0 {
-            return Err(io::Error::last_os_error());
-        }
+        bind_to_device(fd, device, libc::ETH_P_ALL as u16)?;
         Ok(EntryTap { socket, pending: Pending::default() })
     }
 
@@ -203,70 +182,22 @@ fn timestamp(header: &libc::msghdr) -> Option<i128> {
     None
 }
 
-/// `struct sock_filter`.
-#[repr(C)]
-struct Instruction {
-    code: u16,
-    jt: u8,
-    jf: u8,
-    k: u32,
-}
-
-/// `struct sock_fprog`.
-#[repr(C)]
-struct Program {
-    len: u16,
-    filter: *const Instruction,
-}
-
 /// Keeps the packets the namespace sends, [`KEY_BYTES`] of each; refuses the ones it receives
 /// (the relay's own writes).
 fn attach_outgoing_filter(fd: RawFd) -> io::Result<()> {
     const LD_W_ABS: u16 = 0x20;
     const JEQ_K: u16 = 0x15;
     const RET_K: u16 = 0x06;
-    let program = [
-        Instruction { code: LD_W_ABS, jt: 0, jf: 0, k: LOAD_PACKET_TYPE },
-        Instruction { code: JEQ_K, jt: 0, jf: 1, k: PACKET_OUTGOING },
-        Instruction { code: RET_K, jt: 0, jf: 0, k: KEY_BYTES as u32 },
-        Instruction { code: RET_K, jt: 0, jf: 0, k: 0 },
-    ];
-    let fprog = Program { len: program.len() as u16, filter: program.as_ptr() };
-    // SAFETY: `fprog` points at `program`, both live for the call; the kernel copies them.
-    let rc = unsafe {
-        libc::setsockopt(
-            fd,
-            libc::SOL_SOCKET,
-            SO_ATTACH_FILTER,
-            (&fprog as *const Program).cast(),
-            size_of::<Program>() as libc::socklen_t,
-        )
-    };
-    if rc == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
-    }
+    attach_program(
+        fd,
+        &[
+            Instruction { code: LD_W_ABS, jt: 0, jf: 0, k: LOAD_PACKET_TYPE },
+            Instruction { code: JEQ_K, jt: 0, jf: 1, k: PACKET_OUTGOING },
+            Instruction { code: RET_K, jt: 0, jf: 0, k: KEY_BYTES as u32 },
+            Instruction { code: RET_K, jt: 0, jf: 0, k: 0 },
+        ],
+    )
 }
-
-fn set_int(fd: RawFd, level: libc::c_int, name: libc::c_int, value: libc::c_int) -> io::Result<()> {
-    // SAFETY: `value` is a live c_int and the length passed is its size; the kernel only reads it.
-    let rc = unsafe {
-        libc::setsockopt(
-            fd,
-            level,
-            name,
-            (&value as *const libc::c_int).cast(),
-            size_of::<libc::c_int>() as libc::socklen_t,
-        )
-    };
-    if rc == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
