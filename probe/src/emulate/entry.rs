@@ -11,15 +11,27 @@
 //! the packet really arrived; a late read delays only the packets already due while the relay
 //! was away.
 //!
-//! The stamps come from a packet tap on the TUN device (`AF_PACKET`, `SO_TIMESTAMPNS`): the
-//! kernel stamps and queues a copy of each packet's first bytes for the tap just before it puts
+//! Only links with a rate have the taps: without a serializer a packet read late is only itself
+//! late, and the taps cost the relay a fifth of its top rate of plain packets (every packet
+//! sent is copied into a ring, every packet written runs the filter), which buys less there.
+//!
+//! The stamps come from a packet tap on the TUN device (`AF_PACKET` with a `TPACKET_V2` ring):
+//! the kernel stamps each packet and copies its first bytes into the ring just before it puts
 //! the packet in the device's queue, so a packet the relay reads always has its stamp waiting.
 //! A classic BPF filter keeps only the packets the namespace sends, and only their headers.
+//! A ring, not a socket queue: the kernel writes each stamp straight into memory the relay
+//! reads, with no buffer kept per packet and no system call to fetch it, and it stamps only
+//! what it copies, where `SO_TIMESTAMPNS` would have every packet the host receives stamped (as
+//! a queued socket the taps took a third of a fast link's goodput, as a ring a fifth:
+//! docs/BENCHMARKS.md). `TPACKET_V2`, not V3: each frame is the relay's as soon as it is
+//! written, where V3 hands over whole blocks, up to its timeout after their first packet.
 
 use std::collections::VecDeque;
 use std::io;
-use std::mem::size_of_val;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::mem::size_of;
+use std::os::fd::{FromRawFd, OwnedFd, RawFd};
+use std::ptr::NonNull;
+use std::sync::atomic::{fence, Ordering};
 
 use crate::capture::{attach_program, bind_to_device, set_int, ClockOffset, Instruction};
 use crate::net::record::Clock;
@@ -28,8 +40,24 @@ use crate::net::record::Clock;
 /// and the TCP ports and sequence number (a packet's IP id, length and checksum alone already
 /// tell packets apart; the rest makes a mistake impossible in practice).
 const KEY_BYTES: usize = 28;
-/// Stamps read by one `recvmmsg`.
-const BATCH: usize = 64;
+/// The ring: frames of 128 bytes (the frame header, the address, and [`KEY_BYTES`] of the
+/// packet fit), 32 to a page, 4,096 in all (512 KiB): room for the stamps of milliseconds of
+/// a saturated link's packets while the relay is away. A stamp that finds the ring full is
+/// lost, and its packet is timed by its read.
+const FRAME_BYTES: u32 = 128;
+const BLOCK_BYTES: u32 = 4096;
+const FRAMES: u32 = 4096;
+const PACKET_RX_RING: libc::c_int = 5;
+const PACKET_VERSION: libc::c_int = 10;
+const TPACKET_V2: libc::c_int = 1;
+const TP_STATUS_KERNEL: u32 = 0;
+const TP_STATUS_USER: u32 = 1;
+// Offsets into `struct tpacket2_hdr`.
+const FRAME_STATUS: usize = 0;
+const FRAME_SNAPLEN: usize = 8;
+const FRAME_MAC: usize = 12;
+const FRAME_SEC: usize = 16;
+const FRAME_NSEC: usize = 20;
 /// Stamps kept while no packet read claims them: a packet the device dropped (its queue full)
 /// leaves one behind, which a later packet read then skips. Beyond this the oldest go.
 const MAX_PENDING: usize = 4096;
@@ -48,8 +76,113 @@ struct Stamp {
 
 /// The entry tap of one TUN device (see the module docs).
 pub struct EntryTap {
-    socket: OwnedFd,
+    /// Kept open: the ring lives as long as the socket.
+    _socket: OwnedFd,
+    ring: Ring,
     pending: Pending,
+}
+
+/// `struct tpacket_req`.
+#[repr(C)]
+struct RingRequest {
+    block_size: u32,
+    block_nr: u32,
+    frame_size: u32,
+    frame_nr: u32,
+}
+
+/// The tap's memory-mapped ring of [`FRAMES`] frames; unmapped when dropped.
+struct Ring {
+    base: NonNull<u8>,
+    next: u32,
+}
+
+// SAFETY: the mapping is owned by this value alone; the kernel's side of the sharing is by each
+// frame's status word, read and written with fences.
+unsafe impl Send for Ring {}
+
+impl Ring {
+    fn map(fd: RawFd) -> io::Result<Ring> {
+        set_int(fd, libc::SOL_PACKET, PACKET_VERSION, TPACKET_V2)?;
+        let request = RingRequest {
+            block_size: BLOCK_BYTES,
+            block_nr: FRAMES * FRAME_BYTES / BLOCK_BYTES,
+            frame_size: FRAME_BYTES,
+            frame_nr: FRAMES,
+        };
+        // SAFETY: `request` is a live tpacket_req and the length passed is its size.
+        let rc = unsafe {
+            libc::setsockopt(
+                fd,
+                libc::SOL_PACKET,
+                PACKET_RX_RING,
+                (&request as *const RingRequest).cast(),
+                size_of::<RingRequest>() as libc::socklen_t,
+            )
+        };
+        if rc != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: mapping the ring the kernel just made for `fd`, whole, where the kernel
+        // chooses; checked for failure below.
+        let base = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                (FRAMES * FRAME_BYTES) as usize,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                fd,
+                0,
+            )
+        };
+        if base == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        let base = NonNull::new(base.cast()).ok_or_else(|| io::Error::other("mmap gave null"))?;
+        Ok(Ring { base, next: 0 })
+    }
+
+    fn read_u32(frame: *const u8, offset: usize) -> u32 {
+        // SAFETY: every offset passed is within the frame's header; the kernel may write the
+        // frame concurrently until it hands it over, hence the volatile read.
+        unsafe { std::ptr::read_volatile(frame.add(offset).cast::<u32>()) }
+    }
+
+    /// Calls `each` with the first bytes and the realtime stamp of every frame the kernel has
+    /// handed over since the last call, in order, and gives the frames back.
+    fn take(&mut self, mut each: impl FnMut(&[u8], i128)) {
+        for _ in 0..FRAMES {
+            // SAFETY: next < FRAMES, so the frame lies within the mapping.
+            let frame = unsafe { self.base.as_ptr().add((self.next * FRAME_BYTES) as usize) };
+            if Ring::read_u32(frame, FRAME_STATUS) & TP_STATUS_USER == 0 {
+                return;
+            }
+            // The frame was written before its status: read it after.
+            fence(Ordering::Acquire);
+            let mac = usize::from(Ring::read_u32(frame, FRAME_MAC) as u16);
+            let snap = Ring::read_u32(frame, FRAME_SNAPLEN) as usize;
+            if mac + snap <= FRAME_BYTES as usize {
+                let seconds = i128::from(Ring::read_u32(frame, FRAME_SEC));
+                let nanos = i128::from(Ring::read_u32(frame, FRAME_NSEC));
+                // SAFETY: mac + snap is within the frame (checked just above); the kernel does
+                // not write a frame it handed over until it gets it back.
+                let bytes = unsafe { std::slice::from_raw_parts(frame.add(mac), snap) };
+                each(bytes, seconds * 1_000_000_000 + nanos);
+            }
+            // Everything read from the frame is read before the kernel may reuse it.
+            fence(Ordering::Release);
+            // SAFETY: the status word is the frame's first; volatile, the kernel reads it.
+            unsafe { std::ptr::write_volatile(frame.cast::<u32>(), TP_STATUS_KERNEL) };
+            self.next = (self.next + 1) % FRAMES;
+        }
+    }
+}
+
+impl Drop for Ring {
+    fn drop(&mut self) {
+        // SAFETY: unmapping exactly the mapping made in `map`, which nothing uses after this.
+        unsafe { libc::munmap(self.base.as_ptr().cast(), (FRAMES * FRAME_BYTES) as usize) };
+    }
 }
 
 /// Stamps read from the tap and not yet claimed by a packet read from the device, in the order
@@ -94,16 +227,9 @@ impl EntryTap {
         let socket = unsafe { OwnedFd::from_raw_fd(fd) };
         // The filter first: packets that arrive before it are not the namespace's sends alone.
         attach_outgoing_filter(fd)?;
-        set_int(fd, libc::SOL_SOCKET, libc::SO_TIMESTAMPNS, 1)?;
-        // Room for a few thousand stamps while the relay is away. Forcing it needs root; in a
-        // user namespace the host's net.core.rmem_max caps it (a few hundred stamps, enough for
-        // milliseconds at a saturated link's packet rate; a stamp lost is a packet timed by its
-        // read).
-        if set_int(fd, libc::SOL_SOCKET, libc::SO_RCVBUFFORCE, 4 << 20).is_err() {
-            set_int(fd, libc::SOL_SOCKET, libc::SO_RCVBUF, 4 << 20)?;
-        }
+        let ring = Ring::map(fd)?;
         bind_to_device(fd, device, libc::ETH_P_ALL as u16)?;
-        Ok(EntryTap { socket, pending: Pending::default() })
+        Ok(EntryTap { _socket: socket, ring, pending: Pending::default() })
     }
 
     /// When the kernel handed `packet` (its IP bytes, as read from the device) to the device,
@@ -115,71 +241,16 @@ impl EntryTap {
         })
     }
 
-    /// Moves the stamps queued on the socket to `pending`, on the run's clock: converted with
-    /// the offset of the moment they are read, so a step of the realtime clock moves only the
-    /// stamps taken before it and read after it (by at most that step).
+    /// Moves the stamps in the ring to `pending`, on the run's clock: converted with the offset
+    /// of the moment they are read, so a step of the realtime clock moves only the stamps taken
+    /// before it and read after it (by at most that step).
     fn read_stamps(&mut self, clock: &Clock) {
-        let mut frames = [[0u8; KEY_BYTES]; BATCH];
-        let mut control = [[0u64; 8]; BATCH];
-        // SAFETY: mmsghdr and iovec are plain data; all zeroes is valid for each.
-        let mut headers: [libc::mmsghdr; BATCH] = unsafe { std::mem::zeroed() };
-        // SAFETY: as above.
-        let mut iovecs: [libc::iovec; BATCH] = unsafe { std::mem::zeroed() };
-        loop {
-            for index in 0..BATCH {
-                iovecs[index] =
-                    libc::iovec { iov_base: frames[index].as_mut_ptr().cast(), iov_len: KEY_BYTES };
-                let header = &mut headers[index].msg_hdr;
-                header.msg_iov = &mut iovecs[index];
-                header.msg_iovlen = 1;
-                header.msg_control = control[index].as_mut_ptr().cast();
-                header.msg_controllen = size_of_val(&control[index]) as _;
-                header.msg_flags = 0;
-                headers[index].msg_len = 0;
-            }
-            // SAFETY: every header points at live buffers of the stated lengths (set above).
-            let n = unsafe {
-                libc::recvmmsg(
-                    self.socket.as_raw_fd(),
-                    headers.as_mut_ptr(),
-                    BATCH as u32,
-                    libc::MSG_DONTWAIT,
-                    std::ptr::null_mut(),
-                )
-            };
-            // Nothing queued (EAGAIN) or an error: the packets read are timed by the read.
-            let Ok(n) = usize::try_from(n) else { return };
-            let offset = ClockOffset::measure_with(clock, 4);
-            for (index, header) in headers.iter().enumerate().take(n) {
-                let Some(realtime_ns) = timestamp(&header.msg_hdr) else { continue };
-                // The filter keeps KEY_BYTES of each packet; a shorter packet, all of it.
-                let len = (header.msg_len as usize).min(KEY_BYTES);
-                self.pending.push(&frames[index][..len], offset.to_run_ns(realtime_ns));
-            }
-            if n < BATCH {
-                return;
-            }
-        }
+        let offset = ClockOffset::measure_with(clock, 4);
+        let pending = &mut self.pending;
+        self.ring.take(|first_bytes, realtime_ns| {
+            pending.push(first_bytes, offset.to_run_ns(realtime_ns));
+        });
     }
-}
-
-/// The SCM_TIMESTAMPNS of a received message (CLOCK_REALTIME ns), if it carries one.
-fn timestamp(header: &libc::msghdr) -> Option<i128> {
-    // SAFETY: the header was filled by recvmmsg; the macros stay within msg_controllen.
-    let mut cmsg = unsafe { libc::CMSG_FIRSTHDR(header) };
-    while !cmsg.is_null() {
-        // SAFETY: a non-null header from CMSG_FIRSTHDR/NXTHDR is complete.
-        let control = unsafe { &*cmsg };
-        if control.cmsg_level == libc::SOL_SOCKET && control.cmsg_type == libc::SCM_TIMESTAMPNS {
-            // SAFETY: SCM_TIMESTAMPNS carries one timespec; read without assuming alignment.
-            let ts: libc::timespec =
-                unsafe { std::ptr::read_unaligned(libc::CMSG_DATA(cmsg).cast()) };
-            return Some(i128::from(ts.tv_sec) * 1_000_000_000 + i128::from(ts.tv_nsec));
-        }
-        // SAFETY: as above.
-        cmsg = unsafe { libc::CMSG_NXTHDR(header, cmsg) };
-    }
-    None
 }
 
 /// Keeps the packets the namespace sends, [`KEY_BYTES`] of each; refuses the ones it receives

@@ -93,16 +93,20 @@ impl Link {
             queue_packets: spec.queue_packets,
             loss_ppm: spec.loss_ppm,
         };
+        // Only a serializer carries a late read over to the packets queued behind it: without a
+        // rate a packet read late is only itself late, and the taps' cost (a fifth of the
+        // relay's top packet rate) buys less there (entry.rs).
+        let stamped = spec.rate_bps.is_some();
         let paths = [
             Path {
                 from: client_tun,
-                entry: entry_tap(&client, "client"),
+                entry: entry_tap(&client, "client", stamped),
                 direction: Direction::new(config, seed),
                 recorder: client_recorder,
             },
             Path {
                 from: server_tun,
-                entry: entry_tap(&server, "server"),
+                entry: entry_tap(&server, "server", stamped),
                 direction: Direction::new(config, seed ^ 0x5EED),
                 recorder: server_recorder,
             },
@@ -136,9 +140,12 @@ impl Link {
 /// every segment of one is delayed alike, so nothing the link models changes, and the relay moves
 /// 64 KB per read and write. A rate, a queue that can fill, loss and capture act on each packet
 /// on the wire, so those links pass plain, MTU-sized packets.
-/// The entry tap of `namespace`'s device (opened from a short-lived thread in it: a socket
-/// belongs to its maker's namespace); without one the relay times packets by its reads.
-fn entry_tap(namespace: &Namespace, side: &str) -> Option<EntryTap> {
+/// The entry tap of `namespace`'s device, if `wanted` (opened from a short-lived thread in it:
+/// a socket belongs to its maker's namespace); without one the relay times packets by its reads.
+fn entry_tap(namespace: &Namespace, side: &str, wanted: bool) -> Option<EntryTap> {
+    if !wanted {
+        return None;
+    }
     let opened = thread::scope(|scope| {
         scope.spawn(|| namespace.enter().and_then(|()| EntryTap::open(TUN_NAME))).join()
     });

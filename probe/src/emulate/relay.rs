@@ -298,8 +298,8 @@ mod tests {
     }
 
     /// A packet the relay reads late (here it is not running yet, as when a busy machine keeps
-    /// it off the CPU) still leaves the link its delay after it was sent: the link times it by
-    /// its kernel's stamp. Timed by the read it would arrive 60 ms later than that.
+    /// it off the CPU) still leaves a link with a rate its delay after it was sent: the link
+    /// times it by its kernel's stamp. Timed by the read it would arrive 60 ms later than that.
     #[test]
     #[ignore = "needs root (network namespaces): cargo xtask test runs it as root"]
     fn a_packet_read_late_is_still_delivered_its_delay_after_it_was_sent() {
@@ -329,7 +329,7 @@ mod tests {
         // The relay is not running yet: the packet waits in the client device's queue.
         thread::sleep(Duration::from_millis(60));
         let config = DirectionConfig {
-            rate_bps: None,
+            rate_bps: Some(1_000_000_000),
             delay_ns: 100_000_000,
             queue_packets: 100,
             loss_ppm: 0,
