@@ -18,7 +18,7 @@
 
 mod ring;
 
-pub(crate) use ring::{attach_program, Instruction};
+pub(crate) use ring::{attach_program, map_rx_ring, Instruction};
 
 use std::io;
 use std::mem::{size_of, size_of_val};

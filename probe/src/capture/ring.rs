@@ -183,6 +183,56 @@ pub struct Ring {
 // the block status words, read and written with fences below.
 unsafe impl Send for Ring {}
 
+/// Switches the packet socket `fd` to TPACKET `version`, asks for its receive ring with
+/// `request` (the `tpacket_req` or `tpacket_req3` that version takes) and maps the ring's
+/// `bytes`; with `lock`, locked in memory when RLIMIT_MEMLOCK allows it.
+pub fn map_rx_ring<R>(
+    fd: RawFd,
+    version: libc::c_int,
+    request: &R,
+    bytes: usize,
+    lock: bool,
+) -> io::Result<NonNull<u8>> {
+    super::set_int(fd, libc::SOL_PACKET, PACKET_VERSION, version)?;
+    // SAFETY: `request` is a live ring request of the type `version` takes (the callers' part)
+    // and the length passed is its size.
+    let rc = unsafe {
+        libc::setsockopt(
+            fd,
+            libc::SOL_PACKET,
+            PACKET_RX_RING,
+            (request as *const R).cast(),
+            size_of::<R>() as libc::socklen_t,
+        )
+    };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let map = |flags| {
+        // SAFETY: mapping the ring the kernel just allocated for `fd`, at a place of the
+        // kernel's choosing, for its whole length; checked for failure below.
+        unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                bytes,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED | flags,
+                fd,
+                0,
+            )
+        }
+    };
+    let mut base = if lock { map(libc::MAP_LOCKED) } else { libc::MAP_FAILED };
+    // MAP_LOCKED may be refused for a small RLIMIT_MEMLOCK: map without it then.
+    if base == libc::MAP_FAILED {
+        base = map(0);
+    }
+    if base == libc::MAP_FAILED {
+        return Err(io::Error::last_os_error());
+    }
+    NonNull::new(base.cast()).ok_or_else(|| io::Error::other("mmap gave null"))
+}
+
 /// One packet of a block: its first bytes and its kernel timestamp (CLOCK_REALTIME ns).
 pub struct Packet<'a> {
     pub frame: &'a [u8],
@@ -192,7 +242,6 @@ pub struct Packet<'a> {
 impl Ring {
     /// Switches `fd` to TPACKET_V3 and maps its receive ring.
     pub fn map(fd: RawFd) -> io::Result<Ring> {
-        super::set_int(fd, libc::SOL_PACKET, PACKET_VERSION, TPACKET_V3)?;
         let request = RingRequest {
             block_size: BLOCK_BYTES,
             block_nr: BLOCKS,
@@ -202,51 +251,7 @@ impl Ring {
             sizeof_priv: 0,
             feature_req_word: 0,
         };
-        // SAFETY: `request` is a live tpacket_req3 and the length passed is its size.
-        let rc = unsafe {
-            libc::setsockopt(
-                fd,
-                libc::SOL_PACKET,
-                PACKET_RX_RING,
-                (&request as *const RingRequest).cast(),
-                size_of::<RingRequest>() as libc::socklen_t,
-            )
-        };
-        if rc != 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // SAFETY: mapping the ring the kernel just allocated for `fd`, at a place of the
-        // kernel's choosing, for its whole length; checked for failure below.
-        let base = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                (BLOCK_BYTES * BLOCKS) as usize,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED | libc::MAP_LOCKED,
-                fd,
-                0,
-            )
-        };
-        // MAP_LOCKED may be refused for a small RLIMIT_MEMLOCK: map without it then.
-        let base = if base == libc::MAP_FAILED {
-            // SAFETY: as above, without locking the pages.
-            unsafe {
-                libc::mmap(
-                    std::ptr::null_mut(),
-                    (BLOCK_BYTES * BLOCKS) as usize,
-                    libc::PROT_READ | libc::PROT_WRITE,
-                    libc::MAP_SHARED,
-                    fd,
-                    0,
-                )
-            }
-        } else {
-            base
-        };
-        if base == libc::MAP_FAILED {
-            return Err(io::Error::last_os_error());
-        }
-        let base = NonNull::new(base.cast()).ok_or_else(|| io::Error::other("mmap gave null"))?;
+        let base = map_rx_ring(fd, TPACKET_V3, &request, (BLOCK_BYTES * BLOCKS) as usize, true)?;
         Ok(Ring { base, next_block: 0 })
     }
 

@@ -28,12 +28,11 @@
 
 use std::collections::VecDeque;
 use std::io;
-use std::mem::size_of;
 use std::os::fd::{FromRawFd, OwnedFd, RawFd};
 use std::ptr::NonNull;
 use std::sync::atomic::{fence, Ordering};
 
-use crate::capture::{attach_program, bind_to_device, set_int, ClockOffset, Instruction};
+use crate::capture::{attach_program, bind_to_device, map_rx_ring, ClockOffset, Instruction};
 use crate::net::record::Clock;
 
 /// The bytes of a packet that pair a stamp with the packet read: the IP header without options
@@ -47,8 +46,6 @@ const KEY_BYTES: usize = 28;
 const FRAME_BYTES: u32 = 128;
 const BLOCK_BYTES: u32 = 4096;
 const FRAMES: u32 = 4096;
-const PACKET_RX_RING: libc::c_int = 5;
-const PACKET_VERSION: libc::c_int = 10;
 const TPACKET_V2: libc::c_int = 1;
 const TP_STATUS_KERNEL: u32 = 0;
 const TP_STATUS_USER: u32 = 1;
@@ -103,42 +100,13 @@ unsafe impl Send for Ring {}
 
 impl Ring {
     fn map(fd: RawFd) -> io::Result<Ring> {
-        set_int(fd, libc::SOL_PACKET, PACKET_VERSION, TPACKET_V2)?;
         let request = RingRequest {
             block_size: BLOCK_BYTES,
             block_nr: FRAMES * FRAME_BYTES / BLOCK_BYTES,
             frame_size: FRAME_BYTES,
             frame_nr: FRAMES,
         };
-        // SAFETY: `request` is a live tpacket_req and the length passed is its size.
-        let rc = unsafe {
-            libc::setsockopt(
-                fd,
-                libc::SOL_PACKET,
-                PACKET_RX_RING,
-                (&request as *const RingRequest).cast(),
-                size_of::<RingRequest>() as libc::socklen_t,
-            )
-        };
-        if rc != 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // SAFETY: mapping the ring the kernel just made for `fd`, whole, where the kernel
-        // chooses; checked for failure below.
-        let base = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                (FRAMES * FRAME_BYTES) as usize,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED,
-                fd,
-                0,
-            )
-        };
-        if base == libc::MAP_FAILED {
-            return Err(io::Error::last_os_error());
-        }
-        let base = NonNull::new(base.cast()).ok_or_else(|| io::Error::other("mmap gave null"))?;
+        let base = map_rx_ring(fd, TPACKET_V2, &request, (FRAMES * FRAME_BYTES) as usize, false)?;
         Ok(Ring { base, next: 0 })
     }
 
