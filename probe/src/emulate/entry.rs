@@ -237,6 +237,7 @@ fn attach_outgoing_filter(fd: RawFd) -> io::Result<()> {
         ],
     )
 }
+
 #[cfg(test)]
 mod tests {
     use super::*;

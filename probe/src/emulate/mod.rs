@@ -136,32 +136,27 @@ impl Link {
     }
 }
 
-/// How the devices pass packets. A link that only delays passes the kernels' GSO packets whole:
-/// every segment of one is delayed alike, so nothing the link models changes, and the relay moves
-/// 64 KB per read and write. A rate, a queue that can fill, loss and capture act on each packet
-/// on the wire, so those links pass plain, MTU-sized packets.
-/// The entry tap of `namespace`'s device, if `wanted` (opened from a short-lived thread in it:
-/// a socket belongs to its maker's namespace); without one the relay times packets by its reads.
+/// The entry tap of `namespace`'s device, if `wanted` (opened in that namespace: a socket
+/// belongs to its maker's); without one the relay times packets by its reads.
 fn entry_tap(namespace: &Namespace, side: &str, wanted: bool) -> Option<EntryTap> {
     if !wanted {
         return None;
     }
-    let opened = thread::scope(|scope| {
-        scope.spawn(|| namespace.enter().and_then(|()| EntryTap::open(TUN_NAME))).join()
-    });
-    match opened {
-        Ok(Ok(tap)) => Some(tap),
-        Ok(Err(e)) => {
+    namespace
+        .run_in(|| EntryTap::open(TUN_NAME))
+        .inspect_err(|e| {
             tracing::warn!(
                 "emulated link: no entry tap on the {side} device ({e}); its packets enter the \
                  link when the relay reads them, later if the relay is kept off the CPU"
-            );
-            None
-        }
-        Err(_) => None,
-    }
+            )
+        })
+        .ok()
 }
 
+/// How the devices pass packets. A link that only delays passes the kernels' GSO packets whole:
+/// every segment of one is delayed alike, so nothing the link models changes, and the relay moves
+/// 64 KB per read and write. A rate, a queue that can fill, loss and capture act on each packet
+/// on the wire, so those links pass plain, MTU-sized packets.
 fn offload(spec: &LinkSpec, capture: bool) -> Offload {
     if spec.rate_bps.is_none() && spec.loss_ppm == 0 && !capture {
         Offload::Gso

@@ -99,19 +99,24 @@ impl Namespace {
             _ => format!("opening network namespace {path}: {e}: give {listed}"),
         })?;
         let namespace = Namespace { ns: file.into() };
-        let entered = thread::scope(|scope| scope.spawn(|| namespace.enter()).join());
-        match entered {
-            Ok(Ok(())) => Ok(namespace),
-            Ok(Err(e)) if e.raw_os_error() == Some(libc::EPERM) => Err(format!(
+        match namespace.run_in(|| Ok(())) {
+            Ok(()) => Ok(namespace),
+            Err(e) if e.raw_os_error() == Some(libc::EPERM) => Err(format!(
                 "entering network namespace `{name}` needs CAP_SYS_ADMIN, which this process does \
                  not have ({e}): run ackscope as root"
             )),
-            Ok(Err(e)) if e.raw_os_error() == Some(libc::EINVAL) => {
+            Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
                 Err(format!("{path} is not a network namespace ({e}): give {listed}"))
             }
-            Ok(Err(e)) => Err(format!("entering network namespace `{name}`: {e}")),
-            Err(_) => Err(format!("the thread entering network namespace `{name}` panicked")),
+            Err(e) => Err(format!("entering network namespace `{name}`: {e}")),
         }
+    }
+
+    /// Runs `f` on a short-lived thread in this namespace, leaving the caller's own alone:
+    /// sockets `f` creates stay in this namespace wherever they are used afterwards.
+    pub fn run_in<T: Send>(&self, f: impl FnOnce() -> io::Result<T> + Send) -> io::Result<T> {
+        thread::scope(|scope| scope.spawn(|| self.enter().and_then(|()| f())).join())
+            .map_err(|_| io::Error::other("a thread in a network namespace panicked"))?
     }
 
     /// Moves the calling thread into this namespace: sockets it creates from now on are there.

@@ -292,9 +292,7 @@ mod tests {
     use crate::emulate::queue::DirectionConfig;
 
     fn in_namespace<T: Send>(namespace: &Namespace, f: impl FnOnce() -> io::Result<T> + Send) -> T {
-        thread::scope(|scope| scope.spawn(|| namespace.enter().and_then(|()| f())).join())
-            .expect("the thread in the namespace")
-            .expect("set up in the namespace")
+        namespace.run_in(f).expect("set up in the namespace")
     }
 
     /// A packet the relay reads late (here it is not running yet, as when a busy machine keeps
