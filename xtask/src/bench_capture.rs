@@ -81,7 +81,7 @@ fn capture(rounds: u32, seconds: u32) -> Result<(), String> {
         || "unknown".to_string(),
         |o| String::from_utf8_lossy(&o.stdout).trim().to_string(),
     );
-    if let Err(error) = rr(100, true, None) {
+    if let Err(error) = rr(Length::count(100), true, None) {
         steps.done("no");
         let why = if uid == "0" {
             "running as root, yet ackscope could not capture".to_string()
@@ -101,17 +101,26 @@ fn capture(rounds: u32, seconds: u32) -> Result<(), String> {
     let placements = [(Some(0), "pinned: every thread on CPU 0"), (None, "not pinned")];
     let mut summary = Vec::new();
     for (pin, placement) in placements {
-        steps.start(&format!(
-            "calibrating the request count to last about {seconds} s, {placement}"
-        ));
-        let rps = rr(10_000, true, pin)?.rps;
-        let count =
-            ((rps * f64::from(seconds) / 1000.0).round() as u32 * 1000).clamp(1000, MAX_COUNT);
-        steps.done(&format!("{rps:.0} requests/s with capture on: --count {count}"));
+        let length = if pin.is_some() {
+            steps.start(&format!(
+                "calibrating the request count to last about {seconds} s, {placement}"
+            ));
+            let rps = rr(Length::count(10_000), true, pin)?.rps;
+            let count =
+                ((rps * f64::from(seconds) / 1000.0).round() as u32 * 1000).clamp(1000, MAX_COUNT);
+            steps.done(&format!("{rps:.0} requests/s with capture on: --count {count}"));
+            Length::count(count)
+        } else {
+            // Not pinned, a short calibration run keeps its threads on one CPU and runs at the
+            // pinned rate, while a long run crosses CPUs at a tenth of it: a calibrated count
+            // made each round last a minute or more. Each run lasts `seconds` instead, with
+            // capture and without: the same window.
+            Length { count: MAX_COUNT, seconds: Some(seconds) }
+        };
         let mut results = Vec::new();
         for round in 1..=rounds {
             steps.start(&format!("round {round} of {rounds}, {placement}"));
-            let result = one_round(round, count, pin)?;
+            let result = one_round(round, length, pin)?;
             let peer = result
                 .tcpdump
                 .map_or(String::new(), |(run, _)| format!(", off beside tcpdump {:.0}", run.rps));
@@ -121,7 +130,7 @@ fn capture(rounds: u32, seconds: u32) -> Result<(), String> {
             ));
             results.push(result);
         }
-        print_rounds(count, placement, &results);
+        print_rounds(length, placement, &results);
         summary.push((placement, results));
     }
     println!("\nmedians over {rounds} rounds:");
@@ -168,17 +177,17 @@ fn capture(rounds: u32, seconds: u32) -> Result<(), String> {
 }
 
 /// The runs of one round, their order turned by one each round so that drift favours none.
-fn one_round(round: u32, count: u32, pin: Option<u32>) -> Result<Round, String> {
+fn one_round(round: u32, length: Length, pin: Option<u32>) -> Result<Round, String> {
     let mut result = Round { on: RrRun::default(), off: RrRun::default(), tcpdump: None };
     let runs = if pin.is_some() { 3 } else { 2 };
     for turn in 0..runs {
         match (round + turn) % runs {
-            0 => result.off = rr(count, false, pin)?,
-            1 => result.on = rr(count, true, pin)?,
+            0 => result.off = rr(length, false, pin)?,
+            1 => result.on = rr(length, true, pin)?,
             _ => {
                 let cpu = pin.expect("the peer runs pinned only");
                 let tcpdump = Tcpdump::start(cpu)?;
-                let run = rr(count, false, pin);
+                let run = rr(length, false, pin);
                 let counts = tcpdump.stop()?;
                 result.tcpdump = Some((run?, counts));
             }
@@ -187,10 +196,11 @@ fn one_round(round: u32, count: u32, pin: Option<u32>) -> Result<Round, String> 
     Ok(result)
 }
 
-fn print_rounds(count: u32, placement: &str, results: &[Round]) {
+fn print_rounds(length: Length, placement: &str, results: &[Round]) {
     println!(
-        "\nackscope run rr --count {count} {} [--capture] on loopback, {placement}; \
+        "\nackscope run rr {} {} [--capture] on loopback, {placement}; \
          requests/s (clients.rps: the client threads' own count over their run)",
+        length.args().join(" "),
         RR_ARGS.join(" ")
     );
     let peer = results.iter().any(|r| r.tcpdump.is_some());
@@ -235,9 +245,30 @@ fn print_rounds(count: u32, placement: &str, results: &[Round]) {
     }
 }
 
-fn rr(count: u32, capture: bool, pin: Option<u32>) -> Result<RrRun, String> {
+/// How long each run of a round is: a request count, and a time limit as well when not pinned.
+#[derive(Clone, Copy)]
+struct Length {
+    count: u32,
+    seconds: Option<u32>,
+}
+
+impl Length {
+    fn count(count: u32) -> Length {
+        Length { count, seconds: None }
+    }
+
+    fn args(&self) -> Vec<String> {
+        let mut args = vec!["--count".to_string(), self.count.to_string()];
+        if let Some(seconds) = self.seconds {
+            args.extend(["--duration".to_string(), format!("{seconds}s")]);
+        }
+        args
+    }
+}
+
+fn rr(length: Length, capture: bool, pin: Option<u32>) -> Result<RrRun, String> {
     let mut command = command(setup::probe_binary(), pin);
-    command.args(["run", "rr", "--count", &count.to_string()]).args(RR_ARGS);
+    command.args(["run", "rr"]).args(length.args()).args(RR_ARGS);
     if capture {
         command.arg("--capture");
     }
