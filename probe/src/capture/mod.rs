@@ -20,6 +20,7 @@ mod ring;
 
 pub(crate) use ring::{attach_program, map_rx_ring, Instruction};
 
+use std::collections::HashMap;
 use std::io;
 use std::mem::{size_of, size_of_val};
 use std::os::fd::{AsRawFd, RawFd};
@@ -467,9 +468,10 @@ impl Captured {
 /// reader and the emulated link's relay share it.
 pub struct Tagger {
     peers: Arc<Peers>,
-    /// The connection of the last segment, by client port, and where its request lookup ended:
-    /// consecutive segments are mostly of one connection. Looked up again on a SYN.
-    recent: Option<(u16, ConnTag, usize)>,
+    /// Each connection seen, by client port, and where its request lookup ended: the segments
+    /// of several connections interleave, and each goes on from its own place. Looked up again
+    /// on a SYN (a new connection may reuse a closed one's port). At most one per port.
+    known: HashMap<u16, (ConnTag, usize)>,
     /// Handshake segments, waiting for their connection's first request id.
     pending: Vec<(Instant, ConnTag, Event)>,
     /// The requests of a run of segments (kept for its allocation).
@@ -483,7 +485,7 @@ impl Tagger {
     pub fn new(peers: Arc<Peers>) -> Tagger {
         Tagger {
             peers,
-            recent: None,
+            known: HashMap::new(),
             pending: Vec::new(),
             requests: Vec::new(),
             segments: 0,
@@ -517,16 +519,14 @@ impl Tagger {
             let same = |c: &&Captured| c.client_port == first.client_port && !c.is_syn();
             let (run, tail) = rest.split_at(1 + rest[1..].iter().take_while(same).count());
             rest = tail;
-            if first.is_syn()
-                || self.recent.as_ref().is_none_or(|(port, ..)| *port != first.client_port)
-            {
+            if first.is_syn() || !self.known.contains_key(&first.client_port) {
                 let Some(tag) = self.peers.lookup(first.client_port) else {
                     self.unmatched += run.len() as u64;
                     continue;
                 };
-                self.recent = Some((first.client_port, tag, 0));
+                self.known.insert(first.client_port, (tag, 0));
             }
-            let (_, tag, cursor) = self.recent.as_mut().expect("just set");
+            let (tag, cursor) = self.known.get_mut(&first.client_port).expect("just inserted");
             // The lock is let go before recording: a full collector may make a record wait,
             // and the client must not wait on that to announce its next request.
             let requests = tag.requests();

@@ -62,16 +62,20 @@ pub struct Requests<'a>(MutexGuard<'a, Vec<(ReqId, u64)>>);
 
 impl Requests<'_> {
     /// The request begun last at or before `at_ns` (on the run's clock), if any, starting from
-    /// where the previous call for a time no later than `at_ns` ended (`cursor`, updated): packet capture asks in time
-    /// order, so this walks a step or two instead of searching the whole connection's history.
+    /// where the previous call ended (`cursor`, updated). Packet capture asks in time order, so
+    /// this mostly walks a step or two; a time before the cursor, or far past it (a cursor not
+    /// used for a while), is found by binary search, so no call walks the connection's history.
     pub fn before_from(&self, at_ns: u64, cursor: &mut usize) -> Option<ReqId> {
+        /// Steps walked from the cursor before searching instead.
+        const WALK: usize = 8;
         let requests = &self.0;
+        let started_by = |index: usize| requests.get(index).is_some_and(|&(_, s)| s <= at_ns);
         let mut after = (*cursor).min(requests.len());
-        if after > 0 && requests[after - 1].1 > at_ns {
-            // Asked for an earlier time than last time: search from the start.
+        let behind = after > 0 && !started_by(after - 1);
+        if behind || started_by(after + WALK) {
             after = requests.partition_point(|&(_, started)| started <= at_ns);
         } else {
-            while requests.get(after).is_some_and(|&(_, started)| started <= at_ns) {
+            while started_by(after) {
                 after += 1;
             }
         }
@@ -151,5 +155,25 @@ mod tests {
         assert_eq!(requests.before_from(later, &mut cursor), Some(ReqId(5)));
         assert_eq!(requests.before_from(during_4, &mut cursor), Some(ReqId(4)));
         assert_eq!(requests.before_from(before_any, &mut cursor), None);
+    }
+
+    #[test]
+    fn a_cursor_far_behind_or_ahead_still_finds_the_request() {
+        let tag = ConnTag::new(ConnId(0));
+        for id in 0..1000 {
+            tag.announce(ReqId(id), u64::from(id) * 10);
+        }
+        let requests = tag.requests();
+        for (cursor, at_ns, expected) in [
+            (0, 9_995, 999),    // far behind: a connection not seen for a while
+            (0, 35, 3),         // a few steps ahead
+            (990, 125, 12),     // far ahead: an earlier time
+            (5000, 9_999, 999), // past the end
+            (500, 5_000, 500),  // exactly at a start
+        ] {
+            let mut cursor = cursor;
+            assert_eq!(requests.before_from(at_ns, &mut cursor), Some(ReqId(expected)));
+            assert_eq!(cursor, expected as usize + 1, "the cursor is left after the request");
+        }
     }
 }
