@@ -294,6 +294,75 @@ pub struct RunAnalysis {
     /// The earliest start and the latest done of every request, retired ones included.
     first_start: Option<u64>,
     last_done: Option<u64>,
+    /// How far the run's event producers have got, for a reader that retires requests only
+    /// once all their events are in ([`RunAnalysis::retire_when_settled`]); `None`: any
+    /// finished request may be retired.
+    settlement: Option<Box<Settlement>>,
+}
+
+/// How far the producers of a run's events have got. The probe's threads hand their events
+/// over in batches (a thousand events, or 10 ms), one producer at a time: with several
+/// connections the server's events of a request can arrive after thousands of other requests
+/// have finished, and a request retired before them would be summarized without its server
+/// side's reads.
+#[derive(Debug, Default)]
+struct Settlement {
+    /// Per connection, the highest request id the server's own thread has recorded an event
+    /// for; `u32::MAX` once it closed the connection. Its events arrive in the order it recorded
+    /// them: once one of a later request is in, all of an earlier request's are.
+    server: SideMap<u32>,
+    /// Whether the run records its server's events (a run of ackscope's own client and server:
+    /// then from the start, before the first arrives), or a server event has arrived. A
+    /// recording with no server side has none to wait for.
+    server_seen: bool,
+    /// The latest captured segment's time, per sending side (client, server), once one has
+    /// arrived: a run without capture has none to wait for. The capture hands its segments
+    /// over in the order they were sent.
+    segments_ns: [Option<u64>; 2],
+}
+
+impl Settlement {
+    fn note(&mut self, event: &Event) {
+        match event.kind {
+            EventKind::Segment(_) => {
+                let side = match event.side {
+                    Side::Client => 0,
+                    Side::Server => 1,
+                };
+                let latest = &mut self.segments_ns[side];
+                *latest = Some(latest.map_or(event.at_ns, |at| at.max(event.at_ns)));
+            }
+            // Recorded by other threads than the server's own: the sampler, the link's relay,
+            // the remote connection's clock.
+            EventKind::TcpInfo(_) | EventKind::Link(_) | EventKind::ClockSync { .. } => {}
+            _ if event.side == Side::Server => {
+                self.server_seen = true;
+                let progress = self.server.get_or_insert_with((event.conn, Side::Server), || 0);
+                *progress = match event.kind {
+                    EventKind::Closed => u32::MAX,
+                    _ => (*progress).max(event.req.0),
+                };
+            }
+            _ => {}
+        }
+    }
+
+    /// Whether every event of request `req`, finished at `done_ns` on connection `conn`, has
+    /// arrived.
+    fn settled(&self, req: ReqId, conn: Option<ConnId>, done_ns: u64) -> bool {
+        let server_in = !self.server_seen
+            || conn
+                .and_then(|conn| self.server.get(&(conn, Side::Server)))
+                .is_some_and(|&at| at > req.0);
+        let segments_in = self.segments_ns.iter().all(|at| at.is_none_or(|at| at >= done_ns));
+        server_in && segments_in
+    }
+
+    /// Forgets closed connections that no held request is on.
+    fn forget_closed(&mut self, held: &[RequestView]) {
+        let open: std::collections::HashSet<ConnId> = held.iter().filter_map(|r| r.conn).collect();
+        self.server.retain(|(conn, _), &at| at != u32::MAX || open.contains(conn));
+    }
 }
 
 /// What the summary still needs of retired requests.
@@ -310,6 +379,10 @@ struct Retired {
 /// thread's events at least every 1,024 events, and the other side's trail by an exchange or
 /// so: a real run stays within a few thousand.
 pub const MAX_REQUESTS_AHEAD: usize = 16_384;
+
+/// The most requests [`RunAnalysis::retire`] holds back while waiting for their events
+/// ([`RunAnalysis::retire_when_settled`]): a few hundred bytes each, tens of megabytes in all.
+const MAX_HELD: usize = 65_536;
 
 /// Which of a request's times an event sets.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -348,6 +421,9 @@ impl RunAnalysis {
     }
 
     pub fn push(&mut self, event: &Event) {
+        if let Some(settlement) = &mut self.settlement {
+            settlement.note(event);
+        }
         let key = (event.conn, event.side);
         match event.kind {
             EventKind::RequestStart => self.set_time(event, Time::Start),
@@ -590,13 +666,39 @@ impl RunAnalysis {
         self.base
     }
 
-    /// Bounds memory on long runs: hands every finished request older than the newest `keep` to
-    /// `fold` (with its id), keeps only what the summary needs of it, and forgets its spans. A
-    /// late event for a retired request is ignored (counted in `ignored_events`); keep enough
-    /// requests that the other side's batches have arrived (they trail by one exchange).
+    /// Retires a request only once all its events are in (see [`Settlement`]): its server
+    /// thread has recorded an event of a later request or closed the connection, and the
+    /// capture, once it has handed segments over, has handed over some sent after the request
+    /// finished. `server_recorded`: the run records its server's events, so they are waited for
+    /// even before the first arrives. For readers that retire; the default retires any
+    /// finished request.
+    pub fn retire_when_settled(&mut self, server_recorded: bool) {
+        self.settlement =
+            Some(Box::new(Settlement { server_seen: server_recorded, ..Settlement::default() }));
+    }
+
+    /// Bounds memory on long runs: hands every finished (with [`RunAnalysis::retire_when_settled`],
+    /// settled) request older than the newest `keep` to `fold` (with its id), keeps only what
+    /// the summary needs of it, and forgets its spans. A late event for a retired request is
+    /// ignored (counted in `ignored_events`).
     pub fn retire(&mut self, keep: usize, mut fold: impl FnMut(&RunAnalysis, ReqId, &RequestView)) {
         let candidates = self.requests.len().saturating_sub(keep);
-        let count = self.requests[..candidates].iter().take_while(|r| r.done_ns.is_some()).count();
+        let held = &self.requests[..candidates];
+        let settled = held
+            .iter()
+            .enumerate()
+            .take_while(|&(index, view)| {
+                let Some(done_ns) = view.done_ns else { return false };
+                self.settlement.as_ref().is_none_or(|settlement| {
+                    settlement.settled(ReqId(self.base + index as u32), view.conn, done_ns)
+                })
+            })
+            .count();
+        // A producer that never catches up (a thread stopped, a broken file) must not hold
+        // every later request: past MAX_HELD the oldest finished ones go anyway.
+        let overflow = self.requests.len().saturating_sub(MAX_HELD).min(candidates);
+        let forced = held[..overflow].iter().take_while(|r| r.done_ns.is_some()).count();
+        let count = settled.max(forced);
         if count == 0 {
             return;
         }
@@ -615,6 +717,9 @@ impl RunAnalysis {
             }
         }
         self.base += count as u32;
+        if let Some(settlement) = &mut self.settlement {
+            settlement.forget_closed(&self.requests);
+        }
         // A read is carried by a write made during its own request: writes that ended before the
         // oldest request still held began are never needed again.
         let oldest = self.requests.iter().filter_map(|r| r.start_ns).min().unwrap_or(u64::MAX);
@@ -794,7 +899,57 @@ mod tests {
     use super::batches::random_batches;
     use super::*;
 
-    use crate::synthetic::{nagle_run, Script, MS, US};
+    use crate::synthetic::{nagle_run, nagle_run_with_packets, Script, MS, US};
+
+    #[test]
+    fn a_request_is_retired_once_its_server_events_and_segments_are_in() {
+        // The probe's threads hand their events over in batches: a server's can arrive long
+        // after its client finished the requests they belong to, and the capture's segments
+        // in between. Here every client event comes first.
+        let events = nagle_run_with_packets(40, 44 * MS);
+        let (client, others): (Vec<&Event>, Vec<&Event>) = events
+            .iter()
+            .partition(|e| e.side == Side::Client && !matches!(e.kind, EventKind::Segment(_)));
+        let late: Vec<Event> = client.into_iter().chain(others).cloned().collect();
+        let mut whole = RunAnalysis::new();
+        whole.push_all(&events);
+        assert_eq!(whole.summary().stalled_reads, 78, "two a request but the first");
+
+        let retire_in_chunks = |mut rolling: RunAnalysis| {
+            let mut folded = Vec::new();
+            for chunk in late.chunks(16) {
+                rolling.push_all(chunk);
+                rolling.retire(2, |_, req, view| folded.push((req, view.clone())));
+            }
+            (rolling, folded)
+        };
+        // Retired as soon as finished, the server's reads and the segments are lost.
+        let (hasty, _) = retire_in_chunks(RunAnalysis::new());
+        assert!(hasty.ignored_events > 100, "{}", hasty.ignored_events);
+        assert!(hasty.summary().stalled_reads < 78);
+
+        let mut settling = RunAnalysis::new();
+        settling.retire_when_settled(true);
+        let (settled, folded) = retire_in_chunks(settling);
+        assert_eq!(settled.ignored_events, 0);
+        assert!(
+            folded.len() >= 30,
+            "requests were retired as their events came in: {}",
+            folded.len()
+        );
+        assert_eq!(settled.summary(), whole.summary());
+        // The same spans and segments as with every event in order (spans in arrival order).
+        let content = |view: &RequestView| {
+            let mut spans: Vec<Span> = view.spans().collect();
+            spans.sort_by_key(|s| (s.start_ns, s.side == Side::Server));
+            (view.conn, view.start_ns, view.done_ns, spans, view.segments().to_vec())
+        };
+        let held = settled.requests().iter().enumerate();
+        let kept = held.map(|(i, view)| (ReqId(settled.first_request() + i as u32), view.clone()));
+        for (req, view) in folded.into_iter().chain(kept) {
+            assert_eq!(content(&view), content(&whole.requests()[req.0 as usize]), "{req:?}");
+        }
+    }
 
     #[test]
     fn nagle_run_counts_one_stall_per_direction_per_request() {

@@ -62,6 +62,18 @@ impl<V> SideMap<V> {
         self.dense.iter_mut().flatten().chain(self.sparse.values_mut())
     }
 
+    /// Keeps only the entries for which `keep` says so.
+    pub fn retain(&mut self, mut keep: impl FnMut(&(ConnId, Side), &V) -> bool) {
+        for (slot, entry) in self.dense.iter_mut().enumerate() {
+            let side = if slot % 2 == 1 { Side::Server } else { Side::Client };
+            let key = (ConnId((slot / 2) as u32), side);
+            if entry.as_ref().is_some_and(|value| !keep(&key, value)) {
+                *entry = None;
+            }
+        }
+        self.sparse.retain(|key, value| keep(key, value));
+    }
+
     fn dense_slot(&mut self, slot: usize) -> &mut Option<V> {
         if slot >= self.dense.len() {
             self.dense.resize_with(slot + 1, || None);
@@ -92,5 +104,10 @@ mod tests {
         assert_eq!(map.remove(&(ConnId(4096), Side::Server)), None);
         assert_eq!(map.remove(&(ConnId(7), Side::Client)), None, "never there");
         assert!(map.dense.len() <= 2 * DENSE_CONNS as usize, "the vector is bounded");
+        map.retain(|&(conn, side), _| conn.0 % 2 == 1 && side == Side::Server);
+        let mut kept: Vec<u32> = map.values_mut().map(|v| *v).collect();
+        kept.sort_unstable();
+        // Conns 1, 4095 and u32::MAX, their server sides: each was set to its id + 2 (wrapping).
+        assert_eq!(kept, [1, 3, 4097]);
     }
 }

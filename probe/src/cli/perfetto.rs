@@ -33,7 +33,7 @@ use ackscope_shared::{ConnId, Event, EventKind, RrSpec, RunId, Scenario, Side, T
 use serde::ser::SerializeMap;
 use serde::{Serialize, Serializer};
 
-use super::run::{KEEP_RECENT, RETIRE_ABOVE};
+use super::run::{retiring_analysis, KEEP_RECENT, RETIRE_ABOVE};
 use super::{Ended, Failure};
 use crate::record::SessionReader;
 
@@ -368,7 +368,7 @@ impl RunTrace {
 
 impl StallFinder {
     fn new(spec: Option<RrSpec>) -> StallFinder {
-        let analysis = RunAnalysis::of_rr(spec.as_ref());
+        let analysis = retiring_analysis(spec.as_ref());
         StallFinder { analysis, spec }
     }
 

@@ -274,6 +274,18 @@ pub fn run(args: &RunArgs) -> Result<Ended, Failure> {
         // could not take the server: one clear error, no summary of nothing.
         return Err(Failure::Run(error.clone()));
     }
+    if let Analysis::Rr(rr) = &tally.analysis {
+        let late = rr.analysis.ignored_events;
+        if late > 0 {
+            // Requests are retired only once their events are in, so this takes a producer
+            // held far behind (a sampler starved of CPU, or more than MAX_HELD requests).
+            tracing::warn!(
+                "{late} events arrived after the request they belong to had been summarized and \
+                 are left out of the counts below (a thread of the run was held off the CPU for \
+                 long); a session file (-o) keeps every event"
+            );
+        }
+    }
     tally.capture = notes.capture;
     tally.remote = notes.remote;
     if let scenario::Target::ServerNetns { name, ip } = &target {
@@ -401,14 +413,25 @@ pub struct RrTally {
     retired_overview: Overview,
 }
 
-/// Past this many requests held, the oldest finished ones are retired...
+/// The analysis of a run for a reader that retires requests as it goes (the summary, `show`, the
+/// Perfetto export): a request is retired only once all its events are in, so that a server's
+/// events arriving a batch behind still count (`RunAnalysis::retire_when_settled`).
+pub(super) fn retiring_analysis(spec: Option<&RrSpec>) -> RunAnalysis {
+    let mut analysis = RunAnalysis::of_rr(spec);
+    // A request/response run of ackscope's records its server too; a standalone server's
+    // session (no spec) has only its server's events, waited for once they come.
+    analysis.retire_when_settled(spec.is_some());
+    analysis
+}
+
+/// Past this many requests held, the oldest finished (and settled) ones are retired...
 pub(super) const RETIRE_ABOVE: usize = 8192;
 /// ...keeping the newest, whose other side's events may still be on their way.
 pub(super) const KEEP_RECENT: usize = 1024;
 
 impl RrTally {
     fn new(spec: Option<RrSpec>) -> RrTally {
-        let analysis = RunAnalysis::of_rr(spec.as_ref());
+        let analysis = retiring_analysis(spec.as_ref());
         RrTally {
             analysis,
             spec,

@@ -3,7 +3,6 @@
 use std::io::{self, Read, Write};
 use std::path::Path;
 
-use ackscope_shared::analysis::RunAnalysis;
 use ackscope_shared::attribution::{self, ClassSummary, Stall, StallClass, StallTally};
 use ackscope_shared::packet::{synthesize, Packet};
 use ackscope_shared::pcap::{linktype, PcapngWriter};
@@ -12,7 +11,7 @@ use ackscope_shared::{
     packet_stalls, ConnId, Event, EventKind, ImportedConnection, RrSpec, RunId, Scenario, Side,
 };
 
-use super::run::{Tally, KEEP_RECENT, RETIRE_ABOVE};
+use super::run::{retiring_analysis, Tally, KEEP_RECENT, RETIRE_ABOVE};
 use super::terminal::Printable;
 use super::{Ended, Failure};
 use crate::record;
@@ -372,7 +371,7 @@ fn ending_segment(segments: &[Event], by_time: &[usize], stall: &Stall) -> Optio
 /// analysis that retires what it has attributed (memory bounded as for `show`).
 fn syscall_stalls(path: &Path, run: RunId, spec: Option<&RrSpec>) -> Result<Vec<Stall>, Failure> {
     let mut reader = record::SessionReader::open(path)?;
-    let mut analysis = RunAnalysis::new();
+    let mut analysis = retiring_analysis(spec);
     let mut stalls = Vec::new();
     // The first pass has reported a bad frame already; this one stops at it.
     while let Some(message) = reader.next_into(&mut None) {
