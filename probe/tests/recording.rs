@@ -132,7 +132,7 @@ fn the_sampler_sleeps_while_nothing_is_blocked() {
     use std::net::{Ipv4Addr, TcpListener, TcpStream};
     use std::sync::mpsc::sync_channel;
 
-    use ackscope_probe::net::record::Clock;
+    use ackscope_probe::net::record::{Clock, Recorder};
     use ackscope_probe::net::tcp_info::BlockSampler;
     use ackscope_shared::{ConnId, ReqId};
 
@@ -141,10 +141,13 @@ fn the_sampler_sleeps_while_nothing_is_blocked() {
     let (mut server, _) = listener.accept().unwrap();
     let (sink, samples) = sync_channel(64);
     let interval = Duration::from_millis(1);
+    let clock = Clock::start();
+    // The measuring thread's recorder, which takes the call's last samples as it returns.
+    let mut rec = Recorder::new(clock, Side::Client, sink.clone());
     let sampler = BlockSampler::start(
         client.try_clone().unwrap(),
         interval,
-        Clock::start(),
+        clock,
         Side::Client,
         ConnId(0),
         sink,
@@ -158,7 +161,8 @@ fn the_sampler_sleeps_while_nothing_is_blocked() {
     });
     sampler.blocked(ReqId(0));
     client.read_exact(&mut [0]).unwrap();
-    sampler.unblocked();
+    sampler.unblocked(&mut rec);
+    drop(rec);
     let _server = answer.join().unwrap();
     std::thread::sleep(Duration::from_millis(20));
 

@@ -230,7 +230,7 @@ impl<'a> Endpoint<'a> {
         let result = call(self.stream);
         let done_ns = self.rec.now_ns();
         if let Some(sampler) = sampler {
-            sampler.unblocked();
+            sampler.unblocked(self.rec);
         }
         (start_ns, result, done_ns)
     }

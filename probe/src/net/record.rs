@@ -105,6 +105,19 @@ impl Recorder {
         }
     }
 
+    /// Moves the events `other` recorded into this batch (a sampler's samples of this thread's
+    /// call): they are then handed over in order with this thread's own.
+    pub fn take_from(&mut self, other: &mut Recorder) {
+        if self.sink.is_none() {
+            other.batch.clear();
+            return;
+        }
+        self.batch.append(&mut other.batch);
+        if self.batch.len() >= BATCH_CAP {
+            self.flush();
+        }
+    }
+
     /// A position in the current batch, for [`Recorder::retag_since`].
     pub fn mark(&self) -> usize {
         self.batch.len()

@@ -10,7 +10,7 @@
 use std::io;
 use std::net::TcpStream;
 use std::os::fd::{AsFd, AsRawFd};
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::mpsc::SyncSender;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::thread;
@@ -116,6 +116,9 @@ struct Watch {
     next_generation: AtomicU32,
     /// The block word the sampler thread last looked at; written by it only.
     seen: AtomicU64,
+    /// Whether samples wait in the state's batch: the measuring thread takes the lock to hand
+    /// them over ([`BlockSampler::unblocked`]) only then. Written under the lock.
+    pending: AtomicBool,
     interval: Duration,
     /// `None` once the handle let go. Locked by the sampler thread when it looks at the watch,
     /// and by the handle once, when it lets go.
@@ -182,6 +185,7 @@ impl BlockSampler {
             block: AtomicU64::new(NOT_BLOCKED),
             next_generation: AtomicU32::new(1),
             seen: AtomicU64::new(NOT_BLOCKED),
+            pending: AtomicBool::new(false),
             interval: interval.max(MIN_INTERVAL),
             state: Mutex::new(Some(WatchState {
                 socket,
@@ -218,8 +222,21 @@ impl BlockSampler {
     }
 
     /// The call announced by [`BlockSampler::blocked`] returned.
-    pub fn unblocked(&self) {
-        self.watch.block.store(NOT_BLOCKED, Ordering::Release);
+    /// The call returned. Samples still waiting to be handed over (this call's) go into `rec`,
+    /// the measuring thread's own batch, in order with its events: the sampler hands its batch
+    /// over itself only when it next looks, which a busy CPU can put off until the request they
+    /// belong to has been summarized. The lock is taken only when samples wait.
+    pub fn unblocked(&self, rec: &mut Recorder) {
+        let watch = &self.watch;
+        watch.block.store(NOT_BLOCKED, Ordering::Release);
+        if !watch.pending.load(Ordering::Acquire) {
+            return;
+        }
+        if let Some(state) = lock(&watch.state).as_mut() {
+            rec.take_from(&mut state.recorder);
+            state.unflushed = 0;
+            watch.pending.store(false, Ordering::Release);
+        }
     }
 
     /// Stops sampling; returns the error that ended sampling early, if any (a failed
@@ -379,10 +396,16 @@ enum Found {
 impl Watch {
     /// Looks at the watched call at `now`: samples it if it has been blocked for an interval.
     fn visit(&self, now: Instant) -> Found {
-        let word = self.block.load(Ordering::Acquire);
-        let seen = self.seen.swap(word, Ordering::Relaxed);
         let mut guard = lock(&self.state);
         let Some(state) = guard.as_mut() else { return Found::Idle };
+        let found = self.visit_state(state, now);
+        self.pending.store(state.unflushed > 0, Ordering::Release);
+        found
+    }
+
+    fn visit_state(&self, state: &mut WatchState, now: Instant) -> Found {
+        let word = self.block.load(Ordering::Acquire);
+        let seen = self.seen.swap(word, Ordering::Relaxed);
         if word != seen && state.unflushed > 0 {
             state.offer();
         }
@@ -572,8 +595,9 @@ mod tests {
         let (tx, rx) = sync_channel(1024);
         let clone = client.try_clone().expect("try_clone");
         let interval = Duration::from_millis(1);
-        let sampler = BlockSampler::start(clone, interval, clock, Side::Client, ConnId(7), tx)
-            .expect("start sampler");
+        let sampler =
+            BlockSampler::start(clone, interval, clock, Side::Client, ConnId(7), tx.clone())
+                .expect("start sampler");
         let peer = thread::spawn(move || {
             thread::sleep(Duration::from_millis(50));
             server.write_all(b"late").expect("server write");
@@ -581,10 +605,14 @@ mod tests {
         });
 
         let blocked_ns = clock.now_ns();
+        // The measuring thread's recorder: the samples still waiting when the call returns
+        // come through it.
+        let mut rec = Recorder::new(clock, Side::Client, tx.clone());
         sampler.blocked(ReqId(3));
         client.read_exact(&mut [0; 4]).expect("client read");
-        sampler.unblocked();
+        sampler.unblocked(&mut rec);
         let unblocked_ns = clock.now_ns();
+        rec.flush();
         let stopping = Instant::now();
         drop(sampler);
         let stopped_after = stopping.elapsed();
@@ -607,6 +635,44 @@ mod tests {
         assert!(stopped_after < Duration::from_millis(100), "{stopped_after:?}");
     }
 
+    /// A short block's few samples (fewer than the sampler hands over by itself) are in the
+    /// measuring thread's batch when the call returns: they reach the collector with its events,
+    /// not whenever the sampler next looks, which a busy CPU can put off.
+    #[test]
+    fn a_calls_samples_are_handed_over_by_its_thread_when_it_returns() {
+        let (mut client, mut server) = pair();
+        let clock = Clock::start();
+        let (tx, rx) = sync_channel(1024);
+        let mut rec = Recorder::new(clock, Side::Client, tx.clone());
+        let clone = client.try_clone().expect("try_clone");
+        let sampler = BlockSampler::start(
+            clone,
+            Duration::from_millis(1),
+            clock,
+            Side::Client,
+            ConnId(2),
+            tx,
+        )
+        .expect("start sampler");
+        let peer = thread::spawn(move || {
+            thread::sleep(Duration::from_millis(5));
+            server.write_all(b"soon").expect("server write");
+            server
+        });
+        sampler.blocked(ReqId(1));
+        client.read_exact(&mut [0; 4]).expect("client read");
+        sampler.unblocked(&mut rec);
+        let in_batch = rec.mark();
+        rec.flush();
+        let handed = tcp_info_events(&rx).len();
+        sampler.stop().expect("stop");
+        let _server = peer.join().expect("peer thread");
+        let later = tcp_info_events(&rx).len();
+        eprintln!("{handed} samples with the thread's batch ({in_batch} in it), {later} later");
+        assert!(handed >= 2, "the samples of a 5 ms block came with the call: {handed}");
+        assert_eq!(handed, in_batch, "through the thread's own batch");
+    }
+
     #[test]
     fn a_sampler_never_blocked_records_nothing() {
         let (client, _server) = pair();
@@ -617,9 +683,10 @@ mod tests {
             BlockSampler::start(clone, interval, Clock::start(), Side::Server, ConnId(1), tx)
                 .expect("start sampler");
         // Calls shorter than an interval are not samples either.
+        let mut rec = Recorder::discarding(Clock::start(), Side::Server);
         for req in 0..20 {
             sampler.blocked(ReqId(req));
-            sampler.unblocked();
+            sampler.unblocked(&mut rec);
             thread::sleep(Duration::from_micros(1500));
         }
         thread::sleep(Duration::from_millis(20));
@@ -660,6 +727,9 @@ mod tests {
         let (server_tx, server_rx) = sync_channel(1024);
         let client_clone = client.try_clone().expect("try_clone");
         let server_clone = server.try_clone().expect("try_clone");
+        // The measuring threads' recorders, on the same channels.
+        let mut client_rec = Recorder::new(clock, Side::Client, client_tx.clone());
+        let mut server_rec = Recorder::new(clock, Side::Server, server_tx.clone());
         let client_sampler =
             BlockSampler::start(client_clone, interval, clock, Side::Client, ConnId(1), client_tx)
                 .expect("start client sampler");
@@ -673,8 +743,9 @@ mod tests {
             let mut body = vec![0; u32::from_be_bytes(length) as usize];
             server_sampler.blocked(ReqId(5));
             server.read_exact(&mut body).expect("server read body");
-            server_sampler.unblocked();
+            server_sampler.unblocked(&mut server_rec);
             server.write_all(&[1; 4]).expect("server write");
+            drop(server_rec);
             server_sampler.stop().expect("server sampler");
         });
         let start = Instant::now();
@@ -682,7 +753,8 @@ mod tests {
         client.write_all(&[9; 2048]).expect("write body");
         client_sampler.blocked(ReqId(5));
         client.read_exact(&mut [0; 4]).expect("client read");
-        client_sampler.unblocked();
+        client_sampler.unblocked(&mut client_rec);
+        drop(client_rec);
         let took = start.elapsed();
         client_sampler.stop().expect("client sampler");
         server_thread.join().expect("server thread");
