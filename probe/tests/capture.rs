@@ -39,6 +39,13 @@ fn realtime_steps_ns(window: Duration) -> i64 {
     i64::try_from(largest).unwrap_or(i64::MAX)
 }
 
+/// `ackscope run rr` as a ping-pong (TCP_NODELAY, one write a message) with `--capture` and
+/// `--json`, and `args`.
+fn captured_ping_pong(args: &[&str]) -> std::process::Output {
+    let common = ["run", "rr", "--nodelay", "both", "--write", "single", "--capture", "--json"];
+    ackscope(&[&common[..], args].concat())
+}
+
 fn segments(events: &[Event]) -> Vec<(&Event, &Segment)> {
     let mut segments: Vec<_> = events
         .iter()
@@ -328,18 +335,7 @@ fn other_loopback_traffic_is_not_copied_to_the_capture() {
             exchanges
         })
     };
-    let output = ackscope(&[
-        "run",
-        "rr",
-        "--count",
-        "3000",
-        "--nodelay",
-        "both",
-        "--write",
-        "single",
-        "--capture",
-        "--json",
-    ]);
+    let output = captured_ping_pong(&["--count", "3000"]);
     stop.store(true, Ordering::Relaxed);
     let exchanges = noise.join().unwrap();
     assert!(output.status.success());
@@ -363,20 +359,7 @@ fn other_loopback_traffic_is_not_copied_to_the_capture() {
 fn a_capture_of_several_connections_keeps_every_segment() {
     common::require_root("packet capture");
     let requests = 200_000u64;
-    let output = ackscope(&[
-        "run",
-        "rr",
-        "--count",
-        &requests.to_string(),
-        "--connections",
-        "4",
-        "--nodelay",
-        "both",
-        "--write",
-        "single",
-        "--capture",
-        "--json",
-    ]);
+    let output = captured_ping_pong(&["--count", &requests.to_string(), "--connections", "4"]);
     assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
     let v: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
     let capture = &v["capture"];
