@@ -307,9 +307,10 @@ pub struct RunAnalysis {
 /// side's reads.
 #[derive(Debug, Default)]
 struct Settlement {
-    /// Per connection, the highest request id the server's own thread has recorded an event
-    /// for; `u32::MAX` once it closed the connection. Its events arrive in the order it recorded
-    /// them: once one of a later request is in, all of an earlier request's are.
+    /// Per connection, the highest request id the server's own thread has finished a write for
+    /// (its answer's last event but the boundary samples after it); `u32::MAX` once it closed
+    /// the connection. Its events arrive in the order it recorded them: once a later
+    /// request's write is in, all of an earlier request's events are.
     server: SideMap<u32>,
     /// Whether the run records its server's events (a run of ackscope's own client and server:
     /// then from the start, before the first arrives), or a server event has arrived. A
@@ -322,29 +323,26 @@ struct Settlement {
 }
 
 impl Settlement {
-    fn note(&mut self, event: &Event) {
-        match event.kind {
-            EventKind::Segment(_) => {
-                let side = match event.side {
-                    Side::Client => 0,
-                    Side::Server => 1,
-                };
-                let latest = &mut self.segments_ns[side];
-                *latest = Some(latest.map_or(event.at_ns, |at| at.max(event.at_ns)));
-            }
-            // Recorded by other threads than the server's own: the sampler, the link's relay,
-            // the remote connection's clock.
-            EventKind::TcpInfo(_) | EventKind::Link(_) | EventKind::ClockSync { .. } => {}
-            _ if event.side == Side::Server => {
-                self.server_seen = true;
-                let progress = self.server.get_or_insert_with((event.conn, Side::Server), || 0);
-                *progress = match event.kind {
-                    EventKind::Closed => u32::MAX,
-                    _ => (*progress).max(event.req.0),
-                };
-            }
-            _ => {}
+    /// A write returned (`closed`: the side closed the connection). Only the server's are
+    /// counted: a client's part of a request ends with its own `RequestDone`. Noted for these
+    /// two events alone, so that every other event's path costs what it did.
+    fn wrote(&mut self, event: &Event, closed: bool) {
+        if event.side != Side::Server {
+            return;
         }
+        self.server_seen = true;
+        let progress = self.server.get_or_insert_with((event.conn, Side::Server), || 0);
+        *progress = if closed { u32::MAX } else { (*progress).max(event.req.0) };
+    }
+
+    /// A segment `event` was captured.
+    fn segment(&mut self, event: &Event) {
+        let side = match event.side {
+            Side::Client => 0,
+            Side::Server => 1,
+        };
+        let latest = &mut self.segments_ns[side];
+        *latest = Some(latest.map_or(event.at_ns, |at| at.max(event.at_ns)));
     }
 
     /// Whether every event of request `req`, finished at `done_ns` on connection `conn`, has
@@ -421,9 +419,6 @@ impl RunAnalysis {
     }
 
     pub fn push(&mut self, event: &Event) {
-        if let Some(settlement) = &mut self.settlement {
-            settlement.note(event);
-        }
         let key = (event.conn, event.side);
         match event.kind {
             EventKind::RequestStart => self.set_time(event, Time::Start),
@@ -443,6 +438,9 @@ impl RunAnalysis {
                 }
             }
             EventKind::WriteDone { bytes } => {
+                if let Some(settlement) = &mut self.settlement {
+                    settlement.wrote(event, false);
+                }
                 if let Some((start_ns, SpanKind::Write)) = self.open.remove(&key) {
                     let offset = self.write_offset.get_or_insert_with(key, || 0);
                     *offset += u64::from(bytes);
@@ -490,6 +488,9 @@ impl RunAnalysis {
                 }
             }
             EventKind::Segment(ref segment) => {
+                if let Some(settlement) = &mut self.settlement {
+                    settlement.segment(event);
+                }
                 let sample = SegmentSample::new(event.side, event.at_ns, segment);
                 if let Some(view) = self.request_mut(event.req) {
                     view.evidence_mut().segments.push(sample);
@@ -502,8 +503,12 @@ impl RunAnalysis {
                     view.evidence_mut().run_delays.push(sample);
                 }
             }
+            EventKind::Closed => {
+                if let Some(settlement) = &mut self.settlement {
+                    settlement.wrote(event, true);
+                }
+            }
             EventKind::Accepted
-            | EventKind::Closed
             | EventKind::SockOpt { .. }
             | EventKind::Buffers { .. }
             | EventKind::Link(_) => {}

@@ -279,10 +279,11 @@ pub fn run(args: &RunArgs) -> Result<Ended, Failure> {
         if late > 0 {
             // Requests are retired only once their events are in, so this takes a producer
             // held far behind (a sampler starved of CPU, or more than MAX_HELD requests).
+            let (events, were) = if late == 1 { ("event", "was") } else { ("events", "were") };
             tracing::warn!(
-                "{late} events arrived after the request they belong to had been summarized and \
-                 are left out of the counts below (a thread of the run was held off the CPU for \
-                 long); a session file (-o) keeps every event"
+                "{late} {events} arrived after the request they belong to had been summarized \
+                 and {were} left out of the counts below (a thread of the run was held off the \
+                 CPU for long); a session file (-o) keeps every event"
             );
         }
     }
