@@ -672,7 +672,7 @@ impl RunAnalysis {
     }
 
     /// Retires a request only once all its events are in (see [`Settlement`]): its server
-    /// thread has recorded an event of a later request or closed the connection, and the
+    /// thread has written a later request's answer or closed the connection, and the
     /// capture, once it has handed segments over, has handed over some sent after the request
     /// finished. `server_recorded`: the run records its server's events, so they are waited for
     /// even before the first arrives. For readers that retire; the default retires any
