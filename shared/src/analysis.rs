@@ -320,7 +320,15 @@ struct Settlement {
     /// arrived: a run without capture has none to wait for. The capture hands its segments
     /// over in the order they were sent.
     segments_ns: [Option<u64>; 2],
+    /// Per connection, the latest request its client began, and when. A segment belongs to
+    /// the request begun last before it was sent, so every segment of an earlier request was
+    /// sent before that time.
+    started: SideMap<(u32, u64)>,
 }
+
+/// For a connection's last request (no later one begun), how long after its end segments of it
+/// may still be sent: Linux's longest delayed ACK (TCP_DELACK_MAX, 200 ms).
+const SEGMENTS_AFTER_NS: u64 = 200_000_000;
 
 impl Settlement {
     /// A write returned (`closed`: the side closed the connection). Only the server's are
@@ -333,6 +341,14 @@ impl Settlement {
         self.server_seen = true;
         let progress = self.server.get_or_insert_with((event.conn, Side::Server), || 0);
         *progress = if closed { u32::MAX } else { (*progress).max(event.req.0) };
+    }
+
+    /// A client began request `event.req`.
+    fn started(&mut self, event: &Event) {
+        let latest = self.started.get_or_insert_with((event.conn, Side::Client), || (0, 0));
+        if event.req.0 >= latest.0 {
+            *latest = (event.req.0, event.at_ns);
+        }
     }
 
     /// A segment `event` was captured.
@@ -352,7 +368,14 @@ impl Settlement {
             || conn
                 .and_then(|conn| self.server.get(&(conn, Side::Server)))
                 .is_some_and(|&at| at > req.0);
-        let segments_in = self.segments_ns.iter().all(|at| at.is_none_or(|at| at >= done_ns));
+        // Segments of this request were all sent before a later one began on its connection;
+        // after the last, the delayed ACK's longest wait bounds them.
+        let later_start = conn
+            .and_then(|conn| self.started.get(&(conn, Side::Client)))
+            .filter(|&&(latest, _)| latest > req.0)
+            .map(|&(_, at)| at);
+        let after = later_start.unwrap_or(done_ns.saturating_add(SEGMENTS_AFTER_NS));
+        let segments_in = self.segments_ns.iter().all(|at| at.is_none_or(|at| at >= after));
         server_in && segments_in
     }
 
@@ -421,7 +444,12 @@ impl RunAnalysis {
     pub fn push(&mut self, event: &Event) {
         let key = (event.conn, event.side);
         match event.kind {
-            EventKind::RequestStart => self.set_time(event, Time::Start),
+            EventKind::RequestStart => {
+                if let Some(settlement) = &mut self.settlement {
+                    settlement.started(event);
+                }
+                self.set_time(event, Time::Start)
+            }
             EventKind::RequestDone => self.set_time(event, Time::Done),
             EventKind::ConnectStart => {
                 self.open.insert(key, (event.at_ns, SpanKind::Connect));
@@ -673,8 +701,8 @@ impl RunAnalysis {
 
     /// Retires a request only once all its events are in (see [`Settlement`]): its server
     /// thread has written a later request's answer or closed the connection, and the
-    /// capture, once it has handed segments over, has handed over some sent after the request
-    /// finished. `server_recorded`: the run records its server's events, so they are waited for
+    /// capture, once it has handed segments over, has handed over some sent after a later
+    /// request on its connection began (after the last, 200 ms after it finished). `server_recorded`: the run records its server's events, so they are waited for
     /// even before the first arrives. For readers that retire; the default retires any
     /// finished request.
     pub fn retire_when_settled(&mut self, server_recorded: bool) {
