@@ -50,15 +50,21 @@ const FLUSH_EVERY: Duration = Duration::from_millis(20);
 /// stop at the earliest: the kernel hands the last, partly filled block over
 /// [`ring::RETIRE_AFTER_MS`] after its first packet.
 const DRAIN_FOR: Duration = Duration::from_millis(4 * ring::RETIRE_AFTER_MS as u64);
+/// Segments kept while the collector has no room for them, before the thread waits for it (and
+/// its ring fills): 16 MiB. Waiting on a collector that many busy threads starve of CPU, the
+/// thread used to spend most of a run blocked (64 connections on 2 CPUs: 1.5-2.2 s of 2-2.5 s)
+/// while the kernel dropped packets for a full ring.
+const PENDING_EVENTS: usize = 256 * 1024;
 /// Segments sent before their connection's first request was announced (the handshake) wait
 /// this long for it before they are dropped.
 const PENDING_FOR: Duration = Duration::from_secs(1);
 
-/// The capture thread's nice value. It must keep up with the run: its ring holds about 35,000
-/// packets, a tenth of a second of a busy run, and with many busy threads on few CPUs a fair
-/// share is too little (64 connections on 2 CPUs: 6-14% of the packets dropped at nice 0, none
-/// at -10; a pinned ping-pong costs the same either way: docs/CAPTURE.md).
-const CAPTURE_NICE: libc::c_int = -10;
+/// The capture thread's nice value, the highest. It must keep up with the run: its ring holds
+/// about 35,000 packets, a tenth of a second of a busy run, and with many busy threads on few
+/// CPUs a fair share is too little (64 connections on 2 CPUs: 6-14% of the packets dropped at
+/// nice 0). It sleeps whenever its ring is empty, so it takes only the CPU it needs; a pinned
+/// ping-pong costs the same at any of these (docs/CAPTURE.md).
+const CAPTURE_NICE: libc::c_int = -20;
 
 /// Raises the calling thread's priority to [`CAPTURE_NICE`]; `false` where the process may not
 /// (without CAP_SYS_NICE, as in a user namespace), which leaves it as it was.
@@ -423,8 +429,12 @@ impl Reader {
                 self.remeasure(&mut largest_step, &mut widest);
                 ring.take_block(|packet| self.parse(packet.frame, Some(packet.realtime_ns)));
                 self.tagger.record_all(&mut self.rec, &self.block);
+                // Handshake segments waiting for their connection's first request go with the
+                // block that found it announced, in order with the segments after them (a
+                // summary holds a request until segments sent after it are in).
+                self.tagger.resolve_pending(&mut self.rec, false);
                 self.block.clear();
-                self.rec.hand_over();
+                self.rec.hand_over_without_waiting(PENDING_EVENTS);
                 quiet_since = Instant::now();
             } else if stopping && quiet_since.elapsed() >= DRAIN_FOR {
                 break;
@@ -433,7 +443,7 @@ impl Reader {
             }
             if flushed.elapsed() >= FLUSH_EVERY {
                 self.tagger.resolve_pending(&mut self.rec, false);
-                self.rec.flush();
+                self.rec.try_flush();
                 let (packets, drops) = self.socket.stats();
                 (kernel_packets, dropped) =
                     (kernel_packets + packets, dropped.saturating_add(drops));

@@ -46,6 +46,8 @@ pub struct Recorder {
     clock: Clock,
     side: Side,
     batch: Vec<Event>,
+    /// The batch is sent on by itself, waiting for room if need be, past this many events.
+    cap: usize,
     /// `None`: a recorder that keeps nothing (recording off, or a connection a run did not make).
     sink: Option<SyncSender<Vec<Event>>>,
 }
@@ -61,12 +63,12 @@ const HAND_OVER_AFTER: std::time::Duration = std::time::Duration::from_millis(10
 
 impl Recorder {
     pub fn new(clock: Clock, side: Side, sink: SyncSender<Vec<Event>>) -> Recorder {
-        Recorder { clock, side, batch: Vec::new(), sink: Some(sink) }
+        Recorder { clock, side, batch: Vec::new(), cap: BATCH_CAP, sink: Some(sink) }
     }
 
     /// A recorder that stamps nothing and keeps nothing.
     pub fn discarding(clock: Clock, side: Side) -> Recorder {
-        Recorder { clock, side, batch: Vec::new(), sink: None }
+        Recorder { clock, side, batch: Vec::new(), cap: BATCH_CAP, sink: None }
     }
 
     pub fn is_recording(&self) -> bool {
@@ -100,7 +102,7 @@ impl Recorder {
             return;
         }
         self.batch.push(Event { at_ns, side, conn, req, kind });
-        if self.batch.len() >= BATCH_CAP {
+        if self.batch.len() >= self.cap {
             self.flush();
         }
     }
@@ -150,14 +152,29 @@ impl Recorder {
     /// the collector thousands of times a second, on the cores the experiment measures; every
     /// 10 ms still shows a run live.
     pub fn hand_over(&mut self) {
-        // The age from the batch's own stamps: no clock read per exchange.
+        if self.hand_over_due() {
+            self.flush();
+        }
+    }
+
+    /// [`Recorder::hand_over`] for a thread that must not wait on the collector: the packet
+    /// capture, whose ring fills while it waits. When the collector has no room the batch grows
+    /// instead, up to `cap` events, and waits only past that.
+    pub fn hand_over_without_waiting(&mut self, cap: usize) {
+        self.cap = cap.max(BATCH_CAP);
+        if self.hand_over_due() {
+            self.try_flush();
+        }
+    }
+
+    /// Whether the batch holds a thousand events or spans 10 ms, judged from its own stamps: no
+    /// clock read per exchange.
+    fn hand_over_due(&self) -> bool {
         let age_ns = match (self.batch.first(), self.batch.last()) {
             (Some(first), Some(last)) => last.at_ns.saturating_sub(first.at_ns),
             _ => 0,
         };
-        if self.batch.len() >= HAND_OVER_EVENTS || age_ns >= HAND_OVER_AFTER.as_nanos() as u64 {
-            self.flush();
-        }
+        self.batch.len() >= HAND_OVER_EVENTS || age_ns >= HAND_OVER_AFTER.as_nanos() as u64
     }
 
     /// Sends what was recorded. If the collector has gone, the events have nowhere to go and
