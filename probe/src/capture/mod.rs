@@ -59,29 +59,6 @@ const PENDING_EVENTS: usize = 256 * 1024;
 /// this long for it before they are dropped.
 const PENDING_FOR: Duration = Duration::from_secs(1);
 
-/// The capture thread's nice value, the highest. It must keep up with the run: its ring holds
-/// about 35,000 packets, a tenth of a second of a busy run, and with many busy threads on few
-/// CPUs a fair share is too little (64 connections on 2 CPUs: 6-14% of the packets dropped at
-/// nice 0). It sleeps whenever its ring is empty, so it takes only the CPU it needs; a pinned
-/// ping-pong costs the same at any of these (docs/CAPTURE.md).
-const CAPTURE_NICE: libc::c_int = -20;
-
-/// Raises the calling thread's priority to [`CAPTURE_NICE`]; `false` where the process may not
-/// (without CAP_SYS_NICE, as in a user namespace), which leaves it as it was.
-fn raise_priority() -> bool {
-    // SAFETY: gettid and setpriority take plain integers and touch no memory of ours.
-    let rc = unsafe {
-        libc::setpriority(libc::PRIO_PROCESS, libc::gettid() as libc::id_t, CAPTURE_NICE)
-    };
-    if rc != 0 {
-        tracing::debug!(
-            "capture: the thread's priority stays as it was ({})",
-            io::Error::last_os_error()
-        );
-    }
-    rc == 0
-}
-
 /// Why the capture could not be started.
 #[derive(Debug, thiserror::Error)]
 pub enum CaptureError {
@@ -313,9 +290,6 @@ pub struct CaptureReport {
     /// Packets the kernel's filter let through to the capture (the run's own port only; other
     /// loopback traffic is not copied).
     pub kernel_packets: u64,
-    /// Whether the capture thread ran at [`CAPTURE_NICE`] (it may not without CAP_SYS_NICE).
-    #[serde(skip)]
-    pub priority_raised: bool,
 }
 
 /// A running capture. [`Capture::stop`] ends it and drops its channel sender.
@@ -372,15 +346,10 @@ impl Capture {
             report.total_drift_ns
         );
         if report.dropped > 0 {
-            let hint = if report.priority_raised {
-                "more busy threads than the CPUs could serve: run fewer connections, or on more CPUs"
-            } else {
-                "its priority could not be raised: run as root (CAP_SYS_NICE), or run fewer \
-                 connections"
-            };
             tracing::warn!(
                 "capture: the kernel dropped {} packets for a full ring: the capture thread fell \
-                 behind the run ({hint})",
+                 behind the run (more busy threads than the CPUs could serve: run fewer \
+                 connections, or on more CPUs)",
                 report.dropped
             );
         }
@@ -402,7 +371,6 @@ struct Reader {
 
 impl Reader {
     fn run(mut self, stop: &AtomicBool) -> CaptureReport {
-        let priority_raised = raise_priority();
         let mut flushed = Instant::now();
         let (mut dropped, mut kernel_packets) = (0u32, 0u64);
         let start = self.offset;
@@ -466,7 +434,6 @@ impl Reader {
             total_drift_ns: i64::try_from(total).unwrap_or(i64::MAX),
             dropped,
             kernel_packets,
-            priority_raised,
         }
     }
 
