@@ -28,6 +28,12 @@ fn slot((conn, side): (ConnId, Side)) -> Option<usize> {
     (conn.0 < DENSE_CONNS).then(|| conn.0 as usize * 2 + usize::from(side == Side::Server))
 }
 
+/// The key of a dense slot ([`slot`] undone).
+fn key_of(slot: usize) -> (ConnId, Side) {
+    let side = if slot % 2 == 1 { Side::Server } else { Side::Client };
+    (ConnId((slot / 2) as u32), side)
+}
+
 impl<V> SideMap<V> {
     pub fn get(&self, key: &(ConnId, Side)) -> Option<&V> {
         match slot(*key) {
@@ -65,9 +71,7 @@ impl<V> SideMap<V> {
     /// Keeps only the entries for which `keep` says so.
     pub fn retain(&mut self, mut keep: impl FnMut(&(ConnId, Side), &V) -> bool) {
         for (slot, entry) in self.dense.iter_mut().enumerate() {
-            let side = if slot % 2 == 1 { Side::Server } else { Side::Client };
-            let key = (ConnId((slot / 2) as u32), side);
-            if entry.as_ref().is_some_and(|value| !keep(&key, value)) {
+            if entry.as_ref().is_some_and(|value| !keep(&key_of(slot), value)) {
                 *entry = None;
             }
         }

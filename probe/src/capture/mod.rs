@@ -18,7 +18,7 @@
 
 mod ring;
 
-pub(crate) use ring::{attach_program, map_rx_ring, Instruction};
+pub(crate) use ring::{attach_program, map_rx_ring, Instruction, TpacketReq};
 
 use std::collections::HashMap;
 use std::io;
@@ -315,7 +315,7 @@ impl Capture {
             socket,
             server_port,
             offset,
-            rec: Recorder::new(clock, Side::Client, sink),
+            rec: Recorder::new(clock, Side::Client, sink).waiting_past(PENDING_EVENTS),
             tagger: Tagger::new(peers),
             block: Vec::new(),
         };
@@ -402,7 +402,7 @@ impl Reader {
                 // summary holds a request until segments sent after it are in).
                 self.tagger.resolve_pending(&mut self.rec, false);
                 self.block.clear();
-                self.rec.hand_over_without_waiting(PENDING_EVENTS);
+                self.rec.hand_over_without_waiting();
                 quiet_since = Instant::now();
             } else if stopping && quiet_since.elapsed() >= DRAIN_FOR {
                 break;

@@ -148,13 +148,19 @@ pub fn attach_program(fd: RawFd, filter: &[Instruction]) -> io::Result<()> {
     }
 }
 
-/// `struct tpacket_req3`.
+/// `struct tpacket_req`: a ring's blocks and frames (TPACKET_V1 and V2 ask with it alone).
 #[repr(C)]
-struct RingRequest {
-    block_size: u32,
-    block_nr: u32,
-    frame_size: u32,
-    frame_nr: u32,
+pub struct TpacketReq {
+    pub block_size: u32,
+    pub block_nr: u32,
+    pub frame_size: u32,
+    pub frame_nr: u32,
+}
+
+/// `struct tpacket_req3`: `struct tpacket_req`'s fields, then V3's own.
+#[repr(C)]
+struct TpacketReq3 {
+    ring: TpacketReq,
     retire_blk_tov: u32,
     sizeof_priv: u32,
     feature_req_word: u32,
@@ -242,11 +248,13 @@ pub struct Packet<'a> {
 impl Ring {
     /// Switches `fd` to TPACKET_V3 and maps its receive ring.
     pub fn map(fd: RawFd) -> io::Result<Ring> {
-        let request = RingRequest {
-            block_size: BLOCK_BYTES,
-            block_nr: BLOCKS,
-            frame_size: FRAME_BYTES,
-            frame_nr: BLOCK_BYTES / FRAME_BYTES * BLOCKS,
+        let request = TpacketReq3 {
+            ring: TpacketReq {
+                block_size: BLOCK_BYTES,
+                block_nr: BLOCKS,
+                frame_size: FRAME_BYTES,
+                frame_nr: BLOCK_BYTES / FRAME_BYTES * BLOCKS,
+            },
             retire_blk_tov: RETIRE_AFTER_MS,
             sizeof_priv: 0,
             feature_req_word: 0,

@@ -278,7 +278,8 @@ pub fn run(args: &RunArgs) -> Result<Ended, Failure> {
         let late = rr.analysis.ignored_events;
         if late > 0 {
             // Requests are retired only once their events are in, so this takes a producer
-            // held far behind (a sampler starved of CPU, or more than MAX_HELD requests).
+            // held so far behind that 65,536 requests waited for it, or a segment of a
+            // connection's last request sent over 200 ms after it ended.
             let (events, were) = if late == 1 { ("event", "was") } else { ("events", "were") };
             tracing::warn!(
                 "{late} {events} arrived after the request they belong to had been summarized \

@@ -32,7 +32,9 @@ use std::os::fd::{FromRawFd, OwnedFd, RawFd};
 use std::ptr::NonNull;
 use std::sync::atomic::{fence, Ordering};
 
-use crate::capture::{attach_program, bind_to_device, map_rx_ring, ClockOffset, Instruction};
+use crate::capture::{
+    attach_program, bind_to_device, map_rx_ring, ClockOffset, Instruction, TpacketReq,
+};
 use crate::net::record::Clock;
 
 /// The bytes of a packet that pair a stamp with the packet read: the IP header without options
@@ -79,15 +81,6 @@ pub struct EntryTap {
     pending: Pending,
 }
 
-/// `struct tpacket_req`.
-#[repr(C)]
-struct RingRequest {
-    block_size: u32,
-    block_nr: u32,
-    frame_size: u32,
-    frame_nr: u32,
-}
-
 /// The tap's memory-mapped ring of [`FRAMES`] frames; unmapped when dropped.
 struct Ring {
     base: NonNull<u8>,
@@ -100,7 +93,7 @@ unsafe impl Send for Ring {}
 
 impl Ring {
     fn map(fd: RawFd) -> io::Result<Ring> {
-        let request = RingRequest {
+        let request = TpacketReq {
             block_size: BLOCK_BYTES,
             block_nr: FRAMES * FRAME_BYTES / BLOCK_BYTES,
             frame_size: FRAME_BYTES,

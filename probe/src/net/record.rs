@@ -46,7 +46,8 @@ pub struct Recorder {
     clock: Clock,
     side: Side,
     batch: Vec<Event>,
-    /// The batch is sent on by itself, waiting for room if need be, past this many events.
+    /// The batch is sent on by itself, waiting for room if need be, past this many events
+    /// ([`BATCH_CAP`], or more for a thread that must not wait: [`Recorder::waiting_past`]).
     cap: usize,
     /// `None`: a recorder that keeps nothing (recording off, or a connection a run did not make).
     sink: Option<SyncSender<Vec<Event>>>,
@@ -64,6 +65,14 @@ const HAND_OVER_AFTER: std::time::Duration = std::time::Duration::from_millis(10
 impl Recorder {
     pub fn new(clock: Clock, side: Side, sink: SyncSender<Vec<Event>>) -> Recorder {
         Recorder { clock, side, batch: Vec::new(), cap: BATCH_CAP, sink: Some(sink) }
+    }
+
+    /// This recorder for a thread that must not wait on the collector (the packet capture, whose
+    /// ring fills while it waits): [`Recorder::hand_over_without_waiting`] lets the batch grow
+    /// while the collector has no room, and only past `cap` events does a record wait.
+    pub fn waiting_past(mut self, cap: usize) -> Recorder {
+        self.cap = cap.max(BATCH_CAP);
+        self
     }
 
     /// A recorder that stamps nothing and keeps nothing.
@@ -115,7 +124,7 @@ impl Recorder {
             return;
         }
         self.batch.append(&mut other.batch);
-        if self.batch.len() >= BATCH_CAP {
+        if self.batch.len() >= self.cap {
             self.flush();
         }
     }
@@ -157,11 +166,9 @@ impl Recorder {
         }
     }
 
-    /// [`Recorder::hand_over`] for a thread that must not wait on the collector: the packet
-    /// capture, whose ring fills while it waits. When the collector has no room the batch grows
-    /// instead, up to `cap` events, and waits only past that.
-    pub fn hand_over_without_waiting(&mut self, cap: usize) {
-        self.cap = cap.max(BATCH_CAP);
+    /// [`Recorder::hand_over`] that never waits: when the collector has no room the batch grows
+    /// instead (up to the cap of [`Recorder::waiting_past`]).
+    pub fn hand_over_without_waiting(&mut self) {
         if self.hand_over_due() {
             self.try_flush();
         }

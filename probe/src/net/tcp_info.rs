@@ -221,8 +221,7 @@ impl BlockSampler {
         }
     }
 
-    /// The call announced by [`BlockSampler::blocked`] returned.
-    /// The call returned. Samples still waiting to be handed over (this call's) go into `rec`,
+    /// The call announced by [`BlockSampler::blocked`] returned. Samples still waiting to be handed over (this call's) go into `rec`,
     /// the measuring thread's own batch, in order with its events: the sampler hands its batch
     /// over itself only when it next looks, which a busy CPU can put off until the request they
     /// belong to has been summarized. The lock is taken only when samples wait.
