@@ -7,16 +7,15 @@ use std::collections::HashMap;
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::process::Command;
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::time::{Duration, Instant, SystemTime};
 
-use ackscope_probe::scenario::{self, RunNotes};
+use ackscope_probe::capture::CAPTURE_VIA;
 use ackscope_shared::analysis::RunAnalysis;
 use ackscope_shared::attribution::{self, Stall, StallClass};
 use ackscope_shared::event::tcp_flags;
 use ackscope_shared::packet_stalls;
-use ackscope_shared::wire::Instruments;
-use ackscope_shared::{ConnId, Event, EventKind, RrSpec, Scenario, Segment, Side};
+use ackscope_shared::{ConnId, Event, EventKind, RrSpec, Segment, Side};
 use common::ackscope;
 
 /// The largest step of CLOCK_REALTIME against the monotonic clock seen in `window`, sampled
@@ -44,6 +43,23 @@ fn realtime_steps_ns(window: Duration) -> i64 {
 fn captured_ping_pong(args: &[&str]) -> std::process::Output {
     let common = ["run", "rr", "--nodelay", "both", "--write", "single", "--capture", "--json"];
     ackscope(&[&common[..], args].concat())
+}
+
+/// [`captured_ping_pong`], capturing the way `via` names ([`CAPTURE_VIA`]).
+fn captured_ping_pong_via(via: &str, args: &[&str]) -> std::process::Output {
+    let common = ["run", "rr", "--nodelay", "both", "--write", "single", "--capture", "--json"];
+    let args = [&common[..], args].concat();
+    let output = Command::new(env!("CARGO_BIN_EXE_ackscope"))
+        .args(&args)
+        .env(CAPTURE_VIA, via)
+        .output()
+        .unwrap();
+    eprintln!(
+        "$ {CAPTURE_VIA}={via} ackscope {}\n{}",
+        args.join(" "),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    output
 }
 
 fn segments(events: &[Event]) -> Vec<(&Event, &Segment)> {
@@ -109,30 +125,54 @@ type Write = (u64, u64, u64);
 
 /// Each captured data segment is stamped after the write that gave its first byte started,
 /// and before the peer's read of its last byte returned: packet and syscall stamps agree.
+/// `ackscope run rr --capture -o F --json` of 10 requests, capturing the way `via` names
+/// ([`CAPTURE_VIA`]): the summary's `capture` object and the recorded events.
+fn captured_run_via(via: &str) -> (serde_json::Value, Vec<Event>) {
+    let dir = common::temp_folder("capture");
+    let file = dir.join("run.ackscope");
+    let file = file.to_str().unwrap();
+    let args = ["run", "rr", "--count", "10", "--capture", "--json", "-o", file];
+    let output = Command::new(env!("CARGO_BIN_EXE_ackscope"))
+        .args(args)
+        .env(CAPTURE_VIA, via)
+        .output()
+        .unwrap();
+    eprintln!(
+        "$ {CAPTURE_VIA}={via} ackscope {}\n{}",
+        args.join(" "),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(output.status.success());
+    let summary: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    (summary["capture"].clone(), common::exported_events(file))
+}
+
+/// Both ways in stamp each segment between the start of the write that sent its bytes and the
+/// return of the peer's read that took them, within the clock offset's uncertainty (the
+/// packet socket's stamps are realtime, converted) plus 2 us.
 #[test]
 #[ignore = "needs root (packet capture): cargo xtask test runs it as root"]
 fn packet_stamps_fall_between_the_write_and_the_peers_read() {
     common::require_root("packet capture");
-    let spec = RrSpec { requests: 10, ..RrSpec::default() };
-    let instruments = Instruments { capture: true, ..Instruments::default() };
-    let mut events = Vec::new();
-    let mut notes = RunNotes::default();
-    let stop = AtomicBool::new(false);
-    let outcome =
-        scenario::run_noting(&Scenario::Rr(spec), instruments, &stop, &mut notes, |batch| {
-            events.extend(batch)
-        })
-        .unwrap();
-    assert_eq!(outcome, ackscope_shared::wire::RunOutcome::Completed);
-    let report = notes.capture.expect("a capture report");
-    // Allow the measured offset uncertainty and its drift, plus 2 us.
-    let slack = report.offset_uncertainty_ns + report.drift_ns.unsigned_abs() + 2_000;
+    for (via, name) in [("hook", "ingress hook"), ("socket", "packet socket")] {
+        let (report, events) = captured_run_via(via);
+        assert_eq!(report["via"], name, "{report}");
+        assert_eq!(report["dropped"], 0, "{report}");
+        let offset = report["offset_uncertainty_ns"].as_u64().unwrap();
+        let drift = report["drift_ns"].as_i64().unwrap().unsigned_abs();
+        if via == "hook" {
+            assert_eq!((offset, drift), (0, 0), "the hook stamps on the run's clock: {report}");
+        }
+        stamps_fall_between_the_write_and_the_peers_read(&events, offset + drift + 2_000, via);
+    }
+}
 
+fn stamps_fall_between_the_write_and_the_peers_read(events: &[Event], slack: u64, via: &str) {
     // Each side's stream: (offset after the call, start of the write / end of the read).
     let mut writes: HashMap<(ConnId, Side), Vec<Write>> = HashMap::new();
     let mut reads: HashMap<(ConnId, Side), Vec<(u64, u64)>> = HashMap::new();
     let mut open: HashMap<(ConnId, Side), u64> = HashMap::new();
-    for e in &events {
+    for e in events {
         let key = (e.conn, e.side);
         match e.kind {
             EventKind::WriteStart { .. } | EventKind::ReadStart { .. } => {
@@ -151,7 +191,7 @@ fn packet_stamps_fall_between_the_write_and_the_peers_read() {
             _ => {}
         }
     }
-    let segments = segments(&events);
+    let segments = segments(events);
     let isn: HashMap<(ConnId, Side), u32> = segments
         .iter()
         .filter(|(_, s)| s.has(tcp_flags::SYN))
@@ -179,8 +219,8 @@ fn packet_stamps_fall_between_the_write_and_the_peers_read() {
     }
     assert!(checked >= 30, "{checked} data segments checked");
     eprintln!(
-        "{checked} data segments; closest to their write's start: {min_after_write} ns after; \
-         closest to the peer's read: {min_before_read} ns before; {report:?}"
+        "{via}: {checked} data segments; closest to their write's start: {min_after_write} ns \
+         after; closest to the peer's read: {min_before_read} ns before"
     );
 }
 
@@ -302,8 +342,9 @@ fn a_live_capture_and_its_import_agree_on_every_nagle_stall() {
     }
 }
 
-/// The kernel's filter keeps the host's other loopback traffic out of the capture: what it
-/// passes to the capture is the run's own segments, however busy loopback is.
+/// The kernel keeps the host's other loopback traffic out of the capture, by either way in (the
+/// hook's program, the packet socket's filter): what it passes to the capture is the run's own
+/// segments, however busy loopback is.
 #[test]
 #[ignore = "needs root (packet capture): cargo xtask test runs it as root"]
 fn other_loopback_traffic_is_not_copied_to_the_capture() {
@@ -320,33 +361,47 @@ fn other_loopback_traffic_is_not_copied_to_the_capture() {
     client.set_nodelay(true).unwrap();
     server.set_nodelay(true).unwrap();
     let stop = Arc::new(AtomicBool::new(false));
+    let exchanged = Arc::new(AtomicU64::new(0));
     let noise = {
-        let stop = Arc::clone(&stop);
+        let (stop, exchanged) = (Arc::clone(&stop), Arc::clone(&exchanged));
         std::thread::spawn(move || {
-            let mut exchanges = 0u64;
             let mut buf = [0u8; 64];
             while !stop.load(Ordering::Relaxed) {
                 client.write_all(&buf).unwrap();
                 server.read_exact(&mut buf).unwrap();
                 server.write_all(&buf).unwrap();
                 client.read_exact(&mut buf).unwrap();
-                exchanges += 1;
+                exchanged.fetch_add(1, Ordering::Relaxed);
             }
-            exchanges
         })
     };
-    let output = captured_ping_pong(&["--count", "3000"]);
+    // Both ways in, one after the other, while the other pair goes on.
+    let mut runs = Vec::new();
+    for via in ["hook", "socket"] {
+        let before = exchanged.load(Ordering::Relaxed);
+        let output = captured_ping_pong_via(via, &["--count", "3000"]);
+        runs.push((via, output, exchanged.load(Ordering::Relaxed) - before));
+    }
     stop.store(true, Ordering::Relaxed);
-    let exchanges = noise.join().unwrap();
-    assert!(output.status.success());
-    let v: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
-    let segments = v["capture"]["segments"].as_u64().unwrap();
-    let passed = v["capture"]["kernel_packets"].as_u64().unwrap();
-    eprintln!("{segments} segments recorded, {passed} packets passed by the filter, {exchanges} other exchanges");
-    assert!(exchanges >= 1000, "the other traffic ran alongside: {exchanges} exchanges");
-    assert!(segments >= 6000, "every request and answer was captured: {segments}");
-    // The run's own packets; none of the other ping-pong's (at least 2 packets per exchange).
-    assert!(passed <= segments + segments / 100 + 100, "{passed} packets passed for {segments}");
+    noise.join().unwrap();
+    for (via, output, exchanges) in runs {
+        assert!(output.status.success());
+        let v: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+        let segments = v["capture"]["segments"].as_u64().unwrap();
+        let passed = v["capture"]["kernel_packets"].as_u64().unwrap();
+        eprintln!(
+            "{via}: {segments} segments recorded, {passed} packets kept by the kernel, \
+             {exchanges} other exchanges"
+        );
+        assert!(exchanges >= 1000, "{via}: the other traffic ran alongside: {exchanges} exchanges");
+        assert!(segments >= 6000, "{via}: every request and answer was captured: {segments}");
+        // The run's own packets; none of the other ping-pong's (at least 2 packets per
+        // exchange).
+        assert!(
+            passed <= segments + segments / 100 + 100,
+            "{via}: {passed} packets passed for {segments}"
+        );
+    }
 }
 
 /// Several connections' segments interleave on the wire. Each connection's request lookup goes

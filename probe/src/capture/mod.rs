@@ -1,21 +1,27 @@
 //! Packet capture of a run's own connections, on the run's clock.
 //!
-//! An AF_PACKET socket on `lo` sees every segment of the run's connections as loopback delivers
-//! it; a BPF filter on the echo server's port keeps everything else on loopback out. Each packet
-//! carries the kernel's timestamp (CLOCK_REALTIME, taken by the tap as it copies the packet into
-//! the ring, in the sending thread's own softirq on loopback);
-//! events count monotonic nanoseconds since the run started, so the offset between the two
-//! clocks ([`ClockOffset`]) is measured when the capture starts and again as each packet is read,
-//! and each stamp is converted with the offset of its own read: a realtime clock that time sync
-//! steps (seen: +0.5 ms every 100 ms) moves only the stamps of packets that waited across a step
-//! to be read, not every stamp after it. docs/CAPTURE.md has the measured agreement and the permissions.
+//! The kernel sees every segment of the run's connections as loopback delivers it, and keeps
+//! those to or from the echo server's port, headers only, in a memory-mapped ring the capture
+//! thread reads in batches. Two ways in, the first that this host permits ([`open`]):
+//! - [`hook`]: an eBPF program on lo's ingress hook (tcx, Linux 6.6; CAP_BPF and
+//!   CAP_NET_ADMIN), stamping each segment on CLOCK_MONOTONIC, the run's own clock. It costs
+//!   the run about a third of what the packet socket does (docs/BENCHMARKS.md).
+//! - [`ring`]: an AF_PACKET socket on lo (CAP_NET_RAW, which a user namespace grants) with a
+//!   classic BPF filter and a TPACKET_V3 ring. Its stamps are CLOCK_REALTIME, taken by the tap
+//!   as it copies the packet, so the offset between the two clocks ([`ClockOffset`]) is
+//!   measured when the capture starts and again as each block is read, and each stamp is
+//!   converted with the offset of its own read: a realtime clock that time sync steps (seen:
+//!   +0.5 ms every 100 ms) moves only the stamps of packets that waited across a step to be
+//!   read, not every stamp after it.
 //!
-//! On the emulated link (`--link`) there is no socket: the link's relay already holds every
+//! docs/CAPTURE.md has the measured agreement with the syscalls and the permissions.
+//!
+//! On the emulated link (`--link`) there is no tap: the link's relay already holds every
 //! packet and stamps it on the run's clock, and tags it with a [`Tagger`] as this module does.
 //!
-//! The kernel keeps only the run's own port (a BPF filter) and hands packets over in blocks of a
-//! memory-mapped ring ([`ring`]). Every `unsafe` of the capture is in this module and `ring`.
+//! Every `unsafe` of the capture is in this module, `hook` and `ring`.
 
+mod hook;
 mod ring;
 
 pub(crate) use ring::{attach_program, map_rx_ring, Instruction, TpacketReq};
@@ -63,31 +69,80 @@ const PENDING_FOR: Duration = Duration::from_secs(1);
 #[derive(Debug, thiserror::Error)]
 pub enum CaptureError {
     #[error(
-        "packet capture (--capture) needs the CAP_NET_RAW capability, which this process does \
-         not have (opening an AF_PACKET socket: {0}); run ackscope as root, or give it the \
-         capability once with `sudo setcap cap_net_raw+ep $(which ackscope)`, or run it in a \
-         user namespace with its own network namespace (`unshare -rn sh -c 'ip link set lo up; \
-         ackscope run ... --capture'`); runs without --capture need none of this"
+        "packet capture (--capture) needs root, or at least the CAP_NET_RAW capability, which \
+         this process does not have (opening an AF_PACKET socket: {0}); run ackscope as root, \
+         or give it the capability once with `sudo setcap cap_net_raw+ep $(which ackscope)`, \
+         or run it in a user namespace with its own network namespace (`unshare -rn sh -c 'ip \
+         link set lo up; ackscope run ... --capture'`); runs without --capture need none of this"
     )]
     Permission(io::Error),
     #[error("packet capture: {op}: {source}")]
     Io { op: &'static str, source: io::Error },
+    #[error(
+        "packet capture: {CAPTURE_VIA}={0:?} is not a way to capture: use `hook` (lo's ingress \
+         hook), `socket` (a packet socket), or leave it unset for the first that works"
+    )]
+    Via(String),
 }
+
+/// Chooses the capture's way in instead of the first that works: `hook` or `socket` (to compare
+/// the two, or to keep to the packet socket where a kernel's hook misbehaves).
+pub const CAPTURE_VIA: &str = "ACKSCOPE_CAPTURE_VIA";
 
 fn io_error(op: &'static str) -> impl FnOnce(io::Error) -> CaptureError {
     move |source| CaptureError::Io { op, source }
 }
 
-/// A packet socket bound to `lo`, stamping each packet into its ring, not yet read. Until
-/// [`Capture::start`] gives it the run's port its filter refuses every packet.
-pub struct CaptureSocket {
-    socket: Socket,
-    /// Taken by the capture thread when it starts.
-    ring: Option<ring::Ring>,
+/// The capture's tap on lo, opened before the run starts (a run without the permission fails
+/// before anything runs), not yet read. Until [`Capture::start`] gives it the run's port it
+/// keeps nothing.
+pub struct CaptureTap {
+    source: Source,
 }
 
-/// Opens the capture socket (see the module docs). Fails with [`CaptureError::Permission`]
-/// without CAP_NET_RAW.
+enum Source {
+    /// An eBPF program on lo's ingress hook, writing into a BPF ring buffer.
+    Hook(hook::Hook),
+    /// A packet socket on lo, its filter and its TPACKET_V3 ring.
+    Socket { socket: Socket, ring: ring::Ring },
+}
+
+impl CaptureTap {
+    /// How this tap captures, for the run's report.
+    pub fn via(&self) -> &'static str {
+        match self.source {
+            Source::Hook(_) => "ingress hook",
+            Source::Socket { .. } => "packet socket",
+        }
+    }
+}
+
+/// Opens the capture's tap (see the module docs): lo's ingress hook where this process may
+/// load and attach it, else a packet socket ([`CAPTURE_VIA`] chooses one). Fails with
+/// [`CaptureError::Permission`] without either permission.
+pub fn open() -> Result<CaptureTap, CaptureError> {
+    let via = std::env::var(CAPTURE_VIA).ok();
+    match via.as_deref() {
+        None | Some("") => {}
+        Some("socket") => return open_socket(),
+        Some("hook") => {
+            let hook = hook::Hook::attach().map_err(io_error("lo's ingress hook (eBPF)"))?;
+            return Ok(CaptureTap { source: Source::Hook(hook) });
+        }
+        Some(other) => return Err(CaptureError::Via(other.into())),
+    }
+    match hook::Hook::attach() {
+        Ok(hook) => Ok(CaptureTap { source: Source::Hook(hook) }),
+        Err(e) => {
+            // Not root, a kernel before 6.6, or BPF turned off: the packet socket does the same.
+            tracing::debug!("capture: lo's ingress hook is not available ({e}); a packet socket");
+            open_socket()
+        }
+    }
+}
+
+/// Opens the capture's packet socket. Fails with [`CaptureError::Permission`] without
+/// CAP_NET_RAW.
 ///
 /// What the kernel pays for it, per packet of the host, is kept small (docs/BENCHMARKS.md,
 /// `bench capture`):
@@ -101,7 +156,7 @@ pub struct CaptureSocket {
 ///   read of every socket.
 /// - The socket is made with no protocol, so it takes nothing until it is bound to lo, and its
 ///   filter refuses every packet until the run's port is known.
-pub fn open() -> Result<CaptureSocket, CaptureError> {
+fn open_socket() -> Result<CaptureTap, CaptureError> {
     let socket = Socket::new(Domain::PACKET, Type::RAW, Some(Protocol::from(0))).map_err(|e| {
         match e.raw_os_error() {
             Some(libc::EPERM | libc::EACCES) => CaptureError::Permission(e),
@@ -119,13 +174,13 @@ pub fn open() -> Result<CaptureSocket, CaptureError> {
         Err(_) => libc::ETH_P_IP,
     };
     bind_to_loopback(fd, protocol as u16)?;
-    Ok(CaptureSocket { socket, ring: Some(ring) })
+    Ok(CaptureTap { source: Source::Socket { socket, ring } })
 }
 
 /// "available", or why packets cannot be captured here (for the session's host facts).
 pub fn availability() -> String {
     match open() {
-        Ok(_) => "available".into(),
+        Ok(tap) => format!("available ({})", tap.via()),
         Err(CaptureError::Permission(e)) => format!("not permitted: needs CAP_NET_RAW ({e})"),
         Err(e) => format!("unavailable: {e}"),
     }
@@ -186,16 +241,24 @@ pub(crate) fn bind_to_device(fd: RawFd, name: &std::ffi::CStr, protocol: u16) ->
     Ok(())
 }
 
-impl CaptureSocket {
+impl Source {
     /// Keeps only TCP segments to or from `port` from now on.
-    fn filter_port(&self, port: u16) -> io::Result<()> {
-        ring::attach_filter(self.socket.as_raw_fd(), port)
+    fn keep_port(&self, port: u16) -> io::Result<()> {
+        match self {
+            Source::Hook(hook) => hook.keep_port(port),
+            Source::Socket { socket, .. } => ring::attach_filter(socket.as_raw_fd(), port),
+        }
     }
 
-    /// Waits up to [`POLL_TIMEOUT_MS`] for the kernel to hand a block over.
+    /// Waits for more segments: up to [`POLL_TIMEOUT_MS`] for the kernel to hand a block of the
+    /// packet socket's ring over; [`hook::POLL_EVERY`] for the hook, whose records wake no one.
     fn wait(&self) {
+        let socket = match self {
+            Source::Hook(_) => return thread::sleep(hook::POLL_EVERY),
+            Source::Socket { socket, .. } => socket,
+        };
         let mut poll = libc::pollfd {
-            fd: self.socket.as_raw_fd(),
+            fd: socket.as_raw_fd(),
             events: libc::POLLIN | libc::POLLERR,
             revents: 0,
         };
@@ -203,15 +266,23 @@ impl CaptureSocket {
         unsafe { libc::poll(&mut poll, 1, POLL_TIMEOUT_MS) };
     }
 
-    /// Packets the filter let through and packets dropped for a full ring, since the last
-    /// call (reading the statistics resets them).
-    fn stats(&self) -> (u64, u32) {
+    /// Packets the filter let through and packets dropped for a full ring since the last call
+    /// (the packet socket's statistics; for the hook, only the drops: the thread counts the
+    /// records it reads).
+    fn stats(&mut self) -> (u64, u32) {
+        let socket = match self {
+            Source::Hook(hook) => {
+                let drops = u32::try_from(hook.dropped_since()).unwrap_or(u32::MAX);
+                return (u64::from(drops), drops);
+            }
+            Source::Socket { socket, .. } => socket,
+        };
         let mut stats = [0u32; 3];
         let mut len = size_of_val(&stats) as libc::socklen_t;
         // SAFETY: `stats` is a live struct tpacket_stats_v3 (three u32s) and `len` its size.
         let rc = unsafe {
             libc::getsockopt(
-                self.socket.as_raw_fd(),
+                socket.as_raw_fd(),
                 libc::SOL_PACKET,
                 PACKET_STATISTICS,
                 stats.as_mut_ptr().cast(),
@@ -273,6 +344,9 @@ fn realtime_ns() -> i128 {
 /// How a capture went: what the run's summary and its log report.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct CaptureReport {
+    /// How the segments were captured: "ingress hook" (their stamps are on the run's clock, and
+    /// the offset fields below are 0) or "packet socket".
+    pub via: &'static str,
     /// Segments of the run's connections recorded.
     pub segments: u64,
     /// The larger of the start and end offsets' uncertainties.
@@ -302,26 +376,29 @@ impl Capture {
     /// Captures the segments to or from `server_port` on its own thread, recording them for the
     /// connection whose client port `peers` knows.
     pub fn start(
-        socket: CaptureSocket,
+        tap: CaptureTap,
         server_port: u16,
         peers: Arc<Peers>,
         clock: Clock,
         sink: SyncSender<Vec<Event>>,
     ) -> io::Result<Capture> {
-        socket.filter_port(server_port)?;
+        let source = tap.source;
+        source.keep_port(server_port)?;
         let stop = Arc::new(AtomicBool::new(false));
         let offset = ClockOffset::measure(&clock);
         let reader = Reader {
-            socket,
             server_port,
             offset,
             rec: Recorder::new(clock, Side::Client, sink).waiting_past(PENDING_EVENTS),
             tagger: Tagger::new(peers),
             block: Vec::new(),
+            kernel_packets: 0,
+            dropped: 0,
         };
         let stopping = Arc::clone(&stop);
-        let thread =
-            thread::Builder::new().name("capture".into()).spawn(move || reader.run(&stopping))?;
+        let thread = thread::Builder::new()
+            .name("capture".into())
+            .spawn(move || reader.run(source, &stopping))?;
         Ok(Capture { stop, thread })
     }
 
@@ -333,13 +410,15 @@ impl Capture {
             CaptureReport::default()
         });
         tracing::info!(
+            via = report.via,
             segments = report.segments,
             offset_uncertainty_ns = report.offset_uncertainty_ns,
             drift_ns = report.drift_ns,
             dropped = report.dropped,
-            "capture: {} segments; packet stamps agree with the run's clock to within {} ns \
+            "capture ({}): {} segments; packet stamps agree with the run's clock to within {} ns \
              (clock offset uncertainty), plus at most {} ns the offset moved between two \
              measurements; it moved {} ns over the run",
+            report.via,
             report.segments,
             report.offset_uncertainty_ns,
             report.drift_ns,
@@ -357,33 +436,36 @@ impl Capture {
     }
 }
 
+/// Past this many records in one read of the hook's ring the thread reads again at once: it is
+/// behind, and waiting would let the ring fill.
+const HOOK_BEHIND: usize = 8192;
+
 /// The capture thread's state.
 struct Reader {
-    socket: CaptureSocket,
     server_port: u16,
+    /// The packet socket's realtime stamps are converted with this (unused for the hook).
     offset: ClockOffset,
     /// Records for both sides ([`Recorder::record_as`]).
     rec: Recorder,
     tagger: Tagger,
-    /// The segments of the block being read, tagged together (kept for its allocation).
+    /// The segments of the batch being read, tagged together (kept for its allocation).
     block: Vec<Captured>,
+    /// Packets the kernel kept for the capture, and those of them it dropped for a full ring.
+    kernel_packets: u64,
+    dropped: u32,
 }
 
 impl Reader {
-    fn run(mut self, stop: &AtomicBool) -> CaptureReport {
+    fn run(mut self, mut source: Source, stop: &AtomicBool) -> CaptureReport {
         let mut flushed = Instant::now();
-        let (mut dropped, mut kernel_packets) = (0u32, 0u64);
         let start = self.offset;
         let (mut largest_step, mut widest) = (0i128, start.uncertainty_ns);
-        // When a block last came, or the stop, whichever is later.
+        // When a batch last came, or the stop, whichever is later.
         let mut quiet_since = Instant::now();
         let mut stop_seen = false;
-        let Some(mut ring) = self.socket.ring.take() else {
-            return CaptureReport::default();
-        };
         loop {
             // Once stopping, what is still in the ring is read: the last FINs are in it. The
-            // quiet time counts from the stop, not from the last block: a run whose last block
+            // quiet time counts from the stop, not from the last batch: a run whose last block
             // came long before its last packets (story 1 sends every 44 ms) still has them in a
             // block the kernel has not handed over yet.
             let stopping = stop.load(Ordering::SeqCst);
@@ -391,50 +473,81 @@ impl Reader {
                 stop_seen = true;
                 quiet_since = Instant::now();
             }
-            if ring.ready() {
-                // The offset of the moment the block is read, so a step of the realtime clock
-                // since the last block does not move its packets.
-                self.remeasure(&mut largest_step, &mut widest);
-                ring.take_block(|packet| self.parse(packet.frame, Some(packet.realtime_ns)));
-                self.tagger.record_all(&mut self.rec, &self.block);
-                // Handshake segments waiting for their connection's first request go with the
-                // block that found it announced, in order with the segments after them (a
-                // summary holds a request until segments sent after it are in).
-                self.tagger.resolve_pending(&mut self.rec, false);
-                self.block.clear();
-                self.rec.hand_over_without_waiting();
-                quiet_since = Instant::now();
-            } else if stopping && quiet_since.elapsed() >= DRAIN_FOR {
-                break;
-            } else {
-                self.socket.wait();
+            let taken = match &mut source {
+                Source::Hook(hook) => {
+                    let epoch = self.rec.clock().epoch_monotonic_ns();
+                    // Stamped on CLOCK_MONOTONIC, the run's own clock.
+                    let records = hook.take(|headers, monotonic_ns| {
+                        self.parse(headers, monotonic_ns.saturating_sub(epoch))
+                    });
+                    self.kernel_packets += records as u64;
+                    (records > 0).then_some(records < HOOK_BEHIND)
+                }
+                Source::Socket { ring, .. } if ring.ready() => {
+                    // The offset of the moment the block is read, so a step of the realtime
+                    // clock since the last block does not move its packets.
+                    self.remeasure(&mut largest_step, &mut widest);
+                    let offset = self.offset;
+                    ring.take_block(|packet| {
+                        self.parse(packet.frame, offset.to_run_ns(packet.realtime_ns))
+                    });
+                    // A block is a batch: the next one may be ready too.
+                    Some(false)
+                }
+                Source::Socket { .. } => None,
+            };
+            match taken {
+                Some(then_wait) => {
+                    self.tagger.record_all(&mut self.rec, &self.block);
+                    // Handshake segments waiting for their connection's first request go with
+                    // the batch that found it announced, in order with the segments after them
+                    // (a summary holds a request until segments sent after it are in).
+                    self.tagger.resolve_pending(&mut self.rec, false);
+                    self.block.clear();
+                    self.rec.hand_over_without_waiting();
+                    quiet_since = Instant::now();
+                    if then_wait {
+                        source.wait();
+                    }
+                }
+                None if stopping && quiet_since.elapsed() >= DRAIN_FOR => break,
+                None => source.wait(),
             }
             if flushed.elapsed() >= FLUSH_EVERY {
                 self.tagger.resolve_pending(&mut self.rec, false);
                 self.rec.try_flush();
-                let (packets, drops) = self.socket.stats();
-                (kernel_packets, dropped) =
-                    (kernel_packets + packets, dropped.saturating_add(drops));
+                self.count_kernel_stats(&mut source);
                 flushed = Instant::now();
             }
         }
         self.tagger.resolve_pending(&mut self.rec, true);
         self.rec.flush();
-        let (packets, drops) = self.socket.stats();
-        (kernel_packets, dropped) = (kernel_packets + packets, dropped.saturating_add(drops));
-        let end = ClockOffset::measure(&self.rec.clock());
-        let last_step = end.realtime_minus_run_ns - self.offset.realtime_minus_run_ns;
-        largest_step = largest_step.max(last_step.abs());
-        let total = end.realtime_minus_run_ns - start.realtime_minus_run_ns;
+        self.count_kernel_stats(&mut source);
         self.tagger.log_unmatched();
-        CaptureReport {
+        let mut report = CaptureReport {
+            via: CaptureTap { source }.via(),
             segments: self.tagger.segments(),
-            offset_uncertainty_ns: widest.max(end.uncertainty_ns),
-            drift_ns: i64::try_from(largest_step).unwrap_or(i64::MAX),
-            total_drift_ns: i64::try_from(total).unwrap_or(i64::MAX),
-            dropped,
-            kernel_packets,
+            dropped: self.dropped,
+            kernel_packets: self.kernel_packets,
+            ..CaptureReport::default()
+        };
+        if report.via == "packet socket" {
+            let end = ClockOffset::measure(&self.rec.clock());
+            let last_step = end.realtime_minus_run_ns - self.offset.realtime_minus_run_ns;
+            largest_step = largest_step.max(last_step.abs());
+            let total = end.realtime_minus_run_ns - start.realtime_minus_run_ns;
+            report.offset_uncertainty_ns = widest.max(end.uncertainty_ns);
+            report.drift_ns = i64::try_from(largest_step).unwrap_or(i64::MAX);
+            report.total_drift_ns = i64::try_from(total).unwrap_or(i64::MAX);
         }
+        report
+    }
+
+    /// Adds the kernel's counts since the last call.
+    fn count_kernel_stats(&mut self, source: &mut Source) {
+        let (packets, drops) = source.stats();
+        self.kernel_packets += packets;
+        self.dropped = self.dropped.saturating_add(drops);
     }
 
     /// Measures the clock offset again (a few readings, well under a microsecond) and keeps
@@ -447,17 +560,14 @@ impl Reader {
         self.offset = now;
     }
 
-    /// Parses a packet of the block being read into [`Reader::block`].
-    fn parse(&mut self, frame: &[u8], stamp: Option<i128>) {
+    /// Parses a packet of the batch being read, sent at `at_ns` on the run's clock, into
+    /// [`Reader::block`].
+    fn parse(&mut self, frame: &[u8], at_ns: u64) {
         let Ok(packet) = parse_ethernet(frame) else { return };
         let (side, client_port) = match (packet.src_port, packet.dst_port) {
             (src, dst) if src == self.server_port => (Side::Server, dst),
             (src, dst) if dst == self.server_port => (Side::Client, src),
             _ => return,
-        };
-        let at_ns = match stamp {
-            Some(realtime) => self.offset.to_run_ns(realtime),
-            None => self.rec.now_ns(),
         };
         self.block.push(Captured { side, client_port, at_ns, segment: packet.segment });
     }

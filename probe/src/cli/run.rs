@@ -607,6 +607,7 @@ impl Tally {
         object.insert("events".into(), self.events.into());
         if let Some(capture) = &self.capture {
             let capture = serde_json::json!({
+                "via": capture.via,
                 "segments": capture.segments,
                 "offset_uncertainty_ns": capture.offset_uncertainty_ns,
                 "drift_ns": capture.drift_ns,

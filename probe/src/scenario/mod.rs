@@ -13,7 +13,7 @@ use ackscope_shared::spec::LinkSpec;
 use ackscope_shared::wire::{Instruments, RunOutcome};
 use ackscope_shared::{Event, Scenario, Side, SpecError};
 
-use crate::capture::{self, Capture, CaptureReport, CaptureSocket};
+use crate::capture::{self, Capture, CaptureReport, CaptureTap};
 use crate::emulate::Link;
 use crate::net::peers::Peers;
 use crate::net::record::{Clock, Recorder};
@@ -206,24 +206,24 @@ impl Collector {
         self.instruments.events.then(|| self.sink.clone())
     }
 
-    /// Starts capturing the segments to and from `server_port` on `socket` (opened with
+    /// Starts capturing the segments to and from `server_port` with `tap` (opened with
     /// [`open_capture`] before anything else started).
     pub fn capture(
         &self,
-        socket: Option<CaptureSocket>,
+        tap: Option<CaptureTap>,
         server_port: u16,
         peers: &Arc<Peers>,
     ) -> Result<Option<Capture>, String> {
-        let (Some(socket), Some(sink)) = (socket, self.sink()) else { return Ok(None) };
-        Capture::start(socket, server_port, Arc::clone(peers), self.clock, sink)
+        let (Some(tap), Some(sink)) = (tap, self.sink()) else { return Ok(None) };
+        Capture::start(tap, server_port, Arc::clone(peers), self.clock, sink)
             .map(Some)
             .map_err(|e| format!("packet capture thread: {e}"))
     }
 }
 
-/// The capture socket when the instruments ask for one: a run without the permission fails
+/// The capture's tap when the instruments ask for one: a run without the permission fails
 /// before it starts.
-pub(crate) fn open_capture(instruments: Instruments) -> Result<Option<CaptureSocket>, String> {
+pub(crate) fn open_capture(instruments: Instruments) -> Result<Option<CaptureTap>, String> {
     instruments.capture.then(capture::open).transpose().map_err(|e| e.to_string())
 }
 

@@ -55,7 +55,7 @@ fn run_local(
 ) -> RunOutcome {
     // On the link the relay captures (it holds every packet already): no socket on lo.
     let on_lo = Instruments { capture: instruments.capture && spec.link.is_none(), ..instruments };
-    let capture_socket = match open_capture(on_lo) {
+    let capture_tap = match open_capture(on_lo) {
         Ok(socket) => socket,
         Err(error) => return RunOutcome::Failed { error },
     };
@@ -96,7 +96,7 @@ fn run_local(
         Ok(server) => server,
         Err(e) => return RunOutcome::Failed { error: e.to_string() },
     };
-    let capture = match collector.capture(capture_socket, server.addr().port(), &peers) {
+    let capture = match collector.capture(capture_tap, server.addr().port(), &peers) {
         Ok(capture) => capture,
         Err(error) => return RunOutcome::Failed { error },
     };

@@ -1,0 +1,502 @@
+//! The lo capture through the kernel's ingress hook (tcx, Linux 6.6 and later): a small eBPF
+//! program on lo's ingress copies the headers of each of the run's TCP segments, with a
+//! CLOCK_MONOTONIC stamp, into a BPF ring buffer the capture thread reads without a system call.
+//!
+//! Why not only the packet socket ([`super::ring`]): on loopback every packet the tap copies is
+//! paid for by the sending thread, and a packet socket's tap is long (the socket's filter, its
+//! room check, its lock and block lock, the address field's header parse, a realtime clock
+//! read, three indirect calls, each a retpoline on mitigated CPUs). The hook runs one program
+//! that filters and copies in a few dozen instructions: pinned to one CPU, a captured
+//! ping-pong keeps 0.92 of its rate this way, 0.89 with the packet socket (docs/BENCHMARKS.md,
+//! `bench capture`). The hook needs CAP_BPF and CAP_NET_ADMIN (root); where it is refused,
+//! or on an older kernel, the capture falls back to the packet socket.
+//!
+//! The program is written out here in eBPF instructions (linux/bpf.h, stable uapi): no compiler,
+//! no loader library. It keeps what the packet socket's filter keeps: IPv4 TCP to or from the
+//! run's port, first fragments only, headers and no payload. The port is read from a map the
+//! capture sets once the run's server has one; until then it is 0, which no segment carries.
+
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+
+const BPF_MAP_CREATE: libc::c_long = 0;
+const BPF_MAP_LOOKUP_ELEM: libc::c_long = 1;
+const BPF_MAP_UPDATE_ELEM: libc::c_long = 2;
+const BPF_PROG_LOAD: libc::c_long = 5;
+const BPF_LINK_CREATE: libc::c_long = 28;
+const MAP_TYPE_ARRAY: u32 = 2;
+const MAP_TYPE_RINGBUF: u32 = 27;
+const PROG_TYPE_SCHED_CLS: u32 = 3;
+const ATTACH_TCX_INGRESS: u32 = 46;
+/// `union bpf_attr` is 144 bytes in the kernels this runs on; the kernel accepts a shorter one
+/// from older programs and zero tails from newer ones.
+const ATTR_WORDS: usize = 18;
+
+// Helper functions the program calls (linux/bpf.h, `___BPF_FUNC_MAPPER`).
+const FN_MAP_LOOKUP_ELEM: i32 = 1;
+const FN_KTIME_GET_NS: i32 = 5;
+const FN_SKB_LOAD_BYTES: i32 = 26;
+const FN_RINGBUF_RESERVE: i32 = 131;
+const FN_RINGBUF_SUBMIT: i32 = 132;
+/// `BPF_RB_NO_WAKEUP`: the reader is not woken per record; it reads every [`POLL_EVERY`].
+const RB_NO_WAKEUP: i32 = 1;
+
+/// The ring buffer's data: a power of two of pages. 8 MiB, room for 52,000 segments while the
+/// capture thread is off the CPU.
+const RING_BYTES: u32 = 8 << 20;
+/// The longest headers kept: Ethernet 14, IP with the longest options 60, TCP with the longest 60.
+pub const MAX_HEADERS: usize = 134;
+/// A record: the stamp (8 bytes), the header bytes copied (4), 4 spare, the headers.
+const RECORD_HEADERS_AT: usize = 16;
+const RECORD_BYTES: usize = RECORD_HEADERS_AT + 136;
+/// The ring buffer's own record header (`BPF_RINGBUF_HDR_SZ`) and its flag bits.
+const RINGBUF_HEADER: usize = 8;
+const BUSY_BIT: u32 = 1 << 31;
+const DISCARD_BIT: u32 = 1 << 30;
+/// Slots of the settings map: the run's port, and segments dropped for a full ring.
+const SLOT_PORT: u32 = 0;
+const SLOT_DROPS: u32 = 1;
+/// How often the capture thread reads the ring (records do not wake it: a wake-up per record
+/// would cost the run a context switch per segment).
+pub const POLL_EVERY: std::time::Duration = std::time::Duration::from_millis(2);
+
+/// One eBPF instruction (`struct bpf_insn`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Insn {
+    code: u8,
+    /// Destination register in the low four bits, source in the high four.
+    regs: u8,
+    off: i16,
+    imm: i32,
+}
+
+// Instruction codes (class | size or operation | source), linux/bpf.h and linux/bpf_common.h.
+const LDX_W: u8 = 0x61;
+const LDX_H: u8 = 0x69;
+const LDX_B: u8 = 0x71;
+const LDX_DW: u8 = 0x79;
+const STX_W: u8 = 0x63;
+const STX_DW: u8 = 0x7b;
+const ST_W: u8 = 0x62;
+const ATOMIC_ADD_DW: u8 = 0xdb;
+const LD_IMM_DW: u8 = 0x18;
+const MOV_X: u8 = 0xbf;
+const MOV_K: u8 = 0xb7;
+const ADD_K: u8 = 0x07;
+const ADD_X: u8 = 0x0f;
+const AND_K: u8 = 0x57;
+const LSH_K: u8 = 0x67;
+const RSH_K: u8 = 0x77;
+const JA: u8 = 0x05;
+const JEQ_K: u8 = 0x15;
+const JNE_K: u8 = 0x55;
+const JEQ_X: u8 = 0x1d;
+const JNE_X: u8 = 0x5d;
+const JGT_X: u8 = 0x2d;
+const JLT_K: u8 = 0xa5;
+const CALL: u8 = 0x85;
+const EXIT: u8 = 0x95;
+/// `BPF_PSEUDO_MAP_FD`: a 64-bit immediate that is a map's file descriptor.
+const PSEUDO_MAP_FD: u8 = 1;
+/// `TCX_NEXT`: the packet goes on to the next program on the hook, or on its way.
+const TCX_NEXT: i32 = -1;
+/// `struct __sk_buff` fields: the packet's first byte and the end of its linear part.
+const SKB_DATA: i16 = 76;
+const SKB_DATA_END: i16 = 80;
+
+/// Where a jump goes, patched once the program is laid out.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Label {
+    /// A segment of the run's: copy it.
+    Keep,
+    /// The ring is full: count it.
+    Dropped,
+    /// Not the run's (or done with): on its way.
+    Pass,
+}
+
+struct Assembler {
+    code: Vec<Insn>,
+    jumps: Vec<(usize, Label)>,
+}
+
+impl Assembler {
+    fn op(&mut self, code: u8, dst: u8, src: u8, off: i16, imm: i32) {
+        self.code.push(Insn { code, regs: (src << 4) | dst, off, imm });
+    }
+
+    fn jump(&mut self, code: u8, dst: u8, src: u8, imm: i32, to: Label) {
+        self.jumps.push((self.code.len(), to));
+        self.op(code, dst, src, 0, imm);
+    }
+
+    fn map(&mut self, dst: u8, fd: RawFd) {
+        self.op(LD_IMM_DW, dst, PSEUDO_MAP_FD, 0, fd);
+        self.op(0, 0, 0, 0, 0);
+    }
+
+    fn here(&self) -> usize {
+        self.code.len()
+    }
+
+    fn finish(mut self, labels: impl Fn(Label) -> usize) -> Vec<Insn> {
+        for (at, label) in std::mem::take(&mut self.jumps) {
+            // Jumps count from the next instruction.
+            let offset = labels(label) as isize - at as isize - 1;
+            self.code[at].off = i16::try_from(offset).expect("a short program");
+        }
+        self.code
+    }
+}
+
+/// The program (see the module docs). Registers: r6 the packet's `__sk_buff`, r7 its first
+/// byte, r8 the end of its linear part (the headers on loopback), r9 the run's port and later
+/// the length of the headers; r1-r5 are the helpers' arguments and scratch, r0 their result.
+fn program(settings: RawFd, ring: RawFd) -> Vec<Insn> {
+    // Packet fields are loaded as they lie in memory: the constants they are compared with are
+    // written the same way, so the program is right on either byte order.
+    let ipv4 = i32::from(u16::from_ne_bytes([0x08, 0x00]));
+    let later_fragment = i32::from(u16::from_ne_bytes([0x1f, 0xff]));
+    let mut a = Assembler { code: Vec::new(), jumps: Vec::new() };
+    a.op(MOV_X, 6, 1, 0, 0);
+    // The run's port (0 until it is known: no segment matches).
+    a.op(ST_W, 10, 0, -4, SLOT_PORT as i32);
+    a.op(MOV_X, 2, 10, 0, 0);
+    a.op(ADD_K, 2, 0, 0, -4);
+    a.map(1, settings);
+    a.op(CALL, 0, 0, 0, FN_MAP_LOOKUP_ELEM);
+    a.jump(JEQ_K, 0, 0, 0, Label::Pass);
+    a.op(LDX_DW, 9, 0, 0, 0);
+    a.op(LDX_W, 7, 6, SKB_DATA, 0);
+    a.op(LDX_W, 8, 6, SKB_DATA_END, 0);
+    // Ethernet and a minimal IP header are there.
+    a.op(MOV_X, 2, 7, 0, 0);
+    a.op(ADD_K, 2, 0, 0, 14 + 20);
+    a.jump(JGT_X, 2, 8, 0, Label::Pass);
+    a.op(LDX_H, 2, 7, 12, 0);
+    a.jump(JNE_K, 2, 0, ipv4, Label::Pass);
+    a.op(LDX_B, 2, 7, 23, 0);
+    a.jump(JNE_K, 2, 0, 6, Label::Pass);
+    a.op(LDX_H, 2, 7, 20, 0);
+    a.op(AND_K, 2, 0, 0, later_fragment);
+    a.jump(JNE_K, 2, 0, 0, Label::Pass);
+    // The IP header's length (20 to 60 bytes), version 4.
+    a.op(LDX_B, 2, 7, 14, 0);
+    a.op(MOV_X, 3, 2, 0, 0);
+    a.op(RSH_K, 3, 0, 0, 4);
+    a.jump(JNE_K, 3, 0, 4, Label::Pass);
+    a.op(AND_K, 2, 0, 0, 0x0f);
+    a.op(LSH_K, 2, 0, 0, 2);
+    a.jump(JLT_K, 2, 0, 20, Label::Pass);
+    // r4: the TCP header; its first 20 bytes are there.
+    a.op(MOV_X, 4, 7, 0, 0);
+    a.op(ADD_K, 4, 0, 0, 14);
+    a.op(ADD_X, 4, 2, 0, 0);
+    a.op(MOV_X, 3, 4, 0, 0);
+    a.op(ADD_K, 3, 0, 0, 20);
+    a.jump(JGT_X, 3, 8, 0, Label::Pass);
+    // Either port is the run's.
+    a.op(LDX_H, 3, 4, 0, 0);
+    a.jump(JEQ_X, 3, 9, 0, Label::Keep);
+    a.op(LDX_H, 3, 4, 2, 0);
+    a.jump(JNE_X, 3, 9, 0, Label::Pass);
+    let keep = a.here();
+    // r9: the headers' length: Ethernet, IP, TCP (its data offset, in words, high nibble).
+    a.op(LDX_B, 9, 4, 12, 0);
+    a.op(RSH_K, 9, 0, 0, 2);
+    a.op(AND_K, 9, 0, 0, 0x3c);
+    a.op(ADD_K, 9, 0, 0, 14);
+    a.op(ADD_X, 9, 2, 0, 0);
+    a.map(1, ring);
+    a.op(MOV_K, 2, 0, 0, RECORD_BYTES as i32);
+    a.op(MOV_K, 3, 0, 0, 0);
+    a.op(CALL, 0, 0, 0, FN_RINGBUF_RESERVE);
+    a.jump(JEQ_K, 0, 0, 0, Label::Dropped);
+    a.op(MOV_X, 7, 0, 0, 0);
+    a.op(CALL, 0, 0, 0, FN_KTIME_GET_NS);
+    a.op(STX_DW, 7, 0, 0, 0);
+    a.op(STX_W, 7, 9, 8, 0);
+    a.op(MOV_X, 1, 6, 0, 0);
+    a.op(MOV_K, 2, 0, 0, 0);
+    a.op(MOV_X, 3, 7, 0, 0);
+    a.op(ADD_K, 3, 0, 0, RECORD_HEADERS_AT as i32);
+    a.op(MOV_X, 4, 9, 0, 0);
+    a.op(CALL, 0, 0, 0, FN_SKB_LOAD_BYTES);
+    // Headers the packet does not have (a TCP length past its end): an empty record.
+    a.op(JEQ_K, 0, 0, 1, 0);
+    a.op(ST_W, 7, 0, 8, 0);
+    a.op(MOV_X, 1, 7, 0, 0);
+    a.op(MOV_K, 2, 0, 0, RB_NO_WAKEUP);
+    a.op(CALL, 0, 0, 0, FN_RINGBUF_SUBMIT);
+    a.jump(JA, 0, 0, 0, Label::Pass);
+    let dropped = a.here();
+    a.op(ST_W, 10, 0, -4, SLOT_DROPS as i32);
+    a.op(MOV_X, 2, 10, 0, 0);
+    a.op(ADD_K, 2, 0, 0, -4);
+    a.map(1, settings);
+    a.op(CALL, 0, 0, 0, FN_MAP_LOOKUP_ELEM);
+    a.op(JEQ_K, 0, 0, 2, 0);
+    a.op(MOV_K, 1, 0, 0, 1);
+    a.op(ATOMIC_ADD_DW, 0, 1, 0, 0);
+    let pass = a.here();
+    a.op(MOV_K, 0, 0, 0, TCX_NEXT);
+    a.op(EXIT, 0, 0, 0, 0);
+    a.finish(|label| match label {
+        Label::Keep => keep,
+        Label::Dropped => dropped,
+        Label::Pass => pass,
+    })
+}
+
+/// Calls `bpf(cmd, attr)`.
+fn bpf(cmd: libc::c_long, attr: &mut [u64; ATTR_WORDS]) -> io::Result<RawFd> {
+    // SAFETY: `attr` is a live, zero-padded `union bpf_attr` of the size passed; the kernel
+    // reads it, and writes only where a command's fields say (none of the commands used here
+    // write beyond it).
+    let rc = unsafe {
+        libc::syscall(libc::SYS_bpf, cmd, attr.as_mut_ptr(), std::mem::size_of_val(attr))
+    };
+    if rc < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(rc as RawFd)
+    }
+}
+
+fn put_u32(attr: &mut [u64; ATTR_WORDS], offset: usize, value: u32) {
+    let bytes = attr.as_mut_ptr().cast::<u8>();
+    // SAFETY: every offset passed is below 140, within the 144 bytes of `attr`.
+    unsafe { bytes.add(offset).cast::<u32>().write_unaligned(value) };
+}
+
+fn put_ptr<T>(attr: &mut [u64; ATTR_WORDS], offset: usize, pointer: *const T) {
+    attr[offset / 8] = pointer as u64;
+}
+
+fn owned(fd: RawFd) -> OwnedFd {
+    // SAFETY: a descriptor the kernel has just returned to us and nothing else owns.
+    unsafe { OwnedFd::from_raw_fd(fd) }
+}
+
+fn map_create(kind: u32, key: u32, value: u32, entries: u32) -> io::Result<OwnedFd> {
+    let mut attr = [0u64; ATTR_WORDS];
+    put_u32(&mut attr, 0, kind);
+    put_u32(&mut attr, 4, key);
+    put_u32(&mut attr, 8, value);
+    put_u32(&mut attr, 12, entries);
+    bpf(BPF_MAP_CREATE, &mut attr).map(owned)
+}
+
+/// Loads `code` for lo's ingress hook, with the verifier's log in the error if it refuses it.
+fn load(code: &[Insn]) -> io::Result<OwnedFd> {
+    let license = c"Dual MIT/GPL";
+    let mut log = vec![0u8; 16 * 1024];
+    let mut attr = [0u64; ATTR_WORDS];
+    put_u32(&mut attr, 0, PROG_TYPE_SCHED_CLS);
+    put_u32(&mut attr, 4, code.len() as u32);
+    put_ptr(&mut attr, 8, code.as_ptr());
+    put_ptr(&mut attr, 16, license.as_ptr());
+    put_u32(&mut attr, 24, 1);
+    put_u32(&mut attr, 28, log.len() as u32);
+    put_ptr(&mut attr, 32, log.as_mut_ptr());
+    put_u32(&mut attr, 68, ATTACH_TCX_INGRESS);
+    bpf(BPF_PROG_LOAD, &mut attr).map(owned).map_err(|e| {
+        let end = log.iter().position(|&b| b == 0).unwrap_or(log.len());
+        let log = String::from_utf8_lossy(&log[..end]);
+        match log.trim() {
+            "" => e,
+            log => io::Error::new(e.kind(), format!("{e}; the verifier said: {log}")),
+        }
+    })
+}
+
+/// A shared mapping of the ring buffer `fd`, unmapped on drop.
+struct Mapping {
+    base: NonNull<u8>,
+    len: usize,
+}
+
+impl Mapping {
+    fn new(fd: RawFd, len: usize, prot: libc::c_int, offset: usize) -> io::Result<Mapping> {
+        // SAFETY: a new mapping of `len` bytes of `fd` at a page-aligned offset; the kernel
+        // checks both against the ring buffer's layout.
+        let base = unsafe {
+            libc::mmap(std::ptr::null_mut(), len, prot, libc::MAP_SHARED, fd, offset as libc::off_t)
+        };
+        if base == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        let base = NonNull::new(base.cast()).ok_or_else(|| io::Error::other("mmap gave null"))?;
+        Ok(Mapping { base, len })
+    }
+}
+
+impl Drop for Mapping {
+    fn drop(&mut self) {
+        // SAFETY: unmapping exactly this mapping, which nothing uses after this.
+        unsafe { libc::munmap(self.base.as_ptr().cast(), self.len) };
+    }
+}
+
+/// The program on lo's ingress hook and the ring buffer it fills. Dropping it detaches the
+/// program (the link is this process's: nothing is left on lo if it exits or crashes).
+pub struct Hook {
+    settings: OwnedFd,
+    _link: OwnedFd,
+    _program: OwnedFd,
+    /// The consumer's position (one page, read-write), then the producer's position and the
+    /// data, mapped twice in a row so that a record at the end reads on without wrapping.
+    consumer: Mapping,
+    producer: Mapping,
+    _ring: OwnedFd,
+    page: usize,
+    dropped_reported: u64,
+}
+
+// SAFETY: the mappings belong to this value alone; it is moved to the capture thread whole.
+unsafe impl Send for Hook {}
+
+impl Hook {
+    /// Loads the program and attaches it to lo's ingress, keeping nothing until
+    /// [`Hook::keep_port`].
+    pub fn attach() -> io::Result<Hook> {
+        let ring = map_create(MAP_TYPE_RINGBUF, 0, 0, RING_BYTES)?;
+        let settings = map_create(MAP_TYPE_ARRAY, 4, 8, 2)?;
+        let program = load(&program(settings.as_raw_fd(), ring.as_raw_fd()))?;
+        // SAFETY: the argument is a NUL-terminated string.
+        let lo = unsafe { libc::if_nametoindex(c"lo".as_ptr()) };
+        if lo == 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let mut attr = [0u64; ATTR_WORDS];
+        put_u32(&mut attr, 0, program.as_raw_fd() as u32);
+        put_u32(&mut attr, 4, lo);
+        put_u32(&mut attr, 8, ATTACH_TCX_INGRESS);
+        let link = bpf(BPF_LINK_CREATE, &mut attr).map(owned)?;
+        // SAFETY: sysconf has no preconditions.
+        let page = usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) })
+            .map_err(|_| io::Error::other("no page size"))?;
+        let data = RING_BYTES as usize;
+        let consumer = Mapping::new(ring.as_raw_fd(), page, libc::PROT_READ | libc::PROT_WRITE, 0)?;
+        let producer = Mapping::new(ring.as_raw_fd(), page + 2 * data, libc::PROT_READ, page)?;
+        Ok(Hook {
+            settings,
+            _link: link,
+            _program: program,
+            consumer,
+            producer,
+            _ring: ring,
+            page,
+            dropped_reported: 0,
+        })
+    }
+
+    /// Keeps the TCP segments to or from `port` from now on.
+    pub fn keep_port(&self, port: u16) -> io::Result<()> {
+        let value = u64::from(u16::from_ne_bytes(port.to_be_bytes()));
+        self.set(SLOT_PORT, value)
+    }
+
+    fn set(&self, slot: u32, value: u64) -> io::Result<()> {
+        let mut attr = [0u64; ATTR_WORDS];
+        put_u32(&mut attr, 0, self.settings.as_raw_fd() as u32);
+        put_ptr(&mut attr, 8, &slot);
+        put_ptr(&mut attr, 16, &value);
+        bpf(BPF_MAP_UPDATE_ELEM, &mut attr).map(drop)
+    }
+
+    /// Segments the program could not write for a full ring since the last call.
+    pub fn dropped_since(&mut self) -> u64 {
+        let total = self.dropped_total();
+        let new = total.saturating_sub(self.dropped_reported);
+        self.dropped_reported = total;
+        new
+    }
+
+    fn dropped_total(&self) -> u64 {
+        let mut value = 0u64;
+        let mut attr = [0u64; ATTR_WORDS];
+        put_u32(&mut attr, 0, self.settings.as_raw_fd() as u32);
+        put_ptr(&mut attr, 8, &SLOT_DROPS);
+        put_ptr(&mut attr, 16, &mut value as *mut u64);
+        match bpf(BPF_MAP_LOOKUP_ELEM, &mut attr) {
+            Ok(_) => value,
+            Err(_) => 0,
+        }
+    }
+
+    /// Calls `each` with the headers and CLOCK_MONOTONIC stamp of every record written since
+    /// the last call, then gives their room back. Returns how many records there were.
+    pub fn take(&mut self, mut each: impl FnMut(&[u8], u64)) -> usize {
+        // SAFETY: the two positions are the first words of their pages, which stay mapped
+        // while `self` lives; the kernel writes the producer's and reads the consumer's.
+        let (consumer, producer) = unsafe {
+            (
+                &*self.consumer.base.as_ptr().cast::<AtomicU64>(),
+                &*self.producer.base.as_ptr().cast::<AtomicU64>(),
+            )
+        };
+        // SAFETY: the data follows the producer's page within its mapping.
+        let data = unsafe { self.producer.base.as_ptr().add(self.page) };
+        let mask = u64::from(RING_BYTES) - 1;
+        let mut position = consumer.load(Ordering::Relaxed);
+        // The records are written before the producer's position moves past them.
+        let written = producer.load(Ordering::Acquire);
+        let mut records = 0;
+        while position < written {
+            let at = (position & mask) as usize;
+            // SAFETY: `at` is within the first copy of the data; the header is a u32 the
+            // kernel sets (busy, then length) with release order.
+            let header = unsafe { &*data.add(at).cast::<AtomicU32>() }.load(Ordering::Acquire);
+            if header & BUSY_BIT != 0 {
+                break;
+            }
+            let len = (header & !(BUSY_BIT | DISCARD_BIT)) as usize;
+            if header & DISCARD_BIT == 0 && len == RECORD_BYTES {
+                // SAFETY: the record (at most RECORD_BYTES after its header) lies within the
+                // data's second copy, which follows the first: no wrap to handle.
+                let record = unsafe {
+                    std::slice::from_raw_parts(data.add(at + RINGBUF_HEADER), RECORD_BYTES)
+                };
+                let stamp = u64::from_ne_bytes(record[..8].try_into().expect("8 bytes"));
+                let copied = u32::from_ne_bytes(record[8..12].try_into().expect("4 bytes"));
+                let copied = (copied as usize).min(MAX_HEADERS);
+                if copied > 0 {
+                    each(&record[RECORD_HEADERS_AT..RECORD_HEADERS_AT + copied], stamp);
+                    records += 1;
+                }
+            }
+            // Records are 8-byte aligned, their header included.
+            position += (RINGBUF_HEADER + len).next_multiple_of(8) as u64;
+        }
+        // Everything read is read before the kernel may write over it.
+        consumer.store(position, Ordering::Release);
+        records
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_jump_lands_inside_the_program_and_it_ends_by_passing_the_packet_on() {
+        let code = program(3, 4);
+        let jumps = [JA, JEQ_K, JNE_K, JEQ_X, JNE_X, JGT_X, JLT_K];
+        for (at, insn) in code.iter().enumerate() {
+            if jumps.contains(&insn.code) {
+                let to = at as isize + 1 + isize::from(insn.off);
+                assert!(to > at as isize && (to as usize) < code.len(), "jump at {at} to {to}");
+            }
+        }
+        let n = code.len();
+        assert_eq!(code[n - 1].code, EXIT);
+        assert_eq!((code[n - 2].code, code[n - 2].imm), (MOV_K, TCX_NEXT));
+        // Each map is named by its descriptor, in a two-instruction immediate.
+        let maps: Vec<i32> = code.iter().filter(|i| i.code == LD_IMM_DW).map(|i| i.imm).collect();
+        assert_eq!(maps, [3, 4, 3]);
+    }
+}
