@@ -48,7 +48,7 @@ pub fn run(args: &[String]) -> Option<Result<(), String>> {
 }
 
 /// One `ackscope run rr --json`, as its summary tells it.
-#[derive(Clone, Copy, Default)]
+#[derive(Clone, Default)]
 struct RrRun {
     /// `clients.rps`: requests the client threads answered over their own run, the same window
     /// with capture on and off.
@@ -56,6 +56,8 @@ struct RrRun {
     segments: u64,
     kernel_packets: u64,
     dropped: u64,
+    /// `capture.via`: how the run captured ("ingress hook", "packet socket").
+    via: String,
 }
 
 /// What tcpdump said as it ended.
@@ -65,12 +67,18 @@ struct TcpdumpCounts {
     dropped: u64,
 }
 
-/// One round: the run with capture, without, and (pinned only) without, beside tcpdump.
+/// One round: the run with capture, without, and (pinned only) with capture through the packet
+/// socket, and without, beside tcpdump.
 struct Round {
     on: RrRun,
     off: RrRun,
+    socket: Option<RrRun>,
     tcpdump: Option<(RrRun, TcpdumpCounts)>,
 }
+
+/// The variable that makes a run capture through its packet socket, where it would take lo's
+/// ingress hook (docs/CAPTURE.md).
+const VIA_SOCKET: (&str, &str) = ("ACKSCOPE_CAPTURE_VIA", "socket");
 
 fn capture(rounds: u32, seconds: u32) -> Result<(), String> {
     // tcpdump: the C tool the capture is compared with.
@@ -81,7 +89,8 @@ fn capture(rounds: u32, seconds: u32) -> Result<(), String> {
         || "unknown".to_string(),
         |o| String::from_utf8_lossy(&o.stdout).trim().to_string(),
     );
-    if let Err(error) = rr(Length::count(100), true, None) {
+    let probe = rr(Length::count(100), Capture::Default, None);
+    if let Err(error) = &probe {
         steps.done("no");
         let why = if uid == "0" {
             "running as root, yet ackscope could not capture".to_string()
@@ -94,7 +103,8 @@ fn capture(rounds: u32, seconds: u32) -> Result<(), String> {
         println!("\ncapture_vs_off skipped: {why}\n{error}");
         return Ok(());
     }
-    steps.done(&format!("yes (uid {uid})"));
+    let via = probe.map(|run| run.via).unwrap_or_default();
+    steps.done(&format!("yes (uid {uid}), through the {via}"));
 
     // Pinned first: every thread on CPU 0, so what the capture costs is CPU time, the headline.
     // The tcpdump peer runs there too, where the target is.
@@ -105,7 +115,7 @@ fn capture(rounds: u32, seconds: u32) -> Result<(), String> {
             steps.start(&format!(
                 "calibrating the request count to last about {seconds} s, {placement}"
             ));
-            let rps = rr(Length::count(10_000), true, pin)?.rps;
+            let rps = rr(Length::count(10_000), Capture::Default, pin)?.rps;
             let count =
                 ((rps * f64::from(seconds) / 1000.0).round() as u32 * 1000).clamp(1000, MAX_COUNT);
             steps.done(&format!("{rps:.0} requests/s with capture on: --count {count}"));
@@ -121,9 +131,13 @@ fn capture(rounds: u32, seconds: u32) -> Result<(), String> {
         for round in 1..=rounds {
             steps.start(&format!("round {round} of {rounds}, {placement}"));
             let result = one_round(round, length, pin)?;
-            let peer = result
-                .tcpdump
-                .map_or(String::new(), |(run, _)| format!(", off beside tcpdump {:.0}", run.rps));
+            let mut peer = String::new();
+            if let Some(run) = &result.socket {
+                peer += &format!(", capture through the packet socket {:.0}", run.rps);
+            }
+            if let Some((run, _)) = &result.tcpdump {
+                peer += &format!(", off beside tcpdump {:.0}", run.rps);
+            }
             steps.done(&format!(
                 "capture on {:.0}, off {:.0}{peer} requests/s; {} segments captured, {} dropped",
                 result.on.rps, result.off.rps, result.on.segments, result.on.dropped
@@ -151,8 +165,21 @@ fn capture(rounds: u32, seconds: u32) -> Result<(), String> {
         };
         println!(
             "{prefix}capture_vs_off ratio={ratio:.3} capture_rps={on:.0} off_rps={off:.0} \
-             dropped={dropped}  ({placement}; capture on / off) {verdict}"
+             dropped={dropped} via={via:?}  ({placement}; capture on / off) {verdict}"
         );
+        let socket: Vec<&RrRun> = results.iter().filter_map(|r| r.socket.as_ref()).collect();
+        if !socket.is_empty() && via != "packet socket" {
+            let rps = median(socket.iter().map(|run| run.rps));
+            let dropped: u64 = socket.iter().map(|run| run.dropped).sum();
+            println!(
+                "socket_capture_vs_off ratio={:.3} capture_rps={rps:.0} off_rps={off:.0} \
+                 dropped={dropped}  ({placement}; capture through the packet socket \
+                 ({}={}) / off: the way in where the hook is not permitted)",
+                rps / off,
+                VIA_SOCKET.0,
+                VIA_SOCKET.1
+            );
+        }
         let peer: Vec<&(RrRun, TcpdumpCounts)> =
             results.iter().filter_map(|r| r.tcpdump.as_ref()).collect();
         if !peer.is_empty() {
@@ -178,16 +205,18 @@ fn capture(rounds: u32, seconds: u32) -> Result<(), String> {
 
 /// The runs of one round, their order turned by one each round so that drift favours none.
 fn one_round(round: u32, length: Length, pin: Option<u32>) -> Result<Round, String> {
-    let mut result = Round { on: RrRun::default(), off: RrRun::default(), tcpdump: None };
-    let runs = if pin.is_some() { 3 } else { 2 };
+    let mut result =
+        Round { on: RrRun::default(), off: RrRun::default(), socket: None, tcpdump: None };
+    let runs = if pin.is_some() { 4 } else { 2 };
     for turn in 0..runs {
         match (round + turn) % runs {
-            0 => result.off = rr(length, false, pin)?,
-            1 => result.on = rr(length, true, pin)?,
+            0 => result.off = rr(length, Capture::Off, pin)?,
+            1 => result.on = rr(length, Capture::Default, pin)?,
+            2 => result.socket = Some(rr(length, Capture::Socket, pin)?),
             _ => {
                 let cpu = pin.expect("the peer runs pinned only");
                 let tcpdump = Tcpdump::start(cpu)?;
-                let run = rr(length, false, pin);
+                let run = rr(length, Capture::Off, pin);
                 let counts = tcpdump.stop()?;
                 result.tcpdump = Some((run?, counts));
             }
@@ -203,6 +232,16 @@ fn print_rounds(length: Length, placement: &str, results: &[Round]) {
         length.args().join(" "),
         RR_ARGS.join(" ")
     );
+    if let Some(first) = results.first() {
+        println!("capture: through the {}", first.on.via);
+    }
+    let socket = results.iter().any(|r| r.socket.is_some());
+    if socket {
+        println!(
+            "socket: the run with --capture through the packet socket ({}={})",
+            VIA_SOCKET.0, VIA_SOCKET.1
+        );
+    }
     let peer = results.iter().any(|r| r.tcpdump.is_some());
     if peer {
         println!(
@@ -216,6 +255,9 @@ fn print_rounds(length: Length, placement: &str, results: &[Round]) {
         "{:>5}  {:>10}  {:>10}  {:>6}  {:>9}  {:>14}  {:>7}",
         "round", "capture", "off", "ratio", "segments", "kernel passed", "dropped"
     );
+    if socket {
+        header += &format!("  {:>10}  {:>10}  {:>7}", "socket", "socket/off", "dropped");
+    }
     if peer {
         header +=
             &format!("  {:>10}  {:>11}  {:>9}  {:>7}", "tcpdump", "tcpdump/off", "kept", "dropped");
@@ -232,7 +274,11 @@ fn print_rounds(length: Length, placement: &str, results: &[Round]) {
             r.on.kernel_packets,
             r.on.dropped
         );
-        if let Some((run, counts)) = r.tcpdump {
+        if let Some(run) = &r.socket {
+            row +=
+                &format!("  {:>10.0}  {:>10.3}  {:>7}", run.rps, run.rps / r.off.rps, run.dropped);
+        }
+        if let Some((run, counts)) = &r.tcpdump {
             row += &format!(
                 "  {:>10.0}  {:>11.3}  {:>9}  {:>7}",
                 run.rps,
@@ -266,11 +312,24 @@ impl Length {
     }
 }
 
-fn rr(length: Length, capture: bool, pin: Option<u32>) -> Result<RrRun, String> {
+/// Whether a run captures, and how.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Capture {
+    Off,
+    /// `--capture`, the first way in this host permits (lo's ingress hook as root).
+    Default,
+    /// `--capture` through the packet socket.
+    Socket,
+}
+
+fn rr(length: Length, capture: Capture, pin: Option<u32>) -> Result<RrRun, String> {
     let mut command = command(setup::probe_binary(), pin);
     command.args(["run", "rr"]).args(length.args()).args(RR_ARGS);
-    if capture {
+    if capture != Capture::Off {
         command.arg("--capture");
+    }
+    if capture == Capture::Socket {
+        command.env(VIA_SOCKET.0, VIA_SOCKET.1);
     }
     let json = json::summary(&checked_output(&mut command)?)?;
     let captured = |field| json["capture"].get(field).and_then(|n| n.as_u64()).unwrap_or(0);
@@ -280,6 +339,7 @@ fn rr(length: Length, capture: bool, pin: Option<u32>) -> Result<RrRun, String> 
         segments: captured("segments"),
         kernel_packets: captured("kernel_packets"),
         dropped: captured("dropped"),
+        via: json["capture"].get("via").and_then(|v| v.as_str()).unwrap_or_default().to_string(),
     })
 }
 
