@@ -110,10 +110,7 @@ enum Source {
 impl CaptureTap {
     /// How this tap captures, for the run's report.
     pub fn via(&self) -> &'static str {
-        match self.source {
-            Source::Hook(_) => "ingress hook",
-            Source::Socket { .. } => "packet socket",
-        }
+        self.source.via()
     }
 }
 
@@ -242,6 +239,14 @@ pub(crate) fn bind_to_device(fd: RawFd, name: &std::ffi::CStr, protocol: u16) ->
 }
 
 impl Source {
+    /// The report's name of this way in ([`CaptureReport::via`]).
+    fn via(&self) -> &'static str {
+        match self {
+            Source::Hook(_) => "ingress hook",
+            Source::Socket { .. } => "packet socket",
+        }
+    }
+
     /// Keeps only TCP segments to or from `port` from now on.
     fn keep_port(&self, port: u16) -> io::Result<()> {
         match self {
@@ -525,13 +530,14 @@ impl Reader {
         self.count_kernel_stats(&mut source);
         self.tagger.log_unmatched();
         let mut report = CaptureReport {
-            via: CaptureTap { source }.via(),
+            via: source.via(),
             segments: self.tagger.segments(),
             dropped: self.dropped,
             kernel_packets: self.kernel_packets,
             ..CaptureReport::default()
         };
-        if report.via == "packet socket" {
+        // The hook's stamps are on the run's clock: no offset to report.
+        if let Source::Socket { .. } = source {
             let end = ClockOffset::measure(&self.rec.clock());
             let last_step = end.realtime_minus_run_ns - self.offset.realtime_minus_run_ns;
             largest_step = largest_step.max(last_step.abs());
