@@ -48,9 +48,13 @@ fn captured_ping_pong(args: &[&str]) -> std::process::Output {
 /// [`captured_ping_pong`], capturing the way `via` names ([`CAPTURE_VIA`]).
 fn captured_ping_pong_via(via: &str, args: &[&str]) -> std::process::Output {
     let common = ["run", "rr", "--nodelay", "both", "--write", "single", "--capture", "--json"];
-    let args = [&common[..], args].concat();
+    ackscope_via(via, &[&common[..], args].concat())
+}
+
+/// `ackscope ARGS` with [`CAPTURE_VIA`] set to `via`.
+fn ackscope_via(via: &str, args: &[&str]) -> std::process::Output {
     let output = Command::new(env!("CARGO_BIN_EXE_ackscope"))
-        .args(&args)
+        .args(args)
         .env(CAPTURE_VIA, via)
         .output()
         .unwrap();
@@ -131,17 +135,8 @@ fn captured_run_via(via: &str) -> (serde_json::Value, Vec<Event>) {
     let dir = common::temp_folder("capture");
     let file = dir.join("run.ackscope");
     let file = file.to_str().unwrap();
-    let args = ["run", "rr", "--count", "10", "--capture", "--json", "-o", file];
-    let output = Command::new(env!("CARGO_BIN_EXE_ackscope"))
-        .args(args)
-        .env(CAPTURE_VIA, via)
-        .output()
-        .unwrap();
-    eprintln!(
-        "$ {CAPTURE_VIA}={via} ackscope {}\n{}",
-        args.join(" "),
-        String::from_utf8_lossy(&output.stderr)
-    );
+    let output =
+        ackscope_via(via, &["run", "rr", "--count", "10", "--capture", "--json", "-o", file]);
     assert!(output.status.success());
     let summary: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
     (summary["capture"].clone(), common::exported_events(file))

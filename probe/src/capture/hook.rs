@@ -7,7 +7,7 @@
 //! room check, its lock and block lock, the address field's header parse, a realtime clock
 //! read, three indirect calls, each a retpoline on mitigated CPUs). The hook runs one program
 //! that filters and copies in a few dozen instructions: pinned to one CPU, a captured
-//! ping-pong keeps 0.92 of its rate this way, 0.89 with the packet socket (docs/BENCHMARKS.md,
+//! ping-pong keeps 0.927 of its rate this way, 0.897 with the packet socket (docs/BENCHMARKS.md,
 //! `bench capture`). The hook needs CAP_BPF and CAP_NET_ADMIN (root); where it is refused,
 //! or on an older kernel, the capture falls back to the packet socket.
 //!
@@ -47,10 +47,11 @@ const RB_NO_WAKEUP: i32 = 1;
 /// capture thread is off the CPU.
 const RING_BYTES: u32 = 8 << 20;
 /// The longest headers kept: Ethernet 14, IP with the longest options 60, TCP with the longest 60.
-pub const MAX_HEADERS: usize = 134;
-/// A record: the stamp (8 bytes), the header bytes copied (4), 4 spare, the headers.
+const MAX_HEADERS: usize = 134;
+/// A record: the stamp (8 bytes), the header bytes copied (4), 4 spare, then room for the
+/// longest headers, to a multiple of 8 (the ring's own alignment).
 const RECORD_HEADERS_AT: usize = 16;
-const RECORD_BYTES: usize = RECORD_HEADERS_AT + 136;
+const RECORD_BYTES: usize = RECORD_HEADERS_AT + MAX_HEADERS.next_multiple_of(8);
 /// The ring buffer's own record header (`BPF_RINGBUF_HDR_SZ`) and its flag bits.
 const RINGBUF_HEADER: usize = 8;
 const BUSY_BIT: u32 = 1 << 31;
