@@ -127,8 +127,6 @@ fn story_1_on_the_wire_small_segment_delayed_pure_ack_then_the_body() {
 /// A write's stream offsets before and after it, and when it started.
 type Write = (u64, u64, u64);
 
-/// Each captured data segment is stamped after the write that gave its first byte started,
-/// and before the peer's read of its last byte returned: packet and syscall stamps agree.
 /// `ackscope run rr --capture -o F --json` of 10 requests, capturing the way `via` names
 /// ([`CAPTURE_VIA`]): the summary's `capture` object and the recorded events.
 fn captured_run_via(via: &str) -> (serde_json::Value, Vec<Event>) {
@@ -162,6 +160,9 @@ fn packet_stamps_fall_between_the_write_and_the_peers_read() {
     }
 }
 
+/// Each captured data segment of `events` is stamped after the write that gave its first byte
+/// started, and before the peer's read of its last byte returned, within `slack`: packet and
+/// syscall stamps agree.
 fn stamps_fall_between_the_write_and_the_peers_read(events: &[Event], slack: u64, via: &str) {
     // Each side's stream: (offset after the call, start of the write / end of the read).
     let mut writes: HashMap<(ConnId, Side), Vec<Write>> = HashMap::new();

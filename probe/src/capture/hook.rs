@@ -157,8 +157,9 @@ impl Assembler {
 /// byte, r8 the end of its linear part (the headers on loopback), r9 the run's port and later
 /// the length of the headers; r1-r5 are the helpers' arguments and scratch, r0 their result.
 fn program(settings: RawFd, ring: RawFd) -> Vec<Insn> {
-    // Packet fields are loaded as they lie in memory: the constants they are compared with are
-    // written the same way, so the program is right on either byte order.
+    // Packet fields are loaded as they lie in memory, and the constants they are compared with
+    // are written the same way (the instructions themselves are packed for little-endian
+    // hosts: [`Hook::attach`]).
     let ipv4 = i32::from(u16::from_ne_bytes([0x08, 0x00]));
     let later_fragment = i32::from(u16::from_ne_bytes([0x1f, 0xff]));
     let mut a = Assembler { code: Vec::new(), jumps: Vec::new() };
@@ -354,7 +355,10 @@ pub struct Hook {
     producer: Mapping,
     _ring: OwnedFd,
     page: usize,
+    /// Drops already reported by [`Hook::dropped_since`].
     dropped_reported: u64,
+    /// Records read without headers since the last [`Hook::dropped_since`].
+    unreadable: u64,
 }
 
 // SAFETY: the mappings belong to this value alone; it is moved to the capture thread whole.
@@ -364,6 +368,14 @@ impl Hook {
     /// Loads the program and attaches it to lo's ingress, keeping nothing until
     /// [`Hook::keep_port`].
     pub fn attach() -> io::Result<Hook> {
+        // The instructions' register fields are packed as a little-endian kernel reads them,
+        // and the ring's positions are read as 64-bit words (the kernel's `unsigned long`).
+        if cfg!(target_endian = "big") || cfg!(not(target_pointer_width = "64")) {
+            return Err(io::Error::new(
+                io::ErrorKind::Unsupported,
+                "the ingress hook is built for 64-bit little-endian hosts only",
+            ));
+        }
         let ring = map_create(MAP_TYPE_RINGBUF, 0, 0, RING_BYTES)?;
         let settings = map_create(MAP_TYPE_ARRAY, 4, 8, 2)?;
         let program = load(&program(settings.as_raw_fd(), ring.as_raw_fd()))?;
@@ -392,6 +404,7 @@ impl Hook {
             _ring: ring,
             page,
             dropped_reported: 0,
+            unreadable: 0,
         })
     }
 
@@ -409,12 +422,13 @@ impl Hook {
         bpf(BPF_MAP_UPDATE_ELEM, &mut attr).map(drop)
     }
 
-    /// Segments the program could not write for a full ring since the last call.
+    /// Segments the program could not write for a full ring, or wrote without their headers,
+    /// since the last call.
     pub fn dropped_since(&mut self) -> u64 {
         let total = self.dropped_total();
         let new = total.saturating_sub(self.dropped_reported);
         self.dropped_reported = total;
-        new
+        new + std::mem::take(&mut self.unreadable)
     }
 
     fn dropped_total(&self) -> u64 {
@@ -430,7 +444,9 @@ impl Hook {
     }
 
     /// Calls `each` with the headers and CLOCK_MONOTONIC stamp of every record written since
-    /// the last call, then gives their room back. Returns how many records there were.
+    /// the last call, then gives their room back. Returns how many it called `each` with; a
+    /// record without headers (the kernel could not copy them) is counted with the drops
+    /// ([`Hook::dropped_since`]).
     pub fn take(&mut self, mut each: impl FnMut(&[u8], u64)) -> usize {
         // SAFETY: the two positions are the first words of their pages, which stay mapped
         // while `self` lives; the kernel writes the producer's and reads the consumer's.
@@ -456,6 +472,7 @@ impl Hook {
                 break;
             }
             let len = (header & !(BUSY_BIT | DISCARD_BIT)) as usize;
+            let mut read = false;
             if header & DISCARD_BIT == 0 && len == RECORD_BYTES {
                 // SAFETY: the record (at most RECORD_BYTES after its header) lies within the
                 // data's second copy, which follows the first: no wrap to handle.
@@ -468,10 +485,18 @@ impl Hook {
                 if copied > 0 {
                     each(&record[RECORD_HEADERS_AT..RECORD_HEADERS_AT + copied], stamp);
                     records += 1;
+                    read = true;
                 }
             }
-            // Records are 8-byte aligned, their header included.
-            position += (RINGBUF_HEADER + len).next_multiple_of(8) as u64;
+            if !read {
+                self.unreadable += 1;
+            }
+            // Records are 8-byte aligned, their header included. Never past what the kernel
+            // wrote: a consumer ahead of the producer would make every later record look as
+            // if it did not fit.
+            position = position
+                .saturating_add((RINGBUF_HEADER + len).next_multiple_of(8) as u64)
+                .min(written);
         }
         // Everything read is read before the kernel may write over it.
         consumer.store(position, Ordering::Release);

@@ -5,7 +5,7 @@
 //! thread reads in batches. Two ways in, the first that this host permits ([`open`]):
 //! - [`hook`]: an eBPF program on lo's ingress hook (tcx, Linux 6.6; CAP_BPF and
 //!   CAP_NET_ADMIN), stamping each segment on CLOCK_MONOTONIC, the run's own clock. It costs
-//!   the run about a third of what the packet socket does (docs/BENCHMARKS.md).
+//!   the run about 70% of what the packet socket does (docs/BENCHMARKS.md).
 //! - [`ring`]: an AF_PACKET socket on lo (CAP_NET_RAW, which a user namespace grants) with a
 //!   classic BPF filter and a TPACKET_V3 ring. Its stamps are CLOCK_REALTIME, taken by the tap
 //!   as it copies the packet, so the offset between the two clocks ([`ClockOffset`]) is
@@ -123,7 +123,8 @@ pub fn open() -> Result<CaptureTap, CaptureError> {
         None | Some("") => {}
         Some("socket") => return open_socket(),
         Some("hook") => {
-            let hook = hook::Hook::attach().map_err(io_error("lo's ingress hook (eBPF)"))?;
+            let hook = hook::Hook::attach()
+                .map_err(io_error("lo's ingress hook (eBPF; needs root and Linux 6.6 or later)"))?;
             return Ok(CaptureTap { source: Source::Hook(hook) });
         }
         Some(other) => return Err(CaptureError::Via(other.into())),
@@ -132,7 +133,21 @@ pub fn open() -> Result<CaptureTap, CaptureError> {
         Ok(hook) => Ok(CaptureTap { source: Source::Hook(hook) }),
         Err(e) => {
             // Not root, a kernel before 6.6, or BPF turned off: the packet socket does the same.
-            tracing::debug!("capture: lo's ingress hook is not available ({e}); a packet socket");
+            // Anything else is worth a word: the hook should have worked.
+            let expected = matches!(
+                e.raw_os_error(),
+                Some(libc::EPERM | libc::EACCES | libc::EINVAL | libc::ENOSYS | libc::EOPNOTSUPP)
+            ) || e.kind() == io::ErrorKind::Unsupported;
+            if expected {
+                tracing::debug!(
+                    "capture: lo's ingress hook is not available ({e}); a packet socket"
+                );
+            } else {
+                tracing::warn!(
+                    "capture: lo's ingress hook failed ({e}); capturing through a packet socket \
+                     instead, which costs the run more"
+                );
+            }
             open_socket()
         }
     }
