@@ -424,3 +424,23 @@ fn a_capture_of_several_connections_keeps_every_segment() {
     assert_eq!(segments, passed, "every packet the filter passed was recorded");
     assert!(segments >= 2 * requests, "a request and an answer each: {segments}");
 }
+
+/// The printed summary says how the segments were captured and whether any were dropped.
+#[test]
+#[ignore = "needs root (packet capture): cargo xtask test runs it as root"]
+fn the_summary_names_the_way_in_and_what_was_dropped() {
+    common::require_root("packet capture");
+    for (via, way) in [("hook", "through lo's ingress hook"), ("socket", "through a packet socket")]
+    {
+        let output = ackscope_via(via, &["run", "rr", "--count", "20", "--capture"]);
+        assert!(output.status.success());
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        let line = stdout
+            .lines()
+            .find(|line| line.trim_start().starts_with("capture "))
+            .unwrap_or_else(|| panic!("{via}: no capture line in\n{stdout}"));
+        let segments: u64 = line.split_whitespace().nth(1).unwrap().parse().unwrap();
+        assert!(segments >= 40, "{via}: 20 requests and their answers: {line}");
+        assert!(line.ends_with(&format!("segments {way}, none dropped")), "{via}: {line}");
+    }
+}

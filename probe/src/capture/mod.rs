@@ -365,7 +365,8 @@ fn realtime_ns() -> i128 {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct CaptureReport {
     /// How the segments were captured: "ingress hook" (their stamps are on the run's clock, and
-    /// the offset fields below are 0) or "packet socket".
+    /// the offset fields below are 0), "packet socket", or "link relay" (`--link`: the link's
+    /// relay recorded the packets it carried, on the run's clock).
     pub via: &'static str,
     /// Segments of the run's connections recorded.
     pub segments: u64,

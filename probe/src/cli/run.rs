@@ -653,6 +653,18 @@ impl Tally {
         for class in self.stall_classes().unwrap_or_default() {
             writeln!(out, "  {}", class.line())?;
         }
+        if let Some(capture) = &self.capture {
+            let way = match capture.via {
+                "ingress hook" => "through lo's ingress hook",
+                "packet socket" => "through a packet socket",
+                _ => "by the link's relay",
+            };
+            let dropped = match capture.dropped {
+                0 => "none dropped".to_string(),
+                n => format!("{n} dropped for a full ring (see the warning above)"),
+            };
+            writeln!(out, "  capture        {} segments {way}, {dropped}", capture.segments)?;
+        }
         if let Some(clock) = &self.clock {
             let place = match (&self.remote, &self.server_netns) {
                 (Some(remote), _) => Some(remote.server.clone()),

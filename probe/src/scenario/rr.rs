@@ -116,7 +116,8 @@ fn run_local(
             // The relay stamps on the run's clock: no offset to measure, nothing dropped.
             Some(Ok(stats)) => {
                 if let Some(segments) = stats.captured_segments {
-                    capture = Some(CaptureReport { segments, ..Default::default() });
+                    capture =
+                        Some(CaptureReport { via: "link relay", segments, ..Default::default() });
                 }
             }
             None => {}
