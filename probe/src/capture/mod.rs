@@ -38,7 +38,6 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use ackscope_shared::packet::parse_ethernet;
 use ackscope_shared::{Event, EventKind, ReqId, Segment, Side};
-use serde::Serialize;
 use socket2::{Domain, Protocol, Socket, Type};
 
 use crate::net::peers::{ConnTag, Peers};
@@ -109,8 +108,38 @@ enum Source {
 
 impl CaptureTap {
     /// How this tap captures, for the run's report.
-    pub fn via(&self) -> &'static str {
+    pub fn via(&self) -> Via {
         self.source.via()
+    }
+}
+
+/// How a run's segments were captured.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Via {
+    /// lo's ingress hook: stamps on the run's clock, no offset to report.
+    IngressHook,
+    PacketSocket,
+    /// `--link`: the link's relay recorded the packets it carried, on the run's clock.
+    LinkRelay,
+}
+
+impl Via {
+    /// The summary JSON's `capture.via` (docs/CAPTURE.md).
+    pub fn name(self) -> &'static str {
+        match self {
+            Via::IngressHook => "ingress hook",
+            Via::PacketSocket => "packet socket",
+            Via::LinkRelay => "link relay",
+        }
+    }
+
+    /// The printed summary's words for it.
+    pub fn describe(self) -> &'static str {
+        match self {
+            Via::IngressHook => "through lo's ingress hook",
+            Via::PacketSocket => "through a packet socket",
+            Via::LinkRelay => "by the link's relay",
+        }
     }
 }
 
@@ -118,39 +147,33 @@ impl CaptureTap {
 /// load and attach it, else a packet socket ([`CAPTURE_VIA`] chooses one). Fails with
 /// [`CaptureError::Permission`] without either permission.
 pub fn open() -> Result<CaptureTap, CaptureError> {
-    let via = std::env::var(CAPTURE_VIA).ok();
-    match via.as_deref() {
+    let open_hook = || hook::Hook::attach().map(|hook| CaptureTap { source: Source::Hook(hook) });
+    match std::env::var(CAPTURE_VIA).ok().as_deref() {
         None | Some("") => {}
         Some("socket") => return open_socket(),
         Some("hook") => {
-            let hook = hook::Hook::attach()
-                .map_err(io_error("lo's ingress hook (eBPF; needs root and Linux 6.6 or later)"))?;
-            return Ok(CaptureTap { source: Source::Hook(hook) });
+            return open_hook()
+                .map_err(io_error("lo's ingress hook (eBPF; needs root and Linux 6.6 or later)"))
         }
         Some(other) => return Err(CaptureError::Via(other.into())),
     }
-    match hook::Hook::attach() {
-        Ok(hook) => Ok(CaptureTap { source: Source::Hook(hook) }),
-        Err(e) => {
-            // Not root, a kernel before 6.6, or BPF turned off: the packet socket does the same.
-            // Anything else is worth a word: the hook should have worked.
-            let expected = matches!(
-                e.raw_os_error(),
-                Some(libc::EPERM | libc::EACCES | libc::EINVAL | libc::ENOSYS | libc::EOPNOTSUPP)
-            ) || e.kind() == io::ErrorKind::Unsupported;
-            if expected {
-                tracing::debug!(
-                    "capture: lo's ingress hook is not available ({e}); a packet socket"
-                );
-            } else {
-                tracing::warn!(
-                    "capture: lo's ingress hook failed ({e}); capturing through a packet socket \
+    open_hook().or_else(|e| {
+        // Not root, a kernel before 6.6, or BPF turned off: the packet socket does the same.
+        // Anything else is worth a word: the hook should have worked.
+        let expected = matches!(
+            e.raw_os_error(),
+            Some(libc::EPERM | libc::EACCES | libc::EINVAL | libc::ENOSYS | libc::EOPNOTSUPP)
+        ) || e.kind() == io::ErrorKind::Unsupported;
+        if expected {
+            tracing::debug!("capture: lo's ingress hook is not available ({e}); a packet socket");
+        } else {
+            tracing::warn!(
+                "capture: lo's ingress hook failed ({e}); capturing through a packet socket \
                      instead, which costs the run more"
-                );
-            }
-            open_socket()
+            );
         }
-    }
+        open_socket()
+    })
 }
 
 /// Opens the capture's packet socket. Fails with [`CaptureError::Permission`] without
@@ -192,7 +215,7 @@ fn open_socket() -> Result<CaptureTap, CaptureError> {
 /// "available", or why packets cannot be captured here (for the session's host facts).
 pub fn availability() -> String {
     match open() {
-        Ok(tap) => format!("available ({})", tap.via()),
+        Ok(tap) => format!("available ({})", tap.via().name()),
         Err(CaptureError::Permission(e)) => format!("not permitted: needs CAP_NET_RAW ({e})"),
         Err(e) => format!("unavailable: {e}"),
     }
@@ -254,11 +277,10 @@ pub(crate) fn bind_to_device(fd: RawFd, name: &std::ffi::CStr, protocol: u16) ->
 }
 
 impl Source {
-    /// The report's name of this way in ([`CaptureReport::via`]).
-    fn via(&self) -> &'static str {
+    fn via(&self) -> Via {
         match self {
-            Source::Hook(_) => "ingress hook",
-            Source::Socket { .. } => "packet socket",
+            Source::Hook(_) => Via::IngressHook,
+            Source::Socket { .. } => Via::PacketSocket,
         }
     }
 
@@ -362,12 +384,11 @@ fn realtime_ns() -> i128 {
 }
 
 /// How a capture went: what the run's summary and its log report.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct CaptureReport {
-    /// How the segments were captured: "ingress hook" (their stamps are on the run's clock, and
-    /// the offset fields below are 0), "packet socket", or "link relay" (`--link`: the link's
-    /// relay recorded the packets it carried, on the run's clock).
-    pub via: &'static str,
+    /// How the segments were captured (`None`: the capture thread panicked). The offset fields
+    /// below are 0 but for the packet socket, whose stamps are realtime.
+    pub via: Option<Via>,
     /// Segments of the run's connections recorded.
     pub segments: u64,
     /// The larger of the start and end offsets' uncertainties.
@@ -378,7 +399,6 @@ pub struct CaptureReport {
     pub drift_ns: i64,
     /// The offset at the end minus the offset at the start (the log says it; stamps were not
     /// converted with one offset for the whole run, so this is not their error).
-    #[serde(skip)]
     pub total_drift_ns: i64,
     /// Packets the kernel dropped because the capture's ring was full.
     pub dropped: u32,
@@ -431,12 +451,12 @@ impl Capture {
             CaptureReport::default()
         });
         tracing::info!(
-            via = report.via,
+            via = report.via.map(Via::name),
             segments = report.segments,
             offset_uncertainty_ns = report.offset_uncertainty_ns,
             drift_ns = report.drift_ns,
             dropped = report.dropped,
-            "capture ({}): {} segments; packet stamps agree with the run's clock to within {} ns \
+            "capture ({:?}): {} segments; packet stamps agree with the run's clock to within {} ns \
              (clock offset uncertainty), plus at most {} ns the offset moved between two \
              measurements; it moved {} ns over the run",
             report.via,
@@ -546,7 +566,7 @@ impl Reader {
         self.count_kernel_stats(&mut source);
         self.tagger.log_unmatched();
         let mut report = CaptureReport {
-            via: source.via(),
+            via: Some(source.via()),
             segments: self.tagger.segments(),
             dropped: self.dropped,
             kernel_packets: self.kernel_packets,

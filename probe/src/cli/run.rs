@@ -17,7 +17,7 @@ use super::knobs::{self, BulkKnobs, CommonKnobs, RrKnobs};
 use super::sweep;
 use super::terminal::Printable;
 use super::{Ended, Failure};
-use crate::capture::CaptureReport;
+use crate::capture::{CaptureReport, Via};
 use crate::record::SessionWriter;
 use crate::{emulate, host, interrupt, scenario};
 
@@ -607,7 +607,7 @@ impl Tally {
         object.insert("events".into(), self.events.into());
         if let Some(capture) = &self.capture {
             let capture = serde_json::json!({
-                "via": capture.via,
+                "via": capture.via.map(Via::name),
                 "segments": capture.segments,
                 "offset_uncertainty_ns": capture.offset_uncertainty_ns,
                 "drift_ns": capture.drift_ns,
@@ -654,11 +654,7 @@ impl Tally {
             writeln!(out, "  {}", class.line())?;
         }
         if let Some(capture) = &self.capture {
-            let way = match capture.via {
-                "ingress hook" => "through lo's ingress hook",
-                "packet socket" => "through a packet socket",
-                _ => "by the link's relay",
-            };
+            let way = capture.via.map_or("", Via::describe);
             let dropped = match capture.dropped {
                 0 => "none dropped".to_string(),
                 n => format!("{n} dropped for a full ring (see the warning above)"),

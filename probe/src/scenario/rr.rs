@@ -15,7 +15,7 @@ use ackscope_shared::{Event, RrSpec, Scenario, Side};
 use super::{
     open_capture, outcome, remote_error, start_remote, Collector, RemoteNotes, RunNotes, Target,
 };
-use crate::capture::{Capture, CaptureReport};
+use crate::capture::{Capture, CaptureReport, Via};
 use crate::emulate::{Link, Placement, ServerNamespace};
 use crate::net::client::{self, Shared};
 use crate::net::echo::{EchoConfig, EchoServer, Tagging};
@@ -116,8 +116,11 @@ fn run_local(
             // The relay stamps on the run's clock: no offset to measure, nothing dropped.
             Some(Ok(stats)) => {
                 if let Some(segments) = stats.captured_segments {
-                    capture =
-                        Some(CaptureReport { via: "link relay", segments, ..Default::default() });
+                    capture = Some(CaptureReport {
+                        via: Some(Via::LinkRelay),
+                        segments,
+                        ..Default::default()
+                    });
                 }
             }
             None => {}
