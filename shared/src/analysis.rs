@@ -20,6 +20,8 @@ use crate::span_list::SpanList;
 pub use crate::span_list::Spans;
 use crate::spec::{RrSpec, MAX_REQUESTS};
 use crate::write_log::WriteLog;
+use std::cell::Cell;
+use std::collections::HashSet;
 
 /// Reads held longer than this are stalls (the summary's "reads blocked longer than 10 ms").
 /// Far above a loopback round trip (tens of microseconds), far below a delayed ACK (40 ms).
@@ -238,6 +240,32 @@ impl RequestView {
     }
 }
 
+/// The most samples of one kind (TCP_INFO, segments, run-queue delays) one request keeps. The
+/// probe spaces its samples out as a wait goes on, so a real request has tens to hundreds; a
+/// request that never ends, in a broken or hostile file, could bring millions.
+pub const MAX_SAMPLES_PER_REQUEST: usize = 4096;
+
+/// Adds `sample` to one of a request's evidence lists, kept to [`MAX_SAMPLES_PER_REQUEST`]: once
+/// full, the first half stays as it is (the start of a wait is where its cause shows: the small
+/// segment, its ACK, the held data) and every other sample of the second half goes, so the
+/// list still spans the whole wait. Returns how many samples went. Each thinning costs the
+/// list's length and frees a quarter of it: O(1) a sample over a long run.
+fn push_capped<T>(list: &mut Vec<T>, sample: T) -> u64 {
+    let mut thinned = 0;
+    if list.len() >= MAX_SAMPLES_PER_REQUEST {
+        let before = list.len();
+        let kept_whole = MAX_SAMPLES_PER_REQUEST / 2;
+        let mut index = 0;
+        list.retain(|_| {
+            index += 1;
+            index <= kept_whole || (index - kept_whole) % 2 == 0
+        });
+        thinned = (before - list.len()) as u64;
+    }
+    list.push(sample);
+    thinned
+}
+
 /// Emptied views kept for the next requests: as many as a retirement hands back at once.
 const MAX_SPARE_VIEWS: usize = 8192;
 /// A list longer than this is not kept for another request.
@@ -279,11 +307,18 @@ pub struct RunAnalysis {
     /// Events that named a request id beyond [`MAX_REQUESTS`], more than [`MAX_REQUESTS_AHEAD`]
     /// past the newest request held, or of a request already retired; they are not analysed.
     pub ignored_events: u64,
+    /// Samples a request had more of than [`MAX_SAMPLES_PER_REQUEST`], thinned out.
+    pub thinned_samples: u64,
     /// Requests below this id were retired ([`RunAnalysis::retire`]); `requests[0]` is this one.
     base: u32,
     /// The held requests below this id have their spans packed ([`RunAnalysis::pack_settled`]).
     packed_until: u32,
     retired: Retired,
+    /// How many of the held requests, from the oldest, are known to be settled: where the
+    /// next [`RunAnalysis::retire`] goes on looking.
+    settled_prefix: usize,
+    /// Connections a side closed, whose state is forgotten once no held request is on them.
+    closed: HashSet<ConnId>,
     /// Views of retired requests, emptied, for the next requests: their lists keep their
     /// allocations, so a long run's collector does not allocate and free a request's lists
     /// for every request (on the CPU it measures).
@@ -292,8 +327,11 @@ pub struct RunAnalysis {
     /// percentiles: ordered when the summary is asked for, not on every request.
     latencies: SortedMultiset,
     /// The earliest start and the latest done of every request, retired ones included.
-    first_start: Option<u64>,
-    last_done: Option<u64>,
+    first_start: Cell<Option<u64>>,
+    last_done: Cell<Option<u64>>,
+    /// A repeated start or done (a broken or hostile file) replaced one of those two extremes:
+    /// they are found again when next asked for, once, not on every repeat.
+    extremes_stale: Cell<bool>,
     /// How far the run's event producers have got, for a reader that retires requests only
     /// once all their events are in ([`RunAnalysis::retire_when_settled`]); `None`: any
     /// finished request may be retired.
@@ -379,10 +417,12 @@ impl Settlement {
         server_in && segments_in
     }
 
-    /// Forgets closed connections that no held request is on.
-    fn forget_closed(&mut self, held: &[RequestView]) {
-        let open: std::collections::HashSet<ConnId> = held.iter().filter_map(|r| r.conn).collect();
-        self.server.retain(|(conn, _), &at| at != u32::MAX || open.contains(conn));
+    /// Forgets a closed connection that no held request is on.
+    fn forget(&mut self, conn: ConnId) {
+        for side in [Side::Client, Side::Server] {
+            self.server.remove(&(conn, side));
+            self.started.remove(&(conn, side));
+        }
     }
 }
 
@@ -511,7 +551,8 @@ impl RunAnalysis {
                         snd_wnd: info.snd_wnd,
                     };
                     if let Some(view) = self.request_mut(event.req) {
-                        view.evidence_mut().kernel.push(sample);
+                        let thinned = push_capped(&mut view.evidence_mut().kernel, sample);
+                        self.thinned_samples += thinned;
                     }
                 }
             }
@@ -521,20 +562,23 @@ impl RunAnalysis {
                 }
                 let sample = SegmentSample::new(event.side, event.at_ns, segment);
                 if let Some(view) = self.request_mut(event.req) {
-                    view.evidence_mut().segments.push(sample);
+                    let thinned = push_capped(&mut view.evidence_mut().segments, sample);
+                    self.thinned_samples += thinned;
                 }
             }
             EventKind::RunDelay { since_ns, waited_ns } => {
                 let sample =
                     RunDelaySample { side: event.side, since_ns, at_ns: event.at_ns, waited_ns };
                 if let Some(view) = self.request_mut(event.req) {
-                    view.evidence_mut().run_delays.push(sample);
+                    let thinned = push_capped(&mut view.evidence_mut().run_delays, sample);
+                    self.thinned_samples += thinned;
                 }
             }
             EventKind::Closed => {
                 if let Some(settlement) = &mut self.settlement {
                     settlement.wrote(event, true);
                 }
+                self.closed.insert(event.conn);
             }
             EventKind::Accepted
             | EventKind::SockOpt { .. }
@@ -572,23 +616,31 @@ impl RunAnalysis {
             }
         }
         // The probe sends one start and one done per request. A repeated one (a broken or
-        // hostile file) that replaces the run's extreme may move it inward: scan for it again.
+        // hostile file) that replaces the run's extreme may move it inward: it is found again
+        // when the summary asks, so that a file of repeats costs one scan, not one per repeat.
         match time {
-            Time::Start if replaced.is_some_and(|old| Some(old) == self.first_start) => {
-                self.first_start = min_some(
-                    self.retired.first_start,
-                    self.requests.iter().filter_map(|r| r.start_ns).min(),
-                );
+            Time::Start if replaced.is_some_and(|old| Some(old) == self.first_start.get()) => {
+                self.extremes_stale.set(true);
             }
-            Time::Start => self.first_start = min_some(self.first_start, Some(event.at_ns)),
-            Time::Done if replaced.is_some_and(|old| Some(old) == self.last_done) => {
-                self.last_done = self
-                    .retired
-                    .last_done
-                    .max(self.requests.iter().filter_map(|r| r.done_ns).max());
+            Time::Start => {
+                self.first_start.set(min_some(self.first_start.get(), Some(event.at_ns)));
             }
-            Time::Done => self.last_done = self.last_done.max(Some(event.at_ns)),
+            Time::Done if replaced.is_some_and(|old| Some(old) == self.last_done.get()) => {
+                self.extremes_stale.set(true);
+            }
+            Time::Done => self.last_done.set(self.last_done.get().max(Some(event.at_ns))),
         }
+    }
+
+    /// The earliest start and the latest done of every request, retired ones included.
+    fn extremes(&self) -> (Option<u64>, Option<u64>) {
+        if self.extremes_stale.replace(false) {
+            let held_starts = self.requests.iter().filter_map(|r| r.start_ns).min();
+            self.first_start.set(min_some(self.retired.first_start, held_starts));
+            let held_dones = self.requests.iter().filter_map(|r| r.done_ns).max();
+            self.last_done.set(self.retired.last_done.max(held_dones));
+        }
+        (self.first_start.get(), self.last_done.get())
     }
 
     fn request_mut(&mut self, req: ReqId) -> Option<&mut RequestView> {
@@ -716,21 +768,29 @@ impl RunAnalysis {
     /// ignored (counted in `ignored_events`).
     pub fn retire(&mut self, keep: usize, mut fold: impl FnMut(&RunAnalysis, ReqId, &RequestView)) {
         let candidates = self.requests.len().saturating_sub(keep);
-        let held = &self.requests[..candidates];
-        let settled = held
-            .iter()
-            .enumerate()
-            .take_while(|&(index, view)| {
-                let Some(done_ns) = view.done_ns else { return false };
-                self.settlement.as_ref().is_none_or(|settlement| {
-                    settlement.settled(ReqId(self.base + index as u32), view.conn, done_ns)
+        // Requests settle in order, and a settled one stays settled: the walk goes on from
+        // where the last one stopped, so each request is looked at about once.
+        let known = self.settled_prefix.min(candidates);
+        let settled = known
+            + self.requests[known..candidates]
+                .iter()
+                .enumerate()
+                .take_while(|&(offset, view)| {
+                    let Some(done_ns) = view.done_ns else { return false };
+                    self.settlement.as_ref().is_none_or(|settlement| {
+                        let req = ReqId(self.base + (known + offset) as u32);
+                        settlement.settled(req, view.conn, done_ns)
+                    })
                 })
-            })
-            .count();
+                .count();
+        self.settled_prefix = settled;
         // A producer that never catches up (a thread stopped, a broken file) must not hold
-        // every later request: past MAX_HELD the oldest finished ones go anyway.
-        let overflow = self.requests.len().saturating_sub(MAX_HELD).min(candidates);
-        let forced = held[..overflow].iter().take_while(|r| r.done_ns.is_some()).count();
+        // every later request: past MAX_HELD the oldest go anyway, finished or not, an eighth
+        // of the limit at a time so that each request held is looked at a few times at most.
+        let forced = match self.requests.len() {
+            held if held > MAX_HELD => (held - (MAX_HELD - MAX_HELD / 8)).min(candidates),
+            _ => 0,
+        };
         let count = settled.max(forced);
         // Each retirement looks at every request held (`oldest`, below). While they settle a
         // few at a time (a slow server), waiting for an eighth of them keeps that to a few
@@ -753,14 +813,43 @@ impl RunAnalysis {
             }
         }
         self.base += count as u32;
-        if let Some(settlement) = &mut self.settlement {
-            settlement.forget_closed(&self.requests);
-        }
+        self.settled_prefix = self.settled_prefix.saturating_sub(count);
+        self.forget_closed_connections();
         // A read is carried by a write made during its own request: writes that ended before the
         // oldest request still held began are never needed again.
         let oldest = self.requests.iter().filter_map(|r| r.start_ns).min().unwrap_or(u64::MAX);
         for writes in self.writes.values_mut() {
             writes.forget_before(oldest);
+        }
+    }
+
+    /// Forgets what is kept per connection (offsets, writes, the open call, MSS, RTT, how far
+    /// its server has got) for the closed connections no held request is on: a run that opens
+    /// a connection per request holds the state of the connections still in use, not of every
+    /// connection it ever made. An event that comes for one later starts its state afresh.
+    fn forget_closed_connections(&mut self) {
+        if self.closed.is_empty() {
+            return;
+        }
+        let in_use: HashSet<ConnId> = self.requests.iter().filter_map(|r| r.conn).collect();
+        let closed = std::mem::take(&mut self.closed);
+        for conn in closed {
+            if in_use.contains(&conn) {
+                self.closed.insert(conn);
+                continue;
+            }
+            for side in [Side::Client, Side::Server] {
+                let key = (conn, side);
+                self.open.remove(&key);
+                self.read_offset.remove(&key);
+                self.write_offset.remove(&key);
+                self.writes.remove(&key);
+                self.mss.remove(&key);
+                self.min_rtt_us.remove(&key);
+            }
+            if let Some(settlement) = &mut self.settlement {
+                settlement.forget(conn);
+            }
         }
     }
 
@@ -806,7 +895,7 @@ impl RunAnalysis {
     /// streams in). Costs O(n / 256), three order statistics of the latencies, once the
     /// latencies that came since the last question are merged in.
     pub fn summary_with_stalled_reads(&self, stalled_reads: u32) -> Summary {
-        let duration_s = match (self.first_start, self.last_done) {
+        let duration_s = match self.extremes() {
             (Some(start), Some(done)) => done.saturating_sub(start) as f64 / 1e9,
             _ => 0.0,
         };

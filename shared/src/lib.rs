@@ -21,6 +21,8 @@ pub mod attribution;
 pub mod bulk;
 mod compact;
 pub mod control;
+#[cfg(any(test, feature = "synthetic"))]
+pub mod crafted;
 pub mod event;
 #[cfg(any(test, feature = "fuzzing"))]
 pub mod fuzzing;
@@ -31,6 +33,7 @@ pub mod packet;
 pub mod packet_stalls;
 pub mod pcap;
 pub mod presets;
+pub mod reduce;
 mod side_map;
 mod sorted_multiset;
 mod span_list;

@@ -28,12 +28,6 @@ fn slot((conn, side): (ConnId, Side)) -> Option<usize> {
     (conn.0 < DENSE_CONNS).then(|| conn.0 as usize * 2 + usize::from(side == Side::Server))
 }
 
-/// The key of a dense slot ([`slot`] undone).
-fn key_of(slot: usize) -> (ConnId, Side) {
-    let side = if slot % 2 == 1 { Side::Server } else { Side::Client };
-    (ConnId((slot / 2) as u32), side)
-}
-
 impl<V> SideMap<V> {
     pub fn get(&self, key: &(ConnId, Side)) -> Option<&V> {
         match slot(*key) {
@@ -68,16 +62,6 @@ impl<V> SideMap<V> {
         self.dense.iter_mut().flatten().chain(self.sparse.values_mut())
     }
 
-    /// Keeps only the entries for which `keep` says so.
-    pub fn retain(&mut self, mut keep: impl FnMut(&(ConnId, Side), &V) -> bool) {
-        for (slot, entry) in self.dense.iter_mut().enumerate() {
-            if entry.as_ref().is_some_and(|value| !keep(&key_of(slot), value)) {
-                *entry = None;
-            }
-        }
-        self.sparse.retain(|key, value| keep(key, value));
-    }
-
     fn dense_slot(&mut self, slot: usize) -> &mut Option<V> {
         if slot >= self.dense.len() {
             self.dense.resize_with(slot + 1, || None);
@@ -108,10 +92,5 @@ mod tests {
         assert_eq!(map.remove(&(ConnId(4096), Side::Server)), None);
         assert_eq!(map.remove(&(ConnId(7), Side::Client)), None, "never there");
         assert!(map.dense.len() <= 2 * DENSE_CONNS as usize, "the vector is bounded");
-        map.retain(|&(conn, side), _| conn.0 % 2 == 1 && side == Side::Server);
-        let mut kept: Vec<u32> = map.values_mut().map(|v| *v).collect();
-        kept.sort_unstable();
-        // Conns 1, 4095 and u32::MAX, their server sides: each was set to its id + 2 (wrapping).
-        assert_eq!(kept, [1, 3, 4097]);
     }
 }

@@ -21,6 +21,7 @@ use ackscope_shared::bulk::{BulkAnalysis, BulkSummary};
 use ackscope_shared::control::ClockSync;
 use ackscope_shared::kernel::KernelTracks;
 use ackscope_shared::overview::Overview;
+use ackscope_shared::reduce::stall_spec;
 use ackscope_shared::wire::{
     check_hello, write_frame, ClassState, Hello, HostFacts, Instruments, RunOutcome, ToBrowser,
     WireError,
@@ -179,7 +180,7 @@ impl Run {
         };
         if let Some(bulk) = &mut self.bulk {
             bulk.push_all(events);
-        } else if let Some(spec) = request_response(&self.spec) {
+        } else if let Some(spec) = stall_spec(&self.spec) {
             self.analysis.push_all(events);
             if self.watched.get() {
                 self.attributed.push(&self.analysis, spec, events, &mut stalls);
@@ -250,7 +251,7 @@ impl Run {
     /// at the cost of the requests not settled yet. Empty for a run of another scenario. Once the
     /// run has ended (finished, or its file ended) no batch comes, so this answer is final.
     pub fn attribution(&self) -> &Attribution {
-        self.attribution.get_or_init(|| match request_response(&self.spec) {
+        self.attribution.get_or_init(|| match stall_spec(&self.spec) {
             Some(spec) => {
                 self.watched.set(true);
                 let mut stalls = self.settled_stalls.take();
@@ -282,18 +283,7 @@ impl Run {
     /// Whether the per-request views apply (a bulk run has no requests; a standalone server's
     /// session has, as the server saw them).
     pub fn is_rr(&self) -> bool {
-        request_response(&self.spec).is_some()
-    }
-}
-
-/// For a run of requests and answers, the spec that rules stall classes out: a run's own, or
-/// none for a standalone server's session (its knobs do not say how the outside client
-/// writes), as `ackscope show` reads them. `None` for other scenarios.
-fn request_response(spec: &Scenario) -> Option<Option<&RrSpec>> {
-    match spec {
-        Scenario::Rr(spec) => Some(Some(spec)),
-        Scenario::Server(_) => Some(None),
-        Scenario::Bulk(_) | Scenario::Import(_) => None,
+        stall_spec(&self.spec).is_some()
     }
 }
 

@@ -26,14 +26,14 @@ use std::fs::File;
 use std::io::{self, BufWriter, Write};
 use std::path::Path;
 
-use ackscope_shared::analysis::{RunAnalysis, SpanKind};
-use ackscope_shared::attribution::{self, Stall};
+use ackscope_shared::analysis::SpanKind;
+use ackscope_shared::attribution::Stall;
+use ackscope_shared::reduce::{Output, SessionReducer};
 use ackscope_shared::wire::{Hello, ToBrowser, WireError};
-use ackscope_shared::{ConnId, Event, EventKind, RrSpec, RunId, Scenario, Side, TcpInfoSample};
+use ackscope_shared::{ConnId, Event, EventKind, RunId, Scenario, Side, TcpInfoSample};
 use serde::ser::SerializeMap;
 use serde::{Serialize, Serializer};
 
-use super::run::{retiring_analysis, KEEP_RECENT, RETIRE_ABOVE};
 use super::{Ended, Failure};
 use crate::record::SessionReader;
 
@@ -132,14 +132,16 @@ pub struct Counts {
     pub counters: u64,
 }
 
-/// Maps a session's messages, in file order, to trace events. Holds per run only what is still
-/// needed: each connection side's open call and last counter values, and the stall analysis,
-/// whose finished requests are retired as `run` retires them.
+/// Maps a session's messages, in file order, to trace events. The runs, their analysis and
+/// their stalls come from the shared reducer (`reduce::SessionReducer`, which hands out each
+/// stall as its request retires); this holds per run only each connection side's thread: its
+/// open call and last counter values while the connection is open, its tid once it closed.
 #[derive(Debug)]
 pub struct TraceBuilder {
+    reducer: SessionReducer,
     runs: HashMap<RunId, RunTrace>,
     next_tid: u32,
-    hello: Option<Hello>,
+    steps: Vec<Output>,
     pub counts: Counts,
 }
 
@@ -147,9 +149,9 @@ pub struct TraceBuilder {
 struct RunTrace {
     pid: u32,
     threads: HashMap<(ConnId, Side), Thread>,
-    /// Request/response and server runs: their stalls (bulk and imported runs have none, as in
-    /// `show`).
-    stalls: Option<StallFinder>,
+    /// The tids of the connection sides that closed: a stall of theirs can still come (when its
+    /// request retires), and goes on their thread; the rest of their state is gone.
+    closed: HashMap<(ConnId, Side), u32>,
 }
 
 #[derive(Debug)]
@@ -166,12 +168,6 @@ struct OpenCall {
     asked: u32,
 }
 
-#[derive(Debug)]
-struct StallFinder {
-    analysis: RunAnalysis,
-    spec: Option<RrSpec>,
-}
-
 impl Default for TraceBuilder {
     fn default() -> Self {
         Self::new()
@@ -181,88 +177,85 @@ impl Default for TraceBuilder {
 impl TraceBuilder {
     pub fn new() -> TraceBuilder {
         TraceBuilder {
+            reducer: SessionReducer::hand_out_stalls(),
             runs: HashMap::new(),
             next_tid: FIRST_TID,
-            hello: None,
+            steps: Vec::new(),
             counts: Counts::default(),
         }
     }
 
     /// The session's Hello, once read.
     pub fn hello(&self) -> Option<&Hello> {
-        self.hello.as_ref()
+        self.reducer.hello()
     }
 
     /// The trace events of one message (at most about a dozen per event of an `Events` batch, plus
     /// the stalls of the requests it lets the analysis retire).
     pub fn message(&mut self, message: &ToBrowser) -> Vec<TraceEvent> {
         let mut out = Vec::new();
-        match message {
-            ToBrowser::Hello(hello) => self.hello = Some(hello.clone()),
-            ToBrowser::RunStarted { run, spec, .. } => {
-                // A run id seen again starts over: what the first one had is written first.
-                if let Some(earlier) = self.runs.remove(run) {
-                    self.finish_run(earlier, &mut out);
-                }
-                let pid = run.0.saturating_add(1);
-                let name = format!("run {}: {}: {}", run.0, spec.name(), spec.describe());
-                out.push(metadata("process_name", pid, None, Args::Name { name }));
-                let sort_index = u64::from(run.0);
-                out.push(metadata("process_sort_index", pid, None, Args::SortIndex { sort_index }));
-                self.runs.insert(*run, RunTrace::new(pid, spec));
-                self.counts.runs += 1;
+        if let ToBrowser::Events { run, events } = message {
+            if let Some(trace) = self.runs.get_mut(run) {
+                trace.events(events, &mut self.next_tid, &mut self.counts, &mut out);
             }
-            ToBrowser::Events { run, events } => {
-                if let Some(trace) = self.runs.get_mut(run) {
-                    trace.events(events, &mut self.next_tid, &mut self.counts, &mut out);
-                }
-            }
-            ToBrowser::RunFinished { run, .. } => {
-                if let Some(trace) = self.runs.remove(run) {
-                    self.finish_run(trace, &mut out);
-                }
-            }
-            // Refusals answer a tab; overviews and the trailer repeat what the events say.
-            ToBrowser::Rejected { .. }
-            | ToBrowser::Overview { .. }
-            | ToBrowser::Trailer(_)
-            | ToBrowser::ClassState(_)
-            | ToBrowser::Stream { .. } => {}
         }
+        let mut steps = std::mem::take(&mut self.steps);
+        self.reducer.handle(message, &mut steps);
+        for step in steps.drain(..) {
+            match (step, message) {
+                (Output::Started(run), ToBrowser::RunStarted { spec, .. }) => {
+                    self.started(run, spec, &mut out);
+                }
+                (Output::Started(_), _) => {}
+                (Output::Stalls(run, stalls), _) => {
+                    if let Some(trace) = self.runs.get_mut(&run) {
+                        for stall in &stalls {
+                            trace.stall(stall, &mut self.next_tid, &mut self.counts, &mut out);
+                        }
+                    }
+                }
+                (Output::Ended(ended, held), _) => self.ended(ended.run, &held, &mut out),
+            }
+        }
+        self.steps = steps;
         out
     }
 
     /// At the end of the file: the remaining stalls of runs it ended inside (cut off).
     pub fn finish(&mut self) -> Vec<TraceEvent> {
         let mut out = Vec::new();
-        let mut open: Vec<(RunId, RunTrace)> = self.runs.drain().collect();
-        open.sort_by_key(|(run, _)| *run);
-        for (_, trace) in open {
-            self.finish_run(trace, &mut out);
+        let mut steps = std::mem::take(&mut self.steps);
+        self.reducer.finish(&mut steps);
+        for step in steps.drain(..) {
+            if let Output::Ended(ended, held) = step {
+                self.ended(ended.run, &held, &mut out);
+            }
         }
         out
     }
 
-    fn finish_run(&mut self, mut trace: RunTrace, out: &mut Vec<TraceEvent>) {
-        if let Some(finder) = trace.stalls.take() {
-            for stall in attribution::attribute(&finder.analysis, finder.spec.as_ref()) {
-                trace.stall(&stall, &mut self.next_tid, &mut self.counts, out);
+    fn started(&mut self, run: RunId, spec: &Scenario, out: &mut Vec<TraceEvent>) {
+        let pid = run.0.saturating_add(1);
+        let name = format!("run {}: {}: {}", run.0, spec.name(), spec.describe());
+        out.push(metadata("process_name", pid, None, Args::Name { name }));
+        let sort_index = u64::from(run.0);
+        out.push(metadata("process_sort_index", pid, None, Args::SortIndex { sort_index }));
+        let trace = RunTrace { pid, threads: HashMap::new(), closed: HashMap::new() };
+        self.runs.insert(run, trace);
+        self.counts.runs += 1;
+    }
+
+    /// A run ended: the stalls of the requests its analysis still held.
+    fn ended(&mut self, run: RunId, held: &[Stall], out: &mut Vec<TraceEvent>) {
+        if let Some(mut trace) = self.runs.remove(&run) {
+            for stall in held {
+                trace.stall(stall, &mut self.next_tid, &mut self.counts, out);
             }
         }
     }
 }
 
 impl RunTrace {
-    fn new(pid: u32, spec: &Scenario) -> RunTrace {
-        let stalls = match spec {
-            Scenario::Rr(spec) => Some(StallFinder::new(Some(spec.clone()))),
-            // A standalone server does not know how its clients write.
-            Scenario::Server(_) => Some(StallFinder::new(None)),
-            Scenario::Bulk(_) | Scenario::Import(_) => None,
-        };
-        RunTrace { pid, threads: HashMap::new(), stalls }
-    }
-
     /// The thread of a connection side, named (metadata events) when first seen.
     fn thread(
         &mut self,
@@ -272,13 +265,20 @@ impl RunTrace {
         out: &mut Vec<TraceEvent>,
     ) -> &mut Thread {
         let pid = self.pid;
+        let closed = &mut self.closed;
         self.threads.entry((conn, side)).or_insert_with(|| {
-            let tid = *next_tid;
-            *next_tid = next_tid.saturating_add(1);
-            let name = format!("conn {} {}", conn.0, side.name());
-            out.push(metadata("thread_name", pid, Some(tid), Args::Name { name }));
-            let sort_index = 2 * u64::from(conn.0) + u64::from(side == Side::Server);
-            out.push(metadata("thread_sort_index", pid, Some(tid), Args::SortIndex { sort_index }));
+            // A side that closed and is heard from again (a stall of its last request) keeps
+            // its thread.
+            let tid = closed.remove(&(conn, side)).unwrap_or_else(|| {
+                let tid = *next_tid;
+                *next_tid = next_tid.saturating_add(1);
+                let name = format!("conn {} {}", conn.0, side.name());
+                out.push(metadata("thread_name", pid, Some(tid), Args::Name { name }));
+                let sort_index = 2 * u64::from(conn.0) + u64::from(side == Side::Server);
+                let sort = Args::SortIndex { sort_index };
+                out.push(metadata("thread_sort_index", pid, Some(tid), sort));
+                tid
+            });
             Thread { tid, open: None, counters: [None; COUNTERS.len()] }
         })
     }
@@ -304,6 +304,15 @@ impl RunTrace {
                     counts.counters += counters(thread, pid, event, info, out);
                     continue;
                 }
+                EventKind::Closed => {
+                    // Only its tid is kept: a run that opens a connection per request holds
+                    // the state of the open ones.
+                    let key = (event.conn, event.side);
+                    if let Some(thread) = self.threads.remove(&key) {
+                        self.closed.insert(key, thread.tid);
+                    }
+                    continue;
+                }
                 _ => continue,
             };
             let thread = self.thread(event.conn, event.side, next_tid, out);
@@ -322,11 +331,6 @@ impl RunTrace {
                 }
             }
         }
-        let Some(finder) = &mut self.stalls else { return };
-        let stalls = finder.push_all(events);
-        for stall in &stalls {
-            self.stall(stall, next_tid, counts, out);
-        }
     }
 
     /// A stall as a slice on the thread of the call that waited, nested in that call: its last
@@ -342,7 +346,11 @@ impl RunTrace {
         out: &mut Vec<TraceEvent>,
     ) {
         let pid = self.pid;
-        let tid = self.thread(stall.conn, stall.side, next_tid, out).tid;
+        let key = (stall.conn, stall.side);
+        let tid = match self.closed.get(&key) {
+            Some(&tid) => tid,
+            None => self.thread(stall.conn, stall.side, next_tid, out).tid,
+        };
         let start_ns = stall.start_ns.max(stall.end_ns.saturating_sub(stall.wait_ns));
         let end_ns = stall.end_ns.saturating_sub(1).max(start_ns);
         out.push(TraceEvent {
@@ -363,26 +371,6 @@ impl RunTrace {
             },
         });
         counts.stalls += 1;
-    }
-}
-
-impl StallFinder {
-    fn new(spec: Option<RrSpec>) -> StallFinder {
-        let analysis = retiring_analysis(spec.as_ref());
-        StallFinder { analysis, spec }
-    }
-
-    /// Feeds a batch; returns the stalls of the requests retired to keep memory bounded.
-    fn push_all(&mut self, events: &[Event]) -> Vec<Stall> {
-        self.analysis.push_all(events);
-        let mut retired = Vec::new();
-        if self.analysis.requests().len() > RETIRE_ABOVE {
-            let spec = self.spec.as_ref();
-            self.analysis.retire(KEEP_RECENT, |analysis, req, view| {
-                retired.extend(attribution::attribute_request(analysis, req, view, spec));
-            });
-        }
-        retired
     }
 }
 
@@ -549,9 +537,10 @@ pub fn export(path: &Path, out_path: &Path) -> Result<Ended, Failure> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use ackscope_shared::reduce::RETIRE_ABOVE;
     use ackscope_shared::synthetic::{nagle_run, MS};
     use ackscope_shared::wire::{HostFacts, Instruments, RunOutcome};
-    use ackscope_shared::ReqId;
+    use ackscope_shared::{ReqId, RrSpec};
 
     fn session(events: Vec<Event>) -> Vec<ToBrowser> {
         let run = RunId(1);

@@ -4,14 +4,13 @@ use std::io::{self, IsTerminal, Write};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use ackscope_shared::analysis::RunAnalysis;
-use ackscope_shared::attribution::{self, ClassSummary, StallTally};
-use ackscope_shared::bulk::{BulkAnalysis, BulkSummary};
-use ackscope_shared::control::ClockSync;
-use ackscope_shared::overview::{self, Overview};
+use ackscope_shared::attribution::ClassSummary;
+use ackscope_shared::bulk::BulkSummary;
+use ackscope_shared::overview::Overview;
 use ackscope_shared::presets::{self, PRESETS};
+use ackscope_shared::reduce::{Figures, RunAnalyses, RunTally};
 use ackscope_shared::wire::{Hello, Instruments, RunOutcome, ToBrowser};
-use ackscope_shared::{BulkSpec, Event, EventKind, RrSpec, RunId, Scenario, Summary};
+use ackscope_shared::{BulkSpec, Event, RrSpec, RunId, Scenario, Summary};
 
 use super::knobs::{self, BulkKnobs, CommonKnobs, RrKnobs};
 use super::sweep;
@@ -274,8 +273,8 @@ pub fn run(args: &RunArgs) -> Result<Ended, Failure> {
         // could not take the server: one clear error, no summary of nothing.
         return Err(Failure::Run(error.clone()));
     }
-    if let Analysis::Rr(rr) = &tally.analysis {
-        let late = rr.analysis.ignored_events;
+    {
+        let (late, _) = tally.run.left_out();
         if late > 0 {
             // Requests are retired only once their events are in, so this takes a producer
             // held so far behind that 65,536 requests waited for it, or a segment of a
@@ -397,92 +396,11 @@ fn write_to(file: &mut Option<SessionWriter>, message: &ToBrowser) -> Result<(),
     }
 }
 
-/// What the summary is computed from, as events arrive.
-pub enum Analysis {
-    Rr(Box<RrTally>),
-    Bulk(Box<BulkAnalysis>),
-}
-
-/// A request/response run's analysis, bounded in memory: finished requests are retired into
-/// running totals once enough of them pile up.
-pub struct RrTally {
-    analysis: RunAnalysis,
-    /// When known, rules stall classes out (no Nagle stall from a writer with TCP_NODELAY).
-    spec: Option<RrSpec>,
-    /// Stalls of the retired requests.
-    retired_stalls: StallTally,
-    /// The retired requests, for the overview written at the end of the file.
-    retired_overview: Overview,
-}
-
-/// The analysis of a run for a reader that retires requests as it goes (the summary, `show`, the
-/// Perfetto export): a request is retired only once all its events are in, so that a server's
-/// events arriving a batch behind still count (`RunAnalysis::retire_when_settled`).
-pub(super) fn retiring_analysis(spec: Option<&RrSpec>) -> RunAnalysis {
-    let mut analysis = RunAnalysis::of_rr(spec);
-    // A request/response run of ackscope's records its server too; a standalone server's
-    // session (no spec) has only its server's events, waited for once they come.
-    analysis.retire_when_settled(spec.is_some());
-    analysis
-}
-
-/// Past this many requests held, the oldest finished (and settled) ones are retired...
-pub(super) const RETIRE_ABOVE: usize = 8192;
-/// ...keeping the newest, whose other side's events may still be on their way.
-pub(super) const KEEP_RECENT: usize = 1024;
-
-impl RrTally {
-    fn new(spec: Option<RrSpec>) -> RrTally {
-        let analysis = retiring_analysis(spec.as_ref());
-        RrTally {
-            analysis,
-            spec,
-            retired_stalls: StallTally::default(),
-            retired_overview: Overview::default(),
-        }
-    }
-
-    fn push_all(&mut self, events: &[Event]) {
-        self.analysis.push_all(events);
-        if self.analysis.requests().len() > RETIRE_ABOVE {
-            let (spec, stalls) = (self.spec.as_ref(), &mut self.retired_stalls);
-            let rows = &mut self.retired_overview;
-            self.analysis.retire(KEEP_RECENT, |analysis, req, view| {
-                let of_request = attribution::attribute_request(analysis, req, view, spec);
-                for stall in &of_request {
-                    stalls.add(stall);
-                }
-                let (key, stalled) = overview::row(view, &of_request);
-                rows.push(key, stalled);
-            });
-        }
-    }
-
-    /// Every request of the run, retired or not, in the overview's columns.
-    fn overview(&self) -> Overview {
-        let mut overview = self.retired_overview.clone();
-        let first = self.analysis.first_request();
-        for (index, view) in self.analysis.requests().iter().enumerate() {
-            let req = ackscope_shared::ReqId(first + index as u32);
-            let stalls =
-                attribution::attribute_request(&self.analysis, req, view, self.spec.as_ref());
-            let (key, stalled) = overview::row(view, &stalls);
-            overview.push(key, stalled);
-        }
-        overview
-    }
-
-    fn stall_classes(&self) -> Vec<ClassSummary> {
-        let live = attribution::attribute(&self.analysis, self.spec.as_ref());
-        self.retired_stalls.summaries_with(&live)
-    }
-}
-
+/// A run's summary as events arrive: the shared reducer's tally of the run, and what only
+/// the command that ran it knows.
 pub struct Tally {
-    pub analysis: Analysis,
-    pub events: u64,
-    pub requests_done: u64,
-    pub bytes_read: u64,
+    /// Counts and analysis, the same as every reader of the run's file computes.
+    pub run: RunTally,
     /// How the packet capture went, when there was one.
     pub capture: Option<CaptureReport>,
     /// Request/response runs: requests the client threads answered and how long they ran,
@@ -490,9 +408,6 @@ pub struct Tally {
     pub clients: Option<(u32, std::time::Duration)>,
     /// Whether the run recorded events (with `--no-events` the summary comes from `clients`).
     pub events_recorded: bool,
-    /// A run against a remote server: how its clock was matched to this run's (from the run's
-    /// `ClockSync` event, so a file's summary has it too).
-    pub clock: Option<ClockSync>,
     /// A run against a remote server, as the run saw it (not in files).
     pub remote: Option<scenario::RemoteNotes>,
     /// `--server-netns`: the namespace and address of the server (not in files, whose
@@ -502,66 +417,42 @@ pub struct Tally {
 
 impl Tally {
     pub fn new(scenario: &Scenario) -> Tally {
-        let analysis = match scenario {
-            Scenario::Bulk(_) => Analysis::Bulk(Box::new(BulkAnalysis::new())),
-            Scenario::Rr(spec) => Analysis::Rr(Box::new(RrTally::new(Some(spec.clone())))),
-            // A standalone server does not know how its clients write; an imported capture has
-            // no syscalls (`show` reads its packets instead).
-            Scenario::Server(_) | Scenario::Import(_) => Analysis::Rr(Box::new(RrTally::new(None))),
-        };
+        Tally::of(RunTally::new(scenario))
+    }
+
+    /// The summary of `run` as the reducer tallied it (a file's run: nothing else is known).
+    pub fn of(run: RunTally) -> Tally {
         Tally {
-            analysis,
-            events: 0,
-            requests_done: 0,
-            bytes_read: 0,
+            run,
             capture: None,
             clients: None,
             events_recorded: true,
-            clock: None,
             remote: None,
             server_netns: None,
         }
     }
 
     pub fn push(&mut self, events: &[Event]) {
-        self.events += events.len() as u64;
-        for event in events {
-            match event.kind {
-                EventKind::RequestDone => self.requests_done += 1,
-                EventKind::ReadDone { bytes } => self.bytes_read += u64::from(bytes),
-                EventKind::ClockSync { offset_ns, uncertainty_ns, rtt_ns } => {
-                    self.clock = Some(ClockSync { offset_ns, uncertainty_ns, rtt_ns })
-                }
-                _ => {}
-            }
-        }
-        match &mut self.analysis {
-            Analysis::Rr(rr) => rr.push_all(events),
-            Analysis::Bulk(analysis) => analysis.push_all(events),
-        }
+        self.run.push(events, None);
     }
 
     /// The overview of the run's requests (request/response runs only).
     pub fn overview(&self) -> Option<Overview> {
-        match &self.analysis {
-            Analysis::Rr(rr) => Some(rr.overview()),
-            Analysis::Bulk(_) => None,
-        }
+        self.run.overview()
     }
 
     /// Stalls grouped by class and direction (request/response runs only).
     pub fn stall_classes(&self) -> Option<Vec<ClassSummary>> {
-        match &self.analysis {
-            Analysis::Rr(rr) => Some(rr.stall_classes()),
-            Analysis::Bulk(_) => None,
-        }
+        self.run.stall_classes()
     }
 
     /// The documented JSON summary (docs/CLI.md): scripts rely on these names.
     pub fn json(&self, scenario: &Scenario, outcome: &RunOutcome) -> serde_json::Value {
-        let mut value = match &self.analysis {
-            Analysis::Rr(rr) => serde_json::to_value(rr.analysis.summary()),
-            Analysis::Bulk(analysis) => serde_json::to_value(analysis.summary()),
+        let mut value = match self.run.figures() {
+            Some(Figures::Rr(summary)) => serde_json::to_value(summary),
+            Some(Figures::Bulk(summary)) => serde_json::to_value(summary),
+            // An imported capture's run is summarized from its packets (`show`).
+            None => Ok(serde_json::json!({})),
         }
         .expect("a summary is plain data");
         if let Some((requests, elapsed)) = self.clients {
@@ -604,7 +495,7 @@ impl Tally {
         object.insert("config".into(), config);
         object.insert("outcome".into(), outcome_name.into());
         object.insert("error".into(), error.into());
-        object.insert("events".into(), self.events.into());
+        object.insert("events".into(), self.run.events.into());
         if let Some(capture) = &self.capture {
             let capture = serde_json::json!({
                 "via": capture.via.map(Via::name),
@@ -616,7 +507,7 @@ impl Tally {
             });
             object.insert("capture".into(), capture);
         }
-        if let Some(clock) = &self.clock {
+        if let Some(clock) = &self.run.clock {
             let clock = serde_json::to_value(clock).expect("plain data");
             object.insert("clock".into(), clock);
         }
@@ -646,9 +537,10 @@ impl Tally {
         outcome: &RunOutcome,
     ) -> io::Result<()> {
         writeln!(out, "{}: {}", scenario.name(), scenario.describe())?;
-        match &self.analysis {
-            Analysis::Rr(rr) => print_rr(out, &rr.analysis.summary())?,
-            Analysis::Bulk(analysis) => print_bulk(out, &analysis.summary())?,
+        match self.run.figures() {
+            Some(Figures::Rr(summary)) => print_rr(out, &summary)?,
+            Some(Figures::Bulk(summary)) => print_bulk(out, &summary)?,
+            None => {}
         }
         for class in self.stall_classes().unwrap_or_default() {
             writeln!(out, "  {}", class.line())?;
@@ -661,7 +553,7 @@ impl Tally {
             };
             writeln!(out, "  capture        {} segments {way}, {dropped}", capture.segments)?;
         }
-        if let Some(clock) = &self.clock {
+        if let Some(clock) = &self.run.clock {
             let place = match (&self.remote, &self.server_netns) {
                 (Some(remote), _) => Some(remote.server.clone()),
                 (None, Some((name, ip))) => Some(format!("in network namespace `{name}` at {ip}")),
@@ -762,9 +654,9 @@ impl Progress {
             return;
         }
         self.last_drawn = Some(now);
-        let done = match tally.analysis {
-            Analysis::Rr(..) => tally.requests_done,
-            Analysis::Bulk(_) => tally.bytes_read,
+        let done = match tally.run.analysis {
+            RunAnalyses::Bulk(_) => tally.run.bytes_read,
+            _ => tally.run.requests_done,
         };
         eprint!(
             "\r\x1b[2K{} {done} of {} {} ({:.0} s)",

@@ -170,7 +170,7 @@ pub fn run(args: &ServerArgs) -> Result<Ended, Failure> {
     let outcome = RunOutcome::Interrupted;
     let (writer, write_error) = file.take();
     let write_error = finish_file(writer, write_error, run, &outcome, &tally);
-    eprintln!("ackscope: stopped; {} events recorded", tally.events);
+    eprintln!("ackscope: stopped; {} events recorded", tally.run.events);
     // The clients are not recorded: the summary is the server's view of their requests.
     print_summary(&tally, &scenario, &outcome, args.json)?;
     if let (Some(message), Some(path)) = (write_error, &args.output) {

@@ -3,33 +3,20 @@
 use std::io::{self, Read, Write};
 use std::path::Path;
 
-use ackscope_shared::attribution::{self, ClassSummary, Stall, StallClass, StallTally};
+use ackscope_shared::attribution::{Stall, StallClass};
 use ackscope_shared::packet::{synthesize, Packet};
 use ackscope_shared::pcap::{linktype, PcapngWriter};
-use ackscope_shared::wire::{RunOutcome, ToBrowser, WireError, PROTOCOL_VERSION};
-use ackscope_shared::{
-    packet_stalls, ConnId, Event, EventKind, ImportedConnection, RrSpec, RunId, Scenario, Side,
+use ackscope_shared::reduce::{
+    FollowedRun, ImportedTally, Output, RunAnalyses, RunStalls, SessionReducer, MAX_OPEN_RUNS,
 };
+use ackscope_shared::wire::{RunOutcome, ToBrowser, WireError, PROTOCOL_VERSION};
+use ackscope_shared::{packet_stalls, ConnId, Event, EventKind, ImportedConnection, RrSpec, RunId};
+use ackscope_shared::{Scenario, Side};
 
-use super::run::{retiring_analysis, Tally, KEEP_RECENT, RETIRE_ABOVE};
+use super::run::Tally;
 use super::terminal::Printable;
 use super::{Ended, Failure};
 use crate::record;
-
-/// One run as read from a file.
-struct FileRun {
-    scenario: Scenario,
-    tally: Tally,
-    outcome: Option<RunOutcome>,
-    /// An imported capture (see `import`): shown as connections and packet stalls.
-    imported: Option<ImportedRun>,
-}
-
-/// Runs going at once that `show` follows. A recorded file has one at a time (each run's end
-/// comes before the next run's start); a crafted one could start any number and never end
-/// them, each costing a run's analysis (a few KB). Past this bound a run is counted, not
-/// summarized.
-const MAX_OPEN_RUNS: usize = 1000;
 
 pub fn show(path: &Path) -> Result<Ended, Failure> {
     let reader = record::SessionReader::open(path)?;
@@ -57,7 +44,8 @@ pub(crate) fn show_from<R: Read>(
     // One message in memory at a time; each run's analysis retires what it has summarized, and
     // a run is summarized and forgotten once its end is read: only the runs still going are held.
     let mut file_error = None;
-    let mut runs = FileRuns::default();
+    let mut reducer = SessionReducer::new();
+    let mut steps = Vec::new();
     while let Some(message) = reader.next_into(&mut file_error) {
         if let ToBrowser::Hello(hello) = &message {
             let h = &hello.host;
@@ -68,13 +56,26 @@ pub(crate) fn show_from<R: Read>(
                 hello.ackscope_version, h.os, h.kernel, h.congestion_control, h.tcp_rmem, h.tcp_wmem
             );
         }
-        runs.follow(message, |id, run| print_run(out, id, run))?;
+        reducer.handle(&message, &mut steps);
+        print_ended(out, &mut steps)?;
     }
-    let not_followed = runs.finish(|id, run| print_run(out, id, run))?;
+    reducer.finish(&mut steps);
+    print_ended(out, &mut steps)?;
+    let not_followed = reducer.not_followed();
     if not_followed > 0 {
         let _ = writeln!(out, "{}", not_followed_note(not_followed));
     }
     Ok(file_error)
+}
+
+/// Prints the summary of each run that `steps` says ended.
+fn print_ended(out: &mut impl Write, steps: &mut Vec<Output>) -> Result<(), String> {
+    for step in steps.drain(..) {
+        if let Output::Ended(run, _) = step {
+            print_run(out, *run)?;
+        }
+    }
+    Ok(())
 }
 
 fn not_followed_note(count: u64) -> String {
@@ -84,87 +85,11 @@ fn not_followed_note(count: u64) -> String {
     )
 }
 
-/// The runs of a file as its messages go by, each handed over (to be printed or summarized)
-/// when its end is read, or when the file ends before it does: what `show` and `export --json`
-/// both read a file's runs with.
-#[derive(Default)]
-struct FileRuns {
-    /// The runs still going, each with its place in the file (the order they are handed over
-    /// in when the file ends before they do).
-    open: std::collections::HashMap<RunId, (u64, FileRun)>,
-    started: u64,
-    /// Runs started while [`MAX_OPEN_RUNS`] were going: counted, not followed.
-    not_followed: u64,
-}
-
-impl FileRuns {
-    /// Follows `message`; `ended` gets each run whose end (or whose id started again) it is.
-    fn follow<E>(
-        &mut self,
-        message: ToBrowser,
-        mut ended: impl FnMut(RunId, FileRun) -> Result<(), E>,
-    ) -> Result<(), E> {
-        match message {
-            ToBrowser::RunStarted { run, spec, .. } => {
-                // An id started again (only a crafted file does that): the earlier run is
-                // handed over as far as it went.
-                if let Some((_, earlier)) = self.open.remove(&run) {
-                    ended(run, earlier)?;
-                }
-                if self.open.len() >= MAX_OPEN_RUNS {
-                    self.not_followed += 1;
-                    return Ok(());
-                }
-                let file_run = FileRun {
-                    tally: Tally::new(&spec),
-                    outcome: None,
-                    imported: matches!(spec, Scenario::Import(_)).then(ImportedRun::default),
-                    scenario: spec,
-                };
-                self.open.insert(run, (self.started, file_run));
-                self.started += 1;
-            }
-            ToBrowser::Events { run, events } => {
-                if let Some((_, r)) = self.open.get_mut(&run) {
-                    match &mut r.imported {
-                        Some(imported) => imported.push(&events),
-                        None => r.tally.push(&events),
-                    }
-                }
-            }
-            ToBrowser::RunFinished { run, outcome } => {
-                if let Some((_, mut r)) = self.open.remove(&run) {
-                    r.outcome = Some(outcome);
-                    ended(run, r)?;
-                }
-            }
-            // Refusals answer a tab; overviews and the trailer repeat what the events say.
-            ToBrowser::Hello(_)
-            | ToBrowser::Rejected { .. }
-            | ToBrowser::Overview { .. }
-            | ToBrowser::Trailer(_)
-            | ToBrowser::ClassState(_)
-            | ToBrowser::Stream { .. } => {}
-        }
-        Ok(())
-    }
-
-    /// The file has ended: hands over the runs still going, in the order they started, and
-    /// returns how many runs were not followed.
-    fn finish<E>(self, mut ended: impl FnMut(RunId, FileRun) -> Result<(), E>) -> Result<u64, E> {
-        let mut unfinished: Vec<(RunId, (u64, FileRun))> = self.open.into_iter().collect();
-        unfinished.sort_by_key(|(_, (order, _))| *order);
-        for (id, (_, run)) in unfinished {
-            ended(id, run)?;
-        }
-        Ok(self.not_followed)
-    }
-}
-
 /// One run's entry in `export --json`'s `runs`: the summary `run --json` prints for it (an
 /// imported capture's: its connections and the stall classes found in its packets).
-fn run_json(id: RunId, run: FileRun) -> serde_json::Value {
-    if let Some(imported) = run.imported {
+fn run_json(run: FollowedRun) -> serde_json::Value {
+    let id = run.run;
+    if let RunAnalyses::Imported(imported) = run.tally.analysis {
         let connections = match &run.scenario {
             Scenario::Import(spec) => spec.connections.len(),
             _ => 0,
@@ -176,7 +101,8 @@ fn run_json(id: RunId, run: FileRun) -> serde_json::Value {
         });
     }
     let outcome = run.outcome.unwrap_or_else(unfinished_outcome);
-    serde_json::json!({ "run": id.0, "summary": run.tally.json(&run.scenario, &outcome) })
+    let tally = Tally::of(run.tally);
+    serde_json::json!({ "run": id.0, "summary": tally.json(&run.scenario, &outcome) })
 }
 
 fn unfinished_outcome() -> RunOutcome {
@@ -184,20 +110,23 @@ fn unfinished_outcome() -> RunOutcome {
 }
 
 /// One run's summary (an imported capture's connections and packet stalls).
-fn print_run(out: &mut impl Write, id: RunId, run: FileRun) -> Result<(), String> {
-    if let Some(imported) = run.imported {
+fn print_run(out: &mut impl Write, run: FollowedRun) -> Result<(), String> {
+    let id = run.run;
+    if let RunAnalyses::Imported(imported) = run.tally.analysis {
         let _ =
             writeln!(out, "run {}: an imported packet capture (no syscalls, no TCP_INFO)", id.0);
         let connections = match &run.scenario {
             Scenario::Import(spec) => spec.connections.as_slice(),
             _ => &[],
         };
-        print_imported(out, connections, imported);
+        print_imported(out, connections, *imported);
         return Ok(());
     }
     let _ = write!(out, "run {} ", id.0);
     let outcome = run.outcome.unwrap_or_else(unfinished_outcome);
-    run.tally.print(out, &run.scenario, &outcome).map_err(|e| format!("writing the summary: {e}"))
+    Tally::of(run.tally)
+        .print(out, &run.scenario, &outcome)
+        .map_err(|e| format!("writing the summary: {e}"))
 }
 
 /// The file's messages as one JSON document, written as they are read, then each run's summary.
@@ -222,16 +151,19 @@ pub(crate) fn export_json_from<R: Read>(
     // One message in memory at a time, and the analysis of the runs still going: a file of any
     // size exports in the memory of its largest message and its runs' summaries.
     let mut file_error = None;
-    let mut runs = FileRuns::default();
+    let mut reducer = SessionReducer::new();
+    let mut steps = Vec::new();
     let mut summaries = Vec::new();
     let mut not_summarized = 0u64;
-    let mut summarize = |id: RunId, run: FileRun| -> io::Result<()> {
-        if summaries.len() < MAX_EXPORTED_SUMMARIES {
-            summaries.push(run_json(id, run));
-        } else {
-            not_summarized += 1;
+    let mut summarize = |steps: &mut Vec<Output>| {
+        for step in steps.drain(..) {
+            let Output::Ended(run, _) = step else { continue };
+            if summaries.len() < MAX_EXPORTED_SUMMARIES {
+                summaries.push(run_json(*run));
+            } else {
+                not_summarized += 1;
+            }
         }
-        Ok(())
     };
     write!(
         out,
@@ -244,9 +176,12 @@ pub(crate) fn export_json_from<R: Read>(
         }
         first = false;
         serde_json::to_writer(&mut *out, &message)?;
-        runs.follow(message, &mut summarize)?;
+        reducer.handle(&message, &mut steps);
+        summarize(&mut steps);
     }
-    let not_followed = runs.finish(&mut summarize)?;
+    reducer.finish(&mut steps);
+    summarize(&mut steps);
+    let not_followed = reducer.not_followed();
     write!(out, "],\n\"runs\":")?;
     serde_json::to_writer(&mut *out, &summaries)?;
     let not_summarized = not_summarized + not_followed;
@@ -261,47 +196,8 @@ pub(crate) fn export_json_from<R: Read>(
     Ok(file_error)
 }
 
-/// A connection of an imported run: its id, its segments, its payload bytes each way.
-type ConnRow = (ConnId, u32, [u64; 2]);
-
-/// An imported capture's run as `show` and `export` follow it: each connection's segments and
-/// bytes, and the stalls its packets show, found as the events go by (the finder holds only each
-/// connection's undecided window, as the import did).
-#[derive(Default)]
-struct ImportedRun {
-    /// Connection, segments, bytes each way: in the order they first appear; `row_of` finds a
-    /// connection's row in O(1), so a capture of many connections is not quadratic.
-    rows: Vec<ConnRow>,
-    row_of: std::collections::HashMap<ConnId, usize>,
-    finder: packet_stalls::StallFinder,
-    stalls: StallTally,
-}
-
-impl ImportedRun {
-    fn push(&mut self, events: &[Event]) {
-        for e in events {
-            let EventKind::Segment(s) = &e.kind else { continue };
-            let rows = &mut self.rows;
-            let i = *self.row_of.entry(e.conn).or_insert_with(|| {
-                rows.push((e.conn, 0, [0, 0]));
-                rows.len() - 1
-            });
-            self.rows[i].1 += 1;
-            self.rows[i].2[usize::from(e.side == Side::Server)] += u64::from(s.len);
-            self.finder.push(e, ());
-        }
-        self.finder.take_found().iter().for_each(|(stall, ())| self.stalls.add(stall));
-    }
-
-    /// The connections' rows and the stall classes, every candidate decided.
-    fn finish(mut self) -> (Vec<ConnRow>, Vec<ClassSummary>) {
-        self.finder.finish().iter().for_each(|(stall, ())| self.stalls.add(stall));
-        (self.rows, self.stalls.summaries())
-    }
-}
-
 /// An imported run's connections and packet stalls.
-fn print_imported(out: &mut impl Write, connections: &[ImportedConnection], run: ImportedRun) {
+fn print_imported(out: &mut impl Write, connections: &[ImportedConnection], run: ImportedTally) {
     let (rows, stalls) = run.finish();
     for (conn, segments, bytes) in &rows {
         // Connection ids of an import count from 1.
@@ -371,22 +267,16 @@ fn ending_segment(segments: &[Event], by_time: &[usize], stall: &Stall) -> Optio
 /// analysis that retires what it has attributed (memory bounded as for `show`).
 fn syscall_stalls(path: &Path, run: RunId, spec: Option<&RrSpec>) -> Result<Vec<Stall>, Failure> {
     let mut reader = record::SessionReader::open(path)?;
-    let mut analysis = retiring_analysis(spec);
+    let mut analysis = RunStalls::new(spec.cloned());
     let mut stalls = Vec::new();
     // The first pass has reported a bad frame already; this one stops at it.
     while let Some(message) = reader.next_into(&mut None) {
         let ToBrowser::Events { run: of, events } = message else { continue };
-        if of != run {
-            continue;
-        }
-        analysis.push_all(&events);
-        if analysis.requests().len() > RETIRE_ABOVE {
-            analysis.retire(KEEP_RECENT, |analysis, req, view| {
-                stalls.extend(attribution::attribute_request(analysis, req, view, spec));
-            });
+        if of == run {
+            analysis.push(&events, |_, _, retired| stalls.extend(retired));
         }
     }
-    stalls.extend(attribution::attribute(&analysis, spec));
+    stalls.extend(analysis.held_stalls());
     Ok(stalls)
 }
 

@@ -1,0 +1,474 @@
+//! One path from a stream of messages to runs, their analysis and their stalls, for every reader
+//! that keeps to bounded memory: `run`'s summary, `show`, every `export`, and the next source.
+//!
+//! In the spirit of quinn-proto's `Connection`: [`SessionReducer::handle`] takes one message,
+//! holds what is still open, and says what changed through [`Output`]s; it does no IO and reads
+//! no clock. The bounds live here and nowhere else:
+//! - at most [`MAX_OPEN_RUNS`] runs followed at once (a crafted file could start any number and
+//!   never end them); the rest are counted;
+//! - a run holds its newest requests only: finished ones are attributed and folded into totals
+//!   once settled ([`RunStalls`]), and per-connection state goes with its connection
+//!   ([`RunAnalysis::retire`]);
+//! - a request keeps at most [`crate::analysis::MAX_SAMPLES_PER_REQUEST`] samples of each kind.
+//!
+//! The page keeps every request of a run to draw it, so it reads the same [`RunAnalysis`] and
+//! attribution without retiring ([`crate::attribution::Incremental`]); which classes a spec
+//! rules out is decided for both by [`stall_spec`].
+
+use std::collections::HashMap;
+
+use crate::analysis::{RequestView, RunAnalysis, Summary};
+use crate::attribution::{self, ClassSummary, Stall, StallTally};
+use crate::bulk::{BulkAnalysis, BulkSummary};
+use crate::control::ClockSync;
+use crate::event::{ConnId, Event, EventKind, ReqId, RunId, Side};
+use crate::overview::{self, Overview};
+use crate::packet_stalls;
+use crate::spec::{RrSpec, Scenario};
+use crate::wire::{Hello, RunOutcome, ToBrowser};
+
+/// Runs going at once that a reader follows. A recorded file has one at a time (each run's end
+/// comes before the next run's start); past this bound a run is counted, not summarized.
+pub const MAX_OPEN_RUNS: usize = 1000;
+
+/// Past this many requests held, a run's oldest finished (and settled) ones are retired...
+pub const RETIRE_ABOVE: usize = 8192;
+/// ...keeping the newest, whose other side's events may still be on their way.
+pub const KEEP_RECENT: usize = 1024;
+
+/// For a run of requests and answers, the spec that rules stall classes out (no Nagle stall
+/// from a writer with TCP_NODELAY): a run's own, or none for a standalone server's session (its
+/// knobs do not say how the outside client writes). `None` for scenarios whose stalls are not
+/// found from syscalls (bulk transfers; imported captures, whose packets are read instead).
+pub fn stall_spec(scenario: &Scenario) -> Option<Option<&RrSpec>> {
+    match scenario {
+        Scenario::Rr(spec) => Some(Some(spec)),
+        Scenario::Server(_) => Some(None),
+        Scenario::Bulk(_) | Scenario::Import(_) => None,
+    }
+}
+
+/// The one retire-and-attribute loop: a request/response run's analysis, whose requests are
+/// attributed and forgotten once settled and enough of them pile up.
+#[derive(Debug)]
+pub struct RunStalls {
+    analysis: RunAnalysis,
+    spec: Option<RrSpec>,
+}
+
+impl RunStalls {
+    pub fn new(spec: Option<RrSpec>) -> RunStalls {
+        let mut analysis = RunAnalysis::of_rr(spec.as_ref());
+        // A request/response run of ackscope's records its server too; a standalone server's
+        // session (no spec) has only its server's events, waited for once they come.
+        analysis.retire_when_settled(spec.is_some());
+        RunStalls { analysis, spec }
+    }
+
+    /// Takes a batch of events; `retired` gets each request retired to keep memory bounded,
+    /// with its stalls.
+    pub fn push(
+        &mut self,
+        events: &[Event],
+        mut retired: impl FnMut(ReqId, &RequestView, Vec<Stall>),
+    ) {
+        self.analysis.push_all(events);
+        if self.analysis.requests().len() > RETIRE_ABOVE {
+            let spec = self.spec.as_ref();
+            self.analysis.retire(KEEP_RECENT, |analysis, req, view| {
+                retired(req, view, attribution::attribute_request(analysis, req, view, spec));
+            });
+        }
+    }
+
+    pub fn analysis(&self) -> &RunAnalysis {
+        &self.analysis
+    }
+
+    pub fn spec(&self) -> Option<&RrSpec> {
+        self.spec.as_ref()
+    }
+
+    /// The stalls of the requests still held.
+    pub fn held_stalls(&self) -> Vec<Stall> {
+        attribution::attribute(&self.analysis, self.spec.as_ref())
+    }
+}
+
+/// A request/response run's summary as its events go by: the retire loop, with the stalls and
+/// overview rows of what it retired folded into totals.
+#[derive(Debug)]
+pub struct RrTally {
+    stalls: RunStalls,
+    retired_stalls: StallTally,
+    /// The retired requests, for the overview written at the end of a file.
+    retired_overview: Overview,
+}
+
+impl RrTally {
+    pub fn new(spec: Option<RrSpec>) -> RrTally {
+        RrTally {
+            stalls: RunStalls::new(spec),
+            retired_stalls: StallTally::default(),
+            retired_overview: Overview::default(),
+        }
+    }
+
+    /// Takes a batch; `found` gets the stalls of the requests it retired, when a reader wants
+    /// each stall as it is decided (the Perfetto export).
+    pub fn push(&mut self, events: &[Event], found: Option<&mut Vec<Stall>>) {
+        let (tally, rows) = (&mut self.retired_stalls, &mut self.retired_overview);
+        let mut found = found;
+        self.stalls.push(events, |_, view, stalls| {
+            stalls.iter().for_each(|stall| tally.add(stall));
+            let (key, stalled) = overview::row(view, &stalls);
+            rows.push(key, stalled);
+            if let Some(found) = found.as_deref_mut() {
+                found.extend(stalls);
+            }
+        });
+    }
+
+    pub fn analysis(&self) -> &RunAnalysis {
+        self.stalls.analysis()
+    }
+
+    /// The stalls of the requests still held (each retired one was handed out by `push`).
+    pub fn held_stalls(&self) -> Vec<Stall> {
+        self.stalls.held_stalls()
+    }
+
+    /// Every request of the run, retired or not, in the overview's columns.
+    pub fn overview(&self) -> Overview {
+        let mut overview = self.retired_overview.clone();
+        let analysis = self.stalls.analysis();
+        let first = analysis.first_request();
+        for (index, view) in analysis.requests().iter().enumerate() {
+            let req = ReqId(first + index as u32);
+            let stalls = attribution::attribute_request(analysis, req, view, self.stalls.spec());
+            let (key, stalled) = overview::row(view, &stalls);
+            overview.push(key, stalled);
+        }
+        overview
+    }
+
+    /// Stalls grouped by class and direction, retired and held.
+    pub fn stall_classes(&self) -> Vec<ClassSummary> {
+        self.retired_stalls.summaries_with(&self.held_stalls())
+    }
+
+    pub fn summary(&self) -> Summary {
+        self.stalls.analysis().summary()
+    }
+}
+
+/// A connection of an imported run: its id, its segments, its payload bytes each way.
+pub type ConnRow = (ConnId, u32, [u64; 2]);
+
+/// An imported capture's run: each connection's segments and bytes, and the stalls its packets
+/// show, found as the events go by (the finder holds only each connection's undecided window).
+#[derive(Default)]
+pub struct ImportedTally {
+    /// In the order connections first appear; `row_of` finds a connection's row in O(1).
+    rows: Vec<ConnRow>,
+    row_of: HashMap<ConnId, usize>,
+    finder: packet_stalls::StallFinder,
+    stalls: StallTally,
+}
+
+impl std::fmt::Debug for ImportedTally {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ImportedTally").field("connections", &self.rows.len()).finish()
+    }
+}
+
+impl ImportedTally {
+    pub fn push(&mut self, events: &[Event]) {
+        for e in events {
+            let EventKind::Segment(s) = &e.kind else { continue };
+            let rows = &mut self.rows;
+            let i = *self.row_of.entry(e.conn).or_insert_with(|| {
+                rows.push((e.conn, 0, [0, 0]));
+                rows.len() - 1
+            });
+            self.rows[i].1 += 1;
+            self.rows[i].2[usize::from(e.side == Side::Server)] += u64::from(s.len);
+            self.finder.push(e, ());
+        }
+        self.finder.take_found().iter().for_each(|(stall, ())| self.stalls.add(stall));
+    }
+
+    /// The connections' rows and the stall classes, every candidate decided.
+    pub fn finish(mut self) -> (Vec<ConnRow>, Vec<ClassSummary>) {
+        self.finder.finish().iter().for_each(|(stall, ())| self.stalls.add(stall));
+        (self.rows, self.stalls.summaries())
+    }
+}
+
+/// What a run's summary is computed from, chosen once from its scenario.
+#[derive(Debug)]
+pub enum RunAnalyses {
+    Rr(Box<RrTally>),
+    Bulk(Box<BulkAnalysis>),
+    Imported(Box<ImportedTally>),
+}
+
+/// One run's counts and analysis, as its events go by.
+#[derive(Debug)]
+pub struct RunTally {
+    pub analysis: RunAnalyses,
+    pub events: u64,
+    pub requests_done: u64,
+    pub bytes_read: u64,
+    /// A run against a remote server: how its clock was matched to this run's.
+    pub clock: Option<ClockSync>,
+}
+
+impl RunTally {
+    pub fn new(scenario: &Scenario) -> RunTally {
+        let analysis = match (scenario, stall_spec(scenario)) {
+            (_, Some(spec)) => RunAnalyses::Rr(Box::new(RrTally::new(spec.cloned()))),
+            (Scenario::Import(_), None) => RunAnalyses::Imported(Box::default()),
+            (_, None) => RunAnalyses::Bulk(Box::new(BulkAnalysis::new())),
+        };
+        RunTally { analysis, events: 0, requests_done: 0, bytes_read: 0, clock: None }
+    }
+
+    /// Takes a batch; `found` as for [`RrTally::push`].
+    pub fn push(&mut self, events: &[Event], found: Option<&mut Vec<Stall>>) {
+        self.events += events.len() as u64;
+        for event in events {
+            match event.kind {
+                EventKind::RequestDone => self.requests_done += 1,
+                EventKind::ReadDone { bytes } => self.bytes_read += u64::from(bytes),
+                EventKind::ClockSync { offset_ns, uncertainty_ns, rtt_ns } => {
+                    self.clock = Some(ClockSync { offset_ns, uncertainty_ns, rtt_ns })
+                }
+                _ => {}
+            }
+        }
+        match &mut self.analysis {
+            RunAnalyses::Rr(rr) => rr.push(events, found),
+            RunAnalyses::Bulk(bulk) => bulk.push_all(events),
+            RunAnalyses::Imported(imported) => imported.push(events),
+        }
+    }
+
+    /// The overview of the run's requests (request/response runs only).
+    pub fn overview(&self) -> Option<Overview> {
+        match &self.analysis {
+            RunAnalyses::Rr(rr) => Some(rr.overview()),
+            _ => None,
+        }
+    }
+
+    /// Stalls grouped by class and direction (request/response runs only).
+    pub fn stall_classes(&self) -> Option<Vec<ClassSummary>> {
+        match &self.analysis {
+            RunAnalyses::Rr(rr) => Some(rr.stall_classes()),
+            _ => None,
+        }
+    }
+
+    /// The headline figures of a request/response run or a bulk transfer.
+    pub fn figures(&self) -> Option<Figures> {
+        match &self.analysis {
+            RunAnalyses::Rr(rr) => Some(Figures::Rr(rr.summary())),
+            RunAnalyses::Bulk(bulk) => Some(Figures::Bulk(bulk.summary())),
+            RunAnalyses::Imported(_) => None,
+        }
+    }
+
+    /// Events left out because their request had been summarized already (or a broken file
+    /// named one far ahead), and samples thinned on requests that had too many.
+    pub fn left_out(&self) -> (u64, u64) {
+        match &self.analysis {
+            RunAnalyses::Rr(rr) => (rr.analysis().ignored_events, rr.analysis().thinned_samples),
+            _ => (0, 0),
+        }
+    }
+}
+
+/// A run's headline numbers.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Figures {
+    Rr(Summary),
+    Bulk(BulkSummary),
+}
+
+/// A run a reader followed, handed over at its end (or when the stream ended before it did).
+#[derive(Debug)]
+pub struct FollowedRun {
+    pub run: RunId,
+    pub scenario: Scenario,
+    pub tally: RunTally,
+    /// `None`: the stream ended before the run did.
+    pub outcome: Option<RunOutcome>,
+}
+
+/// What [`SessionReducer::handle`] changed.
+#[derive(Debug)]
+pub enum Output {
+    /// A run began and is followed.
+    Started(RunId),
+    /// Stalls of requests a run retired (only when asked for: [`SessionReducer::hand_out_stalls`]).
+    Stalls(RunId, Vec<Stall>),
+    /// A run ended (or its id started again, or the stream ended): everything about it, with
+    /// the stalls of the requests it still held when `hand_out_stalls` is on.
+    Ended(Box<FollowedRun>, Vec<Stall>),
+}
+
+/// The runs of a session as its messages go by.
+#[derive(Debug, Default)]
+pub struct SessionReducer {
+    /// The runs still going, each with its place in the stream (the order they are handed
+    /// over in when the stream ends before they do).
+    open: HashMap<RunId, (u64, FollowedRun)>,
+    started: u64,
+    /// Runs started while [`MAX_OPEN_RUNS`] were going: counted, not followed.
+    not_followed: u64,
+    hello: Option<Hello>,
+    hand_out_stalls: bool,
+}
+
+impl SessionReducer {
+    pub fn new() -> SessionReducer {
+        SessionReducer::default()
+    }
+
+    /// A reducer that hands out each stall as it is decided ([`Output::Stalls`], and the held
+    /// ones with [`Output::Ended`]), for a reader that writes them as it goes.
+    pub fn hand_out_stalls() -> SessionReducer {
+        SessionReducer { hand_out_stalls: true, ..SessionReducer::default() }
+    }
+
+    /// The session's Hello, once read.
+    pub fn hello(&self) -> Option<&Hello> {
+        self.hello.as_ref()
+    }
+
+    /// Whether events of `run` are followed (it started, has not ended, and was within the
+    /// bound when it started).
+    pub fn follows(&self, run: RunId) -> bool {
+        self.open.contains_key(&run)
+    }
+
+    /// Takes one message; `out` gets what it changed.
+    pub fn handle(&mut self, message: &ToBrowser, out: &mut Vec<Output>) {
+        match message {
+            ToBrowser::Hello(hello) => self.hello = Some(hello.clone()),
+            ToBrowser::RunStarted { run, spec, .. } => {
+                // An id started again (only a crafted file does that): the earlier run is
+                // handed over as far as it went.
+                if let Some((_, earlier)) = self.open.remove(run) {
+                    self.ended(earlier, out);
+                }
+                if self.open.len() >= MAX_OPEN_RUNS {
+                    self.not_followed += 1;
+                    return;
+                }
+                let followed = FollowedRun {
+                    run: *run,
+                    scenario: spec.clone(),
+                    tally: RunTally::new(spec),
+                    outcome: None,
+                };
+                self.open.insert(*run, (self.started, followed));
+                self.started += 1;
+                out.push(Output::Started(*run));
+            }
+            ToBrowser::Events { run, events } => {
+                let Some((_, followed)) = self.open.get_mut(run) else { return };
+                if self.hand_out_stalls {
+                    let mut found = Vec::new();
+                    followed.tally.push(events, Some(&mut found));
+                    if !found.is_empty() {
+                        out.push(Output::Stalls(*run, found));
+                    }
+                } else {
+                    followed.tally.push(events, None);
+                }
+            }
+            ToBrowser::RunFinished { run, outcome } => {
+                if let Some((_, mut followed)) = self.open.remove(run) {
+                    followed.outcome = Some(outcome.clone());
+                    self.ended(followed, out);
+                }
+            }
+            // Refusals answer a tab; overviews and the trailer repeat what the events say.
+            ToBrowser::Rejected { .. }
+            | ToBrowser::Overview { .. }
+            | ToBrowser::Trailer(_)
+            | ToBrowser::ClassState(_)
+            | ToBrowser::Stream { .. } => {}
+        }
+    }
+
+    fn ended(&self, followed: FollowedRun, out: &mut Vec<Output>) {
+        let held = match (&followed.tally.analysis, self.hand_out_stalls) {
+            (RunAnalyses::Rr(rr), true) => rr.held_stalls(),
+            _ => Vec::new(),
+        };
+        out.push(Output::Ended(Box::new(followed), held));
+    }
+
+    /// The stream has ended: hands over the runs still going, in the order they started.
+    pub fn finish(&mut self, out: &mut Vec<Output>) {
+        let mut unfinished: Vec<(u64, FollowedRun)> = self.open.drain().map(|(_, v)| v).collect();
+        unfinished.sort_by_key(|(order, _)| *order);
+        for (_, followed) in unfinished {
+            self.ended(followed, out);
+        }
+    }
+
+    /// Runs started while [`MAX_OPEN_RUNS`] were going, not followed.
+    pub fn not_followed(&self) -> u64 {
+        self.not_followed
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::wire::Instruments;
+
+    fn started(run: u32) -> ToBrowser {
+        let spec = Scenario::Rr(RrSpec::default());
+        ToBrowser::RunStarted { run: RunId(run), spec, instruments: Instruments::default() }
+    }
+
+    #[test]
+    fn runs_are_handed_over_at_their_end_and_past_the_bound_only_counted() {
+        let mut reducer = SessionReducer::new();
+        let mut out = Vec::new();
+        for run in 0..(MAX_OPEN_RUNS as u32 + 5) {
+            reducer.handle(&started(run), &mut out);
+        }
+        assert_eq!(reducer.not_followed(), 5);
+        assert!(reducer.follows(RunId(0)) && !reducer.follows(RunId(MAX_OPEN_RUNS as u32)));
+        out.clear();
+        let finished = ToBrowser::RunFinished { run: RunId(7), outcome: RunOutcome::Completed };
+        reducer.handle(&finished, &mut out);
+        assert!(matches!(&out[..], [Output::Ended(run, _)] if run.run == RunId(7)
+            && run.outcome == Some(RunOutcome::Completed)));
+        out.clear();
+        reducer.finish(&mut out);
+        let order: Vec<u32> = out
+            .iter()
+            .map(|o| match o {
+                Output::Ended(run, _) => run.run.0,
+                other => panic!("{other:?}"),
+            })
+            .collect();
+        assert_eq!(order.len(), MAX_OPEN_RUNS - 1);
+        assert!(order.windows(2).all(|w| w[0] < w[1]), "in the order they started");
+    }
+
+    #[test]
+    fn the_spec_rules_classes_out_for_request_response_runs_only() {
+        let rr = RrSpec::default();
+        assert_eq!(stall_spec(&Scenario::Rr(rr.clone())), Some(Some(&rr)));
+        assert_eq!(stall_spec(&Scenario::Server(rr)), Some(None));
+        assert_eq!(stall_spec(&Scenario::Bulk(Default::default())), None);
+    }
+}
