@@ -16,9 +16,11 @@ use serde::{Deserialize, Serialize};
 use crate::event::{tcp_flags, ConnId, Event, EventKind, ReqId, Segment, Side};
 use crate::side_map::SideMap;
 pub use crate::sorted_multiset::SortedMultiset;
+pub use crate::span::{Span, SpanKind};
 use crate::span_list::SpanList;
 pub use crate::span_list::Spans;
 use crate::spec::{RrSpec, MAX_REQUESTS};
+pub use crate::stats::{ns_to_ms, percentile};
 use crate::write_log::WriteLog;
 use std::cell::Cell;
 use std::collections::HashSet;
@@ -32,32 +34,6 @@ pub const STALL_THRESHOLD_NS: u64 = 10_000_000;
 pub const STALLED_READS_MEANING: &str = "stalled reads: reads the kernel held over 10 ms \
     after the peer had written; the waits listed are each classified, and include waits for \
     something else (think time, a connect, a full buffer), so the two counts can differ";
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub enum SpanKind {
-    Connect,
-    Write,
-    Read,
-}
-
-/// One syscall (or the connect handshake) from start to return.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Span {
-    pub side: Side,
-    pub kind: SpanKind,
-    pub start_ns: u64,
-    pub end_ns: u64,
-    pub bytes: u32,
-    /// For reads and writes: the stream offset (bytes this side had read or written on the
-    /// connection) just after this call.
-    pub stream_end: u64,
-}
-
-impl Span {
-    pub fn duration_ns(&self) -> u64 {
-        self.end_ns.saturating_sub(self.start_ns)
-    }
-}
 
 /// Everything recorded for one request, both sides.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -950,21 +926,6 @@ fn min_some(a: Option<u64>, b: Option<u64>) -> Option<u64> {
     }
 }
 
-/// Nearest-rank percentile of sorted values; 0 when there are none.
-pub fn percentile(sorted: &[u64], pct: f64) -> u64 {
-    nearest_rank(sorted.len(), pct).map_or(0, |index| sorted[index])
-}
-
-/// The index (from 0) of the nearest-rank `pct` percentile among `len` sorted values.
-pub(crate) fn nearest_rank(len: usize, pct: f64) -> Option<usize> {
-    let rank = ((pct / 100.0) * len as f64).ceil() as usize;
-    (len > 0).then(|| rank.clamp(1, len) - 1)
-}
-
-pub fn ns_to_ms(ns: u64) -> f64 {
-    ns as f64 / 1e6
-}
-
 /// Random batches of a run's events, for the property tests of what is kept incrementally.
 #[cfg(test)]
 pub(crate) mod batches {
@@ -1263,15 +1224,5 @@ mod tests {
         // A run's own ids stay close together: the next ones are kept.
         analysis.push(&event(1_000, EventKind::RequestStart));
         assert_eq!(analysis.requests().len(), 1_001);
-    }
-
-    #[test]
-    fn nearest_rank_percentiles() {
-        let values: Vec<u64> = (1..=200).collect();
-        assert_eq!(percentile(&values, 50.0), 100);
-        assert_eq!(percentile(&values, 99.0), 198);
-        assert_eq!(percentile(&values, 100.0), 200);
-        assert_eq!(percentile(&[7], 50.0), 7);
-        assert_eq!(percentile(&[], 50.0), 0);
     }
 }

@@ -1,16 +1,20 @@
 //! The data model, the stream codec and the analysis that the probe and the web app share.
 //!
-//! Layers, bottom up:
-//! - [`event`]: what the probe records: one [`Event`] per step (syscall start/done, connection
-//!   life), stamped with nanoseconds since the run started on one monotonic clock for both sides.
-//! - [`spec`]: what a run does ([`RrSpec`]): everything needed to run it again.
-//! - [`wire`]: the versioned messages between probe and browser, and their framing. A session
-//!   file is the same framed stream written to disk, so one decoder serves both.
-//! - [`control`]: the messages between two probes, one driving the other's server.
-//! - [`analysis`]: pure functions over events: per-request spans, stalls, the summary.
-//! - [`overview`]: a run's requests in a bounded number of columns, each keeping its worst.
-//! - [`lesson`]: the classroom's lessons, parsed from their plain-text files.
-//! - [`kernel`]: every TCP_INFO sample over time, per connection and side, bounded, for charts.
+//! Layers, bottom up (each uses only the ones above it; `cargo xtask test` fails on a cycle):
+//! - leaves: [`event`] (what the probe records: one [`Event`] per step, stamped with
+//!   nanoseconds since the run started on one clock for both sides), [`stats`] (percentiles),
+//!   `varint`, [`span`] (a syscall as a span of time), [`stall`] (the classes of wait and
+//!   their fixes), [`spec`] (what a run does: everything needed to run it again), [`packet`]
+//!   and [`tcp_info`];
+//! - [`analysis`]: a run's events as requests, their spans and evidence, the summary;
+//! - [`packet_stalls`] (the packet rule) and [`attribution`] (why each wait happened);
+//! - [`overview`]: a run's requests in a bounded number of columns, each keeping its worst;
+//! - [`wire`] (the versioned messages between probe and browser, and their framing: a session
+//!   file is the same framed stream written to disk) and [`control`] (between two probes);
+//! - [`reduce`]: the one path from a stream of messages to runs, their tally and their stalls,
+//!   with every reader's bounds;
+//! - beside them: [`lesson`] (the classroom's lessons), [`kernel`] (TCP_INFO over time, for
+//!   charts), [`bulk`], [`pcap`].
 //!
 //! Nothing here does IO or reads a clock: callers pass times in. That keeps the crate buildable
 //! for wasm32 and its tests deterministic.
@@ -36,11 +40,15 @@ pub mod presets;
 pub mod reduce;
 mod side_map;
 mod sorted_multiset;
+pub mod span;
 mod span_list;
 pub mod spec;
+pub mod stall;
+pub mod stats;
 #[cfg(any(test, feature = "synthetic"))]
 pub mod synthetic;
 pub mod tcp_info;
+mod varint;
 pub mod wire;
 mod write_log;
 

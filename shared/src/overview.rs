@@ -13,7 +13,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::analysis::RequestView;
-use crate::attribution::Stall;
+use crate::stall::Stall;
 
 /// Columns kept at most: more than any strip draws (the web app's is 720 pixels wide), few
 /// enough that the overview of any run is a message of some tens of kilobytes.

@@ -8,8 +8,8 @@
 //! Anything less conclusive is left out: a stall is only claimed with its evidence.
 
 use crate::analysis::SegmentSample;
-use crate::attribution::{Stall, StallClass};
 use crate::event::{ConnId, Event, EventKind, ReqId};
+use crate::stall::{Stall, StallClass};
 
 /// The delayed-ACK timer's range: Linux runs it between its minimum (40 ms with HZ >= 100; the
 /// stall table measured 43-44 ms) and its maximum (200 ms); room is left on both ends.

@@ -3,7 +3,7 @@
 
 use std::cell::{Ref, RefCell};
 
-use crate::analysis::nearest_rank;
+use crate::stats::nearest_rank;
 
 /// Values kept for exact nearest-rank percentiles.
 ///
@@ -280,7 +280,7 @@ impl Blocks {
 mod tests {
     use super::*;
     use crate::analysis::batches::Rng;
-    use crate::analysis::percentile;
+    use crate::stats::percentile;
 
     /// Inserts, removals and questions interleaved at random, against a sorted `Vec`: values
     /// merged one by one and by rebuilding, removed while pending and once ordered.

@@ -14,9 +14,9 @@
 //! Only readers that keep requests pack them (the browser, [`crate::RunAnalysis::pack_settled`]);
 //! the command line retires its requests instead and never pays for packing.
 
-use crate::analysis::{Span, SpanKind};
 use crate::event::Side;
-use crate::wire;
+use crate::span::{Span, SpanKind};
+use crate::varint::{put_varint, varint};
 
 #[derive(Clone, Debug)]
 pub(crate) enum SpanList {
@@ -174,14 +174,6 @@ fn put_signed(out: &mut Vec<u8>, difference: u64) {
     put_varint(out, ((signed << 1) ^ (signed >> 63)) as u64);
 }
 
-fn put_varint(out: &mut Vec<u8>, mut value: u64) {
-    while value >= 0x80 {
-        out.push(value as u8 | 0x80);
-        value >>= 7;
-    }
-    out.push(value as u8);
-}
-
 /// Reads back what [`encode`] wrote.
 pub struct Decoder<'a> {
     bytes: &'a [u8],
@@ -195,8 +187,7 @@ impl<'a> Decoder<'a> {
 
     fn varint(&mut self) -> u64 {
         // Only `encode` writes these bytes: every varint it writes is whole.
-        let (value, rest) =
-            wire::varint(self.bytes).expect("a packed span list holds whole numbers");
+        let (value, rest) = varint(self.bytes).expect("a packed span list holds whole numbers");
         self.bytes = rest;
         value
     }

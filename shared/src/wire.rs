@@ -15,6 +15,7 @@ use serde::{Deserialize, Serialize};
 use crate::event::{Event, RunId};
 use crate::overview::Overview;
 use crate::spec::Scenario;
+use crate::varint::varint;
 
 /// Bumped whenever the encoding changes (docs/FORMAT.md, "Versions"). Version 2 appended the
 /// `Overview` and `Trailer` messages of a file's end and the class's messages; version 3 the
@@ -286,18 +287,6 @@ pub fn peek_version(first_message: &[u8]) -> Option<u16> {
     let (tag, rest) = varint(first_message)?;
     let (version, _) = varint(rest)?;
     (tag == 0).then_some(u16::try_from(version).ok()?)
-}
-
-/// A LEB128 varint (postcard's integer encoding) and the bytes after it.
-pub(crate) fn varint(bytes: &[u8]) -> Option<(u64, &[u8])> {
-    let mut value = 0u64;
-    for (i, byte) in bytes.iter().enumerate().take(10) {
-        value |= u64::from(byte & 0x7f) << (7 * i);
-        if byte & 0x80 == 0 {
-            return Some((value, &bytes[i + 1..]));
-        }
-    }
-    None
 }
 
 /// Decodes a stream's first message: its version is checked before anything else is read.

@@ -19,6 +19,7 @@ mod bench_setup;
 mod bench_viewer;
 mod fuzz;
 mod json;
+mod layers;
 mod link_taps;
 mod setup;
 mod steps;
@@ -146,7 +147,8 @@ fn test() -> Result<(), String> {
 
     steps.start("cargo fmt --check");
     setup::cargo().args(["fmt", "--all", "--", "--check"]).run()?;
-    steps.done("formatted");
+    let modules = layers::check(&setup::root())?;
+    steps.done(&format!("formatted; {modules} modules of shared in layers, no cycle"));
 
     steps.start("clippy, warnings denied (native crates)");
     setup::cargo().args(["clippy", "--all-targets", "--", "-D", "warnings"]).run()?;
