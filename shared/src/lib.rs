@@ -38,6 +38,7 @@ pub mod packet_stalls;
 pub mod pcap;
 pub mod presets;
 pub mod reduce;
+pub mod report;
 mod side_map;
 mod sorted_multiset;
 pub mod span;

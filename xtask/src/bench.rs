@@ -3,18 +3,25 @@
 //! - `rr`: ackscope's request/response loop against sockperf's TCP ping-pong on loopback, and
 //!   ackscope with its recording on against off. Rounds alternate the programs so that a machine
 //!   that speeds up or slows down during the run affects all of them alike.
-//! - `memory`: a 1,000,000-request run's peak RSS and session-file size.
+//! - `memory`: a 1,000,000-request run's peak RSS and session-file size; then `show` and
+//!   `export --json` of it, of a 1,000,000-request reconnect-every-1 session and of a crafted
+//!   session for each bound the readers keep (`ackscope_shared::crafted`): each one's peak RSS
+//!   and CPU per event.
 //!
 //! These are measurements, not tests: a missed target is printed, and the exit code stays 0.
 //! What they measure and the figures of one machine: docs/BENCHMARKS.md.
 
 use std::ffi::OsStr;
 use std::fs;
+use std::io::{self, Write};
 use std::net::{Ipv4Addr, TcpListener, TcpStream};
 use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
 use std::thread;
 use std::time::{Duration, Instant};
+
+use ackscope_shared::crafted::Crafted;
+use ackscope_shared::report::RunReport;
 
 use crate::steps::Steps;
 use crate::{json, setup};
@@ -371,13 +378,15 @@ fn ackscope_rr(count: u32, recording: bool, pin: Option<u32>) -> Result<f64, Str
         command.args(["--no-events", "--no-tcp-info"]);
     }
     let output = checked_output(&mut command)?;
-    let json = json::summary(&output)?;
-    let clients = json.get("clients").ok_or_else(|| format!("no `clients` object in {json}"))?;
-    let requests = json::number(clients, "requests")?;
-    if requests < f64::from(count) {
-        return Err(format!("ackscope answered {requests} of {count} requests: {json}"));
+    let report = json::summary(&output)?;
+    let clients = json::clients(&report)?;
+    if clients.requests < count {
+        return Err(format!(
+            "ackscope answered {} of {count} requests: {report:?}",
+            clients.requests
+        ));
     }
-    json::number(clients, "rps")
+    Ok(clients.rps)
 }
 
 /// Runs to completion capturing the output; an error shows the command and what it printed.
@@ -518,55 +527,129 @@ fn sockperf_number(haystack: &str, label: &str, whole: &str) -> Result<f64, Stri
 }
 
 fn memory(count: u32) -> Result<(), String> {
-    let mut steps = prepare(1, &["time"])?;
-    steps.start(&format!("ackscope run rr --count {count} under /usr/bin/time -v"));
-    steps.note("1,000,000 requests take about a minute");
+    let mut steps = prepare(3, &["time"])?;
     let dir = std::env::temp_dir().join(format!("ackscope-bench-{}", std::process::id()));
     fs::create_dir_all(&dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
-    let file = dir.join("memory.session");
-    let measured = measure_memory(count, &file).and_then(|run| {
-        // Reading it back: `show` and `export --json` stream the file, one message at a time.
-        let show = peak_rss_kb_of(&["show"], &file)?;
-        let export = peak_rss_kb_of(&["export", "--json"], &file)?;
-        Ok((run, show, export))
-    });
+    let measured = memory_in(&mut steps, count, &dir);
     let _ = fs::remove_dir_all(&dir);
-    let ((json, peak_rss_kb, file_bytes), show_kb, export_kb) = measured?;
-    steps.done("done");
+    measured
+}
 
-    let requests = json::number(&json, "requests")?;
+/// A file the readers are measured on: its name, path and events.
+struct ReadCase {
+    name: String,
+    file: std::path::PathBuf,
+    events: u64,
+}
+
+fn memory_in(steps: &mut Steps, count: u32, dir: &Path) -> Result<(), String> {
+    steps.start(&format!("ackscope run rr --count {count}, keep-alive and reconnecting"));
+    steps.note("1,000,000 requests take about a minute each way");
+    let keep_alive = dir.join("keep-alive.session");
+    let (report, peak_rss_kb, file_bytes) = measure_memory(count, &keep_alive, &[])?;
+    let reconnecting = dir.join("reconnect-every-1.session");
+    let (reconnect_report, _, _) =
+        measure_memory(count, &reconnecting, &["--reconnect-every", "1"])?;
+    steps.done("recorded");
+
+    let requests = json::rr(&report)?.requests;
     let peak_rss_mb = peak_rss_kb / 1024.0;
-    // Bytes per event only if ackscope says how many events it recorded.
-    let events = match json.get("events") {
-        Some(_) => Some(json::number(&json, "events")?),
-        None => None,
-    };
-    let mut line = format!(
-        "memory peak_rss_mb={peak_rss_mb:.1} requests={requests:.0} file_bytes={file_bytes}"
+    let per_event = file_bytes as f64 / (report.events as f64).max(1.0);
+    println!(
+        "\nmemory peak_rss_mb={peak_rss_mb:.1} requests={requests} file_bytes={file_bytes} \
+         events={} file_bytes_per_event={per_event:.1}",
+        report.events
     );
-    if let Some(events) = events {
-        let per_event = file_bytes as f64 / events.max(1.0);
-        line += &format!(" events={events:.0} file_bytes_per_event={per_event:.1}");
-    }
-    println!("\n{line}");
     println!(
         "  peak RSS < {PEAK_RSS_TARGET_MB} MB:{}",
         met_or_missed(peak_rss_mb < PEAK_RSS_TARGET_MB)
     );
-    let (show_mb, export_mb) = (show_kb / 1024.0, export_kb / 1024.0);
-    println!("memory show_peak_rss_mb={show_mb:.1} export_json_peak_rss_mb={export_mb:.1}");
     println!(
-        "  show and export --json of the file under {READ_BACK_TARGET_MB} MB:{}",
-        met_or_missed(show_mb < READ_BACK_TARGET_MB && export_mb < READ_BACK_TARGET_MB)
+        "  file bytes per event <= {FILE_BYTES_PER_EVENT_TARGET}:{}",
+        met_or_missed(per_event <= FILE_BYTES_PER_EVENT_TARGET)
     );
-    match events {
-        Some(events) => println!(
-            "  file bytes per event <= {FILE_BYTES_PER_EVENT_TARGET}:{}",
-            met_or_missed(file_bytes as f64 / events.max(1.0) <= FILE_BYTES_PER_EVENT_TARGET)
-        ),
-        None => println!("  file bytes per event: unknown, ackscope's JSON has no `events` field"),
+
+    steps.start("crafted sessions, one for each bound the readers keep");
+    let mut cases = vec![
+        ReadCase { name: "keep-alive".into(), file: keep_alive, events: report.events },
+        ReadCase {
+            name: "reconnect-every-1".into(),
+            file: reconnecting,
+            events: reconnect_report.events,
+        },
+    ];
+    for crafted in Crafted::ALL {
+        let units = crafted_units(crafted, count);
+        let file = dir.join(format!("{}.session", crafted.name()));
+        let mut out = io::BufWriter::new(
+            fs::File::create(&file).map_err(|e| format!("creating {}: {e}", file.display()))?,
+        );
+        let events = crafted
+            .write(units, &mut out)
+            .and_then(|events| out.flush().map(|()| events))
+            .map_err(|e| format!("writing {}: {e}", file.display()))?;
+        cases.push(ReadCase { name: format!("{} ({units})", crafted.name()), file, events });
+    }
+    steps.done(&format!("{} files", cases.len()));
+
+    steps.start("show and export --json of each, under /usr/bin/time -v");
+    let mut rows = Vec::new();
+    for case in &cases {
+        for args in [&["show"][..], &["export", "--json"][..]] {
+            let cost = cost_of(args, &case.file)?;
+            rows.push((case, args.join(" "), cost));
+        }
+    }
+    steps.done("read");
+    println!(
+        "\n{:<36} {:<14} {:>10} {:>10} {:>14}",
+        "session", "command", "events", "peak MB", "cpu ns/event"
+    );
+    for (case, command, cost) in &rows {
+        let per_event = cost.cpu_s * 1e9 / (case.events as f64).max(1.0);
+        println!(
+            "{:<36} {command:<14} {:>10} {:>10.1} {per_event:>14.0}",
+            case.name,
+            case.events,
+            cost.peak_rss_kb / 1024.0
+        );
+    }
+    let peak_mb = rows.iter().map(|(_, _, cost)| cost.peak_rss_kb / 1024.0).fold(0.0, f64::max);
+    println!("memory readers_max_peak_mb={peak_mb:.1}");
+    println!(
+        "  every reader's peak under {READ_BACK_TARGET_MB} MB:{}",
+        met_or_missed(peak_mb < READ_BACK_TARGET_MB)
+    );
+    for command in ["show", "export --json"] {
+        let per_event: Vec<f64> = rows
+            .iter()
+            .filter(|(_, c, _)| c == command)
+            .map(|(case, _, cost)| cost.cpu_s * 1e9 / (case.events as f64).max(1.0))
+            .collect();
+        let (low, high) =
+            per_event.iter().fold((f64::MAX, 0.0f64), |(l, h), &v| (l.min(v), h.max(v)));
+        let spread = high / low.max(1e-9);
+        println!("memory {}_cpu_per_event_spread={spread:.2}", command.replace([' ', '-'], "_"));
+        println!(
+            "  {command}: CPU per event within 2x across the sessions:{}",
+            met_or_missed(spread <= 2.0)
+        );
     }
     Ok(())
+}
+
+/// How big each crafted session is for a benchmark of `count` requests: past every hold limit,
+/// and about as many events as the recorded sessions.
+fn crafted_units(crafted: Crafted, count: u32) -> u64 {
+    let count = u64::from(count);
+    match crafted {
+        // About four events a request in a recorded run.
+        Crafted::SamplesOfOneOpenRequest => count * 4,
+        Crafted::UnsettledRequests => count,
+        Crafted::RepeatedFirstStart => count,
+        Crafted::ConnectionPerRequest => count / 4,
+        Crafted::OpenRuns => count / 4,
+    }
 }
 
 pub(crate) fn met_or_missed(met: bool) -> &'static str {
@@ -577,14 +660,29 @@ pub(crate) fn met_or_missed(met: bool) -> &'static str {
     }
 }
 
-/// The peak RSS in KiB of `ackscope ARGS... FILE` (the file goes after the first argument), its
-/// standard output thrown away.
-fn peak_rss_kb_of(args: &[&str], file: &Path) -> Result<f64, String> {
+/// What one reader cost: its peak RSS and its CPU time (user and system), as `time -v` saw them.
+struct Cost {
+    peak_rss_kb: f64,
+    cpu_s: f64,
+}
+
+/// The cost of `ackscope ARGS... FILE` (the file goes after the first argument), its standard
+/// output thrown away.
+fn cost_of(args: &[&str], file: &Path) -> Result<Cost, String> {
     let mut command = Command::new("/usr/bin/time");
     command.arg("-v").arg(setup::probe_binary()).arg(args[0]).arg(file).args(&args[1..]);
     command.stdout(Stdio::null());
     let output = checked_output(&mut command)?;
-    peak_rss_kb(&String::from_utf8_lossy(&output.stderr))
+    let report = String::from_utf8_lossy(&output.stderr);
+    let seconds = |label: &str| -> Result<f64, String> {
+        report
+            .lines()
+            .find_map(|line| line.trim().strip_prefix(label))
+            .and_then(|value| value.trim().parse::<f64>().ok())
+            .ok_or_else(|| format!("/usr/bin/time -v printed no `{label}`:\n{report}"))
+    };
+    let cpu_s = seconds("User time (seconds):")? + seconds("System time (seconds):")?;
+    Ok(Cost { peak_rss_kb: peak_rss_kb(&report)?, cpu_s })
 }
 
 fn peak_rss_kb(report: &str) -> Result<f64, String> {
@@ -596,19 +694,20 @@ fn peak_rss_kb(report: &str) -> Result<f64, String> {
         .ok_or_else(|| format!("/usr/bin/time -v printed no `{label}`:\n{report}"))
 }
 
-/// ackscope's JSON, its peak RSS in KiB and the size of its session file.
-fn measure_memory(count: u32, file: &Path) -> Result<(serde_json::Value, f64, u64), String> {
+/// ackscope's report, its peak RSS in KiB and the size of its session file, for a run of
+/// `count` requests with `more` arguments.
+fn measure_memory(count: u32, file: &Path, more: &[&str]) -> Result<(RunReport, f64, u64), String> {
     let mut command = Command::new("/usr/bin/time");
     command.arg("-v").arg(setup::probe_binary());
     command.args(["run", "rr", "--count", &count.to_string(), "--nodelay", "both"]);
-    command.arg("-o").arg(file).arg("--json");
+    command.args(more).arg("-o").arg(file).arg("--json");
     let output = checked_output(&mut command)?;
-    let json = json::summary(&output)?;
+    let report = json::summary(&output)?;
     let peak_rss_kb = peak_rss_kb(&String::from_utf8_lossy(&output.stderr))?;
     let file_bytes = fs::metadata(file)
         .map_err(|e| format!("ackscope wrote no session file {}: {e}", file.display()))?
         .len();
-    Ok((json, peak_rss_kb, file_bytes))
+    Ok((report, peak_rss_kb, file_bytes))
 }
 
 #[cfg(test)]

@@ -331,15 +331,14 @@ fn rr(length: Length, capture: Capture, pin: Option<u32>) -> Result<RrRun, Strin
     if capture == Capture::Socket {
         command.env(VIA_SOCKET.0, VIA_SOCKET.1);
     }
-    let json = json::summary(&checked_output(&mut command)?)?;
-    let captured = |field| json["capture"].get(field).and_then(|n| n.as_u64()).unwrap_or(0);
-    let clients = json.get("clients").ok_or_else(|| format!("no `clients` object in {json}"))?;
+    let report = json::summary(&checked_output(&mut command)?)?;
+    let capture = report.capture.as_ref();
     Ok(RrRun {
-        rps: json::number(clients, "rps")?,
-        segments: captured("segments"),
-        kernel_packets: captured("kernel_packets"),
-        dropped: captured("dropped"),
-        via: json["capture"].get("via").and_then(|v| v.as_str()).unwrap_or_default().to_string(),
+        rps: json::clients(&report)?.rps,
+        segments: capture.map_or(0, |c| c.segments),
+        kernel_packets: capture.map_or(0, |c| c.kernel_packets),
+        dropped: capture.map_or(0, |c| u64::from(c.dropped)),
+        via: capture.and_then(|c| c.via.clone()).unwrap_or_default(),
     })
 }
 

@@ -71,8 +71,7 @@ fn link(rounds: u32) -> Result<(), String> {
             &THROUGHPUT_BYTES.to_string(),
             "--json",
         ]))?;
-        let json = json::summary(&output)?;
-        let round_gbps = json::number(&json, "goodput_mbps")? / 1000.0;
+        let round_gbps = json::goodput_mbps(&json::summary(&output)?)? / 1000.0;
         steps.done(&format!("{round_gbps:.3} Gbit/s TCP goodput"));
         gbps.push(round_gbps);
     }
@@ -195,8 +194,7 @@ fn delay_run(file: &Path) -> Result<(Vec<LinkEvent>, f64, Option<Tapped>), Strin
             String::from_utf8_lossy(&output.stderr)
         ));
     }
-    let json = json::summary(&output)?;
-    let goodput_mbps = json::number(&json, "goodput_mbps")?;
+    let goodput_mbps = json::goodput_mbps(&json::summary(&output)?)?;
     let mut command = Command::new(setup::probe_binary());
     command.arg("export").arg(file).arg("--json");
     let export = checked_output(&mut command)?;

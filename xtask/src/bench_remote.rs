@@ -321,16 +321,15 @@ fn rr(
             Some(ip)
         }
     };
-    let summary = json::summary(&checked_output(&mut command)?)?;
-    let clients = summary.get("clients").ok_or("no `clients` in the summary")?;
-    let rps = json::number(clients, "rps")?;
+    let report = json::summary(&checked_output(&mut command)?)?;
+    let rps = json::clients(&report)?.rps;
     if remote.is_none() {
         return Ok((rps, None));
     }
-    let clock = summary.get("clock").ok_or("no `clock` in a remote run's summary")?;
-    let truth = summary.get("remote").ok_or("no `remote` in a remote run's summary")?;
-    let error = json::number(clock, "offset_ns")? - json::number(truth, "same_host_offset_ns")?;
-    Ok((rps, Some((error / 1e3, json::number(clock, "uncertainty_ns")? / 1e3))))
+    let clock = report.clock.ok_or("no `clock` in a remote run's report")?;
+    let truth = report.remote.as_ref().ok_or("no `remote` in a remote run's report")?;
+    let error = (clock.offset_ns - truth.same_host_offset_ns) as f64;
+    Ok((rps, Some((error / 1e3, clock.uncertainty_ns as f64 / 1e3))))
 }
 
 /// sockperf's ping-pong from the client's namespace to a sockperf server in `server_ns` on `ip`.

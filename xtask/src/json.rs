@@ -1,23 +1,44 @@
-//! The probe's JSON as the benchmarks read it: parsed with serde_json, fields looked up by name
-//! on the object they belong to (a run's `requests` is not its `config.requests`).
+//! JSON as the benchmarks read it: the probe's run report typed (`ackscope_shared::report`, the
+//! `--json` contract), other tools' JSON (iperf3's, an export's messages) parsed with serde_json
+//! and looked up by name on the object the field belongs to.
 
 use std::process::Output;
 
+use ackscope_shared::report::{ClientCount, RrFigures, RunReport};
 use serde_json::Value;
 
-/// The JSON summary `ackscope run ... --json` printed (its one line that is an object), or the
-/// run's error when it reports one.
-pub fn summary(output: &Output) -> Result<Value, String> {
+/// The report `ackscope run ... --json` printed (its one line that is an object), or the run's
+/// error when it reports one.
+pub fn summary(output: &Output) -> Result<RunReport, String> {
     let stdout = String::from_utf8_lossy(&output.stdout);
     let line = stdout
         .lines()
         .find(|line| line.trim_start().starts_with('{'))
         .ok_or_else(|| format!("ackscope printed no JSON object; its output:\n{stdout}"))?;
-    let json = parse(line)?;
-    match &json["error"] {
-        Value::Null => Ok(json),
-        error => Err(format!("ackscope's run failed: {error}")),
+    let report: RunReport = serde_json::from_str(line)
+        .map_err(|e| format!("ackscope's report does not parse ({e}): {line}"))?;
+    match &report.error {
+        None => Ok(report),
+        Some(error) => Err(format!("ackscope's run failed: {error}")),
     }
+}
+
+/// The client threads' own count of a request/response run.
+pub fn clients(report: &RunReport) -> Result<ClientCount, String> {
+    report.clients.ok_or_else(|| format!("no `clients` in a request/response report: {report:?}"))
+}
+
+/// A request/response run's figures.
+pub fn rr(report: &RunReport) -> Result<&RrFigures, String> {
+    report.rr().ok_or_else(|| format!("not a request/response report: {report:?}"))
+}
+
+/// A bulk transfer's goodput.
+pub fn goodput_mbps(report: &RunReport) -> Result<f64, String> {
+    report
+        .bulk()
+        .map(|bulk| bulk.goodput_mbps)
+        .ok_or_else(|| format!("not a bulk transfer's report: {report:?}"))
 }
 
 pub fn parse(text: &str) -> Result<Value, String> {
@@ -72,10 +93,14 @@ mod tests {
                 stderr: Vec::new(),
             }
         };
-        let failed = summary(&output("note\n{\"error\":\"no link\",\"rps\":0}\n")).unwrap_err();
+        let report = JSON
+            .replace("\"error\":null,", "\"outcome\":\"completed\",\"events\":9,\"error\":null,");
+        let fine = summary(&output(&format!("note\n{report}\n"))).unwrap();
+        assert_eq!(rr(&fine).map(|rr| rr.requests), Ok(1999), "typed, not config.requests");
+        let failed = report.replace("\"error\":null", "\"error\":\"no link\"");
+        let failed = summary(&output(&failed)).unwrap_err();
         assert!(failed.contains("no link"), "{failed}");
-        let fine = summary(&output("{\"error\":null,\"rps\":3}")).unwrap();
-        assert_eq!(number(&fine, "rps"), Ok(3.0));
+        assert!(summary(&output("{\"rps\":3}")).unwrap_err().contains("does not parse"));
         assert!(summary(&output("no json")).unwrap_err().contains("no JSON object"));
     }
 }

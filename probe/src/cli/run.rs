@@ -9,6 +9,10 @@ use ackscope_shared::bulk::BulkSummary;
 use ackscope_shared::overview::Overview;
 use ackscope_shared::presets::{self, PRESETS};
 use ackscope_shared::reduce::{Figures, RunAnalyses, RunTally};
+use ackscope_shared::report::{
+    CaptureFigures, ClientCount, NetnsPlace, RemoteFigures, ReportFigures, ReportOutcome,
+    RrFigures, RunReport,
+};
 use ackscope_shared::wire::{Hello, Instruments, RunOutcome, ToBrowser};
 use ackscope_shared::{BulkSpec, Event, RrSpec, RunId, Scenario, Summary};
 
@@ -448,86 +452,78 @@ impl Tally {
 
     /// The documented JSON summary (docs/CLI.md): scripts rely on these names.
     pub fn json(&self, scenario: &Scenario, outcome: &RunOutcome) -> serde_json::Value {
-        let mut value = match self.run.figures() {
-            Some(Figures::Rr(summary)) => serde_json::to_value(summary),
-            Some(Figures::Bulk(summary)) => serde_json::to_value(summary),
-            // An imported capture's run is summarized from its packets (`show`).
-            None => Ok(serde_json::json!({})),
-        }
-        .expect("a summary is plain data");
-        if let Some((requests, elapsed)) = self.clients {
+        serde_json::to_value(self.report(scenario, outcome)).expect("a report is plain data")
+    }
+
+    /// The run's report: the `--json` contract, typed (`ackscope_shared::report`).
+    pub fn report(&self, scenario: &Scenario, outcome: &RunOutcome) -> RunReport {
+        let clients = self.clients.map(|(requests, elapsed)| {
             // The same window with recording on or off: from starting the client threads to
             // joining them.
-            let secs = elapsed.as_secs_f64();
-            let rps = if secs > 0.0 { f64::from(requests) / secs } else { 0.0 };
-            let clients =
-                serde_json::json!({ "requests": requests, "elapsed_s": secs, "rps": rps });
-            value
-                .as_object_mut()
-                .expect("a summary is an object")
-                .insert("clients".into(), clients);
-        }
-        if let (Some((requests, elapsed)), false) = (self.clients, self.events_recorded) {
+            ClientCount::new(requests, elapsed.as_secs_f64())
+        });
+        let figures = match (self.run.figures(), clients) {
             // Nothing was recorded: only what the client threads counted is known.
-            let secs = elapsed.as_secs_f64();
-            let rps = if secs > 0.0 { f64::from(requests) / secs } else { 0.0 };
-            let object = value.as_object_mut().expect("a summary is an object");
-            object.insert("requests".into(), requests.into());
-            object.insert("duration_s".into(), secs.into());
-            object.insert("rps".into(), rps.into());
-            for unknown in ["p50_ms", "p99_ms", "max_ms", "stalled_reads"] {
-                object.insert(unknown.into(), serde_json::Value::Null);
+            (Some(Figures::Rr(_)), Some(clients)) if !self.events_recorded => {
+                ReportFigures::Rr(RrFigures {
+                    requests: clients.requests,
+                    duration_s: clients.elapsed_s,
+                    rps: clients.rps,
+                    p50_ms: None,
+                    p99_ms: None,
+                    max_ms: None,
+                    stalled_reads: None,
+                })
             }
-        }
-        if let Some(stalls) = self.stall_classes() {
-            let stalls = serde_json::to_value(stalls).expect("stall summaries are plain data");
-            value.as_object_mut().expect("a summary is an object").insert("stalls".into(), stalls);
-        }
+            (Some(Figures::Rr(summary)), _) => ReportFigures::Rr(RrFigures::from(&summary)),
+            (Some(Figures::Bulk(summary)), _) => ReportFigures::Bulk(summary),
+            // An imported capture's run is summarized from its packets (`show`).
+            (None, _) => ReportFigures::None {},
+        };
         let config = match scenario {
             Scenario::Rr(spec) | Scenario::Server(spec) => serde_json::to_value(spec),
             Scenario::Bulk(spec) => serde_json::to_value(spec),
             Scenario::Import(spec) => serde_json::to_value(spec),
         }
         .expect("a spec is plain data");
-        let (outcome_name, error) = outcome_names(outcome);
-        let object = value.as_object_mut().expect("a summary is an object");
-        object.insert("scenario".into(), scenario.name().into());
-        object.insert("config".into(), config);
-        object.insert("outcome".into(), outcome_name.into());
-        object.insert("error".into(), error.into());
-        object.insert("events".into(), self.run.events.into());
-        if let Some(capture) = &self.capture {
-            let capture = serde_json::json!({
-                "via": capture.via.map(Via::name),
-                "segments": capture.segments,
-                "offset_uncertainty_ns": capture.offset_uncertainty_ns,
-                "drift_ns": capture.drift_ns,
-                "dropped": capture.dropped,
-                "kernel_packets": capture.kernel_packets,
-            });
-            object.insert("capture".into(), capture);
+        let (outcome, error) = ReportOutcome::of(outcome);
+        let capture = self.capture.as_ref().map(|capture| CaptureFigures {
+            via: capture.via.map(|via| via.name().to_string()),
+            segments: capture.segments,
+            offset_uncertainty_ns: capture.offset_uncertainty_ns,
+            drift_ns: capture.drift_ns,
+            dropped: capture.dropped,
+            kernel_packets: capture.kernel_packets,
+        });
+        let remote = self.remote.as_ref().map(|remote| {
+            let (server_outcome, server_error) = ReportOutcome::of(&remote.server_outcome);
+            RemoteFigures {
+                server: remote.server.clone(),
+                same_host_offset_ns: remote.same_host_offset_ns,
+                server_outcome,
+                server_error,
+                unmatched_events: remote.unmatched_events,
+            }
+        });
+        let server_netns = self
+            .server_netns
+            .as_ref()
+            .map(|(name, ip)| NetnsPlace { name: name.clone(), ip: ip.to_string() });
+        RunReport {
+            scenario: scenario.name().to_string(),
+            config,
+            outcome,
+            error,
+            events: self.run.events,
+            ackscope_version: env!("CARGO_PKG_VERSION").to_string(),
+            figures,
+            clients,
+            stalls: self.stall_classes(),
+            capture,
+            clock: self.run.clock,
+            remote,
+            server_netns,
         }
-        if let Some(clock) = &self.run.clock {
-            let clock = serde_json::to_value(clock).expect("plain data");
-            object.insert("clock".into(), clock);
-        }
-        if let Some(remote) = &self.remote {
-            let (server_outcome, server_error) = outcome_names(&remote.server_outcome);
-            let remote = serde_json::json!({
-                "server": remote.server,
-                "same_host_offset_ns": remote.same_host_offset_ns,
-                "server_outcome": server_outcome,
-                "server_error": server_error,
-                "unmatched_events": remote.unmatched_events,
-            });
-            object.insert("remote".into(), remote);
-        }
-        if let Some((name, ip)) = &self.server_netns {
-            let placed = serde_json::json!({ "name": name, "ip": ip.to_string() });
-            object.insert("server_netns".into(), placed);
-        }
-        object.insert("ackscope_version".into(), env!("CARGO_PKG_VERSION").into());
-        value
     }
 
     pub fn print(
@@ -576,15 +572,6 @@ impl Tally {
             RunOutcome::Interrupted => writeln!(out, "  interrupted    (Ctrl-C)"),
             RunOutcome::Failed { error } => writeln!(out, "  failed         {error}"),
         }
-    }
-}
-
-/// An outcome's name in JSON, and its error.
-fn outcome_names(outcome: &RunOutcome) -> (&'static str, Option<String>) {
-    match outcome {
-        RunOutcome::Completed => ("completed", None),
-        RunOutcome::Interrupted => ("interrupted", None),
-        RunOutcome::Failed { error } => ("failed", Some(error.clone())),
     }
 }
 

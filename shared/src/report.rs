@@ -1,0 +1,225 @@
+//! The `--json` contract (docs/CLI.md, "`--json`: a stable interface"): one run's report, as
+//! `run --json` and `server --json` print it and `export --json` lists it under `runs`. The probe
+//! serializes this type; the benchmarks and the tests deserialize it, so a renamed or retyped
+//! field fails to build or to parse instead of being looked up by a name that is gone.
+//!
+//! Fields are added over time; existing ones keep their names, types and meaning.
+
+use serde::{Deserialize, Serialize};
+
+use crate::analysis::Summary;
+use crate::attribution::ClassSummary;
+use crate::bulk::BulkSummary;
+use crate::control::ClockSync;
+use crate::spec::Scenario;
+use crate::wire::RunOutcome;
+
+/// One run's report.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RunReport {
+    /// `rr`, `bulk`, `server` or `import`.
+    pub scenario: String,
+    /// The spec that ran, without its scenario's name ([`RunReport::spec`] puts them together).
+    pub config: serde_json::Value,
+    pub outcome: ReportOutcome,
+    /// Why the run stopped early.
+    pub error: Option<String>,
+    /// Events recorded.
+    pub events: u64,
+    pub ackscope_version: String,
+    /// A request/response run's or a bulk transfer's headline numbers, at the top level.
+    #[serde(flatten)]
+    pub figures: ReportFigures,
+    /// Request/response runs of `run`: what the client threads counted themselves.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub clients: Option<ClientCount>,
+    /// Request/response runs: stalls per class and direction.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stalls: Option<Vec<ClassSummary>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub capture: Option<CaptureFigures>,
+    /// Runs against a remote server or a server in a namespace, and files with their clock.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub clock: Option<ClockSync>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub remote: Option<RemoteFigures>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server_netns: Option<NetnsPlace>,
+}
+
+impl RunReport {
+    /// The spec that ran, if this build knows its scenario.
+    pub fn spec(&self) -> Option<Scenario> {
+        let tagged = serde_json::json!({ self.scenario.clone(): self.config.clone() });
+        serde_json::from_value(tagged).ok()
+    }
+
+    /// The request/response figures, if this is such a run.
+    pub fn rr(&self) -> Option<&RrFigures> {
+        match &self.figures {
+            ReportFigures::Rr(rr) => Some(rr),
+            _ => None,
+        }
+    }
+
+    /// The bulk transfer's figures, if this is one.
+    pub fn bulk(&self) -> Option<&BulkSummary> {
+        match &self.figures {
+            ReportFigures::Bulk(bulk) => Some(bulk),
+            _ => None,
+        }
+    }
+}
+
+/// How a run ended, by its JSON name.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ReportOutcome {
+    Completed,
+    Interrupted,
+    Failed,
+}
+
+impl ReportOutcome {
+    /// The outcome's name and its error.
+    pub fn of(outcome: &RunOutcome) -> (ReportOutcome, Option<String>) {
+        match outcome {
+            RunOutcome::Completed => (ReportOutcome::Completed, None),
+            RunOutcome::Interrupted => (ReportOutcome::Interrupted, None),
+            RunOutcome::Failed { error } => (ReportOutcome::Failed, Some(error.clone())),
+        }
+    }
+}
+
+/// A run's headline numbers; which fields appear tells the kinds apart.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum ReportFigures {
+    Rr(RrFigures),
+    Bulk(BulkSummary),
+    /// An imported capture's run, summarized from its packets elsewhere.
+    None {},
+}
+
+/// A request/response run's figures. With `--no-events` only the client threads' counts are
+/// known: the latencies and stalled reads are null.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RrFigures {
+    /// Requests completed.
+    pub requests: u32,
+    /// From the first request's start to the last request's end.
+    pub duration_s: f64,
+    pub rps: f64,
+    pub p50_ms: Option<f64>,
+    pub p99_ms: Option<f64>,
+    pub max_ms: Option<f64>,
+    /// Reads held more than 10 ms after the peer had written their bytes.
+    pub stalled_reads: Option<u32>,
+}
+
+impl From<&Summary> for RrFigures {
+    fn from(s: &Summary) -> RrFigures {
+        RrFigures {
+            requests: s.requests,
+            duration_s: s.duration_s,
+            rps: s.rps,
+            p50_ms: Some(s.p50_ms),
+            p99_ms: Some(s.p99_ms),
+            max_ms: Some(s.max_ms),
+            stalled_reads: Some(s.stalled_reads),
+        }
+    }
+}
+
+/// Requests the client threads answered, counted by themselves, over the time from starting
+/// them to joining them: the same window with recording on or off.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ClientCount {
+    pub requests: u32,
+    pub elapsed_s: f64,
+    pub rps: f64,
+}
+
+impl ClientCount {
+    pub fn new(requests: u32, elapsed_s: f64) -> ClientCount {
+        let rps = if elapsed_s > 0.0 { f64::from(requests) / elapsed_s } else { 0.0 };
+        ClientCount { requests, elapsed_s, rps }
+    }
+}
+
+/// How a run's packet capture went.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct CaptureFigures {
+    /// The way in (`tcx_ingress_lo`, `packet_socket`, `link_relay`), when known.
+    pub via: Option<String>,
+    pub segments: u64,
+    pub offset_uncertainty_ns: u64,
+    pub drift_ns: i64,
+    /// Packets the kernel dropped for a full ring.
+    pub dropped: u32,
+    pub kernel_packets: u64,
+}
+
+/// A run against a remote server, as it saw the server's side.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RemoteFigures {
+    pub server: String,
+    pub same_host_offset_ns: i64,
+    pub server_outcome: ReportOutcome,
+    pub server_error: Option<String>,
+    pub unmatched_events: u64,
+}
+
+/// Where `--server-netns` placed the server.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct NetnsPlace {
+    pub name: String,
+    pub ip: String,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const RR: &str = r#"{"ackscope_version":"0.1.0","config":{"nodelay":{"client":true,"server":true},"reconnect_every":0,"requests":2000,"size_bytes":2048},"duration_s":0.118912712,"error":null,"events":12,"outcome":"completed","max_ms":1.362274,"p50_ms":0.042723,"p99_ms":0.5,"requests":1999,"rps":16819.05968135686,"scenario":"rr","stalled_reads":0,"stalls":[]}"#;
+
+    #[test]
+    fn a_report_reads_back_typed_and_its_own_fields_are_not_its_configs() {
+        let report: RunReport = serde_json::from_str(RR).unwrap();
+        let rr = report.rr().expect("a request/response run");
+        assert_eq!(rr.requests, 1999, "not config.requests");
+        assert_eq!(rr.p50_ms, Some(0.042723));
+        assert_eq!(report.outcome, ReportOutcome::Completed);
+        assert!(matches!(report.spec(), Some(Scenario::Rr(spec)) if spec.requests == 2000));
+        let again: RunReport =
+            serde_json::from_str(&serde_json::to_string(&report).unwrap()).unwrap();
+        assert_eq!(again, report);
+    }
+
+    #[test]
+    fn a_bulk_report_and_an_imported_one_are_told_apart_by_their_fields() {
+        let bulk = BulkSummary { bytes: 10, ..BulkSummary::default() };
+        let report = RunReport {
+            scenario: "bulk".into(),
+            config: serde_json::json!({}),
+            outcome: ReportOutcome::Completed,
+            error: None,
+            events: 3,
+            ackscope_version: "0.1.0".into(),
+            figures: ReportFigures::Bulk(bulk.clone()),
+            clients: None,
+            stalls: None,
+            capture: None,
+            clock: None,
+            remote: None,
+            server_netns: None,
+        };
+        let text = serde_json::to_string(&report).unwrap();
+        assert!(text.contains("\"bytes\":10") && !text.contains("\"stalls\""), "{text}");
+        let back: RunReport = serde_json::from_str(&text).unwrap();
+        assert_eq!(back.bulk(), Some(&bulk));
+        let none = RunReport { figures: ReportFigures::None {}, ..report };
+        let back: RunReport = serde_json::from_str(&serde_json::to_string(&none).unwrap()).unwrap();
+        assert_eq!(back.figures, ReportFigures::None {});
+    }
+}
