@@ -30,12 +30,14 @@ pub mod crafted;
 pub mod event;
 #[cfg(any(test, feature = "fuzzing"))]
 pub mod fuzzing;
+pub mod import;
 pub mod kernel;
 pub mod lesson;
 pub mod overview;
 pub mod packet;
 pub mod packet_stalls;
 pub mod pcap;
+pub mod perfetto;
 pub mod presets;
 pub mod reduce;
 pub mod report;
