@@ -37,6 +37,7 @@ pub mod overview;
 pub mod packet;
 pub mod packet_stalls;
 pub mod pcap;
+pub mod pcapng_export;
 pub mod perfetto;
 pub mod presets;
 pub mod reduce;

@@ -14,8 +14,8 @@ pub const DOWNLOAD_NAME: &str = "ackscope-session.ackscope";
 
 /// Files larger than this are refused before a byte is read. A file is read and decoded in chunks,
 /// but what it decodes to stays: about 1.4 times the file's size in the page's WebAssembly memory
-/// (measured on a million-request session, docs/BENCHMARKS.md), whose 32-bit address space a few
-/// such files would fill.
+/// (measured on a million-request session, docs/BENCHMARKS-LOG.md), whose 32-bit address space a
+/// few such files would fill.
 pub const MAX_FILE_BYTES: u64 = 512 * 1024 * 1024;
 
 /// Why a file's messages end before its last byte.

@@ -629,7 +629,8 @@ fn memory_in(steps: &mut Steps, count: u32, dir: &Path) -> Result<(), String> {
         let (low, high) =
             per_event.iter().fold((f64::MAX, 0.0f64), |(l, h), &v| (l.min(v), h.max(v)));
         let spread = high / low.max(1e-9);
-        println!("memory {}_cpu_per_event_spread={spread:.2}", command.replace([' ', '-'], "_"));
+        let name = if command == "show" { "show" } else { "export_json" };
+        println!("memory {name}_cpu_per_event_spread={spread:.2}");
         println!(
             "  {command}: CPU per event within 2x across the sessions:{}",
             met_or_missed(spread <= 2.0)

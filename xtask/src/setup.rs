@@ -100,7 +100,7 @@ pub fn ensure_build_tools(steps: &mut Steps) -> Result<(), String> {
         // Compiled without optimization: 73 s instead of 197 s on 2 cores. It then takes 1.9 s
         // instead of 0.3 s for the release app, and 12 s instead of 1.8 s for the web tests'
         // wasm (built without debuginfo for that reason: the `wasm-test` profile), so every
-        // first build and first test is two minutes sooner (docs/BENCHMARKS.md, "bench setup").
+        // first build and first test is two minutes sooner (docs/BENCHMARKS-LOG.md, "bench setup").
         // Only the two programs the build and the web tests run.
         // Not --locked: its lockfile pins a webpki-roots version the registry no longer has.
         cargo()

@@ -8,7 +8,7 @@
 //! read, three indirect calls, each a retpoline on mitigated CPUs). The hook runs one program
 //! that filters and copies in a few dozen instructions: pinned to one CPU, a captured
 //! ping-pong keeps 0.916-0.927 of its rate this way, 0.889-0.897 with the packet socket
-//! (docs/BENCHMARKS.md, `bench capture`). The hook needs CAP_BPF and CAP_NET_ADMIN (root); where it is refused,
+//! (docs/BENCHMARKS-LOG.md, `bench capture`). The hook needs CAP_BPF and CAP_NET_ADMIN (root); where it is refused,
 //! or on an older kernel, the capture falls back to the packet socket.
 //!
 //! The program is written out here in eBPF instructions (linux/bpf.h, stable uapi): no compiler,

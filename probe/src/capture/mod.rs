@@ -179,7 +179,7 @@ pub fn open() -> Result<CaptureTap, CaptureError> {
 /// Opens the capture's packet socket. Fails with [`CaptureError::Permission`] without
 /// CAP_NET_RAW.
 ///
-/// What the kernel pays for it, per packet of the host, is kept small (docs/BENCHMARKS.md,
+/// What the kernel pays for it, per packet of the host, is kept small (docs/BENCHMARKS-LOG.md,
 /// `bench capture`):
 /// - The socket takes every protocol (ETH_P_ALL) on lo, and ignores the packets lo sends
 ///   (PACKET_IGNORE_OUTGOING): each packet is tapped once, as lo receives it, before IP sees it.

@@ -79,7 +79,7 @@ const RET_A: u16 = 0x16;
 ///   longest options 60, TCP with the longest 60), not a fixed snap length: the payload is not
 ///   needed (lengths come from the IP header), and on loopback it sits in pages apart from the
 ///   headers, which a copy reaching into it maps and reads for every packet
-///   (docs/BENCHMARKS.md, `bench capture`).
+///   (docs/BENCHMARKS-LOG.md, `bench capture`).
 pub fn tcp_port_filter(port: u16) -> [Instruction; 29] {
     let op = |code, jt, jf, k| Instruction { code, jt, jf, k };
     let port = u32::from(port);

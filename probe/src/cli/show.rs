@@ -3,15 +3,12 @@
 use std::io::{self, Read, Write};
 use std::path::Path;
 
-use ackscope_shared::attribution::{Stall, StallClass};
-use ackscope_shared::packet::{synthesize, Packet};
-use ackscope_shared::pcap::{linktype, PcapngWriter};
+use ackscope_shared::pcapng_export;
 use ackscope_shared::reduce::{
-    FollowedRun, ImportedTally, Output, RunAnalyses, RunStalls, SessionReducer, MAX_OPEN_RUNS,
+    FollowedRun, ImportedTally, Output, RunAnalyses, SessionReducer, MAX_OPEN_RUNS,
 };
 use ackscope_shared::wire::{RunOutcome, ToBrowser, WireError, PROTOCOL_VERSION};
-use ackscope_shared::{packet_stalls, ConnId, Event, EventKind, ImportedConnection, RrSpec, RunId};
-use ackscope_shared::{Scenario, Side};
+use ackscope_shared::{ImportedConnection, Scenario};
 
 use super::run::Tally;
 use super::terminal::Printable;
@@ -216,133 +213,21 @@ fn print_imported(out: &mut impl Write, connections: &[ImportedConnection], run:
     super::import::print_summaries(out, &stalls);
 }
 
-/// Addresses for synthesized headers: a session keeps no addresses, so every connection is
-/// shown between 127.0.0.1 ports (client 49152 + conn id, server 7, the echo port).
-fn endpoints(conn: ConnId, side: Side) -> Packet {
-    let client_port = 49152 + (conn.0 % 16384) as u16;
-    let (src_port, dst_port) = match side {
-        Side::Client => (client_port, 7),
-        Side::Server => (7, client_port),
-    };
-    let lo = std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST);
-    Packet { src: lo, dst: lo, src_port, dst_port, segment: Default::default() }
-}
-
-/// The stalls of one run with the index (into `events`) of the segment that ended each: from the
-/// syscall analysis when the run has syscall events, and from the packets alone otherwise.
-/// Each stall's explanation, by the index in `segments` of the segment that ended it: the
-/// packet rule on the segments themselves, then the stalls found from the syscalls
-/// (`syscall_stalls`) that a captured segment ended.
-fn stalls_with_segments(segments: &[Event], syscall_stalls: Vec<Stall>) -> Vec<(usize, Stall)> {
-    let mut found: Vec<(usize, Stall)> =
-        packet_stalls::find(segments).into_iter().map(|s| (s.ended_by, s.stall)).collect();
-    // Segments in time order, for each stall's window.
-    let mut by_time: Vec<usize> = (0..segments.len()).collect();
-    by_time.sort_by_key(|&i| (segments[i].at_ns, i));
-    for stall in syscall_stalls {
-        if let Some(i) = ending_segment(segments, &by_time, &stall) {
-            if !found.iter().any(|(j, _)| *j == i) {
-                found.push((i, stall));
-            }
-        }
-    }
-    found
-}
-
-/// The segment that ended a stall found from syscalls: the last data segment from the writer on
-/// the stall's connection within the stall (for Nagle x delayed ACK, the held data that followed
-/// the delayed ACK). `by_time`: indices of `segments` in time order.
-fn ending_segment(segments: &[Event], by_time: &[usize], stall: &Stall) -> Option<usize> {
-    let from = by_time.partition_point(|&i| segments[i].at_ns < stall.start_ns);
-    let to = by_time.partition_point(|&i| segments[i].at_ns <= stall.end_ns);
-    by_time[from..to].iter().rev().copied().find(|&i| {
-        let e = &segments[i];
-        e.conn == stall.conn
-            && e.side == stall.from
-            && matches!(&e.kind, EventKind::Segment(s) if s.len > 0)
-    })
-}
-
-/// The stalls of `run` found from its syscalls, by a streaming pass over the file with an
-/// analysis that retires what it has attributed (memory bounded as for `show`).
-fn syscall_stalls(path: &Path, run: RunId, spec: Option<&RrSpec>) -> Result<Vec<Stall>, Failure> {
-    let mut reader = record::SessionReader::open(path)?;
-    let mut analysis = RunStalls::new(spec.cloned());
-    let mut stalls = Vec::new();
-    // The first pass has reported a bad frame already; this one stops at it.
-    while let Some(message) = reader.next_into(&mut None) {
-        let ToBrowser::Events { run: of, events } = message else { continue };
-        if of == run {
-            analysis.push(&events, |_, _, retired| stalls.extend(retired));
-        }
-    }
-    stalls.extend(analysis.held_stalls());
-    Ok(stalls)
-}
-
 /// `ackscope export FILE --pcapng OUT`: the captured segments of every run as pcapng, one
-/// interface per run, each stall's explanation as the comment of the packet that ended it.
+/// interface per run, each stall's explanation as the comment of the packet that ended it
+/// (`ackscope_shared::pcapng_export`, one pass over the file).
 pub fn export_pcapng(path: &Path, out_path: &Path) -> Result<Ended, Failure> {
-    // First pass: each run and its captured segments, the only events exported; one message in
-    // memory at a time.
     let mut reader = record::SessionReader::open(path)?;
-    let mut file_error = None;
-    let mut runs: Vec<(RunId, Scenario, Vec<Event>)> = Vec::new();
-    let mut index: std::collections::HashMap<RunId, usize> = Default::default();
-    while let Some(message) = reader.next_into(&mut file_error) {
-        match message {
-            ToBrowser::RunStarted { run, spec, .. } => {
-                index.insert(run, runs.len());
-                runs.push((run, spec, Vec::new()));
-            }
-            ToBrowser::Events { run, events } => {
-                if let Some(&i) = index.get(&run) {
-                    let segments =
-                        events.into_iter().filter(|e| matches!(e.kind, EventKind::Segment(_)));
-                    runs[i].2.extend(segments);
-                }
-            }
-            _ => {}
-        }
-    }
     let write_error = |e: io::Error| format!("cannot write {}: {e}", out_path.display());
     let mut file = io::BufWriter::new(std::fs::File::create(out_path).map_err(write_error)?);
-    let mut bytes = Vec::new();
-    let mut writer = PcapngWriter::new(&mut bytes);
-    let (mut packets, mut comments) = (0usize, 0usize);
-    for (run, scenario, segments) in &runs {
-        let iface = writer.interface(&format!("ackscope run {}", run.0), linktype::RAW);
-        // Stalls from the syscalls, for runs that have both (a second pass over the file).
-        let syscalls = match scenario {
-            Scenario::Rr(spec) if !segments.is_empty() => syscall_stalls(path, *run, Some(spec))?,
-            Scenario::Server(_) if !segments.is_empty() => syscall_stalls(path, *run, None)?,
-            _ => Vec::new(),
-        };
-        let stalls = stalls_with_segments(segments, syscalls);
-        for (i, e) in segments.iter().enumerate() {
-            let EventKind::Segment(segment) = &e.kind else { continue };
-            let packet = Packet { segment: segment.clone(), ..endpoints(e.conn, e.side) };
-            let comment = stalls.iter().find(|(j, _)| *j == i).map(|(_, s)| comment_of(s));
-            writer.packet_with_len(
-                iface,
-                e.at_ns,
-                &synthesize(&packet),
-                // On the wire: headers plus the payload that the synthesized packet leaves out.
-                (synthesize(&packet).len() as u32).saturating_add(segment.len),
-                comment.as_deref(),
-            );
-            packets += 1;
-            comments += usize::from(comment.is_some());
-            // The file is written as it is made, a megabyte at a time.
-            if writer.bytes().len() >= 1 << 20 {
-                file.write_all(writer.bytes()).map_err(write_error)?;
-                writer.bytes().clear();
-            }
-        }
-    }
-    file.write_all(writer.bytes()).and_then(|()| file.flush()).map_err(write_error)?;
+    let messages = std::iter::from_fn(|| reader.next_message());
+    let (written, file_error) = pcapng_export::write_pcapng(messages, &mut file)
+        .and_then(|written| file.flush().map(|()| written))
+        .map_err(write_error)?;
     println!(
-        "wrote {packets} packets ({comments} with a stall's explanation) to {}",
+        "wrote {} packets ({} with a stall's explanation) to {}",
+        written.packets,
+        written.comments,
         out_path.display()
     );
     match file_error {
@@ -352,25 +237,4 @@ pub fn export_pcapng(path: &Path, out_path: &Path) -> Result<Ended, Failure> {
             path.display()
         ))),
     }
-}
-
-/// "stall: Nagle x delayed ACK, client->server, 43.6 ms wait: 4-byte segment at ..."
-fn comment_of(stall: &Stall) -> String {
-    let class = stall.class.name();
-    let fix = stall.class.fixes(stall.from, stall.to).into_iter().next();
-    let mut comment = format!(
-        "stall: {class}, {}->{}, {:.1} ms wait",
-        stall.from.name(),
-        stall.to.name(),
-        stall.wait_ns as f64 / 1e6
-    );
-    if !stall.evidence.is_empty() {
-        comment.push_str(": ");
-        comment.push_str(&stall.evidence);
-    }
-    if let (Some(fix), false) = (fix, stall.class == StallClass::Unexplained) {
-        comment.push_str("; fix: ");
-        comment.push_str(&fix);
-    }
-    comment
 }

@@ -6,7 +6,7 @@
 //! preemption even a real-time thread waits for another thread's system call to finish). Timed
 //! by that read, a packet that found the link idle starts its serialization late, and on a
 //! saturated link every packet queued behind it inherits the delay until the queue next drains:
-//! one late read made every packet of a bulk run 1.4 ms late (docs/BENCHMARKS.md, "The
+//! one late read made every packet of a bulk run 1.4 ms late (docs/BENCHMARKS-LOG.md, "The
 //! relay's entry times"). Timed by the kernel's stamp, the link's queue and delay run from when
 //! the packet really arrived; a late read delays only the packets already due while the relay
 //! was away.
@@ -23,8 +23,9 @@
 //! reads, with no buffer kept per packet and no system call to fetch it, and it stamps only
 //! what it copies, where `SO_TIMESTAMPNS` would have every packet the host receives stamped (as
 //! a queued socket the taps took a third of a fast link's goodput, as a ring a fifth:
-//! docs/BENCHMARKS.md). `TPACKET_V2`, not V3: each frame is the relay's as soon as it is
-//! written, where V3 hands over whole blocks, up to its timeout after their first packet.
+//! docs/BENCHMARKS-LOG.md, "The relay's entry times"). `TPACKET_V2`, not V3: each frame is the
+//! relay's as soon as it is written, where V3 hands over whole blocks, up to its timeout after
+//! their first packet.
 
 use std::collections::VecDeque;
 use std::io;
