@@ -15,6 +15,7 @@ use ackscope_shared::analysis::RunAnalysis;
 use ackscope_shared::attribution::{self, Stall, StallClass};
 use ackscope_shared::event::tcp_flags;
 use ackscope_shared::packet_stalls;
+use ackscope_shared::report::{CaptureFigures, RunReport};
 use ackscope_shared::{ConnId, Event, EventKind, RrSpec, Segment, Side};
 use common::ackscope;
 
@@ -66,6 +67,11 @@ fn ackscope_via(via: &str, args: &[&str]) -> std::process::Output {
     output
 }
 
+/// How a run's packet capture went, from its summary.
+fn capture_of(summary: &RunReport) -> &CaptureFigures {
+    summary.capture.as_ref().unwrap_or_else(|| panic!("no capture in {summary:?}"))
+}
+
 fn segments(events: &[Event]) -> Vec<(&Event, &Segment)> {
     let mut segments: Vec<_> = events
         .iter()
@@ -87,15 +93,15 @@ fn story_1_on_the_wire_small_segment_delayed_pure_ack_then_the_body() {
     let file = file.to_str().unwrap();
     let run = ackscope(&["run", "story1", "--count", "10", "--capture", "--json", "-o", file]);
     assert!(run.status.success());
-    let summary: serde_json::Value = serde_json::from_slice(&run.stdout).unwrap();
-    let capture = &summary["capture"];
-    assert!(capture["segments"].as_u64().unwrap() >= 60, "{capture}");
-    assert!(capture["offset_uncertainty_ns"].as_u64().unwrap() < 10_000, "{capture}");
+    let summary = common::report_of(&run);
+    let capture = capture_of(&summary);
+    assert!(capture.segments >= 60, "{capture:?}");
+    assert!(capture.offset_uncertainty_ns < 10_000, "{capture:?}");
     // The offset moves only if something steps the realtime clock (time sync on some VMs steps
     // it by 0.5 ms every 100 ms): then by no more than the clock itself is seen to step.
     let steps = realtime_steps_ns(Duration::from_millis(300));
-    let drift = capture["drift_ns"].as_i64().unwrap().abs();
-    assert!(drift < 100_000 + steps, "{capture}; the realtime clock steps by {steps} ns here");
+    let drift = capture.drift_ns.abs();
+    assert!(drift < 100_000 + steps, "{capture:?}; the realtime clock steps by {steps} ns here");
 
     let events: Vec<Event> = common::exported_events(file);
     let segments = segments(&events);
@@ -129,15 +135,15 @@ type Write = (u64, u64, u64);
 
 /// `ackscope run rr --capture -o F --json` of 10 requests, capturing the way `via` names
 /// ([`CAPTURE_VIA`]): the summary's `capture` object and the recorded events.
-fn captured_run_via(via: &str) -> (serde_json::Value, Vec<Event>) {
+fn captured_run_via(via: &str) -> (CaptureFigures, Vec<Event>) {
     let dir = common::temp_folder("capture");
     let file = dir.join("run.ackscope");
     let file = file.to_str().unwrap();
     let output =
         ackscope_via(via, &["run", "rr", "--count", "10", "--capture", "--json", "-o", file]);
     assert!(output.status.success());
-    let summary: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
-    (summary["capture"].clone(), common::exported_events(file))
+    let summary = common::report_of(&output);
+    (capture_of(&summary).clone(), common::exported_events(file))
 }
 
 /// Both ways in stamp each segment between the start of the write that sent its bytes and the
@@ -149,12 +155,12 @@ fn packet_stamps_fall_between_the_write_and_the_peers_read() {
     common::require_root("packet capture");
     for (via, name) in [("hook", "ingress hook"), ("socket", "packet socket")] {
         let (report, events) = captured_run_via(via);
-        assert_eq!(report["via"], name, "{report}");
-        assert_eq!(report["dropped"], 0, "{report}");
-        let offset = report["offset_uncertainty_ns"].as_u64().unwrap();
-        let drift = report["drift_ns"].as_i64().unwrap().unsigned_abs();
+        assert_eq!(report.via.as_deref(), Some(name), "{report:?}");
+        assert_eq!(report.dropped, 0, "{report:?}");
+        let offset = report.offset_uncertainty_ns;
+        let drift = report.drift_ns.unsigned_abs();
         if via == "hook" {
-            assert_eq!((offset, drift), (0, 0), "the hook stamps on the run's clock: {report}");
+            assert_eq!((offset, drift), (0, 0), "the hook stamps on the run's clock: {report:?}");
         }
         stamps_fall_between_the_write_and_the_peers_read(&events, offset + drift + 2_000, via);
     }
@@ -277,7 +283,7 @@ fn a_live_capture_and_its_import_agree_on_every_nagle_stall() {
     let s = |p: &Path| p.to_str().unwrap().to_string();
     let run = ackscope(&["run", "story1", "--count", "8", "--capture", "--json", "-o", &s(&file)]);
     assert!(run.status.success());
-    let summary: serde_json::Value = serde_json::from_slice(&run.stdout).unwrap();
+    let summary = common::report_of(&run);
     assert!(ackscope(&["export", &s(&file), "--pcapng", &s(&pcapng)]).status.success());
     let import = ackscope(&["import", &s(&pcapng), "-o", &s(&imported)]);
     assert!(import.status.success());
@@ -327,14 +333,15 @@ fn a_live_capture_and_its_import_agree_on_every_nagle_stall() {
             );
         }
         // And the summary the run printed counts the same stalls.
-        let counted: u64 = summary["stalls"]
-            .as_array()
-            .unwrap()
+        let counted: u64 = summary
+            .stalls
+            .as_deref()
+            .unwrap_or_else(|| panic!("no stalls in {summary:?}"))
             .iter()
-            .filter(|x| x["class"] == "nagle_delayed_ack" && x["direction"] == direction.as_str())
-            .map(|x| x["count"].as_u64().unwrap())
+            .filter(|x| x.class == StallClass::NagleDelayedAck && x.direction == direction)
+            .map(|x| u64::from(x.count))
             .sum();
-        assert_eq!(counted, live.len() as u64, "{direction}: {summary}");
+        assert_eq!(counted, live.len() as u64, "{direction}: {summary:?}");
     }
 }
 
@@ -382,9 +389,9 @@ fn other_loopback_traffic_is_not_copied_to_the_capture() {
     noise.join().unwrap();
     for (via, output, exchanges) in runs {
         assert!(output.status.success());
-        let v: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
-        let segments = v["capture"]["segments"].as_u64().unwrap();
-        let passed = v["capture"]["kernel_packets"].as_u64().unwrap();
+        let v = common::report_of(&output);
+        let segments = capture_of(&v).segments;
+        let passed = capture_of(&v).kernel_packets;
         eprintln!(
             "{via}: {segments} segments recorded, {passed} packets kept by the kernel, \
              {exchanges} other exchanges"
@@ -412,13 +419,9 @@ fn a_capture_of_several_connections_keeps_every_segment() {
     let requests = 200_000u64;
     let output = captured_ping_pong(&["--count", &requests.to_string(), "--connections", "4"]);
     assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
-    let v: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
-    let capture = &v["capture"];
-    let (segments, passed, dropped) = (
-        capture["segments"].as_u64().unwrap(),
-        capture["kernel_packets"].as_u64().unwrap(),
-        capture["dropped"].as_u64().unwrap(),
-    );
+    let v = common::report_of(&output);
+    let capture = capture_of(&v);
+    let (segments, passed, dropped) = (capture.segments, capture.kernel_packets, capture.dropped);
     eprintln!("{segments} segments recorded, {passed} passed by the filter, {dropped} dropped");
     assert_eq!(dropped, 0, "the capture kept up: no packet dropped for a full ring");
     assert_eq!(segments, passed, "every packet the filter passed was recorded");

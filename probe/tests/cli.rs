@@ -9,78 +9,109 @@ use std::net::{Ipv4Addr, TcpListener, TcpStream};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
+use ackscope_shared::attribution::StallClass;
+use ackscope_shared::report::{RrFigures, RunReport};
+
 mod common;
 
 use common::ackscope;
 
-fn run_json(args: &[&str]) -> serde_json::Value {
+fn run_json(args: &[&str]) -> RunReport {
     let mut argv = vec!["run", "rr", "--json"];
     argv.extend_from_slice(args);
     let output = ackscope(&argv);
     assert!(output.status.success());
-    serde_json::from_slice(&output.stdout).expect("--json prints one JSON object")
+    common::report_of(&output)
 }
 
 /// Reads held > 10 ms that are not a delayed-ACK stall: on a loaded 2-core machine the scheduler
 /// can delay a thread that long now and then. The probe reports them (as unexplained); a clean
 /// configuration may show one in fifty requests, never a Nagle stall.
-fn assert_clean(v: &serde_json::Value) {
-    let requests = num(v, "requests");
-    assert!(num(v, "stalled_reads") <= (requests / 50.0).max(1.0), "{v}");
-    let nagle = v["stalls"].as_array().unwrap().iter().any(|s| s["class"] == "nagle_delayed_ack");
-    assert!(!nagle, "no Nagle x delayed ACK stall: {v}");
+fn assert_clean(v: &RunReport) {
+    let requests = f64::from(rr(v).requests);
+    assert!(f64::from(stalled_reads(v)) <= (requests / 50.0).max(1.0), "{v:?}");
+    let nagle = stalls(v).iter().any(|s| s.class == StallClass::NagleDelayedAck);
+    assert!(!nagle, "no Nagle x delayed ACK stall: {v:?}");
 }
 
-fn num(v: &serde_json::Value, field: &str) -> f64 {
-    v[field].as_f64().unwrap_or_else(|| panic!("{field} missing in {v}"))
+/// The request/response figures of a report.
+fn rr(v: &RunReport) -> &RrFigures {
+    v.rr().unwrap_or_else(|| panic!("requests missing in {v:?}"))
+}
+
+/// A figure that is null without events (`--no-events`): these runs record them.
+fn known<T>(v: &RunReport, field: &str, figure: Option<T>) -> T {
+    figure.unwrap_or_else(|| panic!("{field} missing in {v:?}"))
+}
+
+fn p50(v: &RunReport) -> f64 {
+    known(v, "p50_ms", rr(v).p50_ms)
+}
+
+fn stalled_reads(v: &RunReport) -> u32 {
+    known(v, "stalled_reads", rr(v).stalled_reads)
+}
+
+fn stalls(v: &RunReport) -> &[ackscope_shared::attribution::ClassSummary] {
+    v.stalls.as_deref().unwrap_or_else(|| panic!("stalls missing in {v:?}"))
 }
 
 #[test]
 fn nagle_on_both_sides_stalls_twice_per_request() {
     let v = run_json(&["--count", "30", "--size", "2048"]);
-    assert_eq!(num(&v, "requests"), 30.0);
+    assert_eq!(rr(&v).requests, 30);
     // Two delayed-ACK stalls (>= 40 ms each) per request after the first.
-    assert!(num(&v, "p50_ms") > 60.0 && num(&v, "p50_ms") < 200.0, "{v}");
-    let stalled = num(&v, "stalled_reads");
-    assert!((30.0..=60.0).contains(&stalled), "about two per request: {v}");
-    assert!(num(&v, "rps") < 25.0, "{v}");
+    assert!(p50(&v) > 60.0 && p50(&v) < 200.0, "{v:?}");
+    let stalled = stalled_reads(&v);
+    assert!((30..=60).contains(&stalled), "about two per request: {v:?}");
+    assert!(rr(&v).rps < 25.0, "{v:?}");
 }
 
 #[test]
 fn nodelay_on_both_sides_removes_the_stalls() {
     let v = run_json(&["--count", "200", "--size", "2048", "--nodelay", "both"]);
-    assert_eq!(num(&v, "requests"), 200.0);
-    assert!(num(&v, "p50_ms") < 5.0, "{v}");
+    assert_eq!(rr(&v).requests, 200);
+    assert!(p50(&v) < 5.0, "{v:?}");
     assert_clean(&v);
-    assert_eq!(v["config"]["nodelay"], serde_json::json!({"client": true, "server": true}));
+    assert_eq!(v.config["nodelay"], serde_json::json!({"client": true, "server": true}));
 }
 
 #[test]
 fn nodelay_on_one_side_leaves_one_stall_per_request() {
     let v = run_json(&["--count", "20", "--nodelay", "client"]);
-    assert!(num(&v, "p50_ms") > 30.0 && num(&v, "p50_ms") < 100.0, "{v}");
-    assert!((15.0..=25.0).contains(&num(&v, "stalled_reads")), "{v}");
+    assert!(p50(&v) > 30.0 && p50(&v) < 100.0, "{v:?}");
+    assert!((15..=25).contains(&stalled_reads(&v)), "{v:?}");
 }
 
 #[test]
 fn reconnecting_before_every_request_is_faster_than_keep_alive() {
     let v = run_json(&["--count", "50", "--reconnect-every", "1"]);
-    assert!(num(&v, "p50_ms") < 5.0, "a fresh connection starts in quick-ACK mode: {v}");
+    assert!(p50(&v) < 5.0, "a fresh connection starts in quick-ACK mode: {v:?}");
     assert_clean(&v);
-    assert_eq!(v["config"]["reconnect_every"], 1);
+    assert_eq!(v.config["reconnect_every"], 1);
 }
 
 #[test]
 fn json_has_the_documented_fields() {
     let v = run_json(&["--count", "3", "--size", "10", "--nodelay", "both"]);
-    for field in ["requests", "duration_s", "rps", "p50_ms", "p99_ms", "max_ms", "stalled_reads"] {
-        assert!(v[field].is_number(), "{field} in {v}");
+    // requests, duration_s and rps are numbers by their types; the others may be null (without
+    // events), and are numbers here.
+    let figures = rr(&v);
+    for (field, number) in [
+        ("p50_ms", figures.p50_ms.is_some()),
+        ("p99_ms", figures.p99_ms.is_some()),
+        ("max_ms", figures.max_ms.is_some()),
+        ("stalled_reads", figures.stalled_reads.is_some()),
+    ] {
+        assert!(number, "{field} in {v:?}");
     }
-    assert_eq!(v["scenario"], "rr");
-    assert_eq!(v["error"], serde_json::Value::Null);
-    assert_eq!(v["config"]["requests"], 3);
-    assert_eq!(v["config"]["size_bytes"], 10);
-    assert!(num(&v, "p50_ms") <= num(&v, "p99_ms") && num(&v, "p99_ms") <= num(&v, "max_ms"));
+    let p99 = known(&v, "p99_ms", figures.p99_ms);
+    let max = known(&v, "max_ms", figures.max_ms);
+    assert_eq!(v.scenario, "rr");
+    assert_eq!(v.error, None);
+    assert_eq!(v.config["requests"], 3);
+    assert_eq!(v.config["size_bytes"], 10);
+    assert!(p50(&v) <= p99 && p99 <= max);
 }
 
 #[test]
@@ -178,10 +209,10 @@ fn the_websocket_is_only_for_the_probes_own_page() {
 #[test]
 fn with_recording_off_the_throughput_is_still_measured() {
     let v = run_json(&["--count", "50", "--nodelay", "both", "--no-events"]);
-    assert_eq!(v["requests"], 50, "{v}");
-    assert!(num(&v, "rps") > 0.0 && num(&v, "duration_s") > 0.0, "{v}");
-    assert_eq!(v["p50_ms"], serde_json::Value::Null, "latency needs the events: {v}");
-    assert_eq!(v["events"], 0);
+    assert_eq!(rr(&v).requests, 50, "{v:?}");
+    assert!(rr(&v).rps > 0.0 && rr(&v).duration_s > 0.0, "{v:?}");
+    assert_eq!(rr(&v).p50_ms, None, "latency needs the events: {v:?}");
+    assert_eq!(v.events, 0);
 }
 
 /// `record-lesson` records each step that runs something, as the web app looks for it, and

@@ -7,6 +7,8 @@ use std::os::unix::process::CommandExt;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use ackscope_shared::report::RunReport;
+
 mod common;
 
 use common::{
@@ -116,10 +118,11 @@ fn a_full_disk_stops_the_run_and_keeps_the_summary_and_the_prefix_and_says_so() 
     assert_eq!(output.status.code(), Some(1), "{err}");
     assert!(took < Duration::from_secs(6), "the run stopped at the error: {took:?}");
     assert!(err.contains("incomplete") && err.contains(s(&file)), "{err}");
-    let summary: serde_json::Value = serde_json::from_slice(&output.stdout).expect(&err);
-    let requests = summary["requests"].as_u64().unwrap();
-    assert!(requests > 0 && requests < 1_000_000, "the summary covers what ran: {summary}");
-    assert!(summary.to_string().contains("writing the session file"), "{summary}");
+    let summary: RunReport = serde_json::from_slice(&output.stdout).expect(&err);
+    let requests = summary.rr().unwrap_or_else(|| panic!("no requests in {summary:?}")).requests;
+    assert!(requests > 0 && requests < 1_000_000, "the summary covers what ran: {summary:?}");
+    let error = summary.error.as_deref().unwrap_or_default();
+    assert!(error.contains("writing the session file"), "{summary:?}");
     let size = std::fs::metadata(&file).unwrap().len();
     assert!(size > 0 && size <= 64 << 10, "{size} bytes");
     let shown = ackscope(&["show", s(&file)]);

@@ -4,6 +4,9 @@
 use std::process::Command;
 use std::sync::Mutex;
 
+use ackscope_shared::bulk::BulkSummary;
+use ackscope_shared::report::{ReportOutcome, RunReport};
+
 mod common;
 
 use common::ackscope;
@@ -11,17 +14,27 @@ use common::ackscope;
 /// The tests count namespaces and devices around their runs: one run at a time.
 static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 
-fn run_json(args: &[&str]) -> serde_json::Value {
+fn run_json(args: &[&str]) -> RunReport {
     let output = ackscope(args);
     assert!(output.status.success(), "ackscope {args:?} failed");
-    let v: serde_json::Value =
-        serde_json::from_slice(&output.stdout).expect("--json prints one JSON object");
-    assert_eq!(v["outcome"], "completed");
+    let v = common::report_of(&output);
+    assert_eq!(v.outcome, ReportOutcome::Completed);
     v
 }
 
-fn num(v: &serde_json::Value, field: &str) -> f64 {
-    v[field].as_f64().unwrap_or_else(|| panic!("{field} is a number in {v}"))
+/// A request/response run's p50, in ms.
+fn p50_ms(v: &RunReport) -> f64 {
+    v.rr().and_then(|rr| rr.p50_ms).unwrap_or_else(|| panic!("p50_ms is a number in {v:?}"))
+}
+
+/// A bulk run's figures.
+fn bulk(v: &RunReport) -> &BulkSummary {
+    v.bulk().unwrap_or_else(|| panic!("not a bulk report: {v:?}"))
+}
+
+/// A figure of a bulk run that is there only if sampled.
+fn sampled(v: &RunReport, field: &str, figure: Option<u32>) -> f64 {
+    f64::from(figure.unwrap_or_else(|| panic!("{field} is a number in {v:?}")))
 }
 
 /// What a run could leave behind: named namespaces and TUN devices, in the host's namespace.
@@ -51,9 +64,9 @@ fn rr_over_a_40ms_link_takes_one_round_trip_per_exchange() {
         "both",
         "--json",
     ]);
-    let p50 = num(&v, "p50_ms");
+    let p50 = p50_ms(&v);
     assert!((38.0..60.0).contains(&p50), "one 40 ms RTT per exchange, got p50 {p50} ms");
-    assert_eq!(v["config"]["link"]["rtt_us"], 40_000);
+    assert_eq!(v.config["link"]["rtt_us"], 40_000);
     assert_eq!(leftovers(), before, "no namespace or TUN device is left behind");
 }
 
@@ -72,11 +85,11 @@ fn bulk_goodput_is_the_window_over_the_rtt() {
         "65536",
         "--json",
     ]);
-    let window = num(&v, "server_rcv_wnd_bytes");
-    let rtt_s = num(&v, "min_rtt_us") / 1e6;
+    let window = sampled(&v, "server_rcv_wnd_bytes", bulk(&v).server_rcv_wnd_bytes);
+    let rtt_s = sampled(&v, "min_rtt_us", bulk(&v).min_rtt_us) / 1e6;
     assert!((0.038..0.050).contains(&rtt_s), "the link's RTT, got {rtt_s} s");
     let expected_mbps = window * 8.0 / rtt_s / 1e6;
-    let goodput = num(&v, "goodput_mbps");
+    let goodput = bulk(&v).goodput_mbps;
     assert!(
         (goodput - expected_mbps).abs() <= 0.25 * expected_mbps,
         "goodput {goodput} Mbit/s vs window/RTT {expected_mbps} Mbit/s"
@@ -106,8 +119,8 @@ fn an_unprivileged_user_runs_over_the_link_in_a_user_namespace() {
     eprintln!("{stdout}{stderr}");
     if userns_allowed() {
         assert!(output.status.success(), "the user-namespace path works here");
-        let v: serde_json::Value = serde_json::from_str(&stdout).expect("one JSON object");
-        let p50 = num(&v, "p50_ms");
+        let v: RunReport = serde_json::from_str(&stdout).expect("one JSON object");
+        let p50 = p50_ms(&v);
         assert!((18.0..40.0).contains(&p50), "one 20 ms RTT per exchange, got {p50}");
     } else {
         assert_eq!(output.status.code(), Some(1));
@@ -141,7 +154,7 @@ fn a_bad_link_spec_exits_2_and_names_the_flag() {
 #[test]
 fn story3_split_writes_stall_by_body_size() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
-    let p50 = |preset: &str| num(&run_json(&["run", preset, "--json"]), "p50_ms");
+    let p50 = |preset: &str| p50_ms(&run_json(&["run", preset, "--json"]));
     let (small, full, larger) =
         (p50("story3-split-1000"), p50("story3-split-1448"), p50("story3-split-2048"));
     assert!((150.0..260.0).contains(&small), "1000 B: ~208 ms, got {small}");

@@ -7,6 +7,7 @@ mod common;
 use ackscope_shared::analysis::RunAnalysis;
 use ackscope_shared::attribution;
 use ackscope_shared::event::tcp_flags;
+use ackscope_shared::report::ReportOutcome;
 use ackscope_shared::{Event, EventKind, LinkAction, RrSpec, Segment, Side};
 use common::ackscope;
 
@@ -21,11 +22,12 @@ fn the_relay_captures_both_directions_on_the_run_clock_and_stalls_cite_the_packe
     let args = ["run", "rr", "--link", "rtt=40ms", "--count", "6", "--capture", "-o", file];
     let run = ackscope(&[&args[..], &["--json"]].concat());
     assert!(run.status.success());
-    let summary: serde_json::Value = serde_json::from_slice(&run.stdout).unwrap();
-    assert_eq!(summary["outcome"], "completed");
-    let captured = summary["capture"]["segments"].as_u64().unwrap();
-    assert!(captured >= 50, "{}", summary["capture"]);
-    let spec: RrSpec = serde_json::from_value(summary["config"].clone()).unwrap();
+    let summary = common::report_of(&run);
+    assert_eq!(summary.outcome, ReportOutcome::Completed);
+    let capture = summary.capture.as_ref().unwrap_or_else(|| panic!("no capture in {summary:?}"));
+    let captured = capture.segments;
+    assert!(captured >= 50, "{capture:?}");
+    let spec: RrSpec = serde_json::from_value(summary.config.clone()).unwrap();
 
     let events: Vec<Event> = common::exported_events(file);
     let _ = std::fs::remove_file(file);

@@ -9,7 +9,9 @@ use std::net::TcpStream;
 use std::process::{Child, ChildStdout, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use ackscope_shared::control::{ToClient, ToServer, CONTROL_MAGIC};
+use ackscope_shared::attribution::StallClass;
+use ackscope_shared::control::{ClockSync, ToClient, ToServer, CONTROL_MAGIC};
+use ackscope_shared::report::{RemoteFigures, ReportOutcome, RunReport};
 use ackscope_shared::wire::{self, PROTOCOL_VERSION};
 use common::{ackscope, interrupt, require_root, s, temp, text};
 
@@ -109,21 +111,41 @@ fn link_20_ms() -> (Guard, String, String) {
     (link, field(&lines, "client namespace", 2), field(&lines, "server namespace", 2))
 }
 
+/// Requests a request/response run's summary counts.
+fn requests_of(summary: &RunReport) -> u32 {
+    summary.rr().unwrap_or_else(|| panic!("no requests in {summary:?}")).requests
+}
+
+/// The stalls per class and direction a request/response run's summary names.
+fn stalls(summary: &RunReport) -> &[ackscope_shared::attribution::ClassSummary] {
+    summary.stalls.as_deref().unwrap_or_else(|| panic!("no stalls in {summary:?}"))
+}
+
+/// How the summary's run matched its server's clock.
+fn clock(summary: &RunReport) -> ClockSync {
+    summary.clock.unwrap_or_else(|| panic!("no clock in {summary:?}"))
+}
+
+/// The remote server's side, as a summary of a run against one reports it.
+fn remote(summary: &RunReport) -> &RemoteFigures {
+    summary.remote.as_ref().unwrap_or_else(|| panic!("no remote in {summary:?}"))
+}
+
 /// Story 1 (1000-byte bodies) across `ackscope link rtt=20ms`, from its summary: Nagle x
 /// delayed ACK named in both directions, and the path's round trip recorded as about 20 ms.
-fn assert_story_1_across_the_20_ms_path(summary: &serde_json::Value) {
-    let stalls = summary["stalls"].as_array().unwrap();
+fn assert_story_1_across_the_20_ms_path(summary: &RunReport) {
+    let stalls = stalls(summary);
     for direction in ["client->server", "server->client"] {
         let named = stalls
             .iter()
-            .find(|c| c["class"] == "nagle_delayed_ack" && c["direction"] == direction);
+            .find(|c| c.class == StallClass::NagleDelayedAck && c.direction == direction);
         let named =
             named.unwrap_or_else(|| panic!("no Nagle x delayed ACK {direction}: {stalls:?}"));
         // ~40 ms of the timer and part of the path: far from the 10 ms of the path's half RTT.
-        let median = named["median_ms"].as_f64().unwrap();
+        let median = named.median_ms;
         assert!((30.0..120.0).contains(&median), "{direction}: {median} ms");
     }
-    let rtt = summary["clock"]["rtt_ns"].as_u64().unwrap();
+    let rtt = clock(summary).rtt_ns;
     assert!((19_000_000..40_000_000).contains(&rtt), "the path's round trip: {rtt} ns");
 }
 
@@ -169,16 +191,15 @@ fn story_1_across_a_20_ms_path_names_the_stalls_on_both_sides() {
     assert!(wrong.contains("closed: ackscope: wrong token"), "a wrong token: {wrong}");
     assert_eq!(with.trim(), "answered 5 bytes", "the token, then an echo message");
     assert!(run.status.success());
-    let summary: serde_json::Value = serde_json::from_slice(&run.stdout).unwrap();
+    let summary = common::report_of(&run);
     assert_story_1_across_the_20_ms_path(&summary);
-    let clock = &summary["clock"];
-    let uncertainty = clock["uncertainty_ns"].as_u64().unwrap();
+    let clock = clock(&summary);
+    let uncertainty = clock.uncertainty_ns;
     assert!(uncertainty < 1_000_000, "the offset is known within {uncertainty} ns");
     // Both namespaces read one clock: the estimate's true error is known here.
-    let error = clock["offset_ns"].as_i64().unwrap()
-        - summary["remote"]["same_host_offset_ns"].as_i64().unwrap();
+    let error = clock.offset_ns - remote(&summary).same_host_offset_ns;
     assert!(error.unsigned_abs() < 1_000_000, "estimated offset off by {error} ns");
-    assert_eq!(summary["remote"]["server_outcome"], "completed");
+    assert_eq!(remote(&summary).server_outcome, ReportOutcome::Completed);
 }
 
 /// `--server-netns`: a local run whose server is in another namespace crosses the real path
@@ -201,12 +222,14 @@ fn a_local_run_with_its_server_in_another_namespace_crosses_the_path_between() {
     let show = ackscope(&["show", s(&file)]);
     stop(link);
     assert!(run.status.success());
-    let summary: serde_json::Value = serde_json::from_slice(&run.stdout).unwrap();
-    assert_eq!(summary["server_netns"]["name"], server_ns.as_str());
-    assert_eq!(summary["server_netns"]["ip"], "10.44.0.2");
+    let summary = common::report_of(&run);
+    let place =
+        summary.server_netns.as_ref().unwrap_or_else(|| panic!("no server_netns in {summary:?}"));
+    assert_eq!(place.name, server_ns);
+    assert_eq!(place.ip, "10.44.0.2");
     // The round trip measured by TCP handshakes before the run: the link's 20 ms.
     assert_story_1_across_the_20_ms_path(&summary);
-    assert_eq!(summary["clock"]["offset_ns"], 0, "one process, one clock");
+    assert_eq!(clock(&summary).offset_ns, 0, "one process, one clock");
     assert!(show.status.success());
     let shown = text(&show.stdout);
     assert!(shown.contains("Nagle"), "show names the stalls: {shown}");
@@ -277,11 +300,11 @@ fn a_run_into_a_namespace_made_with_ip_netns_ends_though_its_lo_is_down() {
     }
     let output = child.wait_with_output().unwrap();
     assert!(output.status.success(), "{}", text(&output.stdout));
-    let summary: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
-    assert_eq!(summary["requests"], 4);
-    let stalls = summary["stalls"].as_array().unwrap();
+    let summary = common::report_of(&output);
+    assert_eq!(requests_of(&summary), 4);
+    let stalls = stalls(&summary);
     assert!(
-        stalls.iter().any(|c| c["class"] == "nagle_delayed_ack"),
+        stalls.iter().any(|c| c.class == StallClass::NagleDelayedAck),
         "story 1 across the veth pair: {stalls:?}"
     );
 }
@@ -333,8 +356,8 @@ fn a_wrong_token_gets_one_clear_refusal_and_runs_past_the_limits_are_refused() {
     let fine =
         ackscope(&["run", "rr", "--count", "5", "--remote", &addr, "--token", &token, "--json"]);
     assert!(fine.status.success(), "the right token runs");
-    let summary: serde_json::Value = serde_json::from_slice(&fine.stdout).unwrap();
-    assert_eq!(summary["requests"], 5);
+    let summary = common::report_of(&fine);
+    assert_eq!(requests_of(&summary), 5);
     stop(server);
 }
 
@@ -372,11 +395,11 @@ fn a_remote_run_is_held_to_the_servers_longest_run() {
     stop(server);
     assert!(took < Duration::from_secs(6), "stopped at the limit, not after the run: {took:?}");
     assert_eq!(stopped.status.code(), Some(1), "{}", text(&stopped.stderr));
-    let summary: serde_json::Value = serde_json::from_slice(&stopped.stdout).unwrap();
-    assert_eq!(summary["outcome"], "failed");
-    let error = summary["error"].as_str().unwrap();
+    let summary = common::report_of(&stopped);
+    assert_eq!(summary.outcome, ReportOutcome::Failed);
+    let error = summary.error.as_deref().unwrap_or_else(|| panic!("no error in {summary:?}"));
     assert!(error.contains("server side: stopped after 2 s"), "{error}");
-    let requests = summary["requests"].as_u64().unwrap();
+    let requests = requests_of(&summary);
     assert!((5..100).contains(&requests), "what ran before the limit is kept: {requests}");
     let shown = text(&ackscope(&["show", s(&server_file)]).stdout);
     assert!(shown.contains("stopped after 2 s"), "the server's file says so too: {shown}");
@@ -404,8 +427,8 @@ fn a_second_remote_run_while_one_is_going_is_refused() {
     let said = text(&second.stderr);
     assert!(said.contains("another remote run is going on this server"), "{said}");
     assert!(first.status.success(), "{}", text(&first.stderr));
-    let summary: serde_json::Value = serde_json::from_slice(&first.stdout).unwrap();
-    assert_eq!(summary["requests"], 30, "the first run went on whole");
+    let summary = common::report_of(&first);
+    assert_eq!(requests_of(&summary), 30, "the first run went on whole");
 }
 
 /// One framed control message, as a probe of another version would send it.
@@ -514,11 +537,11 @@ fn a_dropped_control_connection_leaves_each_side_what_it_recorded_and_how_it_end
     kill_9(&mut server);
     let ended = client.wait_with_output().unwrap();
     assert_eq!(ended.status.code(), Some(1), "{}", text(&ended.stderr));
-    let summary: serde_json::Value = serde_json::from_slice(&ended.stdout).unwrap();
-    assert_eq!(summary["outcome"], "failed");
-    let error = summary["error"].as_str().unwrap();
+    let summary = common::report_of(&ended);
+    assert_eq!(summary.outcome, ReportOutcome::Failed);
+    let error = summary.error.as_deref().unwrap_or_else(|| panic!("no error in {summary:?}"));
     assert!(error.contains("server side"), "names the side: {error}");
-    assert!(summary["requests"].as_u64().unwrap() > 100);
+    assert!(requests_of(&summary) > 100);
     let events = common::exported_events(s(&client_file));
     let server_reads = events
         .iter()
@@ -606,11 +629,13 @@ fn a_bulk_run_reads_on_the_remote_server_with_its_buffer_set_there() {
     ]);
     stop(server);
     assert!(run.status.success());
-    let summary: serde_json::Value = serde_json::from_slice(&run.stdout).unwrap();
-    assert_eq!(summary["bytes"], 20_000_000, "the server read every byte");
+    let summary = common::report_of(&run);
+    let bulk = summary.bulk().unwrap_or_else(|| panic!("not a bulk report: {summary:?}"));
+    assert_eq!(bulk.bytes, 20_000_000, "the server read every byte");
     // Linux doubles what was asked: the server side's option was set on the server's host.
-    let rcvbuf = summary["server_rcvbuf_bytes"].as_u64().unwrap();
+    let rcvbuf = bulk.server_rcvbuf_bytes.unwrap_or_else(|| panic!("{summary:?}"));
     assert!((65_536..=262_144).contains(&rcvbuf), "server rcvbuf {rcvbuf}");
-    assert!(summary["clock"]["uncertainty_ns"].as_u64().is_some());
-    assert_eq!(summary["remote"]["server_outcome"], "completed");
+    // The clocks were matched: an uncertainty_ns (a number, by its type) comes with it.
+    assert!(summary.clock.is_some(), "{summary:?}");
+    assert_eq!(remote(&summary).server_outcome, ReportOutcome::Completed);
 }

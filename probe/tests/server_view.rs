@@ -9,6 +9,8 @@ use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use ackscope_shared::attribution::StallClass;
+use ackscope_shared::report::RunReport;
 use common::ackscope;
 
 /// The outside client: `count` requests of 2048 bytes, the length prefix and the body written
@@ -79,30 +81,28 @@ fn a_server_only_session_names_the_outside_clients_nagle_stalls() {
     // The server's own summary, printed on Ctrl-C.
     let mut rest = String::new();
     std::io::Read::read_to_string(&mut stdout, &mut rest).unwrap();
-    let summary: serde_json::Value = rest
-        .lines()
-        .find_map(|line| serde_json::from_str(line).ok())
-        .unwrap_or_else(|| panic!("no JSON summary in {rest}"));
-    assert_eq!(summary["requests"], requests, "{summary}");
-    let nagle = summary["stalls"]
-        .as_array()
-        .unwrap()
+    let summary = common::report_line(&rest);
+    assert_eq!(summary.rr().map(|rr| rr.requests as usize), Some(requests), "{summary:?}");
+    let nagle = summary
+        .stalls
+        .as_deref()
+        .unwrap_or_else(|| panic!("no stalls in {summary:?}"))
         .iter()
-        .find(|s| s["class"] == "nagle_delayed_ack" && s["direction"] == "client->server")
-        .unwrap_or_else(|| panic!("{summary}"))
-        .clone();
-    let count = nagle["count"].as_u64().unwrap() as usize;
-    assert!(count + 1 >= slow, "{slow} slow requests, {count} stalls named: {summary}");
-    let fixes = nagle["fixes"].to_string();
+        .find(|s| s.class == StallClass::NagleDelayedAck && s.direction == "client->server")
+        .unwrap_or_else(|| panic!("{summary:?}"));
+    let count = nagle.count as usize;
+    assert!(count + 1 >= slow, "{slow} slow requests, {count} stalls named: {summary:?}");
+    let fixes = nagle.fixes.join("\n");
     assert!(fixes.contains("TCP_NODELAY on the client"), "{fixes}");
 
     // `export --json` carries the same analysis after the messages.
     let exported = ackscope(&["export", file_arg, "--json"]);
     assert!(exported.status.success());
     let exported: serde_json::Value = serde_json::from_slice(&exported.stdout).unwrap();
-    let run = &exported["runs"][0]["summary"];
-    assert_eq!(run["requests"], requests, "{run}");
-    assert_eq!(run["stalls"], summary["stalls"], "export and the server's summary agree");
+    let run: RunReport = serde_json::from_value(exported["runs"][0]["summary"].clone())
+        .unwrap_or_else(|e| panic!("not a run report ({e}): {}", exported["runs"][0]));
+    assert_eq!(run.rr().map(|rr| rr.requests as usize), Some(requests), "{run:?}");
+    assert_eq!(run.stalls, summary.stalls, "export and the server's summary agree");
     assert_eq!(exported["runs_not_summarized"], 0);
 
     // The Perfetto export marks each stall with its evidence.

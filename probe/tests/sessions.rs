@@ -5,6 +5,8 @@ use std::net::TcpStream;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use ackscope_shared::report::ReportOutcome;
+
 mod common;
 
 use common::{ackscope, s, text};
@@ -19,9 +21,9 @@ fn a_session_file_is_written_shown_and_exported() {
     let run =
         ackscope(&["run", "rr", "--count", "30", "--nodelay", "both", "-o", s(&file), "--json"]);
     assert!(run.status.success());
-    let summary: serde_json::Value = serde_json::from_slice(&run.stdout).unwrap();
-    let events = summary["events"].as_u64().unwrap();
-    assert!(events > 30 * 8, "{summary}");
+    let summary = common::report_of(&run);
+    let events = summary.events;
+    assert!(events > 30 * 8, "{summary:?}");
 
     let shown = ackscope(&["show", s(&file)]);
     assert!(shown.status.success());
@@ -100,9 +102,9 @@ fn a_printed_spec_runs_from_a_file_and_bad_specs_name_the_field() {
     std::fs::write(&file, edited.to_string()).unwrap();
     let run = ackscope(&["run", "--spec", s(&file), "--json"]);
     assert!(run.status.success());
-    let v: serde_json::Value = serde_json::from_slice(&run.stdout).unwrap();
-    assert_eq!(v["requests"], 5);
-    assert_eq!(v["config"]["cork"]["client"], true);
+    let v = common::report_of(&run);
+    assert_eq!(v.rr().map(|rr| rr.requests), Some(5), "{v:?}");
+    assert_eq!(v.config["cork"]["client"], true);
 
     edited["rr"]["size_bytes"] = 0.into();
     std::fs::write(&file, edited.to_string()).unwrap();
@@ -129,12 +131,13 @@ fn bulk_reports_goodput_and_the_buffers_the_kernel_set() {
     let run =
         ackscope(&["run", "bulk", "--bytes", "50000000", "--server-rcvbuf", "65536", "--json"]);
     assert!(run.status.success());
-    let v: serde_json::Value = serde_json::from_slice(&run.stdout).unwrap();
-    assert_eq!(v["bytes"], 50_000_000);
-    assert!(v["goodput_mbps"].as_f64().unwrap() > 10.0, "{v}");
+    let v = common::report_of(&run);
+    let bulk = v.bulk().unwrap_or_else(|| panic!("not a bulk report: {v:?}"));
+    assert_eq!(bulk.bytes, 50_000_000);
+    assert!(bulk.goodput_mbps > 10.0, "{v:?}");
     // Linux doubles what was asked.
-    assert_eq!(v["server_rcvbuf_bytes"], 131_072, "{v}");
-    assert_eq!(v["config"]["rcvbuf"]["server"], 65_536);
+    assert_eq!(bulk.server_rcvbuf_bytes, Some(131_072), "{v:?}");
+    assert_eq!(v.config["rcvbuf"]["server"], 65_536);
 }
 
 fn interrupt(pid: u32) {
@@ -157,10 +160,10 @@ fn ctrl_c_finishes_the_file_and_marks_the_run_interrupted() {
     assert_eq!(status.code(), Some(130));
     let mut stdout = String::new();
     child.stdout.take().unwrap().read_to_string(&mut stdout).unwrap();
-    let v: serde_json::Value = serde_json::from_str(&stdout).unwrap();
-    assert_eq!(v["outcome"], "interrupted");
-    let done = v["requests"].as_u64().unwrap();
-    assert!((3..100).contains(&done), "{v}");
+    let v = common::report(stdout.as_bytes());
+    assert_eq!(v.outcome, ReportOutcome::Interrupted);
+    let done = v.rr().unwrap_or_else(|| panic!("no requests in {v:?}")).requests;
+    assert!((3..100).contains(&done), "{v:?}");
     let shown = ackscope(&["show", s(&file)]);
     assert!(shown.status.success(), "the file is complete");
     assert!(text(&shown.stdout).contains("interrupted"));

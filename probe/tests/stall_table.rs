@@ -5,15 +5,27 @@
 
 use std::process::Command;
 
+use ackscope_shared::attribution::StallClass;
 use ackscope_shared::presets::PRESETS;
+use ackscope_shared::report::RunReport;
 
-fn run_preset(name: &str) -> serde_json::Value {
+fn run_preset(name: &str) -> RunReport {
     let output = Command::new(env!("CARGO_BIN_EXE_ackscope"))
         .args(["run", name, "--count", "12", "--json"])
         .output()
         .unwrap();
     assert!(output.status.success(), "{name}: {}", String::from_utf8_lossy(&output.stderr));
     serde_json::from_slice(&output.stdout).unwrap()
+}
+
+/// The report's p50, in ms.
+fn p50_ms(v: &RunReport) -> f64 {
+    v.rr().and_then(|rr| rr.p50_ms).unwrap_or_else(|| panic!("no p50_ms in {v:?}"))
+}
+
+/// The report's stalls per class and direction.
+fn classes(v: &RunReport) -> &[ackscope_shared::attribution::ClassSummary] {
+    v.stalls.as_deref().unwrap_or_else(|| panic!("no stalls in {v:?}"))
 }
 
 #[test]
@@ -35,41 +47,36 @@ fn every_row_of_the_stall_table() {
     });
 }
 
-fn check_row(name: &str, stalls: bool, v: &serde_json::Value) {
-    let p50 = v["p50_ms"].as_f64().unwrap();
-    let nagle: u64 = v["stalls"]
-        .as_array()
-        .unwrap()
+fn check_row(name: &str, stalls: bool, v: &RunReport) {
+    let p50 = p50_ms(v);
+    let nagle: u64 = classes(v)
         .iter()
-        .filter(|s| s["class"] == "nagle_delayed_ack")
-        .map(|s| s["count"].as_u64().unwrap())
+        .filter(|s| s.class == StallClass::NagleDelayedAck)
+        .map(|s| u64::from(s.count))
         .sum();
     if stalls {
-        assert!(p50 > 30.0, "{name}: a stall row, p50 {p50} ms: {v}");
+        assert!(p50 > 30.0, "{name}: a stall row, p50 {p50} ms: {v:?}");
         // At least one direction stalls on each of the 11 requests after the first.
-        assert!(nagle >= 11, "{name}: classified as Nagle x delayed ACK: {v}");
-        let unexplained =
-            v["stalls"].as_array().unwrap().iter().any(|s| s["class"] == "unexplained");
-        assert!(!unexplained, "{name}: every stall explained: {v}");
+        assert!(nagle >= 11, "{name}: classified as Nagle x delayed ACK: {v:?}");
+        let unexplained = classes(v).iter().any(|s| s.class == StallClass::Unexplained);
+        assert!(!unexplained, "{name}: every stall explained: {v:?}");
     } else {
-        assert!(p50 < 5.0, "{name}: a clean row, p50 {p50} ms: {v}");
-        assert_eq!(nagle, 0, "{name}: no Nagle x delayed ACK stall: {v}");
+        assert!(p50 < 5.0, "{name}: a clean row, p50 {p50} ms: {v:?}");
+        assert_eq!(nagle, 0, "{name}: no Nagle x delayed ACK stall: {v:?}");
     }
 }
 
 #[test]
 fn nagle_on_both_sides_stalls_in_both_directions() {
     let v = run_preset("story1");
-    let directions: Vec<&str> = v["stalls"]
-        .as_array()
-        .unwrap()
+    let directions: Vec<&str> = classes(&v)
         .iter()
-        .filter(|s| s["class"] == "nagle_delayed_ack")
-        .map(|s| s["direction"].as_str().unwrap())
+        .filter(|s| s.class == StallClass::NagleDelayedAck)
+        .map(|s| s.direction.as_str())
         .collect();
     assert!(
         directions.contains(&"client->server") && directions.contains(&"server->client"),
-        "{v}"
+        "{v:?}"
     );
-    assert!(v["p50_ms"].as_f64().unwrap() > 60.0, "two stalls per request: {v}");
+    assert!(p50_ms(&v) > 60.0, "two stalls per request: {v:?}");
 }

@@ -6,6 +6,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
+use ackscope_shared::report::RunReport;
+
 /// Runs `ackscope ARGS` to completion; its output is printed so a failing test shows it.
 pub fn ackscope(args: &[&str]) -> Output {
     let output = Command::new(env!("CARGO_BIN_EXE_ackscope")).args(args).output().unwrap();
@@ -33,6 +35,30 @@ pub fn is_root() -> bool {
 #[allow(dead_code)]
 pub fn require_root(what: &str) {
     assert!(is_root(), "{what} needs root: run this test as root (cargo xtask test does, as CI)");
+}
+
+/// The run report (`ackscope_shared::report::RunReport`) a `--json` command printed as the
+/// whole of its stdout: `ackscope run ... --json`.
+#[allow(dead_code)]
+pub fn report_of(output: &Output) -> RunReport {
+    report(&output.stdout)
+}
+
+/// The run report that is the whole of `stdout`.
+#[allow(dead_code)]
+pub fn report(stdout: &[u8]) -> RunReport {
+    serde_json::from_slice(stdout)
+        .unwrap_or_else(|e| panic!("--json prints one run report ({e}): {}", text(stdout)))
+}
+
+/// The run report on the one line of `stdout` that starts with `{`, among others:
+/// `ackscope server ... --json`, which prints its address and token first.
+#[allow(dead_code)]
+pub fn report_line(stdout: &str) -> RunReport {
+    let mut lines = stdout.lines().filter(|line| line.starts_with('{'));
+    let line = lines.next().unwrap_or_else(|| panic!("no JSON summary in {stdout}"));
+    assert!(lines.next().is_none(), "one JSON summary in {stdout}");
+    serde_json::from_str(line).unwrap_or_else(|e| panic!("not a run report ({e}): {line}"))
 }
 
 /// Every event of a session file, through `ackscope export FILE --json`.
