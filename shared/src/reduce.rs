@@ -198,9 +198,26 @@ impl ImportedTally {
         self.finder.take_found().iter().for_each(|(stall, ())| self.stalls.add(stall));
     }
 
+    /// The stream ended: every candidate still open is decided.
+    pub fn decide_all(&mut self) {
+        let finder = std::mem::take(&mut self.finder);
+        finder.finish().iter().for_each(|(stall, ())| self.stalls.add(stall));
+    }
+
+    /// The connections (id, segments, payload bytes client to server and back), in the order
+    /// they first appeared.
+    pub fn rows(&self) -> &[ConnRow] {
+        &self.rows
+    }
+
+    /// The stall classes decided so far (all of them once [`ImportedTally::decide_all`] ran).
+    pub fn classes(&self) -> Vec<ClassSummary> {
+        self.stalls.summaries_with(&[])
+    }
+
     /// The connections' rows and the stall classes, every candidate decided.
     pub fn finish(mut self) -> (Vec<ConnRow>, Vec<ClassSummary>) {
-        self.finder.finish().iter().for_each(|(stall, ())| self.stalls.add(stall));
+        self.decide_all();
         (self.rows, self.stalls.summaries())
     }
 }

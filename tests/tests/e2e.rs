@@ -485,3 +485,117 @@ async fn a_million_request_session_opens_and_its_slowest_request_is_one_click_aw
     client.close().await?;
     result
 }
+
+/// A pcapng of one conversation with a Nagle x delayed ACK hold on the wire, as tcpdump would
+/// write it of a client that sends a 4-byte length, then a 2048-byte body: the body leaves
+/// right after the server's delayed ACK of the length, 43.6 ms later; then the answer, twice.
+fn nagle_capture() -> Vec<u8> {
+    use ackscope_shared::event::tcp_flags::{ACK, PSH, SYN};
+    use ackscope_shared::packet::{synthesize, Packet};
+    use ackscope_shared::pcap::{linktype, PcapngWriter};
+    use ackscope_shared::Segment;
+    use std::net::{IpAddr, Ipv4Addr};
+    let raw = |from_client: bool, flags: u8, seq: u32, ack: u32, len: u32| {
+        let lo = IpAddr::V4(Ipv4Addr::LOCALHOST);
+        let (src_port, dst_port) = if from_client { (50000, 8080) } else { (8080, 50000) };
+        let segment = Segment { flags, seq, ack, len, ..Segment::default() };
+        synthesize(&Packet { src: lo, dst: lo, src_port, dst_port, segment })
+    };
+    let mut file = Vec::new();
+    let mut w = PcapngWriter::new(&mut file);
+    let lo = w.interface("lo", linktype::RAW);
+    let mut t = 1_000_000_000;
+    w.packet(lo, t, &raw(true, SYN, 0, 0, 0), None);
+    w.packet(lo, t + 10_000, &raw(false, SYN | ACK, 0, 1, 0), None);
+    w.packet(lo, t + 20_000, &raw(true, ACK, 1, 1, 0), None);
+    let (mut c, mut s) = (1u32, 1u32);
+    for _ in 0..2 {
+        t += 1_000_000;
+        w.packet(lo, t, &raw(true, PSH | ACK, c, s, 4), None);
+        w.packet(lo, t + 43_600_000, &raw(false, ACK, s, c + 4, 0), None);
+        w.packet(lo, t + 43_630_000, &raw(true, PSH | ACK, c + 4, s, 2048), None);
+        c += 2052;
+        w.packet(lo, t + 43_700_000, &raw(false, PSH | ACK, s, c, 2052), None);
+        s += 2052;
+        w.packet(lo, t + 43_750_000, &raw(true, ACK, c, s, 0), None);
+        t += 50_000_000;
+    }
+    file
+}
+
+/// A tcpdump capture dropped on the page: it shows the conversation and names the same stalls
+/// as `ackscope import` of the same file, and exports what it shows as a Perfetto trace and as
+/// pcapng with each stall's explanation on its packet.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_capture_opens_on_the_page_with_the_stalls_import_names_and_exports() -> Result<()> {
+    let dir = ackscope_tests::tempdir::TempDir::new()?;
+    let capture = dir.path().join("nagle.pcapng");
+    std::fs::write(&capture, nagle_capture())?;
+    let imported = std::process::Command::new(ackscope_tests::ackscope_bin()?)
+        .arg("import")
+        .arg(&capture)
+        .arg("-o")
+        .arg(dir.path().join("nagle.ackscope"))
+        .output()
+        .context("ackscope import")?;
+    let said = String::from_utf8_lossy(&imported.stdout).to_string();
+    ensure!(imported.status.success(), "ackscope import failed: {said}");
+    // "1 stalls: Nagle x delayed ACK, client->server, median 43.6 ms; fixes: ..."
+    let import_line = said
+        .lines()
+        .find(|line| line.contains("Nagle x delayed ACK"))
+        .with_context(|| format!("import names no Nagle stall: {said}"))?;
+    let import_count: u32 = import_line.split_whitespace().next().unwrap_or("").parse()?;
+
+    let (_probe, url) = start_probe()?;
+    let (_driver, client, profile) = start_browser().await?;
+    let result = async {
+        client.goto(&url).await?;
+        let input = client
+            .wait()
+            .at_most(Duration::from_secs(30))
+            .for_element(css("[data-testid=open-file]"))
+            .await?;
+        input.send_keys(&capture.display().to_string()).await?;
+        let connection = client
+            .wait()
+            .at_most(Duration::from_secs(30))
+            .for_element(css("[data-testid=imported-connection]"))
+            .await?
+            .text()
+            .await?;
+        ensure!(
+            connection.contains("client 127.0.0.1:50000 -> server 127.0.0.1:8080"),
+            "{connection}"
+        );
+        ensure!(connection.contains("4104 bytes client->server"), "{connection}");
+        let class = client.find(css("[data-testid=stall-class]")).await?;
+        ensure!(class.attr("data-class").await?.as_deref() == Some("nagle_delayed_ack"));
+        ensure!(class.attr("data-direction").await?.as_deref() == Some("client->server"));
+        let page_count: u32 = class.attr("data-count").await?.unwrap_or_default().parse()?;
+        ensure!(page_count == import_count, "page {page_count}, import {import_count}");
+
+        client.find(css("[data-testid=export-perfetto]")).await?.click().await?;
+        let trace = downloaded(&downloads(&profile), "nagle.perfetto.json").await?;
+        let trace: serde_json::Value = serde_json::from_slice(&trace)?;
+        ensure!(trace["traceEvents"].as_array().is_some_and(|events| !events.is_empty()));
+        let status = text_of(&client, "export-status").await?;
+        ensure!(status.contains("to nagle.perfetto.json"), "{status}");
+
+        client.find(css("[data-testid=export-pcapng]")).await?.click().await?;
+        let pcapng = downloaded(&downloads(&profile), "nagle.pcapng").await?;
+        let read = ackscope_shared::pcap::read(&pcapng);
+        ensure!(read.error.is_none(), "{:?}", read.error);
+        ensure!(read.packets.len() == 13, "{} packets", read.packets.len());
+        let comments =
+            String::from_utf8_lossy(&pcapng).matches("stall: Nagle x delayed ACK").count();
+        ensure!(comments as u32 == import_count, "{comments} stall comments");
+        let status = text_of(&client, "export-status").await?;
+        ensure!(status.contains("13 packets (2 with a stall's explanation)"), "{status}");
+        screenshot(&client, "capture.png").await?;
+        Ok(())
+    }
+    .await;
+    client.close().await?;
+    result
+}

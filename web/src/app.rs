@@ -14,6 +14,7 @@ use crate::compare::Comparison;
 use crate::files::{open_files, open_url};
 use crate::js::Debounce;
 use crate::panels::compare::ComparePanel;
+use crate::panels::exports::ExportButtons;
 use crate::panels::kernel::{self, KernelPanel};
 use crate::panels::lesson::{LessonPanel, LessonState};
 use crate::panels::run_form::RunForm;
@@ -154,6 +155,7 @@ pub fn Page(
                     <LessonPanel store lesson view filter link_status outbox class embed />
                     <FilePreview store />
                     <SummaryPanel selected=summary live_host />
+                    <ExportButtons store />
                     <ComparePanel comparison clear=clear_compare />
                     <NoTimeline note=no_timeline />
                     <Timeline store view filter initial />

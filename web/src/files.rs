@@ -1,20 +1,26 @@
-//! Session files in the browser: open a `File` (picker or drop), fetch one from `?url=`, save the
-//! live session as a download. Decoding itself is [`crate::session_file`]'s, applying it
+//! Session files in the browser: open a `File` (picker or drop; a pcap or pcapng capture is made
+//! into a session first), fetch one from `?url=`, save the live session as a download, export a
+//! session for Perfetto or as pcapng. Decoding itself is [`crate::session_file`]'s, applying it
 //! [`crate::state::AppState::open_file`]'s; this module only moves bytes in and out of the page.
 
+use std::cell::RefCell;
+use std::collections::HashMap;
 use std::time::Duration;
 
 use ackscope_shared::overview::Overview;
-use ackscope_shared::wire::{self, Trailer, TRAILER_FRAME_BYTES};
+use ackscope_shared::pcapng_export::write_pcapng;
+use ackscope_shared::perfetto::{write_trace, TraceBuilder};
+use ackscope_shared::wire::{self, FrameStream, Trailer, TRAILER_FRAME_BYTES};
 use ackscope_shared::RunId;
 use js_sys::{Array, Uint8Array};
-use leptos::prelude::set_timeout;
+use leptos::prelude::{set_timeout, RwSignal, Set};
 use leptos::task::spawn_local;
 use wasm_bindgen::{JsCast, JsValue};
 use web_sys::{Blob, BlobPropertyBag, FileList, HtmlAnchorElement, Response, Url};
 
 use crate::js::{describe, settle, sleep};
-use crate::session_file::{name_of_url, refuse_size};
+use crate::session_file::{capture_to_session, is_capture, name_of_url, refuse_size};
+use crate::state::{FileId, Source};
 use crate::store::Store;
 
 /// Opens every file of a picker's or a drop's list.
@@ -51,10 +57,14 @@ pub fn open_blob(store: Store, name: String, blob: Blob) {
         });
         return;
     }
-    let Some(id) = store.try_update_with(|state| state.begin_file(&name, size as u64)) else {
-        return;
-    };
     spawn_local(async move {
+        // A capture (tcpdump, Wireshark) becomes the session `ackscope import` writes for it.
+        let Some(blob) = session_blob(store, &name, blob, size).await else { return };
+        let size = blob.size();
+        let Some(id) = store.try_update_with(|state| state.begin_file(&name, size as u64)) else {
+            return;
+        };
+        OPENED.with(|opened| opened.borrow_mut().insert(id, blob.clone()));
         // The overview the probe wrote at the file's end comes first: a few kilobytes that paint
         // the whole run before its events are decoded.
         let overviews = read_overviews(&blob, size).await;
@@ -110,6 +120,103 @@ pub fn open_blob(store: Store, name: String, blob: Blob) {
         store.try_update_quietly(|state| state.prepare_file(id));
         sleep(0).await;
         store.try_update(|state| state.end_file(id));
+    });
+}
+
+thread_local! {
+    /// Each opened file's session, the browser's bytes (a picked file, or the session a capture
+    /// was made into): the exports read it again rather than the page keeping a copy.
+    static OPENED: RefCell<HashMap<FileId, Blob>> = RefCell::new(HashMap::new());
+}
+
+/// `blob` itself when it is a session file; the session made from it when it is a capture
+/// (read whole: a capture is read twice, once for its connections, once for its packets);
+/// `None`, with the file refused and why, when it is a capture that cannot be read.
+async fn session_blob(store: Store, name: &str, blob: Blob, size: f64) -> Option<Blob> {
+    let first = read_range(&blob, 0.0, size.min(4.0)).await.unwrap_or_default();
+    if !is_capture(&first) {
+        return Some(blob);
+    }
+    let made = match read_range(&blob, 0.0, size).await {
+        Some(capture) => capture_to_session(name, &capture).and_then(|session| blob_of(&session)),
+        None => Err(format!("{name}: the browser could not read the file")),
+    };
+    match made {
+        Ok(session) => Some(session),
+        Err(reason) => {
+            store.try_update(|state| {
+                state.refuse_file(name, reason);
+            });
+            None
+        }
+    }
+}
+
+/// What the page exports, in the formats `ackscope export` writes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Export {
+    /// A Chrome trace-event file for ui.perfetto.dev: syscalls, stalls, TCP_INFO.
+    Perfetto,
+    /// The captured packets, each stall's explanation on the packet that ended it.
+    Pcapng,
+}
+
+/// Exports the session that `source` is (the live one, or an opened file) as a download;
+/// `status` says what was written, or why nothing was.
+pub fn export(store: Store, source: Source, kind: Export, status: RwSignal<Option<String>>) {
+    let (bytes, name) = store.read_untracked(|state| match source {
+        Source::Live => {
+            (state.live.file_bytes().map(|bytes| bytes.to_vec()), "ackscope-session".to_string())
+        }
+        Source::File(id) => (None, state.file(id).map_or("session".into(), |f| f.name.clone())),
+    });
+    let stem = name.rsplit_once('.').map_or(name.as_str(), |(stem, _)| stem).to_string();
+    spawn_local(async move {
+        let bytes = match (bytes, source) {
+            (Some(bytes), _) => Some(bytes),
+            (None, Source::File(id)) => {
+                match OPENED.with(|opened| opened.borrow().get(&id).cloned()) {
+                    Some(blob) => read_range(&blob, 0.0, blob.size()).await,
+                    None => None,
+                }
+            }
+            (None, Source::Live) => None,
+        };
+        let Some(bytes) = bytes else {
+            status.set(Some("nothing to export: the session's bytes are not here".into()));
+            return;
+        };
+        let mut stream = FrameStream::new();
+        stream.push(&bytes);
+        drop(bytes);
+        let messages = std::iter::from_fn(|| stream.next_message());
+        let mut out = Vec::new();
+        let (file_name, said) = match kind {
+            Export::Perfetto => {
+                let mut trace = TraceBuilder::new();
+                let written = write_trace(messages, &name, &mut trace, &mut out);
+                let c = trace.counts;
+                let said = format!(
+                    "{} syscalls, {} stalls and {} TCP_INFO counter values",
+                    c.syscalls, c.stalls, c.counters
+                );
+                (format!("{stem}.perfetto.json"), written.map(|_| said))
+            }
+            Export::Pcapng => {
+                let written = write_pcapng(messages, &mut out);
+                let said = written.map(|(w, _)| {
+                    format!("{} packets ({} with a stall's explanation)", w.packets, w.comments)
+                });
+                (format!("{stem}.pcapng"), said)
+            }
+        };
+        let saved = said
+            .map_err(|e| e.to_string())
+            .and_then(|said| blob_of(&out).and_then(|blob| save(&blob, &file_name)).map(|()| said));
+        status.set(Some(match saved {
+            Ok(said) => format!("wrote {said} to {file_name}"),
+            Err(reason) => format!("could not export: {reason}"),
+        }));
     });
 }
 

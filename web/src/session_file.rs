@@ -98,6 +98,59 @@ pub fn refuse_size(len_bytes: u64) -> Option<String> {
     })
 }
 
+/// Whether a file that begins with `first` (its first four bytes at least) is a pcap or pcapng
+/// capture (tcpdump -w, Wireshark, dumpcap) rather than a session file.
+pub fn is_capture(first: &[u8]) -> bool {
+    const MAGICS: [[u8; 4]; 5] = [
+        [0xd4, 0xc3, 0xb2, 0xa1], // pcap, microseconds, little-endian
+        [0xa1, 0xb2, 0xc3, 0xd4], // pcap, microseconds, big-endian
+        [0x4d, 0x3c, 0xb2, 0xa1], // pcap, nanoseconds, little-endian
+        [0xa1, 0xb2, 0x3c, 0x4d], // pcap, nanoseconds, big-endian
+        [0x0a, 0x0d, 0x0d, 0x0a], // pcapng's section header block
+    ];
+    first.get(..4).is_some_and(|magic| MAGICS.iter().any(|m| m == magic))
+}
+
+/// A capture of any TCP conversation as the session `ackscope import` writes for it: its
+/// connections, each TCP packet a segment event, and the stalls its packets show (found by the
+/// page's tally of the imported run, as by `ackscope show`). A capture cut short keeps the
+/// packets before the damage, and its run says where the capture ends; one that holds no
+/// packet is an error that says why.
+pub fn capture_to_session(name: &str, capture: &[u8]) -> Result<Vec<u8>, String> {
+    use ackscope_shared::import::{events, import_spec, imported_instruments, scan};
+    use ackscope_shared::wire::{write_frame, Hello, HostFacts, RunOutcome};
+    use ackscope_shared::{packet_stalls, RunId, Scenario};
+
+    let mut scanned = scan(capture);
+    if scanned.packets == 0 {
+        return Err(match &scanned.error {
+            Some(error) => format!("{name}: {error}"),
+            None => format!("{name}: the capture holds no packets"),
+        });
+    }
+    let run = RunId(1);
+    let mut bytes = Vec::new();
+    let hello = Hello::current(env!("CARGO_PKG_VERSION"), HostFacts::default());
+    write_frame(&ToBrowser::Hello(hello), &mut bytes);
+    let spec = Scenario::Import(import_spec(name, &scanned.connections));
+    let instruments = imported_instruments();
+    write_frame(&ToBrowser::RunStarted { run, spec, instruments }, &mut bytes);
+    // The page's tally finds the stalls itself: this finder only keeps `events`' contract.
+    let mut finder = packet_stalls::StallFinder::default();
+    events(capture, &mut scanned, &mut finder, |events| {
+        write_frame(&ToBrowser::Events { run, events }, &mut bytes);
+        Ok(())
+    })?;
+    let outcome = match &scanned.error {
+        None => RunOutcome::Completed,
+        Some(error) => RunOutcome::Failed {
+            error: format!("the capture ends early ({error}); the packets before it are shown"),
+        },
+    };
+    write_frame(&ToBrowser::RunFinished { run, outcome }, &mut bytes);
+    Ok(bytes)
+}
+
 /// A name for a session fetched from `url`: its last path segment, or the URL itself.
 pub fn name_of_url(url: &str) -> String {
     let path = url.split(['?', '#']).next().unwrap_or(url);
@@ -192,5 +245,66 @@ mod tests {
         );
         assert_eq!(name_of_url("story1.ackscope"), "story1.ackscope");
         assert_eq!(name_of_url("https://example.org/"), "https://example.org/");
+    }
+
+    /// A Nagle hold on the wire: the 4-byte length, the reader's delayed ACK 43.6 ms later,
+    /// the 2048-byte body right after it.
+    fn nagle_capture() -> Vec<u8> {
+        use ackscope_shared::event::tcp_flags::{ACK, PSH, SYN};
+        use ackscope_shared::packet::{synthesize, Packet};
+        use ackscope_shared::pcap::{linktype, PcapngWriter};
+        use ackscope_shared::Segment;
+        use std::net::{IpAddr, Ipv4Addr};
+        let raw = |from_client: bool, flags: u8, seq: u32, ack: u32, len: u32| {
+            let lo = IpAddr::V4(Ipv4Addr::LOCALHOST);
+            let (src_port, dst_port) = if from_client { (50000, 8080) } else { (8080, 50000) };
+            let segment = Segment { flags, seq, ack, len, ..Segment::default() };
+            synthesize(&Packet { src: lo, dst: lo, src_port, dst_port, segment })
+        };
+        let mut file = Vec::new();
+        let mut w = PcapngWriter::new(&mut file);
+        let lo = w.interface("lo", linktype::RAW);
+        let t = 1_000_000_000;
+        w.packet(lo, t, &raw(true, SYN, 0, 0, 0), None);
+        w.packet(lo, t + 10_000, &raw(false, SYN | ACK, 0, 1, 0), None);
+        w.packet(lo, t + 20_000, &raw(true, ACK, 1, 1, 0), None);
+        w.packet(lo, t + 100_000, &raw(true, PSH | ACK, 1, 1, 4), None);
+        w.packet(lo, t + 43_700_000, &raw(false, ACK, 1, 5, 0), None);
+        w.packet(lo, t + 43_730_000, &raw(true, PSH | ACK, 5, 1, 2048), None);
+        w.packet(lo, t + 43_800_000, &raw(false, PSH | ACK, 1, 2053, 4), None);
+        file
+    }
+
+    #[test]
+    fn a_capture_opens_as_its_conversations_with_the_stalls_import_names() {
+        use ackscope_shared::attribution::StallClass;
+        let capture = nagle_capture();
+        assert!(is_capture(&capture) && !is_capture(&file_of(&stream())));
+        let session = capture_to_session("nagle.pcapng", &capture).expect("a capture");
+        let (messages, problem) = decode_session(&session);
+        assert_eq!(problem, None);
+        let mut state = crate::state::Session::file();
+        for message in messages {
+            state.apply(message);
+        }
+        let run = &state.runs()[0];
+        assert_eq!(run.status, crate::state::RunStatus::Done);
+        let imported = run.imported.as_ref().expect("an imported run");
+        assert_eq!(imported.rows().len(), 1, "one conversation");
+        assert_eq!(imported.rows()[0].2, [2052, 4], "bytes each way");
+        let classes = imported.classes();
+        assert_eq!(classes.len(), 1, "{classes:?}");
+        assert_eq!(classes[0].class, StallClass::NagleDelayedAck);
+        assert_eq!(classes[0].direction, "client->server");
+
+        let cut = &capture[..capture.len() - 10];
+        let (messages, _) = decode_session(&capture_to_session("cut.pcapng", cut).unwrap());
+        let finished = messages.iter().find_map(|m| match m {
+            ToBrowser::RunFinished { outcome: RunOutcome::Failed { error }, .. } => Some(error),
+            _ => None,
+        });
+        assert!(finished.is_some_and(|e| e.contains("the capture ends early")), "{finished:?}");
+        let refused = capture_to_session("notes.txt", b"hello world").unwrap_err();
+        assert!(refused.starts_with("notes.txt: not a pcap or pcapng file"), "{refused}");
     }
 }

@@ -21,7 +21,7 @@ use ackscope_shared::bulk::{BulkAnalysis, BulkSummary};
 use ackscope_shared::control::ClockSync;
 use ackscope_shared::kernel::KernelTracks;
 use ackscope_shared::overview::Overview;
-use ackscope_shared::reduce::stall_spec;
+use ackscope_shared::reduce::{stall_spec, ImportedTally};
 use ackscope_shared::wire::{
     check_hello, write_frame, ClassState, Hello, HostFacts, Instruments, RunOutcome, ToBrowser,
     WireError,
@@ -79,6 +79,9 @@ pub struct Run {
     pub analysis: RunAnalysis,
     /// Goodput and buffers; `Some` for bulk runs only.
     pub bulk: Option<BulkAnalysis>,
+    /// An imported capture's connections and the stalls its packets show (the same tally as
+    /// `ackscope import` and `show`); `Some` for imported runs only.
+    pub imported: Option<ImportedTally>,
     /// Every TCP_INFO sample over time per connection and side (any scenario), bounded.
     kernel: KernelTracks,
     pub events: u64,
@@ -139,6 +142,7 @@ impl Attribution {
 impl Run {
     fn new(id: RunId, spec: Scenario, instruments: Instruments) -> Run {
         let bulk = matches!(spec, Scenario::Bulk(_)).then(BulkAnalysis::new);
+        let imported = matches!(spec, Scenario::Import(_)).then(ImportedTally::default);
         let analysis = RunAnalysis::of_rr(spec.rr());
         Run {
             id,
@@ -147,6 +151,7 @@ impl Run {
             status: RunStatus::Running,
             analysis,
             bulk,
+            imported,
             kernel: KernelTracks::new(),
             events: 0,
             clock: None,
@@ -180,6 +185,8 @@ impl Run {
         };
         if let Some(bulk) = &mut self.bulk {
             bulk.push_all(events);
+        } else if let Some(imported) = &mut self.imported {
+            imported.push(events);
         } else if let Some(spec) = stall_spec(&self.spec) {
             self.analysis.push_all(events);
             if self.watched.get() {
@@ -284,6 +291,13 @@ impl Run {
     /// session has, as the server saw them).
     pub fn is_rr(&self) -> bool {
         stall_spec(&self.spec).is_some()
+    }
+
+    /// No more events come: an imported run's last undecided packets are decided.
+    fn ended(&mut self) {
+        if let Some(imported) = &mut self.imported {
+            imported.decide_all();
+        }
     }
 }
 
@@ -418,6 +432,7 @@ impl Session {
                         RunOutcome::Failed { error } => RunStatus::Failed { error },
                         RunOutcome::Interrupted => RunStatus::Interrupted,
                     };
+                    run.ended();
                 }
                 None
             }
@@ -429,6 +444,7 @@ impl Session {
         for run in &mut self.runs {
             if run.status == RunStatus::Running {
                 run.status = RunStatus::Incomplete;
+                run.ended();
             }
         }
     }

@@ -3,6 +3,7 @@
 //! that also act on the state (the run form, the run lists, the lessons) get the store.
 
 pub mod compare;
+pub mod exports;
 pub mod kernel;
 pub mod lesson;
 pub mod run_form;

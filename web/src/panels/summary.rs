@@ -50,6 +50,8 @@ enum Numbers {
     /// The numbers, and why the calls that waited waited.
     Rr(SummaryText, Vec<ClassText>),
     Bulk(BulkText),
+    /// An imported capture: its conversations, and why its packets waited.
+    Imported(Vec<String>, Vec<ClassText>),
     /// A scenario the browser has no analysis for (the echo server alone).
     Events(u64),
 }
@@ -72,6 +74,7 @@ impl SelectedRun {
             clock: run.clock.map(|clock| clock_line(&clock)),
             numbers: match run.bulk_summary() {
                 Some(bulk) => Numbers::Bulk(BulkText::of(bulk, run.events)),
+                None if run.imported.is_some() => imported_numbers(run),
                 None if run.is_rr() => Numbers::Rr(
                     SummaryText::of(run.summary()),
                     run.attribution().classes.iter().map(ClassText::of).collect(),
@@ -79,6 +82,47 @@ impl SelectedRun {
                 None => Numbers::Events(run.events),
             },
         })
+    }
+}
+
+/// An imported run's conversations as `ackscope show` lists them, and its stall classes.
+fn imported_numbers(run: &crate::state::Run) -> Numbers {
+    let Some(imported) = &run.imported else { return Numbers::Events(run.events) };
+    let connections = match &run.spec {
+        Scenario::Import(spec) => spec.connections.as_slice(),
+        _ => &[],
+    };
+    let lines = imported
+        .rows()
+        .iter()
+        .map(|(conn, segments, bytes)| {
+            // Connection ids of an import count from 1.
+            let addresses = (conn.0 as usize)
+                .checked_sub(1)
+                .and_then(|i| connections.get(i))
+                .map(|c| format!(" client {} -> server {}", c.client, c.server))
+                .unwrap_or_default();
+            format!(
+                "conn {}:{addresses} {segments} segments, {} bytes client->server, {} bytes \
+                 server->client",
+                conn.0, bytes[0], bytes[1]
+            )
+        })
+        .collect();
+    Numbers::Imported(lines, imported.classes().iter().map(ClassText::of).collect())
+}
+
+fn imported_lines(connections: Vec<String>, classes: Vec<ClassText>) -> impl IntoView {
+    let none = classes.is_empty();
+    view! {
+        <ul class="connections" aria-label="conversations">
+            {connections
+                .into_iter()
+                .map(|line| view! { <li data-testid="imported-connection">{line}</li> })
+                .collect_view()}
+        </ul>
+        {none.then(|| view! { <p class="hint" data-testid="no-stalls">"no stalls seen in the packets"</p> })}
+        {class_lines(classes)}
     }
 }
 
@@ -196,6 +240,9 @@ pub fn SummaryPanel(
                         .into_any()
                     }
                     Numbers::Bulk(text) => bulk_numbers(text).into_any(),
+                    Numbers::Imported(connections, classes) => {
+                        imported_lines(connections, classes).into_any()
+                    }
                     Numbers::Events(events) => event_count(events).into_any(),
                 }}
             </section>
@@ -210,6 +257,10 @@ pub fn no_timeline_note(state: &AppState) -> Option<&'static str> {
     state.selected().and_then(|run| match run.spec {
         _ if run.is_rr() => None,
         Scenario::Bulk(_) => Some("Bulk runs have no per-request timeline yet."),
+        Scenario::Import(_) => Some(
+            "An imported capture has packets, not syscalls: it has no per-request timeline. \
+             Its conversations and the stalls its packets show are in the summary above.",
+        ),
         _ => Some("This run has no per-request timeline."),
     })
 }
