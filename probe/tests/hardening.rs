@@ -712,7 +712,13 @@ fn a_page_cut_off_mid_run_resumes_where_it_was_and_loses_no_event() {
     }
     drop(page);
     let run = run.expect("the run started");
-    let path = format!("/ws?resume={stream_id}.{}.{}.0", run.0, first.len());
+    let point = ackscope_shared::wire::ResumePoint {
+        stream: stream_id,
+        run,
+        events: first.len() as u64,
+        finished: false,
+    };
+    let path = format!("/ws?resume={point}");
     let mut page = open_page(&addr, &path);
     page.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
     assert!(matches!(next_message(&mut page), ToBrowser::Hello(_)));

@@ -398,6 +398,49 @@ impl FrameStream {
     }
 }
 
+/// Where a page's live stream was cut, as it asks the probe to resume it (`/ws?resume=`): its
+/// stream (a restarted probe numbers its runs from 1 again), the last run it had begun
+/// receiving, how many of that run's events it had, and whether it had its end. Every earlier
+/// run it had whole: one run goes at a time, and each run's end is sent before the next run's
+/// start. One type, one text form, for the page that writes it and the probe that reads it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ResumePoint {
+    pub stream: u64,
+    pub run: RunId,
+    pub events: u64,
+    pub finished: bool,
+}
+
+impl std::fmt::Display for ResumePoint {
+    /// `STREAM.RUN.EVENTS.FINISHED`, FINISHED 0 or 1.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let finished = u8::from(self.finished);
+        write!(f, "{}.{}.{}.{finished}", self.stream, self.run.0, self.events)
+    }
+}
+
+impl ResumePoint {
+    /// Reads what [`ResumePoint`]'s `Display` wrote; `None` for anything else.
+    pub fn parse(text: &str) -> Option<ResumePoint> {
+        let mut parts = text.split('.');
+        let mut next = || parts.next()?.parse::<u64>().ok();
+        let (stream, run, events, finished) = (next()?, next()?, next()?, next()?);
+        if parts.next().is_some() {
+            return None;
+        }
+        Some(ResumePoint {
+            stream,
+            run: RunId(u32::try_from(run).ok()?),
+            events,
+            finished: match finished {
+                0 => false,
+                1 => true,
+                _ => return None,
+            },
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #[test]
@@ -591,5 +634,16 @@ mod tests {
         assert!(stream.next_message().is_none(), "waiting for the rest of the frame");
         assert!(stream.buf.capacity() < 64 * 1024, "memory follows the bytes that arrived");
         assert_eq!(stream.finish(), Some(WireError::Truncated { offset: 0 }));
+    }
+
+    #[test]
+    fn a_resume_point_reads_back_what_it_writes_and_nothing_else() {
+        use super::ResumePoint;
+        let point = ResumePoint { stream: 7, run: RunId(3), events: 20, finished: true };
+        assert_eq!(point.to_string(), "7.3.20.1");
+        assert_eq!(ResumePoint::parse(&point.to_string()), Some(point));
+        for bad in ["", "7.3.20", "7.3.20.2", "7.3.20.1.9", "7.x.20.0", "7.4294967296.0.0"] {
+            assert_eq!(ResumePoint::parse(bad), None, "{bad:?}");
+        }
     }
 }

@@ -23,8 +23,8 @@ use ackscope_shared::kernel::KernelTracks;
 use ackscope_shared::overview::Overview;
 use ackscope_shared::reduce::{stall_spec, ImportedTally};
 use ackscope_shared::wire::{
-    check_hello, write_frame, ClassState, Hello, HostFacts, Instruments, RunOutcome, ToBrowser,
-    WireError,
+    check_hello, write_frame, ClassState, Hello, HostFacts, Instruments, ResumePoint, RunOutcome,
+    ToBrowser, WireError,
 };
 use ackscope_shared::{Event, EventKind, RrSpec, RunId, Scenario};
 
@@ -809,17 +809,18 @@ impl AppState {
         self.compared.iter().copied().filter(|&key| self.run(key).is_some_and(Run::is_rr)).collect()
     }
 
-    /// Unmarks every run.
-    /// What a reconnecting page asks the probe for in `/ws?resume=`: its stream, its newest
-    /// run, how many of that run's events it has and whether it has its end; `None` before the
-    /// probe named its stream or while the page has no run (nothing to resume).
+    /// What a reconnecting page asks the probe for in `/ws?resume=` (`wire::ResumePoint`): its
+    /// stream, its newest run, how many of that run's events it has and whether it has its end;
+    /// `None` before the probe named its stream or while the page has no run (nothing to
+    /// resume).
     pub fn resume_query(&self) -> Option<String> {
         let stream = self.live_stream?;
         let run = self.live.runs().last()?;
-        let finished = u8::from(run.status != RunStatus::Running);
-        Some(format!("{stream}.{}.{}.{finished}", run.id.0, run.events))
+        let finished = run.status != RunStatus::Running;
+        Some(ResumePoint { stream, run: run.id, events: run.events, finished }.to_string())
     }
 
+    /// Unmarks every run.
     pub fn clear_compare(&mut self) {
         self.compared.clear();
     }

@@ -16,7 +16,7 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 
 use ackscope_shared::spec::MAX_BROWSER_REQUESTS;
-use ackscope_shared::wire::{self, Hello, Instruments, ToBrowser, ToProbe};
+use ackscope_shared::wire::{self, Hello, Instruments, ResumePoint, ToBrowser, ToProbe};
 use ackscope_shared::Scenario;
 use axum::extract::ws::{Message, WebSocket, WebSocketUpgrade};
 use axum::extract::State;
@@ -256,7 +256,7 @@ async fn upgrade(
     if let Err(reason) = check_origin(&headers, &origins) {
         return refuse(StatusCode::FORBIDDEN, reason);
     }
-    let resume = query_value(&uri, "resume").and_then(session::ResumePoint::parse);
+    let resume = query_value(&uri, "resume").and_then(ResumePoint::parse);
     ws.max_message_size(MAX_INCOMING_MESSAGE_BYTES)
         .on_upgrade(move |socket| stream_session(socket, app, resume))
 }
@@ -272,11 +272,7 @@ async fn first_message(socket: &mut WebSocket, within: std::time::Duration) -> O
 
 /// Sends the whole session, then whatever is appended, until the browser goes away. In a
 /// class, also the room's state: now, and whenever the presenter moves.
-async fn stream_session(
-    mut socket: WebSocket,
-    app: Arc<App>,
-    resume: Option<session::ResumePoint>,
-) {
+async fn stream_session(mut socket: WebSocket, app: Arc<App>, resume: Option<ResumePoint>) {
     // The page's place in the room, given back when it goes. A full room still takes the
     // presenter's page, in the place kept for it, if the page's first message proves it is.
     let mut presenter = false;

@@ -4,7 +4,7 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use ackscope_shared::wire::{Instruments, RunOutcome, ToBrowser, EVENTS_PER_MESSAGE};
+use ackscope_shared::wire::{Instruments, ResumePoint, RunOutcome, ToBrowser, EVENTS_PER_MESSAGE};
 use ackscope_shared::{Event, RunId, Scenario};
 use tokio::sync::watch;
 
@@ -35,36 +35,6 @@ pub struct Session {
     /// Tells this probe's stream from another's (a restarted probe numbers its runs from 1
     /// again): a page resumes only the stream it was cut from.
     id: u64,
-}
-
-/// Where a page's stream was cut: the last run it had begun receiving, how many of that run's
-/// events it had, and whether it had its end. Every earlier run it had whole: one run goes at a
-/// time, and each run's end is sent before the next run's start.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct ResumePoint {
-    pub stream: u64,
-    pub run: RunId,
-    pub events: usize,
-    pub finished: bool,
-}
-
-impl ResumePoint {
-    /// `ID.RUN.EVENTS.FINISHED` (FINISHED 0 or 1), as the page puts it in `/ws?resume=`.
-    pub fn parse(text: &str) -> Option<ResumePoint> {
-        let mut parts = text.split('.');
-        let mut next = || parts.next()?.parse::<u64>().ok();
-        let (stream, run, events, finished) = (next()?, next()?, next()?, next()?);
-        Some(ResumePoint {
-            stream,
-            run: RunId(u32::try_from(run).ok()?),
-            events: usize::try_from(events).ok()?,
-            finished: match finished {
-                0 => false,
-                1 => true,
-                _ => return None,
-            },
-        })
-    }
 }
 
 /// How far one WebSocket has been sent: per run, events sent and whether the end was sent.
@@ -128,13 +98,13 @@ impl Session {
         let last = runs.kept.get(index)?;
         let possible = point.stream == self.id
             && last.id == point.run
-            && point.events <= last.events.len()
+            && usize::try_from(point.events).is_ok_and(|events| events <= last.events.len())
             && (!point.finished || last.outcome.is_some())
             && runs.kept[..index].iter().all(|run| run.outcome.is_some());
         possible.then(|| Cursor {
             runs: std::iter::repeat_n((0, true), runs.dropped)
                 .chain(runs.kept[..index].iter().map(|run| (run.events.len(), true)))
-                .chain([(point.events, point.finished)])
+                .chain([(point.events as usize, point.finished)])
                 .collect(),
         })
     }
