@@ -419,7 +419,7 @@ pub const MAX_REQUESTS_AHEAD: usize = 16_384;
 
 /// The most requests [`RunAnalysis::retire`] holds back while waiting for their events
 /// ([`RunAnalysis::retire_when_settled`]): a few hundred bytes each, tens of megabytes in all.
-const MAX_HELD: usize = 65_536;
+pub const MAX_HELD: usize = 65_536;
 
 /// Which of a request's times an event sets.
 #[derive(Clone, Copy, PartialEq, Eq)]

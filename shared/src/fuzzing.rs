@@ -14,15 +14,16 @@ use crate::wire::{self, FrameStream, ToBrowser, ToProbe};
 pub type Target = fn(&[u8]);
 
 /// Every target, by name: the fuzz crate's binaries and the corpus folders are named alike.
-/// (The seventh, `show_pipeline`, runs the probe's own `show` and `export --json`:
+/// (The eighth, `show_pipeline`, runs the probe's own `show` and `export --json`:
 /// `ackscope_probe::fuzzing`.)
-pub const TARGETS: [(&str, Target); 6] = [
+pub const TARGETS: [(&str, Target); 7] = [
     ("session_frames", session_frames),
     ("compact_events", compact_events),
     ("websocket_to_probe", websocket_to_probe),
     ("control_messages", control_messages),
     ("pcap_import", pcap_import),
     ("ip_tcp", ip_tcp),
+    ("reducer_ops", reducer_ops),
 ];
 
 /// A session file's framing, fed in uneven pieces as a file or socket delivers them.
@@ -88,3 +89,104 @@ pub fn ip_tcp(data: &[u8]) {
         let _ = crate::pcap::parse_link(u16::from(linktype), rest);
     }
 }
+
+/// The session reducer (`reduce::SessionReducer`, what `show` and every export read runs with)
+/// driven by a program that a few bytes expand into millions of events, so that an input of
+/// libFuzzer's size reaches past every bound it keeps, which raw session bytes of 64 KiB never
+/// would. Each 4-byte op is (what, connection, request step, repeat: 2^0 to 2^12 times):
+/// requests that finish unanswered or answered, TCP_INFO samples and segments of the current
+/// request, closed connections, runs started and finished, the first request's start repeated.
+/// After every batch the bounds are asserted: runs followed, requests held, samples per request.
+/// At most [`MAX_OPS_EVENTS`] events an input.
+pub fn reducer_ops(data: &[u8]) {
+    use crate::analysis::{MAX_HELD, MAX_SAMPLES_PER_REQUEST};
+    use crate::event::{ConnId, Event, EventKind, ReqId, Side, TcpInfoSample};
+    use crate::reduce::{RunAnalyses, SessionReducer, MAX_OPEN_RUNS};
+    use crate::spec::{RrSpec, Scenario};
+    use crate::wire::{Instruments, RunOutcome, EVENTS_PER_MESSAGE};
+
+    let mut reducer = SessionReducer::hand_out_stalls();
+    let mut outputs = Vec::new();
+    let (mut run, mut req, mut at_ns, mut made) = (RunId(0), 0u32, 0u64, 0usize);
+    let mut batch: Vec<Event> = Vec::new();
+    let mut handle = |reducer: &mut SessionReducer, message: ToBrowser| {
+        reducer.handle(&message, &mut outputs);
+        outputs.clear();
+        assert!(reducer.open_runs().count() <= MAX_OPEN_RUNS, "runs followed past the bound");
+        for followed in reducer.open_runs() {
+            let RunAnalyses::Rr(rr) = &followed.tally.analysis else { continue };
+            let held = rr.analysis().requests();
+            assert!(held.len() <= MAX_HELD, "{} requests held", held.len());
+            for view in held {
+                let most = [view.kernel().len(), view.segments().len(), view.run_delays().len()];
+                assert!(most.iter().all(|&n| n <= MAX_SAMPLES_PER_REQUEST), "{most:?} samples");
+            }
+        }
+    };
+    let start = |run: RunId| ToBrowser::RunStarted {
+        run,
+        spec: Scenario::Rr(RrSpec::default()),
+        instruments: Instruments::default(),
+    };
+    handle(&mut reducer, start(run));
+    for op in data.chunks_exact(4) {
+        let (what, conn, step, repeat) = (op[0] % 8, ConnId(u32::from(op[1])), op[2], op[3]);
+        for _ in 0..1u32 << (repeat % 13) {
+            if made >= MAX_OPS_EVENTS {
+                break;
+            }
+            at_ns += 1_000;
+            let mut event = |side: Side, req: u32, kind: EventKind| {
+                batch.push(Event { at_ns, side, conn, req: ReqId(req), kind });
+                made += 1;
+            };
+            match what {
+                0 | 1 => {
+                    req = req.saturating_add(u32::from(step).max(1));
+                    event(Side::Client, req, EventKind::RequestStart);
+                    if what == 1 {
+                        event(Side::Server, req, EventKind::WriteStart { len_bytes: 8 });
+                        event(Side::Server, req, EventKind::WriteDone { bytes: 8 });
+                    }
+                    event(Side::Client, req, EventKind::RequestDone);
+                }
+                2 => {
+                    let info = TcpInfoSample { during_block: true, ..TcpInfoSample::default() };
+                    event(Side::Client, req, EventKind::TcpInfo(Box::new(info)));
+                }
+                3 => {
+                    event(Side::Client, req, EventKind::Segment(Default::default()));
+                }
+                4 => {
+                    event(Side::Client, req, EventKind::Closed);
+                    event(Side::Server, req, EventKind::Closed);
+                }
+                7 => event(Side::Client, 0, EventKind::RequestStart),
+                _ => {}
+            }
+            if batch.len() >= EVENTS_PER_MESSAGE || matches!(what, 5 | 6) {
+                let events = std::mem::take(&mut batch);
+                handle(&mut reducer, ToBrowser::Events { run, events });
+            }
+            match what {
+                5 => {
+                    run = RunId(run.0.wrapping_add(1));
+                    req = 0;
+                    handle(&mut reducer, start(run));
+                }
+                6 => {
+                    let outcome = RunOutcome::Completed;
+                    handle(&mut reducer, ToBrowser::RunFinished { run, outcome });
+                }
+                _ => {}
+            }
+        }
+    }
+    let events = std::mem::take(&mut batch);
+    handle(&mut reducer, ToBrowser::Events { run, events });
+    reducer.finish(&mut Vec::new());
+}
+
+/// The most events one input of [`reducer_ops`] makes: past every hold limit, within
+/// libFuzzer's 10 s.
+pub const MAX_OPS_EVENTS: usize = 2_000_000;

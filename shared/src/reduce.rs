@@ -438,6 +438,11 @@ impl SessionReducer {
         }
     }
 
+    /// The runs followed now, not yet ended.
+    pub fn open_runs(&self) -> impl Iterator<Item = &FollowedRun> {
+        self.open.values().map(|(_, followed)| followed)
+    }
+
     /// Runs started while [`MAX_OPEN_RUNS`] were going, not followed.
     pub fn not_followed(&self) -> u64 {
         self.not_followed

@@ -99,7 +99,27 @@ fn seeds() -> Vec<(&'static str, &'static str, Vec<u8>)> {
         ),
         ("pcap_import", "seed-pcapng", pcapng),
         ("ip_tcp", "seed-ipv4-tcp", ip),
+        ("reducer_ops", "seed-past-every-bound", past_every_bound()),
     ]
+}
+
+/// A `reducer_ops` program past every bound the reducer keeps: 81,920 requests nobody
+/// answers (the hold limit is 65,536), 8,192 TCP_INFO samples of one request (4,096 kept),
+/// the first request's start repeated 4,096 times, a connection closed, and 1,024 runs started
+/// that never end (1,000 followed), each with a request answered.
+fn past_every_bound() -> Vec<u8> {
+    let op = |what: u8, conn: u8, step: u8, log2_repeat: u8| [what, conn, step, log2_repeat];
+    let mut program = Vec::new();
+    program.extend(std::iter::repeat_n(op(0, 1, 1, 12), 20).flatten());
+    program.extend(op(2, 1, 0, 12));
+    program.extend(op(2, 1, 0, 12));
+    program.extend(op(7, 1, 0, 12));
+    program.extend(op(4, 1, 0, 0));
+    for _ in 0..1024 {
+        program.extend(op(5, 2, 0, 0));
+        program.extend(op(1, 2, 1, 0));
+    }
+    program
 }
 
 #[test]

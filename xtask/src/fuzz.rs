@@ -17,13 +17,14 @@ use crate::steps::{RunExt, Steps};
 const USAGE: &str = "usage: cargo xtask fuzz [--seconds N | --runs N] [--target NAME] [--keep]";
 
 /// The fuzz crate's binaries; the same names as `ackscope_shared::fuzzing::TARGETS`.
-const TARGETS: [&str; 7] = [
+const TARGETS: [&str; 8] = [
     "session_frames",
     "compact_events",
     "websocket_to_probe",
     "control_messages",
     "pcap_import",
     "ip_tcp",
+    "reducer_ops",
     "show_pipeline",
 ];
 
