@@ -9,7 +9,7 @@ use leptos::prelude::*;
 
 use ackscope_shared::RunId;
 
-use crate::class::ClassRole;
+use crate::classroom::ClassRole;
 use crate::compare::Comparison;
 use crate::files::{open_files, open_url};
 use crate::js::Debounce;

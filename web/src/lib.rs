@@ -17,7 +17,7 @@
 #![forbid(unsafe_code)]
 
 pub mod app;
-pub mod class;
+pub mod classroom;
 pub mod compare;
 pub mod files;
 pub mod form;

@@ -283,7 +283,7 @@ mod tests {
         let session = capture_to_session("nagle.pcapng", &capture).expect("a capture");
         let (messages, problem) = decode_session(&session);
         assert_eq!(problem, None);
-        let mut state = crate::state::Session::file();
+        let mut state = crate::state::Stream::file();
         for message in messages {
             state.apply(message);
         }

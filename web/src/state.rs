@@ -1,8 +1,8 @@
 //! What the app knows, and the pure functions that change it.
 //!
-//! A [`Session`] is one stream of messages as the probe sends them: the live one from the probe's
+//! A [`Stream`] is one stream of messages as the probe sends them: the live one from the probe's
 //! WebSocket, or one per opened session file. Every message of either goes through
-//! [`Session::apply`], so a file shows exactly what the live view showed. [`apply`] is the live
+//! [`Stream::apply`], so a file shows exactly what the live view showed. [`apply`] is the live
 //! stream's entry point: it adds what only the live link has (a refusal, the pending Run button,
 //! following the newest run). Nothing here touches the DOM or the socket, so these rules are
 //! tested without a browser page or a probe.
@@ -303,7 +303,7 @@ impl Run {
 
 /// One stream of messages since its Hello: the probe's live one, or an opened file's.
 #[derive(Debug, Default)]
-pub struct Session {
+pub struct Stream {
     /// In the order the probe started them (oldest first).
     runs: Vec<Run>,
     /// Where each run is in `runs`: a file of many runs, their events in any order, is read in
@@ -325,17 +325,17 @@ pub struct Session {
     record: Option<Vec<u8>>,
 }
 
-impl Session {
+impl Stream {
     /// The probe's stream: recorded so that it can be downloaded.
-    pub fn live() -> Session {
-        Session { record: Some(Vec::new()), ..Session::default() }
+    pub fn live() -> Stream {
+        Stream { record: Some(Vec::new()), ..Stream::default() }
     }
 
     /// An opened file's stream. A file is whatever anyone sends: it keeps at most
     /// [`MAX_FILE_RUNS`] runs, so that a file of many tiny runs cannot cost the page more
     /// memory than a run's worth each (a run's analysis is a few KB before its first event).
-    pub fn file() -> Session {
-        Session { max_runs: Some(MAX_FILE_RUNS), ..Session::default() }
+    pub fn file() -> Stream {
+        Stream { max_runs: Some(MAX_FILE_RUNS), ..Stream::default() }
     }
 
     pub fn runs(&self) -> &[Run] {
@@ -375,11 +375,11 @@ impl Session {
         if let ToBrowser::Hello(hello) = &message {
             // A Hello starts a stream: after it the probe replays every run it has, so what we
             // held is either stale or about to arrive again. Start from nothing.
-            *self = Session {
+            *self = Stream {
                 hello: Some(hello.clone()),
                 record: self.record.take().map(|_| Vec::new()),
                 max_runs: self.max_runs,
-                ..Session::default()
+                ..Stream::default()
             };
             match check_hello(&message) {
                 Ok(()) => self.greeted = true,
@@ -493,14 +493,14 @@ impl RunKey {
 pub struct OpenedFile {
     pub id: FileId,
     pub name: String,
-    pub session: Session,
+    pub session: Stream,
     /// Names the file and the problem; the runs read before the problem are still shown.
     pub error: Option<String>,
     /// While the file is being read: its decoder, the bytes fed so far and the file's size.
     loading: Option<Loading>,
 }
 
-/// The most runs a file's session keeps (see [`Session::file`]): far more than a sweep, a lesson
+/// The most runs a file's session keeps (see [`Stream::file`]): far more than a sweep, a lesson
 /// or a day of runs from the page hold, and at most a few tens of MB however small the runs.
 pub const MAX_FILE_RUNS: usize = 1000;
 
@@ -529,7 +529,7 @@ impl OpenedFile {
 /// The live session, the opened files, and which run the user is looking at.
 #[derive(Debug)]
 pub struct AppState {
-    pub live: Session,
+    pub live: Stream,
     /// In the order they were opened.
     files: Vec<OpenedFile>,
     next_file: u32,
@@ -558,7 +558,7 @@ pub struct AppState {
 impl Default for AppState {
     fn default() -> Self {
         AppState {
-            live: Session::live(),
+            live: Stream::live(),
             files: Vec::new(),
             next_file: 0,
             selected: None,
@@ -582,7 +582,7 @@ impl AppState {
         self.files.iter().find(|file| file.id == id)
     }
 
-    pub fn session(&self, source: Source) -> Option<&Session> {
+    pub fn session(&self, source: Source) -> Option<&Stream> {
         match source {
             Source::Live => Some(&self.live),
             Source::File(id) => self.file(id).map(|file| &file.session),
@@ -671,7 +671,7 @@ impl AppState {
     /// Starts reading a file of `total_bytes` that arrives in pieces ([`AppState::feed_file`],
     /// then [`AppState::end_file`]). It is listed at once, with its progress.
     pub fn begin_file(&mut self, name: &str, total_bytes: u64) -> FileId {
-        let id = self.add_file(name, Session::file(), None);
+        let id = self.add_file(name, Stream::file(), None);
         if let Some(file) = self.files.last_mut() {
             let decoder = SessionDecoder::default();
             file.loading = Some(Loading {
@@ -777,7 +777,7 @@ impl AppState {
 
     /// A file that was not read at all (too large, unreadable): listed with the reason only.
     pub fn refuse_file(&mut self, name: &str, reason: String) -> FileId {
-        self.add_file(name, Session::file(), Some(format!("{name}: {reason}")))
+        self.add_file(name, Stream::file(), Some(format!("{name}: {reason}")))
     }
 
     /// Forgets an opened file (and stops showing or comparing its runs).
@@ -825,7 +825,7 @@ impl AppState {
         self.compared.clear();
     }
 
-    fn add_file(&mut self, name: &str, session: Session, error: Option<String>) -> FileId {
+    fn add_file(&mut self, name: &str, session: Stream, error: Option<String>) -> FileId {
         let id = FileId(self.next_file);
         self.next_file += 1;
         self.files.push(OpenedFile { id, name: name.to_string(), session, error, loading: None });

@@ -14,7 +14,7 @@
 //! Exit codes: 0 success, 1 the run or the server failed, 2 the command line was wrong,
 //! 130 the run was interrupted with Ctrl-C (its session file is complete).
 
-mod class;
+mod classroom;
 mod import;
 mod knobs;
 mod lesson;
@@ -90,7 +90,7 @@ enum Command {
     /// Turn a pcap or pcapng capture of TCP connections into a session file, with its stalls
     Import(import::ImportArgs),
     /// Serve the web app to a class: every page follows the presenter's lesson step
-    Class(class::ClassArgs),
+    Class(classroom::ClassArgs),
     /// Record every step of lessons (lessons/*.lesson) that runs something, for the web app to
     /// play without a probe
     RecordLesson(lesson::RecordLessonArgs),
@@ -134,7 +134,7 @@ pub fn main() -> ExitCode {
         Some(Command::Export { file, .. }) => show::export_json(&file),
         Some(Command::Import(args)) => import::import(&args),
         Some(Command::RecordLesson(args)) => lesson::record(&args),
-        Some(Command::Class(args)) => class::class(&args),
+        Some(Command::Class(args)) => classroom::class(&args),
     };
     // An error may quote what a file or a remote host said (a refusal's reason, a version): it
     // is printed as data, never as commands to the terminal.

@@ -11,7 +11,7 @@ use leptos::ev::KeyboardEvent;
 use leptos::prelude::*;
 use wasm_bindgen::JsCast;
 
-use crate::class::ClassRole;
+use crate::classroom::ClassRole;
 use crate::files::{carried_recording, open_blob, open_url};
 use crate::js::Debounce;
 use crate::lessons::{self, recording_name, recording_url};
