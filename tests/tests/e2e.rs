@@ -317,12 +317,21 @@ async fn a_run_against_a_remote_server_is_started_from_the_run_form() -> Result<
 
 /// `ackscope server --listen 127.0.0.1:0`: the process, its address and its token.
 fn start_server() -> Result<(ackscope_tests::Reaped, String, String)> {
+    start_server_recording(None)
+}
+
+/// `ackscope server --listen 127.0.0.1:0 [-o FILE]`: the process, its address and its token.
+fn start_server_recording(
+    file: Option<&std::path::Path>,
+) -> Result<(ackscope_tests::Reaped, String, String)> {
     use std::io::BufRead;
-    let mut child = std::process::Command::new(ackscope_tests::ackscope_bin()?)
-        .args(["server", "--listen", "127.0.0.1:0"])
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .context("starting ackscope server")?;
+    let mut command = std::process::Command::new(ackscope_tests::ackscope_bin()?);
+    command.args(["server", "--listen", "127.0.0.1:0"]);
+    if let Some(file) = file {
+        command.arg("-o").arg(file);
+    }
+    let mut child =
+        command.stdout(std::process::Stdio::piped()).spawn().context("starting ackscope server")?;
     let mut out = std::io::BufReader::new(child.stdout.take().context("stdout")?);
     let server = ackscope_tests::Reaped(child);
     let (mut addr, mut token) = (None, None);
@@ -594,6 +603,150 @@ async fn a_capture_opens_on_the_page_with_the_stalls_import_names_and_exports() 
         ensure!(status.contains("13 packets (2 with a stall's explanation)"), "{status}");
         screenshot(&client, "capture.png").await?;
         Ok(())
+    }
+    .await;
+    client.close().await?;
+    result
+}
+
+/// The page's summary of the selected run against the report the command line printed for it
+/// (`RunReport`, the `--json` contract): the same numbers, as the page formats them.
+async fn page_matches_report(
+    client: &Client,
+    report: &ackscope_shared::report::RunReport,
+    what: &str,
+) -> Result<()> {
+    let rr = report.rr().with_context(|| format!("{what}: not a request/response report"))?;
+    let two = |ms: Option<f64>| ms.map(|ms| format!("{ms:.2}")).unwrap_or_default();
+    let expected = [
+        ("summary-requests", rr.requests.to_string()),
+        ("summary-p50-ms", two(rr.p50_ms)),
+        ("summary-p99-ms", two(rr.p99_ms)),
+        ("summary-max-ms", two(rr.max_ms)),
+        ("summary-stalled-reads", rr.stalled_reads.unwrap_or_default().to_string()),
+    ];
+    for (testid, value) in expected {
+        let shown = text_of(client, testid).await?;
+        ensure!(
+            shown == value,
+            "{what}: the page shows {testid} {shown}, the command line {value}"
+        );
+    }
+    let mut page_classes = Vec::new();
+    for class in client.find_all(css("[data-testid=stall-class]")).await? {
+        page_classes.push((
+            class.attr("data-class").await?.unwrap_or_default(),
+            class.attr("data-direction").await?.unwrap_or_default(),
+            class.attr("data-count").await?.unwrap_or_default(),
+        ));
+    }
+    let mut cli_classes: Vec<(String, String, String)> = report
+        .stalls
+        .iter()
+        .flatten()
+        .map(|c| (c.class.code().to_string(), c.direction.clone(), c.count.to_string()))
+        .collect();
+    page_classes.sort();
+    cli_classes.sort();
+    ensure!(
+        page_classes == cli_classes,
+        "{what}: page {page_classes:?}, command line {cli_classes:?}"
+    );
+    Ok(())
+}
+
+/// Opens `file` on the page and waits until its run's summary shows `requests` requests.
+async fn open_and_wait(client: &Client, file: &std::path::Path, requests: u32) -> Result<()> {
+    let input = client
+        .wait()
+        .at_most(Duration::from_secs(30))
+        .for_element(css("[data-testid=open-file]"))
+        .await?;
+    input.send_keys(&file.display().to_string()).await?;
+    let name = file.file_name().and_then(|n| n.to_str()).unwrap_or_default().to_string();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let from = text_of(client, "summary-file").await.unwrap_or_default();
+        let shown = text_of(client, "summary-requests").await.unwrap_or_default();
+        if from.contains(&name) && shown == requests.to_string() {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            bail!("{name} did not open with {requests} requests within 60 s (shows {shown:?})");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// The same numbers everywhere: for a run recorded to a file and for a server-only session (the
+/// server's side of runs from another probe), the page shows what the command line printed when
+/// it ran (`run --json`, `server --json`) and what `export --json` says of the file: one
+/// reducer, one report.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_page_shows_the_numbers_the_command_line_prints_for_each_source() -> Result<()> {
+    use ackscope_shared::report::RunReport;
+    let dir = ackscope_tests::tempdir::TempDir::new()?;
+    let bin = ackscope_tests::ackscope_bin()?;
+    let report_of = |stdout: &[u8]| -> Result<RunReport> {
+        let text = String::from_utf8_lossy(stdout);
+        let line = text.lines().find(|l| l.starts_with('{')).context("no JSON report")?;
+        Ok(serde_json::from_str(line)?)
+    };
+    let exported = |file: &std::path::Path| -> Result<RunReport> {
+        let out =
+            std::process::Command::new(&bin).arg("export").arg(file).arg("--json").output()?;
+        ensure!(out.status.success(), "export --json failed");
+        let export: serde_json::Value = serde_json::from_slice(&out.stdout)?;
+        Ok(serde_json::from_value(export["runs"][0]["summary"].clone())?)
+    };
+
+    // A story-1 run recorded to a file.
+    let recorded = dir.path().join("story1.ackscope");
+    let out = std::process::Command::new(&bin)
+        .args(["run", "story1", "--count", "20", "--json", "-o"])
+        .arg(&recorded)
+        .output()?;
+    ensure!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let live = report_of(&out.stdout)?;
+    let from_file = exported(&recorded)?;
+    ensure!(live.rr() == from_file.rr(), "run --json {live:?}, export --json {from_file:?}");
+    ensure!(live.stalls == from_file.stalls, "the stalls, live and from the file");
+    ensure!(live.stalls.as_ref().is_some_and(|s| !s.is_empty()), "story 1 stalls: {live:?}");
+
+    // A server-only session: the server's side of runs another probe drives.
+    let served = dir.path().join("served.ackscope");
+    let (server, addr, token) = start_server_recording(Some(&served))?;
+    let out = std::process::Command::new(&bin)
+        .args(["run", "rr", "--count", "20", "--remote", &addr, "--token", &token])
+        .output()?;
+    ensure!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    // Ctrl-C: the server ends its session and its file.
+    let pid = server.0.id().to_string();
+    std::process::Command::new("kill").args(["-INT", &pid]).status()?;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let server_report = loop {
+        if let Ok(report) = exported(&served) {
+            if report.outcome != ackscope_shared::report::ReportOutcome::Failed {
+                break report;
+            }
+        }
+        ensure!(Instant::now() < deadline, "the server's session did not end within 10 s");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    drop(server);
+
+    let (_probe, url) = start_probe()?;
+    let (_driver, client, _profile) = start_browser().await?;
+    let result = async {
+        client.goto(&url).await?;
+        open_and_wait(&client, &recorded, 20).await?;
+        page_matches_report(&client, &live, "a recorded run").await?;
+        let served_requests = server_report.rr().map_or(0, |rr| rr.requests);
+        ensure!(served_requests == 20, "the server saw {served_requests} requests");
+        let server_stalls = server_report.stalls.as_ref().map_or(0, Vec::len);
+        ensure!(server_stalls > 0, "Nagle stalls from the server's side: {server_report:?}");
+        open_and_wait(&client, &served, served_requests).await?;
+        page_matches_report(&client, &server_report, "a server-only session").await
     }
     .await;
     client.close().await?;
