@@ -1,0 +1,470 @@
+//! What the app knows, and the pure functions that change it.
+//!
+//! A [`Stream`] is one stream of messages as the probe sends them: the live one from the probe's
+//! WebSocket, or one per opened session file. Every message of either goes through
+//! [`Stream::apply`], so a file shows exactly what the live view showed. [`apply`] is the live
+//! stream's entry point: it adds what only the live link has (a refusal, the pending Run button,
+//! following the newest run). Nothing here touches the DOM or the socket, so these rules are
+//! tested without a browser page or a probe.
+//!
+//! This state lives outside Leptos' fine-grained reactivity: a run can bring thousands of events
+//! per second, and one signal per event would re-render per event. The app keeps one
+//! [`AppState`] and bumps a single version signal per animation frame (see `app.rs`).
+//!
+//! - [`run`]: one run, its analysis and the answers the views read;
+//! - [`stream`]: one stream of messages and its runs;
+//! - here: every stream the page has (the live one, the opened files), what is selected and
+//!   compared, and [`apply`].
+
+mod run;
+mod stream;
+
+pub use run::{Attribution, Run, RunStatus};
+pub use stream::Stream;
+
+use ackscope_shared::overview::Overview;
+use ackscope_shared::wire::{ClassState, ResumePoint, ToBrowser, WireError};
+use ackscope_shared::RunId;
+
+use crate::session_file::SessionDecoder;
+
+/// An opened session file, numbered in the order the user opened them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct FileId(pub u32);
+
+/// Where a run came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Source {
+    Live,
+    File(FileId),
+}
+
+impl Source {
+    /// The `data-source` value of a run entry.
+    pub fn word(self) -> &'static str {
+        match self {
+            Source::Live => "live",
+            Source::File(_) => "file",
+        }
+    }
+}
+
+/// A run in one of the sessions: run ids repeat between the live session and files.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct RunKey {
+    pub source: Source,
+    pub run: RunId,
+}
+
+impl RunKey {
+    pub fn live(run: RunId) -> RunKey {
+        RunKey { source: Source::Live, run }
+    }
+}
+
+/// A session file the user opened: its runs, and what was wrong with it, if anything.
+#[derive(Debug)]
+pub struct OpenedFile {
+    pub id: FileId,
+    pub name: String,
+    pub session: Stream,
+    /// Names the file and the problem; the runs read before the problem are still shown.
+    pub error: Option<String>,
+    /// While the file is being read: its decoder, the bytes fed so far and the file's size.
+    loading: Option<Loading>,
+}
+
+/// The most runs a file's session keeps (see [`Stream::file`]): far more than a sweep, a lesson
+/// or a day of runs from the page hold, and at most a few tens of MB however small the runs.
+pub const MAX_FILE_RUNS: usize = 1000;
+
+/// No request takes fewer bytes of a session file than this (its start and end events alone
+/// take more; a recorded one takes hundreds): what bounds a file's claim of how many it holds.
+const MIN_FILE_BYTES_PER_REQUEST: u64 = 16;
+
+/// A file being read chunk by chunk.
+#[derive(Debug)]
+struct Loading {
+    decoder: SessionDecoder,
+    read_bytes: u64,
+    total_bytes: u64,
+    newest: Option<RunId>,
+    /// The runs' overviews from the file's end, shown until the file is read.
+    overviews: Vec<(RunId, Overview)>,
+}
+
+impl OpenedFile {
+    /// `(bytes read, bytes in the file)` while the file is being read.
+    pub fn progress(&self) -> Option<(u64, u64)> {
+        self.loading.as_ref().map(|loading| (loading.read_bytes, loading.total_bytes))
+    }
+}
+
+/// The live session, the opened files, and which run the user is looking at.
+#[derive(Debug)]
+pub struct AppState {
+    pub live: Stream,
+    /// In the order they were opened.
+    files: Vec<OpenedFile>,
+    next_file: u32,
+    selected: Option<RunKey>,
+    /// The runs marked for the Compare view, in the order they were marked (the first is the
+    /// one the others are compared with).
+    compared: Vec<RunKey>,
+    /// In a class: where the presenter is, as the room last said.
+    pub class: Option<ClassState>,
+    /// Why the probe refused the last run the user asked for; cleared by the next request.
+    pub rejected: Option<String>,
+    /// The user asked for a run and the probe has not answered yet: keeps Run from being pressed
+    /// twice.
+    pub start_pending: bool,
+    /// A live run a link asked for: shown when it arrives (the probe replays its runs after
+    /// its Hello), and kept shown while the rest of the replay comes in.
+    follow: Option<RunKey>,
+    /// The probe's live stream, once it said which (`ToBrowser::Stream`): a reconnect asks to
+    /// resume it ([`AppState::resume_query`]).
+    live_stream: Option<u64>,
+    /// A reconnect's Hello, held until the probe says whether the stream resumes (keep what the
+    /// page has) or starts over (start from it).
+    pending_hello: Option<ToBrowser>,
+}
+
+impl Default for AppState {
+    fn default() -> Self {
+        AppState {
+            live: Stream::live(),
+            files: Vec::new(),
+            next_file: 0,
+            selected: None,
+            compared: Vec::new(),
+            class: None,
+            rejected: None,
+            start_pending: false,
+            follow: None,
+            live_stream: None,
+            pending_hello: None,
+        }
+    }
+}
+
+impl AppState {
+    pub fn files(&self) -> &[OpenedFile] {
+        &self.files
+    }
+
+    pub fn file(&self, id: FileId) -> Option<&OpenedFile> {
+        self.files.iter().find(|file| file.id == id)
+    }
+
+    pub fn session(&self, source: Source) -> Option<&Stream> {
+        match source {
+            Source::Live => Some(&self.live),
+            Source::File(id) => self.file(id).map(|file| &file.session),
+        }
+    }
+
+    pub fn run(&self, key: RunKey) -> Option<&Run> {
+        self.session(key.source)?.run(key.run)
+    }
+
+    pub fn selected(&self) -> Option<&Run> {
+        self.run(self.selected?)
+    }
+
+    pub fn selected_key(&self) -> Option<RunKey> {
+        self.selected
+    }
+
+    /// Shows `key` if there is such a run; otherwise keeps the current choice.
+    pub fn select(&mut self, key: RunKey) {
+        if self.run(key).is_some() {
+            self.selected = Some(key);
+            self.follow = None;
+        }
+    }
+
+    /// Shows the newest live run (a class's student, when the presenter runs one live).
+    pub fn show_newest_live(&mut self) {
+        if let Some(run) = self.live.runs().last() {
+            self.selected = Some(RunKey::live(run.id));
+            self.follow = None;
+        }
+    }
+
+    /// Shows the live run `key` now if it is there, else as soon as it arrives; until the user
+    /// chooses another run or presses Run, newer runs do not take its place.
+    pub fn follow(&mut self, key: RunKey) {
+        self.follow = Some(key);
+        if self.run(key).is_some() {
+            self.selected = Some(key);
+        }
+    }
+
+    /// Whether the probe is still running one of our runs (it runs one at a time).
+    pub fn is_running(&self) -> bool {
+        self.live.is_running()
+    }
+
+    /// Whether the live stream so far is one we can read and act on.
+    pub fn is_greeted(&self) -> bool {
+        self.live.is_greeted()
+    }
+
+    /// The probe's own version, from its Hello.
+    pub fn probe_version(&self) -> Option<&str> {
+        self.live.hello().map(|hello| hello.ackscope_version.as_str())
+    }
+
+    /// The user pressed Run and the request is on its way.
+    pub fn start_requested(&mut self) {
+        self.rejected = None;
+        self.start_pending = true;
+        self.follow = None;
+    }
+
+    /// The request never left (no connection): nothing to wait for.
+    pub fn start_failed(&mut self) {
+        self.start_pending = false;
+    }
+
+    /// A message that did not decode: show it rather than drop it silently.
+    pub fn bad_message(&mut self, error: &WireError) {
+        self.live.error = Some(format!("could not read a message from the probe: {error}"));
+    }
+
+    /// Opens a session file's bytes as a session of its own and shows its newest run. A bad
+    /// frame ends the file: the runs before it stay, and the error names the file and the
+    /// problem.
+    pub fn open_file(&mut self, name: &str, bytes: &[u8]) -> FileId {
+        let id = self.begin_file(name, bytes.len() as u64);
+        self.feed_file(id, bytes);
+        self.end_file(id);
+        id
+    }
+
+    /// Starts reading a file of `total_bytes` that arrives in pieces ([`AppState::feed_file`],
+    /// then [`AppState::end_file`]). It is listed at once, with its progress.
+    pub fn begin_file(&mut self, name: &str, total_bytes: u64) -> FileId {
+        let id = self.add_file(name, Stream::file(), None);
+        if let Some(file) = self.files.last_mut() {
+            let decoder = SessionDecoder::default();
+            file.loading = Some(Loading {
+                decoder,
+                read_bytes: 0,
+                total_bytes,
+                newest: None,
+                overviews: Vec::new(),
+            });
+        }
+        id
+    }
+
+    /// The next piece of a file begun with [`AppState::begin_file`]: its whole messages are
+    /// applied to the file's session now, so its runs fill in as it loads.
+    pub fn feed_file(&mut self, id: FileId, bytes: &[u8]) {
+        let Some(file) = self.files.iter_mut().find(|file| file.id == id) else { return };
+        let Some(loading) = &mut file.loading else { return };
+        let session = &mut file.session;
+        let (newest, overviews) = (&mut loading.newest, &loading.overviews);
+        // Believed only as far as the file could hold that many requests.
+        let most = usize::try_from(loading.total_bytes / MIN_FILE_BYTES_PER_REQUEST).unwrap_or(0);
+        loading.decoder.feed(bytes, |message| {
+            let started = session.apply(message);
+            if let Some(run) = started.and_then(|run| session.run_mut(run)) {
+                // The file's end said how many requests this run has: room for them at once.
+                let rows = overviews.iter().find(|(id, _)| *id == run.id).map(|(_, o)| o.rows);
+                if let Some(rows) = rows {
+                    run.analysis.reserve_requests((rows as usize).min(most));
+                }
+                // A file's runs are what its reader came to see: each is attributed as its
+                // pieces arrive, so reading the last piece costs what any piece does (attributing
+                // the million-request file whole at its end was most of a 390-620 ms task).
+                run.watch();
+            }
+            *newest = started.or(*newest);
+        });
+        loading.read_bytes += bytes.len() as u64;
+    }
+
+    /// The overviews written at the end of a file being read (`wire::read_overviews`): shown
+    /// while the events are decoded.
+    pub fn preview_file(&mut self, id: FileId, overviews: Vec<(RunId, Overview)>) {
+        let file = self.files.iter_mut().find(|file| file.id == id);
+        if let Some(loading) = file.and_then(|file| file.loading.as_mut()) {
+            loading.overviews = overviews;
+        }
+    }
+
+    /// The newest file being read that has an overview, with its name and its last run's
+    /// overview (the run it will show when read).
+    pub fn loading_overview(&self) -> Option<(&str, &Overview)> {
+        self.files.iter().rev().find_map(|file| {
+            let (_, overview) = file.loading.as_ref()?.overviews.last()?;
+            Some((file.name.as_str(), overview))
+        })
+    }
+
+    /// `(bytes read, bytes in the file)` of the newest file being read.
+    pub fn loading_progress(&self) -> Option<(u64, u64)> {
+        self.files.iter().rev().find_map(OpenedFile::progress)
+    }
+
+    /// The file has been read: runs still going never finished, the problem (if any) is named,
+    /// and its newest run is shown.
+    pub fn end_file(&mut self, id: FileId) {
+        let Some(file) = self.files.iter_mut().find(|file| file.id == id) else { return };
+        let Some(mut loading) = file.loading.take() else { return };
+        file.session.end();
+        let name = &file.name;
+        let problem = loading.decoder.finish().map(|problem| match file.session.runs().len() {
+            0 => format!("{name}: {problem}"),
+            1 => format!("{name}: {problem}; the run read before it is shown"),
+            n => format!("{name}: {problem}; the {n} runs read before it are shown"),
+        });
+        let not_kept = file.session.runs_not_kept;
+        let too_many = (not_kept > 0).then(|| {
+            format!(
+                "{name}: the file holds {} runs; a page keeps the first {MAX_FILE_RUNS} of a \
+                 file, and those are shown (`ackscope show` reads them all)",
+                MAX_FILE_RUNS as u64 + not_kept
+            )
+        });
+        file.error = match (problem, too_many) {
+            (Some(problem), Some(too_many)) => Some(format!("{problem}. {too_many}")),
+            (problem, too_many) => problem.or(too_many),
+        };
+        if let Some(run) = loading.newest {
+            self.selected = Some(RunKey { source: Source::File(id), run });
+        }
+    }
+
+    /// The last step of reading a file before [`AppState::end_file`], a moment of its own: its
+    /// runs make what showing them reads ([`Run::prepare`]), so that the task that first shows
+    /// the newest one is only the view's work (together they were a 70-105 ms task at a
+    /// million requests).
+    pub fn prepare_file(&self, id: FileId) {
+        let Some(file) = self.files.iter().find(|file| file.id == id) else { return };
+        for run in file.session.runs() {
+            run.prepare();
+        }
+    }
+
+    /// A file that was not read at all (too large, unreadable): listed with the reason only.
+    pub fn refuse_file(&mut self, name: &str, reason: String) -> FileId {
+        self.add_file(name, Stream::file(), Some(format!("{name}: {reason}")))
+    }
+
+    /// Forgets an opened file (and stops showing or comparing its runs).
+    pub fn close_file(&mut self, id: FileId) {
+        self.files.retain(|file| file.id != id);
+        if self.selected.is_some_and(|key| key.source == Source::File(id)) {
+            self.selected = None;
+        }
+        self.compared.retain(|key| key.source != Source::File(id));
+    }
+
+    /// Marks a request/response run for comparison, or unmarks it. Other runs have no
+    /// latencies to compare, and an unknown run changes nothing.
+    pub fn toggle_compare(&mut self, key: RunKey) {
+        if let Some(at) = self.compared.iter().position(|&marked| marked == key) {
+            self.compared.remove(at);
+        } else if self.run(key).is_some_and(Run::is_rr) {
+            self.compared.push(key);
+        }
+    }
+
+    pub fn is_compared(&self, key: RunKey) -> bool {
+        self.compared.contains(&key)
+    }
+
+    /// The runs marked for comparison, in the order they were marked.
+    pub fn compared(&self) -> Vec<RunKey> {
+        // Filtered too: a RunStarted that reuses an id replaces the run, maybe with a bulk one.
+        self.compared.iter().copied().filter(|&key| self.run(key).is_some_and(Run::is_rr)).collect()
+    }
+
+    /// What a reconnecting page asks the probe for in `/ws?resume=` (`wire::ResumePoint`): its
+    /// stream, its newest run, how many of that run's events it has and whether it has its end;
+    /// `None` before the probe named its stream or while the page has no run (nothing to
+    /// resume).
+    pub fn resume_query(&self) -> Option<String> {
+        let stream = self.live_stream?;
+        let run = self.live.runs().last()?;
+        let finished = run.status != RunStatus::Running;
+        Some(ResumePoint { stream, run: run.id, events: run.events, finished }.to_string())
+    }
+
+    /// Unmarks every run.
+    pub fn clear_compare(&mut self) {
+        self.compared.clear();
+    }
+
+    fn add_file(&mut self, name: &str, session: Stream, error: Option<String>) -> FileId {
+        let id = FileId(self.next_file);
+        self.next_file += 1;
+        self.files.push(OpenedFile { id, name: name.to_string(), session, error, loading: None });
+        id
+    }
+}
+
+/// A Hello of a new stream: the live session starts over; the probe replays every run after it.
+fn start_live_over(state: &mut AppState, hello: ToBrowser) {
+    state.rejected = None;
+    state.start_pending = false;
+    if state.selected.is_some_and(|key| key.source == Source::Live) {
+        state.selected = None;
+    }
+    // The live runs are replayed as new runs after the Hello: what was marked is gone.
+    state.compared.retain(|key| key.source != Source::Live);
+    state.live.apply(hello);
+}
+
+/// Applies one message from the probe's live stream. Opened files are never touched: a Hello
+/// starts only the live session over.
+pub fn apply(state: &mut AppState, message: ToBrowser) {
+    match message {
+        // A reconnect: the probe says next whether it resumes the stream the page had.
+        ToBrowser::Hello(_) if state.live_stream.is_some() => {
+            state.rejected = None;
+            state.start_pending = false;
+            state.pending_hello = Some(message);
+        }
+        ToBrowser::Hello(_) => start_live_over(state, message),
+        ToBrowser::Stream { id, resumed } => {
+            let hello = state.pending_hello.take();
+            match (resumed && state.live_stream == Some(id), hello) {
+                // Resumed: what the page has stays; the rest of the stream follows.
+                (true, _) => {}
+                (false, Some(hello)) => start_live_over(state, hello),
+                (false, None) => {}
+            }
+            state.live_stream = Some(id);
+        }
+        ToBrowser::Rejected { reason } => {
+            if state.live.is_greeted() {
+                state.rejected = Some(reason);
+                state.start_pending = false;
+            }
+        }
+        // The room's state is the page's business, not the session's (files never hold it).
+        ToBrowser::ClassState(class) => state.class = Some(class),
+        message => {
+            if let Some(run) = state.live.apply(message) {
+                // The newest run is the one the user just asked for (or the latest of a replay),
+                // unless the user is reading a file and did not ask for it.
+                let reading_file =
+                    state.selected.is_some_and(|key| matches!(key.source, Source::File(_)));
+                let key = RunKey::live(run);
+                // A run a link asked for; else the user's own; else (no link waiting) the newest.
+                let followed = state.follow == Some(key);
+                if followed || state.start_pending || !reading_file && state.follow.is_none() {
+                    state.selected = Some(key);
+                }
+                state.start_pending = false;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,744 @@
+use ackscope_shared::wire::{
+    write_frame, Hello, HostFacts, Instruments, RunOutcome, ToBrowser, PROTOCOL_VERSION,
+};
+use ackscope_shared::{BulkSpec, Event, EventKind, RrSpec, Scenario, Side};
+
+use super::*;
+use crate::fixtures::{hello, host, nagle_run, rr_started, MS};
+use crate::session_file::decode_session;
+use crate::timeline::rows::Facts;
+
+fn started(state: &mut AppState, id: u32) {
+    if !state.is_greeted() {
+        apply(state, hello());
+    }
+    apply(state, rr_started(id, RrSpec::default()));
+}
+
+fn events(id: u32, events: Vec<Event>) -> ToBrowser {
+    ToBrowser::Events { run: RunId(id), events }
+}
+
+fn finished(id: u32, outcome: RunOutcome) -> ToBrowser {
+    ToBrowser::RunFinished { run: RunId(id), outcome }
+}
+
+#[test]
+fn hello_starts_over() {
+    let mut state = AppState::default();
+    started(&mut state, 1);
+    apply(&mut state, events(1, nagle_run(3, 44 * MS)));
+    state.live.error = Some("old".into());
+    assert_eq!(state.live.runs().len(), 1);
+
+    apply(&mut state, hello());
+    assert!(state.live.runs().is_empty());
+    assert!(state.selected().is_none());
+    assert!(state.live.error.is_none());
+    assert!(state.is_greeted());
+    assert_eq!(state.probe_version(), Some("0.1.0"));
+    assert_eq!(state.live.host(), Some(&host()));
+}
+
+#[test]
+fn a_resumed_stream_keeps_what_the_page_has_and_a_new_one_starts_over() {
+    let mut state = AppState::default();
+    apply(&mut state, hello());
+    assert_eq!(state.resume_query(), None, "the probe has not named its stream");
+    apply(&mut state, ToBrowser::Stream { id: 7, resumed: false });
+    assert_eq!(state.resume_query(), None, "no run: nothing to resume");
+    started(&mut state, 1);
+    let all = nagle_run(4, 44 * MS);
+    let (first, rest) = all.split_at(all.len() / 2);
+    apply(&mut state, events(1, first.to_vec()));
+    assert_eq!(state.resume_query(), Some(format!("7.1.{}.0", first.len())));
+
+    // The socket was cut; the probe resumes: the run goes on where it was.
+    apply(&mut state, hello());
+    apply(&mut state, ToBrowser::Stream { id: 7, resumed: true });
+    apply(&mut state, events(1, rest.to_vec()));
+    assert_eq!(state.live.runs().len(), 1);
+    assert_eq!(state.live.runs()[0].events, all.len() as u64, "every event, once");
+    apply(&mut state, finished(1, RunOutcome::Completed));
+    assert_eq!(state.resume_query(), Some(format!("7.1.{}.1", all.len())));
+
+    // Another stream (a restarted probe): the page starts over and takes its replay.
+    apply(&mut state, hello());
+    apply(&mut state, ToBrowser::Stream { id: 8, resumed: false });
+    assert!(state.live.runs().is_empty(), "the old stream's runs are gone");
+    assert!(state.is_greeted());
+}
+
+#[test]
+fn events_update_the_summary_and_finish_sets_the_status() {
+    let mut state = AppState::default();
+    started(&mut state, 1);
+    assert_eq!(state.selected().map(|run| run.status.clone()), Some(RunStatus::Running));
+    assert!(state.is_running());
+
+    let all = nagle_run(5, 44 * MS);
+    let (first, rest) = all.split_at(all.len() / 2);
+    apply(&mut state, events(1, first.to_vec()));
+    let partial = state.selected().map(|run| run.summary().requests);
+    apply(&mut state, events(1, rest.to_vec()));
+    let run = state.selected().expect("run 1 is selected");
+    // The cached summary was dropped when more events came.
+    assert!(partial < Some(5), "{partial:?}");
+    assert_eq!(run.summary().requests, 5);
+    assert_eq!(run.summary().stalled_reads, 8, "two per request after the first");
+    assert!(run.summary().max_ms > 88.0, "{}", run.summary().max_ms);
+    assert_eq!(run.events, all.len() as u64);
+    assert!(run.bulk_summary().is_none());
+    assert_eq!(run.instruments, Instruments::default());
+
+    let failed = RunOutcome::Failed { error: "connection reset".into() };
+    apply(&mut state, finished(1, failed));
+    let status = &state.live.runs()[0].status;
+    assert_eq!(status.label(), "failed: connection reset");
+    assert!(!state.is_running());
+
+    started(&mut state, 2);
+    apply(&mut state, finished(2, RunOutcome::Interrupted));
+    assert_eq!(state.live.runs()[1].status.word(), "interrupted");
+}
+
+#[test]
+fn attribution_follows_the_events_and_the_spec() {
+    use ackscope_shared::attribution::StallClass;
+
+    let mut state = AppState::default();
+    started(&mut state, 1);
+    let all = nagle_run(5, 44 * MS);
+    let (first, rest) = all.split_at(all.len() / 2);
+    apply(&mut state, events(1, first.to_vec()));
+    let partial = state.selected().map(|run| run.attribution().stalls.len());
+    apply(&mut state, events(1, rest.to_vec()));
+    let run = state.selected().expect("run 1 is selected");
+    // The cached attribution was dropped when more events came.
+    assert!(partial < Some(8), "{partial:?}");
+    let attribution = run.attribution();
+    assert_eq!(attribution.stalls.len(), 8, "two per request after the first");
+    assert!(attribution.stalls.iter().all(|s| s.class == StallClass::NagleDelayedAck));
+    assert_eq!(attribution.classes.len(), 2, "one line per direction");
+    assert!(std::ptr::eq(attribution, run.attribution()), "computed once, then cached");
+    assert!(attribution.of_request(0).is_empty());
+    let second = attribution.of_request(2);
+    assert_eq!(second.len(), 2);
+    assert!(second.iter().all(|s| s.req.0 == 2));
+    assert!(attribution.of_request(9).is_empty());
+
+    // The spec rules Nagle out for a writer with TCP_NODELAY.
+    let client_nodelay = RrSpec {
+        nodelay: ackscope_shared::PerSide { client: true, server: false },
+        ..RrSpec::default()
+    };
+    apply(&mut state, rr_started(2, client_nodelay));
+    apply(&mut state, events(2, nagle_run(5, 44 * MS)));
+    let run = state.selected().expect("run 2 is selected");
+    let classes: Vec<(StallClass, &str, u32)> = run
+        .attribution()
+        .classes
+        .iter()
+        .map(|c| (c.class, c.direction.as_str(), c.count))
+        .collect();
+    assert_eq!(
+        classes,
+        [
+            (StallClass::NagleDelayedAck, "server->client", 4),
+            (StallClass::Unexplained, "client->server", 4)
+        ]
+    );
+}
+
+#[test]
+fn a_standalone_servers_session_is_analysed_from_the_server_alone() {
+    let mut state = AppState::default();
+    apply(&mut state, hello());
+    apply(
+        &mut state,
+        ToBrowser::RunStarted {
+            run: RunId(1),
+            spec: Scenario::Server(RrSpec::default()),
+            instruments: Instruments::default(),
+        },
+    );
+    let event = |at_ns, kind| Event {
+        at_ns,
+        side: Side::Server,
+        conn: ackscope_shared::ConnId(0),
+        req: ackscope_shared::ReqId(0),
+        kind,
+    };
+    // The client's 4-byte length arrived alone; its 2048-byte body 44 ms later.
+    let events_of_one_request = vec![
+        event(0, EventKind::ReadStart { len_bytes: 4096 }),
+        event(MS, EventKind::ReadDone { bytes: 4 }),
+        event(MS, EventKind::RequestStart),
+        event(MS + 1000, EventKind::ReadStart { len_bytes: 4092 }),
+        event(45 * MS, EventKind::ReadDone { bytes: 2048 }),
+        event(45 * MS + 1000, EventKind::WriteStart { len_bytes: 4 }),
+        event(45 * MS + 2000, EventKind::WriteDone { bytes: 4 }),
+        event(45 * MS + 3000, EventKind::RequestDone),
+    ];
+    apply(&mut state, events(1, events_of_one_request));
+    let run = state.selected().expect("the server's run is shown");
+    assert!(run.is_rr(), "its requests have a timeline");
+    assert_eq!(run.summary().requests, 1);
+    let stalls = &run.attribution().stalls;
+    assert_eq!(stalls.len(), 1, "{stalls:?}");
+    assert_eq!(
+        stalls[0].class,
+        ackscope_shared::attribution::StallClass::NagleDelayedAck,
+        "{}",
+        stalls[0].evidence
+    );
+    assert_eq!((stalls[0].from, stalls[0].to), (Side::Client, Side::Server));
+}
+
+#[test]
+fn a_bulk_run_gets_the_bulk_analysis() {
+    let mut state = AppState::default();
+    apply(&mut state, hello());
+    apply(
+        &mut state,
+        ToBrowser::RunStarted {
+            run: RunId(1),
+            spec: Scenario::Bulk(BulkSpec::default()),
+            instruments: Instruments::default(),
+        },
+    );
+    let event = |at_ns, side, kind| Event {
+        at_ns,
+        side,
+        conn: ackscope_shared::ConnId(0),
+        req: ackscope_shared::ReqId(0),
+        kind,
+    };
+    let read = |at_ns| event(at_ns, Side::Server, EventKind::ReadDone { bytes: 62_500 });
+    let start = event(0, Side::Client, EventKind::RequestStart);
+    apply(&mut state, events(1, vec![start, read(MS), read(10 * MS)]));
+    let run = state.selected().expect("the bulk run is shown");
+    assert!(!run.is_rr());
+    assert_eq!(run.events, 3);
+    assert!(run.analysis.requests().is_empty(), "no per-request analysis");
+    let bulk = run.bulk_summary().expect("a bulk summary");
+    assert_eq!(bulk.bytes, 125_000);
+    // 1 Mbit in 10 ms.
+    assert!((bulk.goodput_mbps - 100.0).abs() < 1e-6, "{}", bulk.goodput_mbps);
+}
+
+#[test]
+fn the_newest_run_is_selected_and_the_user_can_go_back() {
+    let mut state = AppState::default();
+    started(&mut state, 1);
+    apply(&mut state, finished(1, RunOutcome::Completed));
+    started(&mut state, 2);
+    assert_eq!(state.selected_key(), Some(RunKey::live(RunId(2))));
+    state.select(RunKey::live(RunId(1)));
+    assert_eq!(state.selected_key(), Some(RunKey::live(RunId(1))));
+    state.select(RunKey::live(RunId(9)));
+    assert_eq!(
+        state.selected_key(),
+        Some(RunKey::live(RunId(1))),
+        "an unknown run changes nothing"
+    );
+    // Events for a run we never heard of are dropped, not attributed elsewhere.
+    apply(&mut state, events(7, nagle_run(2, MS)));
+    assert!(state.live.runs().iter().all(|run| run.analysis.requests().is_empty()));
+}
+
+#[test]
+fn a_followed_run_is_shown_when_the_replay_brings_it_and_stays_shown() {
+    let mut state = AppState::default();
+    state.follow(RunKey::live(RunId(1)));
+    assert!(state.selected().is_none(), "not there yet");
+    started(&mut state, 1);
+    started(&mut state, 2);
+    assert_eq!(
+        state.selected_key(),
+        Some(RunKey::live(RunId(1))),
+        "the replay's newer run does not take over"
+    );
+    state.start_requested();
+    apply(&mut state, rr_started(3, RrSpec::default()));
+    assert_eq!(state.selected_key(), Some(RunKey::live(RunId(3))), "the user's own run does");
+}
+
+#[test]
+fn rejected_keeps_the_reason_until_the_next_request() {
+    let mut state = AppState::default();
+    apply(&mut state, hello());
+    state.start_requested();
+    assert!(state.start_pending);
+    let reason = "a run is already in progress: wait for run 3 to finish".to_string();
+    apply(&mut state, ToBrowser::Rejected { reason: reason.clone() });
+    assert_eq!(state.rejected.as_ref(), Some(&reason));
+    assert!(!state.start_pending);
+    state.start_requested();
+    assert!(state.rejected.is_none());
+}
+
+#[test]
+fn another_protocol_version_is_shown_and_nothing_after_it_applies() {
+    let mut state = AppState::default();
+    let newer = Hello {
+        protocol_version: PROTOCOL_VERSION + 1,
+        ackscope_version: "9.0.0".into(),
+        host: HostFacts::default(),
+    };
+    apply(&mut state, ToBrowser::Hello(newer));
+    let error = state.live.error.clone().expect("a version error");
+    assert!(error.contains(&format!("version {}", PROTOCOL_VERSION + 1)), "{error}");
+    assert!(!state.is_greeted());
+    assert!(state.live.host().is_none());
+    assert!(state.live.file_bytes().is_none(), "nothing to download");
+    apply(&mut state, rr_started(1, RrSpec::default()));
+    assert!(state.live.runs().is_empty());
+
+    // Messages before any Hello are refused the same way.
+    let mut fresh = AppState::default();
+    apply(&mut fresh, rr_started(1, RrSpec::default()));
+    assert!(fresh.live.runs().is_empty());
+}
+
+#[test]
+fn an_undecodable_message_is_reported() {
+    let mut state = AppState::default();
+    let error = ackscope_shared::wire::decode::<ToBrowser>(&[0xff, 0xff]).unwrap_err();
+    state.bad_message(&error);
+    let shown = state.live.error.expect("an error to show");
+    assert!(shown.starts_with("could not read a message from the probe"), "{shown}");
+}
+
+/// A live session with a finished Nagle run and a second run still going.
+fn two_runs() -> AppState {
+    let mut state = AppState::default();
+    started(&mut state, 1);
+    apply(&mut state, events(1, nagle_run(4, 44 * MS)));
+    apply(&mut state, finished(1, RunOutcome::Completed));
+    apply(&mut state, ToBrowser::Rejected { reason: "busy".into() });
+    started(&mut state, 2);
+    apply(&mut state, events(2, nagle_run(2, 30 * MS)));
+    state
+}
+
+#[test]
+fn the_downloaded_session_opens_as_the_same_runs() {
+    let mut state = two_runs();
+    let bytes = state.live.file_bytes().expect("a greeted live session").to_vec();
+    let (messages, problem) = decode_session(&bytes);
+    assert_eq!(problem, None);
+    assert_eq!(messages.len(), 6, "Hello, 2 starts, 2 batches, 1 finish; no refusal");
+
+    let id = state.open_file("saved.ackscope", &bytes);
+    let file = state.file(id).expect("opened");
+    assert_eq!(file.error, None);
+    assert_eq!(file.session.host(), Some(&host()));
+    let live = &state.live;
+    assert_eq!(file.session.runs().len(), live.runs().len());
+    for (opened, original) in file.session.runs().iter().zip(live.runs()) {
+        assert_eq!(opened.id, original.id);
+        assert_eq!(opened.spec, original.spec);
+        assert_eq!(opened.summary(), original.summary());
+        assert_eq!(opened.events, original.events);
+    }
+    assert_eq!(file.session.runs()[0].status, RunStatus::Done);
+    assert_eq!(file.session.runs()[1].status, RunStatus::Incomplete, "saved while run 2 was going");
+    assert_eq!(
+        state.selected_key(),
+        Some(RunKey { source: Source::File(id), run: RunId(2) }),
+        "the file's newest run is shown"
+    );
+}
+
+#[test]
+fn the_live_stream_leaves_opened_files_alone() {
+    let mut state = two_runs();
+    let bytes = state.live.file_bytes().expect("recorded").to_vec();
+    let id = state.open_file("a.ackscope", &bytes);
+    let file_run = RunKey { source: Source::File(id), run: RunId(1) };
+    state.select(file_run);
+
+    // The probe restarts: its Hello resets only the live runs.
+    apply(&mut state, hello());
+    assert!(state.live.runs().is_empty());
+    assert_eq!(state.file(id).map(|f| f.session.runs().len()), Some(2));
+    assert_eq!(state.selected_key(), Some(file_run));
+    assert_eq!(
+        state.live.file_bytes().map(<[u8]>::len),
+        decode_hello_len(),
+        "the live record starts over with the new Hello"
+    );
+
+    // A replayed or foreign run does not pull the user away from the file...
+    apply(&mut state, rr_started(5, RrSpec::default()));
+    assert_eq!(state.selected_key(), Some(file_run));
+    // ...but the run the user asked for does.
+    state.start_requested();
+    apply(&mut state, rr_started(6, RrSpec::default()));
+    assert_eq!(state.selected_key(), Some(RunKey::live(RunId(6))));
+
+    state.select(file_run);
+    state.close_file(id);
+    assert!(state.files().is_empty());
+    assert!(state.selected().is_none());
+}
+
+fn decode_hello_len() -> Option<usize> {
+    let mut bytes = Vec::new();
+    write_frame(&hello(), &mut bytes);
+    Some(bytes.len())
+}
+
+#[test]
+fn a_truncated_file_keeps_the_runs_before_the_cut_and_names_the_problem() {
+    let full = two_runs().live.file_bytes().expect("recorded").to_vec();
+    // Cut inside the last message (run 2's events): run 1 is whole, run 2 has begun.
+    let mut state = AppState::default();
+    let id = state.open_file("cut.ackscope", &full[..full.len() - 5]);
+    let file = state.file(id).expect("opened");
+    let error = file.error.clone().expect("an error");
+    assert!(error.starts_with("cut.ackscope: stream ends inside a message"), "{error}");
+    assert!(error.contains("truncated"), "{error}");
+    assert!(error.ends_with("the 2 runs read before it are shown"), "{error}");
+    let runs = file.session.runs();
+    assert_eq!(runs[0].summary().requests, 4);
+    assert_eq!(runs[0].status, RunStatus::Done);
+    assert_eq!(runs[1].summary().requests, 0, "its events were in the cut frame");
+}
+
+#[test]
+fn a_file_fed_in_pieces_opens_as_the_same_runs_and_reports_its_progress() {
+    let bytes = two_runs().live.file_bytes().expect("recorded").to_vec();
+    let mut whole = AppState::default();
+    let whole_id = whole.open_file("a.ackscope", &bytes);
+    let mut state = AppState::default();
+    let id = state.begin_file("a.ackscope", bytes.len() as u64);
+    assert_eq!(state.file(id).and_then(OpenedFile::progress), Some((0, bytes.len() as u64)));
+    for piece in bytes.chunks(7) {
+        state.feed_file(id, piece);
+    }
+    assert_eq!(
+        state.file(id).and_then(OpenedFile::progress),
+        Some((bytes.len() as u64, bytes.len() as u64))
+    );
+    assert!(state.selected().is_none(), "its run is shown once it is read");
+    state.end_file(id);
+    let (file, reference) =
+        (state.file(id).expect("opened"), whole.file(whole_id).expect("opened"));
+    assert_eq!(file.progress(), None);
+    assert_eq!(file.error, None);
+    assert_eq!(file.session.runs().len(), reference.session.runs().len());
+    for (a, b) in file.session.runs().iter().zip(reference.session.runs()) {
+        assert_eq!((a.id, a.events, &a.status), (b.id, b.events, &b.status));
+        assert_eq!(a.summary(), b.summary());
+    }
+    assert_eq!(state.selected_key(), Some(RunKey { source: Source::File(id), run: RunId(2) }));
+}
+
+#[test]
+fn a_files_run_is_attributed_while_it_is_read_not_all_at_its_end() {
+    // A Nagle run of 40 requests in 8 batches: a file of several messages.
+    let mut live = AppState::default();
+    started(&mut live, 1);
+    for batch in nagle_run(40, 44 * MS).chunks(40) {
+        apply(&mut live, events(1, batch.to_vec()));
+    }
+    apply(&mut live, finished(1, RunOutcome::Completed));
+    let bytes = live.live.file_bytes().expect("recorded").to_vec();
+
+    let mut state = AppState::default();
+    let id = state.begin_file("nagle.ackscope", bytes.len() as u64);
+    let (most, rest) = bytes.split_at(bytes.len() * 3 / 4);
+    state.feed_file(id, most);
+    let run = &state.file(id).expect("opened").session.runs()[0];
+    assert!(
+        run.attributed.next() > 10,
+        "requests were attributed as their batches arrived: {} settled",
+        run.attributed.next()
+    );
+    let (facts, of_events) = run.facts.borrow().clone();
+    assert_eq!((facts.len(), of_events), (run.analysis.requests().len(), run.events));
+    state.feed_file(id, rest);
+    state.end_file(id);
+    let run = state.selected().expect("its run is shown");
+    let whole = Attribution::of(&run.analysis, run.spec.rr());
+    assert_eq!(run.attribution(), &whole, "the same answer as attributing it whole");
+    assert_eq!(*run.facts(), Facts::of(&run.analysis, &whole.stalls), "and the same facts");
+    assert_eq!(run.attribution().stalls.len(), 2 * 39, "two stalls per request after the first");
+    assert_eq!(run.summary(), &run.analysis.summary());
+}
+
+#[test]
+fn a_files_overview_shows_while_it_is_read_and_goes_when_it_is() {
+    use ackscope_shared::overview::{key, Priority};
+    let bytes = two_runs().live.file_bytes().expect("recorded").to_vec();
+    let mut state = AppState::default();
+    let id = state.begin_file("big.ackscope", bytes.len() as u64);
+    assert!(state.loading_overview().is_none(), "nothing until the file's end is read");
+    let overview = Overview::of([(key(Priority::Stalled, 44 * MS), true)]);
+    state.preview_file(id, vec![(RunId(2), overview.clone())]);
+    assert_eq!(state.loading_overview(), Some(("big.ackscope", &overview)));
+    state.feed_file(id, &bytes);
+    assert_eq!(state.loading_progress(), Some((bytes.len() as u64, bytes.len() as u64)));
+    state.end_file(id);
+    assert_eq!(state.loading_overview(), None, "the rows' own strip takes over");
+    assert_eq!(state.loading_progress(), None);
+
+    // An overview claiming four billion requests makes room only for what the file's bytes
+    // could hold (reserving for the claim would abort the page).
+    let mut state = AppState::default();
+    let id = state.begin_file("lying.ackscope", bytes.len() as u64);
+    let lying = Overview { rows: u32::MAX, ..overview };
+    state.preview_file(id, vec![(RunId(1), lying.clone()), (RunId(2), lying)]);
+    state.feed_file(id, &bytes);
+    state.end_file(id);
+    let runs = state.file(id).expect("opened").session.runs();
+    assert_eq!(runs.len(), 2, "both runs read, whatever the overview claimed");
+    assert_eq!(runs[0].summary().requests, 4);
+}
+
+#[test]
+fn a_file_of_a_newer_version_is_refused_by_name() {
+    let mut bytes = Vec::new();
+    let newer = Hello {
+        protocol_version: PROTOCOL_VERSION + 1,
+        ackscope_version: "9.0.0".into(),
+        host: HostFacts::default(),
+    };
+    write_frame(&ToBrowser::Hello(newer), &mut bytes);
+    write_frame(&rr_started(1, RrSpec::default()), &mut bytes);
+    let mut state = AppState::default();
+    let id = state.open_file("new.ackscope", &bytes);
+    let file = state.file(id).expect("listed");
+    let error = file.error.clone().expect("refused");
+    assert!(error.starts_with("new.ackscope: "), "{error}");
+    assert!(error.contains(&format!("protocol version {}", PROTOCOL_VERSION + 1)), "{error}");
+    assert!(error.contains(&format!("reads version {PROTOCOL_VERSION}")), "{error}");
+    assert!(file.session.runs().is_empty());
+    assert!(state.selected().is_none());
+}
+
+#[test]
+fn runs_marked_for_comparison_keep_their_order_until_their_session_goes() {
+    let mut state = two_runs();
+    let bytes = state.live.file_bytes().expect("recorded").to_vec();
+    let file = state.open_file("a.ackscope", &bytes);
+    let (live1, live2) = (RunKey::live(RunId(1)), RunKey::live(RunId(2)));
+    let file1 = RunKey { source: Source::File(file), run: RunId(1) };
+    let selected = state.selected_key();
+
+    state.toggle_compare(live2);
+    state.toggle_compare(file1);
+    state.toggle_compare(live1);
+    assert_eq!(state.compared(), [live2, file1, live1], "in the order marked");
+    assert!(state.is_compared(file1));
+    assert_eq!(state.selected_key(), selected, "marking does not select");
+    state.toggle_compare(file1);
+    assert_eq!(state.compared(), [live2, live1], "a second toggle unmarks");
+    state.toggle_compare(file1);
+    assert_eq!(state.compared(), [live2, live1, file1], "marked again: last");
+
+    // Unknown runs and runs without requests are not marked.
+    state.toggle_compare(RunKey::live(RunId(9)));
+    apply(
+        &mut state,
+        ToBrowser::RunStarted {
+            run: RunId(3),
+            spec: Scenario::Bulk(BulkSpec::default()),
+            instruments: Instruments::default(),
+        },
+    );
+    state.toggle_compare(RunKey::live(RunId(3)));
+    assert_eq!(state.compared(), [live2, live1, file1]);
+
+    // The probe's Hello starts the live session over: its marks go, the file's stay.
+    apply(&mut state, hello());
+    assert_eq!(state.compared(), [file1]);
+    apply(&mut state, rr_started(1, RrSpec::default()));
+    assert_eq!(state.compared(), [file1], "a replayed run is not marked again");
+
+    state.toggle_compare(RunKey::live(RunId(1)));
+    state.close_file(file);
+    assert_eq!(state.compared(), [RunKey::live(RunId(1))], "the file's runs go with it");
+    state.clear_compare();
+    assert!(state.compared().is_empty());
+}
+
+#[test]
+fn latencies_are_sorted_and_follow_the_events() {
+    let mut state = AppState::default();
+    started(&mut state, 1);
+    let all = nagle_run(5, 44 * MS);
+    let (first, rest) = all.split_at(all.len() / 2);
+    apply(&mut state, events(1, first.to_vec()));
+    let partial = state.selected().map(|run| run.latencies_ns().len());
+    apply(&mut state, events(1, rest.to_vec()));
+    let run = state.selected().expect("run 1 is selected");
+    assert!(partial < Some(5), "{partial:?}");
+    let latencies = run.latencies_ns();
+    assert_eq!(latencies.len(), 5);
+    assert!(latencies.windows(2).all(|w| w[0] <= w[1]), "shortest first");
+    assert!(latencies[0] < MS, "the first exchange is quick");
+    assert!(latencies[4] > 88 * MS, "{}", latencies[4]);
+}
+
+/// Random batches of `events`: each side's events in order, the sides interleaved in
+/// chunks of 1 to 40 events (the other side trailing or leading by up to a few exchanges).
+fn random_batches(events: &[Event], seed: u64) -> Vec<Vec<Event>> {
+    let mut state = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    let mut below = |n: usize| {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        (state % n as u64) as usize
+    };
+    let (mut client, mut server): (Vec<Event>, Vec<Event>) =
+        events.iter().cloned().partition(|e| e.side == Side::Client);
+    let mut batches = Vec::new();
+    while !client.is_empty() || !server.is_empty() {
+        let side = if server.is_empty() || !client.is_empty() && below(2) == 0 {
+            &mut client
+        } else {
+            &mut server
+        };
+        let take = (1 + below(40)).min(side.len());
+        batches.push(side.drain(..take).collect());
+    }
+    batches
+}
+
+#[test]
+fn a_streamed_run_is_attributed_and_summarized_as_the_whole_run_after_every_batch() {
+    let client_nodelay = RrSpec {
+        nodelay: ackscope_shared::PerSide { client: true, server: false },
+        ..RrSpec::default()
+    };
+    let runs = [
+        (RrSpec::default(), nagle_run(60, 44 * MS)),
+        (client_nodelay, nagle_run(60, 44 * MS)),
+        (RrSpec::default(), ackscope_shared::synthetic::nagle_run_with_packets(30, 44 * MS)),
+    ];
+    for (spec, all) in runs {
+        for seed in 0..5 {
+            let mut state = AppState::default();
+            apply(&mut state, hello());
+            apply(&mut state, rr_started(1, spec.clone()));
+            // Asked from the first batch, or only from a later one (the run was shown then).
+            for (step, batch) in random_batches(&all, seed).into_iter().enumerate() {
+                apply(&mut state, events(1, batch));
+                let run = state.selected().expect("run 1 is selected");
+                if step >= 5 * seed as usize {
+                    let whole = Attribution::of(&run.analysis, Some(&spec));
+                    assert_eq!(*run.attribution(), whole, "seed {seed}, batch {step}");
+                }
+                assert_eq!(*run.summary(), run.analysis.summary(), "seed {seed}, batch {step}");
+            }
+            apply(&mut state, finished(1, RunOutcome::Completed));
+            let run = state.selected().expect("run 1 is selected");
+            let whole = Attribution::of(&run.analysis, Some(&spec));
+            assert_eq!(*run.attribution(), whole);
+            assert_eq!(run.attribution().stalls.len(), whole.stalls.len());
+            assert!(!whole.stalls.is_empty());
+            assert_eq!(*run.summary(), run.analysis.summary());
+            assert_eq!(run.summary().requests as usize, run.analysis.requests().len());
+        }
+    }
+}
+
+/// Batches of a streamed run: `per_batch` requests' client events, with the server's events
+/// of the batch before (the other side's batches trail, as the probe's threads send them).
+fn trailing_batches(events: &[Event], per_batch: u32) -> Vec<Vec<Event>> {
+    let group = |event: &Event| event.req.0 / per_batch;
+    let groups = events.iter().map(group).max().map_or(0, |last| last + 1);
+    let mut batches: Vec<Vec<Event>> = (0..=groups).map(|_| Vec::new()).collect();
+    for event in events {
+        let trail = u32::from(event.side == Side::Server);
+        batches[(group(event) + trail) as usize].push(event.clone());
+    }
+    batches
+}
+
+/// A long live run asked for its summary and attribution after every batch of 100 requests,
+/// as the page does once per frame, ends with the whole run's answer; and it prints what that
+/// cost (timings are printed, not asserted: `cargo test --release -p ackscope-web timing --
+/// --nocapture` runs 100,000 requests).
+#[test]
+fn timing_a_live_run_asked_after_every_batch() {
+    let requests = if cfg!(debug_assertions) { 2_000 } else { 100_000 };
+    let batches = trailing_batches(&nagle_run(requests, 44 * MS), 100);
+    let mut state = AppState::default();
+    started(&mut state, 1);
+    let count = batches.len();
+    let mut took = Vec::with_capacity(count);
+    let mut stalls = 0;
+    for batch in batches {
+        let began = std::time::Instant::now();
+        apply(&mut state, events(1, batch));
+        let run = state.selected().expect("run 1 is selected");
+        stalls = run.attribution().stalls.len() + run.summary().requests as usize;
+        took.push(began.elapsed().as_secs_f64());
+    }
+    let run = state.selected().expect("run 1 is selected");
+    assert_eq!(run.summary().requests, requests);
+    assert_eq!(
+        run.attribution().stalls.len() as u32,
+        2 * (requests - 1),
+        "two per request after the first"
+    );
+    let ms = |batches: &[f64]| batches.iter().sum::<f64>() * 1e3;
+    println!(
+        "timing: {requests} requests in {count} batches of 100, summary and attribution after \
+         each: {:.1} ms in all; the first 100 batches {:.2} ms, the last 100 {:.2} ms \
+         ({stalls})",
+        ms(&took),
+        ms(&took[..100.min(count)]),
+        ms(&took[count.saturating_sub(100)..]),
+    );
+}
+
+/// A file of many runs, each with one exchange, whose events come newest run first.
+fn many_runs_file(runs: u32) -> Vec<u8> {
+    let mut bytes = Vec::new();
+    ackscope_shared::wire::write_frame(&hello(), &mut bytes);
+    for id in 1..=runs {
+        ackscope_shared::wire::write_frame(&rr_started(id, RrSpec::default()), &mut bytes);
+    }
+    for id in (1..=runs).rev() {
+        ackscope_shared::wire::write_frame(&events(id, nagle_run(1, 44 * MS)), &mut bytes);
+    }
+    bytes
+}
+
+/// Issue 11, defects 5 and 6, in the page: each message found its run by a search through
+/// every run, so 100,000 runs whose events came in reverse order took the square of that
+/// (now an index), and nothing bounded how many runs a file could make the page keep (each
+/// costs a few KB of analysis: 100,000 one-request runs, 20 MB of file, took 700 MB).
+#[test]
+fn a_file_of_many_runs_keeps_the_first_thousand_and_says_so() {
+    let runs = 100_000;
+    let mut state = AppState::default();
+    let id = state.open_file("many.ackscope", &many_runs_file(runs));
+    let file = state.file(id).expect("opened");
+    let kept = file.session.runs();
+    assert_eq!(kept.len(), MAX_FILE_RUNS);
+    assert_eq!((kept[0].id, kept[MAX_FILE_RUNS - 1].id), (RunId(1), RunId(1000)));
+    assert!(kept.iter().all(|run| run.summary().requests == 1), "every kept run has its events");
+    let note = file.error.as_deref().expect("a note that runs were not kept");
+    assert!(note.contains("holds 100000 runs") && note.contains("first 1000"), "{note}");
+    assert!(note.contains("the first 1000 of a file, and those are shown"), "{note}");
+}
+
+#[test]
+fn a_run_started_again_replaces_itself_in_place() {
+    let mut state = AppState::default();
+    started(&mut state, 1);
+    started(&mut state, 2);
+    apply(&mut state, events(1, nagle_run(3, 44 * MS)));
+    started(&mut state, 1);
+    let ids: Vec<RunId> = state.live.runs().iter().map(|run| run.id).collect();
+    assert_eq!(ids, [RunId(1), RunId(2)]);
+    assert_eq!(state.live.runs()[0].events, 0, "the run starts over");
+    apply(&mut state, events(2, nagle_run(2, 44 * MS)));
+    assert_eq!(state.live.run(RunId(2)).map(|run| run.summary().requests), Some(2));
+}
