@@ -24,7 +24,7 @@ use ackscope_shared::crafted::Crafted;
 use ackscope_shared::report::RunReport;
 
 use crate::steps::Steps;
-use crate::{json, setup};
+use crate::{bench_capture, bench_link, bench_remote, bench_setup, bench_viewer, cli, json, setup};
 
 const USAGE: &str = "usage: cargo xtask bench rr [--rounds N] [--seconds S] [--pin CPU]\n       \
                      cargo xtask bench memory [--count N]";
@@ -41,54 +41,57 @@ const PEAK_RSS_TARGET_MB: f64 = 200.0;
 const READ_BACK_TARGET_MB: f64 = 200.0;
 const FILE_BYTES_PER_EVENT_TARGET: f64 = 24.0;
 
+/// `bench NAME FLAGS...`: the benchmark `NAME` (this module's or another's).
 pub fn run(args: &[String]) -> Result<(), String> {
-    match args.split_first() {
-        Some((which, rest)) if which == "rr" => {
-            let options = options(rest, &["--rounds", "--seconds", "--pin"], USAGE)?;
-            let rounds = option(&options, "--rounds").unwrap_or(5);
-            let seconds = option(&options, "--seconds").unwrap_or(3);
-            if rounds == 0 || seconds == 0 {
-                return Err(format!("--rounds and --seconds must be at least 1\n{USAGE}"));
-            }
-            rr(rounds, seconds, option(&options, "--pin").unwrap_or(0))
-        }
-        Some((which, rest)) if which == "memory" => {
-            let count =
-                option(&options(rest, &["--count"], USAGE)?, "--count").unwrap_or(MAX_COUNT);
-            if !(1..=MAX_COUNT).contains(&count) {
-                return Err(format!("--count must be 1 to {MAX_COUNT}\n{USAGE}"));
-            }
-            memory(count)
-        }
-        Some((other, _)) => Err(format!("unknown benchmark `{other}`\n{USAGE}")),
-        None => Err(format!("which benchmark?\n{USAGE}")),
+    let Some((which, rest)) = args.split_first() else {
+        return Err(format!("which benchmark?\n{}", all_usage()));
+    };
+    match which.as_str() {
+        "rr" => rr_options(rest).and_then(|(rounds, seconds, pin)| rr(rounds, seconds, pin)),
+        "memory" => memory_options(rest).and_then(memory),
+        "link" => bench_link::run(rest),
+        "capture" => bench_capture::run(rest),
+        "remote" => bench_remote::run(rest),
+        "setup" => bench_setup::run(rest),
+        "viewer" => bench_viewer::run(rest),
+        other => Err(format!("unknown benchmark `{other}`\n{}", all_usage())),
     }
 }
 
-/// `--name NUMBER` pairs, each name one of `allowed`; errors end with `usage`.
-pub(crate) fn options<'a>(
-    args: &'a [String],
-    allowed: &[&str],
-    usage: &str,
-) -> Result<Vec<(&'a str, u32)>, String> {
-    let mut found = Vec::new();
-    let mut rest = args.iter();
-    while let Some(name) = rest.next() {
-        if !allowed.contains(&name.as_str()) {
-            return Err(format!("unknown option `{name}`\n{usage}"));
-        }
-        let value = rest.next().ok_or_else(|| format!("{name} needs a number\n{usage}"))?;
-        let number = value
-            .parse::<u32>()
-            .map_err(|_| format!("{name} needs a whole number, not `{value}`\n{usage}"))?;
-        found.push((name.as_str(), number));
-    }
-    Ok(found)
+/// Every benchmark's usage, one a line.
+fn all_usage() -> String {
+    let every = [
+        USAGE,
+        bench_link::USAGE,
+        bench_capture::USAGE,
+        bench_remote::USAGE,
+        bench_setup::USAGE,
+        bench_viewer::USAGE,
+    ];
+    let lines: Vec<&str> =
+        every.iter().map(|usage| usage.strip_prefix("usage: ").unwrap_or(usage)).collect();
+    format!("usage: {}", lines.join("\n       "))
 }
 
-/// The last value given for `name`.
-pub(crate) fn option(options: &[(&str, u32)], name: &str) -> Option<u32> {
-    options.iter().rev().find(|(n, _)| *n == name).map(|(_, value)| *value)
+/// `bench rr`'s flags: (rounds, seconds, CPU to pin to).
+fn rr_options(args: &[String]) -> Result<(u32, u32, u32), String> {
+    let (mut rounds, mut seconds, mut pin) = (5, 3, 0);
+    let flags = &mut [("--rounds", &mut rounds), ("--seconds", &mut seconds), ("--pin", &mut pin)];
+    cli::numbers(args, USAGE, flags)?;
+    if rounds == 0 || seconds == 0 {
+        return Err(format!("--rounds and --seconds must be at least 1\n{USAGE}"));
+    }
+    Ok((rounds, seconds, pin))
+}
+
+/// `bench memory`'s flag: the request count.
+fn memory_options(args: &[String]) -> Result<u32, String> {
+    let mut count = MAX_COUNT;
+    cli::numbers(args, USAGE, &mut [("--count", &mut count)])?;
+    if !(1..=MAX_COUNT).contains(&count) {
+        return Err(format!("--count must be 1 to {MAX_COUNT}\n{USAGE}"));
+    }
+    Ok(count)
 }
 
 /// `program`, under `taskset -c CPU` when pinned to a CPU.
@@ -714,6 +717,39 @@ fn measure_memory(count: u32, file: &Path, more: &[&str]) -> Result<(RunReport, 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cli::args;
+
+    #[test]
+    fn rr_and_memory_flags() {
+        assert_eq!(rr_options(&[]), Ok((5, 3, 0)));
+        assert_eq!(rr_options(&args("--pin 1 --seconds 2 --rounds 9")), Ok((9, 2, 1)));
+        let error = rr_options(&args("--rounds 0")).unwrap_err();
+        assert_eq!(error, format!("--rounds and --seconds must be at least 1\n{USAGE}"));
+        let error = rr_options(&args("--seconds ten")).unwrap_err();
+        assert_eq!(error, format!("--seconds needs a whole number, not `ten`\n{USAGE}"));
+        let error = rr_options(&args("--count 5")).unwrap_err();
+        assert_eq!(error, format!("unknown option `--count`\n{USAGE}"));
+        assert_eq!(memory_options(&[]), Ok(MAX_COUNT));
+        assert_eq!(memory_options(&args("--count 1000")), Ok(1000));
+        let error = memory_options(&args("--count 1000001")).unwrap_err();
+        assert_eq!(error, format!("--count must be 1 to {MAX_COUNT}\n{USAGE}"));
+        assert!(memory_options(&args("--count 0")).is_err());
+        let error = memory_options(&args("--rounds 2")).unwrap_err();
+        assert_eq!(error, format!("unknown option `--rounds`\n{USAGE}"));
+    }
+
+    #[test]
+    fn an_unknown_or_missing_benchmark_lists_every_benchmark() {
+        let error = run(&args("nonsense --rounds 2")).unwrap_err();
+        assert!(error.starts_with("unknown benchmark `nonsense`\nusage: "), "{error}");
+        let usage = run(&[]).unwrap_err();
+        assert!(usage.starts_with("which benchmark?\nusage: "), "{usage}");
+        for name in ["rr", "memory", "link", "capture", "remote", "setup", "viewer"] {
+            let line = format!("cargo xtask bench {name} ");
+            assert!(error.contains(&line) && usage.contains(&line), "{name}: {usage}");
+        }
+        assert_eq!(usage.matches("usage: ").count(), 1, "{usage}");
+    }
 
     #[test]
     fn converts_sockperf_messages_to_transactions() {

@@ -10,10 +10,10 @@ use std::process::{Child, ChildStderr, Command, Stdio};
 use std::thread;
 use std::time::Duration;
 
-use crate::bench::{checked_output, command, median, option, options, prepare};
-use crate::{json, setup};
+use crate::bench::{checked_output, command, median, prepare};
+use crate::{cli, json, setup};
 
-const USAGE: &str = "usage: cargo xtask bench capture [--rounds N] [--seconds S]";
+pub(crate) const USAGE: &str = "usage: cargo xtask bench capture [--rounds N] [--seconds S]";
 
 const CAPTURE_TARGET: f64 = 0.9;
 /// The rr runs, as `bench rr` runs ackscope with recording on.
@@ -31,20 +31,19 @@ const TCPDUMP_ARGS: [&str; 9] =
 /// handed over after its first packet.
 const TCPDUMP_BLOCK_TIMEOUT: Duration = Duration::from_secs(1);
 
-/// `bench capture`; `None` for the other benchmarks.
-pub fn run(args: &[String]) -> Option<Result<(), String>> {
-    let (which, rest) = args.split_first()?;
-    if which != "capture" {
-        return None;
+/// `bench capture FLAGS...`.
+pub fn run(args: &[String]) -> Result<(), String> {
+    options(args).and_then(|(rounds, seconds)| capture(rounds, seconds))
+}
+
+/// `bench capture`'s flags: (rounds, seconds a run lasts).
+fn options(args: &[String]) -> Result<(u32, u32), String> {
+    let (mut rounds, mut seconds) = (5, 3);
+    cli::numbers(args, USAGE, &mut [("--rounds", &mut rounds), ("--seconds", &mut seconds)])?;
+    if rounds == 0 || seconds == 0 {
+        return Err(format!("--rounds and --seconds must be at least 1\n{USAGE}"));
     }
-    Some(options(rest, &["--rounds", "--seconds"], USAGE).and_then(|options| {
-        let rounds = option(&options, "--rounds").unwrap_or(5);
-        let seconds = option(&options, "--seconds").unwrap_or(3);
-        if rounds == 0 || seconds == 0 {
-            return Err(format!("--rounds and --seconds must be at least 1\n{USAGE}"));
-        }
-        capture(rounds, seconds)
-    }))
+    Ok((rounds, seconds))
 }
 
 /// One `ackscope run rr --json`, as its summary tells it.
@@ -436,6 +435,18 @@ impl Drop for Tcpdump {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cli::args;
+
+    #[test]
+    fn capture_flags() {
+        assert_eq!(options(&[]), Ok((5, 3)));
+        assert_eq!(options(&args("--seconds 10 --rounds 2")), Ok((2, 10)));
+        assert!(options(&args("--seconds 0")).unwrap_err().contains("must be at least 1"));
+        let error = options(&args("--rounds")).unwrap_err();
+        assert_eq!(error, format!("--rounds needs a number\n{USAGE}"));
+        let error = options(&args("--pin 1")).unwrap_err();
+        assert_eq!(error, format!("unknown option `--pin`\n{USAGE}"));
+    }
 
     #[test]
     fn reads_tcpdumps_counts_as_it_prints_them() {

@@ -14,11 +14,13 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use crate::bench::{checked_output, median, met_or_missed, option, options, prepare};
-use crate::link_taps::{Crossing, Tapped, Taps};
-use crate::{json, setup};
+use ackscope_shared::event::{Event, EventKind, LinkAction, LinkEvent, Side};
 
-const USAGE: &str = "usage: cargo xtask bench link [--rounds N]";
+use crate::bench::{checked_output, median, met_or_missed, prepare};
+use crate::link_taps::{Crossing, Tapped, Taps};
+use crate::{cli, json, setup};
+
+pub(crate) const USAGE: &str = "usage: cargo xtask bench link [--rounds N]";
 
 /// The throughput runs: a short RTT and no rate, so the relay is the only limit.
 const THROUGHPUT_LINK: &str = "rtt=1ms";
@@ -37,18 +39,19 @@ const RATE_SKIP_NS: u64 = 1_000_000_000;
 const GBPS_TARGET: f64 = 5.0;
 const DELAY_ERR_P99_TARGET_MS: f64 = 1.0;
 
-/// `bench link`; `None` for the other benchmarks.
-pub fn run(args: &[String]) -> Option<Result<(), String>> {
-    let (which, rest) = args.split_first()?;
-    match which.as_str() {
-        "link" => Some(options(rest, &["--rounds"], USAGE).and_then(|options| {
-            match option(&options, "--rounds").unwrap_or(3) {
-                0 => Err(format!("--rounds must be at least 1\n{USAGE}")),
-                rounds => link(rounds),
-            }
-        })),
-        _ => None,
+/// `bench link FLAGS...`.
+pub fn run(args: &[String]) -> Result<(), String> {
+    options(args).and_then(link)
+}
+
+/// `bench link`'s flag: the throughput rounds.
+fn options(args: &[String]) -> Result<u32, String> {
+    let mut rounds = 3;
+    cli::numbers(args, USAGE, &mut [("--rounds", &mut rounds)])?;
+    if rounds == 0 {
+        return Err(format!("--rounds must be at least 1\n{USAGE}"));
     }
+    Ok(rounds)
 }
 
 fn link(rounds: u32) -> Result<(), String> {
@@ -174,7 +177,7 @@ fn link(rounds: u32) -> Result<(), String> {
 
 /// The delay run's `Link` events (from its exported session), its TCP goodput, and, as root,
 /// what taps in its two namespaces saw (`None` otherwise).
-fn delay_run(file: &Path) -> Result<(Vec<LinkEvent>, f64, Option<Tapped>), String> {
+fn delay_run(file: &Path) -> Result<(Vec<Linked>, f64, Option<Tapped>), String> {
     let mut command = Command::new(setup::probe_binary());
     command.args(["run", "bulk", "--link", DELAY_LINK, "--duration"]);
     command.arg(format!("{DELAY_SECONDS}s")).arg("-o").arg(file).arg("--json");
@@ -239,47 +242,30 @@ fn iperf3_loopback_gbps(seconds: u32) -> Result<f64, String> {
     Ok(bps / 1e9)
 }
 
+/// One `Link` event of an exported session: when, and what the link did with which packet.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Action {
-    Enqueued,
-    Delivered,
-    Dropped,
-}
-
-/// One `Link` event of an exported session.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct LinkEvent {
+struct Linked {
     at_ns: u64,
     /// The side that sent the packet: each side's packets are numbered on their own.
     client: bool,
-    action: Action,
-    packet: u32,
-    bytes: u32,
+    link: LinkEvent,
 }
 
 /// Every `Link` event in `ackscope export --json` output, whose events look like
 /// `{"at_ns":2126088,"side":"Client","conn":0,"req":0,"kind":{"Link":{"action":"Enqueued",
-/// "packet":0,"bytes":60,"queued_bytes":60}}}`.
-fn link_events(export: &str) -> Result<Vec<LinkEvent>, String> {
+/// "packet":0,"bytes":60,"queued_bytes":60}}}`: each one read back as the `Event` the probe
+/// wrote. Events of other kinds are passed over unread.
+fn link_events(export: &str) -> Result<Vec<Linked>, String> {
     let export = json::parse(export)?;
     let messages = export["messages"].as_array().ok_or("the export has no `messages`")?;
     let events = messages.iter().filter_map(|m| m["Events"]["events"].as_array()).flatten();
     let mut found = Vec::new();
-    for event in events {
-        let Some(link) = event["kind"].get("Link") else { continue };
-        let action = match json::string(link, "action")? {
-            "Enqueued" => Action::Enqueued,
-            "Delivered" => Action::Delivered,
-            "Dropped" => Action::Dropped,
-            other => return Err(format!("unknown Link action `{other}` in {event}")),
-        };
-        found.push(LinkEvent {
-            at_ns: json::number(event, "at_ns")? as u64,
-            client: json::string(event, "side")? == "Client",
-            action,
-            packet: json::number(link, "packet")? as u32,
-            bytes: json::number(link, "bytes")? as u32,
-        });
+    for event in events.filter(|event| event["kind"].get("Link").is_some()) {
+        let read = serde_json::from_value::<Event>(event.clone())
+            .map_err(|e| format!("a Link event does not parse ({e}): {event}"))?;
+        if let EventKind::Link(link) = read.kind {
+            found.push(Linked { at_ns: read.at_ns, client: read.side == Side::Client, link });
+        }
     }
     Ok(found)
 }
@@ -297,21 +283,22 @@ impl Lateness {
     /// number order (the order they arrived), a dropped packet takes no serializer time, and
     /// `sent = max(serializer free, enqueued) + bytes * 8 / rate` (whole nanoseconds, rounded
     /// down), `due = sent + delay`. Times are the relay's own.
-    fn from_events(events: &[LinkEvent], rate_bps: u64, delay_ns: u64) -> Result<Lateness, String> {
+    fn from_events(events: &[Linked], rate_bps: u64, delay_ns: u64) -> Result<Lateness, String> {
         let mut packets = Vec::new();
         for client in [true, false] {
             let side = events.iter().filter(|e| e.client == client);
-            let mut enqueued: Vec<&LinkEvent> =
-                side.clone().filter(|e| e.action == Action::Enqueued).collect();
-            enqueued.sort_by_key(|e| e.packet);
+            let mut enqueued: Vec<&Linked> =
+                side.clone().filter(|e| e.link.action == LinkAction::Enqueued).collect();
+            enqueued.sort_by_key(|e| e.link.packet);
             let delivered: HashMap<u32, u64> = side
-                .filter(|e| e.action == Action::Delivered)
-                .map(|e| (e.packet, e.at_ns))
+                .filter(|e| e.link.action == LinkAction::Delivered)
+                .map(|e| (e.link.packet, e.at_ns))
                 .collect();
             let direction: Vec<(i128, u32, Option<i128>)> = enqueued
                 .iter()
                 .map(|p| {
-                    (i128::from(p.at_ns), p.bytes, delivered.get(&p.packet).map(|&t| i128::from(t)))
+                    let arrived = delivered.get(&p.link.packet).map(|&t| i128::from(t));
+                    (i128::from(p.at_ns), p.link.bytes, arrived)
                 })
                 .collect();
             packets.push(direction);
@@ -404,9 +391,9 @@ fn receiver_rate_bps(crossings: &[Crossing]) -> f64 {
     bytes as f64 * 8.0 * 1e9 / (last.0 - from_ns) as f64
 }
 
-fn client_rate_bps(events: &[LinkEvent]) -> f64 {
-    let mut delivered: Vec<&LinkEvent> =
-        events.iter().filter(|e| e.client && e.action == Action::Delivered).collect();
+fn client_rate_bps(events: &[Linked]) -> f64 {
+    let mut delivered: Vec<&Linked> =
+        events.iter().filter(|e| e.client && e.link.action == LinkAction::Delivered).collect();
     delivered.sort_by_key(|e| e.at_ns);
     let (Some(first), Some(last)) = (delivered.first(), delivered.last()) else {
         return 0.0;
@@ -416,7 +403,7 @@ fn client_rate_bps(events: &[LinkEvent]) -> f64 {
         return 0.0;
     }
     let bytes: u64 =
-        delivered.iter().filter(|e| e.at_ns > from_ns).map(|e| u64::from(e.bytes)).sum();
+        delivered.iter().filter(|e| e.at_ns > from_ns).map(|e| u64::from(e.link.bytes)).sum();
     bytes as f64 * 8.0 * 1e9 / (last.at_ns - from_ns) as f64
 }
 
@@ -437,16 +424,36 @@ mod tests {
         assert_eq!(events.len(), 5);
         assert_eq!(
             events[1],
-            LinkEvent {
+            Linked {
                 at_ns: 1000,
                 client: true,
-                action: Action::Enqueued,
-                packet: 1,
-                bytes: 1500
+                link: LinkEvent {
+                    action: LinkAction::Enqueued,
+                    packet: 1,
+                    bytes: 1500,
+                    queued_bytes: 3000
+                }
             }
         );
-        assert_eq!(events[2].action, Action::Dropped);
+        assert_eq!(events[2].link.action, LinkAction::Dropped);
         assert_eq!(events[4].at_ns, 22_001_500);
+        let unknown = EXPORT.replace("\"Dropped\"", "\"Lost\"");
+        let error = link_events(&unknown).unwrap_err();
+        assert!(error.contains("a Link event does not parse") && error.contains("Lost"), "{error}");
+    }
+
+    #[test]
+    fn link_flags() {
+        use crate::cli::args;
+        assert_eq!(options(&[]), Ok(3));
+        assert_eq!(options(&args("--rounds 1")), Ok(1));
+        assert!(options(&args("--rounds 0"))
+            .unwrap_err()
+            .starts_with("--rounds must be at least 1\n"));
+        let error = options(&args("--rounds three")).unwrap_err();
+        assert_eq!(error, format!("--rounds needs a whole number, not `three`\n{USAGE}"));
+        let error = options(&args("--seconds 3")).unwrap_err();
+        assert_eq!(error, format!("unknown option `--seconds`\n{USAGE}"));
     }
 
     #[test]

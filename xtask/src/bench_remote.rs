@@ -15,11 +15,12 @@
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
 
-use crate::bench::{checked_output, median, met_or_missed, option, options};
+use crate::bench::{checked_output, median, met_or_missed};
 use crate::steps::Steps;
-use crate::{json, setup};
+use crate::{cli, json, setup};
 
-const USAGE: &str = "usage: cargo xtask bench remote [--rounds N] [--count N] [--pin CPU]";
+pub(crate) const USAGE: &str =
+    "usage: cargo xtask bench remote [--rounds N] [--count N] [--pin CPU]";
 
 const RATIO_TARGET: f64 = 0.9;
 const OFFSET_ERR_TARGET_US: f64 = 50.0;
@@ -31,18 +32,20 @@ const SERVER_PORT: &str = "7700";
 /// Fixed, so the rounds need not read it from the server's output; never used off this host.
 const TOKEN: &str = "bench-remote-token-0000";
 
-/// `bench remote`; `None` for the other benchmarks.
-pub fn run(args: &[String]) -> Option<Result<(), String>> {
-    let (which, rest) = args.split_first()?;
-    (which == "remote").then(|| {
-        let options = options(rest, &["--rounds", "--count", "--pin"], USAGE)?;
-        let rounds = option(&options, "--rounds").unwrap_or(5);
-        let count = option(&options, "--count").unwrap_or(50_000);
-        if rounds == 0 || !(1..=1_000_000).contains(&count) {
-            return Err(format!("--rounds at least 1, --count 1 to 1000000\n{USAGE}"));
-        }
-        remote(rounds, count, option(&options, "--pin").unwrap_or(0))
-    })
+/// `bench remote FLAGS...`.
+pub fn run(args: &[String]) -> Result<(), String> {
+    options(args).and_then(|(rounds, count, pin)| remote(rounds, count, pin))
+}
+
+/// `bench remote`'s flags: (rounds, requests a run, CPU to pin to).
+fn options(args: &[String]) -> Result<(u32, u32, u32), String> {
+    let (mut rounds, mut count, mut pin) = (5, 50_000, 0);
+    let flags = &mut [("--rounds", &mut rounds), ("--count", &mut count), ("--pin", &mut pin)];
+    cli::numbers(args, USAGE, flags)?;
+    if rounds == 0 || !(1..=1_000_000).contains(&count) {
+        return Err(format!("--rounds at least 1, --count 1 to 1000000\n{USAGE}"));
+    }
+    Ok((rounds, count, pin))
 }
 
 /// Two named network namespaces and the veth pair between them, deleted when dropped.
@@ -370,4 +373,22 @@ fn is_root() -> bool {
     let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
     let uid = status.lines().find_map(|line| line.strip_prefix("Uid:"));
     uid.and_then(|ids| ids.split_whitespace().nth(1)) == Some("0")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cli::args;
+
+    #[test]
+    fn remote_flags() {
+        assert_eq!(options(&[]), Ok((5, 50_000, 0)));
+        assert_eq!(options(&args("--pin 1 --count 1000000 --rounds 2")), Ok((2, 1_000_000, 1)));
+        assert!(options(&args("--count 1000001")).unwrap_err().contains("--count 1 to 1000000"));
+        assert!(options(&args("--rounds 0")).unwrap_err().contains("--rounds at least 1"));
+        let error = options(&args("--count 5k")).unwrap_err();
+        assert_eq!(error, format!("--count needs a whole number, not `5k`\n{USAGE}"));
+        let error = options(&args("--seconds 3")).unwrap_err();
+        assert_eq!(error, format!("unknown option `--seconds`\n{USAGE}"));
+    }
 }

@@ -29,10 +29,11 @@ use std::thread;
 use std::time::{Duration, Instant, SystemTime};
 
 use crate::bench::met_or_missed;
+use crate::cli::Flags;
 use crate::setup::{self, WASM_TARGET};
 use crate::steps::{RunExt, Steps};
 
-const USAGE: &str =
+pub(crate) const USAGE: &str =
     "usage: cargo xtask bench setup [--no-test | --with-test] [--keep] [--timeout-min N]";
 
 /// Each phase (first run, each rebuild, the first test) is stopped after this long.
@@ -48,10 +49,9 @@ const MARK: &str = "ACKSCOPE_BENCH_SETUP";
 /// Output of the commands it runs is shown indented behind this.
 const PREFIX: &str = "      | ";
 
-/// `bench setup`; `None` for the other benchmarks.
-pub fn run(args: &[String]) -> Option<Result<(), String>> {
-    let (which, rest) = args.split_first()?;
-    (which == "setup").then(|| parse_options(rest).and_then(|options| bench(&options)))
+/// `bench setup FLAGS...`.
+pub fn run(args: &[String]) -> Result<(), String> {
+    parse_options(args).and_then(|options| bench(&options))
 }
 
 #[derive(Debug, PartialEq)]
@@ -69,22 +69,22 @@ fn parse_options(args: &[String]) -> Result<Options, String> {
         keep: false,
         timeout: Duration::from_secs(u64::from(DEFAULT_TIMEOUT_MIN) * 60),
     };
-    let mut rest = args.iter();
-    while let Some(arg) = rest.next() {
-        match arg.as_str() {
+    let mut flags = Flags::new(args, USAGE);
+    while let Some(flag) = flags.next()? {
+        match flag.as_str() {
             "--no-test" => options.test = false,
             "--with-test" => options.test = true,
             "--keep" => options.keep = true,
             "--timeout-min" => {
-                let value = rest.next().ok_or_else(|| format!("{arg} needs a number\n{USAGE}"))?;
-                let minutes = value.parse::<u32>().ok().filter(|m| *m > 0).ok_or_else(|| {
-                    format!(
-                        "{arg} needs a whole number of minutes, at least 1, not `{value}`\n{USAGE}"
-                    )
-                })?;
+                let minutes: u32 = flags.number(&flag)?;
+                if minutes == 0 {
+                    return Err(flags.error(&format!(
+                        "{flag} needs a whole number of minutes, at least 1, not `0`"
+                    )));
+                }
                 options.timeout = Duration::from_secs(u64::from(minutes) * 60);
             }
-            other => return Err(format!("unknown option `{other}`\n{USAGE}")),
+            _ => return Err(flags.unknown(&flag)),
         }
     }
     Ok(options)
@@ -891,10 +891,7 @@ fn cpus() -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn args(text: &str) -> Vec<String> {
-        text.split_whitespace().map(String::from).collect()
-    }
+    use crate::cli::args;
 
     #[test]
     fn options_default_to_testing_and_cleaning_up() {
@@ -911,6 +908,10 @@ mod tests {
         assert!(parse_options(&args("--rounds 3"))
             .unwrap_err()
             .contains("unknown option `--rounds`"));
+        let error = parse_options(&args("--timeout-min soon")).unwrap_err();
+        assert_eq!(error, format!("--timeout-min needs a whole number, not `soon`\n{USAGE}"));
+        let error = parse_options(&args("--keep=yes")).unwrap_err();
+        assert_eq!(error, format!("--keep takes no value, not `yes`\n{USAGE}"));
     }
 
     #[test]

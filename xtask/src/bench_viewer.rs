@@ -7,26 +7,27 @@
 
 use std::fs;
 
-use crate::bench::{option, options};
-use crate::setup;
 use crate::steps::{RunExt, Steps};
+use crate::{cli, setup};
 
-const USAGE: &str = "usage: cargo xtask bench viewer [--count N] [--seconds S]";
+pub(crate) const USAGE: &str = "usage: cargo xtask bench viewer [--count N] [--seconds S]";
 const LOAD_TARGET_MS: f64 = 2000.0;
 const FRAME_TARGET_MS: f64 = 16.7;
 const WASM_TARGET_RATIO: f64 = 1.5;
 
-pub fn run(args: &[String]) -> Option<Result<(), String>> {
-    let (which, rest) = args.split_first()?;
-    (which == "viewer").then(|| {
-        let options = options(rest, &["--count", "--seconds"], USAGE)?;
-        let count = option(&options, "--count").unwrap_or(1_000_000);
-        let seconds = option(&options, "--seconds").unwrap_or(5);
-        if count == 0 || seconds == 0 {
-            return Err(format!("--count and --seconds must be at least 1\n{USAGE}"));
-        }
-        bench(count, seconds)
-    })
+/// `bench viewer FLAGS...`.
+pub fn run(args: &[String]) -> Result<(), String> {
+    options(args).and_then(|(count, seconds)| bench(count, seconds))
+}
+
+/// `bench viewer`'s flags: (requests recorded, seconds of zooming and panning).
+fn options(args: &[String]) -> Result<(u32, u32), String> {
+    let (mut count, mut seconds) = (1_000_000, 5);
+    cli::numbers(args, USAGE, &mut [("--count", &mut count), ("--seconds", &mut seconds)])?;
+    if count == 0 || seconds == 0 {
+        return Err(format!("--count and --seconds must be at least 1\n{USAGE}"));
+    }
+    Ok((count, seconds))
 }
 
 fn bench(count: u32, seconds: u32) -> Result<(), String> {
@@ -117,6 +118,18 @@ fn target_binary(name: &str) -> std::path::PathBuf {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cli::args;
+
+    #[test]
+    fn viewer_flags() {
+        assert_eq!(options(&[]), Ok((1_000_000, 5)));
+        assert_eq!(options(&args("--count 1000 --seconds 2")), Ok((1000, 2)));
+        assert!(options(&args("--count 0")).unwrap_err().contains("must be at least 1"));
+        let error = options(&args("--seconds 1.5")).unwrap_err();
+        assert_eq!(error, format!("--seconds needs a whole number, not `1.5`\n{USAGE}"));
+        let error = options(&args("--rounds 2")).unwrap_err();
+        assert_eq!(error, format!("unknown option `--rounds`\n{USAGE}"));
+    }
 
     #[test]
     fn figures_are_read_by_their_whole_name() {

@@ -11,12 +11,14 @@
 
 use std::process::Stdio;
 
+use crate::cli::Flags;
 use crate::setup::{self, tool_command};
 use crate::steps::{RunExt, Steps};
 
 const USAGE: &str = "usage: cargo xtask fuzz [--seconds N | --runs N] [--target NAME] [--keep]";
 
-/// The fuzz crate's binaries; the same names as `ackscope_shared::fuzzing::TARGETS`.
+/// The fuzz crate's binaries: the names of `ackscope_shared::fuzzing::TARGETS` and the probe's
+/// `show_pipeline` (`ackscope_probe::fuzzing`), which xtask does not build.
 const TARGETS: [&str; 8] = [
     "session_frames",
     "compact_events",
@@ -39,35 +41,44 @@ const LIMITS: [&str; 5] = [
     "-print_final_stats=1",
 ];
 
-pub fn run(args: &[String]) -> Result<(), String> {
-    let (mut seconds, mut runs, mut only, mut keep) = (60u32, None::<u64>, None, false);
-    let mut rest = args.iter();
-    while let Some(arg) = rest.next() {
-        match arg.as_str() {
-            "--seconds" => {
-                let value = rest.next().ok_or(USAGE)?;
-                seconds =
-                    value.parse().map_err(|_| format!("--seconds {value}: a number\n{USAGE}"))?;
-            }
-            "--runs" => {
-                let value = rest.next().ok_or(USAGE)?;
-                runs =
-                    Some(value.parse().map_err(|_| format!("--runs {value}: a number\n{USAGE}"))?);
-            }
+/// What `cargo xtask fuzz` was asked for.
+#[derive(Debug, PartialEq)]
+struct Options {
+    /// Each target's time, unless `runs` is given.
+    seconds: u32,
+    /// Each target's exec count to reach, however long it takes.
+    runs: Option<u64>,
+    /// The one target to run (all of them when `None`).
+    only: Option<String>,
+    /// Merge the finds that add coverage into the checked-in corpus.
+    keep: bool,
+}
+
+fn options(args: &[String]) -> Result<Options, String> {
+    let mut options = Options { seconds: 60, runs: None, only: None, keep: false };
+    let mut flags = Flags::new(args, USAGE);
+    while let Some(flag) = flags.next()? {
+        match flag.as_str() {
+            "--seconds" => options.seconds = flags.number(&flag)?,
+            "--runs" => options.runs = Some(flags.number(&flag)?),
             "--target" => {
-                let name = rest.next().ok_or(USAGE)?;
+                let name = flags.value(&flag)?;
                 if !TARGETS.contains(&name.as_str()) {
-                    return Err(format!(
-                        "no fuzz target `{name}`: {}\n{USAGE}",
-                        TARGETS.join(", ")
-                    ));
+                    return Err(
+                        flags.error(&format!("no fuzz target `{name}`: {}", TARGETS.join(", ")))
+                    );
                 }
-                only = Some(name.clone());
+                options.only = Some(name);
             }
-            "--keep" => keep = true,
-            other => return Err(format!("unknown option `{other}`\n{USAGE}")),
+            "--keep" => options.keep = true,
+            _ => return Err(flags.unknown(&flag)),
         }
     }
+    Ok(options)
+}
+
+pub fn run(args: &[String]) -> Result<(), String> {
+    let Options { seconds, runs, only, keep } = options(args)?;
     let targets: Vec<&str> =
         TARGETS.iter().copied().filter(|t| only.as_deref().is_none_or(|o| o == *t)).collect();
     let mut steps = Steps::new(3 + targets.len());
@@ -173,12 +184,41 @@ fn stat(log: &str, label: &str) -> Option<u64> {
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+    use crate::cli::args;
+
+    #[test]
+    fn fuzz_flags() {
+        let defaults = Options { seconds: 60, runs: None, only: None, keep: false };
+        assert_eq!(options(&[]), Ok(defaults));
+        assert_eq!(
+            options(&args("--runs 5000000000 --target ip_tcp --keep --seconds 5")),
+            Ok(Options {
+                seconds: 5,
+                runs: Some(5_000_000_000),
+                only: Some("ip_tcp".into()),
+                keep: true
+            })
+        );
+        let error = options(&args("--target nope")).unwrap_err();
+        assert!(error.starts_with("no fuzz target `nope`: session_frames, "), "{error}");
+        assert!(error.ends_with(USAGE), "{error}");
+        let error = options(&args("--seconds")).unwrap_err();
+        assert_eq!(error, format!("--seconds needs a number\n{USAGE}"));
+        let error = options(&args("--target")).unwrap_err();
+        assert_eq!(error, format!("--target needs a value\n{USAGE}"));
+        let error = options(&args("--runs many")).unwrap_err();
+        assert_eq!(error, format!("--runs needs a whole number, not `many`\n{USAGE}"));
+        let error = options(&args("--count 3")).unwrap_err();
+        assert_eq!(error, format!("unknown option `--count`\n{USAGE}"));
+    }
+
     #[test]
     fn reads_libfuzzers_final_statistics() {
         let log = "#231384\tDONE   cov: 1555\nstat::number_of_executed_units: 231384\n\
                    stat::peak_rss_mb:              368\n";
-        assert_eq!(super::stat(log, "stat::number_of_executed_units:"), Some(231_384));
-        assert_eq!(super::stat(log, "stat::peak_rss_mb:"), Some(368));
-        assert_eq!(super::stat(log, "stat::slowest_unit_time_sec:"), None);
+        assert_eq!(stat(log, "stat::number_of_executed_units:"), Some(231_384));
+        assert_eq!(stat(log, "stat::peak_rss_mb:"), Some(368));
+        assert_eq!(stat(log, "stat::slowest_unit_time_sec:"), None);
     }
 }

@@ -1,6 +1,7 @@
 //! JSON as the benchmarks read it: the probe's run report typed (`ackscope_shared::report`, the
-//! `--json` contract), other tools' JSON (iperf3's, an export's messages) parsed with serde_json
-//! and looked up by name on the object the field belongs to.
+//! `--json` contract), other tools' JSON (iperf3's) parsed with serde_json and looked up by name
+//! on the object the field belongs to, as is an export's list of messages (whose events are
+//! read back typed, as `ackscope_shared::Event`).
 
 use std::process::Output;
 
@@ -55,14 +56,6 @@ pub fn number(object: &Value, field: &str) -> Result<f64, String> {
     }
 }
 
-/// `object[field]` as a string.
-pub fn string<'a>(object: &'a Value, field: &str) -> Result<&'a str, String> {
-    object
-        .get(field)
-        .and_then(Value::as_str)
-        .ok_or_else(|| format!("no string `{field}` field in {object}"))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -74,7 +67,7 @@ mod tests {
         let json = parse(JSON).unwrap();
         assert_eq!(number(&json, "requests"), Ok(1999.0), "not config.requests");
         assert_eq!(number(&json, "rps"), Ok(16819.05968135686));
-        assert_eq!(string(&json, "scenario"), Ok("rr"));
+        assert_eq!(json["scenario"].as_str(), Some("rr"));
         assert!(json.get("size_bytes").is_none(), "config's fields stay in config");
         let missing = number(&json, "events").unwrap_err();
         assert!(missing.contains("no `events` field"), "{missing}");
@@ -84,7 +77,7 @@ mod tests {
     fn strings_with_braces_and_quotes_and_reported_errors() {
         let json = parse(r#"{"error":"a \"}\" here, {x}","rps":2.5}"#).unwrap();
         assert_eq!(number(&json, "rps"), Ok(2.5));
-        assert_eq!(string(&json, "error"), Ok(r#"a "}" here, {x}"#));
+        assert_eq!(json["error"].as_str(), Some(r#"a "}" here, {x}"#));
         let output = |stdout: &str| {
             use std::os::unix::process::ExitStatusExt;
             Output {

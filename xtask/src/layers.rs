@@ -16,22 +16,47 @@ pub fn module_uses(src: &Path) -> Result<BTreeMap<String, Vec<String>>, String> 
     let entries = fs::read_dir(src).map_err(|e| format!("reading {}: {e}", src.display()))?;
     for entry in entries {
         let path = entry.map_err(|e| format!("reading {}: {e}", src.display()))?.path();
-        let (name, file) = match path.extension().and_then(|e| e.to_str()) {
-            Some("rs") => (path.file_stem(), path.clone()),
-            _ if path.join("mod.rs").is_file() => (path.file_name(), path.join("mod.rs")),
+        // A module is a file, or a folder whose every file belongs to it.
+        let (name, files) = match path.extension().and_then(|e| e.to_str()) {
+            Some("rs") => (path.file_stem(), vec![path.clone()]),
+            _ if path.join("mod.rs").is_file() => (path.file_name(), rust_files(&path)?),
             _ => continue,
         };
         let name = name.and_then(|n| n.to_str()).unwrap_or_default().to_string();
         if name == "lib" || name == "main" {
             continue;
         }
-        let text =
-            fs::read_to_string(&file).map_err(|e| format!("reading {}: {e}", file.display()))?;
-        let mut used = crate_paths(&code_of(&text));
+        let mut code = String::new();
+        for file in files {
+            // A folder's `tests.rs` is its test module.
+            if file.file_name().is_some_and(|n| n == "tests.rs") {
+                continue;
+            }
+            let text = fs::read_to_string(&file)
+                .map_err(|e| format!("reading {}: {e}", file.display()))?;
+            code.push_str(&code_of(&text));
+        }
+        let mut used = crate_paths(&code);
         used.retain(|used| used != &name);
         uses.insert(name, used);
     }
     Ok(uses)
+}
+
+/// Every `.rs` file under `dir`, sorted.
+fn rust_files(dir: &Path) -> Result<Vec<std::path::PathBuf>, String> {
+    let mut files = Vec::new();
+    let entries = fs::read_dir(dir).map_err(|e| format!("reading {}: {e}", dir.display()))?;
+    for entry in entries {
+        let path = entry.map_err(|e| format!("reading {}: {e}", dir.display()))?.path();
+        if path.is_dir() {
+            files.extend(rust_files(&path)?);
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            files.push(path);
+        }
+    }
+    files.sort();
+    Ok(files)
 }
 
 /// `text` without its test module and its comments.

@@ -11,6 +11,7 @@ use std::collections::{HashMap, VecDeque};
 use std::fs;
 use std::io;
 use std::mem::{size_of, size_of_val};
+use std::net::{IpAddr, Ipv4Addr};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -18,13 +19,10 @@ use std::sync::Arc;
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
+use ackscope_shared::packet;
+
 /// The client namespace's address (probe/src/emulate/mod.rs `CLIENT_IP`).
-const CLIENT_IP: [u8; 4] = [10, 44, 0, 1];
-/// `PACKET_OUTGOING` in `sockaddr_ll.sll_pkttype`: sent by this host (namespace).
-const PACKET_OUTGOING: u8 = 4;
-/// `PACKET_HOST`: addressed to this host.
-const PACKET_HOST: u8 = 0;
-const ARPHRD_LOOPBACK: u16 = 772;
+const CLIENT_IP: Ipv4Addr = Ipv4Addr::new(10, 44, 0, 1);
 
 /// One TCP/IPv4 packet as a tap saw it.
 #[derive(Clone, Copy, Debug)]
@@ -42,8 +40,8 @@ pub struct Seen {
 /// and acknowledgement numbers, length and flags.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 struct Key {
-    src: [u8; 4],
-    dst: [u8; 4],
+    src: Ipv4Addr,
+    dst: Ipv4Addr,
     id: u16,
     seq: u32,
     ack: u32,
@@ -241,12 +239,13 @@ fn tap(
         for index in 0..received {
             let Some((from, frame, realtime_ns)) = batch.get(index) else { continue };
             let Some(seen) = parse(frame, realtime_ns - offset) else { continue };
-            if from.sll_hatype == ARPHRD_LOOPBACK {
+            if from.sll_hatype == libc::ARPHRD_LOOPBACK {
                 continue;
             }
+            // `sll_pkttype`: sent by this namespace, or addressed to it.
             match from.sll_pkttype {
-                PACKET_OUTGOING => tapped.sent.push(seen),
-                PACKET_HOST => tapped.arrived.push(seen),
+                libc::PACKET_OUTGOING => tapped.sent.push(seen),
+                libc::PACKET_HOST => tapped.arrived.push(seen),
                 _ => {}
             }
         }
@@ -372,24 +371,23 @@ fn realtime_minus_monotonic_ns() -> i128 {
         .map_or(0, |(_, offset)| offset)
 }
 
-/// A TCP/IPv4 packet of the link (a TUN device: the frame is the IP packet).
+/// A TCP/IPv4 packet of the link (a TUN device: the frame is the IP packet), read by the parser
+/// the probe's capture uses (`ackscope_shared::packet`). Its IP id and total length (what tells copies apart, and what the link's
+/// serializer counts) are not in a [`packet::Packet`]: they are read from the IPv4 header that
+/// the parser has checked is there.
 fn parse(frame: &[u8], at_ns: i128) -> Option<Seen> {
-    if frame.len() < 40 || frame[0] >> 4 != 4 || frame[9] != 6 {
-        return None;
-    }
-    let header = usize::from(frame[0] & 0xf) * 4;
-    let tcp = frame.get(header..header + 20)?;
-    let src: [u8; 4] = frame[12..16].try_into().ok()?;
-    let word = |at: usize| u32::from_be_bytes(tcp[at..at + 4].try_into().expect("4 bytes"));
+    let packet = packet::parse_ip(frame).ok()?;
+    let (IpAddr::V4(src), IpAddr::V4(dst)) = (packet.src, packet.dst) else { return None };
     let len = u16::from_be_bytes([frame[2], frame[3]]);
+    let segment = &packet.segment;
     let key = Key {
         src,
-        dst: frame[16..20].try_into().ok()?,
+        dst,
         id: u16::from_be_bytes([frame[4], frame[5]]),
-        seq: word(4),
-        ack: word(8),
+        seq: segment.seq,
+        ack: segment.ack,
         len,
-        flags: tcp[13],
+        flags: segment.flags,
     };
     Some(Seen { at_ns, client_to_server: src == CLIENT_IP, bytes: u32::from(len), key })
 }
@@ -398,8 +396,9 @@ fn parse(frame: &[u8], at_ns: i128) -> Option<Seen> {
 /// tests here and of the replay).
 #[cfg(test)]
 pub fn seen(at_ns: i128, seq: u32) -> Seen {
-    let key =
-        Key { src: CLIENT_IP, dst: [10, 44, 0, 2], id: 7, seq, ack: 1, len: 1500, flags: 0x10 };
+    let server = Ipv4Addr::new(10, 44, 0, 2);
+    let flags = ackscope_shared::event::tcp_flags::ACK;
+    let key = Key { src: CLIENT_IP, dst: server, id: 7, seq, ack: 1, len: 1500, flags };
     Seen { at_ns, client_to_server: true, bytes: 1500, key }
 }
 
@@ -424,16 +423,32 @@ mod tests {
 
     #[test]
     fn parses_a_tcp_packet_and_refuses_others() {
-        let mut packet = vec![0u8; 40];
-        packet[0] = 0x45;
-        packet[2..4].copy_from_slice(&40u16.to_be_bytes());
-        packet[9] = 6;
-        packet[12..16].copy_from_slice(&CLIENT_IP);
-        packet[24..28].copy_from_slice(&9u32.to_be_bytes());
-        let seen = parse(&packet, 5).expect("a TCP packet");
+        use ackscope_shared::event::{tcp_flags, Segment};
+        let tcp = |src: IpAddr, dst: IpAddr| {
+            let segment = Segment { flags: tcp_flags::ACK, seq: 9, ack: 3, ..Segment::default() };
+            let packet = packet::Packet { src, dst, src_port: 40000, dst_port: 80, segment };
+            packet::synthesize(&packet)
+        };
+        let server = Ipv4Addr::new(10, 44, 0, 2);
+        let mut frame = tcp(CLIENT_IP.into(), server.into());
+        frame[4..6].copy_from_slice(&77u16.to_be_bytes());
+        let seen = parse(&frame, 5).expect("a TCP packet");
         assert!(seen.client_to_server);
-        assert_eq!((seen.bytes, seen.key.seq), (40, 9));
-        packet[9] = 17;
-        assert!(parse(&packet, 5).is_none(), "UDP is not the link's TCP");
+        assert_eq!((seen.at_ns, seen.bytes), (5, 40));
+        let key = Key {
+            src: CLIENT_IP,
+            dst: server,
+            id: 77,
+            seq: 9,
+            ack: 3,
+            len: 40,
+            flags: tcp_flags::ACK,
+        };
+        assert_eq!(seen.key, key);
+        assert!(!parse(&tcp(server.into(), CLIENT_IP.into()), 5).unwrap().client_to_server);
+        frame[9] = 17;
+        assert!(parse(&frame, 5).is_none(), "UDP is not the link's TCP");
+        let v6 = tcp(CLIENT_IP.to_ipv6_mapped().into(), server.to_ipv6_mapped().into());
+        assert!(parse(&v6, 5).is_none(), "the link is IPv4");
     }
 }

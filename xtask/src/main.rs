@@ -1,7 +1,7 @@
 //! `cargo xtask`: set-up, build order (web before probe) and the one test command.
 //!
-//! Its one dependency is serde_json (for the probe's JSON in the benchmarks), which the
-//! workspace builds anyway, so it still compiles in seconds on a fresh machine.
+//! Its dependencies are ones the workspace builds anyway (ackscope-shared, serde_json, libc) and
+//! lexopt for its flags, which has none, so it still compiles in seconds on a fresh machine.
 //!
 //! ```text
 //! cargo xtask run [-- ARGS]   install what is missing, build, serve (ARGS go to ackscope)
@@ -17,6 +17,7 @@ mod bench_link;
 mod bench_remote;
 mod bench_setup;
 mod bench_viewer;
+mod cli;
 mod fuzz;
 mod json;
 mod layers;
@@ -42,12 +43,7 @@ fn main() -> ExitCode {
         "test" => test(),
         "fuzz" => fuzz::run(rest),
         "record-lessons" => build().and_then(|()| record_lessons()),
-        "bench" => bench_setup::run(rest)
-            .or_else(|| bench_viewer::run(rest))
-            .or_else(|| bench_link::run(rest))
-            .or_else(|| bench_capture::run(rest))
-            .or_else(|| bench_remote::run(rest))
-            .unwrap_or_else(|| bench::run(rest)),
+        "bench" => bench::run(rest),
         "help" | "--help" | "-h" => {
             println!("{}", include_str!("usage.txt"));
             return ExitCode::SUCCESS;

@@ -1,0 +1,126 @@
+//! Stalls grouped by class and direction, as every summary prints them: [`ClassSummary`],
+//! [`summarize`] for a list, and [`StallTally`] for stalls counted as they are found.
+
+use serde::{Deserialize, Serialize};
+
+use crate::analysis::SortedMultiset;
+use crate::event::Side;
+use crate::stall::{Stall, StallClass};
+use crate::stats::ns_to_ms;
+
+/// Stalls of one class in one direction: the CLI's one line and the JSON's `stalls` entries.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ClassSummary {
+    pub class: StallClass,
+    /// "client->server": where the waited-for data was going.
+    pub direction: String,
+    pub count: u32,
+    pub median_ms: f64,
+    pub fixes: Vec<String>,
+}
+
+impl ClassSummary {
+    /// "199 stalls: Nagle x delayed ACK, client->server, median 43.6 ms; fixes: ..."
+    pub fn line(&self) -> String {
+        format!(
+            "{} stall{}: {}, {}, median {:.1} ms; fixes: {}",
+            self.count,
+            if self.count == 1 { "" } else { "s" },
+            self.class.name(),
+            self.direction,
+            self.median_ms,
+            self.fixes.join("; ")
+        )
+    }
+}
+
+/// Groups stalls by class and direction, most frequent first.
+pub fn summarize(stalls: &[Stall]) -> Vec<ClassSummary> {
+    let mut tally = StallTally::default();
+    stalls.iter().for_each(|stall| tally.add(stall));
+    tally.summaries()
+}
+
+/// A class and direction: what a [`ClassSummary`] line groups.
+pub(super) type GroupKey = (StallClass, Side, Side);
+
+pub(super) fn group_key(stall: &Stall) -> GroupKey {
+    (stall.class, stall.from, stall.to)
+}
+
+/// Stalls counted as they are found, keeping only their waits (for the medians), in order: a
+/// median is an order statistic, not a sort of every wait on every question.
+#[derive(Debug, Default)]
+pub struct StallTally {
+    /// In the order of their first stall counted (still held): [`summarize`]'s order, which the
+    /// summaries keep between lines of equal count and class.
+    groups: Vec<(GroupKey, SortedMultiset)>,
+}
+
+impl StallTally {
+    pub fn add(&mut self, stall: &Stall) {
+        let key = group_key(stall);
+        match self.groups.iter_mut().find(|(k, _)| *k == key) {
+            Some((_, waits)) => waits.insert(stall.wait_ns),
+            None => {
+                let mut waits = SortedMultiset::new();
+                waits.insert(stall.wait_ns);
+                self.groups.push((key, waits));
+            }
+        }
+    }
+
+    /// Takes back a stall counted with [`StallTally::add`]; false if there was none like it. A
+    /// group left empty goes, so that it comes back in the order of its next stall.
+    pub fn remove(&mut self, stall: &Stall) -> bool {
+        let key = group_key(stall);
+        let Some(at) = self.groups.iter().position(|(k, _)| *k == key) else { return false };
+        let removed = self.groups[at].1.remove(stall.wait_ns);
+        if self.groups[at].1.is_empty() {
+            self.groups.remove(at);
+        }
+        removed
+    }
+
+    /// The groups so far, with these stalls added (for requests not yet counted), as
+    /// [`summarize`] of the counted stalls followed by `more` gives them. Costs O(|more| log
+    /// |more|) and an order statistic per group, not a copy of the counted waits.
+    pub fn summaries_with(&self, more: &[Stall]) -> Vec<ClassSummary> {
+        // `more`'s waits per group, in the order of their first stall.
+        let mut extra: Vec<(GroupKey, Vec<u64>)> = Vec::new();
+        for stall in more {
+            let key = group_key(stall);
+            match extra.iter_mut().find(|(k, _)| *k == key) {
+                Some((_, waits)) => waits.push(stall.wait_ns),
+                None => extra.push((key, vec![stall.wait_ns])),
+            }
+        }
+        extra.iter_mut().for_each(|(_, waits)| waits.sort_unstable());
+        let no_waits = SortedMultiset::new();
+        let counted = self.groups.iter().map(|(key, waits)| {
+            let more = extra.iter().find(|(k, _)| k == key).map_or(&[][..], |(_, w)| w);
+            (*key, waits, more)
+        });
+        let only_more = extra
+            .iter()
+            .filter(|(key, _)| self.groups.iter().all(|(k, _)| k != key))
+            .map(|(key, more)| (*key, &no_waits, more.as_slice()));
+        let mut summaries: Vec<ClassSummary> = counted
+            .chain(only_more)
+            .map(|((class, from, to), waits, more)| ClassSummary {
+                class,
+                direction: format!("{}->{}", from.name(), to.name()),
+                count: (waits.len() + more.len()) as u32,
+                median_ms: ns_to_ms(waits.percentile_with(more, 50.0)),
+                fixes: class.fixes(from, to),
+            })
+            .collect();
+        // Stable: equal lines keep the groups' order.
+        summaries.sort_by(|a, b| b.count.cmp(&a.count).then(a.class.cmp(&b.class)));
+        summaries
+    }
+
+    pub fn summaries(self) -> Vec<ClassSummary> {
+        self.summaries_with(&[])
+    }
+}
