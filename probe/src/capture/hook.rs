@@ -30,9 +30,8 @@ const MAP_TYPE_ARRAY: u32 = 2;
 const MAP_TYPE_RINGBUF: u32 = 27;
 const PROG_TYPE_SCHED_CLS: u32 = 3;
 const ATTACH_TCX_INGRESS: u32 = 46;
-/// `union bpf_attr` is 144 bytes in the kernels this runs on; the kernel accepts a shorter one
-/// from older programs and zero tails from newer ones.
-const ATTR_WORDS: usize = 18;
+/// `BPF_OBJ_NAME_LEN`: the room for a map's or a program's name.
+const OBJ_NAME_LEN: usize = 16;
 
 // Helper functions the program calls (linux/bpf.h, `___BPF_FUNC_MAPPER`).
 const FN_MAP_LOOKUP_ELEM: i32 = 1;
@@ -253,13 +252,223 @@ fn program(settings: RawFd, ring: RawFd) -> Vec<Insn> {
     })
 }
 
-/// Calls `bpf(cmd, attr)`.
-fn bpf(cmd: libc::c_long, attr: &mut [u64; ATTR_WORDS]) -> io::Result<RawFd> {
-    // SAFETY: `attr` is a live, zero-padded `union bpf_attr` of the size passed; the kernel
-    // reads it, and writes only where a command's fields say (none of the commands used here
-    // write beyond it).
+// The members of the kernel's `union bpf_attr` (linux/bpf.h, stable uapi) that the commands
+// here take, one `#[repr(C)]` struct each. Each has its member's fields as far as Linux 6.6
+// has them, the first kernel with tcx, which the hook needs: later kernels add fields at the
+// end, and read as zero those past the size a program passes, which is what they must be here.
+// Where C pads before an 8-aligned field, the struct has a `_pad` field instead, so that every
+// byte passed is a field, zero unless set: the kernel refuses a command whose unused bytes are
+// not zero, and padding's bytes are undefined. `__aligned_u64` fields are [`AlignedU64`], plain
+// `__u64` ones `u64`. [`layout!`] fails the build unless each field lies at its offset in the
+// kernel's layout and the fields fill the struct.
+
+/// `__aligned_u64`: a 64-bit field (an address, here) that is 8-aligned on every host, as the
+/// kernel lays it out.
+#[repr(C, align(8))]
+#[derive(Default)]
+struct AlignedU64(u64);
+
+impl AlignedU64 {
+    /// The address the kernel reads or writes through.
+    fn address<T>(pointer: *const T) -> AlignedU64 {
+        AlignedU64(pointer as u64)
+    }
+}
+
+const _: () = assert!(std::mem::size_of::<AlignedU64>() == 8);
+const _: () = assert!(std::mem::align_of::<AlignedU64>() == 8);
+
+/// Fails the build unless `$attr` is `$size` bytes with each field at its offset, and its
+/// fields, every one listed, add up to its size: no padding.
+macro_rules! layout {
+    ($attr:ident, $size:literal, { $($field:ident: $offset:literal),+ $(,)? }) => {
+        const _: () = assert!(std::mem::size_of::<$attr>() == $size);
+        $(const _: () = assert!(std::mem::offset_of!($attr, $field) == $offset);)+
+        const _: () = assert!(0 $(+ field_size(|attr: &$attr| &attr.$field))+ == $size);
+    };
+}
+
+/// The size of a struct's field, for [`layout!`]'s check that the fields leave no padding.
+const fn field_size<S, F>(_: fn(&S) -> &F) -> usize {
+    std::mem::size_of::<F>()
+}
+
+/// `BPF_MAP_CREATE`'s member.
+#[repr(C)]
+#[derive(Default)]
+struct MapCreateAttr {
+    map_type: u32,
+    key_size: u32,
+    value_size: u32,
+    max_entries: u32,
+    map_flags: u32,
+    inner_map_fd: u32,
+    numa_node: u32,
+    map_name: [libc::c_char; OBJ_NAME_LEN],
+    map_ifindex: u32,
+    btf_fd: u32,
+    btf_key_type_id: u32,
+    btf_value_type_id: u32,
+    btf_vmlinux_value_type_id: u32,
+    map_extra: u64,
+}
+
+layout!(MapCreateAttr, 72, {
+    map_type: 0,
+    key_size: 4,
+    value_size: 8,
+    max_entries: 12,
+    map_flags: 16,
+    inner_map_fd: 20,
+    numa_node: 24,
+    map_name: 28,
+    map_ifindex: 44,
+    btf_fd: 48,
+    btf_key_type_id: 52,
+    btf_value_type_id: 56,
+    btf_vmlinux_value_type_id: 60,
+    map_extra: 64,
+});
+
+/// The member `BPF_MAP_LOOKUP_ELEM` and `BPF_MAP_UPDATE_ELEM` take: the map, and the addresses
+/// of a key and of a value the kernel reads (update) or writes (lookup).
+#[repr(C)]
+#[derive(Default)]
+struct MapElemAttr {
+    map_fd: u32,
+    /// C's padding before the 8-aligned `key`.
+    _pad: u32,
+    key: AlignedU64,
+    /// `value`, or `next_key` in the same place for `BPF_MAP_GET_NEXT_KEY`.
+    value: AlignedU64,
+    flags: u64,
+}
+
+layout!(MapElemAttr, 32, { map_fd: 0, _pad: 4, key: 8, value: 16, flags: 24 });
+
+/// `BPF_PROG_LOAD`'s member.
+#[repr(C)]
+#[derive(Default)]
+struct ProgLoadAttr {
+    prog_type: u32,
+    insn_cnt: u32,
+    insns: AlignedU64,
+    license: AlignedU64,
+    log_level: u32,
+    log_size: u32,
+    log_buf: AlignedU64,
+    kern_version: u32,
+    prog_flags: u32,
+    prog_name: [libc::c_char; OBJ_NAME_LEN],
+    prog_ifindex: u32,
+    expected_attach_type: u32,
+    prog_btf_fd: u32,
+    func_info_rec_size: u32,
+    func_info: AlignedU64,
+    func_info_cnt: u32,
+    line_info_rec_size: u32,
+    line_info: AlignedU64,
+    line_info_cnt: u32,
+    attach_btf_id: u32,
+    /// `attach_prog_fd`, or `attach_btf_obj_fd` in the same place.
+    attach_prog_fd: u32,
+    core_relo_cnt: u32,
+    fd_array: AlignedU64,
+    core_relos: AlignedU64,
+    core_relo_rec_size: u32,
+    /// Written by the kernel: the length the verifier's log needed (Linux 6.4 and later).
+    log_true_size: u32,
+}
+
+layout!(ProgLoadAttr, 144, {
+    prog_type: 0,
+    insn_cnt: 4,
+    insns: 8,
+    license: 16,
+    log_level: 24,
+    log_size: 28,
+    log_buf: 32,
+    kern_version: 40,
+    prog_flags: 44,
+    prog_name: 48,
+    prog_ifindex: 64,
+    expected_attach_type: 68,
+    prog_btf_fd: 72,
+    func_info_rec_size: 76,
+    func_info: 80,
+    func_info_cnt: 88,
+    line_info_rec_size: 92,
+    line_info: 96,
+    line_info_cnt: 104,
+    attach_btf_id: 108,
+    attach_prog_fd: 112,
+    core_relo_cnt: 116,
+    fd_array: 120,
+    core_relos: 128,
+    core_relo_rec_size: 136,
+    log_true_size: 140,
+});
+
+/// `BPF_LINK_CREATE`'s member (`link_create`): its common fields, then the tcx part of the
+/// union of the attach types' parts that follows them (the union's first 16 of 48 bytes).
+#[repr(C)]
+#[derive(Default)]
+struct LinkCreateAttr {
+    /// `prog_fd`, or `map_fd` in the same place.
+    prog_fd: u32,
+    /// `target_ifindex`, or `target_fd` in the same place.
+    target_ifindex: u32,
+    attach_type: u32,
+    flags: u32,
+    /// `tcx.relative_fd`, or `tcx.relative_id` in the same place: the program to go before or
+    /// after (none: the hook's last).
+    tcx_relative_fd: u32,
+    /// C's padding before the 8-aligned `tcx.expected_revision`.
+    _pad: u32,
+    /// `tcx.expected_revision`: 0, attach whatever programs the hook has.
+    tcx_expected_revision: u64,
+}
+
+layout!(LinkCreateAttr, 32, {
+    prog_fd: 0,
+    target_ifindex: 4,
+    attach_type: 8,
+    flags: 12,
+    tcx_relative_fd: 16,
+    _pad: 20,
+    tcx_expected_revision: 24,
+});
+
+/// A `union bpf_attr` member, for [`bpf`].
+///
+/// # Safety
+///
+/// The type is `#[repr(C)]` and all of its bytes are integer fields: no padding (whose bytes
+/// are undefined, and the kernel reads every byte passed), and any bytes the kernel writes
+/// back make a valid value.
+unsafe trait Attr {}
+
+// SAFETY: each is `#[repr(C)]`, of integer fields alone, which `layout!` shows fill it.
+unsafe impl Attr for MapCreateAttr {}
+// SAFETY: as above.
+unsafe impl Attr for MapElemAttr {}
+// SAFETY: as above.
+unsafe impl Attr for ProgLoadAttr {}
+// SAFETY: as above.
+unsafe impl Attr for LinkCreateAttr {}
+
+/// Calls `bpf(cmd, attr)`, with `attr`'s own size: the kernel reads as zero the fields past it.
+///
+/// # Safety
+///
+/// Every address in `attr` is of memory that is live for the call, as long as `attr` says,
+/// and writable where `cmd` writes through it.
+unsafe fn bpf<A: Attr>(cmd: libc::c_long, attr: &mut A) -> io::Result<RawFd> {
+    // SAFETY: `attr` is a live `union bpf_attr` member of the size passed, every byte of it a
+    // field (`Attr`); the kernel reads it, writes back only within that size (`BPF_PROG_LOAD`'s
+    // `log_true_size`), and goes through its addresses, which the caller vouches for.
     let rc = unsafe {
-        libc::syscall(libc::SYS_bpf, cmd, attr.as_mut_ptr(), std::mem::size_of_val(attr))
+        libc::syscall(libc::SYS_bpf, cmd, std::ptr::from_mut(attr), std::mem::size_of::<A>())
     };
     if rc < 0 {
         Err(io::Error::last_os_error())
@@ -268,44 +477,42 @@ fn bpf(cmd: libc::c_long, attr: &mut [u64; ATTR_WORDS]) -> io::Result<RawFd> {
     }
 }
 
-fn put_u32(attr: &mut [u64; ATTR_WORDS], offset: usize, value: u32) {
-    let bytes = attr.as_mut_ptr().cast::<u8>();
-    // SAFETY: every offset passed is below 140, within the 144 bytes of `attr`.
-    unsafe { bytes.add(offset).cast::<u32>().write_unaligned(value) };
-}
-
-fn put_ptr<T>(attr: &mut [u64; ATTR_WORDS], offset: usize, pointer: *const T) {
-    attr[offset / 8] = pointer as u64;
-}
-
 fn owned(fd: RawFd) -> OwnedFd {
     // SAFETY: a descriptor the kernel has just returned to us and nothing else owns.
     unsafe { OwnedFd::from_raw_fd(fd) }
 }
 
 fn map_create(kind: u32, key: u32, value: u32, entries: u32) -> io::Result<OwnedFd> {
-    let mut attr = [0u64; ATTR_WORDS];
-    put_u32(&mut attr, 0, kind);
-    put_u32(&mut attr, 4, key);
-    put_u32(&mut attr, 8, value);
-    put_u32(&mut attr, 12, entries);
-    bpf(BPF_MAP_CREATE, &mut attr).map(owned)
+    let mut attr = MapCreateAttr {
+        map_type: kind,
+        key_size: key,
+        value_size: value,
+        max_entries: entries,
+        ..MapCreateAttr::default()
+    };
+    // SAFETY: the member has no addresses.
+    unsafe { bpf(BPF_MAP_CREATE, &mut attr) }.map(owned)
 }
 
 /// Loads `code` for lo's ingress hook, with the verifier's log in the error if it refuses it.
 fn load(code: &[Insn]) -> io::Result<OwnedFd> {
     let license = c"Dual MIT/GPL";
     let mut log = vec![0u8; 16 * 1024];
-    let mut attr = [0u64; ATTR_WORDS];
-    put_u32(&mut attr, 0, PROG_TYPE_SCHED_CLS);
-    put_u32(&mut attr, 4, code.len() as u32);
-    put_ptr(&mut attr, 8, code.as_ptr());
-    put_ptr(&mut attr, 16, license.as_ptr());
-    put_u32(&mut attr, 24, 1);
-    put_u32(&mut attr, 28, log.len() as u32);
-    put_ptr(&mut attr, 32, log.as_mut_ptr());
-    put_u32(&mut attr, 68, ATTACH_TCX_INGRESS);
-    bpf(BPF_PROG_LOAD, &mut attr).map(owned).map_err(|e| {
+    let mut attr = ProgLoadAttr {
+        prog_type: PROG_TYPE_SCHED_CLS,
+        insn_cnt: code.len() as u32,
+        insns: AlignedU64::address(code.as_ptr()),
+        license: AlignedU64::address(license.as_ptr()),
+        log_level: 1,
+        log_size: log.len() as u32,
+        log_buf: AlignedU64::address(log.as_mut_ptr()),
+        expected_attach_type: ATTACH_TCX_INGRESS,
+        ..ProgLoadAttr::default()
+    };
+    // SAFETY: the kernel reads `code`'s instructions and the NUL-terminated license, and
+    // writes at most `log.len()` bytes of log into `log`, all of which outlive the call.
+    let loaded = unsafe { bpf(BPF_PROG_LOAD, &mut attr) };
+    loaded.map(owned).map_err(|e| {
         let end = log.iter().position(|&b| b == 0).unwrap_or(log.len());
         let log = String::from_utf8_lossy(&log[..end]);
         match log.trim() {
@@ -384,11 +591,14 @@ impl Hook {
         if lo == 0 {
             return Err(io::Error::last_os_error());
         }
-        let mut attr = [0u64; ATTR_WORDS];
-        put_u32(&mut attr, 0, program.as_raw_fd() as u32);
-        put_u32(&mut attr, 4, lo);
-        put_u32(&mut attr, 8, ATTACH_TCX_INGRESS);
-        let link = bpf(BPF_LINK_CREATE, &mut attr).map(owned)?;
+        let mut attr = LinkCreateAttr {
+            prog_fd: program.as_raw_fd() as u32,
+            target_ifindex: lo,
+            attach_type: ATTACH_TCX_INGRESS,
+            ..LinkCreateAttr::default()
+        };
+        // SAFETY: the member has no addresses.
+        let link = unsafe { bpf(BPF_LINK_CREATE, &mut attr) }.map(owned)?;
         // SAFETY: sysconf has no preconditions.
         let page = usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) })
             .map_err(|_| io::Error::other("no page size"))?;
@@ -415,11 +625,15 @@ impl Hook {
     }
 
     fn set(&self, slot: u32, value: u64) -> io::Result<()> {
-        let mut attr = [0u64; ATTR_WORDS];
-        put_u32(&mut attr, 0, self.settings.as_raw_fd() as u32);
-        put_ptr(&mut attr, 8, &slot);
-        put_ptr(&mut attr, 16, &value);
-        bpf(BPF_MAP_UPDATE_ELEM, &mut attr).map(drop)
+        let mut attr = MapElemAttr {
+            map_fd: self.settings.as_raw_fd() as u32,
+            key: AlignedU64::address(&slot),
+            value: AlignedU64::address(&value),
+            ..MapElemAttr::default()
+        };
+        // SAFETY: the kernel reads the settings map's 4-byte key and 8-byte value from `slot`
+        // and `value`, which outlive the call.
+        unsafe { bpf(BPF_MAP_UPDATE_ELEM, &mut attr) }.map(drop)
     }
 
     /// Segments the program could not write for a full ring, or wrote without their headers,
@@ -433,11 +647,15 @@ impl Hook {
 
     fn dropped_total(&self) -> u64 {
         let mut value = 0u64;
-        let mut attr = [0u64; ATTR_WORDS];
-        put_u32(&mut attr, 0, self.settings.as_raw_fd() as u32);
-        put_ptr(&mut attr, 8, &SLOT_DROPS);
-        put_ptr(&mut attr, 16, &mut value as *mut u64);
-        match bpf(BPF_MAP_LOOKUP_ELEM, &mut attr) {
+        let mut attr = MapElemAttr {
+            map_fd: self.settings.as_raw_fd() as u32,
+            key: AlignedU64::address(&SLOT_DROPS),
+            value: AlignedU64::address(&mut value as *mut u64),
+            ..MapElemAttr::default()
+        };
+        // SAFETY: the kernel reads the settings map's 4-byte key from `SLOT_DROPS` (promoted to
+        // a static) and writes its 8-byte value into `value`, which outlives the call.
+        match unsafe { bpf(BPF_MAP_LOOKUP_ELEM, &mut attr) } {
             Ok(_) => value,
             Err(_) => 0,
         }
