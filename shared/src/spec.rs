@@ -1,5 +1,8 @@
 //! Scenario specs: everything needed to run an experiment again.
 //!
+//! One file, though long: every knob's field, default, bounds (`validate`) and words (`describe`)
+//! sit together, so a new knob is added in one place.
+//!
 //! A spec never names a network address: the probe runs it against its own echo server. That is
 //! what lets the browser start experiments without being able to aim the probe at anything else.
 //!

@@ -1,5 +1,8 @@
 //! `cargo xtask bench`: measurements that print ratios against a peer measured in the same run.
 //!
+//! One file, though long: `rr` and `memory` share their rounds, their peers' set-up and their
+//! report; the other benchmarks have files of their own.
+//!
 //! - `rr`: ackscope's request/response loop against sockperf's TCP ping-pong on loopback, and
 //!   ackscope with its recording on against off. Rounds alternate the programs so that a machine
 //!   that speeds up or slows down during the run affects all of them alike.

@@ -1,5 +1,8 @@
 //! `cargo xtask bench setup`: how long a fresh machine takes to the first served page.
 //!
+//! One file, though long: the fresh clone, its environment and each timed step are one
+//! measurement read in order; split, the sequence would be scattered.
+//!
 //! It clones this repository's committed HEAD (what CI gets) into a fresh temporary directory
 //! and runs there with an empty `CARGO_HOME`, an empty npm cache, no `.tools/`, and
 //! `CARGO_TARGET_DIR` inside the clone. The rustup toolchain stays (`RUSTUP_HOME` is set to the

@@ -2,6 +2,9 @@
 //! program on lo's ingress copies the headers of each of the run's TCP segments, with a
 //! CLOCK_MONOTONIC stamp, into a BPF ring buffer the capture thread reads without a system call.
 //!
+//! One file, though long: the program's instructions, the bpf(2) attributes with their layout
+//! checks and the ring's reader must agree byte for byte, so they are read together.
+//!
 //! Why not only the packet socket ([`super::ring`]): on loopback every packet the tap copies is
 //! paid for by the sending thread, and a packet socket's tap is long (the socket's filter, its
 //! room check, its lock and block lock, the address field's header parse, a realtime clock

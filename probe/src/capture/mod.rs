@@ -1,5 +1,9 @@
 //! Packet capture of a run's own connections, on the run's clock.
 //!
+//! One file, though long: the capture thread, its stamps and its report are one pipeline whose
+//! rules (never wait on the collector, keep each sender's order) are kept in one place; each way
+//! in has its own file.
+//!
 //! The kernel sees every segment of the run's connections as loopback delivers it, and keeps
 //! those to or from the echo server's port, headers only, in a memory-mapped ring the capture
 //! thread reads in batches. Two ways in, the first that this host permits ([`open`]):

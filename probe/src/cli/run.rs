@@ -1,4 +1,7 @@
 //! `ackscope run`: one experiment, headless, with its summary on standard output.
+//!
+//! One file, though long: the command's flags, its summary's words (printed and `--json`) and its
+//! progress line are one command's; what it counts is shared's (`reduce::RunTally`).
 
 use std::io::{self, IsTerminal, Write};
 use std::path::{Path, PathBuf};

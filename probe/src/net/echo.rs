@@ -1,5 +1,8 @@
 //! The echo server: the other end of every request/response experiment.
 //!
+//! One file, though long: the protocol's framing, each knob's socket options and the recording of
+//! every call must stay in step; the loop itself is short.
+//!
 //! One thread accepts; each connection gets its own thread running blocking reads and writes, so
 //! every recorded wait is the kernel's, not a scheduler's. Protocol: docs/PROTOCOL.md.
 

@@ -1,5 +1,8 @@
 //! Draws the selected run's timeline: data marks on one canvas, text and controls in the DOM.
 //!
+//! One file, though long: the timeline's component, its input handling and its painting share
+//! one view state; the geometry is `scale` and `layout`, the marks' level of detail `lod`.
+//!
 //! Only the visible page is laid out (twenty rows, or the visible lanes at two marks per pixel),
 //! so the cost of a frame does not grow with the run. Rows and labels of the page are DOM
 //! elements over the canvas: a person can select their text, a screen reader can read them and

@@ -1,5 +1,9 @@
 //! Pure analysis of a run's events: per-request spans, stalls and the summary.
 //!
+//! One file, though long: [`RunAnalysis::push`] and [`RunAnalysis::retire`] are one state
+//! machine over the same per-connection maps; a request's lists (`request`) and the settlement
+//! rule (`settlement`) are files of their own.
+//!
 //! [`RunAnalysis`] is fed events in any batch order (each side's events in the order that side
 //! recorded them) and answers questions at any point, so the browser can show a run while it is
 //! still going.
@@ -13,11 +17,10 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::event::{tcp_flags, ConnId, Event, EventKind, ReqId, Segment, Side};
+use crate::event::{ConnId, Event, EventKind, ReqId, Side};
 use crate::side_map::SideMap;
 pub use crate::sorted_multiset::SortedMultiset;
 pub use crate::span::{Span, SpanKind};
-use crate::span_list::SpanList;
 pub use crate::span_list::Spans;
 use crate::spec::{RrSpec, MAX_REQUESTS};
 pub use crate::stats::{ns_to_ms, percentile};
@@ -35,217 +38,14 @@ pub const STALLED_READS_MEANING: &str = "stalled reads: reads the kernel held ov
     after the peer had written; the waits listed are each classified, and include waits for \
     something else (think time, a connect, a full buffer), so the two counts can differ";
 
-/// Everything recorded for one request, both sides.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct RequestView {
-    pub conn: Option<ConnId>,
-    /// When the client began the request (before connecting, if it connected first).
-    pub start_ns: Option<u64>,
-    /// When the client had read the whole response.
-    pub done_ns: Option<u64>,
-    /// Packed once the request has settled, in a reader that keeps requests
-    /// ([`RunAnalysis::pack_settled`]).
-    spans: SpanList,
-    /// What only some requests have, behind one pointer: a page that keeps a million requests
-    /// pays 4 bytes for each that has none, not three empty lists (36 bytes).
-    evidence: Option<Box<Evidence>>,
-}
+mod request;
+mod settlement;
 
-/// The kernel's and the scheduler's evidence of one request's waits.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-struct Evidence {
-    /// TCP_INFO read while a call of this request was blocked (the kernel's view of a wait).
-    kernel: Vec<KernelSample>,
-    /// Captured segments of this request's connection while it was under way, in the order
-    /// they arrived (empty without packet capture).
-    segments: Vec<SegmentSample>,
-    /// Times a thread of this request was runnable but not running ([`EventKind::RunDelay`]).
-    run_delays: Vec<RunDelaySample>,
-}
-
-/// A thread waited `waited_ns` for a CPU in all between `since_ns` and `at_ns`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct RunDelaySample {
-    pub side: Side,
-    pub since_ns: u64,
-    pub at_ns: u64,
-    pub waited_ns: u64,
-}
-
-impl RunDelaySample {
-    /// How much of the delay fell within `start_ns..end_ns`, at the least. Two readings say only
-    /// that `waited_ns` accrued somewhere between `since_ns` and `at_ns`; as much of it as fits
-    /// outside `start_ns..end_ns` is taken to be outside, so a wait is never blamed on the
-    /// scheduler for a delay that could have come before or after it.
-    pub fn at_least_within(&self, start_ns: u64, end_ns: u64) -> u64 {
-        let overlap = self.at_ns.min(end_ns).saturating_sub(self.since_ns.max(start_ns));
-        let outside = self.at_ns.saturating_sub(self.since_ns).saturating_sub(overlap);
-        self.waited_ns.saturating_sub(outside).min(overlap)
-    }
-}
-
-/// The part of a captured segment that explains waits.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct SegmentSample {
-    /// The side that sent it.
-    pub side: Side,
-    pub at_ns: u64,
-    /// [`tcp_flags`] bits.
-    pub flags: u8,
-    pub seq: u32,
-    pub ack: u32,
-    /// Payload bytes.
-    pub len: u32,
-}
-
-impl SegmentSample {
-    pub fn new(side: Side, at_ns: u64, segment: &Segment) -> SegmentSample {
-        let Segment { flags, seq, ack, len, .. } = *segment;
-        SegmentSample { side, at_ns, flags, seq, ack, len }
-    }
-
-    /// An ACK carrying no data and no SYN, FIN or RST: what a delayed ACK looks like.
-    pub fn is_pure_ack(&self) -> bool {
-        self.len == 0
-            && self.flags & (tcp_flags::SYN | tcp_flags::FIN | tcp_flags::RST) == 0
-            && self.flags & tcp_flags::ACK != 0
-    }
-
-    /// The sequence number just past this segment's payload (what acknowledges all of it).
-    pub fn seq_end(&self) -> u32 {
-        self.seq.wrapping_add(self.len)
-    }
-}
-
-/// The part of a TCP_INFO sample taken during a blocked call that explains waits.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct KernelSample {
-    pub side: Side,
-    pub at_ns: u64,
-    /// Written by the application, not yet sent.
-    pub notsent_bytes: Option<u32>,
-    /// Segments sent and not yet acknowledged.
-    pub unacked: u32,
-    /// Bytes sent and not yet acknowledged (`bytes_sent - bytes_acked`, Linux 4.19 or later).
-    pub in_flight_bytes: Option<u64>,
-    /// The delayed-ACK timeout in use.
-    pub ato_us: u32,
-    pub snd_mss: u32,
-    /// The window the peer advertises.
-    pub snd_wnd: Option<u32>,
-}
-
-impl KernelSample {
-    /// The bytes in the send queue: written and not sent, plus sent and not acknowledged;
-    /// `None` where the kernel reports neither.
-    pub fn queued_bytes(&self) -> Option<u64> {
-        match (self.notsent_bytes, self.in_flight_bytes) {
-            (None, None) => None,
-            (notsent, in_flight) => Some(u64::from(notsent.unwrap_or(0)) + in_flight.unwrap_or(0)),
-        }
-    }
-}
-
-impl RequestView {
-    /// Every syscall of this request, both sides, in the order they were recorded.
-    pub fn spans(&self) -> Spans<'_> {
-        self.spans.iter()
-    }
-
-    pub fn span_count(&self) -> usize {
-        self.spans.len()
-    }
-
-    #[cfg(test)]
-    pub(crate) fn spans_packed(&self) -> bool {
-        self.spans.is_packed()
-    }
-
-    pub fn latency_ns(&self) -> Option<u64> {
-        Some(self.done_ns?.saturating_sub(self.start_ns?))
-    }
-
-    /// TCP_INFO read while a call of this request was blocked (the kernel's view of a wait).
-    pub fn kernel(&self) -> &[KernelSample] {
-        self.evidence.as_ref().map_or(&[], |evidence| &evidence.kernel)
-    }
-
-    /// Captured segments of this request's connection while it was under way, in the order
-    /// they arrived (none without packet capture).
-    pub fn segments(&self) -> &[SegmentSample] {
-        self.evidence.as_ref().map_or(&[], |evidence| &evidence.segments)
-    }
-
-    /// Times a thread of this request was runnable but not running ([`EventKind::RunDelay`]).
-    pub fn run_delays(&self) -> &[RunDelaySample] {
-        self.evidence.as_ref().map_or(&[], |evidence| &evidence.run_delays)
-    }
-
-    fn evidence_mut(&mut self) -> &mut Evidence {
-        self.evidence.get_or_insert_with(Box::default)
-    }
-
-    /// This view with nothing in it but its lists' allocations, to be used for another
-    /// request; `None` if a list grew large (a bulk transfer's thousands of writes), whose
-    /// memory should not outlive it.
-    fn emptied(self) -> Option<RequestView> {
-        // Every field named, so that a new one cannot be carried over to another request.
-        let RequestView { conn: _, start_ns: _, done_ns: _, spans, evidence } = self;
-        // No list of the capacities: this runs for every request the command line retires.
-        let small_list = |capacity: usize| capacity <= SPARE_LIST_CAPACITY;
-        let small = small_list(spans.capacity())
-            && evidence.as_deref().is_none_or(|Evidence { kernel, segments, run_delays }| {
-                [kernel.capacity(), segments.capacity(), run_delays.capacity()]
-                    .into_iter()
-                    .all(small_list)
-            });
-        small.then(|| RequestView {
-            conn: None,
-            start_ns: None,
-            done_ns: None,
-            spans: SpanList::Open(spans.into_open_capacity()),
-            // Emptied in its box: no free and allocation per request.
-            evidence: evidence.map(|mut evidence| {
-                let Evidence { kernel, segments, run_delays } = &mut *evidence;
-                kernel.clear();
-                segments.clear();
-                run_delays.clear();
-                evidence
-            }),
-        })
-    }
-}
-
-/// The most samples of one kind (TCP_INFO, segments, run-queue delays) one request keeps. The
-/// probe spaces its samples out as a wait goes on, so a real request has tens to hundreds; a
-/// request that never ends, in a broken or hostile file, could bring millions.
-pub const MAX_SAMPLES_PER_REQUEST: usize = 4096;
-
-/// Adds `sample` to one of a request's evidence lists, kept to [`MAX_SAMPLES_PER_REQUEST`]: once
-/// full, the first half stays as it is (the start of a wait is where its cause shows: the small
-/// segment, its ACK, the held data) and every other sample of the second half goes, so the
-/// list still spans the whole wait. Returns how many samples went. Each thinning costs the
-/// list's length and frees a quarter of it: O(1) a sample over a long run.
-fn push_capped<T>(list: &mut Vec<T>, sample: T) -> u64 {
-    let mut thinned = 0;
-    if list.len() >= MAX_SAMPLES_PER_REQUEST {
-        let before = list.len();
-        let kept_whole = MAX_SAMPLES_PER_REQUEST / 2;
-        let mut index = 0;
-        list.retain(|_| {
-            index += 1;
-            index <= kept_whole || (index - kept_whole) % 2 == 0
-        });
-        thinned = (before - list.len()) as u64;
-    }
-    list.push(sample);
-    thinned
-}
-
-/// Emptied views kept for the next requests: as many as a retirement hands back at once.
-const MAX_SPARE_VIEWS: usize = 8192;
-/// A list longer than this is not kept for another request.
-const SPARE_LIST_CAPACITY: usize = 32;
+use request::{push_capped, MAX_SPARE_VIEWS};
+pub use request::{
+    KernelSample, RequestView, RunDelaySample, SegmentSample, MAX_SAMPLES_PER_REQUEST,
+};
+use settlement::Settlement;
 
 /// The headline numbers of a run. Field names are part of the CLI's JSON interface.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -312,94 +112,6 @@ pub struct RunAnalysis {
     /// once all their events are in ([`RunAnalysis::retire_when_settled`]); `None`: any
     /// finished request may be retired.
     settlement: Option<Box<Settlement>>,
-}
-
-/// How far the producers of a run's events have got. The probe's threads hand their events
-/// over in batches (a thousand events, or 10 ms), one producer at a time: with several
-/// connections the server's events of a request can arrive after thousands of other requests
-/// have finished, and a request retired before them would be summarized without its server
-/// side's reads.
-#[derive(Debug, Default)]
-struct Settlement {
-    /// Per connection, the highest request id the server's own thread has finished a write for
-    /// (its answer's last event but the boundary samples after it); `u32::MAX` once it closed
-    /// the connection. Its events arrive in the order it recorded them: once a later
-    /// request's write is in, all of an earlier request's events are.
-    server: SideMap<u32>,
-    /// Whether the run records its server's events (a run of ackscope's own client and server:
-    /// then from the start, before the first arrives), or a server event has arrived. A
-    /// recording with no server side has none to wait for.
-    server_seen: bool,
-    /// The latest captured segment's time, per sending side (client, server), once one has
-    /// arrived: a run without capture has none to wait for. The capture hands its segments
-    /// over in the order they were sent.
-    segments_ns: [Option<u64>; 2],
-    /// Per connection, the latest request its client began, and when. A segment belongs to
-    /// the request begun last before it was sent, so every segment of an earlier request was
-    /// sent before that time.
-    started: SideMap<(u32, u64)>,
-}
-
-/// For a connection's last request (no later one begun), how long after its end segments of it
-/// may still be sent: Linux's longest delayed ACK (TCP_DELACK_MAX, 200 ms).
-const SEGMENTS_AFTER_NS: u64 = 200_000_000;
-
-impl Settlement {
-    /// A write returned (`closed`: the side closed the connection). Only the server's are
-    /// counted: a client's part of a request ends with its own `RequestDone`. Noted for these
-    /// two events alone, so that every other event's path costs what it did.
-    fn wrote(&mut self, event: &Event, closed: bool) {
-        if event.side != Side::Server {
-            return;
-        }
-        self.server_seen = true;
-        let progress = self.server.get_or_insert_with((event.conn, Side::Server), || 0);
-        *progress = if closed { u32::MAX } else { (*progress).max(event.req.0) };
-    }
-
-    /// A client began request `event.req`.
-    fn started(&mut self, event: &Event) {
-        let latest = self.started.get_or_insert_with((event.conn, Side::Client), || (0, 0));
-        if event.req.0 >= latest.0 {
-            *latest = (event.req.0, event.at_ns);
-        }
-    }
-
-    /// A segment `event` was captured.
-    fn segment(&mut self, event: &Event) {
-        let side = match event.side {
-            Side::Client => 0,
-            Side::Server => 1,
-        };
-        let latest = &mut self.segments_ns[side];
-        *latest = Some(latest.map_or(event.at_ns, |at| at.max(event.at_ns)));
-    }
-
-    /// Whether every event of request `req`, finished at `done_ns` on connection `conn`, has
-    /// arrived.
-    fn settled(&self, req: ReqId, conn: Option<ConnId>, done_ns: u64) -> bool {
-        let server_in = !self.server_seen
-            || conn
-                .and_then(|conn| self.server.get(&(conn, Side::Server)))
-                .is_some_and(|&at| at > req.0);
-        // Segments of this request were all sent before a later one began on its connection;
-        // after the last, the delayed ACK's longest wait bounds them.
-        let later_start = conn
-            .and_then(|conn| self.started.get(&(conn, Side::Client)))
-            .filter(|&&(latest, _)| latest > req.0)
-            .map(|&(_, at)| at);
-        let after = later_start.unwrap_or(done_ns.saturating_add(SEGMENTS_AFTER_NS));
-        let segments_in = self.segments_ns.iter().all(|at| at.is_none_or(|at| at >= after));
-        server_in && segments_in
-    }
-
-    /// Forgets a closed connection that no held request is on.
-    fn forget(&mut self, conn: ConnId) {
-        for side in [Side::Client, Side::Server] {
-            self.server.remove(&(conn, side));
-            self.started.remove(&(conn, side));
-        }
-    }
 }
 
 /// What the summary still needs of retired requests.
