@@ -1,17 +1,20 @@
-//! The layers check of `cargo xtask test`: the modules of `shared` must form a DAG (each uses
-//! only modules below it, as its crate docs list them). A module's uses are the `crate::NAME`
-//! paths in its code outside its `#[cfg(test)] mod tests` (tests may reach anywhere) and
-//! outside comments.
+//! The layers check of `cargo xtask test`: the modules of `shared`, and those of the web app's
+//! timeline, must form a DAG (each uses only modules below it, as their docs list them). A
+//! module's uses are the paths to its siblings in its code (`crate::NAME` in `shared`,
+//! `super::NAME` or `crate::timeline::NAME` in the timeline) outside its `#[cfg(test)] mod
+//! tests` (tests may reach anywhere) and outside comments.
 
 use std::collections::BTreeMap;
 use std::fs;
 use std::path::Path;
 
-/// The crates whose top-level modules are checked.
-pub const CHECKED: [&str; 1] = ["shared/src"];
+/// The folders whose modules are checked, each with the path prefixes that name a sibling.
+pub const CHECKED: [(&str, &[&str]); 2] =
+    [("shared/src", &["crate::"]), ("web/src/timeline", &["super::", "crate::timeline::"])];
 
-/// Each top-level module of the crate at `src` and the modules of the same crate it uses.
-pub fn module_uses(src: &Path) -> Result<BTreeMap<String, Vec<String>>, String> {
+/// Each module in the folder `src` and the modules of the same folder it uses, named by the
+/// path `prefixes`.
+pub fn module_uses(src: &Path, prefixes: &[&str]) -> Result<BTreeMap<String, Vec<String>>, String> {
     let mut uses = BTreeMap::new();
     let entries = fs::read_dir(src).map_err(|e| format!("reading {}: {e}", src.display()))?;
     for entry in entries {
@@ -23,7 +26,8 @@ pub fn module_uses(src: &Path) -> Result<BTreeMap<String, Vec<String>>, String> 
             _ => continue,
         };
         let name = name.and_then(|n| n.to_str()).unwrap_or_default().to_string();
-        if name == "lib" || name == "main" {
+        // The folder's root declares its modules; it is not one of them.
+        if name == "lib" || name == "main" || name == "mod" {
             continue;
         }
         let mut code = String::new();
@@ -36,7 +40,7 @@ pub fn module_uses(src: &Path) -> Result<BTreeMap<String, Vec<String>>, String> 
                 .map_err(|e| format!("reading {}: {e}", file.display()))?;
             code.push_str(&code_of(&text));
         }
-        let mut used = crate_paths(&code);
+        let mut used = sibling_paths(&code, prefixes);
         used.retain(|used| used != &name);
         uses.insert(name, used);
     }
@@ -72,20 +76,22 @@ fn code_of(text: &str) -> String {
         .join("\n")
 }
 
-/// The first segment of every `crate::...` path in `code`, `crate::{a, b::c}` included; sorted,
+/// The first segment after any of `prefixes` in `code` (`crate::{a, b::c}` included); sorted,
 /// each once.
-fn crate_paths(code: &str) -> Vec<String> {
+fn sibling_paths(code: &str, prefixes: &[&str]) -> Vec<String> {
     let mut found = Vec::new();
     let ident = |s: &str| -> String {
         s.trim().chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '_').collect()
     };
-    for (at, _) in code.match_indices("crate::") {
-        let rest = &code[at + "crate::".len()..];
-        if let Some(group) = rest.strip_prefix('{') {
-            let group = &group[..group.find('}').unwrap_or(group.len())];
-            found.extend(group.split(',').map(ident).filter(|name| !name.is_empty()));
-        } else {
-            found.push(ident(rest));
+    for prefix in prefixes {
+        for (at, _) in code.match_indices(prefix) {
+            let rest = &code[at + prefix.len()..];
+            if let Some(group) = rest.strip_prefix('{') {
+                let group = &group[..group.find('}').unwrap_or(group.len())];
+                found.extend(group.split(',').map(ident).filter(|name| !name.is_empty()));
+            } else {
+                found.push(ident(rest));
+            }
         }
     }
     found.retain(|name| !name.is_empty());
@@ -147,13 +153,13 @@ pub fn find_cycle(uses: &BTreeMap<String, Vec<String>>) -> Option<Vec<String>> {
 /// Fails with the cycle found, naming its modules in order.
 pub fn check(root: &Path) -> Result<usize, String> {
     let mut modules = 0;
-    for src in CHECKED {
-        let uses = module_uses(&root.join(src))?;
+    for (src, prefixes) in CHECKED {
+        let uses = module_uses(&root.join(src), prefixes)?;
         modules += uses.len();
         if let Some(cycle) = find_cycle(&uses) {
             return Err(format!(
                 "{src}: a module cycle came back: {}. Move what both need into a module below \
-                 them (the crate docs list the layers)",
+                 them (the module docs list the layers)",
                 cycle.join(" -> ")
             ));
         }
@@ -187,13 +193,18 @@ mod tests {
     fn uses_are_read_from_code_not_from_tests_or_comments() {
         let text = "use crate::{event::Event, stats};\n// crate::wire in a comment\n\
                     fn f() { crate::span::Span::new(); }\n#[cfg(test)]\nmod tests { use crate::reduce; }";
-        assert_eq!(crate_paths(&code_of(text)), ["event", "span", "stats"]);
+        assert_eq!(sibling_paths(&code_of(text), &["crate::"]), ["event", "span", "stats"]);
+        let timeline = "use super::scale::Scale;\nuse crate::timeline::{layout, rows::Row};";
+        assert_eq!(
+            sibling_paths(&code_of(timeline), &["super::", "crate::timeline::"]),
+            ["layout", "rows", "scale"]
+        );
     }
 
     #[test]
-    fn the_shared_crate_has_no_module_cycle() {
+    fn the_shared_crate_and_the_timeline_have_no_module_cycle() {
         let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("inside the workspace");
-        let modules = check(root).expect("no cycle");
-        assert!(modules > 20, "read the shared crate's {modules} modules");
+        let modules = check(root).unwrap_or_else(|cycle| panic!("{cycle}"));
+        assert!(modules > 30, "read the {modules} modules of shared and the timeline");
     }
 }

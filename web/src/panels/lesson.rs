@@ -17,7 +17,7 @@ use crate::js::Debounce;
 use crate::lessons::{self, recording_name, recording_url};
 use crate::state::{AppState, Run, RunKey};
 use crate::store::Store;
-use crate::timeline::render::PLOT_WIDTH;
+use crate::timeline::model::PLOT_WIDTH;
 use crate::timeline::rows::Filter;
 use crate::timeline::scale::Scale;
 use crate::timeline::view::{Mode, ViewState};

@@ -9,7 +9,7 @@ use web_sys::HtmlInputElement;
 use ackscope_shared::overview::extent_ns;
 
 use super::layout::class_word;
-use super::render::{RowList, RunFacts, PAGE_ROWS};
+use super::model::{RowList, RunFacts, PAGE_ROWS};
 use super::rows::{step_stall, Filter, CLASSES};
 use super::scale::Scale;
 use super::view::{Mode, ViewState};

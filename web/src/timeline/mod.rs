@@ -7,6 +7,8 @@
 //! - [`lod`]: level of detail: the worst mark of every pixel is kept.
 //! - [`rows`]: which requests are rows (filters), and finding the slowest and the stalls.
 //! - [`view`]: the view state and what each key does to it.
+//! - [`model`]: what the panel is computed from and shows (the run's facts, the row list, a page
+//!   of the plot) and the plot's sizes; every part of the panel reads it, none of them it.
 //!
 //! In the browser: [`canvas`] paints the marks, [`render`] is the panel (canvas plus DOM), with
 //! `find` (filters, go to, next slowest, stall steps), `overview` (the strip of the whole run),
@@ -17,6 +19,7 @@ pub mod clock;
 mod find;
 pub mod layout;
 pub mod lod;
+pub mod model;
 pub mod overview;
 mod png;
 pub mod render;

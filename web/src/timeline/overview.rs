@@ -8,7 +8,7 @@ use leptos::html::Canvas;
 use leptos::prelude::*;
 
 use super::canvas::{paint, Frame, Rect};
-use super::render::{RowList, RunFacts, CANVAS_WIDTH, GUTTER, PAGE_ROWS, PLOT_WIDTH};
+use super::model::{RowList, RunFacts, CANVAS_WIDTH, GUTTER, PAGE_ROWS, PLOT_WIDTH};
 use super::scale::format_duration;
 use super::view::{Mode, ViewState};
 use crate::store::Store;

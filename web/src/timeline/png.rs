@@ -3,7 +3,7 @@
 use wasm_bindgen::JsCast;
 
 use super::layout::{Anchor, LabelKind};
-use super::render::{Page, GUTTER, MAX_TICK_INTERVALS};
+use super::model::{Page, GUTTER, MAX_TICK_INTERVALS};
 
 /// Saves the visible view as a PNG: the axis, the canvas's marks, and the page's text (request
 /// numbers, lane names, stall labels) painted over them, as the screen shows them.

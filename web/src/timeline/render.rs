@@ -1,7 +1,8 @@
 //! Draws the selected run's timeline: data marks on one canvas, text and controls in the DOM.
 //!
 //! One file, though long: the timeline's component, its input handling and its painting share
-//! one view state; the geometry is `scale` and `layout`, the marks' level of detail `lod`.
+//! one view state; what it shows is `model`, the geometry `scale` and `layout`, the marks' level
+//! of detail `lod`.
 //!
 //! Only the visible page is laid out (twenty rows, or the visible lanes at two marks per pixel),
 //! so the cost of a frame does not grow with the run. Rows and labels of the page are DOM
@@ -19,70 +20,20 @@ use super::canvas::{fill_of, paint, Frame, Rect};
 use super::clock::{layout_lanes, Lanes, LANE_ROW};
 use super::find::{fit_selection, step_to_stall, FindBar};
 use super::layout::{
-    class_word, layout_page, Anchor, Label, LabelKind, Mark, RowLayout, RIGHT_MARGIN, ROW_HEIGHT,
+    class_word, layout_page, Anchor, Label, LabelKind, Mark, RowLayout, ROW_HEIGHT,
+};
+use super::model::{
+    Page, RowList, RunFacts, RunLanes, CANVAS_WIDTH, GUTTER, MAX_TICK_INTERVALS, PAGE_ROWS,
+    PLOT_WIDTH,
 };
 use super::overview::Overview;
 use super::png::export_png;
-use super::rows::{Facts, Filter, RowSet};
+use super::rows::Filter;
 use super::scale::{format_duration, Scale};
 use super::tables::Tables;
 use super::view::{key_action, Action, Mode, ViewState, KEY_HELP};
 use crate::state::RunKey;
 use crate::store::Store;
-
-/// Room left of the plot for the request number (or the lane's name).
-pub const GUTTER: f64 = 88.0;
-/// The plot itself: time maps onto this many pixels.
-pub const PLOT_WIDTH: f64 = 720.0;
-pub const CANVAS_WIDTH: f64 = GUTTER + PLOT_WIDTH + RIGHT_MARGIN;
-/// Rows on one page of the plot.
-pub const PAGE_ROWS: usize = 20;
-pub(super) const MAX_TICK_INTERVALS: u64 = 6;
-
-/// What the views of one run are computed from, cheap to compare: recomputed only when the run
-/// or its event count changes, not on every redraw of the page.
-#[derive(Clone, Debug)]
-pub struct RunFacts {
-    pub key: RunKey,
-    pub events: u64,
-    pub facts: Arc<Facts>,
-    /// The aligned view's fitted scale.
-    pub home: Scale,
-}
-
-impl PartialEq for RunFacts {
-    fn eq(&self, other: &Self) -> bool {
-        self.key == other.key && self.events == other.events
-    }
-}
-
-/// The run-clock lanes of a run, with what they were made from.
-#[derive(Clone, Debug)]
-struct RunLanes {
-    key: RunKey,
-    events: u64,
-    lanes: Arc<Lanes>,
-}
-
-impl PartialEq for RunLanes {
-    fn eq(&self, other: &Self) -> bool {
-        self.key == other.key && self.events == other.events
-    }
-}
-
-/// The row list the filter keeps, with what it was made from.
-#[derive(Clone, Debug, Default)]
-pub struct RowList {
-    pub of: Option<(RunKey, u64)>,
-    pub filter: Filter,
-    pub rows: RowSet,
-}
-
-impl PartialEq for RowList {
-    fn eq(&self, other: &Self) -> bool {
-        self.of == other.of && self.filter == other.filter
-    }
-}
 
 /// The selected run's facts, kept by the run ([`crate::state::Run::facts`]): brought up to date
 /// only when its events change.
@@ -116,24 +67,6 @@ pub fn row_list(facts: Memo<Option<RunFacts>>, filter: RwSignal<Filter>) -> Memo
             None => RowList::default(),
         })
     })
-}
-
-/// What one page of the plot shows.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub(super) struct Page {
-    pub(super) frame: Frame,
-    pub(super) rows: Vec<RowLayout>,
-    pub(super) lanes: Vec<(f64, String)>,
-    pub(super) scale: Option<Scale>,
-    /// The whole domain: what zooming out and panning stop at.
-    pub(super) home: Option<Scale>,
-    /// Rows (or lanes) in all, and the first shown.
-    pub(super) total: usize,
-    pub(super) top: usize,
-    pub(super) stalled_marks: usize,
-    pub(super) waited_marks: usize,
-    /// For the run-clock view: the request of each drawn bar, to select by clicking.
-    pub(super) hits: Vec<(Rect, u32)>,
 }
 
 #[component]

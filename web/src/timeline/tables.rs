@@ -5,7 +5,7 @@ use leptos::prelude::*;
 
 use super::find::select_request;
 use super::layout::class_word;
-use super::render::{RowList, RunFacts};
+use super::model::{RowList, RunFacts};
 use super::rows::{Filter, Wait};
 use super::scale::format_duration;
 use super::view::ViewState;
