@@ -120,7 +120,16 @@ fn doubling_a_crafted_file_at_most_doubles_the_readers_time_and_never_their_memo
                 full.extend(&args[1..]);
                 cost_of(&full)
             };
-            let (once, twice) = (cost(&files[0]), cost(&files[1]));
+            let (mut once, mut twice) = (cost(&files[0]), cost(&files[1]));
+            // Below 50 ms a CPU time is mostly start-up and the clock's grain.
+            let linear = |once: Cost, twice: Cost| twice.cpu_s <= 3.0 * once.cpu_s.max(0.05);
+            if !linear(once, twice) {
+                // A loaded machine slows one run now and then (cache misses, a migration):
+                // measured again, the least CPU of each size is the work's own.
+                let (again_once, again_twice) = (cost(&files[0]), cost(&files[1]));
+                once.cpu_s = once.cpu_s.min(again_once.cpu_s);
+                twice.cpu_s = twice.cpu_s.min(again_twice.cpu_s);
+            }
             let line = format!(
                 "{:<28} {name:<18} cpu {:.3} s -> {:.3} s, peak {:.1} MB -> {:.1} MB",
                 crafted.name(),
@@ -129,8 +138,7 @@ fn doubling_a_crafted_file_at_most_doubles_the_readers_time_and_never_their_memo
                 once.peak_mb,
                 twice.peak_mb
             );
-            // Below 50 ms a CPU time is mostly start-up and the clock's grain.
-            let time_ok = twice.cpu_s <= 3.0 * once.cpu_s.max(0.05);
+            let time_ok = linear(once, twice);
             // Flat, with room for allocator noise and the output's buffers.
             let memory_ok = twice.peak_mb <= 1.3 * once.peak_mb + 4.0;
             if !(time_ok && memory_ok) {

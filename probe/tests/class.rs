@@ -1,8 +1,7 @@
-//! `ackscope class` against raw WebSocket clients: what the room lets in, and what only the
-//! presenter may do, whatever a page sends.
+//! `ackscope class` against scripted WebSocket clients: what the room lets in, and what only
+//! the presenter may do, whatever a page sends.
 
-use std::io::{BufRead, BufReader, Read};
-use std::net::TcpStream;
+use std::io::{BufRead, BufReader, ErrorKind};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
@@ -11,7 +10,7 @@ use ackscope_shared::{RrSpec, Scenario};
 
 mod common;
 
-use common::{next_message, open_page, send_frame};
+use common::{next_message, open_page, send_frame, Page};
 
 /// A room on a free loopback port: the process, its address, the room code and the secret.
 struct Class {
@@ -49,17 +48,20 @@ fn start_class() -> Class {
     Class { child, addr: addr.into(), code: code.into(), secret: secret.into() }
 }
 
-/// The status line the probe answers a WebSocket upgrade of `path` with.
-fn upgrade_status(addr: &str, path: &str) -> String {
-    let (_, head) = common::upgrade(addr, path);
-    head.lines().next().unwrap_or_default().to_string()
+/// The status the probe answers a WebSocket upgrade of `path` with (101: let in).
+fn upgrade_status(addr: &str, path: &str) -> u16 {
+    match common::try_open_page(addr, path) {
+        Ok(_) => 101,
+        Err(tungstenite::Error::Http(response)) => response.status().as_u16(),
+        Err(e) => panic!("{path}: neither let in nor refused: {e}"),
+    }
 }
 
-/// The first `Rejected` the probe sends on `stream`, skipping the session's own messages.
-fn rejected(stream: &mut TcpStream) -> String {
-    stream.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+/// The first `Rejected` the probe sends on `page`, skipping the session's own messages.
+fn rejected(page: &mut Page) -> String {
+    page.get_ref().set_read_timeout(Some(Duration::from_secs(10))).unwrap();
     loop {
-        if let ToBrowser::Rejected { reason } = next_message(stream) {
+        if let ToBrowser::Rejected { reason } = next_message(page) {
             return reason;
         }
     }
@@ -73,20 +75,15 @@ fn state(step: u32) -> ClassState {
 /// The room's state a newly joined page is given, if any, within a second.
 fn state_given_to_a_new_page(class: &Class) -> Option<ClassState> {
     let mut page = open_page(&class.addr, &format!("/ws?room={}", class.code));
-    page.set_read_timeout(Some(Duration::from_secs(1))).unwrap();
-    let mut bytes = Vec::new();
+    page.get_ref().set_read_timeout(Some(Duration::from_secs(1))).unwrap();
     // Hello and Stream first; the room's state, if there is one, right after them.
     for _ in 0..3 {
-        let mut head = [0u8; 2];
-        if page.read_exact(&mut head).is_err() {
-            break;
-        }
-        let len = usize::from(head[1] & 0x7f);
-        assert!(len < 126, "a short message");
-        bytes.resize(len, 0);
-        page.read_exact(&mut bytes).unwrap();
-        if let Ok(ToBrowser::ClassState(state)) = ackscope_shared::wire::decode(&bytes) {
-            return Some(state);
+        // An error here is the second gone by with nothing more.
+        let Ok(message) = page.read() else { break };
+        if let tungstenite::Message::Binary(bytes) = message {
+            if let Ok(ToBrowser::ClassState(state)) = ackscope_shared::wire::decode(&bytes) {
+                return Some(state);
+            }
         }
     }
     None
@@ -97,9 +94,9 @@ fn a_page_needs_the_room_code() {
     let class = start_class();
     for path in ["/ws", "/ws?room=", "/ws?room=WRONG1"] {
         let status = upgrade_status(&class.addr, path);
-        assert!(status.contains("403"), "{path}: {status}");
+        assert_eq!(status, 403, "{path}");
     }
-    assert!(upgrade_status(&class.addr, &format!("/ws?room={}", class.code)).contains("101"));
+    assert_eq!(upgrade_status(&class.addr, &format!("/ws?room={}", class.code)), 101);
 }
 
 #[test]
@@ -129,16 +126,27 @@ fn only_the_presenter_moves_the_room_or_starts_runs() {
 fn a_page_sending_faster_than_a_person_is_disconnected() {
     let class = start_class();
     let mut page = open_page(&class.addr, &format!("/ws?room={}", class.code));
-    let secret = ToProbe::Present { secret: "x".into() };
+    let secret = tungstenite::Message::Binary(
+        ackscope_shared::wire::encode(&ToProbe::Present { secret: "x".into() }).into(),
+    );
     for _ in 0..60 {
         // The probe may close the connection before the last ones are written.
-        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            send_frame(&mut page, &secret)
-        }));
+        let _ = page.send(secret.clone());
     }
-    page.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-    let mut rest = Vec::new();
-    let closed = page.read_to_end(&mut rest).is_ok();
+    page.get_ref().set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    // The messages the probe sent before it closed, then the end of the connection; a read
+    // that times out is an open connection.
+    let closed = loop {
+        match page.read() {
+            Ok(_) => continue,
+            Err(tungstenite::Error::Io(e))
+                if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) =>
+            {
+                break false
+            }
+            Err(_) => break true,
+        }
+    };
     assert!(closed, "more than 50 messages in a second closed the connection");
 }
 
@@ -148,7 +156,7 @@ fn a_page_sending_faster_than_a_person_is_disconnected() {
 fn a_full_room_says_so_to_the_next_page_and_still_takes_the_presenter() {
     let class = start_class();
     let student = format!("/ws?room={}", class.code);
-    let mut pages: Vec<TcpStream> = (0..ackscope_probe::serve::room::MAX_STUDENTS)
+    let mut pages: Vec<Page> = (0..ackscope_probe::serve::room::MAX_STUDENTS)
         .map(|_| open_page(&class.addr, &student))
         .collect();
     let mut one_more = open_page(&class.addr, &student);
@@ -159,7 +167,7 @@ fn a_full_room_says_so_to_the_next_page_and_still_takes_the_presenter() {
     send_frame(&mut presenter, &ToProbe::Present { secret: class.secret.clone() });
     send_frame(&mut presenter, &ToProbe::ClassState(state(2)));
     let first = &mut pages[0];
-    first.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    first.get_ref().set_read_timeout(Some(Duration::from_secs(10))).unwrap();
     let moved = loop {
         if let ToBrowser::ClassState(state) = next_message(first) {
             break state;

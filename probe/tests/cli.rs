@@ -220,9 +220,9 @@ fn with_recording_off_the_throughput_is_still_measured() {
 /// app and played for the wrong step); another lesson's recordings are left alone.
 #[test]
 fn recording_a_lesson_keeps_only_its_steps_recordings() {
-    let dir = common::temp("cli", "record-lesson");
+    let dir = common::temp_folder("cli");
     let out = dir.join("recordings");
-    std::fs::create_dir_all(&out).unwrap();
+    std::fs::create_dir(&out).unwrap();
     let lesson = dir.join("demo.lesson");
     // A step may give a whole spec: the one `--print-spec` prints, on one line.
     let printed = ackscope(&["run", "story1", "--nodelay", "both", "--print-spec"]);
@@ -251,5 +251,4 @@ fn recording_a_lesson_keeps_only_its_steps_recordings() {
     assert!(!out.join("demo-1.ackscope").exists(), "step 1 runs nothing: its old file goes");
     assert!(!out.join("demo-5.ackscope").exists(), "there is no step 5");
     assert!(out.join("other-1.ackscope").exists(), "another lesson's recording stays");
-    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -12,7 +12,7 @@ use ackscope_shared::report::RunReport;
 mod common;
 
 use common::{
-    ackscope, next_message, open_page, s, send_frame, start_from_a_page, text, ui_server,
+    ackscope, next_message, open_page, s, send_frame, start_from_a_page, text, ui_server, Page,
 };
 
 fn temp(name: &str) -> common::Scratch {
@@ -564,7 +564,7 @@ fn stop_from_a_page_ends_the_run_and_keeps_its_events() {
         ..BulkSpec::default()
     });
     let mut page = start_from_a_page(&addr, &ToProbe::StartRun { spec });
-    page.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    page.get_ref().set_read_timeout(Some(Duration::from_secs(10))).unwrap();
     std::thread::sleep(Duration::from_millis(700));
     let asked = Instant::now();
     send_frame(&mut page, &ToProbe::StopRun);
@@ -654,7 +654,7 @@ fn a_kept_alive_connection_must_send_each_requests_headers_in_time_but_a_websock
     let spec =
         Scenario::Rr(RrSpec { requests: 3, nodelay: PerSide::both(true), ..RrSpec::default() });
     common::send_frame(&mut page, &ToProbe::StartRun { spec });
-    page.set_read_timeout(Some(Duration::from_secs(15))).unwrap();
+    page.get_ref().set_read_timeout(Some(Duration::from_secs(15))).unwrap();
     while !matches!(common::next_message(&mut page), ToBrowser::RunStarted { .. }) {}
     common::interrupt(ui.id());
     let _ = ui.wait();
@@ -695,7 +695,7 @@ fn a_page_cut_off_mid_run_resumes_where_it_was_and_loses_no_event() {
         ..RrSpec::default()
     });
     let mut page = start_from_a_page(&addr, &ToProbe::StartRun { spec });
-    page.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    page.get_ref().set_read_timeout(Some(Duration::from_secs(30))).unwrap();
     let stream_id = loop {
         if let ToBrowser::Stream { id, resumed } = next_message(&mut page) {
             assert!(!resumed, "a first connection starts from the beginning");
@@ -720,13 +720,13 @@ fn a_page_cut_off_mid_run_resumes_where_it_was_and_loses_no_event() {
     };
     let path = format!("/ws?resume={point}");
     let mut page = open_page(&addr, &path);
-    page.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    page.get_ref().set_read_timeout(Some(Duration::from_secs(30))).unwrap();
     assert!(matches!(next_message(&mut page), ToBrowser::Hello(_)));
     assert_eq!(next_message(&mut page), ToBrowser::Stream { id: stream_id, resumed: true });
     let rest = events_until_finished(&mut page);
     // A page that opens now gets the whole run: the truth to compare with.
     let mut fresh = open_page(&addr, "/ws");
-    fresh.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    fresh.get_ref().set_read_timeout(Some(Duration::from_secs(30))).unwrap();
     let whole = events_until_finished(&mut fresh);
     let _ = ui.kill();
     let _ = ui.wait();
@@ -737,7 +737,7 @@ fn a_page_cut_off_mid_run_resumes_where_it_was_and_loses_no_event() {
 }
 
 /// Every event of the stream's runs until its first run ends.
-fn events_until_finished(page: &mut TcpStream) -> Vec<ackscope_shared::Event> {
+fn events_until_finished(page: &mut Page) -> Vec<ackscope_shared::Event> {
     use ackscope_shared::wire::ToBrowser;
     let mut events = Vec::new();
     loop {

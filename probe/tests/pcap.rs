@@ -168,8 +168,7 @@ fn one_packet_pcap() -> Vec<u8> {
 /// capture it had just read.
 #[test]
 fn import_never_writes_over_its_input() {
-    let dir = temp("import-input");
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = common::temp_folder("pcap-test");
     let capture = dir.join("x.ackscope");
     std::fs::write(&capture, one_packet_pcap()).unwrap();
 
@@ -185,5 +184,4 @@ fn import_never_writes_over_its_input() {
     let err = text(&refused.stderr);
     assert!(err.contains("written over the capture") && err.contains("-o"), "{err}");
     assert_eq!(std::fs::read(&capture).unwrap(), one_packet_pcap(), "still untouched");
-    let _ = std::fs::remove_dir_all(&dir);
 }

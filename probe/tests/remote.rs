@@ -582,7 +582,7 @@ fn a_page_starts_a_run_against_a_remote_server_and_sees_both_sides() {
     let spec = Scenario::Rr(RrSpec { requests: 20, ..RrSpec::default() });
     let start = ToProbe::StartRemoteRun { spec, server: addr, token };
     let mut page = common::start_from_a_page(&ui_addr, &start);
-    page.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    page.get_ref().set_read_timeout(Some(Duration::from_secs(30))).unwrap();
     let (mut clock, mut server_reads, mut done) = (None, 0, 0);
     let outcome = loop {
         match common::next_message(&mut page) {

@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use fantoccini::{Client, ClientBuilder};
+use tempfile::TempDir;
 
 /// A child process killed when the test ends, however it ends.
 pub struct Reaped(pub Child);
@@ -51,7 +52,7 @@ fn free_port() -> Result<u16> {
     Ok(TcpListener::bind((Ipv4Addr::LOCALHOST, 0))?.local_addr()?.port())
 }
 
-pub async fn start_browser() -> Result<(Reaped, Client, tempdir::TempDir)> {
+pub async fn start_browser() -> Result<(Reaped, Client, TempDir)> {
     let port = free_port()?;
     let driver = Command::new("chromedriver")
         .arg(format!("--port={port}"))
@@ -66,7 +67,7 @@ pub async fn start_browser() -> Result<(Reaped, Client, tempdir::TempDir)> {
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    let profile = tempdir::TempDir::new()?;
+    let profile = scratch_dir()?;
     let args = [
         "--headless".to_string(),
         "--no-sandbox".into(),
@@ -97,7 +98,7 @@ pub async fn start_browser() -> Result<(Reaped, Client, tempdir::TempDir)> {
 }
 
 /// Where the browser of [`start_browser`] saves what a page downloads.
-pub fn downloads(profile: &tempdir::TempDir) -> PathBuf {
+pub fn downloads(profile: &TempDir) -> PathBuf {
     profile.path().join("downloads")
 }
 
@@ -163,31 +164,8 @@ pub fn repo_root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
 }
 
-/// A temporary directory removed on drop (no crate needed for this much).
-pub mod tempdir {
-    use std::path::{Path, PathBuf};
-
-    pub struct TempDir(PathBuf);
-
-    impl TempDir {
-        pub fn new() -> std::io::Result<TempDir> {
-            let nanos = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| d.as_nanos());
-            let path =
-                std::env::temp_dir().join(format!("ackscope-e2e-{}-{nanos}", std::process::id()));
-            std::fs::create_dir_all(&path)?;
-            Ok(TempDir(path))
-        }
-
-        pub fn path(&self) -> &Path {
-            &self.0
-        }
-    }
-
-    impl Drop for TempDir {
-        fn drop(&mut self) {
-            let _ = std::fs::remove_dir_all(&self.0);
-        }
-    }
+/// A folder of its own, `ackscope-e2e-RANDOM` under the system's temporary folder, removed
+/// when dropped.
+pub fn scratch_dir() -> std::io::Result<TempDir> {
+    TempDir::with_prefix("ackscope-e2e-")
 }

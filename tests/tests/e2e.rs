@@ -413,7 +413,7 @@ async fn selected_request(client: &Client) -> Result<u32> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_million_request_session_opens_and_its_slowest_request_is_one_click_away() -> Result<()> {
     const COUNT: u32 = 1_000_000;
-    let dir = ackscope_tests::tempdir::TempDir::new()?;
+    let dir = ackscope_tests::scratch_dir()?;
     let file = dir.path().join("big.ackscope");
     let recorded = std::process::Command::new(ackscope_tests::ackscope_bin()?)
         .args(["run", "rr", "--count", &COUNT.to_string(), "--nodelay", "both", "-o"])
@@ -537,7 +537,7 @@ fn nagle_capture() -> Vec<u8> {
 /// pcapng with each stall's explanation on its packet.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_capture_opens_on_the_page_with_the_stalls_import_names_and_exports() -> Result<()> {
-    let dir = ackscope_tests::tempdir::TempDir::new()?;
+    let dir = ackscope_tests::scratch_dir()?;
     let capture = dir.path().join("nagle.pcapng");
     std::fs::write(&capture, nagle_capture())?;
     let imported = std::process::Command::new(ackscope_tests::ackscope_bin()?)
@@ -685,7 +685,7 @@ async fn open_and_wait(client: &Client, file: &std::path::Path, requests: u32) -
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_page_shows_the_numbers_the_command_line_prints_for_each_source() -> Result<()> {
     use ackscope_shared::report::RunReport;
-    let dir = ackscope_tests::tempdir::TempDir::new()?;
+    let dir = ackscope_tests::scratch_dir()?;
     let bin = ackscope_tests::ackscope_bin()?;
     let report_of = |stdout: &[u8]| -> Result<RunReport> {
         let text = String::from_utf8_lossy(stdout);

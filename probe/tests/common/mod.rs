@@ -1,10 +1,9 @@
 //! What the CLI tests share: running the real binary and printing what it said on failure.
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{BufRead, BufReader};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
-use std::sync::atomic::{AtomicUsize, Ordering};
 
 use ackscope_shared::report::RunReport;
 
@@ -79,12 +78,11 @@ pub fn exported_events(file: &str) -> Vec<ackscope_shared::Event> {
 }
 
 /// A test's scratch file or folder: `name` in a folder of its own under the system's temporary
-/// folder (which the unprivileged user some root tests switch to can reach). The folder is
-/// removed when the value is dropped, at the end of the test, unless the test is failing: then
-/// it is kept, and its path printed, for a look. Without this every run of the tests would
-/// leave its sessions and captures behind (tens of MB a run).
+/// folder. The folder is removed when the value is dropped, at the end of the test, unless the
+/// test is failing: then it is kept, and its path printed, for a look. Without this every run of
+/// the tests would leave its sessions and captures behind (tens of MB a run).
 pub struct Scratch {
-    folder: PathBuf,
+    folder: tempfile::TempDir,
     path: PathBuf,
 }
 
@@ -92,25 +90,24 @@ pub struct Scratch {
 #[allow(dead_code)]
 pub fn temp(tag: &str, name: &str) -> Scratch {
     let folder = new_folder(tag);
-    Scratch { path: folder.join(name), folder }
+    Scratch { path: folder.path().join(name), folder }
 }
 
 /// A [`Scratch`] folder of its own, for a test that makes several files.
 #[allow(dead_code)]
 pub fn temp_folder(tag: &str) -> Scratch {
     let folder = new_folder(tag);
-    Scratch { path: folder.clone(), folder }
+    Scratch { path: folder.path().to_path_buf(), folder }
 }
 
-fn new_folder(tag: &str) -> PathBuf {
-    static NEXT: AtomicUsize = AtomicUsize::new(0);
-    let folder = std::env::temp_dir().join(format!(
-        "ackscope-{tag}-{}-{}",
-        std::process::id(),
-        NEXT.fetch_add(1, Ordering::Relaxed)
-    ));
-    std::fs::create_dir_all(&folder).unwrap();
-    folder
+/// A fresh folder `ackscope-TAG-RANDOM` under the system's temporary folder. Its mode is 0777
+/// less the umask (tempfile's default for folders, as `create_dir` makes them), not 0700: with
+/// the usual umask, the unprivileged user some root tests switch to can reach it.
+fn new_folder(tag: &str) -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix(&format!("ackscope-{tag}-"))
+        .tempdir()
+        .unwrap_or_else(|e| panic!("a scratch folder for {tag}: {e}"))
 }
 
 impl std::ops::Deref for Scratch {
@@ -134,10 +131,10 @@ impl AsRef<std::ffi::OsStr> for Scratch {
 
 impl Drop for Scratch {
     fn drop(&mut self) {
+        // The folder itself is removed by its TempDir's own drop, right after this one.
         if std::thread::panicking() {
-            eprintln!("test files kept for a look: {}", self.folder.display());
-        } else {
-            let _ = std::fs::remove_dir_all(&self.folder);
+            self.folder.disable_cleanup(true);
+            eprintln!("test files kept for a look: {}", self.folder.path().display());
         }
     }
 }
@@ -177,80 +174,53 @@ pub fn ui_server() -> (std::process::Child, String) {
     (ui, url.trim_start_matches("http://").trim_end_matches('/').to_string())
 }
 
-/// Sends `message` to the probe's WebSocket on `addr` as its own page would (a raw client: the
-/// handshake, then one masked binary frame). Returns the connection, held open like a tab.
+/// A connection to the probe's WebSocket, as its own page holds one.
 #[allow(dead_code)]
-pub fn start_from_a_page(addr: &str, message: &ackscope_shared::wire::ToProbe) -> TcpStream {
-    let mut stream = open_page(addr, "/ws");
-    send_frame(&mut stream, message);
-    stream
+pub type Page = tungstenite::WebSocket<TcpStream>;
+
+/// Sends `message` to the probe's WebSocket on `addr` as its own page would (the handshake,
+/// then one binary message). Returns the connection, held open like a tab.
+#[allow(dead_code)]
+pub fn start_from_a_page(addr: &str, message: &ackscope_shared::wire::ToProbe) -> Page {
+    let mut page = open_page(addr, "/ws");
+    send_frame(&mut page, message);
+    page
 }
 
 /// The probe's WebSocket at `path` (its query included), opened as its own page would.
 #[allow(dead_code)]
-pub fn open_page(addr: &str, path: &str) -> TcpStream {
-    let (stream, head) = upgrade(addr, path);
-    assert!(head.contains("101"), "{head}");
-    stream
+pub fn open_page(addr: &str, path: &str) -> Page {
+    try_open_page(addr, path).unwrap_or_else(|e| panic!("the WebSocket at {path}: {e}"))
 }
 
-/// Asks for the probe's WebSocket at `path` as its own page would: the connection, and the
-/// head of the probe's answer (`101 Switching Protocols`, or why not).
+/// Asks for the probe's WebSocket at `path` as its own page would, from the probe's own origin:
+/// the connection, or why not (a refusal is [`tungstenite::Error::Http`], with its status).
 #[allow(dead_code)]
-pub fn upgrade(addr: &str, path: &str) -> (TcpStream, String) {
-    let mut stream = TcpStream::connect(addr).unwrap();
-    write!(
-        stream,
-        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
-         Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\
-         Origin: http://{addr}\r\n\r\n"
-    )
-    .unwrap();
-    let mut head = Vec::new();
-    let mut byte = [0u8; 1];
-    while !head.ends_with(b"\r\n\r\n") {
-        stream.read_exact(&mut byte).unwrap();
-        head.push(byte[0]);
+pub fn try_open_page(addr: &str, path: &str) -> Result<Page, tungstenite::Error> {
+    use tungstenite::client::IntoClientRequest;
+    let mut request = format!("ws://{addr}{path}").into_client_request()?;
+    let origin = format!("http://{addr}").parse().expect("an origin is a header value");
+    request.headers_mut().insert("Origin", origin);
+    match tungstenite::client(request, TcpStream::connect(addr)?) {
+        Ok((page, _)) => Ok(page),
+        Err(tungstenite::HandshakeError::Failure(e)) => Err(e),
+        // Only a non-blocking socket is interrupted, and this one blocks.
+        Err(tungstenite::HandshakeError::Interrupted(_)) => unreachable!("a blocking socket"),
     }
-    (stream, text(&head))
 }
 
-/// One masked binary frame, as a browser sends it.
+/// One binary message, as the page sends it.
 #[allow(dead_code)]
-pub fn send_frame(stream: &mut TcpStream, message: &ackscope_shared::wire::ToProbe) {
+pub fn send_frame(page: &mut Page, message: &ackscope_shared::wire::ToProbe) {
     let payload = ackscope_shared::wire::encode(message);
-    let mask = [7u8, 1, 2, 3];
-    let mut frame = vec![0x82u8];
-    assert!(payload.len() < 126, "a short frame");
-    frame.push(0x80 | payload.len() as u8);
-    frame.extend_from_slice(&mask);
-    frame.extend(payload.iter().enumerate().map(|(i, b)| b ^ mask[i % 4]));
-    stream.write_all(&frame).unwrap();
+    page.send(tungstenite::Message::Binary(payload.into())).unwrap();
 }
 
-/// The next message the probe sends on `stream` (unmasked frames), skipping other opcodes.
+/// The next message the probe sends on `page`, skipping other kinds (pings, closes).
 #[allow(dead_code)]
-pub fn next_message(stream: &mut TcpStream) -> ackscope_shared::wire::ToBrowser {
+pub fn next_message(page: &mut Page) -> ackscope_shared::wire::ToBrowser {
     loop {
-        let mut head = [0u8; 2];
-        stream.read_exact(&mut head).unwrap();
-        let len = match head[1] & 0x7f {
-            126 => {
-                let mut len = [0u8; 2];
-                stream.read_exact(&mut len).unwrap();
-                u64::from(u16::from_be_bytes(len))
-            }
-            127 => {
-                let mut len = [0u8; 8];
-                stream.read_exact(&mut len).unwrap();
-                u64::from_be_bytes(len)
-            }
-            len => u64::from(len),
-        };
-        assert!(len < 64 << 20, "a frame of {len} bytes");
-        let mut payload = vec![0u8; len as usize];
-        stream.read_exact(&mut payload).unwrap();
-        if head[0] & 0x0f == 2 {
+        if let tungstenite::Message::Binary(payload) = page.read().unwrap() {
             return ackscope_shared::wire::decode(&payload).unwrap();
         }
     }
