@@ -86,7 +86,7 @@ fn units(crafted: Crafted) -> u64 {
         Crafted::SamplesOfOneOpenRequest => 150_000,
         Crafted::UnsettledRequests => 100_000,
         Crafted::RepeatedFirstStart => 10_000,
-        Crafted::ConnectionPerRequest => 12_000,
+        Crafted::ConnectionPerRequest => 20_000,
         Crafted::OpenRuns => 3_000,
     }
 }

@@ -96,8 +96,17 @@ impl Crafted {
                 }
             }
             Crafted::ConnectionPerRequest => {
-                for req in 0..n {
-                    file.exchange_on_own_connection(req)?;
+                // As the probe hands them over: each side's events in batches of their own, the
+                // server's first (its close of a connection then comes before the client's start
+                // of the request made on it).
+                for first in (0..n).step_by(64) {
+                    let requests = first..(first + 64).min(n);
+                    for side in [Side::Server, Side::Client] {
+                        for req in requests.clone() {
+                            file.exchange_on_own_connection(req, side)?;
+                        }
+                        file.flush()?;
+                    }
                 }
             }
             Crafted::OpenRuns => {
@@ -165,29 +174,37 @@ impl<W: Write> Frames<'_, W> {
         self.frame(&ToBrowser::Events { run: self.run, events })
     }
 
-    /// One request as a `--reconnect-every 1` run records it: both sides connect, the client
-    /// writes 8 bytes, the server reads and answers them, both close.
-    fn exchange_on_own_connection(&mut self, req: u64) -> io::Result<()> {
+    /// One request's events on `side` as a `--reconnect-every 1` run records them: both sides
+    /// connect, the client writes 8 bytes, the server reads and answers them, both close.
+    fn exchange_on_own_connection(&mut self, req: u64, side: Side) -> io::Result<()> {
         let (c, s) = (Side::Client, Side::Server);
         let at = req * 100_000;
         let conn = req;
-        self.event(at, c, conn, req, EventKind::ConnectStart)?;
-        self.event(at + 10_000, c, conn, req, EventKind::Connected)?;
-        self.event(at + 10_500, s, conn, req, EventKind::Accepted)?;
-        self.event(at + 11_000, c, conn, req, EventKind::RequestStart)?;
-        self.event(at + 11_000, s, conn, req, EventKind::ReadStart { len_bytes: 8 })?;
-        self.event(at + 12_000, c, conn, req, EventKind::WriteStart { len_bytes: 8 })?;
-        self.event(at + 13_000, c, conn, req, EventKind::WriteDone { bytes: 8 })?;
-        self.event(at + 13_000, c, conn, req, EventKind::ReadStart { len_bytes: 8 })?;
-        self.event(at + 20_000, s, conn, req, EventKind::ReadDone { bytes: 8 })?;
-        self.event(at + 21_000, s, conn, req, EventKind::WriteStart { len_bytes: 8 })?;
-        self.event(at + 22_000, s, conn, req, EventKind::WriteDone { bytes: 8 })?;
-        self.event(at + 30_000, c, conn, req, EventKind::ReadDone { bytes: 8 })?;
-        self.event(at + 30_500, c, conn, req, EventKind::RequestDone)?;
-        self.event(at + 31_000, c, conn, req, EventKind::Closed)?;
-        self.event(at + 32_000, s, conn, req, EventKind::ReadStart { len_bytes: 8 })?;
-        self.event(at + 33_000, s, conn, req, EventKind::ReadDone { bytes: 0 })?;
-        self.event(at + 34_000, s, conn, req, EventKind::Closed)
+        let events = [
+            (at, c, EventKind::ConnectStart),
+            (at + 10_000, c, EventKind::Connected),
+            (at + 10_500, s, EventKind::Accepted),
+            (at + 11_000, c, EventKind::RequestStart),
+            (at + 11_000, s, EventKind::ReadStart { len_bytes: 8 }),
+            (at + 12_000, c, EventKind::WriteStart { len_bytes: 8 }),
+            (at + 13_000, c, EventKind::WriteDone { bytes: 8 }),
+            (at + 13_000, c, EventKind::ReadStart { len_bytes: 8 }),
+            (at + 20_000, s, EventKind::ReadDone { bytes: 8 }),
+            (at + 21_000, s, EventKind::WriteStart { len_bytes: 8 }),
+            (at + 22_000, s, EventKind::WriteDone { bytes: 8 }),
+            (at + 30_000, c, EventKind::ReadDone { bytes: 8 }),
+            (at + 30_500, c, EventKind::RequestDone),
+            (at + 31_000, c, EventKind::Closed),
+            (at + 32_000, s, EventKind::ReadStart { len_bytes: 8 }),
+            (at + 33_000, s, EventKind::ReadDone { bytes: 0 }),
+            (at + 34_000, s, EventKind::Closed),
+        ];
+        for (at_ns, of, kind) in events {
+            if of == side {
+                self.event(at_ns, of, conn, req, kind)?;
+            }
+        }
+        Ok(())
     }
 }
 

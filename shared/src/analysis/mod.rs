@@ -26,7 +26,7 @@ use crate::spec::{RrSpec, MAX_REQUESTS};
 pub use crate::stats::{ns_to_ms, percentile};
 use crate::write_log::WriteLog;
 use std::cell::Cell;
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
 /// Reads held longer than this are stalls (the summary's "reads blocked longer than 10 ms").
 /// Far above a loopback round trip (tens of microseconds), far below a delayed ACK (40 ms).
@@ -93,8 +93,9 @@ pub struct RunAnalysis {
     /// How many of the held requests, from the oldest, are known to be settled: where the
     /// next [`RunAnalysis::retire`] goes on looking.
     settled_prefix: usize,
-    /// Connections a side closed, whose state is forgotten once no held request is on them.
-    closed: HashSet<ConnId>,
+    /// Connections a side closed, with the latest request a side closed them in: their state is
+    /// forgotten once that request is retired and no held request is on them.
+    closed: HashMap<ConnId, u32>,
     /// Views of retired requests, emptied, for the next requests: their lists keep their
     /// allocations, so a long run's collector does not allocate and free a request's lists
     /// for every request (on the CPU it measures).
@@ -266,7 +267,8 @@ impl RunAnalysis {
                 if let Some(settlement) = &mut self.settlement {
                     settlement.wrote(event, true);
                 }
-                self.closed.insert(event.conn);
+                let latest = self.closed.entry(event.conn).or_insert(event.req.0);
+                *latest = (*latest).max(event.req.0);
             }
             EventKind::Accepted
             | EventKind::SockOpt { .. }
@@ -512,18 +514,22 @@ impl RunAnalysis {
     }
 
     /// Forgets what is kept per connection (offsets, writes, the open call, MSS, RTT, how far
-    /// its server has got) for the closed connections no held request is on: a run that opens
-    /// a connection per request holds the state of the connections still in use, not of every
-    /// connection it ever made. An event that comes for one later starts its state afresh.
+    /// its server has got) for the closed connections whose requests are all retired: a run that
+    /// opens a connection per request holds the state of the connections still in use, not of
+    /// every connection it ever made. The request a side closed the connection in must be
+    /// retired too, not only the requests held: the server's close can arrive before the
+    /// client's start of that request (each side's events come in batches of their own), and
+    /// forgetting then would lose what the request's settlement waits for. An event that comes
+    /// for a forgotten connection later starts its state afresh.
     fn forget_closed_connections(&mut self) {
         if self.closed.is_empty() {
             return;
         }
         let in_use: HashSet<ConnId> = self.requests.iter().filter_map(|r| r.conn).collect();
         let closed = std::mem::take(&mut self.closed);
-        for conn in closed {
-            if in_use.contains(&conn) {
-                self.closed.insert(conn);
+        for (conn, latest) in closed {
+            if in_use.contains(&conn) || latest >= self.base {
+                self.closed.insert(conn, latest);
                 continue;
             }
             for side in [Side::Client, Side::Server] {
