@@ -550,7 +550,10 @@ struct ReadCase {
 
 fn memory_in(steps: &mut Steps, count: u32, dir: &Path) -> Result<(), String> {
     steps.start(&format!("ackscope run rr --count {count}, keep-alive and reconnecting"));
-    steps.note("1,000,000 requests take about a minute each way");
+    steps.note(
+        "1,000,000 requests take about a minute kept alive, several reconnecting (a connection \
+         each: 5 to 50 minutes, as busy as the machine is)",
+    );
     let keep_alive = dir.join("keep-alive.session");
     let (report, peak_rss_kb, file_bytes) = measure_memory(count, &keep_alive, &[])?;
     let reconnecting = dir.join("reconnect-every-1.session");
