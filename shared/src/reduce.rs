@@ -24,7 +24,7 @@ use crate::control::ClockSync;
 use crate::event::{ConnId, Event, EventKind, ReqId, RunId, Side};
 use crate::overview::{self, Overview};
 use crate::packet_stalls;
-use crate::spec::{RrSpec, Scenario};
+use crate::spec::{ImportedConnection, RrSpec, Scenario};
 use crate::wire::{Hello, RunOutcome, ToBrowser};
 
 /// Runs going at once that a reader follows. A recorded file has one at a time (each run's end
@@ -210,15 +210,30 @@ impl ImportedTally {
         &self.rows
     }
 
+    /// Each connection as `show` and the page list it: "conn 1: client A -> server B 13
+    /// segments, 4104 bytes client->server, 4104 bytes server->client". `connections`: the
+    /// import's spec, whose addresses are numbered from 1 as the connection ids are.
+    pub fn connection_lines(&self, connections: &[ImportedConnection]) -> Vec<String> {
+        self.rows
+            .iter()
+            .map(|(conn, segments, bytes)| {
+                let addresses = (conn.0 as usize)
+                    .checked_sub(1)
+                    .and_then(|i| connections.get(i))
+                    .map(|c| format!(" client {} -> server {}", c.client, c.server))
+                    .unwrap_or_default();
+                format!(
+                    "conn {}:{addresses} {segments} segments, {} bytes client->server, {} bytes \
+                     server->client",
+                    conn.0, bytes[0], bytes[1]
+                )
+            })
+            .collect()
+    }
+
     /// The stall classes decided so far (all of them once [`ImportedTally::decide_all`] ran).
     pub fn classes(&self) -> Vec<ClassSummary> {
         self.stalls.summaries_with(&[])
-    }
-
-    /// The connections' rows and the stall classes, every candidate decided.
-    pub fn finish(mut self) -> (Vec<ConnRow>, Vec<ClassSummary>) {
-        self.decide_all();
-        (self.rows, self.stalls.summaries())
     }
 }
 

@@ -173,3 +173,41 @@ pub fn think_time_exchange() -> Vec<Event> {
     script.event(answer + 16 * MS, Client, 0, EventKind::RequestDone);
     script.events
 }
+
+/// A pcapng capture of one conversation (client 127.0.0.1:50000, server 127.0.0.1:8080) with
+/// `exchanges` Nagle x delayed ACK holds on the wire, as tcpdump would write it of a client
+/// that sends a 4-byte length, then a 2048-byte body: the body leaves right after the server's
+/// delayed ACK of the length, 43.6 ms later; then the 2052-byte answer and its ACK. The SYN
+/// handshake first: 3 + 5 x `exchanges` packets.
+pub fn nagle_capture(exchanges: u32) -> Vec<u8> {
+    use crate::event::tcp_flags::{ACK, PSH, SYN};
+    use crate::packet::{synthesize, Packet};
+    use crate::pcap::{linktype, PcapngWriter};
+    use std::net::{IpAddr, Ipv4Addr};
+    let raw = |from_client: bool, flags: u8, seq: u32, ack: u32, len: u32| {
+        let lo = IpAddr::V4(Ipv4Addr::LOCALHOST);
+        let (src_port, dst_port) = if from_client { (50000, 8080) } else { (8080, 50000) };
+        let segment = Segment { flags, seq, ack, len, ..Segment::default() };
+        synthesize(&Packet { src: lo, dst: lo, src_port, dst_port, segment })
+    };
+    let mut file = Vec::new();
+    let mut w = PcapngWriter::new(&mut file);
+    let lo = w.interface("lo", linktype::RAW);
+    let mut t = 1_000_000_000;
+    w.packet(lo, t, &raw(true, SYN, 0, 0, 0), None);
+    w.packet(lo, t + 10_000, &raw(false, SYN | ACK, 0, 1, 0), None);
+    w.packet(lo, t + 20_000, &raw(true, ACK, 1, 1, 0), None);
+    let (mut c, mut s) = (1u32, 1u32);
+    for _ in 0..exchanges {
+        t += 1_000_000;
+        w.packet(lo, t, &raw(true, PSH | ACK, c, s, 4), None);
+        w.packet(lo, t + 43_600_000, &raw(false, ACK, s, c + 4, 0), None);
+        w.packet(lo, t + 43_630_000, &raw(true, PSH | ACK, c + 4, s, 2048), None);
+        c += 2052;
+        w.packet(lo, t + 43_700_000, &raw(false, PSH | ACK, s, c, 2052), None);
+        s += 2052;
+        w.packet(lo, t + 43_750_000, &raw(true, ACK, c, s, 0), None);
+        t += 50_000_000;
+    }
+    file
+}

@@ -495,43 +495,6 @@ async fn a_million_request_session_opens_and_its_slowest_request_is_one_click_aw
     result
 }
 
-/// A pcapng of one conversation with a Nagle x delayed ACK hold on the wire, as tcpdump would
-/// write it of a client that sends a 4-byte length, then a 2048-byte body: the body leaves
-/// right after the server's delayed ACK of the length, 43.6 ms later; then the answer, twice.
-fn nagle_capture() -> Vec<u8> {
-    use ackscope_shared::event::tcp_flags::{ACK, PSH, SYN};
-    use ackscope_shared::packet::{synthesize, Packet};
-    use ackscope_shared::pcap::{linktype, PcapngWriter};
-    use ackscope_shared::Segment;
-    use std::net::{IpAddr, Ipv4Addr};
-    let raw = |from_client: bool, flags: u8, seq: u32, ack: u32, len: u32| {
-        let lo = IpAddr::V4(Ipv4Addr::LOCALHOST);
-        let (src_port, dst_port) = if from_client { (50000, 8080) } else { (8080, 50000) };
-        let segment = Segment { flags, seq, ack, len, ..Segment::default() };
-        synthesize(&Packet { src: lo, dst: lo, src_port, dst_port, segment })
-    };
-    let mut file = Vec::new();
-    let mut w = PcapngWriter::new(&mut file);
-    let lo = w.interface("lo", linktype::RAW);
-    let mut t = 1_000_000_000;
-    w.packet(lo, t, &raw(true, SYN, 0, 0, 0), None);
-    w.packet(lo, t + 10_000, &raw(false, SYN | ACK, 0, 1, 0), None);
-    w.packet(lo, t + 20_000, &raw(true, ACK, 1, 1, 0), None);
-    let (mut c, mut s) = (1u32, 1u32);
-    for _ in 0..2 {
-        t += 1_000_000;
-        w.packet(lo, t, &raw(true, PSH | ACK, c, s, 4), None);
-        w.packet(lo, t + 43_600_000, &raw(false, ACK, s, c + 4, 0), None);
-        w.packet(lo, t + 43_630_000, &raw(true, PSH | ACK, c + 4, s, 2048), None);
-        c += 2052;
-        w.packet(lo, t + 43_700_000, &raw(false, PSH | ACK, s, c, 2052), None);
-        s += 2052;
-        w.packet(lo, t + 43_750_000, &raw(true, ACK, c, s, 0), None);
-        t += 50_000_000;
-    }
-    file
-}
-
 /// A tcpdump capture dropped on the page: it shows the conversation and names the same stalls
 /// as `ackscope import` of the same file, and exports what it shows as a Perfetto trace and as
 /// pcapng with each stall's explanation on its packet.
@@ -539,7 +502,7 @@ fn nagle_capture() -> Vec<u8> {
 async fn a_capture_opens_on_the_page_with_the_stalls_import_names_and_exports() -> Result<()> {
     let dir = ackscope_tests::scratch_dir()?;
     let capture = dir.path().join("nagle.pcapng");
-    std::fs::write(&capture, nagle_capture())?;
+    std::fs::write(&capture, ackscope_shared::synthetic::nagle_capture(2))?;
     let imported = std::process::Command::new(ackscope_tests::ackscope_bin()?)
         .arg("import")
         .arg(&capture)

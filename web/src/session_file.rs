@@ -247,38 +247,10 @@ mod tests {
         assert_eq!(name_of_url("https://example.org/"), "https://example.org/");
     }
 
-    /// A Nagle hold on the wire: the 4-byte length, the reader's delayed ACK 43.6 ms later,
-    /// the 2048-byte body right after it.
-    fn nagle_capture() -> Vec<u8> {
-        use ackscope_shared::event::tcp_flags::{ACK, PSH, SYN};
-        use ackscope_shared::packet::{synthesize, Packet};
-        use ackscope_shared::pcap::{linktype, PcapngWriter};
-        use ackscope_shared::Segment;
-        use std::net::{IpAddr, Ipv4Addr};
-        let raw = |from_client: bool, flags: u8, seq: u32, ack: u32, len: u32| {
-            let lo = IpAddr::V4(Ipv4Addr::LOCALHOST);
-            let (src_port, dst_port) = if from_client { (50000, 8080) } else { (8080, 50000) };
-            let segment = Segment { flags, seq, ack, len, ..Segment::default() };
-            synthesize(&Packet { src: lo, dst: lo, src_port, dst_port, segment })
-        };
-        let mut file = Vec::new();
-        let mut w = PcapngWriter::new(&mut file);
-        let lo = w.interface("lo", linktype::RAW);
-        let t = 1_000_000_000;
-        w.packet(lo, t, &raw(true, SYN, 0, 0, 0), None);
-        w.packet(lo, t + 10_000, &raw(false, SYN | ACK, 0, 1, 0), None);
-        w.packet(lo, t + 20_000, &raw(true, ACK, 1, 1, 0), None);
-        w.packet(lo, t + 100_000, &raw(true, PSH | ACK, 1, 1, 4), None);
-        w.packet(lo, t + 43_700_000, &raw(false, ACK, 1, 5, 0), None);
-        w.packet(lo, t + 43_730_000, &raw(true, PSH | ACK, 5, 1, 2048), None);
-        w.packet(lo, t + 43_800_000, &raw(false, PSH | ACK, 1, 2053, 4), None);
-        file
-    }
-
     #[test]
     fn a_capture_opens_as_its_conversations_with_the_stalls_import_names() {
         use ackscope_shared::attribution::StallClass;
-        let capture = nagle_capture();
+        let capture = ackscope_shared::synthetic::nagle_capture(1);
         assert!(is_capture(&capture) && !is_capture(&file_of(&stream())));
         let session = capture_to_session("nagle.pcapng", &capture).expect("a capture");
         let (messages, problem) = decode_session(&session);
@@ -291,7 +263,7 @@ mod tests {
         assert_eq!(run.status, crate::state::RunStatus::Done);
         let imported = run.imported.as_ref().expect("an imported run");
         assert_eq!(imported.rows().len(), 1, "one conversation");
-        assert_eq!(imported.rows()[0].2, [2052, 4], "bytes each way");
+        assert_eq!(imported.rows()[0].2, [2052, 2052], "bytes each way");
         let classes = imported.classes();
         assert_eq!(classes.len(), 1, "{classes:?}");
         assert_eq!(classes[0].class, StallClass::NagleDelayedAck);

@@ -86,12 +86,13 @@ fn not_followed_note(count: u64) -> String {
 /// imported capture's: its connections and the stall classes found in its packets).
 fn run_json(run: FollowedRun) -> serde_json::Value {
     let id = run.run;
-    if let RunAnalyses::Imported(imported) = run.tally.analysis {
+    if let RunAnalyses::Imported(mut imported) = run.tally.analysis {
         let connections = match &run.scenario {
             Scenario::Import(spec) => spec.connections.len(),
             _ => 0,
         };
-        let (_, stalls) = imported.finish();
+        imported.decide_all();
+        let stalls = imported.classes();
         return serde_json::json!({
             "run": id.0,
             "imported": { "connections": connections, "stalls": stalls },
@@ -194,23 +195,16 @@ pub(crate) fn export_json_from<R: Read>(
 }
 
 /// An imported run's connections and packet stalls.
-fn print_imported(out: &mut impl Write, connections: &[ImportedConnection], run: ImportedTally) {
-    let (rows, stalls) = run.finish();
-    for (conn, segments, bytes) in &rows {
-        // Connection ids of an import count from 1.
-        let addresses = (conn.0 as usize)
-            .checked_sub(1)
-            .and_then(|i| connections.get(i))
-            .map(|c| format!(" client {} -> server {}", c.client, c.server))
-            .unwrap_or_default();
-        let _ = writeln!(
-            out,
-            "conn {}:{addresses} {segments} segments, {} bytes client->server, {} bytes \
-             server->client",
-            conn.0, bytes[0], bytes[1]
-        );
+fn print_imported(
+    out: &mut impl Write,
+    connections: &[ImportedConnection],
+    mut run: ImportedTally,
+) {
+    run.decide_all();
+    for line in run.connection_lines(connections) {
+        let _ = writeln!(out, "{line}");
     }
-    super::import::print_summaries(out, &stalls);
+    super::import::print_summaries(out, &run.classes());
 }
 
 /// `ackscope export FILE --pcapng OUT`: the captured segments of every run as pcapng, one

@@ -92,23 +92,7 @@ fn imported_numbers(run: &crate::state::Run) -> Numbers {
         Scenario::Import(spec) => spec.connections.as_slice(),
         _ => &[],
     };
-    let lines = imported
-        .rows()
-        .iter()
-        .map(|(conn, segments, bytes)| {
-            // Connection ids of an import count from 1.
-            let addresses = (conn.0 as usize)
-                .checked_sub(1)
-                .and_then(|i| connections.get(i))
-                .map(|c| format!(" client {} -> server {}", c.client, c.server))
-                .unwrap_or_default();
-            format!(
-                "conn {}:{addresses} {segments} segments, {} bytes client->server, {} bytes \
-                 server->client",
-                conn.0, bytes[0], bytes[1]
-            )
-        })
-        .collect();
+    let lines = imported.connection_lines(connections);
     Numbers::Imported(lines, imported.classes().iter().map(ClassText::of).collect())
 }
 
