@@ -48,17 +48,20 @@ pub fn class(args: &ClassArgs) -> Result<Ended, Failure> {
         }
         addr.to_string()
     };
-    announce(format_args!(
-        "ackscope class: room {}, at most {} pages (Ctrl-C to stop)",
-        room.code,
-        MAX_PAGES - 1
-    ));
-    announce(format_args!(
-        "presenter: http://{host}/?room={}#{}",
-        room.code,
-        room.presenter_fragment()
-    ));
-    announce(format_args!("students:  http://{host}/?room={}", room.code));
-    serve::run(listener, Some(room))?;
-    Ok(Ended::Ok)
+    let links = || {
+        announce(format_args!(
+            "ackscope class: room {}, at most {} pages (Ctrl-C to stop)",
+            room.code,
+            MAX_PAGES - 1
+        ));
+        announce(format_args!(
+            "presenter: http://{host}/?room={}#{}",
+            room.code,
+            room.presenter_fragment()
+        ));
+        announce(format_args!("students:  http://{host}/?room={}", room.code));
+    };
+    serve::run(listener, Some(Arc::clone(&room)), links)?;
+    // It serves until Ctrl-C or SIGTERM: an interrupted command, exit 130.
+    Ok(Ended::Interrupted)
 }

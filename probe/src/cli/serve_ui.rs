@@ -21,9 +21,11 @@ pub fn serve(port: Option<u16>) -> Result<Ended, Failure> {
     if !serve::assets::is_built() {
         eprintln!("ackscope: this binary has no web app built in; build it with `cargo xtask run`");
     }
-    announce(format_args!("ackscope is serving http://{addr}/ (Ctrl-C to stop)"));
-    serve::run(listener, None)?;
-    Ok(Ended::Ok)
+    serve::run(listener, None, || {
+        announce(format_args!("ackscope is serving http://{addr}/ (Ctrl-C to stop)"));
+    })?;
+    // It serves until Ctrl-C or SIGTERM: an interrupted command, exit 130.
+    Ok(Ended::Interrupted)
 }
 
 /// Binds the UI on loopback. An explicit port must be free; otherwise the default or the next

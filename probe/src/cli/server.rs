@@ -69,6 +69,8 @@ pub fn run(args: &ServerArgs) -> Result<Ended, Failure> {
         .validate()
         .map_err(|e| Failure::Usage(format!("{}: {}", knobs::flag_of(e.field), e.problem)))?;
     let Scenario::Server(spec) = &scenario else { unreachable!("built as a server spec above") };
+    // Before the address is announced: whoever reads it may stop the server at once.
+    let stop = interrupt::install();
     let instruments = Instruments::default();
     let token = match &args.token {
         Some(token) if token.len() < 16 || !token.chars().all(|c| c.is_ascii_graphic()) => {
@@ -137,7 +139,6 @@ pub fn run(args: &ServerArgs) -> Result<Ended, Failure> {
              connection with ACKT, the token and a newline: docs/PROTOCOL.md)"
         ));
     }
-    let stop = interrupt::install();
     let mut tally = Tally::new(&scenario);
     let mut server = Some(server);
     let mut stopping: Option<std::thread::JoinHandle<()>> = None;
@@ -180,7 +181,9 @@ pub fn run(args: &ServerArgs) -> Result<Ended, Failure> {
             path.display()
         )));
     }
-    Ok(Ended::Ok)
+    // The server serves until it is stopped: by Ctrl-C or SIGTERM (exit 130, as a run), or by
+    // its recording failing (an error above).
+    Ok(Ended::Interrupted)
 }
 
 /// The address to give remote probes: a wildcard listener is reached at one of the host's own

@@ -55,9 +55,15 @@ struct App {
     room: Option<Arc<Room>>,
 }
 
-/// Serves the app on `listener` until Ctrl-C, on a runtime of its own: the probe's UI (`room`
-/// `None`) or a class's room, where every page follows the presenter (see [`room`]).
-pub fn run(listener: std::net::TcpListener, room: Option<Arc<Room>>) -> Result<(), String> {
+/// Serves the app on `listener` until Ctrl-C or SIGTERM, on a runtime of its own: the probe's
+/// UI (`room` `None`) or a class's room, where every page follows the presenter (see [`room`]).
+/// `ready` is called once Ctrl-C and SIGTERM are handled, to announce the address: whoever
+/// reads it may stop the server at once.
+pub fn run(
+    listener: std::net::TcpListener,
+    room: Option<Arc<Room>>,
+    ready: impl FnOnce(),
+) -> Result<(), String> {
     let addr = listener.local_addr().map_err(|e| format!("reading the bound address: {e}"))?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -68,7 +74,11 @@ pub fn run(listener: std::net::TcpListener, room: Option<Arc<Room>>) -> Result<(
         listener.set_nonblocking(true).map_err(|e| format!("listener on {addr}: {e}"))?;
         let listener = tokio::net::TcpListener::from_std(listener)
             .map_err(|e| format!("listener on {addr}: {e}"))?;
-        serve(listener, Session::new(), room).await.map_err(|e| format!("serving on {addr}: {e}"))
+        let stop = StopSignals::new().map_err(|e| format!("handling Ctrl-C: {e}"))?;
+        ready();
+        serve(listener, Session::new(), room, stop)
+            .await
+            .map_err(|e| format!("serving on {addr}: {e}"))
     });
     // A run's blocking thread ends within its current step: wait that long, not for ever.
     runtime.shutdown_timeout(std::time::Duration::from_secs(1));
@@ -79,6 +89,7 @@ async fn serve(
     listener: tokio::net::TcpListener,
     session: Arc<Session>,
     room: Option<Arc<Room>>,
+    mut stop: StopSignals,
 ) -> std::io::Result<()> {
     let addr = listener.local_addr()?;
     let own_hosts = addr.ip().is_loopback().then(|| own_hosts(addr));
@@ -96,22 +107,46 @@ async fn serve(
         .layer(axum::middleware::from_fn_with_state(Arc::clone(&app), guard))
         .with_state(app);
     axum::serve(guard::GuardedListener::new(listener), router)
-        .with_graceful_shutdown(async {
-            let _ = tokio::signal::ctrl_c().await;
+        .with_graceful_shutdown(async move {
+            stop.next().await;
             // Runs stop and keep what they recorded; open pages would hold a graceful shutdown
             // for ever, so the process ends STOP_WITHIN from now whatever is left, and at once
-            // on a second Ctrl-C.
+            // on a second Ctrl-C or SIGTERM.
             STOP_RUNS.store(true, std::sync::atomic::Ordering::Relaxed);
             eprintln!("ackscope: stopping (Ctrl-C again to stop at once)");
-            tokio::spawn(async {
+            tokio::spawn(async move {
                 tokio::select! {
-                    _ = tokio::signal::ctrl_c() => {}
-                    _ = tokio::time::sleep(STOP_WITHIN) => {}
+                    () = stop.next() => {}
+                    () = tokio::time::sleep(STOP_WITHIN) => {}
                 }
                 std::process::exit(130);
             });
         })
         .await
+}
+
+/// Ctrl-C and SIGTERM (what `kill` and service managers send), both asking the server to stop.
+struct StopSignals {
+    interrupt: tokio::signal::unix::Signal,
+    terminate: tokio::signal::unix::Signal,
+}
+
+impl StopSignals {
+    fn new() -> std::io::Result<StopSignals> {
+        use tokio::signal::unix::{signal, SignalKind};
+        Ok(StopSignals {
+            interrupt: signal(SignalKind::interrupt())?,
+            terminate: signal(SignalKind::terminate())?,
+        })
+    }
+
+    /// Until the next of either signal.
+    async fn next(&mut self) {
+        tokio::select! {
+            _ = self.interrupt.recv() => {}
+            _ = self.terminate.recv() => {}
+        }
+    }
 }
 
 fn own_origins(addr: SocketAddr) -> Vec<String> {
@@ -329,6 +364,8 @@ async fn stream_session(mut socket: WebSocket, app: Arc<App>, resume: Option<Res
         };
         let incoming = tokio::select! {
             incoming = socket.recv() => incoming,
+            // The rest of the backlog, with the page's own messages still read between.
+            () = std::future::ready(()), if more => continue,
             changed = changed.changed() => match changed {
                 Ok(()) => continue,
                 Err(_) => return,
