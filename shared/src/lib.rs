@@ -5,7 +5,7 @@
 //!   nanoseconds since the run started on one clock for both sides), [`stats`] (percentiles),
 //!   `varint`, [`span`] (a syscall as a span of time), [`stall`] (the classes of wait and
 //!   their fixes), [`spec`] (what a run does: everything needed to run it again), [`packet`]
-//!   and [`tcp_info`];
+//!   and [`tcp_info`]; [`budget`] (what a run's buffers may take, and the limits on it);
 //! - [`analysis`]: a run's events as requests, their spans and evidence, the summary;
 //! - [`packet_stalls`] (the packet rule) and [`attribution`] (why each wait happened);
 //! - [`overview`]: a run's requests in a bounded number of columns, each keeping its worst;
@@ -22,6 +22,7 @@
 
 pub mod analysis;
 pub mod attribution;
+pub mod budget;
 pub mod bulk;
 mod compact;
 pub mod control;

@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use ackscope_shared::attribution::ClassSummary;
+use ackscope_shared::budget;
 use ackscope_shared::bulk::BulkSummary;
 use ackscope_shared::overview::Overview;
 use ackscope_shared::presets::{self, PRESETS};
@@ -179,6 +180,14 @@ impl RunArgs {
             };
             Failure::Usage(format!("{source}: {}", e.problem))
         })?;
+        // Its buffers, before anything is allocated: the same words as a page's run, with the
+        // command line's larger limit.
+        let name = |field: &str| match &self.spec {
+            Some(_) => field.to_string(),
+            None => knobs::flag_of(field),
+        };
+        budget::check(&scenario, budget::COMMAND_LINE_LIMIT_BYTES, "a run", name)
+            .map_err(Failure::Usage)?;
         Ok(scenario)
     }
 }

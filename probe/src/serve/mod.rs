@@ -15,6 +15,7 @@ use std::sync::Arc;
 
 use std::sync::atomic::AtomicBool;
 
+use ackscope_shared::budget;
 use ackscope_shared::spec::MAX_BROWSER_REQUESTS;
 use ackscope_shared::wire::{self, Hello, Instruments, ResumePoint, ToBrowser, ToProbe};
 use ackscope_shared::Scenario;
@@ -515,6 +516,15 @@ pub fn start_run(
     if let Some(refusal) = beyond_browser_limits(&spec) {
         return Err(refusal);
     }
+    budget::check(&spec, budget::BROWSER_LIMIT_BYTES, "a run started from the browser", |field| {
+        field.to_string()
+    })
+    .map_err(|refusal| {
+        format!(
+            "{refusal} (the command line allows up to {} GiB)",
+            budget::COMMAND_LINE_LIMIT_BYTES >> 30
+        )
+    })?;
     let instruments = Instruments::default();
     let (run, stop) = session.begin_stoppable_run(spec.clone(), instruments)?;
     let session = Arc::clone(session);
