@@ -181,12 +181,24 @@ pub fn import_bytes(bytes: &[u8]) -> Imported {
     Imported { connections: scan.connections, events: all, error: scan.error }
 }
 
-/// What the session says about where its packets came from.
+/// At most this many connections are named (their addresses) in an import's spec. The spec
+/// travels in the session's one `RunStarted` message, which a reader takes only up to
+/// [`MAX_MESSAGE_BYTES`](crate::wire::MAX_MESSAGE_BYTES) (16 MiB); a connection's entry is at
+/// most 108 bytes (two bracketed IPv6 endpoints of 47 characters and "higher port", each with
+/// its length), so 100,000 of them take at most 10.8 MB and leave room for the capture's name.
+/// Connections past these keep their events and their numbers, and every reader shows them by
+/// number ([`unnamed_note`] says why): a capture of any number of connections imports to a
+/// file that reads back whole.
+pub const MAX_NAMED_CONNECTIONS: usize = 100_000;
+
+/// What the session says about where its packets came from: the first
+/// [`MAX_NAMED_CONNECTIONS`] connections' addresses.
 pub fn import_spec(source: &str, connections: &[Connection]) -> ImportSpec {
     ImportSpec {
         source: source.to_string(),
         connections: connections
             .iter()
+            .take(MAX_NAMED_CONNECTIONS)
             .map(|c| ImportedConnection {
                 client: endpoint(c.client),
                 server: endpoint(c.server),
@@ -194,6 +206,16 @@ pub fn import_spec(source: &str, connections: &[Connection]) -> ImportSpec {
             })
             .collect(),
     }
+}
+
+/// The line that says why `unnamed` connections after the first `named` are shown by number
+/// only (see [`MAX_NAMED_CONNECTIONS`]).
+pub fn unnamed_note(named: usize, unnamed: usize) -> String {
+    format!(
+        "the session holds the addresses of the first {named} connections only ({} at most, to \
+         keep its header readable); the other {unnamed} are listed by number",
+        MAX_NAMED_CONNECTIONS
+    )
 }
 
 /// The instruments of an imported run: packets only.
@@ -268,6 +290,42 @@ mod tests {
         let imported = import_bytes(&file);
         assert_eq!(imported.connections[0].told_by, "higher port");
         assert_eq!(imported.events[0].side, Side::Server);
+    }
+
+    #[test]
+    fn the_named_connections_of_the_longest_addresses_fit_in_one_message() {
+        use crate::spec::Scenario;
+        use crate::wire::{encode, ToBrowser, MAX_MESSAGE_BYTES};
+        use std::net::Ipv6Addr;
+        // Every endpoint as long as one can be: eight four-digit groups and a five-digit port.
+        let longest = (
+            IpAddr::V6(Ipv6Addr::new(
+                0xfd12, 0xffff, 0xffff, 0xffff, 0xffff, 0xffff, 0xffff, 0xffff,
+            )),
+            65535,
+        );
+        assert_eq!(endpoint(longest).len(), 47);
+        let one = Connection {
+            client: longest,
+            server: longest,
+            told_by: "higher port",
+            segments: 1,
+            bytes: [0, 0],
+        };
+        let connections: Vec<Connection> =
+            (0..MAX_NAMED_CONNECTIONS + 10).map(|_| Connection { ..one }).collect();
+        // The longest path Linux opens.
+        let source = "x".repeat(4096);
+        let spec = import_spec(&source, &connections);
+        assert_eq!(spec.connections.len(), MAX_NAMED_CONNECTIONS);
+        let started = ToBrowser::RunStarted {
+            run: crate::event::RunId(1),
+            spec: Scenario::Import(spec),
+            instruments: imported_instruments(),
+        };
+        let len = encode(&started).len();
+        assert!(len <= 108 * MAX_NAMED_CONNECTIONS + 4200, "{len} bytes");
+        assert!(len < MAX_MESSAGE_BYTES, "{len} bytes");
     }
 
     #[test]

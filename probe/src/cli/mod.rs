@@ -139,7 +139,8 @@ pub fn main() -> ExitCode {
     // An error may quote what a file or a remote host said (a refusal's reason, a version): it
     // is printed as data, never as commands to the terminal.
     let error = |message: String| {
-        let _ = writeln!(terminal::Printable(std::io::stderr().lock()), "ackscope: {message}");
+        let mut stderr = terminal::Printable::terminal(io::stderr().lock());
+        let _ = writeln!(stderr, "ackscope: {message}");
     };
     match result {
         Ok(Ended::Ok) => ExitCode::SUCCESS,
@@ -160,7 +161,7 @@ pub fn main() -> ExitCode {
 pub(crate) fn show_and_export(data: &[u8]) {
     let open = || crate::record::SessionReader::from_reader(data, data.len() as u64, "input");
     if let Ok(reader) = open() {
-        let _ = show::show_from(reader, &mut terminal::Printable(io::sink()));
+        let _ = show::show_from(reader, &mut terminal::Printable::terminal(io::sink()));
     }
     if let Ok(reader) = open() {
         let _ = show::export_json_from(reader, &mut io::sink());

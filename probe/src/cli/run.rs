@@ -368,12 +368,12 @@ pub(super) fn print_summary(
     outcome: &RunOutcome,
     json: bool,
 ) -> Result<(), Failure> {
-    // A remote run's summary quotes the other host (its facts, why its side failed): as data.
-    let mut out = Printable(io::stdout().lock());
+    // A remote run's summary quotes the other host (its facts, why its side failed): as data,
+    // escaped as JSON escapes in `--json` so that it stays valid JSON.
     let printed = if json {
-        writeln!(out, "{}", tally.json(scenario, outcome))
+        writeln!(Printable::json(io::stdout().lock()), "{}", tally.json(scenario, outcome))
     } else {
-        tally.print(&mut out, scenario, outcome)
+        tally.print(&mut Printable::terminal(io::stdout().lock()), scenario, outcome)
     };
     printed.map_err(|e| Failure::Run(format!("writing the summary: {e}")))
 }

@@ -3,6 +3,7 @@
 use std::io::{self, Read, Write};
 use std::path::Path;
 
+use ackscope_shared::import::unnamed_note;
 use ackscope_shared::pcapng_export;
 use ackscope_shared::reduce::{
     FollowedRun, ImportedTally, Output, RunAnalyses, SessionReducer, MAX_OPEN_RUNS,
@@ -18,7 +19,7 @@ use crate::record;
 pub fn show(path: &Path) -> Result<Ended, Failure> {
     let reader = record::SessionReader::open(path)?;
     // Every string of the file goes through this: a crafted one cannot command the terminal.
-    let mut out = Printable(io::stdout().lock());
+    let mut out = Printable::terminal(io::stdout().lock());
     let file_error = show_from(reader, &mut out)?;
     ended(path, file_error, "the summary above covers everything before that point")
 }
@@ -87,10 +88,12 @@ fn not_followed_note(count: u64) -> String {
 fn run_json(run: FollowedRun) -> serde_json::Value {
     let id = run.run;
     if let RunAnalyses::Imported(mut imported) = run.tally.analysis {
-        let connections = match &run.scenario {
+        // The connections seen: an import names at most `MAX_NAMED_CONNECTIONS` of them.
+        let named = match &run.scenario {
             Scenario::Import(spec) => spec.connections.len(),
             _ => 0,
         };
+        let connections = named.max(imported.rows().len());
         imported.decide_all();
         let stalls = imported.classes();
         return serde_json::json!({
@@ -130,7 +133,9 @@ fn print_run(out: &mut impl Write, run: FollowedRun) -> Result<(), String> {
 /// The file's messages as one JSON document, written as they are read, then each run's summary.
 pub fn export_json(path: &Path) -> Result<Ended, Failure> {
     let reader = record::SessionReader::open(path)?;
-    let mut out = io::BufWriter::new(io::stdout().lock());
+    // The file's strings are escaped as JSON escapes: the document stays valid JSON, and a
+    // terminal it is printed on obeys none of them.
+    let mut out = io::BufWriter::new(Printable::json(io::stdout().lock()));
     let file_error =
         export_json_from(reader, &mut out).map_err(|e| format!("writing the export: {e}"))?;
     ended(path, file_error, "everything before that point was exported")
@@ -204,6 +209,11 @@ fn print_imported(
     for line in run.connection_lines(connections) {
         let _ = writeln!(out, "{line}");
     }
+    let unnamed = run.rows().iter().filter(|(conn, ..)| conn.0 as usize > connections.len());
+    let unnamed = unnamed.count();
+    if unnamed > 0 {
+        let _ = writeln!(out, "{}", unnamed_note(connections.len(), unnamed));
+    }
     super::import::print_summaries(out, &run.classes());
 }
 
@@ -218,7 +228,8 @@ pub fn export_pcapng(path: &Path, out_path: &Path) -> Result<Ended, Failure> {
     let (written, file_error) = pcapng_export::write_pcapng(messages, &mut file)
         .and_then(|written| file.flush().map(|()| written))
         .map_err(write_error)?;
-    println!(
+    let _ = writeln!(
+        Printable::terminal(io::stdout().lock()),
         "wrote {} packets ({} with a stall's explanation) to {}",
         written.packets,
         written.comments,

@@ -29,10 +29,24 @@ impl SessionWriter {
         Ok(SessionWriter { path: path.to_owned(), out: BufWriter::new(file), frame: Vec::new() })
     }
 
-    /// Appends one message and hands it to the kernel.
+    /// Appends one message and hands it to the kernel. A message over
+    /// [`wire::MAX_MESSAGE_BYTES`] is refused, not written: no reader could take it, and the
+    /// file would end there for them.
     pub fn write(&mut self, message: &ToBrowser) -> io::Result<()> {
         self.frame.clear();
         wire::write_frame(message, &mut self.frame);
+        let len = self.frame.len() - 4;
+        if len > wire::MAX_MESSAGE_BYTES {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!(
+                    "writing {}: a message of {len} bytes is over the {}-byte limit of what a \
+                     reader takes: not written (the file holds every message before it)",
+                    self.path.display(),
+                    wire::MAX_MESSAGE_BYTES
+                ),
+            ));
+        }
         self.out
             .write_all(&self.frame)
             .and_then(|()| self.out.flush())
@@ -337,6 +351,18 @@ mod tests {
         assert!(matches!(reader.next_message(), Some(Ok(ToBrowser::Hello(_)))));
         assert!(matches!(reader.next_message(), Some(Err(WireError::TooLarge { .. }))));
         assert!(reader.next_message().is_none());
+    }
+
+    #[test]
+    fn a_message_no_reader_takes_is_refused_not_written() {
+        let path = temp("too-large.ackscope");
+        let mut writer = SessionWriter::create(&path).unwrap();
+        writer.write(&session()[0]).unwrap();
+        let huge = ToBrowser::Rejected { reason: "x".repeat(wire::MAX_MESSAGE_BYTES) };
+        let err = writer.write(&huge).unwrap_err();
+        assert!(err.to_string().contains("over the 16777216-byte limit"), "{err}");
+        drop(writer);
+        assert_eq!(read(&path).unwrap().messages, session()[..1], "the file reads whole");
     }
 
     #[test]
