@@ -8,8 +8,10 @@
 //! each at most [`MAX_CONTROL_MESSAGE_BYTES`].
 //!
 //! The exchange, in order:
-//! 1. A: [`ToServer::Hello`] with its versions and the token B printed. B: [`ToClient::Welcome`],
-//!    or [`ToClient::Refused`] naming the problem (a wrong token, or both version numbers).
+//! 1. A: [`ToServer::Hello`] with its versions and the token B printed, in a frame of at most
+//!    [`MAX_HELLO_BYTES`]. B checks the token first and says nothing about itself to a peer
+//!    without it: a wrong or missing token gets a [`ToClient::Refused`] saying only that. Then
+//!    B checks the versions: [`ToClient::Welcome`], or a refusal naming both version numbers.
 //! 2. A: [`ToServer::Run`]. B opens a listener with the server side's options for this run
 //!    alone and answers [`ToClient::Ready`] with its port, or refuses a run beyond its limits.
 //! 3. A: a few [`ToServer::Clock`]; B answers each at once with its own times. [`ClockSync`]
@@ -19,6 +21,10 @@
 //!    the client port it came from, so A can give B's events A's connection and request ids.
 //! 5. A: [`ToServer::Stop`] when its clients are done. B closes the run's connections, sends
 //!    what is left and [`ToClient::Finished`] with how its side ended.
+//!
+//! Until the token has been checked a connection costs B a few hundred bytes at most: the
+//! hello's length is checked against [`MAX_HELLO_BYTES`] before any of it is read, and the whole
+//! handshake (the opening to the run's spec) has a deadline of its own, not one per read.
 //!
 //! Like [`crate::wire`], nothing here does IO: the probe frames and moves the bytes.
 
@@ -40,8 +46,17 @@ pub const TOKEN_MAGIC: [u8; 4] = *b"ACKT";
 /// its newline): read a byte at a time up to this, never more.
 pub const MAX_TOKEN_LINE: usize = 256;
 
-/// Bounds a frame's payload before it is read: an events batch of the largest kind is well
-/// under this.
+/// The longest token a server takes (`ackscope server --token`) and a client sends: the random
+/// one is 32 characters.
+pub const MAX_TOKEN_BYTES: usize = 128;
+
+/// Bounds the first frame of a control connection, the [`ToServer::Hello`], read before the
+/// token is checked: its two versions and a token of at most [`MAX_TOKEN_BYTES`] fit with room
+/// to spare. A longer one is refused before any of it is read.
+pub const MAX_HELLO_BYTES: usize = 512;
+
+/// Bounds a frame's payload before it is read, once the token has been checked: an events batch
+/// of the largest kind is well under this.
 pub const MAX_CONTROL_MESSAGE_BYTES: usize = crate::wire::MAX_MESSAGE_BYTES;
 
 /// Clock exchanges before a run: the estimate takes the one with the shortest round trip.
@@ -50,8 +65,9 @@ pub const CLOCK_EXCHANGES: usize = 32;
 /// Host A (the client) to host B (the server).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub enum ToServer {
-    /// Always first (tag 0, the version its first field), so that any later version can still be
-    /// read far enough to be refused by number.
+    /// Always first (tag 0), in a frame of at most [`MAX_HELLO_BYTES`]. Its fields keep this
+    /// order in every version, so that any version can read the token, check it, then refuse a
+    /// peer of another version by number.
     Hello { protocol_version: u16, ackscope_version: String, token: String },
     /// Run this; only the server side's part of it happens on B.
     Run { spec: Scenario, instruments: Instruments },
@@ -300,6 +316,17 @@ mod tests {
         assert_eq!(sync.to_client_ns(500), 0, "never before the run began");
         let behind = ClockSync { offset_ns: -1_000, ..sync };
         assert_eq!(behind.to_client_ns(5_000), 6_000);
+    }
+
+    #[test]
+    fn the_longest_token_fits_in_a_hello() {
+        let hello = ToServer::Hello {
+            protocol_version: u16::MAX,
+            ackscope_version: "999.999.999-some.long.pre.release+and.build.metadata".into(),
+            token: "t".repeat(MAX_TOKEN_BYTES),
+        };
+        let len = crate::wire::encode(&hello).len();
+        assert!(len < MAX_HELLO_BYTES / 2, "{len} bytes: the bound leaves room for growth");
     }
 
     #[test]

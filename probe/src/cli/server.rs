@@ -10,6 +10,7 @@ use std::sync::mpsc::{sync_channel, RecvTimeoutError};
 use std::sync::Arc;
 use std::time::Duration;
 
+use ackscope_shared::control::MAX_TOKEN_BYTES;
 use ackscope_shared::spec::MAX_BODY_BYTES;
 use ackscope_shared::wire::{Hello, Instruments, RunOutcome, ToBrowser};
 use ackscope_shared::{RrSpec, RunId, Scenario, Side};
@@ -45,7 +46,7 @@ pub struct ServerArgs {
     /// Close a connection that sends nothing for this many seconds (0: never)
     #[arg(long, value_name = "SECONDS", default_value_t = 300)]
     idle_timeout: u64,
-    /// The token remote probes must give (`ackscope run --remote ADDR --token T`); at least 16
+    /// The token remote probes must give (`ackscope run --remote ADDR --token T`); 16 to 128
     /// characters [default: a fresh random one, printed at start]
     #[arg(long, value_name = "TOKEN")]
     token: Option<String>,
@@ -73,12 +74,14 @@ pub fn run(args: &ServerArgs) -> Result<Ended, Failure> {
     let stop = interrupt::install();
     let instruments = Instruments::default();
     let token = match &args.token {
-        Some(token) if token.len() < 16 || !token.chars().all(|c| c.is_ascii_graphic()) => {
-            return Err(Failure::Usage(
-                "--token: give at least 16 printable characters (or leave it out for a random \
-                 one)"
-                    .into(),
-            ))
+        Some(token)
+            if !(16..=MAX_TOKEN_BYTES).contains(&token.len())
+                || !token.chars().all(|c| c.is_ascii_graphic()) =>
+        {
+            return Err(Failure::Usage(format!(
+                "--token: give 16 to {MAX_TOKEN_BYTES} printable characters (or leave it out for \
+                 a random one)"
+            )))
         }
         Some(token) => token.clone(),
         None => remote::new_token().map_err(|e| format!("making a token: {e}"))?,

@@ -149,32 +149,55 @@ enum Opening {
     /// [`TOKEN_MAGIC`]: an echo client giving the token.
     Token,
     Echo,
-    /// Nothing came within the socket's read timeout (the idle timeout): closed as an idle echo
-    /// connection would be, not given a second timeout's wait.
+    /// Nothing more came within the socket's read timeout (the idle timeout) of the last byte:
+    /// closed as an idle echo connection would be, not given a second timeout's wait.
     Idle,
 }
 
-/// Waits for the first four bytes (or the read timeout, or the peer closing).
+/// Waits for the first four bytes (or the read timeout after the last byte, or the peer
+/// closing).
 fn opening(stream: &TcpStream) -> Opening {
+    let fd = std::os::fd::AsRawFd::as_raw_fd(stream);
     let mut first = [0u8; 4];
-    // SAFETY: recv writes at most `first.len()` bytes into the buffer we own, on a descriptor
-    // `stream` keeps open for the call.
-    let got = unsafe {
-        libc::recv(
-            std::os::fd::AsRawFd::as_raw_fd(stream),
-            first.as_mut_ptr().cast(),
-            first.len(),
-            libc::MSG_PEEK | libc::MSG_WAITALL,
-        )
-    };
-    let timed_out = got < 0 && is_timeout(&io::Error::last_os_error());
-    let whole = got == first.len() as isize;
+    let mut have = 0;
+    // One byte more at a time: the read timeout then runs from each byte, as an echo
+    // connection's reads do. (Asked for all four at once, it ran once for them all, and three
+    // bytes then silence were waited for again by the echo read: twice the idle timeout.)
+    while have < first.len() {
+        // SAFETY: recv writes at most `have + 1 <= first.len()` bytes into the buffer we own,
+        // on a descriptor `stream` keeps open for the call.
+        let got = unsafe {
+            libc::recv(fd, first.as_mut_ptr().cast(), have + 1, libc::MSG_PEEK | libc::MSG_WAITALL)
+        };
+        match usize::try_from(got) {
+            Err(_) if is_timeout(&io::Error::last_os_error()) => return Opening::Idle,
+            // An error: the echo read meets it too, and says so.
+            Err(_) => return Opening::Echo,
+            // Short of what was asked: the peer closed (the echo read sees the end) or the
+            // timeout passed with the bytes before still there.
+            Ok(got) if got <= have => {
+                return if peer_closed(stream) { Opening::Echo } else { Opening::Idle };
+            }
+            Ok(got) => have = got,
+        }
+    }
     match first {
-        _ if !whole && timed_out => Opening::Idle,
-        CONTROL_MAGIC if whole => Opening::Control,
-        TOKEN_MAGIC if whole => Opening::Token,
+        CONTROL_MAGIC => Opening::Control,
+        TOKEN_MAGIC => Opening::Token,
         _ => Opening::Echo,
     }
+}
+
+/// Whether the peer has closed its side (or the connection failed), with data still unread.
+fn peer_closed(stream: &TcpStream) -> bool {
+    let mut poll = libc::pollfd {
+        fd: std::os::fd::AsRawFd::as_raw_fd(stream),
+        events: libc::POLLRDHUP,
+        revents: 0,
+    };
+    // SAFETY: poll reads and writes the one pollfd we own; a timeout of 0 does not wait.
+    let ready = unsafe { libc::poll(&mut poll, 1, 0) };
+    ready > 0 && poll.revents & (libc::POLLRDHUP | libc::POLLHUP | libc::POLLERR) != 0
 }
 
 /// Reads an echo client's [`TOKEN_MAGIC`] line and checks it against `token`: `Err` says why
@@ -339,14 +362,11 @@ impl Accept {
                 return;
             }
             let (stream, peer) = match accepted {
-                Ok(pair) => {
-                    backoff.succeeded();
-                    pair
-                }
+                Ok(pair) => pair,
                 Err(e) => {
                     // Out of descriptors (EMFILE) or memory: retrying at once would spin. Wait,
-                    // longer each time, until an accept succeeds again.
-                    backoff.failed(&e);
+                    // longer each time, until a connection is served again.
+                    backoff.failed("accept failed", &e);
                     continue;
                 }
             };
@@ -368,8 +388,10 @@ impl Accept {
             let watch = match stream.try_clone() {
                 Ok(watch) => watch,
                 Err(e) => {
-                    // Out of descriptors after the accept: the connection is closed, and said so.
-                    backoff.failed(&e);
+                    // Out of descriptors after the accept (it took the last one): the connection
+                    // is closed, and the episode goes on.
+                    drop(stream);
+                    backoff.failed("accept failed", &e);
                     continue;
                 }
             };
@@ -435,8 +457,12 @@ impl Accept {
                 }
             });
             match spawned {
-                Ok(handle) => self.keep(watch, handle),
-                Err(e) => tracing::warn!("echo server could not start a connection thread: {e}"),
+                Ok(handle) => {
+                    self.keep(watch, handle);
+                    backoff.served();
+                }
+                // Out of memory or threads: as out of descriptors.
+                Err(e) => backoff.failed("could not start a connection thread", &e),
             }
         }
     }
@@ -572,32 +598,42 @@ fn is_timeout(e: &io::Error) -> bool {
     matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut)
 }
 
-/// Waits between failed `accept()`s: 10 ms, doubling to 1 s, back to none after a success. The
-/// first failure of a run of them is logged, then every hundredth.
+/// Waits between failed accepts: 10 ms, doubling to 1 s, back to none once a connection is
+/// served. An accept that succeeds is no sign the episode is over: out of descriptors, it often
+/// takes the last one, and the connection, which needs a second, is dropped. Each episode is
+/// logged once as it begins and once as it ends, however many connections it dropped.
 #[derive(Default)]
 struct AcceptBackoff {
     failures: u32,
 }
 
 impl AcceptBackoff {
-    fn failed(&mut self, error: &io::Error) {
-        if self.failures % 100 == 0 {
+    const LONGEST_WAIT: Duration = Duration::from_secs(1);
+
+    /// `what` failed with `error`: waits before the next accept.
+    fn failed(&mut self, what: &str, error: &io::Error) {
+        if self.failures == 0 {
             tracing::warn!(
-                "echo server accept failed ({error}); waiting before the next one{}",
-                if self.failures > 0 {
-                    format!(" ({} failures so far)", self.failures)
-                } else {
-                    String::new()
-                }
+                "echo server {what} ({error}); until a connection can be served again, \
+                 connections wait or are closed, and the server waits longer between accepts, \
+                 up to {} s (raise the open files limit, `ulimit -n`, or lower \
+                 --max-connections)",
+                Self::LONGEST_WAIT.as_secs()
             );
         }
-        let wait_ms = (10u64 << self.failures.min(7)).min(1000);
+        let wait = Duration::from_millis(10 << self.failures.min(7)).min(Self::LONGEST_WAIT);
         self.failures = self.failures.saturating_add(1);
-        thread::sleep(Duration::from_millis(wait_ms));
+        thread::sleep(wait);
     }
 
-    fn succeeded(&mut self) {
-        self.failures = 0;
+    fn served(&mut self) {
+        if self.failures > 0 {
+            tracing::info!(
+                "echo server serving connections again, after {} failed accepts",
+                self.failures
+            );
+            self.failures = 0;
+        }
     }
 }
 

@@ -11,7 +11,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use ackscope_shared::control::{
-    ClockSync, Exchange, ToClient, ToServer, CLOCK_EXCHANGES, CONTROL_MAGIC,
+    ClockSync, Exchange, ToClient, ToServer, CLOCK_EXCHANGES, CONTROL_MAGIC, MAX_TOKEN_BYTES,
 };
 use ackscope_shared::wire::{self, Instruments, RunOutcome};
 use ackscope_shared::{ConnId, Event, EventKind, ReqId, Scenario};
@@ -39,6 +39,14 @@ pub struct Remote {
 impl Remote {
     /// Connects to `server` (host:port), checks both versions and presents `token`.
     pub fn connect(server: &str, token: &str) -> Result<Remote, String> {
+        // The server reads at most a few hundred bytes before it has checked the token.
+        if token.len() > MAX_TOKEN_BYTES {
+            return Err(format!(
+                "--token: {} characters; a token is at most {MAX_TOKEN_BYTES}: give the one \
+                 `ackscope server` printed",
+                token.len()
+            ));
+        }
         let addr = resolve(server)?;
         let mut control = TcpStream::connect_timeout(&addr.into(), CONNECT_TIMEOUT)
             .map_err(|e| format!("--remote {server}: cannot connect ({e}); is `ackscope server --listen` running there?"))?;

@@ -10,18 +10,19 @@ use std::sync::mpsc::{sync_channel, RecvTimeoutError, SyncSender};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use ackscope_shared::control::{ToClient, ToServer};
+use ackscope_shared::control::{ToClient, ToServer, MAX_HELLO_BYTES};
 use ackscope_shared::wire::{self, Instruments, RunOutcome, ToBrowser, EVENTS_PER_MESSAGE};
 use ackscope_shared::{ConnId, Event, RunId, Scenario, Side};
 
-use super::{receive, receive_frame, send, token_matches, versions_differ};
+use super::{receive, receive_hello, send, token_matches, versions_differ, Deadline, HelloError};
 use crate::net::bulk;
 use crate::net::echo::{ControlHandler, EchoConfig, EchoServer, Tagging};
 use crate::net::record::{Clock, Recorder};
 use crate::record::SharedWriter;
 
-/// How long a new control connection may take to say who it is and what to run.
-const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a new control connection may take, in all, to say who it is and what to run: a peer
+/// that trickles its bytes is cut off at this all the same.
+const HANDSHAKE_DEADLINE: Duration = Duration::from_secs(10);
 /// A remote run ends after this long, keeping what it recorded, unless the server is started
 /// with another `--max-run`.
 pub const MAX_RUN: Duration = Duration::from_secs(600);
@@ -71,49 +72,58 @@ impl ControlHost {
 
     fn serve(&self, mut stream: TcpStream, peer: SocketAddr) {
         let _ = stream.set_nodelay(true);
-        let _ = stream.set_read_timeout(Some(HANDSHAKE_TIMEOUT));
         // The echo server holds a clone of the socket (to close it when it stops): dropping ours
         // would not close it, so however this ends, this shuts it down.
-        let closer = stream.try_clone();
-        match self.admit(&mut stream) {
+        match self.admit(&stream) {
             Ok((spec, instruments)) => {
+                let closer = stream.try_clone();
                 self.run(stream, peer, spec, instruments);
                 self.busy.store(false, Ordering::SeqCst);
+                if let Ok(closer) = closer {
+                    let _ = closer.shutdown(Shutdown::Both);
+                }
             }
             Err(Refusal::Tell(reason)) => {
                 tracing::warn!("remote probe {peer} refused: {reason}");
                 let _ = send(&mut stream, &ToClient::Refused { reason });
+                let _ = stream.shutdown(Shutdown::Both);
             }
             Err(Refusal::Gone(e)) => {
-                tracing::warn!("control connection from {peer} ended before a run: {e}")
+                tracing::warn!("control connection from {peer} ended before a run: {e}");
+                let _ = stream.shutdown(Shutdown::Both);
             }
-        }
-        if let Ok(closer) = closer {
-            let _ = closer.shutdown(Shutdown::Both);
         }
     }
 
     /// The handshake and the run's spec, or why not. Marks the host busy when it admits a run.
-    fn admit(&self, stream: &mut TcpStream) -> Result<(Scenario, Instruments), Refusal> {
+    ///
+    /// Until the token has been checked, a connection costs this host the hello's few hundred
+    /// bytes at most, its reads share one deadline, and nothing about this host, its version
+    /// included, is said to it.
+    fn admit(&self, stream: &TcpStream) -> Result<(Scenario, Instruments), Refusal> {
+        let handshake = &mut Deadline::new(stream, HANDSHAKE_DEADLINE);
         let mut magic = [0u8; 4];
-        stream.read_exact(&mut magic)?;
-        let frame = receive_frame(stream)?;
-        let hello = super::decode::<ToServer>(&frame);
-        let (theirs, token) = match hello {
-            Ok(ToServer::Hello { protocol_version, ackscope_version, token }) => {
-                ((protocol_version, ackscope_version), token)
+        handshake.read_exact(&mut magic)?;
+        let mut hello = [0u8; MAX_HELLO_BYTES];
+        let hello = match receive_hello(handshake, &mut hello) {
+            Ok(payload) => super::decode::<ToServer>(payload),
+            Err(HelloError::TooLong(len)) => {
+                return Err(Refusal::Tell(format!(
+                    "the control connection's first message is {len} bytes; it must be the \
+                     Hello with the token, at most {MAX_HELLO_BYTES} bytes: connect with \
+                     `ackscope run --remote HOST:PORT --token TOKEN`"
+                )))
             }
-            // A later version may encode its Hello differently: its number is still first.
-            _ => match wire::peek_version(&frame) {
-                Some(version) => ((version, "of another version".to_string()), String::new()),
-                None => {
-                    return Err(Refusal::Tell("the control connection must open with Hello".into()))
-                }
-            },
+            Err(HelloError::Io(e)) => return Err(e.into()),
         };
-        if let Some(mismatch) = versions_differ((theirs.0, &theirs.1), "client runs") {
-            return Err(Refusal::Tell(mismatch));
-        }
+        let Ok(ToServer::Hello { protocol_version, ackscope_version, token }) = hello else {
+            return Err(Refusal::Tell(
+                "the control connection must open with the Hello that gives the token this \
+                 `ackscope server` printed: connect with `ackscope run --remote HOST:PORT \
+                 --token TOKEN`, the same ackscope version on both hosts"
+                    .into(),
+            ));
+        };
         if !token_matches(&token, &self.token) {
             return Err(Refusal::Tell(
                 "wrong token: give --token the token this `ackscope server` printed when it \
@@ -121,14 +131,21 @@ impl ControlHost {
                     .into(),
             ));
         }
+        // Only now, to a peer that gave the token: both versions, if they differ.
+        if let Some(mismatch) =
+            versions_differ((protocol_version, &ackscope_version), "client runs")
+        {
+            return Err(Refusal::Tell(mismatch));
+        }
+        let mut writer = stream;
         send(
-            stream,
+            &mut writer,
             &ToClient::Welcome {
                 protocol_version: wire::PROTOCOL_VERSION,
                 ackscope_version: env!("CARGO_PKG_VERSION").into(),
             },
         )?;
-        let ToServer::Run { spec, instruments } = receive(stream)? else {
+        let ToServer::Run { spec, instruments } = receive(handshake)? else {
             return Err(Refusal::Tell("expected the run's spec after Hello".into()));
         };
         if !matches!(spec, Scenario::Rr(_) | Scenario::Bulk(_)) {
@@ -326,7 +343,15 @@ enum Refusal {
 
 impl From<io::Error> for Refusal {
     fn from(e: io::Error) -> Refusal {
-        Refusal::Gone(e)
+        match e.kind() {
+            // The handshake's deadline passed: the peer is told, in case it is a probe on a
+            // path too slow for it.
+            io::ErrorKind::TimedOut => Refusal::Tell(format!(
+                "{e}: connect again and send the hello and the run at once, as `ackscope run \
+                 --remote` does"
+            )),
+            _ => Refusal::Gone(e),
+        }
     }
 }
 

@@ -8,14 +8,17 @@
 //!   connection ids and request ids.
 //!
 //! Both frame messages here: a 4-byte little-endian length, then the postcard payload, the
-//! length checked against the bound before anything is allocated.
+//! length checked against the bound before anything is allocated: [`MAX_HELLO_BYTES`] for the
+//! hello, read before the token is checked, [`MAX_CONTROL_MESSAGE_BYTES`] after.
 
 pub mod drive;
 pub mod host;
 
 use std::io::{self, Read, Write};
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
 
-use ackscope_shared::control::MAX_CONTROL_MESSAGE_BYTES;
+use ackscope_shared::control::{MAX_CONTROL_MESSAGE_BYTES, MAX_HELLO_BYTES};
 use ackscope_shared::wire;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
@@ -60,6 +63,75 @@ pub(crate) fn receive_frame(stream: &mut impl Read) -> io::Result<Vec<u8>> {
         ));
     }
     Ok(payload)
+}
+
+/// Reads the hello frame's payload into `buf`, before the peer is known: a length over
+/// [`MAX_HELLO_BYTES`] is refused before any of the payload is read, and nothing is allocated.
+pub(crate) fn receive_hello<'a>(
+    stream: &mut impl Read,
+    buf: &'a mut [u8; MAX_HELLO_BYTES],
+) -> Result<&'a [u8], HelloError> {
+    let mut len = [0u8; 4];
+    stream.read_exact(&mut len)?;
+    let len = u32::from_le_bytes(len);
+    let Some(payload) = buf.get_mut(..len as usize) else {
+        return Err(HelloError::TooLong(len));
+    };
+    stream.read_exact(payload)?;
+    Ok(payload)
+}
+
+/// Why no hello could be read.
+#[derive(Debug)]
+pub(crate) enum HelloError {
+    /// The frame announced this many bytes, over [`MAX_HELLO_BYTES`].
+    TooLong(u32),
+    Io(io::Error),
+}
+
+impl From<io::Error> for HelloError {
+    fn from(e: io::Error) -> HelloError {
+        HelloError::Io(e)
+    }
+}
+
+/// A stream whose reads share one deadline: each read may wait only for what is left of it, so
+/// a peer sending a byte at a time is cut off at the deadline all the same (a read timeout alone
+/// starts again with every byte). Past the deadline a read fails with `TimedOut`.
+pub(crate) struct Deadline<'a> {
+    stream: &'a TcpStream,
+    until: Instant,
+    /// The whole time allowed, for the error.
+    allowed: Duration,
+}
+
+impl<'a> Deadline<'a> {
+    pub fn new(stream: &'a TcpStream, allowed: Duration) -> Deadline<'a> {
+        Deadline { stream, until: Instant::now() + allowed, allowed }
+    }
+
+    fn passed(&self) -> io::Error {
+        io::Error::new(
+            io::ErrorKind::TimedOut,
+            format!("the handshake did not complete within {} s", self.allowed.as_secs_f64()),
+        )
+    }
+}
+
+impl Read for Deadline<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let left = self.until.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(self.passed());
+        }
+        self.stream.set_read_timeout(Some(left))?;
+        match (&mut &*self.stream).read(buf) {
+            Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) => {
+                Err(self.passed())
+            }
+            read => read,
+        }
+    }
 }
 
 /// Both probes must be the same build's format: the refusal names both versions.
@@ -192,6 +264,42 @@ mod tests {
         assert!(matches!(end, Err(ref e) if e.kind() == io::ErrorKind::WouldBlock));
         let end = reader.next::<ToClient>(&mut stream).unwrap_err();
         assert_eq!(end.kind(), io::ErrorKind::UnexpectedEof);
+    }
+
+    #[test]
+    fn a_hello_is_bounded_before_it_is_read() {
+        let mut buf = [0u8; MAX_HELLO_BYTES];
+        let mut long = (MAX_HELLO_BYTES as u32 + 1).to_le_bytes().to_vec();
+        long.extend_from_slice(&[0u8; 64]);
+        let error = receive_hello(&mut long.as_slice(), &mut buf).unwrap_err();
+        assert!(matches!(error, HelloError::TooLong(513)), "{error:?}");
+        let mut fits = Vec::new();
+        send(&mut fits, &ToClient::Refused { reason: "hello".into() }).unwrap();
+        let payload = receive_hello(&mut fits.as_slice(), &mut buf).unwrap();
+        let back: ToClient = decode(payload).unwrap();
+        assert_eq!(back, ToClient::Refused { reason: "hello".into() });
+    }
+
+    #[test]
+    fn reads_share_one_deadline() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let mut peer = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let (stream, _) = listener.accept().unwrap();
+        let mut reads = Deadline::new(&stream, Duration::from_millis(300));
+        let began = Instant::now();
+        let mut got = [0u8; 64];
+        // A byte every 100 ms: each read is quick, the deadline still ends them.
+        let error = loop {
+            peer.write_all(b"x").unwrap();
+            match reads.read(&mut got) {
+                Ok(_) => std::thread::sleep(Duration::from_millis(100)),
+                Err(e) => break e,
+            }
+            assert!(began.elapsed() < Duration::from_secs(5), "never cut off");
+        };
+        assert_eq!(error.kind(), io::ErrorKind::TimedOut);
+        assert!(error.to_string().contains("within 0.3 s"), "{error}");
+        assert!(began.elapsed() >= Duration::from_millis(300));
     }
 
     #[test]
