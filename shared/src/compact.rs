@@ -203,7 +203,7 @@ impl TcpInfoSample {
 /// however many connections a message names (a message naming 100,000 took 25 s to expand
 /// with a list).
 #[derive(Default)]
-struct Previous(std::collections::HashMap<(ConnId, Side), [u64; FIELDS]>);
+struct Previous(crate::keyed_hash::KeyedMap<(ConnId, Side), [u64; FIELDS]>);
 
 impl Previous {
     fn get(&mut self, key: (ConnId, Side)) -> &mut [u64; FIELDS] {

@@ -23,9 +23,9 @@
 //! spike inside a bucket stays visible as the bucket's max, however wide the bucket.
 
 use std::collections::hash_map::Entry;
-use std::collections::HashMap;
 
 use crate::event::{ConnId, Event, EventKind, Side, TcpInfoSample};
+use crate::keyed_hash::KeyedMap;
 
 /// The most samples one track keeps (see the module docs for what happens past it).
 pub const MAX_TRACK_SAMPLES: usize = 200_000;
@@ -422,7 +422,7 @@ impl Track {
 pub struct KernelTracks {
     /// In the order their first sample arrived.
     tracks: Vec<Track>,
-    index: HashMap<(ConnId, Side), usize>,
+    index: KeyedMap<(ConnId, Side), usize>,
     kept: usize,
     seen: u64,
     dropped: u64,
@@ -452,7 +452,7 @@ impl KernelTracks {
         let track_cap = track_cap.max(4);
         KernelTracks {
             tracks: Vec::new(),
-            index: HashMap::new(),
+            index: KeyedMap::default(),
             kept: 0,
             seen: 0,
             dropped: 0,

@@ -3,7 +3,7 @@
 //! Layers, bottom up (each uses only the ones above it; `cargo xtask test` fails on a cycle):
 //! - leaves: [`event`] (what the probe records: one [`Event`] per step, stamped with
 //!   nanoseconds since the run started on one clock for both sides), [`stats`] (percentiles),
-//!   `varint`, [`span`] (a syscall as a span of time), [`stall`] (the classes of wait and
+//!   `varint`, `keyed_hash` (the hash of maps keyed by ids), [`span`] (a syscall as a span of time), [`stall`] (the classes of wait and
 //!   their fixes), [`spec`] (what a run does: everything needed to run it again), [`packet`]
 //!   and [`tcp_info`]; [`budget`] (what a run's buffers may take, and the limits on it);
 //! - [`analysis`]: a run's events as requests, their spans and evidence, the summary;
@@ -33,6 +33,7 @@ pub mod event;
 pub mod fuzzing;
 pub mod import;
 pub mod kernel;
+mod keyed_hash;
 pub mod lesson;
 pub mod overview;
 pub mod packet;

@@ -183,7 +183,7 @@ const DECIDED_AFTER_NS: u64 = *DELAYED_ACK_NS.end() + NAGLE_RELEASE_NS;
 /// streams through it. Each segment carries a `T` (an index, for [`find`]) that comes back with
 /// the stall its segment ended. A connection's segments must come in time order.
 pub struct StallFinder<T = ()> {
-    windows: std::collections::HashMap<ConnId, Window<T>>,
+    windows: crate::keyed_hash::KeyedMap<ConnId, Window<T>>,
     found: Vec<(Stall, T)>,
 }
 

@@ -22,13 +22,13 @@
 //! messages through it into any `Write`, one serialized event at a time (`ackscope export
 //! --perfetto` into a file).
 
-use std::collections::HashMap;
 use std::io::{self, Write};
 
 use serde::ser::SerializeMap;
 use serde::{Serialize, Serializer};
 
 use crate::event::{ConnId, Event, EventKind, RunId, Side, TcpInfoSample};
+use crate::keyed_hash::KeyedMap;
 use crate::reduce::{Output, SessionReducer};
 use crate::span::SpanKind;
 use crate::spec::Scenario;
@@ -137,7 +137,7 @@ pub struct Counts {
 #[derive(Debug)]
 pub struct TraceBuilder {
     reducer: SessionReducer,
-    runs: HashMap<RunId, RunTrace>,
+    runs: KeyedMap<RunId, RunTrace>,
     next_tid: u32,
     steps: Vec<Output>,
     pub counts: Counts,
@@ -146,10 +146,10 @@ pub struct TraceBuilder {
 #[derive(Debug)]
 struct RunTrace {
     pid: u32,
-    threads: HashMap<(ConnId, Side), Thread>,
+    threads: KeyedMap<(ConnId, Side), Thread>,
     /// The tids of the connection sides that closed: a stall of theirs can still come (when its
     /// request retires), and goes on their thread; the rest of their state is gone.
-    closed: HashMap<(ConnId, Side), u32>,
+    closed: KeyedMap<(ConnId, Side), u32>,
 }
 
 #[derive(Debug)]
@@ -176,7 +176,7 @@ impl TraceBuilder {
     pub fn new() -> TraceBuilder {
         TraceBuilder {
             reducer: SessionReducer::hand_out_stalls(),
-            runs: HashMap::new(),
+            runs: KeyedMap::default(),
             next_tid: FIRST_TID,
             steps: Vec::new(),
             counts: Counts::default(),
@@ -238,7 +238,7 @@ impl TraceBuilder {
         out.push(metadata("process_name", pid, None, Args::Name { name }));
         let sort_index = u64::from(run.0);
         out.push(metadata("process_sort_index", pid, None, Args::SortIndex { sort_index }));
-        let trace = RunTrace { pid, threads: HashMap::new(), closed: HashMap::new() };
+        let trace = RunTrace { pid, threads: KeyedMap::default(), closed: KeyedMap::default() };
         self.runs.insert(run, trace);
         self.counts.runs += 1;
     }

@@ -15,13 +15,12 @@
 //! attribution without retiring ([`crate::attribution::Incremental`]); which classes a spec
 //! rules out is decided for both by [`stall_spec`].
 
-use std::collections::HashMap;
-
 use crate::analysis::{RequestView, RunAnalysis, Summary};
 use crate::attribution::{self, ClassSummary, Stall, StallTally};
 use crate::bulk::{BulkAnalysis, BulkSummary};
 use crate::control::ClockSync;
 use crate::event::{ConnId, Event, EventKind, ReqId, RunId, Side};
+use crate::keyed_hash::KeyedMap;
 use crate::overview::{self, Overview};
 use crate::packet_stalls;
 use crate::spec::{ImportedConnection, RrSpec, Scenario};
@@ -171,7 +170,7 @@ pub type ConnRow = (ConnId, u32, [u64; 2]);
 pub struct ImportedTally {
     /// In the order connections first appear; `row_of` finds a connection's row in O(1).
     rows: Vec<ConnRow>,
-    row_of: HashMap<ConnId, usize>,
+    row_of: KeyedMap<ConnId, usize>,
     finder: packet_stalls::StallFinder,
     stalls: StallTally,
 }
@@ -355,7 +354,7 @@ pub enum Output {
 pub struct SessionReducer {
     /// The runs still going, each with its place in the stream (the order they are handed
     /// over in when the stream ends before they do).
-    open: HashMap<RunId, (u64, FollowedRun)>,
+    open: KeyedMap<RunId, (u64, FollowedRun)>,
     started: u64,
     /// Runs started while [`MAX_OPEN_RUNS`] were going: counted, not followed.
     not_followed: u64,

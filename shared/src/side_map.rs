@@ -3,11 +3,10 @@
 //! The probe numbers connections from 0, so the keys of a recorded run are small and dense: a
 //! vector indexed by them answers without hashing (SipHash on every event was a large share of
 //! opening a million-request file). Ids past [`DENSE_CONNS`] (an import's, or a hostile file's)
-//! go to an ordinary `HashMap`, whose randomised hashing keeps crafted ids from colliding.
-
-use std::collections::HashMap;
+//! go to a hash map whose secret keys keep crafted ids from colliding ([`crate::keyed_hash`]).
 
 use crate::event::{ConnId, Side};
+use crate::keyed_hash::KeyedMap;
 
 /// Connections below this id are kept in the vector: 8,192 slots at most.
 pub const DENSE_CONNS: u32 = 4096;
@@ -15,12 +14,12 @@ pub const DENSE_CONNS: u32 = 4096;
 #[derive(Clone, Debug)]
 pub struct SideMap<V> {
     dense: Vec<Option<V>>,
-    sparse: HashMap<(ConnId, Side), V>,
+    sparse: KeyedMap<(ConnId, Side), V>,
 }
 
 impl<V> Default for SideMap<V> {
     fn default() -> Self {
-        SideMap { dense: Vec::new(), sparse: HashMap::new() }
+        SideMap { dense: Vec::new(), sparse: KeyedMap::default() }
     }
 }
 
@@ -36,10 +35,10 @@ impl<V> SideMap<V> {
         }
     }
 
-    pub fn insert(&mut self, key: (ConnId, Side), value: V) -> Option<V> {
-        match slot(key) {
-            Some(slot) => self.dense_slot(slot).replace(value),
-            None => self.sparse.insert(key, value),
+    pub fn get_mut(&mut self, key: &(ConnId, Side)) -> Option<&mut V> {
+        match slot(*key) {
+            Some(slot) => self.dense.get_mut(slot)?.as_mut(),
+            None => self.sparse.get_mut(key),
         }
     }
 
@@ -81,9 +80,12 @@ mod tests {
             for side in [Side::Client, Side::Server] {
                 let key = (ConnId(conn), side);
                 assert_eq!(map.get(&key), None);
-                assert_eq!(map.insert(key, conn), None);
-                assert_eq!(map.insert(key, conn.wrapping_add(1)), Some(conn));
-                *map.get_or_insert_with(key, || 0) += 1;
+                assert_eq!(*map.get_or_insert_with(key, || conn), conn);
+                assert_eq!(*map.get_or_insert_with(key, || 0), conn, "made once");
+                let value = map.get_mut(&key).unwrap();
+                *value = value.wrapping_add(1);
+                let value = map.get_or_insert_with(key, || 0);
+                *value = value.wrapping_add(1);
                 assert_eq!(map.get(&key), Some(&conn.wrapping_add(2)));
             }
         }

@@ -18,6 +18,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::event::{ConnId, Event, EventKind, ReqId, Side};
+use crate::keyed_hash::{KeyedHash, KeyedMap};
 use crate::side_map::SideMap;
 pub use crate::sorted_multiset::SortedMultiset;
 pub use crate::span::{Span, SpanKind};
@@ -26,7 +27,7 @@ use crate::spec::{RrSpec, MAX_REQUESTS};
 pub use crate::stats::{ns_to_ms, percentile};
 use crate::write_log::WriteLog;
 use std::cell::Cell;
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 
 /// Reads held longer than this are stalls (the summary's "reads blocked longer than 10 ms").
 /// Far above a loopback round trip (tens of microseconds), far below a delayed ACK (40 ms).
@@ -62,21 +63,30 @@ pub struct Summary {
     pub stalled_reads: u32,
 }
 
+/// What is known of one side of one connection while it is open.
+#[derive(Debug, Default)]
+struct SideState {
+    /// The syscall going on (each side is one thread, so at most one): when and what.
+    open: Option<(u64, SpanKind)>,
+    /// Bytes read and written so far.
+    read_offset: u64,
+    write_offset: u64,
+    /// Its writes: (stream offset after the write, when it returned).
+    writes: WriteLog,
+    /// The latest send MSS TCP_INFO reported.
+    mss: Option<u32>,
+    /// The smallest RTT TCP_INFO reported.
+    min_rtt_us: Option<u32>,
+}
+
 /// Incremental analysis of one run.
 #[derive(Debug, Default)]
 pub struct RunAnalysis {
     requests: Vec<RequestView>,
-    /// The open syscall of each side of each connection (each side is one thread, so at most one).
-    open: SideMap<(u64, SpanKind)>,
-    /// Bytes read / written so far, per connection and side.
-    read_offset: SideMap<u64>,
-    write_offset: SideMap<u64>,
-    /// Per connection and writing side: (stream offset after the write, when it returned).
-    writes: SideMap<WriteLog>,
-    /// The latest send MSS TCP_INFO reported, per connection and side.
-    mss: SideMap<u32>,
-    /// The smallest RTT TCP_INFO reported, per connection and side.
-    min_rtt_us: SideMap<u32>,
+    /// What is known of each side of each connection, in one map: an event looks its side up
+    /// once (a run that opens a connection per request has ids past the map's vector, and each
+    /// lookup hashes).
+    sides: SideMap<SideState>,
     /// The one-way delay of the path (an emulated link's RTT / 2): bytes need it to cross, so a
     /// read held that long is not stalled.
     path_delay_ns: u64,
@@ -95,7 +105,10 @@ pub struct RunAnalysis {
     settled_prefix: usize,
     /// Connections a side closed, with the latest request a side closed them in: their state is
     /// forgotten once that request is retired and no held request is on them.
-    closed: HashMap<ConnId, u32>,
+    closed: KeyedMap<ConnId, u32>,
+    /// [`RunAnalysis::forget_closed_connections`]'s working sets, kept for their allocations.
+    in_use: HashSet<ConnId, KeyedHash>,
+    forgotten: Vec<ConnId>,
     /// Views of retired requests, emptied, for the next requests: their lists keep their
     /// allocations, so a long run's collector does not allocate and free a request's lists
     /// for every request (on the CPU it measures).
@@ -181,16 +194,20 @@ impl RunAnalysis {
             }
             EventKind::RequestDone => self.set_time(event, Time::Done),
             EventKind::ConnectStart => {
-                self.open.insert(key, (event.at_ns, SpanKind::Connect));
+                self.sides.get_or_insert_with(key, SideState::default).open =
+                    Some((event.at_ns, SpanKind::Connect));
             }
             EventKind::WriteStart { .. } => {
-                self.open.insert(key, (event.at_ns, SpanKind::Write));
+                self.sides.get_or_insert_with(key, SideState::default).open =
+                    Some((event.at_ns, SpanKind::Write));
             }
             EventKind::ReadStart { .. } => {
-                self.open.insert(key, (event.at_ns, SpanKind::Read));
+                self.sides.get_or_insert_with(key, SideState::default).open =
+                    Some((event.at_ns, SpanKind::Read));
             }
             EventKind::Connected => {
-                if let Some((start_ns, SpanKind::Connect)) = self.open.remove(&key) {
+                let open = self.sides.get_mut(&key).and_then(|state| state.open.take());
+                if let Some((start_ns, SpanKind::Connect)) = open {
                     self.add_span(event, SpanKind::Connect, start_ns, 0, 0);
                 }
             }
@@ -198,21 +215,19 @@ impl RunAnalysis {
                 if let Some(settlement) = &mut self.settlement {
                     settlement.wrote(event, false);
                 }
-                if let Some((start_ns, SpanKind::Write)) = self.open.remove(&key) {
-                    let offset = self.write_offset.get_or_insert_with(key, || 0);
-                    *offset += u64::from(bytes);
-                    let stream_end = *offset;
-                    self.writes
-                        .get_or_insert_with(key, WriteLog::default)
-                        .push(stream_end, event.at_ns);
+                let state = self.sides.get_or_insert_with(key, SideState::default);
+                if let Some((start_ns, SpanKind::Write)) = state.open.take() {
+                    state.write_offset += u64::from(bytes);
+                    let stream_end = state.write_offset;
+                    state.writes.push(stream_end, event.at_ns);
                     self.add_span(event, SpanKind::Write, start_ns, bytes, stream_end);
                 }
             }
             EventKind::ReadDone { bytes } => {
-                if let Some((start_ns, SpanKind::Read)) = self.open.remove(&key) {
-                    let offset = self.read_offset.get_or_insert_with(key, || 0);
-                    *offset += u64::from(bytes);
-                    let stream_end = *offset;
+                let state = self.sides.get_or_insert_with(key, SideState::default);
+                if let Some((start_ns, SpanKind::Read)) = state.open.take() {
+                    state.read_offset += u64::from(bytes);
+                    let stream_end = state.read_offset;
                     // A zero-byte read is the peer closing: connection life, not a request's.
                     if bytes > 0 {
                         self.add_span(event, SpanKind::Read, start_ns, bytes, stream_end);
@@ -220,10 +235,10 @@ impl RunAnalysis {
                 }
             }
             EventKind::TcpInfo(ref info) => {
-                self.mss.insert(key, info.snd_mss);
+                let state = self.sides.get_or_insert_with(key, SideState::default);
+                state.mss = Some(info.snd_mss);
                 if let Some(rtt) = info.min_rtt_us.filter(|&rtt| rtt > 0) {
-                    let known = self.min_rtt_us.get_or_insert_with(key, || rtt);
-                    *known = (*known).min(rtt);
+                    state.min_rtt_us = Some(state.min_rtt_us.map_or(rtt, |known| known.min(rtt)));
                 }
                 if info.during_block {
                     let sample = KernelSample {
@@ -380,12 +395,12 @@ impl RunAnalysis {
 
     /// The send MSS of a side of a connection, if TCP_INFO was sampled.
     pub fn snd_mss(&self, conn: ConnId, side: Side) -> Option<u32> {
-        self.mss.get(&(conn, side)).copied().filter(|&mss| mss > 0)
+        self.sides.get(&(conn, side))?.mss.filter(|&mss| mss > 0)
     }
 
     /// The smallest RTT a side of a connection measured, if TCP_INFO was sampled.
     pub fn min_rtt_ns(&self, conn: ConnId, side: Side) -> Option<u64> {
-        self.min_rtt_us.get(&(conn, side)).map(|&us| u64::from(us) * 1000)
+        self.sides.get(&(conn, side))?.min_rtt_us.map(|us| u64::from(us) * 1000)
     }
 
     /// Runs over a path with a known one-way delay (an emulated link): a read held no longer
@@ -415,7 +430,7 @@ impl RunAnalysis {
         if span.kind != SpanKind::Read || span.bytes == 0 {
             return None;
         }
-        let writes = self.writes.get(&(conn, span.side.peer()))?;
+        let writes = &self.sides.get(&(conn, span.side.peer()))?.writes;
         // The first peer write whose end lies past the read's last byte carried that byte.
         writes.carrier_done_ns(span.stream_end)
     }
@@ -508,8 +523,8 @@ impl RunAnalysis {
         // A read is carried by a write made during its own request: writes that ended before the
         // oldest request still held began are never needed again.
         let oldest = self.requests.iter().filter_map(|r| r.start_ns).min().unwrap_or(u64::MAX);
-        for writes in self.writes.values_mut() {
-            writes.forget_before(oldest);
+        for state in self.sides.values_mut() {
+            state.writes.forget_before(oldest);
         }
     }
 
@@ -525,26 +540,30 @@ impl RunAnalysis {
         if self.closed.is_empty() {
             return;
         }
-        let in_use: HashSet<ConnId> = self.requests.iter().filter_map(|r| r.conn).collect();
-        let closed = std::mem::take(&mut self.closed);
-        for (conn, latest) in closed {
-            if in_use.contains(&conn) || latest >= self.base {
-                self.closed.insert(conn, latest);
-                continue;
+        // Both sets are kept between calls, emptied: this runs at every retirement, and
+        // allocating them each time was a tenth of reading a reconnecting run.
+        let mut in_use = std::mem::take(&mut self.in_use);
+        in_use.clear();
+        in_use.extend(self.requests.iter().filter_map(|r| r.conn));
+        let mut forgotten = std::mem::take(&mut self.forgotten);
+        forgotten.clear();
+        let base = self.base;
+        self.closed.retain(|conn, latest| {
+            let keep = in_use.contains(conn) || *latest >= base;
+            if !keep {
+                forgotten.push(*conn);
             }
+            keep
+        });
+        for &conn in &forgotten {
             for side in [Side::Client, Side::Server] {
-                let key = (conn, side);
-                self.open.remove(&key);
-                self.read_offset.remove(&key);
-                self.write_offset.remove(&key);
-                self.writes.remove(&key);
-                self.mss.remove(&key);
-                self.min_rtt_us.remove(&key);
+                self.sides.remove(&(conn, side));
             }
             if let Some(settlement) = &mut self.settlement {
                 settlement.forget(conn);
             }
         }
+        (self.in_use, self.forgotten) = (in_use, forgotten);
     }
 
     /// The reads of one request held longer than [`STALL_THRESHOLD_NS`] (what

@@ -1,11 +1,10 @@
 //! The attribution of a run whose events are still arriving (the page), kept batch by batch:
 //! [`Incremental`].
 
-use std::collections::HashMap;
-
 use super::*;
 use crate::analysis::{request_touched, RequestView, RunAnalysis, Span, SpanKind};
 use crate::event::{ConnId, Event, EventKind, ReqId, Side};
+use crate::keyed_hash::KeyedMap;
 use crate::spec::RrSpec;
 use crate::stall::Stall;
 
@@ -52,7 +51,7 @@ pub struct Incremental {
     held_reads: u32,
     /// Per connection of settled requests: the first of them, and the facts of each side as
     /// writer that they were attributed with.
-    connections: HashMap<ConnId, Settled>,
+    connections: KeyedMap<ConnId, Settled>,
     /// The path delay the settled requests were attributed with.
     path_delay_ns: u64,
 }
