@@ -45,14 +45,28 @@ fn wait_for(what: &str, mut condition: impl FnMut() -> bool) {
     }
 }
 
+/// A process this test started, killed if the test ends first (a failed assertion must not
+/// leave a run blocked on a FIFO behind it).
+struct Started(Child);
+
+impl Drop for Started {
+    fn drop(&mut self) {
+        if self.0.try_wait().ok().flatten().is_none() {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+}
+
 /// A long run (500,000 requests on loopback, tens of seconds) recording to `file`.
-fn long_run(file: &std::path::Path) -> Child {
-    Command::new(env!("CARGO_BIN_EXE_ackscope"))
-        .args(["run", "rr", "--count", "500000", "-o", s(file)])
+fn long_run(file: &std::path::Path) -> Started {
+    let child = Command::new(env!("CARGO_BIN_EXE_ackscope"))
+        .args(["run", "rr", "--count", "500000", "--nodelay", "both", "-o", s(file)])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
-        .unwrap()
+        .unwrap();
+    Started(child)
 }
 
 /// Defect 8a: with the session file a FIFO whose reader stopped reading, Ctrl-C left the
@@ -68,7 +82,8 @@ fn ctrl_c_ends_a_run_within_2_s_when_its_output_blocks_and_says_the_file_may_be_
     // SAFETY: a valid path; the descriptor is closed below.
     let reader = unsafe { libc::open(path.as_ptr(), libc::O_RDONLY | libc::O_NONBLOCK) };
     assert!(reader >= 0, "opening the FIFO's read end");
-    let mut run = long_run(&fifo);
+    let mut started = long_run(&fifo);
+    let run = &mut started.0;
     // The run has filled the pipe: one of its threads waits in the kernel's pipe write.
     let pid = run.id();
     wait_for("a write to the FIFO to block", || {
@@ -76,7 +91,7 @@ fn ctrl_c_ends_a_run_within_2_s_when_its_output_blocks_and_says_the_file_may_be_
     });
     assert!(run.try_wait().unwrap().is_none(), "the run is still going, its output blocked");
     signal(run.id(), "INT");
-    let (took, code) = ends_within(&mut run, Duration::from_secs(2));
+    let (took, code) = ends_within(run, Duration::from_secs(2));
     let mut err = String::new();
     run.stderr.take().unwrap().read_to_string(&mut err).unwrap();
     eprintln!("the blocked run ended {took:?} after Ctrl-C: {err}");
@@ -99,10 +114,11 @@ fn blocked_in_pipe_write(pid: u32) -> bool {
 #[test]
 fn sigterm_finishes_a_runs_file_as_ctrl_c_does() {
     let file = temp("term.ackscope");
-    let mut run = long_run(&file);
+    let mut started = long_run(&file);
+    let run = &mut started.0;
     wait_for("the run to record", || std::fs::metadata(&file).is_ok_and(|m| m.len() > 64 * 1024));
     signal(run.id(), "TERM");
-    let (took, code) = ends_within(&mut run, Duration::from_secs(2));
+    let (took, code) = ends_within(run, Duration::from_secs(2));
     eprintln!("the run ended {took:?} after SIGTERM");
     assert_eq!(code, Some(130), "SIGTERM is an interrupt: exit 130");
     let shown = ackscope(&["show", s(&file)]);
@@ -112,7 +128,7 @@ fn sigterm_finishes_a_runs_file_as_ctrl_c_does() {
 }
 
 /// `ackscope server -o FILE` on a free port.
-fn server(file: &std::path::Path) -> Child {
+fn server(file: &std::path::Path) -> Started {
     let mut child = Command::new(env!("CARGO_BIN_EXE_ackscope"))
         .args(["server", "--listen", "127.0.0.1:0", "-o", s(file)])
         .stdout(Stdio::piped())
@@ -122,7 +138,7 @@ fn server(file: &std::path::Path) -> Child {
     let mut line = String::new();
     BufReader::new(child.stdout.as_mut().unwrap()).read_line(&mut line).unwrap();
     assert!(line.contains("127.0.0.1:"), "{line}");
-    child
+    Started(child)
 }
 
 /// Defect 8c: `ackscope server` exited 0 on Ctrl-C, and SIGTERM ended it with its file
@@ -132,8 +148,8 @@ fn the_server_exits_130_on_ctrl_c_and_finishes_its_file_on_sigterm() {
     for name in ["INT", "TERM"] {
         let file = temp(&format!("server-{name}.ackscope"));
         let mut child = server(&file);
-        signal(child.id(), name);
-        let (took, code) = ends_within(&mut child, Duration::from_secs(2));
+        signal(child.0.id(), name);
+        let (took, code) = ends_within(&mut child.0, Duration::from_secs(2));
         eprintln!("the server ended {took:?} after SIG{name}");
         assert_eq!(code, Some(130), "SIG{name}: an interrupted server exits 130");
         let shown = ackscope(&["show", s(&file)]);
@@ -145,9 +161,9 @@ fn the_server_exits_130_on_ctrl_c_and_finishes_its_file_on_sigterm() {
 /// SIGTERM stops the UI server as Ctrl-C does, and it exits 130.
 #[test]
 fn sigterm_stops_the_ui_server_with_130() {
-    let (mut ui, _addr) = ui_server();
-    signal(ui.id(), "TERM");
-    let (took, code) = ends_within(&mut ui, Duration::from_secs(2));
+    let mut ui = Started(ui_server().0);
+    signal(ui.0.id(), "TERM");
+    let (took, code) = ends_within(&mut ui.0, Duration::from_secs(2));
     eprintln!("the UI server ended {took:?} after SIGTERM");
     assert_eq!(code, Some(130));
 }
