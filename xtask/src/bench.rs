@@ -9,7 +9,8 @@
 //! - `memory`: a 1,000,000-request run's peak RSS and session-file size; then `show` and
 //!   `export --json` of it, of a 1,000,000-request reconnect-every-1 session and of a crafted
 //!   session for each bound the readers keep (`ackscope_shared::crafted`): each one's peak RSS
-//!   and CPU per event.
+//!   and CPU per event. `memory --hostile`: the UI server's and the control port's RSS with
+//!   peers that never read (`bench_hostile`).
 //!
 //! These are measurements, not tests: a missed target is printed, and the exit code stays 0.
 //! What they measure and the figures of one machine: docs/BENCHMARKS.md.
@@ -27,10 +28,13 @@ use ackscope_shared::crafted::Crafted;
 use ackscope_shared::report::RunReport;
 
 use crate::steps::Steps;
-use crate::{bench_capture, bench_link, bench_remote, bench_setup, bench_viewer, cli, json, setup};
+use crate::{
+    bench_capture, bench_hostile, bench_link, bench_remote, bench_setup, bench_viewer, cli, json,
+    setup,
+};
 
 const USAGE: &str = "usage: cargo xtask bench rr [--rounds N] [--seconds S] [--pin CPU]\n       \
-                     cargo xtask bench memory [--count N]";
+                     cargo xtask bench memory [--count N] [--hostile]";
 
 /// The request and answer body of every rr benchmark run, in bytes.
 const SIZE_BYTES: u32 = 2048;
@@ -51,7 +55,10 @@ pub fn run(args: &[String]) -> Result<(), String> {
     };
     match which.as_str() {
         "rr" => rr_options(rest).and_then(|(rounds, seconds, pin)| rr(rounds, seconds, pin)),
-        "memory" => memory_options(rest).and_then(memory),
+        "memory" => memory_options(rest).and_then(|memory_bench| match memory_bench {
+            MemoryBench::Run(count) => memory(count),
+            MemoryBench::Hostile(count) => bench_hostile::run(count),
+        }),
         "link" => bench_link::run(rest),
         "capture" => bench_capture::run(rest),
         "remote" => bench_remote::run(rest),
@@ -87,14 +94,34 @@ fn rr_options(args: &[String]) -> Result<(u32, u32, u32), String> {
     Ok((rounds, seconds, pin))
 }
 
-/// `bench memory`'s flag: the request count.
-fn memory_options(args: &[String]) -> Result<u32, String> {
-    let mut count = MAX_COUNT;
-    cli::numbers(args, USAGE, &mut [("--count", &mut count)])?;
-    if !(1..=MAX_COUNT).contains(&count) {
-        return Err(format!("--count must be 1 to {MAX_COUNT}\n{USAGE}"));
+/// Which `bench memory`, with its run's request count.
+#[derive(Debug, PartialEq)]
+enum MemoryBench {
+    /// A recording's peak RSS and file size, then its readers'.
+    Run(u32),
+    /// `--hostile`: the servers' RSS with peers that never read (see `bench_hostile`).
+    Hostile(u32),
+}
+
+/// `bench memory`'s flags: the request count and `--hostile`. A hostile run is started from a
+/// page, so it makes at most the requests a page may ask for, and 100,000 unless told.
+fn memory_options(args: &[String]) -> Result<MemoryBench, String> {
+    let mut flags = cli::Flags::new(args, USAGE);
+    let (mut count, mut hostile) = (None, false);
+    while let Some(flag) = flags.next()? {
+        match flag.as_str() {
+            "--count" => count = Some(flags.number::<u32>(&flag)?),
+            "--hostile" => hostile = true,
+            _ => return Err(flags.unknown(&flag)),
+        }
     }
-    Ok(count)
+    let most = if hostile { bench_hostile::MAX_COUNT } else { MAX_COUNT };
+    let count = count.unwrap_or(most);
+    if !(1..=most).contains(&count) {
+        let which = if hostile { " with --hostile (a run started from a page)" } else { "" };
+        return Err(flags.error(&format!("--count must be 1 to {most}{which}")));
+    }
+    Ok(if hostile { MemoryBench::Hostile(count) } else { MemoryBench::Run(count) })
 }
 
 /// `program`, under `taskset -c CPU` when pinned to a CPU.
@@ -735,8 +762,11 @@ mod tests {
         assert_eq!(error, format!("--seconds needs a whole number, not `ten`\n{USAGE}"));
         let error = rr_options(&args("--count 5")).unwrap_err();
         assert_eq!(error, format!("unknown option `--count`\n{USAGE}"));
-        assert_eq!(memory_options(&[]), Ok(MAX_COUNT));
-        assert_eq!(memory_options(&args("--count 1000")), Ok(1000));
+        assert_eq!(memory_options(&[]), Ok(MemoryBench::Run(MAX_COUNT)));
+        assert_eq!(memory_options(&args("--count 1000")), Ok(MemoryBench::Run(1000)));
+        assert_eq!(memory_options(&args("--hostile")), Ok(MemoryBench::Hostile(100_000)));
+        let hostile = memory_options(&args("--hostile --count 100001")).unwrap_err();
+        assert!(hostile.starts_with("--count must be 1 to 100000 with --hostile"), "{hostile}");
         let error = memory_options(&args("--count 1000001")).unwrap_err();
         assert_eq!(error, format!("--count must be 1 to {MAX_COUNT}\n{USAGE}"));
         assert!(memory_options(&args("--count 0")).is_err());

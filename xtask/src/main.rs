@@ -13,6 +13,7 @@
 
 mod bench;
 mod bench_capture;
+mod bench_hostile;
 mod bench_link;
 mod bench_remote;
 mod bench_setup;

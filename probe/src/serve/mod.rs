@@ -19,6 +19,7 @@ use ackscope_shared::budget;
 use ackscope_shared::spec::MAX_BROWSER_REQUESTS;
 use ackscope_shared::wire::{self, Hello, Instruments, ResumePoint, ToBrowser, ToProbe};
 use ackscope_shared::Scenario;
+use axum::body::Bytes;
 use axum::extract::ws::{Message, WebSocket, WebSocketUpgrade};
 use axum::extract::State;
 use axum::http::{header, HeaderMap, StatusCode, Uri};
@@ -107,7 +108,8 @@ async fn serve(
         .fallback(get(static_file))
         .layer(axum::middleware::from_fn_with_state(Arc::clone(&app), guard))
         .with_state(app);
-    axum::serve(guard::GuardedListener::new(listener), router)
+    let security_headers = guard::security_headers(&self::content_security_policy());
+    axum::serve(guard::GuardedListener::new(listener, security_headers), router)
         .with_graceful_shutdown(async move {
             stop.next().await;
             // Runs stop and keep what they recorded; open pages would hold a graceful shutdown
@@ -209,33 +211,35 @@ fn inline_script(page: &[u8]) -> Option<&[u8]> {
 }
 
 /// Every request: refused unless its `Host` is this probe's own (on a loopback listener);
-/// every response: the page's security headers.
+/// every response, a refusal too: the page's security headers (the listener adds them to the
+/// answers the HTTP library makes itself, which never reach this). No answer repeats what the
+/// request said, so none can carry a request's text into a page.
 async fn guard(
     State(app): State<Arc<App>>,
     request: axum::extract::Request,
     next: axum::middleware::Next,
 ) -> Response {
     let host = request.headers().get(header::HOST).and_then(|v| v.to_str().ok());
-    if let Some(own) = &app.own_hosts {
-        if !host.is_some_and(|host| own.iter().any(|o| o.eq_ignore_ascii_case(host_name(host)))) {
-            let shown = host.unwrap_or("(none)");
-            tracing::warn!("refused a request for Host {shown}");
-            let reason = format!(
-                "ackscope: Host {shown} is not this probe's address; open {} (a page that \
-                 names 127.0.0.1 by another name is not let in)\n",
-                app.own_origins[0]
-            );
-            return (StatusCode::MISDIRECTED_REQUEST, reason).into_response();
+    let allowed = match &app.own_hosts {
+        None => true,
+        Some(own) => {
+            host.is_some_and(|host| own.iter().any(|o| o.eq_ignore_ascii_case(host_name(host))))
         }
+    };
+    let mut response = if allowed {
+        next.run(request).await
+    } else {
+        tracing::warn!("refused a request for Host {:?}", host.unwrap_or("(none)"));
+        let reason = format!(
+            "ackscope: this request's Host is not this probe's address; open {} (a page that \
+             names 127.0.0.1 by another name is not let in)\n",
+            app.own_origins[0]
+        );
+        (StatusCode::MISDIRECTED_REQUEST, reason).into_response()
+    };
+    for (name, value) in guard::security_headers(&app.content_security_policy) {
+        response.headers_mut().insert(name, value);
     }
-    let mut response = next.run(request).await;
-    let headers = response.headers_mut();
-    if let Ok(policy) = header::HeaderValue::from_str(&app.content_security_policy) {
-        headers.insert(header::CONTENT_SECURITY_POLICY, policy);
-    }
-    headers.insert(header::X_CONTENT_TYPE_OPTIONS, header::HeaderValue::from_static("nosniff"));
-    headers.insert(header::X_FRAME_OPTIONS, header::HeaderValue::from_static("SAMEORIGIN"));
-    headers.insert(header::REFERRER_POLICY, header::HeaderValue::from_static("no-referrer"));
     response
 }
 
@@ -271,26 +275,30 @@ async fn upgrade(
     uri: Uri,
     ws: WebSocketUpgrade,
 ) -> Response {
-    let refuse = |status: StatusCode, reason: String| {
-        tracing::warn!("{reason}");
-        (status, format!("ackscope: {reason}\n")).into_response()
+    // The log says why; the answer repeats nothing of the request.
+    let refuse = |logged: &str, answer: &str| {
+        tracing::warn!("{logged}");
+        (StatusCode::FORBIDDEN, format!("ackscope: {answer}\n")).into_response()
     };
     let mut origins = app.own_origins.clone();
     if let Some(room) = &app.room {
         // A class's pages come from whatever address the students were given; the room code
         // (the token) is what lets them in.
         if room_code(&uri) != Some(room.code.as_str()) {
-            return refuse(
-                StatusCode::FORBIDDEN,
-                "WebSocket refused: this is a class; open the link with its room code".into(),
-            );
+            let reason = "WebSocket refused: this is a class; open the link with its room code";
+            return refuse(reason, reason);
         }
         if let Some(host) = headers.get(header::HOST).and_then(|h| h.to_str().ok()) {
             origins.push(format!("http://{host}"));
         }
     }
     if let Err(reason) = check_origin(&headers, &origins) {
-        return refuse(StatusCode::FORBIDDEN, reason);
+        let answer = format!(
+            "WebSocket refused: the page asking is not this probe's own (its Origin is missing \
+             or another site's); open {}",
+            app.own_origins[0]
+        );
+        return refuse(&reason, &answer);
     }
     let resume = query_value(&uri, "resume").and_then(ResumePoint::parse);
     ws.max_message_size(MAX_INCOMING_MESSAGE_BYTES)
@@ -344,12 +352,17 @@ async fn stream_session(mut socket: WebSocket, app: Arc<App>, resume: Option<Res
     }
     loop {
         changed.borrow_and_update();
-        for message in app.session.catch_up(&mut cursor) {
-            if send(&mut socket, &message).await.is_err() {
+        // The session's own buffers, a few at a time: a page that does not read waits here on
+        // one of them, holding no copy of the session.
+        let messages = app.session.catch_up(&mut cursor);
+        let more = messages.len() == session::MESSAGES_PER_CATCH_UP;
+        for message in messages {
+            if send_encoded(&mut socket, message).await.is_err() {
                 return;
             }
         }
-        if let Some(watch) = room_changed.as_mut() {
+        // The room's state follows the session's messages, once they are all sent.
+        if let Some(watch) = room_changed.as_mut().filter(|_| !more) {
             let state = watch.borrow_and_update().clone();
             if let Some(state) = state {
                 if send(&mut socket, &ToBrowser::ClassState(state)).await.is_err() {
@@ -441,7 +454,13 @@ async fn stream_session(mut socket: WebSocket, app: Arc<App>, resume: Option<Res
 }
 
 async fn send(socket: &mut WebSocket, message: &ToBrowser) -> Result<(), axum::Error> {
-    socket.send(Message::Binary(wire::encode(message).into())).await
+    send_encoded(socket, wire::encode(message).into()).await
+}
+
+/// Sends an encoded message; returns once the page's socket took it, so a page that does not
+/// read holds one message here, never a queue of them.
+async fn send_encoded(socket: &mut WebSocket, payload: Bytes) -> Result<(), axum::Error> {
+    socket.send(Message::Binary(payload)).await
 }
 
 /// Set by Ctrl-C: every browser-started run stops after its current step, keeping what it
@@ -452,8 +471,8 @@ static STOP_RUNS: AtomicBool = AtomicBool::new(false);
 /// command line has none of these: there the user chose the run, and its file streams to disk.
 pub mod limits {
     use std::time::Duration;
-    /// Events a browser run keeps in memory (every tab, late ones too, gets them all): about
-    /// 160 MB. A run that reaches it stops, keeping them.
+    /// Events a browser run keeps in memory (every tab, late ones too, gets them all), once,
+    /// encoded: about 50 MB of syscall events. A run that reaches it stops, keeping them.
     pub const MAX_EVENTS: u64 = 5_000_000;
     /// Bytes a browser run may move: requests x (request + answer) x connections, or a bulk
     /// transfer's bytes.

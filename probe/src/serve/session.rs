@@ -1,31 +1,123 @@
 //! The runs of this probe's session, kept so that every browser tab (and a reloaded one) sees
 //! all of them, and streamed to each tab from where it is.
+//!
+//! A run is kept as the encoded WebSocket messages pages are sent, once: every page is handed
+//! the same reference-counted buffers ([`Bytes`]), a few at a time, so a page costs its cursor
+//! and the message on its way, never a copy of the session. A page that does not read waits on
+//! its message; nothing more is made for it.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use ackscope_shared::wire::{Instruments, ResumePoint, RunOutcome, ToBrowser, EVENTS_PER_MESSAGE};
+use ackscope_shared::wire::{
+    self, Instruments, ResumePoint, RunOutcome, ToBrowser, EVENTS_PER_MESSAGE,
+};
 use ackscope_shared::{Event, RunId, Scenario};
+use axum::body::Bytes;
 use tokio::sync::watch;
 
 use super::limits;
 
-pub struct RunRecord {
-    pub id: RunId,
-    pub spec: Scenario,
-    pub instruments: Instruments,
-    pub events: Vec<Event>,
-    pub outcome: Option<RunOutcome>,
+/// One run, as the messages a page is sent: `RunStarted`, its events' `Events` messages, and
+/// `RunFinished` once it ended.
+struct RunRecord {
+    id: RunId,
+    /// `RunStarted`, encoded.
+    started: Bytes,
+    /// The run's events up to `open`, as encoded `Events` messages of at most
+    /// [`EVENTS_PER_MESSAGE`] events each, in order.
+    chunks: Vec<Chunk>,
+    /// The newest events, not yet in a chunk: no page has been sent them. They become one when
+    /// they fill it, when a page asks for them, or when the run ends.
+    open: Vec<Event>,
+    /// The events in `chunks`.
+    sealed: usize,
+    /// `RunFinished`, encoded, once the run ended.
+    finished: Option<Bytes>,
     /// Set to stop the run early (a page's Stop button).
-    pub stop: Arc<AtomicBool>,
+    stop: Arc<AtomicBool>,
 }
 
-/// Events the session keeps in memory across its runs, about 320 MB: room for the largest
-/// browser run ([`limits::MAX_EVENTS`]) beside the runs before it. Starting a run drops the
-/// oldest finished runs' events until the new run has that room.
+/// One encoded `ToBrowser::Events` message of a run, shared by every page it is sent to.
+struct Chunk {
+    /// The run's events before this message's.
+    first: usize,
+    payload: Bytes,
+}
+
+impl RunRecord {
+    /// The run's events so far: those of `chunks` and `open`.
+    fn events(&self) -> usize {
+        self.sealed + self.open.len()
+    }
+
+    /// Appends `events`, making a chunk of every [`EVENTS_PER_MESSAGE`] of them.
+    fn push(&mut self, events: Vec<Event>) {
+        if self.open.is_empty() && events.len() < EVENTS_PER_MESSAGE {
+            // The usual batch, a thousand events or so: kept as it came.
+            self.open = events;
+            return;
+        }
+        let mut events = events.into_iter();
+        while events.len() > 0 {
+            let room = EVENTS_PER_MESSAGE - self.open.len();
+            self.open.extend(events.by_ref().take(room));
+            if self.open.len() == EVENTS_PER_MESSAGE {
+                self.seal();
+            }
+        }
+    }
+
+    /// Makes the open events a chunk, encoded once for every page.
+    fn seal(&mut self) {
+        if self.open.is_empty() {
+            return;
+        }
+        let events = std::mem::take(&mut self.open);
+        let (first, count) = (self.sealed, events.len());
+        let message = ToBrowser::Events { run: self.id, events };
+        self.chunks.push(Chunk { first, payload: encoded(&message) });
+        self.sealed += count;
+    }
+
+    /// The next message of a page that has had `sent` of the run's events (fewer than
+    /// [`RunRecord::events`]), and how many events it carries. A page that was sent whole
+    /// messages is handed the shared one; one that resumed inside a message gets that message's
+    /// tail, encoded for it.
+    fn events_from(&mut self, sent: usize) -> (Bytes, usize) {
+        if sent >= self.sealed {
+            self.seal();
+        }
+        let index = self.chunks.partition_point(|chunk| chunk.first <= sent) - 1;
+        let chunk = &self.chunks[index];
+        let end = self.chunks.get(index + 1).map_or(self.sealed, |next| next.first);
+        if chunk.first == sent {
+            return (chunk.payload.clone(), end - sent);
+        }
+        let Ok(ToBrowser::Events { run, mut events }) = wire::decode(&chunk.payload) else {
+            unreachable!("a chunk is an Events message this session encoded")
+        };
+        events.drain(..sent - chunk.first);
+        (encoded(&ToBrowser::Events { run, events }), end - sent)
+    }
+}
+
+/// `message` encoded, in a buffer of its own size (it is kept for as long as its run).
+fn encoded(message: &ToBrowser) -> Bytes {
+    Bytes::from(wire::encode(message).into_boxed_slice())
+}
+
+/// Events the session keeps in memory across its runs: room for the largest browser run
+/// ([`limits::MAX_EVENTS`]) beside the runs before it. They are kept encoded, about 10 bytes a
+/// syscall event (more for TCP_INFO samples and captured segments), so about 100 MB of a
+/// syscall-only session. Starting a run drops the oldest finished runs' events until the new
+/// run has that room.
 pub const MAX_KEPT_EVENTS: usize = 2 * limits::MAX_EVENTS as usize;
 /// Runs the session keeps, however small (each costs its spec and bookkeeping).
 pub const MAX_KEPT_RUNS: usize = 1000;
+/// The most messages one [`Session::catch_up`] hands out: a page far behind takes the backlog
+/// this many shared buffers at a time, each sent before the next are asked for.
+pub const MESSAGES_PER_CATCH_UP: usize = 16;
 
 /// Append-only store of runs, but for the oldest, dropped past [`MAX_KEPT_EVENTS`] or
 /// [`MAX_KEPT_RUNS`]; a watch channel says "something was appended".
@@ -56,21 +148,21 @@ impl Runs {
     /// events and is within the count. Tabs that had them keep them; a tab that opens later
     /// starts from the first run kept.
     fn make_room(&mut self) {
-        let mut events: usize = self.kept.iter().map(|r| r.events.len()).sum();
+        let mut events: usize = self.kept.iter().map(|r| r.events()).sum();
         let full = |events: usize, runs: usize| {
             events + limits::MAX_EVENTS as usize > MAX_KEPT_EVENTS || runs >= MAX_KEPT_RUNS
         };
         while full(events, self.kept.len())
-            && self.kept.first().is_some_and(|r| r.outcome.is_some())
+            && self.kept.first().is_some_and(|r| r.finished.is_some())
         {
             let oldest = self.kept.remove(0);
-            events -= oldest.events.len();
+            events -= oldest.events();
             self.dropped += 1;
             tracing::warn!(
                 "run {} ({} events) dropped from the probe's memory to make room for the next \
                  run; pages that have it keep it",
                 oldest.id.0,
-                oldest.events.len()
+                oldest.events()
             );
         }
     }
@@ -98,12 +190,12 @@ impl Session {
         let last = runs.kept.get(index)?;
         let possible = point.stream == self.id
             && last.id == point.run
-            && usize::try_from(point.events).is_ok_and(|events| events <= last.events.len())
-            && (!point.finished || last.outcome.is_some())
-            && runs.kept[..index].iter().all(|run| run.outcome.is_some());
+            && usize::try_from(point.events).is_ok_and(|events| events <= last.events())
+            && (!point.finished || last.finished.is_some())
+            && runs.kept[..index].iter().all(|run| run.finished.is_some());
         possible.then(|| Cursor {
             runs: std::iter::repeat_n((0, true), runs.dropped)
-                .chain(runs.kept[..index].iter().map(|run| (run.events.len(), true)))
+                .chain(runs.kept[..index].iter().map(|run| (run.events(), true)))
                 .chain([(point.events as usize, point.finished)])
                 .collect(),
         })
@@ -126,7 +218,7 @@ impl Session {
         instruments: Instruments,
     ) -> Result<(RunId, Arc<AtomicBool>), String> {
         let mut runs = self.lock();
-        if let Some(running) = runs.kept.iter().find(|r| r.outcome.is_none()) {
+        if let Some(running) = runs.kept.iter().find(|r| r.finished.is_none()) {
             return Err(format!(
                 "run {} is still going; wait for it to finish, then press Run again",
                 running.id.0
@@ -137,10 +229,11 @@ impl Session {
         let stop = Arc::new(AtomicBool::new(false));
         let record = RunRecord {
             id,
-            spec,
-            instruments,
-            events: Vec::new(),
-            outcome: None,
+            started: encoded(&ToBrowser::RunStarted { run: id, spec, instruments }),
+            chunks: Vec::new(),
+            open: Vec::new(),
+            sealed: 0,
+            finished: None,
             stop: Arc::clone(&stop),
         };
         runs.kept.push(record);
@@ -152,50 +245,55 @@ impl Session {
     /// Asks the run that is going to stop; an error if none is.
     pub fn stop_running(&self) -> Result<RunId, String> {
         let runs = self.lock();
-        let running = runs.kept.iter().find(|r| r.outcome.is_none()).ok_or("no run is going")?;
+        let running = runs.kept.iter().find(|r| r.finished.is_none()).ok_or("no run is going")?;
         running.stop.store(true, Ordering::Relaxed);
         Ok(running.id)
     }
 
     pub fn append(&self, run: RunId, events: Vec<Event>) {
         if let Some(record) = self.lock().kept.iter_mut().find(|r| r.id == run) {
-            record.events.extend(events);
+            record.push(events);
         }
         self.notify();
     }
 
     pub fn finish(&self, run: RunId, outcome: RunOutcome) {
         if let Some(record) = self.lock().kept.iter_mut().find(|r| r.id == run) {
-            record.outcome = Some(outcome);
+            record.seal();
+            record.finished = Some(encoded(&ToBrowser::RunFinished { run, outcome }));
         }
         self.notify();
     }
 
-    /// The messages a WebSocket at `cursor` has not been sent yet, advancing the cursor.
-    pub fn catch_up(&self, cursor: &mut Cursor) -> Vec<ToBrowser> {
-        let runs = self.lock();
+    /// The next messages a WebSocket at `cursor` has not been sent, at most
+    /// [`MESSAGES_PER_CATCH_UP`] of them, advancing the cursor: none when it has had
+    /// everything. Each is the session's own buffer, shared, not a copy.
+    pub fn catch_up(&self, cursor: &mut Cursor) -> Vec<Bytes> {
+        let mut runs = self.lock();
         let mut messages = Vec::new();
         // Runs dropped before this page had them: it never will.
         if cursor.runs.len() < runs.dropped {
             cursor.runs.resize(runs.dropped, (0, true));
         }
-        for (offset, record) in runs.kept.iter().enumerate() {
-            let index = runs.dropped + offset;
+        let dropped = runs.dropped;
+        for (offset, record) in runs.kept.iter_mut().enumerate() {
+            if messages.len() >= MESSAGES_PER_CATCH_UP {
+                break;
+            }
+            let index = dropped + offset;
             if index == cursor.runs.len() {
                 cursor.runs.push((0, false));
-                messages.push(ToBrowser::RunStarted {
-                    run: record.id,
-                    spec: record.spec.clone(),
-                    instruments: record.instruments,
-                });
+                messages.push(record.started.clone());
             }
             let (sent, finished) = &mut cursor.runs[index];
-            for chunk in record.events[*sent..].chunks(EVENTS_PER_MESSAGE) {
-                messages.push(ToBrowser::Events { run: record.id, events: chunk.to_vec() });
+            while *sent < record.events() && messages.len() < MESSAGES_PER_CATCH_UP {
+                let (message, events) = record.events_from(*sent);
+                messages.push(message);
+                *sent += events;
             }
-            *sent = record.events.len();
-            if let (Some(outcome), false) = (&record.outcome, *finished) {
-                messages.push(ToBrowser::RunFinished { run: record.id, outcome: outcome.clone() });
+            let all_sent = *sent == record.events() && messages.len() < MESSAGES_PER_CATCH_UP;
+            if let (Some(end), true, false) = (&record.finished, all_sent, *finished) {
+                messages.push(end.clone());
                 *finished = true;
             }
         }
@@ -235,6 +333,27 @@ mod tests {
         }
     }
 
+    /// Every message not yet sent at `cursor`, as a page would read them.
+    fn catch_up_all(session: &Session, cursor: &mut Cursor) -> Vec<ToBrowser> {
+        let mut all = Vec::new();
+        loop {
+            let messages = session.catch_up(cursor);
+            assert!(messages.len() <= MESSAGES_PER_CATCH_UP, "{} at once", messages.len());
+            if messages.is_empty() {
+                return all;
+            }
+            all.extend(messages.iter().map(|bytes| wire::decode::<ToBrowser>(bytes).unwrap()));
+        }
+    }
+
+    fn events_of(messages: &[ToBrowser]) -> Vec<Event> {
+        let batches = messages.iter().filter_map(|m| match m {
+            ToBrowser::Events { events, .. } => Some(events.clone()),
+            _ => None,
+        });
+        batches.flatten().collect()
+    }
+
     #[test]
     fn a_late_tab_gets_everything_and_a_live_tab_only_what_is_new() {
         let session = Session::new();
@@ -242,21 +361,74 @@ mod tests {
             session.begin_run(Scenario::Rr(RrSpec::default()), Instruments::default()).unwrap();
         session.append(run, vec![event(1), event(2)]);
         let mut live = Cursor::default();
-        assert_eq!(session.catch_up(&mut live).len(), 2, "RunStarted + one Events");
+        assert_eq!(catch_up_all(&session, &mut live).len(), 2, "RunStarted + one Events");
         session.append(run, vec![event(3)]);
         session.finish(run, RunOutcome::Completed);
-        let new = session.catch_up(&mut live);
+        let new = catch_up_all(&session, &mut live);
         assert!(matches!(&new[0], ToBrowser::Events { events, .. } if events == &[event(3)]));
         assert!(matches!(&new[1], ToBrowser::RunFinished { .. }));
         assert!(session.catch_up(&mut live).is_empty());
 
         let mut late = Cursor::default();
-        let all = session.catch_up(&mut late);
-        let replayed: usize = all
-            .iter()
-            .map(|m| if let ToBrowser::Events { events, .. } = m { events.len() } else { 0 })
-            .sum();
-        assert_eq!(replayed, 3);
+        assert_eq!(events_of(&catch_up_all(&session, &mut late)), [event(1), event(2), event(3)]);
+    }
+
+    /// Pages are handed the session's own buffers, not copies, a bounded number at a time; the
+    /// events come in messages of at most EVENTS_PER_MESSAGE, in order, and a page that resumes
+    /// inside a message gets exactly the rest.
+    #[test]
+    fn every_page_shares_the_sessions_messages_and_takes_them_a_few_at_a_time() {
+        let session = Session::new();
+        let run =
+            session.begin_run(Scenario::Rr(RrSpec::default()), Instruments::default()).unwrap();
+        let all: Vec<Event> = (0..20 * EVENTS_PER_MESSAGE as u64 + 5).map(event).collect();
+        for batch in all.chunks(3000) {
+            session.append(run, batch.to_vec());
+        }
+        session.finish(run, RunOutcome::Completed);
+
+        let (mut first, mut second) = (Cursor::default(), Cursor::default());
+        let (a, b) = (session.catch_up(&mut first), session.catch_up(&mut second));
+        assert_eq!(a.len(), MESSAGES_PER_CATCH_UP, "a bounded number at once");
+        for (a, b) in a.iter().zip(&b) {
+            assert_eq!(a.as_ptr(), b.as_ptr(), "one buffer for both pages");
+        }
+        let messages = catch_up_all(&session, &mut first);
+        assert!(matches!(messages.last(), Some(ToBrowser::RunFinished { .. })));
+        assert_eq!(events_of(&messages).len(), all.len() - 15 * EVENTS_PER_MESSAGE);
+        for message in &messages {
+            if let ToBrowser::Events { events, .. } = message {
+                assert!(events.len() <= EVENTS_PER_MESSAGE, "{} events", events.len());
+            }
+        }
+
+        let inside = ResumePoint { stream: session.id(), run, events: 12_345, finished: false };
+        let mut resumed = session.cursor_at(inside).unwrap();
+        assert_eq!(events_of(&catch_up_all(&session, &mut resumed)), all[12_345..]);
+    }
+
+    /// A live page is sent the events as they come, each once, whatever their batches.
+    #[test]
+    fn a_live_page_gets_each_event_once_as_it_comes() {
+        let session = Session::new();
+        let run =
+            session.begin_run(Scenario::Rr(RrSpec::default()), Instruments::default()).unwrap();
+        let mut live = Cursor::default();
+        let mut got = Vec::new();
+        let all: Vec<Event> = (0..5 * EVENTS_PER_MESSAGE as u64).map(event).collect();
+        // Between two looks, a full message's worth arrives and more: the page is behind the
+        // full messages while newer events wait beyond them.
+        for (i, batch) in all.chunks(1000).enumerate() {
+            session.append(run, batch.to_vec());
+            if i % 10 == 0 {
+                got.extend(events_of(&catch_up_all(&session, &mut live)));
+            }
+        }
+        session.finish(run, RunOutcome::Completed);
+        got.extend(events_of(&catch_up_all(&session, &mut live)));
+        assert_eq!(got, all);
+        let mut late = Cursor::default();
+        assert_eq!(events_of(&catch_up_all(&session, &mut late)), all);
     }
 
     fn started(messages: &[ToBrowser]) -> Vec<u32> {
@@ -278,11 +450,11 @@ mod tests {
         // One run with more events than leave the next one its room.
         session.append(first, vec![event(1); limits::MAX_EVENTS as usize + 1]);
         session.finish(first, RunOutcome::Completed);
-        let _ = session.catch_up(&mut live);
+        let _ = catch_up_all(&session, &mut live);
         let second = session.begin_run(spec(), Instruments::default()).unwrap();
         assert_eq!(second, RunId(2), "numbers go on");
-        assert_eq!(started(&session.catch_up(&mut Cursor::default())), [2], "run 1 dropped");
-        assert_eq!(started(&session.catch_up(&mut live)), [2], "a live page just goes on");
+        assert_eq!(started(&catch_up_all(&session, &mut Cursor::default())), [2], "run 1 dropped");
+        assert_eq!(started(&catch_up_all(&session, &mut live)), [2], "a live page just goes on");
         let resume = ResumePoint { stream: session.id(), run: first, events: 1, finished: true };
         assert!(session.cursor_at(resume).is_none(), "a page cut off in run 1 starts over");
         session.finish(second, RunOutcome::Completed);
@@ -293,13 +465,13 @@ mod tests {
             session.append(run, vec![event(2)]);
             session.finish(run, RunOutcome::Completed);
         }
-        let late = started(&session.catch_up(&mut Cursor::default()));
+        let late = started(&catch_up_all(&session, &mut Cursor::default()));
         assert_eq!(late.len(), MAX_KEPT_RUNS);
         assert_eq!((late[0], late[late.len() - 1]), (3, MAX_KEPT_RUNS as u32 + 2));
         let resume =
             ResumePoint { stream: session.id(), run: RunId(500), events: 1, finished: true };
         let mut cursor = session.cursor_at(resume).expect("a kept run resumes");
-        assert_eq!(started(&session.catch_up(&mut cursor))[0], 501, "from where it was");
+        assert_eq!(started(&catch_up_all(&session, &mut cursor))[0], 501, "from where it was");
     }
 
     #[test]
