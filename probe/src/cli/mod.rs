@@ -109,7 +109,10 @@ pub fn main() -> ExitCode {
         Err(e) => e.exit(),
     };
     tracing_subscriber::fmt()
-        .with_writer(io::stderr)
+        // A log line may quote a peer (a request's path, a refusal's reason): printed as data,
+        // so without the subscriber's own colours, which are control sequences too.
+        .with_writer(|| terminal::Printable::terminal(io::stderr()))
+        .with_ansi(false)
         .with_target(false)
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("ACKSCOPE_LOG")

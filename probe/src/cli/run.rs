@@ -223,7 +223,8 @@ pub fn run(args: &RunArgs) -> Result<Ended, Failure> {
     let scenario = args.scenario()?;
     if args.print_spec {
         let json = serde_json::to_string_pretty(&scenario).expect("a spec is plain data");
-        println!("{json}");
+        // A spec read with --spec carries the file's strings: printed as data.
+        let _ = writeln!(Printable::json(io::stdout().lock()), "{json}");
         return Ok(Ended::Ok);
     }
     if let Scenario::Rr(RrSpec { link: Some(_), .. })

@@ -3,6 +3,7 @@
 //! server side of runs another host's probe drives with `ackscope run --remote` (docs/REMOTE.md),
 //! for whoever holds the token it prints.
 
+use std::io::Write;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -17,7 +18,7 @@ use ackscope_shared::{RrSpec, RunId, Scenario, Side};
 
 use super::knobs::{self, BulkKnobs, CommonKnobs, RrKnobs};
 use super::run::{finish_file, print_summary, Tally};
-use super::terminal::announce;
+use super::terminal::{announce, Printable};
 use super::{Ended, Failure};
 use crate::net::echo::{EchoAccess, EchoConfig, EchoServer, Tagging, DEFAULT_MAX_CONNECTIONS};
 use crate::net::options::SideOptions;
@@ -150,7 +151,8 @@ pub fn run(args: &ServerArgs) -> Result<Ended, Failure> {
             Ok(events) => {
                 tally.push(&events);
                 if let Some(error) = file.write_events(run, events) {
-                    eprintln!("ackscope: {error}; stopping");
+                    let mut stderr = Printable::terminal(std::io::stderr().lock());
+                    let _ = writeln!(stderr, "ackscope: {error}; stopping");
                 }
             }
             Err(RecvTimeoutError::Timeout) => {}

@@ -10,6 +10,7 @@ use ackscope_shared::bulk::{BulkAnalysis, BulkSummary};
 use ackscope_shared::wire::{Instruments, RunOutcome};
 use ackscope_shared::{BulkSpec, Scenario};
 
+use super::terminal::Printable;
 use super::{Ended, Failure};
 use crate::scenario;
 
@@ -100,11 +101,12 @@ pub fn sweep(
             }
         }
     }
-    let mut out = io::stdout().lock();
+    // The spec's strings (a congestion control's name) are the user's: printed as data.
     let printed = if json {
-        writeln!(out, "{}", serde_json::json!({ "scenario": "bulk", "config": base, "rows": rows }))
+        let document = serde_json::json!({ "scenario": "bulk", "config": base, "rows": rows });
+        writeln!(Printable::json(io::stdout().lock()), "{document}")
     } else {
-        print_table(&mut out, base, &rows)
+        print_table(&mut Printable::terminal(io::stdout().lock()), base, &rows)
     };
     printed.map_err(|e| format!("writing the table: {e}"))?;
     Ok(Ended::Ok)

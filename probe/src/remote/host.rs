@@ -10,6 +10,7 @@ use std::sync::mpsc::{sync_channel, RecvTimeoutError, SyncSender};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use ackscope_shared::budget;
 use ackscope_shared::control::{ToClient, ToServer, MAX_HELLO_BYTES};
 use ackscope_shared::wire::{self, Instruments, RunOutcome, ToBrowser, EVENTS_PER_MESSAGE};
 use ackscope_shared::{ConnId, Event, RunId, Scenario, Side};
@@ -462,6 +463,14 @@ fn beyond_limits(spec: &Scenario, instruments: Instruments, max_run: Duration) -
             "--link emulates a path on one host; across hosts the path is the real network".into(),
         );
     }
+    // The client checked its own limit; this host allocates its side's buffers too, so it
+    // checks the same figure against the same limit (a client of another build could skip it).
+    let limit = budget::COMMAND_LINE_LIMIT_BYTES;
+    if let Err(refusal) =
+        budget::check(spec, limit, "a remote run on this server", crate::cli::flag_of)
+    {
+        return Some(refusal);
+    }
     if instruments.capture {
         return Some(
             "--capture is not available across hosts yet: capture on each host with tcpdump \
@@ -576,4 +585,31 @@ impl RunServer {
 
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ackscope_shared::RrSpec;
+
+    #[test]
+    fn a_remote_run_whose_buffers_exceed_the_limit_is_refused_by_the_server_too() {
+        let max_run = Duration::from_secs(600);
+        let fine = Scenario::Rr(RrSpec::default());
+        assert_eq!(beyond_limits(&fine, Instruments::default(), max_run), None);
+        // 64 connections of 64 MiB messages: 32 GiB of buffers at worst, with few bytes moved.
+        let huge = Scenario::Rr(RrSpec {
+            requests: 64,
+            connections: 64,
+            size_bytes: 64 << 20,
+            ..RrSpec::default()
+        });
+        let refusal = beyond_limits(&huge, Instruments::default(), max_run).unwrap();
+        assert!(
+            refusal.contains("could take 32 GiB")
+                && refusal.contains("a remote run on this server may take at most 8 GiB")
+                && refusal.contains("lower --connections, --size or --response-size"),
+            "{refusal}"
+        );
+    }
 }
