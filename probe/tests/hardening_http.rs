@@ -11,44 +11,7 @@ use ackscope_shared::wire::{ClassState, ClassView, ToBrowser, ToProbe};
 
 mod common;
 
-use common::{next_message, open_page, send_frame, text};
-
-/// `ackscope class` on a free loopback port: the process, its address, the room code and the
-/// presenter's secret. The process is stopped when the value is dropped.
-struct Class {
-    child: Child,
-    addr: String,
-    code: String,
-    secret: String,
-}
-
-impl Drop for Class {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn start_class() -> Class {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_ackscope"))
-        .args(["class", "--listen", "127.0.0.1:0"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    let presenter = loop {
-        let line = lines.next().expect("ackscope class printed its links").unwrap();
-        if line.starts_with("presenter:") {
-            break line.split_whitespace().last().unwrap().to_string();
-        }
-    };
-    // http://ADDR/?room=CODE#presenter=SECRET
-    let rest = presenter.strip_prefix("http://").unwrap();
-    let (addr, rest) = rest.split_once("/?room=").unwrap();
-    let (code, secret) = rest.split_once("#presenter=").unwrap();
-    Class { child, addr: addr.into(), code: code.into(), secret: secret.into() }
-}
+use common::{next_message, open_page, send_frame, start_class, text};
 
 /// The UI server (`ackscope --port 0`), stopped when the value is dropped.
 struct Ui {

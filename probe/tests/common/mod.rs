@@ -225,3 +225,42 @@ pub fn next_message(page: &mut Page) -> ackscope_shared::wire::ToBrowser {
         }
     }
 }
+
+/// `ackscope class` on a free loopback port: the process, its address, the room code and the
+/// presenter's secret. The process is stopped when the value is dropped.
+#[allow(dead_code)]
+pub struct Class {
+    pub child: std::process::Child,
+    pub addr: String,
+    pub code: String,
+    pub secret: String,
+}
+
+impl Drop for Class {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[allow(dead_code)]
+pub fn start_class() -> Class {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_ackscope"))
+        .args(["class", "--listen", "127.0.0.1:0"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let presenter = loop {
+        let line = lines.next().expect("ackscope class printed its links").unwrap();
+        if line.starts_with("presenter:") {
+            break line.split_whitespace().last().unwrap().to_string();
+        }
+    };
+    // http://ADDR/?room=CODE#presenter=SECRET
+    let rest = presenter.strip_prefix("http://").unwrap();
+    let (addr, rest) = rest.split_once("/?room=").unwrap();
+    let (code, secret) = rest.split_once("#presenter=").unwrap();
+    Class { child, addr: addr.into(), code: code.into(), secret: secret.into() }
+}
