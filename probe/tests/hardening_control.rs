@@ -210,6 +210,36 @@ fn a_handshake_trickled_a_byte_a_second_is_cut_at_its_deadline() {
     server.stop();
 }
 
+/// The opening of a handshake trickled before the control port's deadline begins: its magic
+/// and an echo client's token line a byte every 4 s, each within the idle timeout. Each byte
+/// got the whole idle timeout (300 s by default), so a peer held a thread and a connection's
+/// place for hours; now the opening has 10 s from its first byte.
+#[test]
+fn a_magic_and_token_line_trickled_a_byte_at_a_time_are_cut_at_the_opening_deadline() {
+    let server = Server::start(&["--idle-timeout", "30"]);
+    for opening in [CONTROL_MAGIC.as_slice(), b"ACKT a-token-line-that-never-ends"] {
+        let mut peer = TcpStream::connect(&server.addr).unwrap();
+        let began = Instant::now();
+        let mut said = Vec::new();
+        let mut closed = false;
+        for byte in opening {
+            if peer.write_all(std::slice::from_ref(byte)).is_err() {
+                closed = true;
+                break;
+            }
+            if closed_within(&mut peer, Duration::from_secs(4), &mut said) {
+                closed = true;
+                break;
+            }
+            assert!(began.elapsed() < Duration::from_secs(20), "still open after 20 s");
+        }
+        let took = began.elapsed();
+        eprintln!("{:?}: closed after {took:?}", String::from_utf8_lossy(opening));
+        assert!(closed && took < Duration::from_secs(15), "cut near 10 s: {took:?}");
+    }
+    server.stop();
+}
+
 /// Defect 1: the version was checked before the token, and the refusal named this server's
 /// version to anyone: a wrong token is now told only that, whatever the hello says it is.
 #[test]

@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::mpsc::SyncSender;
 use std::sync::{Arc, Mutex};
 use std::thread::{self, JoinHandle};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use ackscope_shared::control::{CONTROL_MAGIC, MAX_TOKEN_LINE, TOKEN_MAGIC};
 use ackscope_shared::spec::MAX_BODY_BYTES;
@@ -154,38 +154,56 @@ enum Opening {
     Idle,
 }
 
+/// How long a connection that opens like a handshake (its first byte the magics' `A`, which no
+/// echo length prefix starts with: that would be over 1 GiB) has from that byte to the end of
+/// its magic and, with [`TOKEN_MAGIC`], of its token line. Without it each byte got the whole
+/// idle timeout, and a peer trickling them held a thread and a connection's place for hours
+/// before the control port's own handshake deadline began.
+pub const OPENING_DEADLINE: Duration = Duration::from_secs(10);
+
 /// Waits for the first four bytes (or the read timeout after the last byte, or the peer
-/// closing).
-fn opening(stream: &TcpStream) -> Opening {
+/// closing). Once the first byte says a handshake, the rest must come within
+/// [`OPENING_DEADLINE`]; the returned deadline is the token line's too.
+fn opening(stream: &TcpStream) -> (Opening, Option<Instant>) {
     let fd = std::os::fd::AsRawFd::as_raw_fd(stream);
     let mut first = [0u8; 4];
     let mut have = 0;
+    let mut handshake: Option<Instant> = None;
     // One byte more at a time: the read timeout then runs from each byte, as an echo
     // connection's reads do. (Asked for all four at once, it ran once for them all, and three
     // bytes then silence were waited for again by the echo read: twice the idle timeout.)
     while have < first.len() {
+        if have > 0 && first[0] == CONTROL_MAGIC[0] {
+            let until = *handshake.get_or_insert_with(|| Instant::now() + OPENING_DEADLINE);
+            let left = until.saturating_duration_since(Instant::now());
+            if left.is_zero() || stream.set_read_timeout(Some(left)).is_err() {
+                return (Opening::Idle, handshake);
+            }
+        }
         // SAFETY: recv writes at most `have + 1 <= first.len()` bytes into the buffer we own,
         // on a descriptor `stream` keeps open for the call.
         let got = unsafe {
             libc::recv(fd, first.as_mut_ptr().cast(), have + 1, libc::MSG_PEEK | libc::MSG_WAITALL)
         };
         match usize::try_from(got) {
-            Err(_) if is_timeout(&io::Error::last_os_error()) => return Opening::Idle,
+            Err(_) if is_timeout(&io::Error::last_os_error()) => return (Opening::Idle, handshake),
             // An error: the echo read meets it too, and says so.
-            Err(_) => return Opening::Echo,
+            Err(_) => return (Opening::Echo, handshake),
             // Short of what was asked: the peer closed (the echo read sees the end) or the
             // timeout passed with the bytes before still there.
             Ok(got) if got <= have => {
-                return if peer_closed(stream) { Opening::Echo } else { Opening::Idle };
+                let opening = if peer_closed(stream) { Opening::Echo } else { Opening::Idle };
+                return (opening, handshake);
             }
             Ok(got) => have = got,
         }
     }
-    match first {
+    let opening = match first {
         CONTROL_MAGIC => Opening::Control,
         TOKEN_MAGIC => Opening::Token,
         _ => Opening::Echo,
-    }
+    };
+    (opening, handshake)
 }
 
 /// Whether the peer has closed its side (or the connection failed), with data still unread.
@@ -200,10 +218,11 @@ fn peer_closed(stream: &TcpStream) -> bool {
     ready > 0 && poll.revents & (libc::POLLRDHUP | libc::POLLHUP | libc::POLLERR) != 0
 }
 
-/// Reads an echo client's [`TOKEN_MAGIC`] line and checks it against `token`: `Err` says why
-/// the connection is refused (also told to the client, on one line).
-fn check_token_line(stream: &mut TcpStream, token: &str) -> Result<(), String> {
+/// Reads an echo client's [`TOKEN_MAGIC`] line, all of it by `until`, and checks it against
+/// `token`: `Err` says why the connection is refused (also told to the client, on one line).
+fn check_token_line(stream: &mut TcpStream, token: &str, until: Instant) -> Result<(), String> {
     use std::io::Read;
+    let late = || format!("the token line did not come within {} s", OPENING_DEADLINE.as_secs());
     let mut magic = [0u8; 4];
     stream.read_exact(&mut magic).map_err(|e| format!("the token line did not come: {e}"))?;
     // A byte at a time, at most MAX_TOKEN_LINE: nothing past the newline is taken from the
@@ -211,11 +230,16 @@ fn check_token_line(stream: &mut TcpStream, token: &str) -> Result<(), String> {
     let mut line = Vec::with_capacity(64);
     let mut byte = [0u8; 1];
     loop {
+        let left = until.saturating_duration_since(Instant::now());
+        if left.is_zero() || stream.set_read_timeout(Some(left)).is_err() {
+            return Err(late());
+        }
         match stream.read(&mut byte) {
             Ok(1) if byte[0] == b'\n' => break,
             Ok(1) if line.len() < MAX_TOKEN_LINE => line.push(byte[0]),
             Ok(1) => return Err(format!("the token line is over {MAX_TOKEN_LINE} bytes")),
             Ok(_) => return Err("the connection closed before the token's newline".into()),
+            Err(e) if is_timeout(&e) => return Err(late()),
             Err(e) => return Err(format!("the token line did not come: {e}")),
         }
     }
@@ -409,7 +433,8 @@ impl Accept {
                     }
                 }
                 if let Tagging::Standalone { control, access, .. } = &*tagging {
-                    match opening(&stream) {
+                    let (opening, handshake) = opening(&stream);
+                    match opening {
                         Opening::Control => match control {
                             Some(control) => return control(stream, peer),
                             None => return refuse(stream, peer, "this server takes no runs"),
@@ -419,8 +444,13 @@ impl Accept {
                             else {
                                 return refuse(stream, peer, "this server has no token");
                             };
-                            if let Err(why) = check_token_line(&mut stream, token) {
+                            let until = handshake.unwrap_or_else(Instant::now);
+                            if let Err(why) = check_token_line(&mut stream, token, until) {
                                 return refuse(stream, peer, &why);
+                            }
+                            // Echo messages follow: the idle timeout again, not the deadline.
+                            if let Err(e) = stream.set_read_timeout(config.idle_timeout) {
+                                return refuse(stream, peer, &format!("setting its timeout: {e}"));
                             }
                         }
                         Opening::Echo if matches!(access, EchoAccess::Token(_)) => {
