@@ -229,6 +229,7 @@ impl axum::serve::Listener for GuardedListener {
             timer: Box::pin(tokio::time::sleep_until(now + HEADER_TIMEOUT)),
             head_out: Vec::new(),
             head_written: 0,
+            continuing: false,
             security_headers: Arc::clone(&self.security_headers),
             number,
             slot,
@@ -272,6 +273,10 @@ pub struct Guarded {
     /// An answer's head with the security headers added, written before anything else.
     head_out: Vec<u8>,
     head_written: usize,
+    /// The last write took only part of its buffer: the next one goes on with it, and is never
+    /// taken for an answer's start (a client that reads slowly chooses where writes split, and
+    /// could otherwise make a body's bytes pass for a `101`).
+    continuing: bool,
     security_headers: Arc<[(HeaderName, HeaderValue)]>,
     number: u64,
     slot: Arc<Slot>,
@@ -511,14 +516,20 @@ impl AsyncWrite for Guarded {
             return Poll::Ready(Err(error));
         }
         ready!(this.poll_head_out(cx))?;
-        // An answer is owed and these bytes begin one (not the rest of the last answer, which
-        // is still being written when the client sent its next request early).
-        if !this.websocket && this.answers < this.requests && is_status_line(buf) {
+        // An answer is owed and these bytes begin one: not the rest of a buffer a write took
+        // part of (the rest of the last answer, still being written when the client sent its
+        // next request early).
+        let begins = !this.continuing && this.answers < this.requests && is_status_line(buf);
+        if !this.websocket && begins {
             if let Some(taken) = this.begin_answer(buf)? {
+                this.continuing = taken < buf.len();
                 return Poll::Ready(Ok(taken));
             }
         }
         let polled = Pin::new(&mut this.stream).poll_write(cx, buf);
+        if let Poll::Ready(Ok(written)) = polled {
+            this.continuing = written < buf.len();
+        }
         this.note_write(polled)
     }
 

@@ -133,6 +133,9 @@ pub struct Session {
 #[derive(Default)]
 pub struct Cursor {
     runs: Vec<(usize, bool)>,
+    /// The dropped runs this page has been told about: a run dropped while the page was still
+    /// being sent it gets its end, saying so, once.
+    reconciled: usize,
 }
 
 /// The runs kept, after the `dropped` oldest: the run at `kept[i]` is the stream's run number
@@ -194,6 +197,7 @@ impl Session {
             && (!point.finished || last.finished.is_some())
             && runs.kept[..index].iter().all(|run| run.finished.is_some());
         possible.then(|| Cursor {
+            reconciled: runs.dropped,
             runs: std::iter::repeat_n((0, true), runs.dropped)
                 .chain(runs.kept[..index].iter().map(|run| (run.events(), true)))
                 .chain([(point.events as usize, point.finished)])
@@ -271,11 +275,27 @@ impl Session {
     pub fn catch_up(&self, cursor: &mut Cursor) -> Vec<Bytes> {
         let mut runs = self.lock();
         let mut messages = Vec::new();
-        // Runs dropped before this page had them: it never will.
-        if cursor.runs.len() < runs.dropped {
-            cursor.runs.resize(runs.dropped, (0, true));
-        }
         let dropped = runs.dropped;
+        // A run dropped while this page was still being sent it (a slow page, a run the size of
+        // the session): its end says what the page will never get, so the run does not look
+        // as if it were still going.
+        for index in cursor.reconciled..dropped.min(cursor.runs.len()) {
+            let (sent, finished) = &mut cursor.runs[index];
+            if !*finished {
+                let error = format!(
+                    "dropped from the probe's memory to make room for later runs before this                      page had all of it ({sent} events sent); the command line's -o keeps whole                      runs"
+                );
+                let run = RunId(index as u32 + 1);
+                let end = ToBrowser::RunFinished { run, outcome: RunOutcome::Failed { error } };
+                messages.push(Bytes::from(wire::encode(&end)));
+                *finished = true;
+            }
+        }
+        cursor.reconciled = dropped;
+        // Runs dropped before this page had them: it never will.
+        if cursor.runs.len() < dropped {
+            cursor.runs.resize(dropped, (0, true));
+        }
         for (offset, record) in runs.kept.iter_mut().enumerate() {
             if messages.len() >= MESSAGES_PER_CATCH_UP {
                 break;
@@ -472,6 +492,33 @@ mod tests {
             ResumePoint { stream: session.id(), run: RunId(500), events: 1, finished: true };
         let mut cursor = session.cursor_at(resume).expect("a kept run resumes");
         assert_eq!(started(&catch_up_all(&session, &mut cursor))[0], 501, "from where it was");
+    }
+
+    /// A page still being sent a run when the run is dropped gets the run's end, saying what
+    /// it missed, instead of a run that looks as if it were still going.
+    #[test]
+    fn a_page_behind_a_dropped_run_is_told_it_ends_there() {
+        let session = Session::new();
+        let spec = || Scenario::Rr(RrSpec::default());
+        let first = session.begin_run(spec(), Instruments::default()).unwrap();
+        session.append(first, vec![event(1); 40 * EVENTS_PER_MESSAGE]);
+        session.finish(first, RunOutcome::Completed);
+        // A slow page: one call's worth of the run so far.
+        let mut slow = Cursor::default();
+        assert_eq!(session.catch_up(&mut slow).len(), MESSAGES_PER_CATCH_UP);
+        for _ in 0..MAX_KEPT_RUNS {
+            let run = session.begin_run(spec(), Instruments::default()).unwrap();
+            session.finish(run, RunOutcome::Completed);
+        }
+        let rest = catch_up_all(&session, &mut slow);
+        let ToBrowser::RunFinished { run, outcome: RunOutcome::Failed { error } } = &rest[0] else {
+            panic!("the dropped run's end first: {:?}", rest.first());
+        };
+        assert_eq!(*run, first);
+        assert!(error.starts_with("dropped from the probe's memory"), "{error}");
+        let ends = rest.iter().filter(|m| matches!(m, ToBrowser::RunFinished { .. })).count();
+        assert_eq!(ends, 1 + MAX_KEPT_RUNS, "each run's end once, the dropped one's too");
+        assert!(session.catch_up(&mut slow).is_empty());
     }
 
     #[test]
