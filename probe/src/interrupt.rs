@@ -37,6 +37,12 @@ extern "C" fn on_signal(signal: libc::c_int) {
     }
 }
 
+/// Whether Ctrl-C or SIGTERM came (after [`install`]): a stop that waits on another host
+/// waits less, to finish before [`FINISH_WITHIN`].
+pub fn interrupted() -> bool {
+    INTERRUPTED.load(Ordering::SeqCst)
+}
+
 /// Installs the handlers (once per process) and returns the flag they set.
 pub fn install() -> &'static AtomicBool {
     static INSTALLED: Once = Once::new();

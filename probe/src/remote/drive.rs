@@ -28,6 +28,10 @@ const CLOCK_BUDGET: Duration = Duration::from_secs(2);
 const MIN_CLOCK_EXCHANGES: usize = 4;
 /// After A says stop, how long B may take to send the rest and say how its side ended.
 const FINISH_TIMEOUT: Duration = Duration::from_secs(5);
+/// The same after Ctrl-C or SIGTERM: short enough that the run's file is finished, its outcome
+/// written, before the interrupt's own limit ([`crate::interrupt::FINISH_WITHIN`]) ends the
+/// process.
+const FINISH_AFTER_INTERRUPT: Duration = Duration::from_secs(1);
 
 /// A control connection that passed the handshake.
 pub struct Remote {
@@ -177,12 +181,16 @@ pub struct ServerEnd {
 }
 
 impl Streaming {
-    /// Tells B that A's clients are done and waits (at most [`FINISH_TIMEOUT`]) for the rest of
-    /// its events and how its side ended.
+    /// Tells B that A's clients are done and waits (at most [`FINISH_TIMEOUT`], or
+    /// [`FINISH_AFTER_INTERRUPT`] after Ctrl-C) for the rest of its events and how its side
+    /// ended.
     pub fn finish(self) -> ServerEnd {
         let lost = |error: String| (RunOutcome::Failed { error }, 0);
-        *self.give_up_at.lock().unwrap_or_else(|p| p.into_inner()) =
-            Some(Instant::now() + FINISH_TIMEOUT);
+        let within = match crate::interrupt::interrupted() {
+            true => FINISH_AFTER_INTERRUPT,
+            false => FINISH_TIMEOUT,
+        };
+        *self.give_up_at.lock().unwrap_or_else(|p| p.into_inner()) = Some(Instant::now() + within);
         if let Ok(mut writer) = self.writer {
             // If this fails the reader sees the connection gone too.
             let _ = send(&mut writer, &ToServer::Stop);
@@ -250,9 +258,10 @@ fn take_events(
                 if deadline.is_some_and(|d| Instant::now() >= d) {
                     break RunOutcome::Failed {
                         error: format!(
-                            "server side: no word from the server {} s after the run; its \
-                             events since are lost",
-                            FINISH_TIMEOUT.as_secs()
+                            "server side: no word from the server {} s after the run ({} s \
+                             after Ctrl-C); its events since are lost",
+                            FINISH_TIMEOUT.as_secs(),
+                            FINISH_AFTER_INTERRUPT.as_secs()
                         ),
                     };
                 }
