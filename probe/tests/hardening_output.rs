@@ -96,6 +96,15 @@ fn a_capture_on_a_pipe_imports_as_the_same_capture_in_a_file() {
     let unnamed = ackscope_with_input(&["import", "-"], &capture);
     assert_eq!(unnamed.status.code(), Some(2));
     assert!(text(&unnamed.stderr).contains("-o FILE"), "the error names the fix");
+    // Nor with standard input a file (`import - < capture`): no `-.ackscope` is made.
+    let redirected = Command::new(env!("CARGO_BIN_EXE_ackscope"))
+        .args(["import", "-"])
+        .current_dir(&*folder)
+        .stdin(std::fs::File::open(&capture_file).unwrap())
+        .output()
+        .unwrap();
+    assert_eq!(redirected.status.code(), Some(2), "{}", text(&redirected.stderr));
+    assert!(!folder.join("-.ackscope").exists());
 }
 
 /// A pcapng capture of `connections` one-packet connections, each between the longest IPv6

@@ -48,13 +48,13 @@ pub fn import(args: &ImportArgs) -> Result<Ended, Failure> {
     // A file is read twice, from where it starts; anything else (a pipe, a terminal, a socket)
     // once, into a copy that the second pass reads.
     let seekable = metadata.is_file();
-    let output = match (&args.output, seekable) {
+    let output = match (&args.output, seekable && !stdin) {
         (Some(output), _) => output.clone(),
         (None, true) => default_output(path),
         (None, false) => {
             return Err(Failure::Usage(format!(
-                "{name} is read as a stream (a pipe, not a file), so there is no capture file \
-                 to name the session after: name the session file with -o FILE"
+                "{name} is not a capture file to name the session after (standard input, or a \
+                 pipe): name the session file with -o FILE"
             )))
         }
     };
