@@ -2,9 +2,9 @@
 //! regression tests of the second hardening round's defects 2 and 6, each of which failed
 //! before its fix.
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::process::{Child, Command, Stdio};
+use std::process::Child;
 use std::time::{Duration, Instant};
 
 use ackscope_shared::wire::{ClassState, ClassView, ToBrowser, ToProbe};
@@ -26,19 +26,10 @@ impl Drop for Ui {
     }
 }
 
-/// On a port of the kernel's choosing (`--port 0`): a port found free beforehand may be taken
-/// by then, by the flood test's own connections.
+/// On a port of the kernel's choosing: a port found free beforehand could be taken by then, by
+/// the flood test's own connections.
 fn start_ui() -> Ui {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_ackscope"))
-        .args(["--port", "0"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(child.stdout.as_mut().unwrap()).read_line(&mut line).unwrap();
-    let url = line.split_whitespace().find(|w| w.starts_with("http://")).expect(&line);
-    let addr = url.trim_start_matches("http://").trim_end_matches('/').to_string();
+    let (child, addr) = common::ui_server();
     Ui { child, addr }
 }
 
@@ -221,6 +212,25 @@ fn answer_to(addr: &str, request: &[u8]) -> (String, String) {
     let mut stream = connect(addr, Duration::from_secs(10));
     stream.write_all(request).unwrap();
     read_response(&mut stream)
+}
+
+/// The HTTP library buffers up to about 400 KiB of a request's headers: across the places for
+/// connections not yet upgraded, each held to its 5 s header deadline, that was 400 MiB. Headers
+/// past 16 KiB now end their connection as they arrive, and the server answers the next one.
+#[test]
+fn request_headers_past_16_kib_end_their_connection_at_once() {
+    let ui = start_ui();
+    let mut big = connect(&ui.addr, Duration::from_secs(10));
+    let filler = "a".repeat(64 * 1024);
+    let request = format!("GET / HTTP/1.1\r\nHost: {}\r\nX-Filler: {filler}", ui.addr);
+    // The server may close before it has read everything: a failed write is its answer.
+    let _ = big.write_all(request.as_bytes());
+    let took = closed_after(&mut big);
+    eprintln!("closed {took:?} after 64 KiB of headers");
+    assert!(took < Duration::from_secs(4), "closed as they came, not at the 5 s deadline");
+    let (head, _) =
+        answer_to(&ui.addr, format!("GET / HTTP/1.1\r\nHost: {}\r\n\r\n", ui.addr).as_bytes());
+    assert!(head.starts_with("http/1.1 200"), "{head}");
 }
 
 /// Defect 6: the answers to a request for another Host (421, from the server's own check), a

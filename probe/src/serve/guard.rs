@@ -63,6 +63,10 @@ pub const MAX_HTTP_CONNECTIONS: usize = 1024;
 /// WebSockets at most (fewer if descriptors are short); a handshake past it is closed. Every
 /// tab holds one; a class's room holds up to its pages' (`room::MAX_PAGES`).
 pub const MAX_WEBSOCKETS: usize = 1024;
+/// The most a request's headers may take (a browser's are a few hundred bytes to a few KiB).
+/// The HTTP library's own limit is about 400 KiB a connection: held by each of the places for
+/// connections not yet upgraded until its header deadline, that was 400 MiB.
+pub const MAX_HEAD_BYTES: usize = 16 * 1024;
 /// Descriptors left to the rest of the process (a browser run's connections, its capture,
 /// files) when the places are sized.
 const OTHER_DESCRIPTORS: usize = 256;
@@ -221,6 +225,7 @@ impl axum::serve::Listener for GuardedListener {
             requests: 1,
             answers: 0,
             in_head: true,
+            head_bytes: 0,
             matched: 0,
             websocket: false,
             request_began: now,
@@ -257,6 +262,9 @@ pub struct Guarded {
     answers: u64,
     /// In a request's headers: from its first byte until their empty line.
     in_head: bool,
+    /// The bytes of the request's headers read so far: past [`MAX_HEAD_BYTES`] the connection
+    /// ends.
+    head_bytes: usize,
     /// How much of "\r\n\r\n" the request bytes read so far end with.
     matched: usize,
     /// Its handshake was answered 101: its frames are not HTTP, and no deadline holds.
@@ -322,7 +330,9 @@ impl Guarded {
                 self.requests += 1;
                 self.request_began = Instant::now();
                 self.matched = 0;
+                self.head_bytes = 0;
             }
+            self.head_bytes += 1;
             self.matched = match byte {
                 b if b == HEADERS_END[self.matched] => self.matched + 1,
                 b'\r' => 1,
@@ -501,6 +511,10 @@ impl AsyncRead for Guarded {
         let before = buf.filled().len();
         let polled = Pin::new(&mut this.stream).poll_read(cx, buf);
         this.follow(&buf.filled()[before..]);
+        if this.in_head && this.head_bytes > MAX_HEAD_BYTES {
+            let message = format!("request headers over {MAX_HEAD_BYTES} bytes");
+            return Poll::Ready(Err(io::Error::new(io::ErrorKind::InvalidData, message)));
+        }
         polled
     }
 }

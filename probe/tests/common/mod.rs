@@ -158,12 +158,12 @@ pub fn interrupt(pid: u32) {
     assert!(status.is_ok_and(|s| s.success()), "kill -INT {pid}");
 }
 
-/// The UI server (`ackscope --port P`) on a free port, and its address.
+/// The UI server on a port of the kernel's choosing (`ackscope --port 0`: a port found free
+/// beforehand may be taken by then), and its address.
 #[allow(dead_code)]
 pub fn ui_server() -> (std::process::Child, String) {
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
     let mut ui = Command::new(env!("CARGO_BIN_EXE_ackscope"))
-        .args(["--port", &port.to_string()])
+        .args(["--port", "0"])
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
