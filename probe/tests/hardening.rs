@@ -19,26 +19,12 @@ fn temp(name: &str) -> common::Scratch {
     common::temp("hardening", name)
 }
 
-/// `ackscope server -o FILE` on a free port, and its address.
-fn server(file: &std::path::Path) -> (std::process::Child, String) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_ackscope"))
-        .args(["server", "--listen", "127.0.0.1:0", "-o", s(file)])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(child.stdout.as_mut().unwrap()).read_line(&mut line).unwrap();
-    let addr = line.split_whitespace().find(|w| w.starts_with("127.0.0.1:")).expect(&line);
-    (child, addr.to_string())
-}
-
 /// Defect 2: with 300 idle connections, Ctrl-C left `ackscope server` running forever (its
 /// connection threads waited to hand events to the loop that was waiting to join them).
 #[test]
 fn ctrl_c_stops_a_server_with_300_idle_connections_within_2_s() {
     let file = temp("idle.ackscope");
-    let (mut child, addr) = server(&file);
+    let (mut child, addr) = common::recording_server(&file);
     let idle: Vec<TcpStream> = (0..300).map(|_| TcpStream::connect(&addr).unwrap()).collect();
     // One answered request, so the file has something to show.
     let mut client = TcpStream::connect(&addr).unwrap();
@@ -218,7 +204,7 @@ fn no_message_of_a_file_holds_more_events_than_the_protocol_says() {
 #[test]
 fn hostile_length_prefixes_cost_the_server_nothing_until_bytes_come() {
     let file = temp("hostile.ackscope");
-    let (mut child, addr) = server(&file);
+    let (mut child, addr) = common::recording_server(&file);
     std::thread::sleep(Duration::from_millis(200));
     let before = rss_kb(child.id());
     let hostile: Vec<TcpStream> = (0..10)

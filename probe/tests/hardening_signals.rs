@@ -2,7 +2,7 @@
 //! ends within 2 s even when the output blocks, and the servers exit 130 when interrupted. Each
 //! test failed on the main branch before its fix.
 
-use std::io::{BufRead, BufReader, Read};
+use std::io::Read;
 use std::os::unix::ffi::OsStrExt;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -127,27 +127,13 @@ fn sigterm_finishes_a_runs_file_as_ctrl_c_does() {
     assert!(out.contains("interrupted"), "the file says how the run ended: {out}");
 }
 
-/// `ackscope server -o FILE` on a free port.
-fn server(file: &std::path::Path) -> Started {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_ackscope"))
-        .args(["server", "--listen", "127.0.0.1:0", "-o", s(file)])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(child.stdout.as_mut().unwrap()).read_line(&mut line).unwrap();
-    assert!(line.contains("127.0.0.1:"), "{line}");
-    Started(child)
-}
-
 /// Defect 8c: `ackscope server` exited 0 on Ctrl-C, and SIGTERM ended it with its file
 /// unfinished.
 #[test]
 fn the_server_exits_130_on_ctrl_c_and_finishes_its_file_on_sigterm() {
     for name in ["INT", "TERM"] {
         let file = temp(&format!("server-{name}.ackscope"));
-        let mut child = server(&file);
+        let mut child = Started(common::recording_server(&file).0);
         signal(child.0.id(), name);
         let (took, code) = ends_within(&mut child.0, Duration::from_secs(2));
         eprintln!("the server ended {took:?} after SIG{name}");

@@ -71,9 +71,12 @@ pub const MAX_HEAD_BYTES: usize = 16 * 1024;
 /// files) when the places are sized.
 const OTHER_DESCRIPTORS: usize = 256;
 
+/// The security headers, made once and shared by the middleware and every connection.
+pub type SecurityHeaders = Arc<[(HeaderName, HeaderValue)]>;
+
 /// The headers every answer carries: the page's Content-Security-Policy, no MIME sniffing,
 /// framed only by its own origin, no Referer sent from it.
-pub fn security_headers(content_security_policy: &str) -> Vec<(HeaderName, HeaderValue)> {
+pub fn security_headers(content_security_policy: &str) -> SecurityHeaders {
     let mut headers = Vec::new();
     if let Ok(policy) = HeaderValue::from_str(content_security_policy) {
         headers.push((header::CONTENT_SECURITY_POLICY, policy));
@@ -81,7 +84,7 @@ pub fn security_headers(content_security_policy: &str) -> Vec<(HeaderName, Heade
     headers.push((header::X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff")));
     headers.push((header::X_FRAME_OPTIONS, HeaderValue::from_static("SAMEORIGIN")));
     headers.push((header::REFERRER_POLICY, HeaderValue::from_static("no-referrer")));
-    headers
+    headers.into()
 }
 
 pub struct GuardedListener {
@@ -89,7 +92,7 @@ pub struct GuardedListener {
     places: Arc<Places>,
     /// Connections accepted so far: each one's number, by which the oldest is found.
     accepted: u64,
-    security_headers: Arc<[(HeaderName, HeaderValue)]>,
+    security_headers: SecurityHeaders,
 }
 
 /// The places of the connections being served, shared by the listener and its connections.
@@ -139,10 +142,7 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 
 impl GuardedListener {
     /// The listener; every answer written through it carries `security_headers`.
-    pub fn new(
-        inner: TcpListener,
-        security_headers: Vec<(HeaderName, HeaderValue)>,
-    ) -> GuardedListener {
+    pub fn new(inner: TcpListener, security_headers: SecurityHeaders) -> GuardedListener {
         let wanted = MAX_HTTP_CONNECTIONS + MAX_WEBSOCKETS + OTHER_DESCRIPTORS;
         let allowed = descriptors_allowed(wanted);
         let each = allowed.saturating_sub(OTHER_DESCRIPTORS) / 2;
@@ -162,12 +162,7 @@ impl GuardedListener {
             websockets: AtomicUsize::new(0),
             made_room: AtomicU64::new(0),
         };
-        GuardedListener {
-            inner,
-            places: Arc::new(places),
-            accepted: 0,
-            security_headers: security_headers.into(),
-        }
+        GuardedListener { inner, places: Arc::new(places), accepted: 0, security_headers }
     }
 }
 
@@ -285,7 +280,7 @@ pub struct Guarded {
     /// taken for an answer's start (a client that reads slowly chooses where writes split, and
     /// could otherwise make a body's bytes pass for a `101`).
     continuing: bool,
-    security_headers: Arc<[(HeaderName, HeaderValue)]>,
+    security_headers: SecurityHeaders,
     number: u64,
     slot: Arc<Slot>,
     places: Arc<Places>,

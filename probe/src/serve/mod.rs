@@ -51,8 +51,9 @@ struct App {
     /// The `Host` headers a request may carry, or `None` when the listener is not on loopback
     /// (its machine's names are not known; the room code guards a class there).
     own_hosts: Option<Vec<String>>,
-    /// Sent with every response.
-    content_security_policy: String,
+    /// Sent with every response: by the middleware on the app's own, by the listener on those
+    /// the HTTP library makes itself. Made once, at the start.
+    security_headers: guard::SecurityHeaders,
     /// In a class (`ackscope class`): the room its pages share.
     room: Option<Arc<Room>>,
 }
@@ -95,12 +96,12 @@ async fn serve(
 ) -> std::io::Result<()> {
     let addr = listener.local_addr()?;
     let own_hosts = addr.ip().is_loopback().then(|| own_hosts(addr));
-    let content_security_policy = content_security_policy();
+    let security_headers = guard::security_headers(&content_security_policy());
     let app = Arc::new(App {
         session,
         own_origins: own_origins(addr),
         own_hosts,
-        content_security_policy,
+        security_headers: Arc::clone(&security_headers),
         room,
     });
     let router = Router::new()
@@ -108,7 +109,6 @@ async fn serve(
         .fallback(get(static_file))
         .layer(axum::middleware::from_fn_with_state(Arc::clone(&app), guard))
         .with_state(app);
-    let security_headers = guard::security_headers(&self::content_security_policy());
     axum::serve(guard::GuardedListener::new(listener, security_headers), router)
         .with_graceful_shutdown(async move {
             stop.next().await;
@@ -237,8 +237,8 @@ async fn guard(
         );
         (StatusCode::MISDIRECTED_REQUEST, reason).into_response()
     };
-    for (name, value) in guard::security_headers(&app.content_security_policy) {
-        response.headers_mut().insert(name, value);
+    for (name, value) in app.security_headers.iter() {
+        response.headers_mut().insert(name, value.clone());
     }
     response
 }
@@ -486,7 +486,7 @@ pub mod limits {
 /// Why `spec` is refused as a browser run, naming the limit; `None` if it is within them all.
 fn beyond_browser_limits(spec: &Scenario) -> Option<String> {
     let cli = "use the command line (ackscope run) for larger runs";
-    match spec {
+    let refusal = match spec {
         Scenario::Rr(rr) if rr.requests > MAX_BROWSER_REQUESTS => Some(format!(
             "requests: runs started from the browser make at most {MAX_BROWSER_REQUESTS}; {cli}"
         )),
@@ -520,7 +520,14 @@ fn beyond_browser_limits(spec: &Scenario) -> Option<String> {
                 .into(),
         ),
         _ => None,
-    }
+    };
+    // Then its buffers, in the words the command line uses too (`shared::budget`).
+    refusal.or_else(|| {
+        let whose = "a run started from the browser";
+        let refused = budget::check(spec, budget::BROWSER_LIMIT_BYTES, whose, str::to_string);
+        let cli = budget::COMMAND_LINE_LIMIT_BYTES >> 30;
+        refused.err().map(|refusal| format!("{refusal} (the command line allows up to {cli} GiB)"))
+    })
 }
 
 /// Starts a run on a blocking thread; its events reach every tab through the session. It stops
@@ -535,15 +542,6 @@ pub fn start_run(
     if let Some(refusal) = beyond_browser_limits(&spec) {
         return Err(refusal);
     }
-    budget::check(&spec, budget::BROWSER_LIMIT_BYTES, "a run started from the browser", |field| {
-        field.to_string()
-    })
-    .map_err(|refusal| {
-        format!(
-            "{refusal} (the command line allows up to {} GiB)",
-            budget::COMMAND_LINE_LIMIT_BYTES >> 30
-        )
-    })?;
     let instruments = Instruments::default();
     let (run, stop) = session.begin_stoppable_run(spec.clone(), instruments)?;
     let session = Arc::clone(session);

@@ -287,7 +287,7 @@ impl Session {
                 );
                 let run = RunId(index as u32 + 1);
                 let end = ToBrowser::RunFinished { run, outcome: RunOutcome::Failed { error } };
-                messages.push(Bytes::from(wire::encode(&end)));
+                messages.push(encoded(&end));
                 *finished = true;
             }
         }

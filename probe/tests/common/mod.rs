@@ -264,3 +264,18 @@ pub fn start_class() -> Class {
     let (code, secret) = rest.split_once("#presenter=").unwrap();
     Class { child, addr: addr.into(), code: code.into(), secret: secret.into() }
 }
+
+/// `ackscope server -o FILE` on a free port, and its address.
+#[allow(dead_code)]
+pub fn recording_server(file: &std::path::Path) -> (std::process::Child, String) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_ackscope"))
+        .args(["server", "--listen", "127.0.0.1:0", "-o", s(file)])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.as_mut().unwrap()).read_line(&mut line).unwrap();
+    let addr = line.split_whitespace().find(|w| w.starts_with("127.0.0.1:")).expect(&line);
+    (child, addr.to_string())
+}

@@ -183,6 +183,11 @@ impl RunAnalysis {
         }
     }
 
+    /// What is known of a side of a connection, made empty on its first event.
+    fn side(&mut self, key: (ConnId, Side)) -> &mut SideState {
+        self.sides.get_or_insert_with(key, SideState::default)
+    }
+
     pub fn push(&mut self, event: &Event) {
         let key = (event.conn, event.side);
         match event.kind {
@@ -194,16 +199,13 @@ impl RunAnalysis {
             }
             EventKind::RequestDone => self.set_time(event, Time::Done),
             EventKind::ConnectStart => {
-                self.sides.get_or_insert_with(key, SideState::default).open =
-                    Some((event.at_ns, SpanKind::Connect));
+                self.side(key).open = Some((event.at_ns, SpanKind::Connect));
             }
             EventKind::WriteStart { .. } => {
-                self.sides.get_or_insert_with(key, SideState::default).open =
-                    Some((event.at_ns, SpanKind::Write));
+                self.side(key).open = Some((event.at_ns, SpanKind::Write));
             }
             EventKind::ReadStart { .. } => {
-                self.sides.get_or_insert_with(key, SideState::default).open =
-                    Some((event.at_ns, SpanKind::Read));
+                self.side(key).open = Some((event.at_ns, SpanKind::Read));
             }
             EventKind::Connected => {
                 let open = self.sides.get_mut(&key).and_then(|state| state.open.take());
@@ -215,7 +217,7 @@ impl RunAnalysis {
                 if let Some(settlement) = &mut self.settlement {
                     settlement.wrote(event, false);
                 }
-                let state = self.sides.get_or_insert_with(key, SideState::default);
+                let state = self.side(key);
                 if let Some((start_ns, SpanKind::Write)) = state.open.take() {
                     state.write_offset += u64::from(bytes);
                     let stream_end = state.write_offset;
@@ -224,7 +226,7 @@ impl RunAnalysis {
                 }
             }
             EventKind::ReadDone { bytes } => {
-                let state = self.sides.get_or_insert_with(key, SideState::default);
+                let state = self.side(key);
                 if let Some((start_ns, SpanKind::Read)) = state.open.take() {
                     state.read_offset += u64::from(bytes);
                     let stream_end = state.read_offset;
@@ -235,7 +237,7 @@ impl RunAnalysis {
                 }
             }
             EventKind::TcpInfo(ref info) => {
-                let state = self.sides.get_or_insert_with(key, SideState::default);
+                let state = self.side(key);
                 state.mss = Some(info.snd_mss);
                 if let Some(rtt) = info.min_rtt_us.filter(|&rtt| rtt > 0) {
                     state.min_rtt_us = Some(state.min_rtt_us.map_or(rtt, |known| known.min(rtt)));
