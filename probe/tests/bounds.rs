@@ -1,10 +1,11 @@
-//! The readers' bounds, through the real binary: `show`, `export --json` and `export
-//! --perfetto` of each crafted session (`ackscope_shared::crafted`), at one size and at twice
-//! that size. Doubling the input may at most double the CPU time (a walk over every held
+//! The readers' bounds, through the real binary: `show`, `export --json`, `export --perfetto`
+//! and `export --pcapng` of each crafted session (`ackscope_shared::crafted`), at one size and
+//! at twice that size. Doubling the input may at most double the CPU time (a walk over every held
 //! request per message made it quadruple), and must not grow the peak memory (samples kept with
 //! no ceiling, or every connection's state, made it double). Ratios within one run, never a
 //! clock: the margins are wide (linear work doubles, the defects quadrupled or doubled memory
-//! that should stay flat).
+//! that should stay flat; the pcapng export held a run's segments, 82 bytes each, until it
+//! ended).
 
 use std::io::{BufWriter, Read};
 use std::process::{Command, Stdio};
@@ -72,6 +73,18 @@ fn cost_of(args: &[&str]) -> Cost {
     Cost { cpu_s, peak_mb: peak_kb as f64 / 1024.0 }
 }
 
+/// The packets of a pcapng file, read a block at a time.
+fn packets_in(path: &std::path::Path) -> u64 {
+    let file = std::io::BufReader::new(std::fs::File::open(path).unwrap());
+    let mut reader = ackscope_shared::pcap::CaptureReader::new(file);
+    let mut packets = 0;
+    while reader.next_packet().is_some() {
+        packets += 1;
+    }
+    assert_eq!(reader.into_error(), None, "{}", path.display());
+    packets
+}
+
 fn status_kb(pid: u32, field: &str) -> Option<u64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
     let line = status.lines().find(|line| line.starts_with(field))?;
@@ -88,6 +101,8 @@ fn units(crafted: Crafted) -> u64 {
         Crafted::RepeatedFirstStart => 10_000,
         Crafted::ConnectionPerRequest => 20_000,
         Crafted::OpenRuns => 3_000,
+        // 20 MB of segments held made the peak double.
+        Crafted::CapturedSegments => 250_000,
     }
 }
 
@@ -105,20 +120,27 @@ fn doubling_a_crafted_file_at_most_doubles_the_readers_time_and_never_their_memo
                 let mut out = BufWriter::new(std::fs::File::create(&path).unwrap());
                 crafted.write(units, &mut out).unwrap();
                 drop(out);
-                path
+                (path, units)
             })
             .collect();
-        let trace = dir.join("trace.json");
-        let commands: [(&str, Vec<&str>); 3] = [
+        let (trace, pcapng) = (dir.join("trace.json"), dir.join("packets.pcapng"));
+        let commands: [(&str, Vec<&str>); 4] = [
             ("show", vec!["show"]),
             ("export --json", vec!["export", "--json"]),
             ("export --perfetto", vec!["export", "--perfetto", s(&trace)]),
+            ("export --pcapng", vec!["export", "--pcapng", s(&pcapng)]),
         ];
         for (name, args) in &commands {
-            let cost = |file: &std::path::Path| {
+            let cost = |(file, units): &(std::path::PathBuf, u64)| {
                 let mut full = vec![args[0], s(file)];
                 full.extend(&args[1..]);
-                cost_of(&full)
+                let cost = cost_of(&full);
+                if *name == "export --pcapng" {
+                    // Every captured segment is a packet of the file.
+                    let packets = packets_in(&pcapng);
+                    assert_eq!(packets, crafted.segments(*units), "{} ({units})", crafted.name());
+                }
+                cost
             };
             let (mut once, mut twice) = (cost(&files[0]), cost(&files[1]));
             // Below 50 ms a CPU time is mostly start-up and the clock's grain.

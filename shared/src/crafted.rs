@@ -9,7 +9,8 @@
 use std::io::{self, Write};
 
 use crate::event::{ConnId, Event, EventKind, ReqId, RunId, Side, TcpInfoSample};
-use crate::spec::{RrSpec, Scenario};
+use crate::spec::{ImportSpec, RrSpec, Scenario};
+use crate::synthetic::{Script, MS, US};
 use crate::wire::{self, Hello, HostFacts, Instruments, RunOutcome, ToBrowser, EVENTS_PER_MESSAGE};
 
 /// The crafted shapes, each named for the bound it crosses.
@@ -27,15 +28,20 @@ pub enum Crafted {
     ConnectionPerRequest,
     /// `n` runs that start, have one request each, and never end.
     OpenRuns,
+    /// An imported capture of `n` segments in one run: story 1's messages, each held by Nagle x
+    /// delayed ACK (the 4-byte length, the reader's delayed pure ACK, the body). The pcapng
+    /// export writes every segment, and has a stall to explain every three.
+    CapturedSegments,
 }
 
 impl Crafted {
-    pub const ALL: [Crafted; 5] = [
+    pub const ALL: [Crafted; 6] = [
         Crafted::SamplesOfOneOpenRequest,
         Crafted::UnsettledRequests,
         Crafted::RepeatedFirstStart,
         Crafted::ConnectionPerRequest,
         Crafted::OpenRuns,
+        Crafted::CapturedSegments,
     ];
 
     /// A short name for reports and file names.
@@ -46,16 +52,30 @@ impl Crafted {
             Crafted::RepeatedFirstStart => "repeated-first-start",
             Crafted::ConnectionPerRequest => "connection-per-request",
             Crafted::OpenRuns => "open-runs",
+            Crafted::CapturedSegments => "captured-segments",
         }
     }
 
-    /// Writes the session of `n` units (samples, requests, repeats or runs) to `out`; returns
-    /// how many events it holds.
+    /// The captured segments of the session of `n` units: the packets `export --pcapng` writes.
+    pub fn segments(self, n: u64) -> u64 {
+        match self {
+            Crafted::CapturedSegments => n,
+            _ => 0,
+        }
+    }
+
+    /// Writes the session of `n` units (samples, requests, repeats, runs or segments) to `out`;
+    /// returns how many events it holds.
     pub fn write(self, n: u64, out: &mut impl Write) -> io::Result<u64> {
         let mut file = Frames { out, buf: Vec::new(), events: Vec::new(), run: RunId(1), count: 0 };
         file.frame(&ToBrowser::Hello(Hello::current("crafted", HostFacts::default())))?;
-        if self != Crafted::OpenRuns {
-            file.start(RunId(1))?;
+        match self {
+            Crafted::OpenRuns => {}
+            Crafted::CapturedSegments => {
+                let spec = ImportSpec { source: "crafted.pcap".into(), connections: Vec::new() };
+                file.start(RunId(1), Scenario::Import(spec))?
+            }
+            _ => file.start(RunId(1), Scenario::Rr(RrSpec::default()))?,
         }
         match self {
             Crafted::SamplesOfOneOpenRequest => {
@@ -112,10 +132,26 @@ impl Crafted {
             Crafted::OpenRuns => {
                 for run in 0..n {
                     let run = RunId(u32::try_from(run).unwrap_or(u32::MAX));
-                    file.start(run)?;
+                    file.start(run, Scenario::Rr(RrSpec::default()))?;
                     file.event(0, Side::Client, 0, 0, EventKind::RequestStart)?;
                     file.event(1, Side::Client, 0, 0, EventKind::ReadStart { len_bytes: 8 })?;
                     file.flush()?;
+                }
+            }
+            Crafted::CapturedSegments => {
+                let mut script = Script::default();
+                let (mut segments, mut t, mut req) = (0, 0, 0);
+                while segments < n {
+                    let body_at = script.held_message(Side::Client, req, t, t + 44 * MS, 2048);
+                    let answer = body_at + 10 * US;
+                    let answer_at =
+                        script.held_message(Side::Server, req, answer, answer + 44 * MS, 2048);
+                    for e in script.events.drain(..).take((n - segments) as usize) {
+                        file.event(e.at_ns, e.side, 1, u64::from(req), e.kind)?;
+                        segments += 1;
+                    }
+                    t = answer_at + 50 * US;
+                    req += 1;
                 }
             }
         }
@@ -143,9 +179,8 @@ impl<W: Write> Frames<'_, W> {
         self.out.write_all(&self.buf)
     }
 
-    fn start(&mut self, run: RunId) -> io::Result<()> {
+    fn start(&mut self, run: RunId, spec: Scenario) -> io::Result<()> {
         self.run = run;
-        let spec = Scenario::Rr(RrSpec::default());
         self.frame(&ToBrowser::RunStarted { run, spec, instruments: Instruments::default() })
     }
 
@@ -219,14 +254,18 @@ mod tests {
             let events = crafted.write(100, &mut bytes).unwrap();
             let mut stream = wire::FrameStream::new();
             stream.push(&bytes);
-            let mut decoded = 0u64;
+            let (mut decoded, mut segments) = (0u64, 0u64);
             while let Some(message) = stream.next_message() {
                 if let ToBrowser::Events { events, .. } = message.unwrap() {
                     decoded += events.len() as u64;
+                    let captured =
+                        events.iter().filter(|e| matches!(e.kind, EventKind::Segment(_)));
+                    segments += captured.count() as u64;
                 }
             }
             assert_eq!(stream.finish(), None, "{}", crafted.name());
             assert_eq!(decoded, events, "{}", crafted.name());
+            assert_eq!(segments, crafted.segments(100), "{}", crafted.name());
             assert!(events >= 100, "{}: {events} events", crafted.name());
         }
     }

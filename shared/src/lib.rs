@@ -12,7 +12,8 @@
 //! - [`wire`] (the versioned messages between probe and browser, and their framing: a session
 //!   file is the same framed stream written to disk) and [`control`] (between two probes);
 //! - [`reduce`]: the one path from a stream of messages to runs, their tally and their stalls,
-//!   with every reader's bounds;
+//!   with every reader's bounds; [`report`] (a run's `--json` report) and the exports over it
+//!   ([`export_json`], [`perfetto`], [`pcapng_export`]);
 //! - beside them: [`lesson`] (the classroom's lessons), [`kernel`] (TCP_INFO over time, for
 //!   charts), [`bulk`], [`pcap`].
 //!
@@ -29,6 +30,7 @@ pub mod control;
 #[cfg(any(test, feature = "synthetic"))]
 pub mod crafted;
 pub mod event;
+pub mod export_json;
 #[cfg(any(test, feature = "fuzzing"))]
 pub mod fuzzing;
 pub mod import;

@@ -4,6 +4,9 @@
 //! field fails to build or to parse instead of being looked up by a name that is gone.
 //!
 //! Fields are added over time; existing ones keep their names, types and meaning.
+//!
+//! [`RunReport::of`] makes the report from the reducer's tally of a run: `run` for the run it
+//! made, `export --json` and the page's JSON export for a file's runs ([`crate::export_json`]).
 
 use serde::{Deserialize, Serialize};
 
@@ -11,6 +14,7 @@ use crate::analysis::Summary;
 use crate::attribution::ClassSummary;
 use crate::bulk::BulkSummary;
 use crate::control::ClockSync;
+use crate::reduce::{Figures, RunTally};
 use crate::spec::Scenario;
 use crate::wire::RunOutcome;
 
@@ -47,7 +51,72 @@ pub struct RunReport {
     pub server_netns: Option<NetnsPlace>,
 }
 
+/// What only the process that made a run knows besides its events: none of it is in a session
+/// file, so a file's run has none of it ([`LiveFacts::default`]).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct LiveFacts {
+    /// Request/response runs of `run`: what the client threads counted themselves.
+    pub clients: Option<ClientCount>,
+    /// The run recorded no events (`--no-events`): a request/response run's figures are then
+    /// the client threads' count.
+    pub no_events: bool,
+    pub capture: Option<CaptureFigures>,
+    pub remote: Option<RemoteFigures>,
+    pub server_netns: Option<NetnsPlace>,
+}
+
 impl RunReport {
+    /// The report of a run from the reducer's `tally` of its events, the `scenario` it ran and
+    /// how it ended, with what only a live run knows (`live`; the default for a file's run).
+    pub fn of(
+        tally: &RunTally,
+        scenario: &Scenario,
+        outcome: &RunOutcome,
+        live: LiveFacts,
+    ) -> RunReport {
+        let LiveFacts { clients, no_events, capture, remote, server_netns } = live;
+        let figures = match (tally.figures(), clients) {
+            // Nothing was recorded: only what the client threads counted is known.
+            (Some(Figures::Rr(_)), Some(clients)) if no_events => ReportFigures::Rr(RrFigures {
+                requests: clients.requests,
+                duration_s: clients.elapsed_s,
+                rps: clients.rps,
+                p50_ms: None,
+                p99_ms: None,
+                max_ms: None,
+                stalled_reads: None,
+            }),
+            (Some(Figures::Rr(summary)), _) => ReportFigures::Rr(RrFigures::from(&summary)),
+            (Some(Figures::Bulk(summary)), _) => ReportFigures::Bulk(summary),
+            // An imported capture's run is summarized from its packets (its connections and
+            // the stall classes they show), not here.
+            (None, _) => ReportFigures::None {},
+        };
+        let config = match scenario {
+            Scenario::Rr(spec) | Scenario::Server(spec) => serde_json::to_value(spec),
+            Scenario::Bulk(spec) => serde_json::to_value(spec),
+            Scenario::Import(spec) => serde_json::to_value(spec),
+        }
+        .expect("a spec is plain data");
+        let (outcome, error) = ReportOutcome::of(outcome);
+        RunReport {
+            scenario: scenario.name().to_string(),
+            config,
+            outcome,
+            error,
+            events: tally.events,
+            // The workspace's one version: the probe's and the page's.
+            ackscope_version: env!("CARGO_PKG_VERSION").to_string(),
+            figures,
+            clients,
+            stalls: tally.stall_classes(),
+            capture,
+            clock: tally.clock,
+            remote,
+            server_netns,
+        }
+    }
+
     /// The spec that ran, if this build knows its scenario.
     pub fn spec(&self) -> Option<Scenario> {
         let tagged = serde_json::json!({ self.scenario.clone(): self.config.clone() });

@@ -86,8 +86,9 @@ async fn stall_rows(client: &Client) -> Result<(usize, usize, usize)> {
     Ok((rows.len(), delayed_ack, any))
 }
 
-/// Presses Run and waits for the run to finish. Returns the most rows seen while it was going.
-async fn run_and_wait(client: &Client) -> Result<usize> {
+/// Presses Run and waits for the run to finish, `requests` requests. Returns the most rows seen
+/// while it was going.
+async fn run_and_wait(client: &Client, requests: usize) -> Result<usize> {
     let before = client.find_all(css("[data-testid=run-entry]")).await?.len();
     client.find(css("[data-testid=run]")).await?.click().await?;
     // The new run is listed and selected once the probe has started it; only then does the
@@ -103,12 +104,12 @@ async fn run_and_wait(client: &Client) -> Result<usize> {
     let deadline = Instant::now() + Duration::from_secs(90);
     let mut rows_while_running = 0;
     loop {
-        let done = text_of(client, "summary-requests").await? == REQUESTS.to_string();
+        let done = text_of(client, "summary-requests").await? == requests.to_string();
         if done {
             return Ok(rows_while_running);
         }
         let rows = client.find_all(css("[data-testid=request-row]")).await?.len();
-        if rows < REQUESTS {
+        if rows < requests {
             rows_while_running = rows_while_running.max(rows);
         }
         if Instant::now() > deadline {
@@ -135,9 +136,9 @@ async fn the_nagle_stall_shows_live_and_vanishes_with_nodelay() -> Result<()> {
 }
 
 /// Opens the app at `url` and waits until it has mounted (a blank page with a broken wasm fails
-/// here), then fills in story 1 as the seed had it: [`REQUESTS`] requests of 2048 bytes, Nagle
-/// on both sides, keep-alive.
-async fn open_with_story_one(client: &Client, url: &str) -> Result<()> {
+/// here), then fills in story 1 as the seed had it: `requests` requests of 2048 bytes, Nagle on
+/// both sides, keep-alive.
+async fn open_with_story_one(client: &Client, url: &str, requests: usize) -> Result<()> {
     client.goto(url).await?;
     client
         .wait()
@@ -145,15 +146,15 @@ async fn open_with_story_one(client: &Client, url: &str) -> Result<()> {
         .for_element(css("[data-testid=run]"))
         .await
         .context("the Run button never appeared: the web app did not mount")?;
-    type_into(client, "requests", &REQUESTS.to_string()).await?;
+    type_into(client, "requests", &requests.to_string()).await?;
     type_into(client, "size", "2048").await?;
     set_checkbox(client, "nodelay-client", false).await?;
     set_checkbox(client, "nodelay-server", false).await
 }
 
 async fn scenario(client: &Client, url: &str, downloads: &std::path::Path) -> Result<()> {
-    open_with_story_one(client, url).await?;
-    let seen_live = run_and_wait(client).await?;
+    open_with_story_one(client, url, REQUESTS).await?;
+    let seen_live = run_and_wait(client, REQUESTS).await?;
     assert!(
         seen_live > 0,
         "rows must appear while the run goes, not only at the end (saw {seen_live})"
@@ -173,7 +174,7 @@ async fn scenario(client: &Client, url: &str, downloads: &std::path::Path) -> Re
     // The fix: TCP_NODELAY on both sides.
     set_checkbox(client, "nodelay-client", true).await?;
     set_checkbox(client, "nodelay-server", true).await?;
-    run_and_wait(client).await?;
+    run_and_wait(client, REQUESTS).await?;
     let (rows, delayed_ack, any_stall) = stall_rows(client).await?;
     assert!(rows >= 15, "{rows} request rows");
     assert_eq!(delayed_ack, 0, "no row shows a 30-60 ms stall with TCP_NODELAY on both sides");
@@ -352,10 +353,10 @@ fn start_server_recording(
 }
 
 async fn remote_scenario(client: &Client, url: &str, addr: &str, token: &str) -> Result<()> {
-    open_with_story_one(client, url).await?;
+    open_with_story_one(client, url, REQUESTS).await?;
     type_into(client, "server", addr).await?;
     type_into(client, "server-token", token).await?;
-    run_and_wait(client).await?;
+    run_and_wait(client, REQUESTS).await?;
     let clock = text_of(client, "summary-clock").await?;
     ensure!(clock.starts_with("server on another host"), "the clock line: {clock:?}");
     // Nagle x delayed ACK on both sides, as on loopback: the server's options were applied
@@ -618,6 +619,54 @@ async fn page_matches_report(
     Ok(())
 }
 
+/// The page's "export JSON" of the selected run's session, downloaded into `downloads` as
+/// `name`, against `cli`, the command line's `export --json` of the same session: one document
+/// (`shared::export_json` writes both).
+async fn page_export_matches(
+    client: &Client,
+    downloads: &std::path::Path,
+    name: &str,
+    cli: &serde_json::Value,
+    what: &str,
+) -> Result<()> {
+    client.find(css("[data-testid=export-json]")).await?.click().await?;
+    let bytes = downloaded(downloads, name).await?;
+    let page: serde_json::Value = serde_json::from_slice(&bytes)
+        .with_context(|| format!("{what}: the page's {name} is not one JSON document"))?;
+    if let Some(difference) = first_difference(&page, cli, "") {
+        bail!("{what}: the page's JSON export and export --json differ at {difference}");
+    }
+    let status = text_of(client, "export-status").await?;
+    ensure!(status.contains(&format!("to {name}")), "{what}: the export's status says {status:?}");
+    Ok(())
+}
+
+/// Where two JSON documents first differ (a path such as `.runs[0].summary.p50_ms`, with both
+/// values), or `None` when they are equal.
+fn first_difference(page: &serde_json::Value, cli: &serde_json::Value, at: &str) -> Option<String> {
+    use serde_json::Value;
+    match (page, cli) {
+        (Value::Object(p), Value::Object(c)) => p.keys().chain(c.keys()).find_map(|key| {
+            let at = format!("{at}.{key}");
+            match (p.get(key), c.get(key)) {
+                (Some(p), Some(c)) => first_difference(p, c, &at),
+                (Some(_), None) => Some(format!("{at}: only in the page's")),
+                _ => Some(format!("{at}: only in the command line's")),
+            }
+        }),
+        (Value::Array(p), Value::Array(c)) if p.len() == c.len() => p
+            .iter()
+            .zip(c)
+            .enumerate()
+            .find_map(|(i, (p, c))| first_difference(p, c, &format!("{at}[{i}]"))),
+        _ if page == cli => None,
+        _ => {
+            let short = |v: &Value| v.to_string().chars().take(200).collect::<String>();
+            Some(format!("{at}: the page's {}, the command line's {}", short(page), short(cli)))
+        }
+    }
+}
+
 /// Opens `file` on the page and waits until its run's summary shows `requests` requests.
 async fn open_and_wait(client: &Client, file: &std::path::Path, requests: u32) -> Result<()> {
     let input = client
@@ -641,10 +690,11 @@ async fn open_and_wait(client: &Client, file: &std::path::Path, requests: u32) -
     }
 }
 
-/// The same numbers everywhere: for a run recorded to a file and for a server-only session (the
-/// server's side of runs from another probe), the page shows what the command line printed when
-/// it ran (`run --json`, `server --json`) and what `export --json` says of the file: one
-/// reducer, one report.
+/// The same numbers everywhere: for a run recorded to a file, a server-only session (the
+/// server's side of runs from another probe), a run against that remote server recorded by its
+/// client, and a run started from the page itself, the page shows what the command line printed
+/// when it ran (`run --json`) and what `export --json` says of the file, and its own JSON export
+/// of each is `export --json`'s document: one reducer, one report, one export.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_page_shows_the_numbers_the_command_line_prints_for_each_source() -> Result<()> {
     use ackscope_shared::report::RunReport;
@@ -655,13 +705,16 @@ async fn the_page_shows_the_numbers_the_command_line_prints_for_each_source() ->
         let line = text.lines().find(|l| l.starts_with('{')).context("no JSON report")?;
         Ok(serde_json::from_str(line)?)
     };
-    let exported = |file: &std::path::Path| -> Result<RunReport> {
+    let export_document = |file: &std::path::Path| -> Result<serde_json::Value> {
         let out =
             std::process::Command::new(&bin).arg("export").arg(file).arg("--json").output()?;
         ensure!(out.status.success(), "export --json failed");
-        let export: serde_json::Value = serde_json::from_slice(&out.stdout)?;
+        Ok(serde_json::from_slice(&out.stdout)?)
+    };
+    let summary_in = |export: &serde_json::Value| -> Result<RunReport> {
         Ok(serde_json::from_value(export["runs"][0]["summary"].clone())?)
     };
+    let exported = |file: &std::path::Path| summary_in(&export_document(file)?);
 
     // A story-1 run recorded to a file.
     let recorded = dir.path().join("story1.ackscope");
@@ -676,13 +729,25 @@ async fn the_page_shows_the_numbers_the_command_line_prints_for_each_source() ->
     ensure!(live.stalls == from_file.stalls, "the stalls, live and from the file");
     ensure!(live.stalls.as_ref().is_some_and(|s| !s.is_empty()), "story 1 stalls: {live:?}");
 
-    // A server-only session: the server's side of runs another probe drives.
+    // A server-only session: the server's side of runs another probe drives; and that run, as
+    // its client recorded it (both sides, on the client's clock).
     let served = dir.path().join("served.ackscope");
+    let remote = dir.path().join("remote.ackscope");
     let (server, addr, token) = start_server_recording(Some(&served))?;
     let out = std::process::Command::new(&bin)
         .args(["run", "rr", "--count", "20", "--remote", &addr, "--token", &token])
+        .args(["--json", "-o"])
+        .arg(&remote)
         .output()?;
     ensure!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let remote_report = report_of(&out.stdout)?;
+    ensure!(remote_report.remote.is_some(), "a remote run's report: {remote_report:?}");
+    let remote_from_file = exported(&remote)?;
+    ensure!(
+        remote_report.rr() == remote_from_file.rr()
+            && remote_report.stalls == remote_from_file.stalls,
+        "run --json {remote_report:?}, export --json {remote_from_file:?}"
+    );
     // Ctrl-C: the server ends its session and its file.
     let pid = server.0.id().to_string();
     std::process::Command::new("kill").args(["-INT", &pid]).status()?;
@@ -699,17 +764,54 @@ async fn the_page_shows_the_numbers_the_command_line_prints_for_each_source() ->
     drop(server);
 
     let (_probe, url) = start_probe()?;
-    let (_driver, client, _profile) = start_browser().await?;
+    let (_driver, client, profile) = start_browser().await?;
+    let downloads = downloads(&profile);
     let result = async {
-        client.goto(&url).await?;
+        // A run started from the page: its numbers are those of the command line's report of
+        // the session the page saves, and its JSON export is that session's `export --json`.
+        open_with_story_one(&client, &url, 20).await?;
+        run_and_wait(&client, 20).await?;
+        // Its end has arrived (the summary shows every request a little before): the session
+        // the page saves and exports is whole.
+        client
+            .wait()
+            .at_most(Duration::from_secs(20))
+            .for_element(css("[data-testid=run-entry][data-source=live] [data-status=done]"))
+            .await
+            .context("the page's run was never marked done")?;
+        client.find(css("[data-testid=download]")).await?.click().await?;
+        let saved = downloads.join("ackscope-session.ackscope");
+        downloaded(&downloads, "ackscope-session.ackscope").await?;
+        let saved_export = export_document(&saved)?;
+        let page_run = summary_in(&saved_export)?;
+        ensure!(page_run.rr().map(|rr| rr.requests) == Some(20), "{page_run:?}");
+        page_matches_report(&client, &page_run, "a run started from the page").await?;
+        let name = "ackscope-session.json";
+        page_export_matches(&client, &downloads, name, &saved_export, "the page's run").await?;
+
         open_and_wait(&client, &recorded, 20).await?;
         page_matches_report(&client, &live, "a recorded run").await?;
+        let recorded_export = export_document(&recorded)?;
+        page_export_matches(&client, &downloads, "story1.json", &recorded_export, "a recorded run")
+            .await?;
+        element_screenshot(&client, "p.card.exports", "exports.png").await?;
+
         let served_requests = server_report.rr().map_or(0, |rr| rr.requests);
         ensure!(served_requests == 20, "the server saw {served_requests} requests");
         let server_stalls = server_report.stalls.as_ref().map_or(0, Vec::len);
         ensure!(server_stalls > 0, "Nagle stalls from the server's side: {server_report:?}");
         open_and_wait(&client, &served, served_requests).await?;
-        page_matches_report(&client, &server_report, "a server-only session").await
+        page_matches_report(&client, &server_report, "a server-only session").await?;
+        let served_export = export_document(&served)?;
+        page_export_matches(&client, &downloads, "served.json", &served_export, "a server session")
+            .await?;
+
+        // The remote run as its client recorded it: the page shows what `run --json` printed.
+        open_and_wait(&client, &remote, 20).await?;
+        page_matches_report(&client, &remote_report, "a run against a remote server").await?;
+        let remote_export = export_document(&remote)?;
+        page_export_matches(&client, &downloads, "remote.json", &remote_export, "a remote run")
+            .await
     }
     .await;
     client.close().await?;

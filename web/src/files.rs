@@ -1,16 +1,20 @@
 //! Session files in the browser: open a `File` (picker or drop; a pcap or pcapng capture is made
 //! into a session first), fetch one from `?url=`, save the live session as a download, export a
-//! session for Perfetto or as pcapng. Decoding itself is [`crate::session_file`]'s, applying it
-//! [`crate::state::AppState::open_file`]'s; this module only moves bytes in and out of the page.
+//! session for Perfetto, as pcapng or as JSON. Decoding itself is [`crate::session_file`]'s,
+//! applying it [`crate::state::AppState::open_file`]'s; this module only moves bytes in and out
+//! of the page.
 
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::time::Duration;
 
+use ackscope_shared::export_json::write_export_json;
 use ackscope_shared::overview::Overview;
 use ackscope_shared::pcapng_export::write_pcapng;
 use ackscope_shared::perfetto::{write_trace, TraceBuilder};
-use ackscope_shared::wire::{self, FrameStream, Trailer, TRAILER_FRAME_BYTES};
+use ackscope_shared::wire::{
+    self, FrameStream, ToBrowser, Trailer, WireError, TRAILER_FRAME_BYTES,
+};
 use ackscope_shared::RunId;
 use js_sys::{Array, Uint8Array};
 use leptos::prelude::{set_timeout, RwSignal, Set};
@@ -159,6 +163,8 @@ pub enum Export {
     Perfetto,
     /// The captured packets, each stall's explanation on the packet that ended it.
     Pcapng,
+    /// Every message and each run's report, as `ackscope export FILE --json` prints them.
+    Json,
 }
 
 /// Exports the session that `source` is (the live one, or an opened file) as a download;
@@ -186,10 +192,7 @@ pub fn export(store: Store, source: Source, kind: Export, status: RwSignal<Optio
             status.set(Some("nothing to export: the session's bytes are not here".into()));
             return;
         };
-        let mut stream = FrameStream::new();
-        stream.push(&bytes);
-        drop(bytes);
-        let messages = std::iter::from_fn(|| stream.next_message());
+        let messages = session_messages(&bytes);
         let mut out = Vec::new();
         let (file_name, said) = match kind {
             Export::Perfetto => {
@@ -203,11 +206,27 @@ pub fn export(store: Store, source: Source, kind: Export, status: RwSignal<Optio
                 (format!("{stem}.perfetto.json"), written.map(|_| said))
             }
             Export::Pcapng => {
-                let written = write_pcapng(messages, &mut out);
+                // Three passes over the bytes: memory holds the stalls, not the segments.
+                let written = write_pcapng(|| session_messages(&bytes), &mut out);
                 let said = written.map(|(w, _)| {
-                    format!("{} packets ({} with a stall's explanation)", w.packets, w.comments)
+                    let left_out = match w.stalls_left_out {
+                        0 => String::new(),
+                        n => format!("; {n} more stalls not kept"),
+                    };
+                    format!(
+                        "{} packets ({} with a stall's explanation{left_out})",
+                        w.packets, w.comments
+                    )
                 });
                 (format!("{stem}.pcapng"), said)
+            }
+            Export::Json => {
+                let written = write_export_json(messages, &mut out);
+                let said = written.map(|(w, _)| {
+                    let runs = if w.runs == 1 { "run's report" } else { "runs' reports" };
+                    format!("{} messages and {} {runs}", w.messages, w.runs)
+                });
+                (format!("{stem}.json"), said)
             }
         };
         let saved = said
@@ -218,6 +237,20 @@ pub fn export(store: Store, source: Source, kind: Export, status: RwSignal<Optio
             Err(reason) => format!("could not export: {reason}"),
         }));
     });
+}
+
+/// The messages of a session file's bytes, decoded a piece at a time as they are read: the
+/// bytes are not copied whole, and an export may read them again from the start.
+fn session_messages(bytes: &[u8]) -> impl Iterator<Item = Result<ToBrowser, WireError>> + '_ {
+    const PIECE_BYTES: usize = 64 * 1024;
+    let mut stream = FrameStream::new();
+    let mut pieces = bytes.chunks(PIECE_BYTES);
+    std::iter::from_fn(move || loop {
+        if let Some(message) = stream.next_message() {
+            return Some(message);
+        }
+        stream.push(pieces.next()?);
+    })
 }
 
 /// The overviews at the end of a finished session file (`wire::Trailer`); none when the file

@@ -686,6 +686,8 @@ fn crafted_units(crafted: Crafted, count: u32) -> u64 {
         Crafted::RepeatedFirstStart => count,
         Crafted::ConnectionPerRequest => count / 4,
         Crafted::OpenRuns => count / 4,
+        // About as many events as the recorded sessions, all of them segments.
+        Crafted::CapturedSegments => count * 4,
     }
 }
 

@@ -14,8 +14,7 @@ use ackscope_shared::overview::Overview;
 use ackscope_shared::presets::{self, PRESETS};
 use ackscope_shared::reduce::{Figures, RunAnalyses, RunTally};
 use ackscope_shared::report::{
-    CaptureFigures, ClientCount, NetnsPlace, RemoteFigures, ReportFigures, ReportOutcome,
-    RrFigures, RunReport,
+    CaptureFigures, ClientCount, LiveFacts, NetnsPlace, RemoteFigures, ReportOutcome, RunReport,
 };
 use ackscope_shared::wire::{Hello, Instruments, RunOutcome, ToBrowser};
 use ackscope_shared::{BulkSpec, Event, RrSpec, RunId, Scenario, Summary};
@@ -468,38 +467,14 @@ impl Tally {
         serde_json::to_value(self.report(scenario, outcome)).expect("a report is plain data")
     }
 
-    /// The run's report: the `--json` contract, typed (`ackscope_shared::report`).
+    /// The run's report: the `--json` contract, typed (`ackscope_shared::report`): the shared
+    /// report of its tally, with what only this process knows of the run.
     pub fn report(&self, scenario: &Scenario, outcome: &RunOutcome) -> RunReport {
         let clients = self.clients.map(|(requests, elapsed)| {
             // The same window with recording on or off: from starting the client threads to
             // joining them.
             ClientCount::new(requests, elapsed.as_secs_f64())
         });
-        let figures = match (self.run.figures(), clients) {
-            // Nothing was recorded: only what the client threads counted is known.
-            (Some(Figures::Rr(_)), Some(clients)) if !self.events_recorded => {
-                ReportFigures::Rr(RrFigures {
-                    requests: clients.requests,
-                    duration_s: clients.elapsed_s,
-                    rps: clients.rps,
-                    p50_ms: None,
-                    p99_ms: None,
-                    max_ms: None,
-                    stalled_reads: None,
-                })
-            }
-            (Some(Figures::Rr(summary)), _) => ReportFigures::Rr(RrFigures::from(&summary)),
-            (Some(Figures::Bulk(summary)), _) => ReportFigures::Bulk(summary),
-            // An imported capture's run is summarized from its packets (`show`).
-            (None, _) => ReportFigures::None {},
-        };
-        let config = match scenario {
-            Scenario::Rr(spec) | Scenario::Server(spec) => serde_json::to_value(spec),
-            Scenario::Bulk(spec) => serde_json::to_value(spec),
-            Scenario::Import(spec) => serde_json::to_value(spec),
-        }
-        .expect("a spec is plain data");
-        let (outcome, error) = ReportOutcome::of(outcome);
         let capture = self.capture.as_ref().map(|capture| CaptureFigures {
             via: capture.via.map(|via| via.name().to_string()),
             segments: capture.segments,
@@ -522,21 +497,9 @@ impl Tally {
             .server_netns
             .as_ref()
             .map(|(name, ip)| NetnsPlace { name: name.clone(), ip: ip.to_string() });
-        RunReport {
-            scenario: scenario.name().to_string(),
-            config,
-            outcome,
-            error,
-            events: self.run.events,
-            ackscope_version: env!("CARGO_PKG_VERSION").to_string(),
-            figures,
-            clients,
-            stalls: self.stall_classes(),
-            capture,
-            clock: self.run.clock,
-            remote,
-            server_netns,
-        }
+        let live =
+            LiveFacts { clients, no_events: !self.events_recorded, capture, remote, server_netns };
+        RunReport::of(&self.run, scenario, outcome, live)
     }
 
     pub fn print(

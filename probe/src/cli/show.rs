@@ -1,14 +1,15 @@
 //! `ackscope show FILE` and `ackscope export FILE --json | --pcapng OUT`.
 
-use std::io::{self, Read, Write};
+use std::io::{self, Read, Seek, Write};
 use std::path::Path;
 
+use ackscope_shared::export_json::{unfinished_outcome, write_export_json};
 use ackscope_shared::import::unnamed_note;
-use ackscope_shared::pcapng_export;
+use ackscope_shared::pcapng_export::{self, MAX_KEPT_STALLS};
 use ackscope_shared::reduce::{
     FollowedRun, ImportedTally, Output, RunAnalyses, SessionReducer, MAX_OPEN_RUNS,
 };
-use ackscope_shared::wire::{RunOutcome, ToBrowser, WireError, PROTOCOL_VERSION};
+use ackscope_shared::wire::{ToBrowser, WireError};
 use ackscope_shared::{ImportedConnection, Scenario};
 
 use super::run::Tally;
@@ -83,33 +84,6 @@ fn not_followed_note(count: u64) -> String {
     )
 }
 
-/// One run's entry in `export --json`'s `runs`: the summary `run --json` prints for it (an
-/// imported capture's: its connections and the stall classes found in its packets).
-fn run_json(run: FollowedRun) -> serde_json::Value {
-    let id = run.run;
-    if let RunAnalyses::Imported(mut imported) = run.tally.analysis {
-        // The connections seen: an import names at most `MAX_NAMED_CONNECTIONS` of them.
-        let named = match &run.scenario {
-            Scenario::Import(spec) => spec.connections.len(),
-            _ => 0,
-        };
-        let connections = named.max(imported.rows().len());
-        imported.decide_all();
-        let stalls = imported.classes();
-        return serde_json::json!({
-            "run": id.0,
-            "imported": { "connections": connections, "stalls": stalls },
-        });
-    }
-    let outcome = run.outcome.unwrap_or_else(unfinished_outcome);
-    let tally = Tally::of(run.tally);
-    serde_json::json!({ "run": id.0, "summary": tally.json(&run.scenario, &outcome) })
-}
-
-fn unfinished_outcome() -> RunOutcome {
-    RunOutcome::Failed { error: "the file ends before the run did".into() }
-}
-
 /// One run's summary (an imported capture's connections and packet stalls).
 fn print_run(out: &mut impl Write, run: FollowedRun) -> Result<(), String> {
     let id = run.run;
@@ -141,62 +115,14 @@ pub fn export_json(path: &Path) -> Result<Ended, Failure> {
     ended(path, file_error, "everything before that point was exported")
 }
 
-/// Runs whose summaries `export --json` keeps for the end of its document (each a few KB); a
-/// file with more has the rest counted in `runs_not_summarized` (`show` prints them all).
-const MAX_EXPORTED_SUMMARIES: usize = 10_000;
-
-/// `export --json` of what `reader` reads, into `out`: the error that ended the file early, if
-/// one did.
+/// `export --json` of what `reader` reads, into `out` (`ackscope_shared::export_json`, the
+/// page's JSON export too): the error that ended the file early, if one did.
 pub(crate) fn export_json_from<R: Read>(
     mut reader: record::SessionReader<R>,
     out: &mut impl Write,
 ) -> io::Result<Option<WireError>> {
-    // One message in memory at a time, and the analysis of the runs still going: a file of any
-    // size exports in the memory of its largest message and its runs' summaries.
-    let mut file_error = None;
-    let mut reducer = SessionReducer::new();
-    let mut steps = Vec::new();
-    let mut summaries = Vec::new();
-    let mut not_summarized = 0u64;
-    let mut summarize = |steps: &mut Vec<Output>| {
-        for step in steps.drain(..) {
-            let Output::Ended(run, _) = step else { continue };
-            if summaries.len() < MAX_EXPORTED_SUMMARIES {
-                summaries.push(run_json(*run));
-            } else {
-                not_summarized += 1;
-            }
-        }
-    };
-    write!(
-        out,
-        "{{\"format\":\"ackscope-session\",\"protocol_version\":{PROTOCOL_VERSION},\"messages\":["
-    )?;
-    let mut first = true;
-    while let Some(message) = reader.next_into(&mut file_error) {
-        if !first {
-            out.write_all(b",\n")?;
-        }
-        first = false;
-        serde_json::to_writer(&mut *out, &message)?;
-        reducer.handle(&message, &mut steps);
-        summarize(&mut steps);
-    }
-    reducer.finish(&mut steps);
-    summarize(&mut steps);
-    let not_followed = reducer.not_followed();
-    write!(out, "],\n\"runs\":")?;
-    serde_json::to_writer(&mut *out, &summaries)?;
-    let not_summarized = not_summarized + not_followed;
-    let error = file_error.as_ref().map(|e| e.to_string());
-    write!(
-        out,
-        ",\"runs_not_summarized\":{not_summarized},\"error\":{}}}",
-        serde_json::to_string(&error)?
-    )?;
-    writeln!(out)?;
-    out.flush()?;
-    Ok(file_error)
+    let messages = std::iter::from_fn(|| reader.next_message());
+    write_export_json(messages, out).map(|(_, file_error)| file_error)
 }
 
 /// An imported run's connections and packet stalls.
@@ -219,18 +145,44 @@ fn print_imported(
 
 /// `ackscope export FILE --pcapng OUT`: the captured segments of every run as pcapng, one
 /// interface per run, each stall's explanation as the comment of the packet that ended it
-/// (`ackscope_shared::pcapng_export`, one pass over the file).
+/// (`ackscope_shared::pcapng_export`, which reads the file three times: it keeps the stalls, not
+/// the segments).
 pub fn export_pcapng(path: &Path, out_path: &Path) -> Result<Ended, Failure> {
-    let mut reader = record::SessionReader::open(path)?;
+    // The file is checked as every reader checks it (its size, its Hello) before OUT is made.
+    drop(record::SessionReader::open(path)?);
+    let name = path.display().to_string();
+    let input = std::fs::File::open(path).map_err(|e| format!("cannot read {name}: {e}"))?;
+    // Every pass reads the bytes the file has now, even if it grows meanwhile (a session still
+    // being recorded): the passes see the same messages.
+    let size = input.metadata().map_err(|e| format!("cannot read {name}: {e}"))?.len();
+    let from_start = || {
+        (&input)
+            .rewind()
+            .map_err(|e| format!("cannot read {name} again from its start: {e}"))
+            .and_then(|()| record::SessionReader::from_reader(&input, size, &name))
+    };
+    let read = || {
+        let (reader, failed) = match from_start() {
+            Ok(reader) => (Some(reader), None),
+            Err(e) => (None, Some(Err(WireError::Malformed(e)))),
+        };
+        reader
+            .into_iter()
+            .flat_map(|mut r| std::iter::from_fn(move || r.next_message()))
+            .chain(failed)
+    };
     let write_error = |e: io::Error| format!("cannot write {}: {e}", out_path.display());
     let mut file = io::BufWriter::new(std::fs::File::create(out_path).map_err(write_error)?);
-    let messages = std::iter::from_fn(|| reader.next_message());
-    let (written, file_error) = pcapng_export::write_pcapng(messages, &mut file)
+    let (written, file_error) = pcapng_export::write_pcapng(read, &mut file)
         .and_then(|written| file.flush().map(|()| written))
         .map_err(write_error)?;
+    let left_out = match written.stalls_left_out {
+        0 => String::new(),
+        n => format!("; {n} more stalls not kept, past the first {}", MAX_KEPT_STALLS),
+    };
     let _ = writeln!(
         Printable::terminal(io::stdout().lock()),
-        "wrote {} packets ({} with a stall's explanation) to {}",
+        "wrote {} packets ({} with a stall's explanation{left_out}) to {}",
         written.packets,
         written.comments,
         out_path.display()
