@@ -34,7 +34,8 @@ pub struct BufferMemory {
 }
 
 /// The worst-case buffer memory of running `spec` (zero for a spec that runs nothing of ours:
-/// a standalone server's connections are bounded by its own limits, an import reads a file).
+/// a standalone server's connections are bounded by its own limits, an import reads a file, a
+/// watch observes another program).
 pub fn buffer_memory(spec: &Scenario) -> BufferMemory {
     let (mut memory, link) = match spec {
         Scenario::Rr(rr) => {
@@ -58,7 +59,7 @@ pub fn buffer_memory(spec: &Scenario) -> BufferMemory {
             };
             (memory, bulk.link.as_ref())
         }
-        Scenario::Server(_) | Scenario::Import(_) => {
+        Scenario::Server(_) | Scenario::Import(_) | Scenario::Watch(_) => {
             (BufferMemory { bytes: 0, formula: "nothing".into(), lower: Vec::new() }, None)
         }
     };

@@ -7,14 +7,16 @@
 //!   with neither captured, the endpoint with the higher port is the client (ephemeral ports are
 //!   high), and on equal ports the one that sent first.
 //! - `req` counts request-like exchanges per connection: it starts at 0 and goes up by one each
-//!   time the client sends data after the server has sent some.
+//!   time the client sends data after the server has sent some ([`ExchangeRule`], the rule a
+//!   watch numbers its exchanges by).
 //! - Times are nanoseconds since the first TCP packet of the capture.
 
 use std::collections::HashMap;
 use std::io::Read;
 use std::net::IpAddr;
 
-use crate::event::{ConnId, Event, EventKind, ReqId, Side};
+use crate::event::{ConnId, Event, EventKind, Side};
+use crate::exchange::ExchangeRule;
 use crate::packet::Packet;
 use crate::packet_stalls;
 use crate::pcap;
@@ -116,7 +118,7 @@ pub fn events(
     mut batch: impl FnMut(Vec<Event>) -> Result<(), String>,
 ) -> Result<u64, String> {
     let mut reader = pcap::CaptureReader::new(src);
-    let mut req = vec![(0u32, false); scan.connections.len()];
+    let mut exchanges = vec![ExchangeRule::default(); scan.connections.len()];
     let mut pending = Vec::with_capacity(EVENTS_PER_MESSAGE);
     let mut made = 0u64;
     while let Some(captured) = reader.next_packet() {
@@ -127,23 +129,13 @@ pub fn events(
         let side = if (p.src, p.src_port) == c.client { Side::Client } else { Side::Server };
         c.segments += 1;
         c.bytes[usize::from(side == Side::Server)] += u64::from(p.segment.len);
-        let (count, server_spoke) = &mut req[i];
-        if p.segment.len > 0 {
-            match side {
-                Side::Client if *server_spoke => {
-                    *count += 1;
-                    *server_spoke = false;
-                }
-                Side::Client => {}
-                Side::Server => *server_spoke = true,
-            }
-        }
+        let req = exchanges[i].on_segment(side, p.segment.len);
         let event = Event {
             // A capture's clock may step back (merged files): never below the start.
             at_ns: captured.ts_ns.saturating_sub(scan.start_ns),
             side,
             conn: ConnId(i as u32 + 1),
-            req: ReqId(*count),
+            req,
             kind: EventKind::Segment(p.segment),
         };
         finder.push(&event, ());

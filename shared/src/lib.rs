@@ -7,7 +7,8 @@
 //!   their fixes), [`spec`] (what a run does: everything needed to run it again), [`packet`]
 //!   and [`tcp_info`]; [`budget`] (what a run's buffers may take, and the limits on it);
 //! - [`analysis`]: a run's events as requests, their spans and evidence, the summary;
-//! - [`packet_stalls`] (the packet rule) and [`attribution`] (why each wait happened);
+//! - [`packet_stalls`] (the packet rule), [`exchange`] (requests found from packets' direction,
+//!   for watched programs and imported captures) and [`attribution`] (why each wait happened);
 //! - [`overview`]: a run's requests in a bounded number of columns, each keeping its worst;
 //! - [`wire`] (the versioned messages between probe and browser, and their framing: a session
 //!   file is the same framed stream written to disk) and [`control`] (between two probes);
@@ -30,6 +31,7 @@ pub mod control;
 #[cfg(any(test, feature = "synthetic"))]
 pub mod crafted;
 pub mod event;
+pub mod exchange;
 pub mod export_json;
 #[cfg(any(test, feature = "fuzzing"))]
 pub mod fuzzing;
@@ -67,5 +69,5 @@ pub use event::{
 };
 pub use spec::{
     BulkSpec, ImportSpec, ImportedConnection, NoDelay, PerSide, RrSpec, Scenario, SpecError,
-    WritePattern,
+    WatchSpec, WritePattern,
 };

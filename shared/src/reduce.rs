@@ -20,6 +20,7 @@ use crate::attribution::{self, ClassSummary, Stall, StallTally};
 use crate::bulk::{BulkAnalysis, BulkSummary};
 use crate::control::ClockSync;
 use crate::event::{ConnId, Event, EventKind, ReqId, RunId, Side};
+use crate::exchange::ExchangeTally;
 use crate::keyed_hash::KeyedMap;
 use crate::overview::{self, Overview};
 use crate::packet_stalls;
@@ -43,7 +44,7 @@ pub fn stall_spec(scenario: &Scenario) -> Option<Option<&RrSpec>> {
     match scenario {
         Scenario::Rr(spec) => Some(Some(spec)),
         Scenario::Server(_) => Some(None),
-        Scenario::Bulk(_) | Scenario::Import(_) => None,
+        Scenario::Bulk(_) | Scenario::Import(_) | Scenario::Watch(_) => None,
     }
 }
 
@@ -236,12 +237,41 @@ impl ImportedTally {
     }
 }
 
+/// A watched application's run (`ackscope watch`): its connections' packets read as an
+/// imported capture's are (each connection's counts, the stalls the packets show), and its
+/// exchanges timed ([`ExchangeTally`]), which stand for requests in its summary.
+#[derive(Debug, Default)]
+pub struct WatchTally {
+    pub packets: ImportedTally,
+    pub exchanges: ExchangeTally,
+}
+
+impl WatchTally {
+    pub fn push(&mut self, events: &[Event]) {
+        self.packets.push(events);
+        events.iter().for_each(|e| self.exchanges.push(e));
+    }
+
+    /// The stream ended: every candidate stall is decided, every answered exchange counted.
+    pub fn finish(&mut self) {
+        self.packets.decide_all();
+        self.exchanges.finish();
+    }
+
+    /// The exchanges as requests; the stalled count is the waits the packets named.
+    pub fn summary(&self) -> Summary {
+        let stalled: u32 = self.packets.classes().iter().map(|c| c.count).sum();
+        self.exchanges.summary(stalled)
+    }
+}
+
 /// What a run's summary is computed from, chosen once from its scenario.
 #[derive(Debug)]
 pub enum RunAnalyses {
     Rr(Box<RrTally>),
     Bulk(Box<BulkAnalysis>),
     Imported(Box<ImportedTally>),
+    Watched(Box<WatchTally>),
 }
 
 /// One run's counts and analysis, as its events go by.
@@ -260,6 +290,7 @@ impl RunTally {
         let analysis = match (scenario, stall_spec(scenario)) {
             (_, Some(spec)) => RunAnalyses::Rr(Box::new(RrTally::new(spec.cloned()))),
             (Scenario::Import(_), None) => RunAnalyses::Imported(Box::default()),
+            (Scenario::Watch(_), None) => RunAnalyses::Watched(Box::default()),
             (_, None) => RunAnalyses::Bulk(Box::new(BulkAnalysis::new())),
         };
         RunTally { analysis, events: 0, requests_done: 0, bytes_read: 0, clock: None }
@@ -282,6 +313,7 @@ impl RunTally {
             RunAnalyses::Rr(rr) => rr.push(events, found),
             RunAnalyses::Bulk(bulk) => bulk.push_all(events),
             RunAnalyses::Imported(imported) => imported.push(events),
+            RunAnalyses::Watched(watched) => watched.push(events),
         }
     }
 
@@ -293,10 +325,11 @@ impl RunTally {
         }
     }
 
-    /// Stalls grouped by class and direction (request/response runs only).
+    /// Stalls grouped by class and direction (request/response runs, and watched exchanges).
     pub fn stall_classes(&self) -> Option<Vec<ClassSummary>> {
         match &self.analysis {
             RunAnalyses::Rr(rr) => Some(rr.stall_classes()),
+            RunAnalyses::Watched(watched) => Some(watched.packets.classes()),
             _ => None,
         }
     }
@@ -307,6 +340,10 @@ impl RunTally {
             RunAnalyses::Rr(rr) => Some(Figures::Rr(rr.summary())),
             RunAnalyses::Bulk(bulk) => Some(Figures::Bulk(bulk.summary())),
             RunAnalyses::Imported(_) => None,
+            // Without packets (a watch without CAP_NET_RAW) no exchange is seen: no figures,
+            // rather than zeros that read as measured.
+            RunAnalyses::Watched(watched) if watched.packets.rows().is_empty() => None,
+            RunAnalyses::Watched(watched) => Some(Figures::Rr(watched.summary())),
         }
     }
 
@@ -435,7 +472,10 @@ impl SessionReducer {
         }
     }
 
-    fn ended(&self, followed: FollowedRun, out: &mut Vec<Output>) {
+    fn ended(&self, mut followed: FollowedRun, out: &mut Vec<Output>) {
+        if let RunAnalyses::Watched(watched) = &mut followed.tally.analysis {
+            watched.finish();
+        }
         let held = match (&followed.tally.analysis, self.hand_out_stalls) {
             (RunAnalyses::Rr(rr), true) => rr.held_stalls(),
             _ => Vec::new(),

@@ -96,6 +96,7 @@ impl RunReport {
             Scenario::Rr(spec) | Scenario::Server(spec) => serde_json::to_value(spec),
             Scenario::Bulk(spec) => serde_json::to_value(spec),
             Scenario::Import(spec) => serde_json::to_value(spec),
+            Scenario::Watch(spec) => serde_json::to_value(spec),
         }
         .expect("a spec is plain data");
         let (outcome, error) = ReportOutcome::of(outcome);

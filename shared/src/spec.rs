@@ -45,6 +45,33 @@ pub enum Scenario {
     Server(RrSpec),
     /// A packet capture made by another tool (`ackscope import`): not run, only read.
     Import(ImportSpec),
+    /// Another program's connections, watched as they run (`ackscope watch`): not run by
+    /// ackscope, only observed.
+    Watch(WatchSpec),
+}
+
+/// What `ackscope watch` watched: the connections to or from these ports on this host.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WatchSpec {
+    /// The side on one of these ports is the server; the other side is the client.
+    pub ports: Vec<u16>,
+    /// `--pid`: the process whose sockets' ports were watched, if one was named.
+    pub pid: Option<u32>,
+    /// `--duration`: the watch ends after this long (else on Ctrl-C). Always written: the
+    /// session's binary encoding has no field names, so a field left out shifts the rest.
+    pub duration_ms: Option<u32>,
+    /// What the watch could see, in words ("packets and TCP_INFO", "TCP_INFO only: ...").
+    pub evidence: String,
+}
+
+impl WatchSpec {
+    /// "port 8080" or "ports 8080, 8443".
+    pub fn ports_text(&self) -> String {
+        let list: Vec<String> = self.ports.iter().map(u16::to_string).collect();
+        let word = if self.ports.len() == 1 { "port" } else { "ports" };
+        format!("{word} {}", list.join(", "))
+    }
 }
 
 /// Where an imported capture came from, and the connections found in it.
@@ -617,6 +644,10 @@ impl Scenario {
             Scenario::Bulk(spec) => spec.validate(),
             Scenario::Server(spec) => spec.validate(),
             Scenario::Import(_) => Ok(()),
+            Scenario::Watch(spec) if spec.ports.is_empty() => {
+                Err(SpecError { field: "ports", problem: "a watch needs at least one port".into() })
+            }
+            Scenario::Watch(_) => Ok(()),
         }
     }
 
@@ -631,6 +662,9 @@ impl Scenario {
                 spec.connections.len(),
                 if spec.connections.len() == 1 { "" } else { "s" }
             ),
+            Scenario::Watch(spec) => {
+                format!("watching {} on this host ({})", spec.ports_text(), spec.evidence)
+            }
         }
     }
 
@@ -649,6 +683,7 @@ impl Scenario {
             Scenario::Bulk(_) => "bulk",
             Scenario::Server(_) => "server",
             Scenario::Import(_) => "import",
+            Scenario::Watch(_) => "watch",
         }
     }
 }

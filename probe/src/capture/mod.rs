@@ -28,7 +28,10 @@
 mod hook;
 mod ring;
 
-pub(crate) use ring::{attach_program, map_rx_ring, Instruction, TpacketReq};
+pub(crate) use ring::{
+    attach_filter, attach_program, map_rx_ring, Instruction, Packet as RingPacket, Ring,
+    TpacketReq, PACKET_OUTGOING,
+};
 
 use std::collections::HashMap;
 use std::io;

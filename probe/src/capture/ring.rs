@@ -176,8 +176,13 @@ const PKT_SEC: usize = 4;
 const PKT_NSEC: usize = 8;
 const PKT_SNAPLEN: usize = 12;
 const PKT_MAC: usize = 24;
-/// `sizeof(struct tpacket3_hdr)`.
+/// `sizeof(struct tpacket3_hdr)`, aligned: the packet's `sockaddr_ll` follows it.
 const PKT_HEADER_BYTES: usize = 48;
+// Offsets into the `sockaddr_ll` after it: family, protocol, ifindex, hatype, pkttype.
+const LL_IFINDEX: usize = PKT_HEADER_BYTES + 4;
+const LL_PKTTYPE: usize = PKT_HEADER_BYTES + 10;
+/// The header and its `sockaddr_ll` up to the pkttype: what must lie in the block to read them.
+const PKT_META_BYTES: usize = LL_PKTTYPE + 1;
 
 /// The memory-mapped receive ring of a packet socket. Unmapped when dropped.
 pub struct Ring {
@@ -239,11 +244,19 @@ pub fn map_rx_ring<R>(
     NonNull::new(base.cast()).ok_or_else(|| io::Error::other("mmap gave null"))
 }
 
-/// One packet of a block: its first bytes and its kernel timestamp (CLOCK_REALTIME ns).
+/// One packet of a block: its first bytes, its kernel timestamp (CLOCK_REALTIME ns), and the
+/// link it was seen on (the `sockaddr_ll` after the packet's header).
 pub struct Packet<'a> {
     pub frame: &'a [u8],
     pub realtime_ns: i128,
+    /// The interface's index.
+    pub ifindex: i32,
+    /// `sll_pkttype`: [`PACKET_OUTGOING`] for a packet this host sends.
+    pub pkttype: u8,
 }
+
+/// `sll_pkttype` of a packet the host sends (linux/if_packet.h).
+pub const PACKET_OUTGOING: u8 = 4;
 
 impl Ring {
     /// Switches `fd` to TPACKET_V3 and maps its receive ring.
@@ -294,7 +307,7 @@ impl Ring {
         let mut offset = Ring::read_u32(block, BLOCK_FIRST_PKT) as usize;
         let end = BLOCK_BYTES as usize;
         for _ in 0..count {
-            if offset + PKT_HEADER_BYTES > end {
+            if offset + PKT_META_BYTES > end {
                 break;
             }
             let mac = usize::from(Ring::read_u32(block, offset + PKT_MAC) as u16);
@@ -306,7 +319,11 @@ impl Ring {
                 // SAFETY: start + snap is within the block (checked just above); the kernel
                 // does not write a block it handed over until it gets it back.
                 let frame = unsafe { std::slice::from_raw_parts(block.add(start), snap) };
-                each(Packet { frame, realtime_ns: seconds * 1_000_000_000 + nanos });
+                let ifindex = Ring::read_u32(block, offset + LL_IFINDEX) as i32;
+                // SAFETY: within the block (offset + PKT_META_BYTES <= end, checked above).
+                let pkttype = unsafe { std::ptr::read_volatile(block.add(offset + LL_PKTTYPE)) };
+                let realtime_ns = seconds * 1_000_000_000 + nanos;
+                each(Packet { frame, realtime_ns, ifindex, pkttype });
             }
             let next = Ring::read_u32(block, offset + PKT_NEXT_OFFSET) as usize;
             if next == 0 {

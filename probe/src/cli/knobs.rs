@@ -167,8 +167,8 @@ pub fn apply(
 ) -> Result<(), NotApplicable> {
     let some = |o: Option<u32>| o.map(Some);
     match scenario {
-        // An imported capture is read, not run: nothing to change.
-        Scenario::Import(_) => return Err(NotApplicable("a knob")),
+        // An imported capture is read and a watch observes, not run: nothing to change.
+        Scenario::Import(_) | Scenario::Watch(_) => return Err(NotApplicable("a knob")),
         Scenario::Rr(spec) | Scenario::Server(spec) => {
             if bulk.bytes.is_some() {
                 return Err(NotApplicable("--bytes"));

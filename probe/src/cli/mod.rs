@@ -9,6 +9,7 @@
 //! ackscope export FILE --pcapng OUT      its captured segments as pcapng, stalls as comments
 //! ackscope export FILE --perfetto OUT    a Chrome trace-event JSON for ui.perfetto.dev
 //! ackscope import CAPTURE [-o FILE]      a pcap/pcapng capture as a session, with its stalls
+//! ackscope watch --port PORT [-o FILE]   another program's connections on a port, explained live
 //! ```
 //!
 //! Exit codes: 0 success, 1 the run or the server failed, 2 the command line was wrong,
@@ -26,6 +27,7 @@ mod server;
 mod show;
 mod sweep;
 mod terminal;
+mod watch;
 
 use std::io::{self, Write as _};
 use std::path::PathBuf;
@@ -89,6 +91,9 @@ enum Command {
     },
     /// Turn a pcap or pcapng capture of TCP connections into a session file, with its stalls
     Import(import::ImportArgs),
+    /// Watch another program's connections to or from a port of this host, explain their
+    /// waits as they happen, and print the summary on Ctrl-C (packets need CAP_NET_RAW)
+    Watch(Box<watch::WatchArgs>),
     /// Serve the web app to a class: every page follows the presenter's lesson step
     Class(classroom::ClassArgs),
     /// Record every step of lessons (lessons/*.lesson) that runs something, for the web app to
@@ -136,6 +141,7 @@ pub fn main() -> ExitCode {
         Some(Command::Export { file, perfetto: Some(out), .. }) => perfetto::export(&file, &out),
         Some(Command::Export { file, .. }) => show::export_json(&file),
         Some(Command::Import(args)) => import::import(&args),
+        Some(Command::Watch(args)) => watch::watch(&args),
         Some(Command::RecordLesson(args)) => lesson::record(&args),
         Some(Command::Class(args)) => classroom::class(&args),
     };

@@ -510,8 +510,14 @@ impl Tally {
     ) -> io::Result<()> {
         writeln!(out, "{}: {}", scenario.name(), scenario.describe())?;
         match self.run.figures() {
+            Some(Figures::Rr(summary)) if matches!(scenario, Scenario::Watch(_)) => {
+                print_exchanges(out, &summary)?
+            }
             Some(Figures::Rr(summary)) => print_rr(out, &summary)?,
             Some(Figures::Bulk(summary)) => print_bulk(out, &summary)?,
+            None if matches!(scenario, Scenario::Watch(_)) => {
+                writeln!(out, "  exchanges      none: no packet of the watched ports was seen")?
+            }
             None => {}
         }
         for class in self.stall_classes().unwrap_or_default() {
@@ -566,6 +572,26 @@ fn print_rr(out: &mut impl Write, s: &Summary) -> io::Result<()> {
     writeln!(out, "  ({})", ackscope_shared::analysis::STALLED_READS_MEANING)
 }
 
+/// A watch's exchanges (`ackscope_shared::exchange`): its requests, timed from packets.
+fn print_exchanges(out: &mut impl Write, s: &Summary) -> io::Result<()> {
+    writeln!(
+        out,
+        "  exchanges      {} in {:.2} s ({:.1} exchanges/s)",
+        s.requests, s.duration_s, s.rps
+    )?;
+    writeln!(
+        out,
+        "  latency        p50 {:.2} ms   p99 {:.2} ms   max {:.2} ms",
+        s.p50_ms, s.p99_ms, s.max_ms
+    )?;
+    writeln!(out, "  stalls         {}", s.stalled_reads)?;
+    writeln!(
+        out,
+        "  (an exchange: the client's request up to the server's last answer byte, on the wire; \
+         stalls: waits the packets show, by the packet rule)"
+    )
+}
+
 fn print_bulk(out: &mut impl Write, s: &BulkSummary) -> io::Result<()> {
     writeln!(out, "  transferred    {} bytes in {:.2} s", s.bytes, s.duration_s)?;
     writeln!(out, "  goodput        {:.1} Mbit/s", s.goodput_mbps)?;
@@ -604,7 +630,7 @@ impl Progress {
         let (total, unit) = match scenario {
             Scenario::Rr(spec) | Scenario::Server(spec) => (u64::from(spec.requests), "requests"),
             Scenario::Bulk(spec) => (spec.bytes, "bytes"),
-            Scenario::Import(_) => (0, "segments"),
+            Scenario::Import(_) | Scenario::Watch(_) => (0, "segments"),
         };
         let enabled = !json && io::stderr().is_terminal();
         Progress { enabled, started: Instant::now(), last_drawn: None, total, unit }

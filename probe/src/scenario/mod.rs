@@ -178,7 +178,25 @@ pub fn run_against(
         (Scenario::Import(_), _) => RunOutcome::Failed {
             error: "an imported capture is read with `ackscope show`, not run".into(),
         },
+        (Scenario::Watch(spec), Target::Local) => watch_for_a_page(spec, stop, on_events),
+        (Scenario::Watch(_), _) => RunOutcome::Failed {
+            error: "a watch is of this host's ports: it has no server elsewhere".into(),
+        },
     })
+}
+
+/// A watch started like a run (the page's watch source): the same source as `ackscope watch`
+/// ([`crate::watch::run`]). Without CAP_NET_RAW it records TCP_INFO only, as the command does.
+fn watch_for_a_page(
+    spec: &ackscope_shared::WatchSpec,
+    stop: &AtomicBool,
+    on_events: impl FnMut(Vec<Event>),
+) -> RunOutcome {
+    let clock = crate::net::record::Clock::start();
+    match crate::watch::watcher::Watcher::open(&spec.ports, clock) {
+        Ok(watcher) => crate::watch::run(watcher, spec, stop, on_events).0,
+        Err(e) => RunOutcome::Failed { error: e.to_string() },
+    }
 }
 
 /// Where the experiment threads' events go.

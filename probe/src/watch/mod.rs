@@ -1,9 +1,63 @@
 //! Watching the sockets of processes ackscope did not start: a service on this host, its
-//! clients, whatever owns a port.
+//! clients, whatever owns a port (`ackscope watch`, docs/WATCH.md).
 //!
 //! A run measures its own sockets through their descriptors (`net`); a watched process's
 //! descriptors are not ours, so what the kernel says about them comes from interfaces that
-//! answer for any socket of the network namespace. For now that is [`sock_diag`]: every TCP
-//! socket's addresses, state, owner and `tcp_info`, without privileges.
+//! answer for any socket of the network namespace:
+//! - [`sock_diag`]: every TCP socket's addresses, state, owner and `tcp_info`, without
+//!   privileges;
+//! - [`packets`]: the watched ports' packets on every interface (CAP_NET_RAW);
+//! - [`process`]: which process owns a socket (`/proc`), to name a connection's sides and to
+//!   find a process's ports (`--pid`);
+//! - [`watcher`]: the loop that makes both a session's events, through the shared exchange
+//!   rule (`ackscope_shared::exchange`), for the one session reducer every run goes through.
 
+pub mod packets;
+pub mod process;
 pub mod sock_diag;
+pub mod watcher;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use ackscope_shared::wire::{RunOutcome, EVENTS_PER_MESSAGE};
+use ackscope_shared::{Event, WatchSpec};
+
+use watcher::{WatchCounts, Watcher};
+
+/// Batches of events are handed over at least this often, so a live view keeps up.
+const HAND_OVER_EVERY: Duration = Duration::from_millis(50);
+
+/// Watches until `stop` is set or `spec.duration_ms` has passed, handing the events to
+/// `on_events` in batches (at most [`EVENTS_PER_MESSAGE`] each) as they come; returns how the
+/// watch ended and what it counted. `on_events` may set `stop` (a file that cannot be written).
+pub fn run(
+    mut watcher: Watcher,
+    spec: &WatchSpec,
+    stop: &AtomicBool,
+    mut on_events: impl FnMut(Vec<Event>),
+) -> (RunOutcome, WatchCounts) {
+    let started = Instant::now();
+    let until = spec.duration_ms.map(|ms| started + Duration::from_millis(u64::from(ms)));
+    let mut batch: Vec<Event> = Vec::with_capacity(EVENTS_PER_MESSAGE);
+    let mut handed_over = Instant::now();
+    let outcome = loop {
+        if stop.load(Ordering::SeqCst) {
+            break RunOutcome::Interrupted;
+        }
+        if until.is_some_and(|until| Instant::now() >= until) {
+            break RunOutcome::Completed;
+        }
+        watcher.step(&mut batch);
+        if batch.len() >= EVENTS_PER_MESSAGE || handed_over.elapsed() >= HAND_OVER_EVERY {
+            if !batch.is_empty() {
+                on_events(std::mem::replace(&mut batch, Vec::with_capacity(EVENTS_PER_MESSAGE)));
+            }
+            handed_over = Instant::now();
+        }
+    };
+    if !batch.is_empty() {
+        on_events(batch);
+    }
+    (outcome, watcher.finish())
+}

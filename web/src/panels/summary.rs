@@ -75,6 +75,14 @@ impl SelectedRun {
             numbers: match run.bulk_summary() {
                 Some(bulk) => Numbers::Bulk(BulkText::of(bulk, run.events)),
                 None if run.imported.is_some() => imported_numbers(run),
+                // A watch's exchanges as requests, as `ackscope watch` and `show` print them.
+                None if run.watch.as_ref().is_some_and(|w| !w.packets.rows().is_empty()) => {
+                    let watch = run.watch.as_ref().expect("checked just above");
+                    Numbers::Rr(
+                        SummaryText::of(&watch.summary()),
+                        watch.packets.classes().iter().map(ClassText::of).collect(),
+                    )
+                }
                 None if run.is_rr() => Numbers::Rr(
                     SummaryText::of(run.summary()),
                     run.attribution().classes.iter().map(ClassText::of).collect(),
@@ -244,6 +252,11 @@ pub fn no_timeline_note(state: &AppState) -> Option<&'static str> {
         Scenario::Import(_) => Some(
             "An imported capture has packets, not syscalls: it has no per-request timeline. \
              Its conversations and the stalls its packets show are in the summary above.",
+        ),
+        Scenario::Watch(_) => Some(
+            "A watch records another program's packets and TCP_INFO, not its syscalls: its \
+             exchanges have no per-request timeline yet. Their numbers and the stalls the \
+             packets show are in the summary above.",
         ),
         _ => Some("This run has no per-request timeline."),
     })

@@ -9,7 +9,7 @@ use ackscope_shared::attribution::{attribute, summarize, ClassSummary, Increment
 use ackscope_shared::bulk::{BulkAnalysis, BulkSummary};
 use ackscope_shared::control::ClockSync;
 use ackscope_shared::kernel::KernelTracks;
-use ackscope_shared::reduce::{stall_spec, ImportedTally};
+use ackscope_shared::reduce::{stall_spec, ImportedTally, WatchTally};
 use ackscope_shared::wire::Instruments;
 use ackscope_shared::{Event, EventKind, RrSpec, RunId, Scenario};
 
@@ -63,6 +63,9 @@ pub struct Run {
     pub analysis: RunAnalysis,
     /// Goodput and buffers; `Some` for bulk runs only.
     pub bulk: Option<BulkAnalysis>,
+    /// A watched application's exchanges and the stalls its packets show (the same tally as
+    /// `ackscope watch` and `show`); `Some` for watches only.
+    pub watch: Option<WatchTally>,
     /// An imported capture's connections and the stalls its packets show (the same tally as
     /// `ackscope import` and `show`); `Some` for imported runs only.
     pub imported: Option<ImportedTally>,
@@ -127,6 +130,7 @@ impl Run {
     pub(super) fn new(id: RunId, spec: Scenario, instruments: Instruments) -> Run {
         let bulk = matches!(spec, Scenario::Bulk(_)).then(BulkAnalysis::new);
         let imported = matches!(spec, Scenario::Import(_)).then(ImportedTally::default);
+        let watch = matches!(spec, Scenario::Watch(_)).then(WatchTally::default);
         let analysis = RunAnalysis::of_rr(spec.rr());
         Run {
             id,
@@ -136,6 +140,7 @@ impl Run {
             analysis,
             bulk,
             imported,
+            watch,
             kernel: KernelTracks::new(),
             events: 0,
             clock: None,
@@ -171,6 +176,8 @@ impl Run {
             bulk.push_all(events);
         } else if let Some(imported) = &mut self.imported {
             imported.push(events);
+        } else if let Some(watch) = &mut self.watch {
+            watch.push(events);
         } else if let Some(spec) = stall_spec(&self.spec) {
             self.analysis.push_all(events);
             if self.watched.get() {
@@ -277,10 +284,14 @@ impl Run {
         stall_spec(&self.spec).is_some()
     }
 
-    /// No more events come: an imported run's last undecided packets are decided.
+    /// No more events come: an imported run's or a watch's last undecided packets are decided
+    /// (and a watch's last exchanges counted).
     pub(super) fn ended(&mut self) {
         if let Some(imported) = &mut self.imported {
             imported.decide_all();
+        }
+        if let Some(watch) = &mut self.watch {
+            watch.finish();
         }
     }
 }

@@ -1,0 +1,138 @@
+//! Which process owns a socket, from `/proc`: a socket's file is a link `socket:[INODE]` among
+//! its process's descriptors (`/proc/PID/fd`), and sock_diag gives each socket's inode.
+//!
+//! Reading another user's `/proc/PID/fd` needs root (or CAP_SYS_PTRACE); without it those
+//! processes are not found and their sockets stay unnamed. Every walk is bounded: at most
+//! [`MAX_PROCESSES`] processes and [`MAX_FDS`] descriptors each.
+
+use std::collections::{HashMap, HashSet};
+use std::fs;
+use std::io;
+
+use super::sock_diag::{self, TcpState};
+
+/// Processes looked at in one walk of `/proc`.
+pub const MAX_PROCESSES: usize = 65_536;
+/// Descriptors looked at per process.
+pub const MAX_FDS: usize = 1 << 20;
+
+/// A process, as a connection's summary names it: "pid 4242 python3".
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Owner {
+    pub pid: u32,
+    pub command: String,
+}
+
+impl std::fmt::Display for Owner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "pid {} {}", self.pid, self.command)
+    }
+}
+
+/// The socket inodes among process `pid`'s descriptors.
+pub fn socket_inodes(pid: u32) -> io::Result<HashSet<u32>> {
+    let mut inodes = HashSet::new();
+    for entry in fs::read_dir(format!("/proc/{pid}/fd"))?.take(MAX_FDS) {
+        let Ok(entry) = entry else { continue };
+        if let Some(inode) = fs::read_link(entry.path()).ok().and_then(|l| socket_inode(&l)) {
+            inodes.insert(inode);
+        }
+    }
+    Ok(inodes)
+}
+
+/// The owners of the socket `inodes` that this process may see, by inode.
+pub fn owners(inodes: &HashSet<u32>) -> HashMap<u32, Owner> {
+    let mut found = HashMap::new();
+    let Ok(processes) = fs::read_dir("/proc") else { return found };
+    for entry in processes.take(MAX_PROCESSES) {
+        let Some(pid) = entry.ok().and_then(|e| e.file_name().to_str()?.parse::<u32>().ok()) else {
+            continue;
+        };
+        // Gone since the listing, or another user's: skipped.
+        let Ok(theirs) = socket_inodes(pid) else { continue };
+        let mut command = None;
+        for inode in theirs.intersection(inodes) {
+            let command = command.get_or_insert_with(|| command_of(pid));
+            found.insert(*inode, Owner { pid, command: command.clone() });
+        }
+        if found.len() == inodes.len() {
+            break;
+        }
+    }
+    found
+}
+
+/// `/proc/PID/comm`, without its newline; "?" if the process is gone. At most 16 bytes (the
+/// kernel's TASK_COMM_LEN), printed as data by the terminal's sanitiser.
+pub fn command_of(pid: u32) -> String {
+    fs::read_to_string(format!("/proc/{pid}/comm"))
+        .map(|c| c.trim_end().to_string())
+        .unwrap_or_else(|_| "?".into())
+}
+
+/// The ports process `pid` is watched by (`--pid`): those it listens on, and the server ports
+/// of the connections it made (a connection from a port it listens on is one it accepted).
+/// The error says what to do.
+pub fn ports_of(pid: u32) -> Result<Vec<u16>, String> {
+    let inodes = socket_inodes(pid).map_err(|e| {
+        format!(
+            "--pid {pid}: its descriptors cannot be read ({e}): is it running? Another user's \
+             process needs root"
+        )
+    })?;
+    let listing = sock_diag::list(sock_diag::MAX_SOCKETS, |s| inodes.contains(&s.inode))
+        .map_err(|e| format!("--pid {pid}: listing its sockets: {e}"))?;
+    let listens: Vec<u16> = listing
+        .sockets
+        .iter()
+        .filter(|s| s.state == TcpState::Listen)
+        .map(|s| s.local.port())
+        .collect();
+    let mut ports = listens.clone();
+    for socket in listing.sockets.iter().filter(|s| s.state != TcpState::Listen) {
+        if !listens.contains(&socket.local.port()) && socket.remote.port() != 0 {
+            ports.push(socket.remote.port());
+        }
+    }
+    ports.sort_unstable();
+    ports.dedup();
+    if ports.is_empty() {
+        return Err(format!(
+            "--pid {pid} ({}): no TCP socket listening or connected now; start its server or \
+             its connections first, or name the port with --port",
+            command_of(pid)
+        ));
+    }
+    Ok(ports)
+}
+
+/// The inode of a descriptor's link `socket:[12345]`.
+fn socket_inode(link: &std::path::Path) -> Option<u32> {
+    let text = link.to_str()?;
+    text.strip_prefix("socket:[")?.strip_suffix(']')?.parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn this_process_owns_its_sockets_and_is_named() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let pid = std::process::id();
+        let inodes = socket_inodes(pid).unwrap();
+        assert!(!inodes.is_empty(), "a listening socket's inode among our descriptors");
+        let owners = owners(&inodes);
+        assert_eq!(owners.len(), inodes.len());
+        assert!(owners.values().all(|o| o.pid == pid && !o.command.is_empty()));
+        drop(listener);
+    }
+
+    #[test]
+    fn only_socket_links_have_inodes() {
+        assert_eq!(socket_inode(std::path::Path::new("socket:[4026]")), Some(4026));
+        assert_eq!(socket_inode(std::path::Path::new("pipe:[4026]")), None);
+        assert_eq!(socket_inode(std::path::Path::new("/dev/null")), None);
+    }
+}

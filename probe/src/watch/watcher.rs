@@ -1,0 +1,302 @@
+//! A watch's one loop: the watched ports' packets and their sockets' `tcp_info`, as a session's
+//! events on the watch's clock.
+//!
+//! - Packets ([`PortTaps`], CAP_NET_RAW) become `Segment` events through
+//!   [`Conversations`] (`ackscope_shared::exchange`): connections numbered as they appear, the
+//!   side on a watched port the server, each segment numbered with its exchange.
+//! - Every [`SAMPLE_EVERY`], sock_diag lists the ports' sockets (no privilege needed); a
+//!   socket of a followed connection whose counters moved since its last sample gets a
+//!   `TcpInfo` event on its side. Without packets, sock_diag alone finds the connections.
+//! - Closed connections are forgotten after a linger; at most
+//!   `exchange::MAX_OPEN_CONNECTIONS` are followed, and sock_diag lists at most
+//!   [`MAX_SOCKETS`] sockets: what is past either is counted, not kept.
+//!
+//! Nothing here can hold the watched program up: packets are read from a ring the kernel
+//! fills without waiting (a full ring drops, counted), and sock_diag answers from the kernel's
+//! tables.
+
+use std::collections::{HashMap, HashSet};
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use ackscope_shared::exchange::{Conversations, Endpoint};
+use ackscope_shared::packet::parse_ethernet;
+use ackscope_shared::{ConnId, Event, EventKind, Side};
+
+use super::packets::{PortTaps, TapError};
+use super::process::{self, Owner};
+use super::sock_diag::{self, MAX_SOCKETS};
+use crate::capture::ClockOffset;
+use crate::net::record::Clock;
+
+/// `/proc` is walked for the processes of new connections at most this often.
+const OWNERS_EVERY: Duration = Duration::from_secs(1);
+/// How often the ports' sockets are listed for their `tcp_info`.
+pub const SAMPLE_EVERY: Duration = Duration::from_millis(100);
+/// The realtime-to-watch clock offset is measured again this often (a stepped realtime clock
+/// moves the stamps of packets read after the step, not of every packet after it).
+const REMEASURE_EVERY: Duration = Duration::from_secs(1);
+/// Connections named in the summary (the rest are counted).
+pub const NAMED_CONNECTIONS: usize = 32;
+
+/// What the watch could see, and why not more.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Evidence {
+    PacketsAndTcpInfo,
+    /// No packets: why (the missing capability).
+    TcpInfoOnly {
+        why: String,
+    },
+}
+
+impl Evidence {
+    /// For the session's spec and the summary.
+    pub fn describe(&self) -> String {
+        match self {
+            Evidence::PacketsAndTcpInfo => "packets and TCP_INFO".into(),
+            Evidence::TcpInfoOnly { why } => format!(
+                "TCP_INFO only, through sock_diag; {why}: run as root or give the binary the \
+                 capability (`sudo setcap cap_net_raw+ep $(which ackscope)`) to add packets, \
+                 which exchanges and stalls are found from"
+            ),
+        }
+    }
+}
+
+/// Counts for the summary.
+#[derive(Clone, Debug, Default)]
+pub struct WatchCounts {
+    pub packets: u64,
+    /// Packets of the ports the kernel's filters kept, and those it dropped for a full ring.
+    pub kernel_packets: u64,
+    pub dropped: u64,
+    /// Packets of new connections left out past the bound of followed connections.
+    pub connections_left_out: u64,
+    /// Sockets sock_diag listed past its bound.
+    pub sockets_left_out: usize,
+    pub samples: u64,
+    pub connections: u64,
+    /// The first connections seen, with their processes once found.
+    pub named: Vec<NamedConnection>,
+}
+
+/// A connection as the summary names it.
+#[derive(Clone, Debug)]
+pub struct NamedConnection {
+    pub conn: ConnId,
+    pub client: Endpoint,
+    pub server: Endpoint,
+    /// The processes of the client's and the server's sockets, when they are on this host and
+    /// this process may see them ([`process`]).
+    pub owners: [Option<Owner>; 2],
+}
+
+impl std::fmt::Display for NamedConnection {
+    /// "conn 1: client 127.0.0.1:51000 (pid 42 curl) -> server 127.0.0.1:8080 (pid 7 nginx)"
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let show = |(ip, port): Endpoint, owner: &Option<Owner>| {
+            let place = SocketAddr::new(ip, port);
+            match owner {
+                Some(owner) => format!("{place} ({owner})"),
+                None => place.to_string(),
+            }
+        };
+        write!(
+            f,
+            "conn {}: client {} -> server {}",
+            self.conn.0,
+            show(self.client, &self.owners[0]),
+            show(self.server, &self.owners[1])
+        )
+    }
+}
+
+/// The watch's sources and its connection table.
+pub struct Watcher {
+    ports: Vec<u16>,
+    taps: Option<PortTaps>,
+    pub evidence: Evidence,
+    conversations: Conversations,
+    clock: Clock,
+    offset: ClockOffset,
+    measured: Instant,
+    sampled: Option<Instant>,
+    /// Each followed socket's counters at its last sample, to sample only what moved.
+    last_sample: HashMap<(ConnId, Side), (u64, u64, u32)>,
+    /// When `/proc` was last walked for owners, and the inodes sought so far: each is sought
+    /// once (another user's process stays unnamed without root), at most two per named
+    /// connection.
+    owners_sought: Option<Instant>,
+    inodes_sought: HashSet<u32>,
+    pub counts: WatchCounts,
+}
+
+impl Watcher {
+    /// Watches `ports` on the watch's `clock`: with packets when this process may read them.
+    pub fn open(ports: &[u16], clock: Clock) -> Result<Watcher, TapError> {
+        let (taps, evidence) = match PortTaps::open(ports) {
+            Ok(taps) => (Some(taps), Evidence::PacketsAndTcpInfo),
+            Err(TapError::Permission(e)) => {
+                (None, Evidence::TcpInfoOnly { why: format!("no CAP_NET_RAW for packets ({e})") })
+            }
+            Err(e) => return Err(e),
+        };
+        Ok(Watcher {
+            ports: ports.to_vec(),
+            taps,
+            evidence,
+            conversations: Conversations::new(ports),
+            offset: ClockOffset::measure(&clock),
+            clock,
+            measured: Instant::now(),
+            sampled: None,
+            last_sample: HashMap::new(),
+            owners_sought: None,
+            inodes_sought: HashSet::new(),
+            counts: WatchCounts::default(),
+        })
+    }
+
+    /// Waits up to 10 ms for packets, then appends to `out` the events of what came, and of
+    /// the sockets' samples when they are due.
+    pub fn step(&mut self, out: &mut Vec<Event>) {
+        if self.measured.elapsed() >= REMEASURE_EVERY {
+            self.offset = ClockOffset::measure_with(&self.clock, 4);
+            self.measured = Instant::now();
+        }
+        match &mut self.taps {
+            Some(taps) => {
+                taps.wait();
+                let (offset, conversations, counts) =
+                    (self.offset, &mut self.conversations, &mut self.counts);
+                taps.take(|frame, realtime_ns| {
+                    let Ok(packet) = parse_ethernet(frame) else { return };
+                    let at_ns = offset.to_run_ns(realtime_ns);
+                    if let Some(seen) = conversations.packet(at_ns, &packet) {
+                        counts.packets += 1;
+                        if let Some((client, server)) = seen.opened {
+                            name_connection(counts, seen.event.conn, client, server);
+                        }
+                        out.push(seen.event);
+                    }
+                });
+                self.counts.connections_left_out = self.conversations.left_out;
+            }
+            None => std::thread::sleep(Duration::from_millis(10)),
+        }
+        if self.sampled.is_none_or(|at| at.elapsed() >= SAMPLE_EVERY) {
+            self.sampled = Some(Instant::now());
+            self.sample(out);
+            for conn in self.conversations.retire(self.clock.now_ns()) {
+                self.last_sample.remove(&(conn, Side::Client));
+                self.last_sample.remove(&(conn, Side::Server));
+            }
+        }
+    }
+
+    /// The counts at the end (the kernel's, read now).
+    pub fn finish(&mut self) -> WatchCounts {
+        if let Some(taps) = &mut self.taps {
+            (self.counts.kernel_packets, self.counts.dropped) = taps.kernel_counts();
+        }
+        self.counts.clone()
+    }
+
+    /// Whether packets are read (CAP_NET_RAW).
+    pub fn has_packets(&self) -> bool {
+        self.taps.is_some()
+    }
+
+    /// One sock_diag listing of the ports: a `TcpInfo` event for each followed socket whose
+    /// counters moved.
+    fn sample(&mut self, out: &mut Vec<Event>) {
+        let listing = match sock_diag::on_ports(&self.ports, MAX_SOCKETS) {
+            Ok(listing) => listing,
+            Err(e) => {
+                tracing::warn!("watch: listing the ports' sockets failed ({e}); trying again");
+                return;
+            }
+        };
+        self.counts.sockets_left_out = self.counts.sockets_left_out.max(listing.left_out);
+        let at_ns = self.clock.now_ns();
+        self.seek_owners(&listing.sockets);
+        for socket in listing.sockets {
+            let Some(info) = socket.info else { continue };
+            // A listener has no peer; IPv4-mapped addresses are the packets' IPv4 ones.
+            if socket.remote.port() == 0 {
+                continue;
+            }
+            let (local, remote) = (endpoint(socket.local), endpoint(socket.remote));
+            let (conn, side, req) = match self.conversations.find(local, remote) {
+                Some(c) => (c.id, c.side_of(local), c.exchange()),
+                // Without packets, sock_diag finds the connections.
+                None if self.taps.is_none() => match self.conversations.socket(local, remote) {
+                    Some((c, opened)) => {
+                        let found = (c.id, c.side_of(local), c.exchange());
+                        if let Some((client, server)) = opened {
+                            name_connection(&mut self.counts, found.0, client, server);
+                        }
+                        found
+                    }
+                    None => continue,
+                },
+                // Its packets have not come yet (or it closed before the watch began).
+                None => continue,
+            };
+            let moved =
+                (info.bytes_acked.unwrap_or(0), info.bytes_received.unwrap_or(0), info.unacked);
+            if self.last_sample.insert((conn, side), moved) == Some(moved) {
+                continue;
+            }
+            self.counts.samples += 1;
+            out.push(Event { at_ns, side, conn, req, kind: EventKind::TcpInfo(Box::new(info)) });
+        }
+        self.counts.connections_left_out = self.conversations.left_out;
+    }
+}
+
+impl Watcher {
+    /// Names the processes of the named connections' sockets not yet named, walking `/proc`
+    /// at most every [`OWNERS_EVERY`] and only when one is missing.
+    fn seek_owners(&mut self, sockets: &[sock_diag::TcpSocket]) {
+        if self.owners_sought.is_some_and(|at| at.elapsed() < OWNERS_EVERY) {
+            return;
+        }
+        // (named index, side) of each socket still unnamed, by inode.
+        let mut wanted: HashMap<u32, (usize, usize)> = HashMap::new();
+        for socket in sockets.iter().filter(|s| s.inode != 0 && s.remote.port() != 0) {
+            let (local, remote) = (endpoint(socket.local), endpoint(socket.remote));
+            let found = self.counts.named.iter().position(|n| {
+                (n.client, n.server) == (local, remote) || (n.server, n.client) == (local, remote)
+            });
+            let Some(i) = found else { continue };
+            let side = usize::from(self.counts.named[i].server == local);
+            if self.counts.named[i].owners[side].is_none()
+                && self.inodes_sought.insert(socket.inode)
+            {
+                wanted.insert(socket.inode, (i, side));
+            }
+        }
+        if wanted.is_empty() {
+            return;
+        }
+        self.owners_sought = Some(Instant::now());
+        let inodes = wanted.keys().copied().collect();
+        for (inode, owner) in process::owners(&inodes) {
+            let (i, side) = wanted[&inode];
+            self.counts.named[i].owners[side] = Some(owner);
+        }
+    }
+}
+
+fn name_connection(counts: &mut WatchCounts, conn: ConnId, client: Endpoint, server: Endpoint) {
+    counts.connections += 1;
+    if counts.named.len() < NAMED_CONNECTIONS {
+        counts.named.push(NamedConnection { conn, client, server, owners: [None, None] });
+    }
+}
+
+/// A socket address as the packets name it (IPv4-mapped IPv6 as IPv4).
+fn endpoint(addr: SocketAddr) -> Endpoint {
+    (addr.ip().to_canonical(), addr.port())
+}

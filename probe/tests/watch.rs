@@ -1,0 +1,299 @@
+//! `ackscope watch` against programs ackscope did not write (Python's standard library, in
+//! `watched/pair.py`): their waits named live, as a run's are, with the numbers the programs
+//! measured themselves.
+//!
+//! Reading another program's packets takes CAP_NET_RAW: these tests are marked ignored, by
+//! name, and `cargo xtask test` runs them as root (as CI does).
+
+mod common;
+
+use std::io::{BufRead, BufReader, Read};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use ackscope_shared::report::RunReport;
+use common::{interrupt, require_root, temp};
+
+/// What a client of `pair.py` measured of its own requests.
+#[derive(Debug, serde::Deserialize)]
+struct Measured {
+    requests: u32,
+    p50_ms: f64,
+}
+
+/// A child process stopped (and reaped) when dropped, even when the test fails.
+struct Reaped(Child);
+
+impl Drop for Reaped {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn pair() -> Command {
+    let mut command = Command::new("python3");
+    command.arg(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/watched/pair.py"));
+    command
+}
+
+/// Starts `pair.py ROLE ARGS` as a server; returns it and the port it printed.
+fn start_server(role: &str, args: &[&str]) -> (Reaped, u16) {
+    let mut child = pair().arg(role).args(args).stdout(Stdio::piped()).spawn().unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
+    let port = line.trim().strip_prefix("port ").and_then(|p| p.parse().ok());
+    let port = port.unwrap_or_else(|| panic!("pair.py {role} printed {line:?}, not its port"));
+    (Reaped(child), port)
+}
+
+/// Runs `pair.py ROLE ARGS` as a client to completion; returns what it measured.
+fn run_client(role: &str, port: u16, args: &[&str]) -> Measured {
+    let out = pair().arg(role).args(["--port", &port.to_string()]).args(args).output().unwrap();
+    assert!(out.status.success(), "pair.py {role}: {}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// A running `ackscope watch --port PORT --json`, once it said it watches.
+struct Watch {
+    child: Reaped,
+}
+
+impl Watch {
+    fn start(port: u16, more: &[&str]) -> Watch {
+        Watch::start_as(Command::new(env!("CARGO_BIN_EXE_ackscope")), port, more).0
+    }
+
+    /// `ackscope watch --port PORT --json MORE`, run by `command` (the binary, maybe behind a
+    /// change of user); returns the watch and what it said on standard error before it watched.
+    fn start_as(command: Command, port: u16, more: &[&str]) -> (Watch, Vec<String>) {
+        let port = port.to_string();
+        let args: Vec<&str> =
+            ["--port", &port, "--json"].into_iter().chain(more.iter().copied()).collect();
+        Watch::start_with(command, &args)
+    }
+
+    /// `ackscope watch ARGS`, run by `command`.
+    fn start_with(mut command: Command, args: &[&str]) -> (Watch, Vec<String>) {
+        let mut child = command
+            .arg("watch")
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let stderr = child.stderr.take().unwrap();
+        let (said, lines) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                eprintln!("watch: {line}");
+                let _ = said.send(line);
+            }
+        });
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let mut before = Vec::new();
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match lines.recv_timeout(left) {
+                Ok(line) if line.contains("watching port") => break,
+                Ok(line) => before.push(line),
+                Err(_) => panic!("ackscope watch did not start watching within 30 s: {before:?}"),
+            }
+        }
+        (Watch { child: Reaped(child) }, before)
+    }
+
+    /// Ctrl-C, then the report it printed.
+    fn stop(self) -> RunReport {
+        common::report_line(&self.stop_printing())
+    }
+
+    /// Ctrl-C, then what it printed.
+    fn stop_printing(mut self) -> String {
+        interrupt(self.child.0.id());
+        let mut stdout = String::new();
+        self.child.0.stdout.take().unwrap().read_to_string(&mut stdout).unwrap();
+        let status = self.child.0.wait().unwrap();
+        assert_eq!(status.code(), Some(130), "a watch ended with Ctrl-C exits 130: {stdout}");
+        stdout
+    }
+}
+
+/// The stalls of `class` in `direction` the watch named: (count, median ms, fixes).
+fn stalls_of(report: &RunReport, class: &str, direction: &str) -> Option<(u32, f64, Vec<String>)> {
+    report
+        .stalls
+        .iter()
+        .flatten()
+        .find(|s| s.class.code() == class && s.direction == direction)
+        .map(|s| (s.count, s.median_ms, s.fixes.clone()))
+}
+
+const REQUESTS: u32 = 20;
+
+#[test]
+#[ignore = "needs root (reading another program's packets): cargo xtask test runs it as root"]
+fn a_standard_library_pair_writing_in_two_writes_shows_both_nagle_stalls_live() {
+    require_root("watching another program's packets");
+    let (_server, port) = start_server("server", &["--split"]);
+    let file = temp("watch", "pair.ackscope");
+    let watch = Watch::start(port, &["-o", common::s(&file)]);
+    let measured = run_client("client", port, &["--requests", &REQUESTS.to_string(), "--split"]);
+    let report = watch.stop();
+
+    assert_eq!(report.scenario, "watch");
+    let rr = report.rr().expect("a watch reports its exchanges as requests");
+    assert_eq!(rr.requests, measured.requests, "one exchange per request the client made");
+    for direction in ["client->server", "server->client"] {
+        let (count, median, _) = stalls_of(&report, "nagle_delayed_ack", direction)
+            .unwrap_or_else(|| panic!("no Nagle x delayed ACK stall {direction}: {report:?}"));
+        // The first exchanges of a connection are acknowledged at once (quick ACKs); most of
+        // the rest wait for the 40 ms delayed-ACK timer.
+        assert!(count >= REQUESTS / 2, "{count} stalls {direction} of {REQUESTS} requests");
+        assert!((30.0..300.0).contains(&median), "median {median} ms {direction}");
+    }
+    // The wire's view of an exchange and the client's own clock agree: each request waits two
+    // 40 ms timers, and the client's calls add microseconds.
+    let p50 = rr.p50_ms.expect("timed exchanges");
+    assert!(
+        (p50 - measured.p50_ms).abs() <= (measured.p50_ms * 0.2).max(5.0),
+        "the watch's p50 {p50:.2} ms, the client's {:.2} ms",
+        measured.p50_ms
+    );
+    assert!(measured.p50_ms > 60.0, "two delayed ACKs a request: {measured:?}");
+
+    // The file reads back to the same report.
+    let out = common::ackscope(&["export", common::s(&file), "--json"]);
+    assert!(out.status.success());
+    let export: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let from_file: RunReport =
+        serde_json::from_value(export["runs"][0]["summary"].clone()).unwrap();
+    assert_eq!(from_file.rr(), report.rr(), "the file's exchanges");
+    assert_eq!(from_file.stalls, report.stalls, "the file's stalls");
+}
+
+#[test]
+#[ignore = "needs root (reading another program's packets): cargo xtask test runs it as root"]
+fn a_pair_that_sets_tcp_nodelay_shows_no_nagle_stall() {
+    require_root("watching another program's packets");
+    let (_server, port) = start_server("server", &["--split", "--nodelay"]);
+    let watch = Watch::start(port, &[]);
+    let args = ["--requests", &REQUESTS.to_string(), "--split", "--nodelay"];
+    let measured = run_client("client", port, &args);
+    let report = watch.stop();
+    assert_eq!(report.rr().map(|rr| rr.requests), Some(measured.requests));
+    let nagle: Vec<_> =
+        report.stalls.iter().flatten().filter(|s| s.class.code() == "nagle_delayed_ack").collect();
+    assert!(nagle.is_empty(), "TCP_NODELAY on both sides: {nagle:?}");
+    assert!(measured.p50_ms < 20.0, "no 40 ms timer: {measured:?}");
+}
+
+#[test]
+#[ignore = "needs root (reading another program's packets): cargo xtask test runs it as root"]
+fn a_client_reconnecting_every_request_shows_no_nagle_stall() {
+    require_root("watching another program's packets");
+    let (_server, port) = start_server("server", &["--split"]);
+    let watch = Watch::start(port, &[]);
+    let args = ["--requests", &REQUESTS.to_string(), "--split", "--reconnect"];
+    let measured = run_client("client", port, &args);
+    let report = watch.stop();
+    // A new connection acknowledges its first segments at once: nothing waits for a timer.
+    assert_eq!(report.rr().map(|rr| rr.requests), Some(measured.requests));
+    let nagle: Vec<_> =
+        report.stalls.iter().flatten().filter(|s| s.class.code() == "nagle_delayed_ack").collect();
+    assert!(nagle.is_empty(), "fresh connections quick-ACK: {nagle:?}");
+}
+
+#[test]
+#[ignore = "needs root (reading another program's packets): cargo xtask test runs it as root"]
+fn a_keep_alive_http_server_writing_headers_then_body_is_named_with_its_fix() {
+    require_root("watching another program's packets");
+    let (_server, port) = start_server("http-server", &[]);
+    let watch = Watch::start(port, &[]);
+    let measured = run_client("http-client", port, &["--requests", &REQUESTS.to_string()]);
+    let report = watch.stop();
+    assert_eq!(report.rr().map(|rr| rr.requests), Some(measured.requests));
+    let (count, median, fixes) = stalls_of(&report, "nagle_delayed_ack", "server->client")
+        .unwrap_or_else(|| panic!("the server's stall is not named: {report:?}"));
+    assert!(count >= REQUESTS / 2, "{count} of {REQUESTS}");
+    assert!((30.0..300.0).contains(&median), "median {median} ms");
+    assert!(
+        fixes.iter().any(|f| f.contains("TCP_NODELAY on the server")),
+        "the fix is the server's: {fixes:?}"
+    );
+}
+
+#[test]
+#[ignore = "needs root (switching to an unprivileged uid): cargo xtask test runs it as root"]
+fn without_privileges_the_watch_records_tcp_info_and_names_what_it_lacks() {
+    use std::os::unix::fs::PermissionsExt;
+    require_root("switching to an unprivileged uid");
+    // A copy the unprivileged user can reach and run.
+    let dir = common::temp_folder("watch");
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let binary = dir.join("ackscope");
+    std::fs::copy(env!("CARGO_BIN_EXE_ackscope"), &binary).unwrap();
+    std::fs::set_permissions(&binary, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let mut as_nobody = Command::new("setpriv");
+    as_nobody.args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"]).arg(&binary);
+
+    let (_server, port) = start_server("server", &["--split"]);
+    let (watch, said) = Watch::start_as(as_nobody, port, &[]);
+    let measured = run_client("client", port, &["--requests", "5", "--split"]);
+    assert_eq!(measured.requests, 5);
+    let report = watch.stop();
+
+    let said = said.join("\n");
+    assert!(
+        said.contains("TCP_INFO only") && said.contains("CAP_NET_RAW") && said.contains("setcap"),
+        "one line names the capability that would add packets: {said}"
+    );
+    assert_eq!(report.scenario, "watch");
+    // No packets: no exchanges claimed, and no capture; the sockets' TCP_INFO was recorded.
+    assert_eq!(report.rr(), None, "{report:?}");
+    assert!(report.capture.is_none(), "{report:?}");
+    assert!(report.events > 0, "TCP_INFO samples of the pair's sockets: {report:?}");
+    let spec = report.spec().expect("a watch's spec");
+    let ackscope_shared::Scenario::Watch(spec) = spec else { panic!("{spec:?}") };
+    assert!(spec.evidence.starts_with("TCP_INFO only"), "{spec:?}");
+}
+
+#[test]
+fn a_port_nothing_listens_on_gets_a_clear_line_and_the_watch_goes_on() {
+    // A port the kernel just gave out and took back: nothing listens on it.
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let (watch, said) = Watch::start_as(Command::new(env!("CARGO_BIN_EXE_ackscope")), port, &[]);
+    let said = said.join("\n");
+    assert!(said.contains(&format!("nothing on this host listens on port {port}")), "{said}");
+    // Still watching: Ctrl-C ends it with a report of nothing seen.
+    let report = watch.stop();
+    assert_eq!(report.scenario, "watch");
+    assert_eq!(report.rr(), None, "no exchange claimed: {report:?}");
+}
+
+#[test]
+#[ignore = "needs root (reading another program's packets): cargo xtask test runs it as root"]
+fn a_process_is_watched_by_its_pid_and_its_connections_name_their_processes() {
+    require_root("watching another program's packets");
+    let (server, port) = start_server("server", &["--split"]);
+    let pid = server.0.id().to_string();
+    let ackscope = Command::new(env!("CARGO_BIN_EXE_ackscope"));
+    let (watch, said) = Watch::start_with(ackscope, &["--pid", &pid]);
+    let said = said.join("\n");
+    assert!(said.contains(&format!("process {pid} (python3) uses port {port}")), "{said}");
+    let measured = run_client("client", port, &["--requests", "5", "--split"]);
+    let summary = watch.stop_printing();
+    assert!(summary.contains(&format!("exchanges      {} in", measured.requests)), "{summary}");
+    // The server's side is named with its process; the client, gone by now, may not be.
+    assert!(summary.contains(&format!("server 127.0.0.1:{port} (pid {pid} python3)")), "{summary}");
+}
+
+#[test]
+fn a_pid_without_tcp_sockets_is_refused_with_what_to_do() {
+    // A process with no socket at all (not this test's, whose other threads may open some).
+    let sleeper = Reaped(Command::new("sleep").arg("60").spawn().unwrap());
+    let out = common::ackscope(&["watch", "--pid", &sleeper.0.id().to_string()]);
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = common::text(&out.stderr);
+    assert!(stderr.contains("no TCP socket") && stderr.contains("--port"), "{stderr}");
+}
