@@ -295,5 +295,5 @@ fn a_pid_without_tcp_sockets_is_refused_with_what_to_do() {
     let out = common::ackscope(&["watch", "--pid", &sleeper.0.id().to_string()]);
     assert_eq!(out.status.code(), Some(1));
     let stderr = common::text(&out.stderr);
-    assert!(stderr.contains("no TCP socket") && stderr.contains("--port"), "{stderr}");
+    assert!(stderr.contains("no TCP socket") && stderr.contains("port by number"), "{stderr}");
 }

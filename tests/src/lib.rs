@@ -159,6 +159,21 @@ pub async fn screenshot(client: &Client, name: &str) -> Result<()> {
     Ok(())
 }
 
+/// Whether this process runs as root (its effective uid, from `/proc/self/status`).
+pub fn is_root() -> bool {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let uids = status.lines().find_map(|line| line.strip_prefix("Uid:"));
+    uids.and_then(|uids| uids.split_whitespace().nth(1)) == Some("0")
+}
+
+/// The first line of a root-only test. Such a test is marked
+/// `#[ignore = "needs root (...): cargo xtask test runs it as root"]`, so that `cargo test`
+/// lists it as ignored, by name; `cargo xtask test` runs the ignored tests as root (as in CI).
+/// Run by hand without root (`-- --ignored`), it fails here saying what it needs.
+pub fn require_root(what: &str) {
+    assert!(is_root(), "{what} needs root: run this test as root (cargo xtask test does, as CI)");
+}
+
 /// The repository's root (the tests crate is one level below it).
 pub fn repo_root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")

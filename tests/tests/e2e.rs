@@ -817,3 +817,124 @@ async fn the_page_shows_the_numbers_the_command_line_prints_for_each_source() ->
     client.close().await?;
     result
 }
+
+/// `python3 pair.py ARGS` (probe/tests/watched: a client and a server ackscope did not write).
+fn pair_py(args: &[&str]) -> std::process::Command {
+    let mut command = std::process::Command::new("python3");
+    command.arg(ackscope_tests::repo_root().join("probe/tests/watched/pair.py")).args(args);
+    command
+}
+
+/// The page watching live: a program ackscope did not start (pair.py's server, each message in
+/// two writes with Nagle on) is watched from the watch source by its port; its client's waits
+/// are named while it runs, and Stop ends the watch with the client's requests counted and the
+/// Nagle x delayed ACK stalls of both directions listed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs root (reading another program's packets): cargo xtask test runs it as root"]
+async fn the_page_watches_another_programs_port_live_and_names_its_stalls() -> Result<()> {
+    use std::io::BufRead;
+    ackscope_tests::require_root("watching another program's packets");
+    const REQUESTS: usize = 20;
+    let mut server = pair_py(&["server", "--split"])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .context("starting pair.py server (python3)")?;
+    let mut line = String::new();
+    std::io::BufReader::new(server.stdout.take().context("its stdout")?).read_line(&mut line)?;
+    let _server = ackscope_tests::Reaped(server);
+    let port = line.trim().strip_prefix("port ").context("pair.py printed no port")?.to_string();
+
+    let (_probe, url) = start_probe()?;
+    let (_driver, client, _profile) = start_browser().await?;
+    let result = async {
+        client.goto(&url).await?;
+        client
+            .wait()
+            .at_most(Duration::from_secs(30))
+            .for_element(css("[data-testid=watch-start]:not([disabled])"))
+            .await
+            .context("the watch source never became ready: the app did not mount or connect")?;
+        type_into(&client, "watch-port", &port).await?;
+        client.find(css("[data-testid=watch-start]")).await?.click().await?;
+        client
+            .wait()
+            .at_most(Duration::from_secs(20))
+            .for_element(css("[data-testid=run-entry][data-run-id='1'] [data-status=running]"))
+            .await
+            .context("the watch was never shown running")?;
+        let status = text_of(&client, "watch-status").await?;
+        ensure!(status.contains(&format!("port {port}")), "the watch card says {status:?}");
+        element_screenshot(&client, "form.watch-source", "watch-source.png").await?;
+
+        // The client runs while the page is looked at: its first stall is named before it ends.
+        // Its 20 exchanges take at least 20 x 80 ms (two delayed ACKs each); the first stall is
+        // known after the first exchange, and the probe hands events over every 50 ms.
+        let mut pair_client = pair_py(&["client", "--port", &port])
+            .args(["--requests", &REQUESTS.to_string(), "--split"])
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .context("starting pair.py client")?;
+        let nagle = "[data-testid=stall-class][data-class=nagle_delayed_ack]";
+        let seen_while_running = loop {
+            let shown = !client.find_all(css(nagle)).await?.is_empty();
+            // Still running after the page was read: it was shown while the client ran.
+            let running = pair_client.try_wait()?.is_none();
+            if !running || shown {
+                break running && shown;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        };
+        let measured = pair_client.wait_with_output()?;
+        ensure!(measured.status.success(), "pair.py client failed");
+        let measured: serde_json::Value = serde_json::from_slice(&measured.stdout)?;
+        ensure!(measured["requests"] == REQUESTS, "the client made {measured}");
+        ensure!(seen_while_running, "no Nagle stall was shown while the client ran");
+
+        // The client is done: Stop ends the watch, which counted each of its requests once.
+        client.find(css("[data-testid=stop-run]")).await?.click().await?;
+        client
+            .wait()
+            .at_most(Duration::from_secs(20))
+            .for_element(css("[data-testid=run-entry][data-run-id='1'] [data-status=interrupted]"))
+            .await
+            .context("Stop did not end the watch as interrupted")?;
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let shown = text_of(&client, "summary-requests").await?;
+            if shown == REQUESTS.to_string() {
+                break;
+            }
+            ensure!(Instant::now() < deadline, "the page counts {shown} exchanges, not {REQUESTS}");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        // Two delayed ACKs of ~40 ms in each exchange: far above loopback's microseconds.
+        let p50 = number_of(&client, "summary-p50-ms").await?;
+        ensure!(p50 > 60.0, "p50 {p50} ms with a Nagle stall each way");
+        let mut directions = Vec::new();
+        for class in client.find_all(css(nagle)).await? {
+            directions.push(class.attr("data-direction").await?.unwrap_or_default());
+        }
+        directions.sort();
+        ensure!(
+            directions == ["client->server", "server->client"],
+            "Nagle x delayed ACK listed for {directions:?}"
+        );
+        ensure!(
+            !client.find_all(css("[data-testid=no-timeline]")).await?.is_empty(),
+            "the note that a watch has no per-request timeline"
+        );
+        // The top of the page: the summary of the watch beside the run form.
+        client.execute("window.scrollTo(0, 0)", vec![]).await?;
+        screenshot(&client, "watch.png").await
+    }
+    .await;
+    if result.is_err() {
+        if let Ok(png) = client.screenshot().await {
+            let path = std::env::temp_dir().join("ackscope-e2e-watch-failure.png");
+            let _ = std::fs::write(&path, png);
+            eprintln!("screenshot of the failure: {}", path.display());
+        }
+    }
+    client.close().await?;
+    result
+}

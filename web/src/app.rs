@@ -21,6 +21,7 @@ use crate::panels::run_form::RunForm;
 use crate::panels::runs::{OpenedFiles, RunList};
 use crate::panels::selection::{Selected, SelectionPanel};
 use crate::panels::summary::{no_timeline_note, NoTimeline, SelectedRun, SummaryPanel};
+use crate::panels::watch_source::WatchSource;
 use crate::session_file::name_of_url;
 use crate::state::{AppState, RunKey, Source};
 use crate::store::{FrameBatch, Store};
@@ -112,6 +113,8 @@ pub fn Page(
     let version = store.memo(|state| state.probe_version().map(str::to_string));
     let protocol_error = store.memo(|state| state.live.error.clone());
     let dragging = RwSignal::new(false);
+    // Whether the last start came from the watch card (its refusal is shown there).
+    let watch_asked = RwSignal::new(false);
     let drag_over = move |ev: DragEvent| {
         // Without this the browser would open the file itself instead of letting us drop it.
         ev.prevent_default();
@@ -147,7 +150,8 @@ pub fn Page(
             <ProtocolError error=protocol_error />
             <main class="layout">
                 <aside class="side">
-                    <RunForm store link_status outbox />
+                    <RunForm store link_status outbox watch_asked />
+                    <WatchSource store link_status outbox asked=watch_asked />
                     <RunList store />
                     <OpenedFiles store />
                 </aside>

@@ -8,8 +8,8 @@
 //! - [`store`]: the state behind one version signal, bumped at most once per animation frame.
 //! - [`session_file`]: session files to messages (pure); [`files`]: moving them in and out of
 //!   the page (file picker, drop, `?url=`, download); [`js`]: awaiting the browser.
-//! - [`app`]: the page, composed of [`panels`] (the run form, the run lists, the summary, the
-//!   comparison of marked runs, the kernel tracks) and the [`timeline`].
+//! - [`app`]: the page, composed of [`panels`] (the run form, the watch source, the run lists,
+//!   the summary, the comparison of marked runs, the kernel tracks) and the [`timeline`].
 //! - Pure modules, tested natively without a browser: [`form`] (the form's fields to a checked
 //!   scenario), [`text`] (the summary's words), [`compare`] (the Compare view's curves, waits and
 //!   spec changes), [`tracks`] (the kernel tracks' and goodput's charts), [`timeline`]'s `scale`

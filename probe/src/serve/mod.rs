@@ -3,7 +3,9 @@
 //! Security defaults: the probe binds loopback only (see `cli`); a WebSocket upgrade is refused
 //! unless its Origin is this probe's own page, so another site open in the same browser cannot
 //! drive the probe; and the browser can only start runs against the probe's own echo server (a
-//! spec has no address field).
+//! spec has no address field), against an `ackscope server` given with its token, or watches of
+//! this host's ports, which read what the kernel says of this host's sockets with this
+//! process's privileges, as `ackscope watch` run by the same user would (docs/WATCH.md).
 
 pub mod assets;
 mod guard;
@@ -18,7 +20,7 @@ use std::sync::atomic::AtomicBool;
 use ackscope_shared::budget;
 use ackscope_shared::spec::MAX_BROWSER_REQUESTS;
 use ackscope_shared::wire::{self, Hello, Instruments, ResumePoint, ToBrowser, ToProbe};
-use ackscope_shared::Scenario;
+use ackscope_shared::{Scenario, WatchSpec};
 use axum::body::Bytes;
 use axum::extract::ws::{Message, WebSocket, WebSocketUpgrade};
 use axum::extract::State;
@@ -515,8 +517,8 @@ fn beyond_browser_limits(spec: &Scenario) -> Option<String> {
             ))
         }
         Scenario::Server(_) | Scenario::Import(_) => Some(
-            "the browser starts rr and bulk runs; run `ackscope server` for a standalone echo \
-             server"
+            "the browser starts rr and bulk runs and watches; run `ackscope server` for a \
+             standalone echo server"
                 .into(),
         ),
         _ => None,
@@ -538,11 +540,20 @@ pub fn start_run(
     spec: Scenario,
     target: scenario::Target,
 ) -> Result<(), String> {
+    let (spec, instruments) = match spec {
+        Scenario::Watch(_) if target != scenario::Target::Local => {
+            return Err("a watch is of this host's ports: start it without a server".into())
+        }
+        Scenario::Watch(watch) => {
+            let (watch, instruments) = watch_on_this_host(watch)?;
+            (Scenario::Watch(watch), instruments)
+        }
+        other => (other, Instruments::default()),
+    };
     spec.validate().map_err(|e| e.to_string())?;
     if let Some(refusal) = beyond_browser_limits(&spec) {
         return Err(refusal);
     }
-    let instruments = Instruments::default();
     let (run, stop) = session.begin_stoppable_run(spec.clone(), instruments)?;
     let session = Arc::clone(session);
     tokio::task::spawn_blocking(move || {
@@ -586,6 +597,51 @@ pub fn start_run(
         session.finish(run, outcome);
     });
     Ok(())
+}
+
+/// A page's watch as it will run, before it is announced, so that the session records what the
+/// watch really is: a process's ports found (`pid:N` comes with none), the ports checked, and
+/// what this process can see of them, with the instruments that says. The error is the
+/// refusal, in words that name the fix.
+fn watch_on_this_host(mut watch: WatchSpec) -> Result<(WatchSpec, Instruments), String> {
+    use crate::watch::packets::MAX_PORTS;
+    use crate::watch::watcher::{Evidence, Watcher, SAMPLE_EVERY};
+    if let Some(pid) = watch.pid {
+        watch.ports.extend(crate::watch::process::ports_of(pid)?);
+    }
+    watch.ports.sort_unstable();
+    watch.ports.dedup();
+    if watch.ports.contains(&0) {
+        return Err("watch: port 0 is not a port; give ports from 1 to 65535".into());
+    }
+    if watch.ports.is_empty() {
+        return Err("watch: no port to watch; give a port (8080) or a process (pid:4242)".into());
+    }
+    if watch.ports.len() > MAX_PORTS {
+        return Err(format!(
+            "watch: at most {MAX_PORTS} ports at once ({} given); watch fewer, or the others \
+             from the command line (ackscope watch --port ...)",
+            watch.ports.len()
+        ));
+    }
+    // What the watch can see: the packet sockets are opened and closed again here, and the
+    // run opens its own (`scenario::run_against`, the one path of a page's runs). That costs a
+    // few milliseconds once; CAP_NET_RAW does not come or go while this process runs, so the
+    // run sees what is announced (if opening them fails the second time, the run fails,
+    // saying why).
+    let evidence = Watcher::open(&watch.ports, crate::net::record::Clock::start())
+        .map(|watcher| watcher.evidence.clone())
+        .map_err(|e| format!("watch: {e}"))?;
+    watch.evidence = evidence.describe();
+    // As `ackscope watch` records them: sock_diag's samples, no syscalls of the watched
+    // programs, and packets when they are read.
+    let instruments = Instruments {
+        events: true,
+        tcp_info_at_syscalls: false,
+        tcp_info_interval_us: u32::try_from(SAMPLE_EVERY.as_micros()).unwrap_or(u32::MAX),
+        capture: evidence == Evidence::PacketsAndTcpInfo,
+    };
+    Ok((watch, instruments))
 }
 
 /// Until `ended`: stops the run at Ctrl-C, or at [`limits::MAX_DURATION`] (returns true then).

@@ -77,12 +77,12 @@ pub fn command_of(pid: u32) -> String {
 pub fn ports_of(pid: u32) -> Result<Vec<u16>, String> {
     let inodes = socket_inodes(pid).map_err(|e| {
         format!(
-            "--pid {pid}: its descriptors cannot be read ({e}): is it running? Another user's \
-             process needs root"
+            "process {pid}: its descriptors cannot be read ({e}): is it running? Another \
+             user's process needs root"
         )
     })?;
     let listing = sock_diag::list(sock_diag::MAX_SOCKETS, |s| inodes.contains(&s.inode))
-        .map_err(|e| format!("--pid {pid}: listing its sockets: {e}"))?;
+        .map_err(|e| format!("process {pid}: listing its sockets: {e}"))?;
     let listens: Vec<u16> = listing
         .sockets
         .iter()
@@ -99,8 +99,8 @@ pub fn ports_of(pid: u32) -> Result<Vec<u16>, String> {
     ports.dedup();
     if ports.is_empty() {
         return Err(format!(
-            "--pid {pid} ({}): no TCP socket listening or connected now; start its server or \
-             its connections first, or name the port with --port",
+            "process {pid} ({}): no TCP socket listening or connected now; start its server \
+             or its connections first, or watch its port by number",
             command_of(pid)
         ));
     }

@@ -983,3 +983,46 @@ async fn keys_and_the_wheel_zoom_pan_scroll_and_step_through_stalls() {
     settle().await;
     assert!(text(root, "[data-testid=keys-help]").contains("next / previous stall"));
 }
+
+#[wasm_bindgen_test]
+async fn the_watch_source_sends_a_watch_and_shows_what_is_wrong_beside_it() {
+    use ackscope_shared::WatchSpec;
+
+    let store = Store::new(AppState::default());
+    store.update(|s| apply(s, hello()));
+    let (root, _mounted, sent) = mount_recording(store);
+    let root: &Element = &root;
+    let field = one(root, "input[data-testid=watch-port]").unchecked_into::<HtmlInputElement>();
+    let start = || one(root, "button[data-testid=watch-start]").unchecked_into::<HtmlElement>();
+
+    // Not a port: said beside the field, nothing sent.
+    type_into(&field, "80a");
+    start().click();
+    settle().await;
+    assert!(text(root, "[data-testid=watch-error]").contains("\"80a\" is not a port"));
+    assert_eq!(field.get_attribute("aria-invalid").as_deref(), Some("true"));
+    assert!(sent.borrow().is_empty(), "nothing was sent");
+
+    type_into(&field, "8443,8080");
+    start().click();
+    settle().await;
+    let watch = WatchSpec { ports: vec![8080, 8443], ..WatchSpec::default() };
+    assert_eq!(sent.borrow().last(), Some(&ToProbe::StartRun { spec: Scenario::Watch(watch) }));
+    assert!(root.query_selector("[data-testid=watch-error]").ok().flatten().is_none());
+
+    // The probe's refusal of the watch is shown in the watch card, not under the run form.
+    store.update(|s| apply(s, ToBrowser::Rejected { reason: "watch: no port".into() }));
+    settle().await;
+    assert_eq!(all(root, "[data-testid=rejected]").len(), 1);
+    assert_eq!(
+        text(root, ".watch-source [data-testid=rejected]"),
+        "The probe refused: watch: no port"
+    );
+
+    // A process: its ports are the probe's to find.
+    type_into(&field, "pid:4242");
+    start().click();
+    settle().await;
+    let watch = WatchSpec { pid: Some(4242), ..WatchSpec::default() };
+    assert_eq!(sent.borrow().last(), Some(&ToProbe::StartRun { spec: Scenario::Watch(watch) }));
+}

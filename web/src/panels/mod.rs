@@ -1,6 +1,7 @@
 //! One module per panel of the page. A panel that only shows gets its model (a memo the page
 //! derives from the state: `Store::memo` of the panel's own `of`), not the store; the panels
-//! that also act on the state (the run form, the run lists, the lessons) get the store.
+//! that also act on the state (the run form, the watch source, the run lists, the lessons) get
+//! the store.
 
 pub mod compare;
 pub mod exports;
@@ -10,6 +11,7 @@ pub mod run_form;
 pub mod runs;
 pub mod selection;
 pub mod summary;
+pub mod watch_source;
 
 /// SVG coordinates, rounded: a tenth of a pixel is below what anyone sees, and keeps the DOM
 /// small.

@@ -287,11 +287,32 @@ fn preset_picker(
     }
 }
 
+/// Why a run (or a watch) cannot be started right now, if it cannot.
+pub fn start_blocked(store: Store, link_status: RwSignal<LinkStatus>) -> Option<&'static str> {
+    if link_status.get() != LinkStatus::Connected {
+        return Some("waiting for the probe");
+    }
+    store.read(|state| {
+        if state.live.error.is_some() || !state.is_greeted() {
+            Some("the probe's stream cannot be read")
+        } else if state.is_running() {
+            Some("a run is in progress")
+        } else if state.start_pending {
+            Some("starting…")
+        } else {
+            None
+        }
+    })
+}
+
+/// The run form. `watch_asked`: the last start came from the watch card beside it, which then
+/// shows the probe's refusal of it instead of this form.
 #[component]
 pub fn RunForm(
     store: Store,
     link_status: RwSignal<LinkStatus>,
     outbox: StoredValue<Option<Outbox>, LocalStorage>,
+    watch_asked: RwSignal<bool>,
 ) -> impl IntoView {
     let form = FormSignals::new(FormFields::from_spec(&RrSpec::default()));
     let error = RwSignal::new(None::<FieldError>);
@@ -302,23 +323,7 @@ pub fn RunForm(
     // A bulk preset the user chose: Run sends it as it is, and the rr fields step aside.
     let bulk = RwSignal::new(None::<&'static Preset>);
 
-    // Why Run cannot be pressed right now, if it cannot.
-    let blocked = move || -> Option<&'static str> {
-        if link_status.get() != LinkStatus::Connected {
-            return Some("waiting for the probe");
-        }
-        store.read(|state| {
-            if state.live.error.is_some() || !state.is_greeted() {
-                Some("the probe's stream cannot be read")
-            } else if state.is_running() {
-                Some("a run is in progress")
-            } else if state.start_pending {
-                Some("starting…")
-            } else {
-                None
-            }
-        })
-    };
+    let blocked = move || start_blocked(store, link_status);
 
     let submit = move |event: SubmitEvent| {
         event.prevent_default();
@@ -338,6 +343,7 @@ pub fn RunForm(
             }
         };
         error.set(None);
+        watch_asked.set(false);
         store.update(AppState::start_requested);
         let sent = outbox.with_value(|outbox| match outbox {
             Some(send) => send(&message),
@@ -505,6 +511,7 @@ pub fn RunForm(
             {move || {
                 store
                     .read(|state| state.rejected.clone())
+                    .filter(|_| !watch_asked.get())
                     .map(|reason| {
                         view! {
                             <p class="error" role="alert" data-testid="rejected">
