@@ -61,10 +61,10 @@ fn a_pages_watch_of_nine_ports_or_none_is_refused_before_it_starts() {
     let nine: Vec<u16> = (40001..=40009).collect();
     let mut page = start_from_a_page(&addr, &page_watch(&nine, None));
     let refusal = answer(&mut page).expect_err("nine ports are one too many");
-    assert!(refusal.contains("at most 8 ports") && refusal.contains("(9 given)"), "{refusal}");
+    assert!(refusal.contains("at most 8 ports") && refusal.contains("(9 given"), "{refusal}");
     send_frame(&mut page, &page_watch(&[], None));
     let refusal = answer(&mut page).expect_err("a watch of nothing");
-    assert!(refusal.contains("no port to watch") && refusal.contains("pid:"), "{refusal}");
+    assert!(refusal.contains("at least one port") && refusal.contains("pid"), "{refusal}");
     // The same port twice is one port, and a remote server has no ports of this host.
     let remote = ToProbe::StartRemoteRun {
         spec: Scenario::Watch(WatchSpec { ports: vec![40001], ..WatchSpec::default() }),

@@ -22,9 +22,10 @@ use std::collections::HashMap;
 use std::net::IpAddr;
 
 use crate::analysis::Summary;
-use crate::event::{tcp_flags, ConnId, Event, EventKind, ReqId, Side};
+use crate::event::{tcp_flags, ConnId, Event, EventKind, ReqId, Segment, Side};
 use crate::keyed_hash::KeyedMap;
 use crate::packet::Packet;
+use crate::packet_stalls::seq_ge;
 use crate::sorted_multiset::SortedMultiset;
 use crate::stats::ns_to_ms;
 
@@ -46,12 +47,15 @@ pub type Endpoint = (IpAddr, u16);
 pub struct ExchangeRule {
     req: u32,
     server_spoke: bool,
+    /// Each side's highest sequence number sent so far (the end of its data), once it sent
+    /// some: a retransmission or a duplicate copy carries no new bytes and moves nothing.
+    sent_to: [Option<u32>; 2],
 }
 
 impl ExchangeRule {
-    /// The exchange a segment of `len` payload bytes sent by `side` belongs to.
-    pub fn on_segment(&mut self, side: Side, len: u32) -> ReqId {
-        if len > 0 {
+    /// The exchange `segment`, sent by `side`, belongs to.
+    pub fn on_segment(&mut self, side: Side, segment: &Segment) -> ReqId {
+        if segment.len > 0 && self.carries_new_bytes(side, segment) {
             match side {
                 Side::Client if self.server_spoke => {
                     self.req += 1;
@@ -62,6 +66,20 @@ impl ExchangeRule {
             }
         }
         ReqId(self.req)
+    }
+
+    /// Whether `segment` carries bytes past the highest its sender sent before (and notes its
+    /// end). Data bytes only: a SYN's or a FIN's sequence number is not data.
+    fn carries_new_bytes(&mut self, side: Side, segment: &Segment) -> bool {
+        let end = segment.seq.wrapping_add(segment.len);
+        let sent_to = &mut self.sent_to[usize::from(side == Side::Server)];
+        match *sent_to {
+            Some(before) if seq_ge(before, end) => false,
+            _ => {
+                *sent_to = Some(end);
+                true
+            }
+        }
     }
 
     /// The exchange the connection is in now.
@@ -81,6 +99,10 @@ pub struct Conversation {
     /// FINs seen from the client and from the server; an RST ends both.
     fins: [bool; 2],
     closed_at_ns: Option<u64>,
+    /// Its last packet's time, and how many listings of this host's sockets in a row did not
+    /// have it ([`Conversations::sweep`]).
+    last_ns: u64,
+    missing: u8,
 }
 
 impl Conversation {
@@ -148,14 +170,19 @@ impl Conversations {
             return None;
         }
         let key = if from <= to { (from, to) } else { (to, from) };
+        let syn = packet.segment.has(tcp_flags::SYN);
+        let ack = packet.segment.has(tcp_flags::ACK);
+        if syn && !ack && self.open.get(&key).is_some_and(|c| c.closed_at_ns.is_some()) {
+            // The same addresses and ports again, soon after a close (a client that binds its
+            // port, or a quick reuse of TIME_WAIT): a new connection, not the old one's tail.
+            self.open.remove(&key);
+        }
         let mut opened = None;
         if !self.open.contains_key(&key) {
             if self.open.len() >= MAX_OPEN_CONNECTIONS {
                 self.left_out += 1;
                 return None;
             }
-            let syn = packet.segment.has(tcp_flags::SYN);
-            let ack = packet.segment.has(tcp_flags::ACK);
             // The sender is the client when it sends to a watched port; when both ports are
             // watched the handshake says, and without one the higher (ephemeral) port.
             let sender_is_client = match (to_server, from_server) {
@@ -165,13 +192,14 @@ impl Conversations {
                 _ => packet.src_port > packet.dst_port,
             };
             let (client, server) = if sender_is_client { (from, to) } else { (to, from) };
-            self.begin(key, client, server);
+            self.begin(key, client, server, at_ns);
             opened = Some((client, server));
         }
         let conversation = self.open.get_mut(&key).expect("inserted above");
+        conversation.last_ns = at_ns;
         let side = if from == conversation.client { Side::Client } else { Side::Server };
         let segment = &packet.segment;
-        let req = conversation.rule.on_segment(side, segment.len);
+        let req = conversation.rule.on_segment(side, segment);
         if segment.has(tcp_flags::FIN) {
             conversation.fins[usize::from(side == Side::Server)] = true;
         }
@@ -212,13 +240,13 @@ impl Conversations {
                 self.left_out += 1;
                 return None;
             }
-            self.begin(key, client, server);
+            self.begin(key, client, server, 0);
             opened = Some((client, server));
         }
         self.open.get(&key).map(|c| (c, opened))
     }
 
-    fn begin(&mut self, key: (Endpoint, Endpoint), client: Endpoint, server: Endpoint) {
+    fn begin(&mut self, key: (Endpoint, Endpoint), client: Endpoint, server: Endpoint, at_ns: u64) {
         let id = ConnId(self.next_id);
         self.next_id = self.next_id.wrapping_add(1).max(1);
         let conversation = Conversation {
@@ -228,6 +256,8 @@ impl Conversations {
             rule: ExchangeRule::default(),
             fins: [false; 2],
             closed_at_ns: None,
+            last_ns: at_ns,
+            missing: 0,
         };
         self.open.insert(key, conversation);
     }
@@ -236,6 +266,29 @@ impl Conversations {
     pub fn find(&self, local: Endpoint, remote: Endpoint) -> Option<&Conversation> {
         let key = if local <= remote { (local, remote) } else { (remote, local) };
         self.open.get(&key)
+    }
+
+    /// After a complete listing of this host's sockets at `now_ns`: a connection whose socket
+    /// `listed` does not have, in two listings in a row, and that has been quiet for
+    /// [`LINGER_NS`], ended without a FIN or RST being seen (its process was killed, the close
+    /// was lost for a full ring, or the watch began after it and it ended quietly): it is
+    /// closed now, and forgotten after the linger. Without this a watch of a busy service would
+    /// fill with dead connections and stop following new ones.
+    pub fn sweep(&mut self, now_ns: u64, listed: impl Fn(Endpoint, Endpoint) -> bool) {
+        for conversation in self.open.values_mut() {
+            if conversation.closed_at_ns.is_some() {
+                continue;
+            }
+            if listed(conversation.client, conversation.server) {
+                conversation.missing = 0;
+                continue;
+            }
+            conversation.missing = conversation.missing.saturating_add(1);
+            let quiet = now_ns.saturating_sub(conversation.last_ns) >= LINGER_NS;
+            if conversation.missing >= 2 && quiet {
+                conversation.closed_at_ns = Some(now_ns);
+            }
+        }
     }
 
     /// Forgets the connections closed more than [`LINGER_NS`] before `now_ns`; returns them.
@@ -262,13 +315,22 @@ struct OpenExchange {
     fins: [bool; 2],
 }
 
+/// Exchanges whose latencies are kept exactly (32 MB of them); past this many, every latency
+/// goes into [`Buckets`] instead, and the percentiles are read from them, to 1/64 of their
+/// value: a watch of a busy service for hours holds kilobytes, not gigabytes.
+pub const MAX_EXACT_LATENCIES: usize = 4_000_000;
+
 /// The exchanges of a run's `Segment` events: how many were answered and how long each took.
 /// Memory: one entry per open connection (at most [`MAX_OPEN_CONNECTIONS`]), and one latency
-/// per exchange (8 bytes, as a run keeps one per request).
+/// per exchange (8 bytes, as a run keeps one per request) up to [`MAX_EXACT_LATENCIES`], then
+/// a fixed number of buckets.
 #[derive(Debug, Default)]
 pub struct ExchangeTally {
     open: KeyedMap<ConnId, OpenExchange>,
     latencies: SortedMultiset,
+    /// Every latency once there were more than [`MAX_EXACT_LATENCIES`] (`latencies` is then
+    /// empty), and the largest, exactly.
+    buckets: Option<Buckets>,
     first_start_ns: Option<u64>,
     last_answer_ns: Option<u64>,
     /// Exchanges whose request was never answered.
@@ -276,15 +338,17 @@ pub struct ExchangeTally {
 }
 
 impl ExchangeTally {
-    pub fn push(&mut self, event: &Event) {
-        let EventKind::Segment(segment) = &event.kind else { return };
+    /// Takes an event; returns its connection if this segment closed it (both FINs, or an RST):
+    /// the connection's state here is freed, and the caller may free its own.
+    pub fn push(&mut self, event: &Event) -> Option<ConnId> {
+        let EventKind::Segment(segment) = &event.kind else { return None };
         let fresh =
             OpenExchange { req: event.req, start_ns: None, last_answer_ns: None, fins: [false; 2] };
         if !self.open.contains_key(&event.conn) {
             // A bare ACK of a connection not followed (the last of a teardown) opens nothing,
             // so a closed connection is not held again by its final ACK.
             if segment.len == 0 && !segment.has(tcp_flags::SYN) {
-                return;
+                return None;
             }
         }
         if !self.open.contains_key(&event.conn) && self.open.len() >= MAX_OPEN_CONNECTIONS {
@@ -317,7 +381,9 @@ impl ExchangeTally {
         if segment.has(tcp_flags::RST) || open.fins == [true, true] {
             let done = self.open.remove(&event.conn).expect("present");
             self.settle(done);
+            return Some(event.conn);
         }
+        None
     }
 
     /// The stream ended: every open exchange that was answered counts.
@@ -330,7 +396,7 @@ impl ExchangeTally {
     fn settle(&mut self, exchange: OpenExchange) {
         match (exchange.start_ns, exchange.last_answer_ns) {
             (Some(start), Some(end)) => {
-                self.latencies.insert(end.saturating_sub(start));
+                self.record(end.saturating_sub(start));
                 self.first_start_ns = Some(self.first_start_ns.map_or(start, |s| s.min(start)));
                 self.last_answer_ns = Some(self.last_answer_ns.map_or(end, |e| e.max(end)));
             }
@@ -339,9 +405,39 @@ impl ExchangeTally {
         }
     }
 
+    fn record(&mut self, latency_ns: u64) {
+        if let Some(buckets) = &mut self.buckets {
+            buckets.add(latency_ns);
+            return;
+        }
+        self.latencies.insert(latency_ns);
+        if self.latencies.len() > MAX_EXACT_LATENCIES {
+            let mut buckets = Buckets::default();
+            std::mem::take(&mut self.latencies).to_vec().into_iter().for_each(|v| buckets.add(v));
+            self.buckets = Some(buckets);
+        }
+    }
+
     /// Exchanges answered so far.
     pub fn answered(&self) -> usize {
-        self.latencies.len()
+        match &self.buckets {
+            Some(buckets) => usize::try_from(buckets.count).unwrap_or(usize::MAX),
+            None => self.latencies.len(),
+        }
+    }
+
+    fn percentile(&self, pct: f64) -> u64 {
+        match &self.buckets {
+            Some(buckets) => buckets.percentile(pct),
+            None => self.latencies.percentile(pct),
+        }
+    }
+
+    fn max(&self) -> u64 {
+        match &self.buckets {
+            Some(buckets) => buckets.max,
+            None => self.latencies.max().unwrap_or(0),
+        }
     }
 
     /// The exchanges as a run's summary: `requests` counts answered exchanges, the latencies
@@ -351,16 +447,76 @@ impl ExchangeTally {
             (Some(start), Some(end)) => end.saturating_sub(start) as f64 / 1e9,
             _ => 0.0,
         };
-        let requests = u32::try_from(self.latencies.len()).unwrap_or(u32::MAX);
+        let requests = u32::try_from(self.answered()).unwrap_or(u32::MAX);
         Summary {
             requests,
             duration_s,
             rps: if duration_s > 0.0 { f64::from(requests) / duration_s } else { 0.0 },
-            p50_ms: ns_to_ms(self.latencies.percentile(50.0)),
-            p99_ms: ns_to_ms(self.latencies.percentile(99.0)),
-            max_ms: ns_to_ms(self.latencies.max().unwrap_or(0)),
+            p50_ms: ns_to_ms(self.percentile(50.0)),
+            p99_ms: ns_to_ms(self.percentile(99.0)),
+            max_ms: ns_to_ms(self.max()),
             stalled_reads: stalled,
         }
+    }
+}
+
+/// Counts of values by bucket: below 128 one bucket per value, above it 64 buckets per power
+/// of two, so a bucket is at most 1/64 of its values wide (about 3,800 buckets, 30 KB, for any
+/// u64). A value is read back as its bucket's middle.
+#[derive(Clone, Debug)]
+struct Buckets {
+    counts: Vec<u64>,
+    count: u64,
+    max: u64,
+}
+
+impl Default for Buckets {
+    fn default() -> Self {
+        Buckets { counts: vec![0; Buckets::index(u64::MAX) + 1], count: 0, max: 0 }
+    }
+}
+
+impl Buckets {
+    fn index(value: u64) -> usize {
+        if value < 128 {
+            return value as usize;
+        }
+        let power = 63 - value.leading_zeros() as usize; // 7 and up
+        let within = ((value >> (power - 6)) & 63) as usize;
+        128 + (power - 7) * 64 + within
+    }
+
+    /// The middle of bucket `index`'s values.
+    fn middle(index: usize) -> u64 {
+        if index < 128 {
+            return index as u64;
+        }
+        let (power, within) = ((index - 128) / 64 + 7, ((index - 128) % 64) as u64);
+        let low = (64 + within) << (power - 6);
+        let width = 1u64 << (power - 6);
+        low + width / 2
+    }
+
+    fn add(&mut self, value: u64) {
+        self.counts[Buckets::index(value)] += 1;
+        self.count += 1;
+        self.max = self.max.max(value);
+    }
+
+    /// The nearest-rank percentile (as `stats::percentile`), to its bucket.
+    fn percentile(&self, pct: f64) -> u64 {
+        if self.count == 0 {
+            return 0;
+        }
+        let rank = ((pct / 100.0 * self.count as f64).ceil() as u64).clamp(1, self.count);
+        let mut seen = 0;
+        for (index, &n) in self.counts.iter().enumerate() {
+            seen += n;
+            if seen >= rank {
+                return Buckets::middle(index).min(self.max);
+            }
+        }
+        self.max
     }
 }
 
@@ -374,12 +530,17 @@ mod tests {
     const SERVER: Endpoint = (IpAddr::V4(Ipv4Addr::LOCALHOST), 8080);
 
     fn packet(from: Endpoint, to: Endpoint, flags: u8, len: u32) -> Packet {
+        sent(from, to, flags, 0, len)
+    }
+
+    /// A segment with `len` bytes from sequence number `seq`.
+    fn sent(from: Endpoint, to: Endpoint, flags: u8, seq: u32, len: u32) -> Packet {
         Packet {
             src: from.0,
             dst: to.0,
             src_port: from.1,
             dst_port: to.1,
-            segment: Segment { flags, len, ..Segment::default() },
+            segment: Segment { flags, seq, len, ..Segment::default() },
         }
     }
 
@@ -394,16 +555,16 @@ mod tests {
             (0, packet(CLIENT, SERVER, tcp_flags::SYN, 0)),
             (1, packet(SERVER, CLIENT, tcp_flags::SYN | ACK, 0)),
             (2, packet(CLIENT, SERVER, ACK, 0)),
-            (ms, packet(CLIENT, SERVER, PSH_ACK, 4)),
+            (ms, sent(CLIENT, SERVER, PSH_ACK, 1, 4)),
             (41 * ms, packet(SERVER, CLIENT, ACK, 0)),
-            (41 * ms + 10, packet(CLIENT, SERVER, PSH_ACK, 100)),
-            (42 * ms, packet(SERVER, CLIENT, PSH_ACK, 4)),
-            (43 * ms, packet(SERVER, CLIENT, PSH_ACK, 100)),
-            (1_043 * ms, packet(CLIENT, SERVER, PSH_ACK, 104)),
-            (1_044 * ms, packet(SERVER, CLIENT, PSH_ACK, 104)),
-            (1_045 * ms, packet(CLIENT, SERVER, tcp_flags::FIN | ACK, 0)),
-            (1_046 * ms, packet(SERVER, CLIENT, tcp_flags::FIN | ACK, 0)),
-            (1_047 * ms, packet(CLIENT, SERVER, ACK, 0)),
+            (41 * ms + 10, sent(CLIENT, SERVER, PSH_ACK, 5, 100)),
+            (42 * ms, sent(SERVER, CLIENT, PSH_ACK, 1, 4)),
+            (43 * ms, sent(SERVER, CLIENT, PSH_ACK, 5, 100)),
+            (1_043 * ms, sent(CLIENT, SERVER, PSH_ACK, 105, 104)),
+            (1_044 * ms, sent(SERVER, CLIENT, PSH_ACK, 105, 104)),
+            (1_045 * ms, sent(CLIENT, SERVER, tcp_flags::FIN | ACK, 209, 0)),
+            (1_046 * ms, sent(SERVER, CLIENT, tcp_flags::FIN | ACK, 209, 0)),
+            (1_047 * ms, sent(CLIENT, SERVER, ACK, 210, 0)),
         ]
     }
 
@@ -436,7 +597,9 @@ mod tests {
         assert!(conversations.is_empty());
 
         let mut tally = ExchangeTally::default();
-        events.iter().for_each(|e| tally.push(e));
+        events.iter().for_each(|e| {
+            tally.push(e);
+        });
         // Both exchanges settled at the close, with nothing held.
         assert_eq!(tally.answered(), 2);
         assert!(tally.open.is_empty());
@@ -451,10 +614,10 @@ mod tests {
     fn a_connection_seen_mid_stream_is_sided_by_the_port_and_unanswered_requests_do_not_count() {
         let mut conversations = Conversations::new(&[8080]);
         // The answer is the first thing seen: it times nothing.
-        let answer = conversations.packet(0, &packet(SERVER, CLIENT, PSH_ACK, 50)).unwrap();
+        let answer = conversations.packet(0, &sent(SERVER, CLIENT, PSH_ACK, 1000, 50)).unwrap();
         assert_eq!(answer.event.side, Side::Server);
         assert_eq!(answer.opened, Some((CLIENT, SERVER)));
-        let request = conversations.packet(10, &packet(CLIENT, SERVER, PSH_ACK, 5)).unwrap();
+        let request = conversations.packet(10, &sent(CLIENT, SERVER, PSH_ACK, 2000, 5)).unwrap();
         assert_eq!(request.event.req, ReqId(1));
         let mut tally = ExchangeTally::default();
         tally.push(&answer.event);
@@ -500,5 +663,72 @@ mod tests {
         assert_eq!(tally.answered(), 100);
         tally.finish();
         assert_eq!(tally.answered(), n as usize);
+    }
+
+    #[test]
+    fn a_retransmitted_request_is_not_a_new_exchange() {
+        let mut conversations = Conversations::new(&[8080]);
+        let mut reqs = Vec::new();
+        let mut at = 0;
+        for p in [
+            sent(CLIENT, SERVER, PSH_ACK, 1, 10),
+            sent(SERVER, CLIENT, PSH_ACK, 1, 1000),
+            // The request again (its ACK was lost), as the answer goes on.
+            sent(CLIENT, SERVER, PSH_ACK, 1, 10),
+            sent(SERVER, CLIENT, PSH_ACK, 1001, 1000),
+            // The next request.
+            sent(CLIENT, SERVER, PSH_ACK, 11, 10),
+        ] {
+            at += 1;
+            reqs.push(conversations.packet(at, &p).unwrap().event.req.0);
+        }
+        assert_eq!(reqs, [0, 0, 0, 0, 1]);
+    }
+
+    #[test]
+    fn the_same_four_tuple_soon_after_a_close_is_a_new_connection() {
+        let mut conversations = Conversations::new(&[8080]);
+        let first = conversations.packet(0, &packet(CLIENT, SERVER, tcp_flags::SYN, 0)).unwrap();
+        conversations.packet(1, &sent(CLIENT, SERVER, tcp_flags::RST, 1, 0));
+        // Within the linger: a new handshake from the same port.
+        let again = conversations.packet(2, &packet(CLIENT, SERVER, tcp_flags::SYN, 0)).unwrap();
+        assert_ne!(again.event.conn, first.event.conn);
+        assert_eq!(again.opened, Some((CLIENT, SERVER)));
+        // And it is not retired with the old one's close.
+        assert!(conversations.retire(1 + LINGER_NS).is_empty());
+    }
+
+    #[test]
+    fn a_connection_whose_socket_is_gone_without_a_close_is_forgotten() {
+        let mut conversations = Conversations::new(&[8080]);
+        conversations.packet(0, &sent(CLIENT, SERVER, PSH_ACK, 1, 10)).unwrap();
+        // Listed: kept however long it is quiet.
+        conversations.sweep(10 * LINGER_NS, |_, _| true);
+        conversations.sweep(11 * LINGER_NS, |_, _| true);
+        assert!(conversations.retire(20 * LINGER_NS).is_empty());
+        // Gone from one listing: kept (a listing may race a new connection's handshake).
+        conversations.sweep(21 * LINGER_NS, |_, _| false);
+        assert!(conversations.retire(30 * LINGER_NS).is_empty());
+        // Gone from two in a row, and quiet: closed, then forgotten after the linger.
+        conversations.sweep(31 * LINGER_NS, |_, _| false);
+        assert!(conversations.retire(31 * LINGER_NS).is_empty());
+        assert_eq!(conversations.retire(32 * LINGER_NS), vec![ConnId(1)]);
+    }
+
+    #[test]
+    fn buckets_read_percentiles_back_within_a_sixty_fourth() {
+        let mut buckets = Buckets::default();
+        let values: Vec<u64> = (1..=100_000u64).map(|i| i * 7_919).collect();
+        values.iter().for_each(|&v| buckets.add(v));
+        for pct in [1.0, 50.0, 99.0, 100.0] {
+            let exact = crate::stats::percentile(&values, pct);
+            let read = buckets.percentile(pct);
+            let error = (read as f64 - exact as f64).abs() / exact as f64;
+            assert!(error <= 1.0 / 64.0, "p{pct}: {read} against {exact}");
+        }
+        assert_eq!(buckets.max, 100_000 * 7_919);
+        // Every u64 has a bucket, and small values their own.
+        assert_eq!(Buckets::middle(Buckets::index(5)), 5);
+        assert!(Buckets::index(u64::MAX) < buckets.counts.len());
     }
 }

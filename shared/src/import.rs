@@ -129,7 +129,7 @@ pub fn events(
         let side = if (p.src, p.src_port) == c.client { Side::Client } else { Side::Server };
         c.segments += 1;
         c.bytes[usize::from(side == Side::Server)] += u64::from(p.segment.len);
-        let req = exchanges[i].on_segment(side, p.segment.len);
+        let req = exchanges[i].on_segment(side, &p.segment);
         let event = Event {
             // A capture's clock may step back (merged files): never below the start.
             at_ns: captured.ts_ns.saturating_sub(scan.start_ns),

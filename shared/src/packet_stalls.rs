@@ -212,6 +212,11 @@ impl<T: Clone> StallFinder<T> {
         decide(event.conn, window, false, &mut self.found);
     }
 
+    /// Connections with a window held (an entry each, empty or not).
+    pub fn connections(&self) -> usize {
+        self.windows.len()
+    }
+
     /// Segments held, all connections together: what the finder costs in memory.
     pub fn held_segments(&self) -> usize {
         self.windows.values().map(|w| w.samples.len()).sum()
@@ -220,6 +225,14 @@ impl<T: Clone> StallFinder<T> {
     /// The stalls decided so far, taken.
     pub fn take_found(&mut self) -> Vec<(Stall, T)> {
         std::mem::take(&mut self.found)
+    }
+
+    /// `conn` has ended (a watched connection closed): its candidates are decided on what came
+    /// and its window is freed, so a long watch holds only its open connections.
+    pub fn end_connection(&mut self, conn: ConnId) {
+        if let Some(mut window) = self.windows.remove(&conn) {
+            decide(conn, &mut window, true, &mut self.found);
+        }
     }
 
     /// The capture has ended: every candidate is decided on what came, and the stalls not yet

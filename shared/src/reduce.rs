@@ -237,30 +237,58 @@ impl ImportedTally {
     }
 }
 
-/// A watched application's run (`ackscope watch`): its connections' packets read as an
-/// imported capture's are (each connection's counts, the stalls the packets show), and its
-/// exchanges timed ([`ExchangeTally`]), which stand for requests in its summary.
-#[derive(Debug, Default)]
+/// A watched application's run (`ackscope watch`): the stalls its packets show (the packet
+/// rule, as for an imported capture), and its exchanges timed ([`ExchangeTally`]), which stand
+/// for requests in its summary. A connection's state is freed when it closes: a watch of a
+/// busy service holds its open connections, its latencies and its stalls' durations.
+#[derive(Default)]
 pub struct WatchTally {
-    pub packets: ImportedTally,
+    finder: packet_stalls::StallFinder,
+    stalls: StallTally,
+    /// Segments seen: none means the watch read no packet (it had no CAP_NET_RAW).
+    pub segments: u64,
     pub exchanges: ExchangeTally,
+}
+
+impl std::fmt::Debug for WatchTally {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WatchTally")
+            .field("segments", &self.segments)
+            .field("exchanges", &self.exchanges.answered())
+            .finish()
+    }
 }
 
 impl WatchTally {
     pub fn push(&mut self, events: &[Event]) {
-        self.packets.push(events);
-        events.iter().for_each(|e| self.exchanges.push(e));
+        for e in events {
+            if !matches!(e.kind, EventKind::Segment(_)) {
+                continue;
+            }
+            self.segments += 1;
+            self.finder.push(e, ());
+            if let Some(closed) = self.exchanges.push(e) {
+                self.finder.end_connection(closed);
+            }
+        }
+        self.finder.take_found().iter().for_each(|(stall, ())| self.stalls.add(stall));
     }
 
     /// The stream ended: every candidate stall is decided, every answered exchange counted.
     pub fn finish(&mut self) {
-        self.packets.decide_all();
+        let finder = std::mem::take(&mut self.finder);
+        finder.finish().iter().for_each(|(stall, ())| self.stalls.add(stall));
         self.exchanges.finish();
+    }
+
+    /// The stall classes decided so far (all of them once [`WatchTally::finish`] ran).
+    pub fn classes(&self) -> Vec<ClassSummary> {
+        self.stalls.summaries_with(&[])
     }
 
     /// The exchanges as requests; the stalled count is the waits the packets named.
     pub fn summary(&self) -> Summary {
-        let stalled: u32 = self.packets.classes().iter().map(|c| c.count).sum();
+        let stalled: u32 = self.classes().iter().map(|c| c.count).sum();
         self.exchanges.summary(stalled)
     }
 }
@@ -329,7 +357,7 @@ impl RunTally {
     pub fn stall_classes(&self) -> Option<Vec<ClassSummary>> {
         match &self.analysis {
             RunAnalyses::Rr(rr) => Some(rr.stall_classes()),
-            RunAnalyses::Watched(watched) => Some(watched.packets.classes()),
+            RunAnalyses::Watched(watched) => Some(watched.classes()),
             _ => None,
         }
     }
@@ -342,7 +370,7 @@ impl RunTally {
             RunAnalyses::Imported(_) => None,
             // Without packets (a watch without CAP_NET_RAW) no exchange is seen: no figures,
             // rather than zeros that read as measured.
-            RunAnalyses::Watched(watched) if watched.packets.rows().is_empty() => None,
+            RunAnalyses::Watched(watched) if watched.segments == 0 => None,
             RunAnalyses::Watched(watched) => Some(Figures::Rr(watched.summary())),
         }
     }
@@ -505,6 +533,34 @@ impl SessionReducer {
 
 #[cfg(test)]
 mod tests {
+
+    /// A long watch of a service whose clients each connect, ask, and close holds its open
+    /// connections only: each closed one's state goes, here and in the packet rule's windows.
+    #[test]
+    fn a_watch_frees_each_connection_as_it_closes() {
+        use crate::event::{tcp_flags, Segment};
+        let mut watched = WatchTally::default();
+        let connections = 20_000u32;
+        for conn in 1..=connections {
+            let at = u64::from(conn) * 1_000_000;
+            let segment = |side, flags, seq, len, dt| Event {
+                at_ns: at + dt,
+                side,
+                conn: ConnId(conn),
+                req: ReqId(0),
+                kind: EventKind::Segment(Segment { flags, seq, len, ..Segment::default() }),
+            };
+            let (ack, fin) = (tcp_flags::ACK, tcp_flags::FIN | tcp_flags::ACK);
+            watched.push(&[
+                segment(Side::Client, ack, 1, 10, 0),
+                segment(Side::Server, ack, 1, 10, 100),
+                segment(Side::Client, fin, 11, 0, 200),
+                segment(Side::Server, fin, 11, 0, 300),
+            ]);
+        }
+        assert_eq!(watched.finder.connections(), 0, "every closed connection's window freed");
+        assert_eq!(watched.summary().requests, connections);
+    }
     use super::*;
     use crate::wire::Instruments;
 

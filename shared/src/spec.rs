@@ -66,6 +66,28 @@ pub struct WatchSpec {
 }
 
 impl WatchSpec {
+    /// Ports watched at once: each is a packet socket with its own ring (8 MiB).
+    pub const MAX_PORTS: usize = 8;
+
+    /// The one rule for a watch's ports, wherever it is started (the command line, the page).
+    pub fn validate(&self) -> Result<(), SpecError> {
+        let problem = if self.ports.is_empty() {
+            "a watch needs at least one port: give a port (8080) or a process (its pid)".into()
+        } else if self.ports.contains(&0) {
+            "port 0 is not a port; ports are 1 to 65535".into()
+        } else if self.ports.len() > WatchSpec::MAX_PORTS {
+            format!(
+                "at most {} ports at once ({} given: {}); watch the others in another watch",
+                WatchSpec::MAX_PORTS,
+                self.ports.len(),
+                self.ports_text()
+            )
+        } else {
+            return Ok(());
+        };
+        Err(SpecError { field: "ports", problem })
+    }
+
     /// "port 8080" or "ports 8080, 8443".
     pub fn ports_text(&self) -> String {
         let list: Vec<String> = self.ports.iter().map(u16::to_string).collect();
@@ -644,10 +666,7 @@ impl Scenario {
             Scenario::Bulk(spec) => spec.validate(),
             Scenario::Server(spec) => spec.validate(),
             Scenario::Import(_) => Ok(()),
-            Scenario::Watch(spec) if spec.ports.is_empty() => {
-                Err(SpecError { field: "ports", problem: "a watch needs at least one port".into() })
-            }
-            Scenario::Watch(_) => Ok(()),
+            Scenario::Watch(spec) => spec.validate(),
         }
     }
 

@@ -516,7 +516,7 @@ impl Tally {
             Some(Figures::Rr(summary)) => print_rr(out, &summary)?,
             Some(Figures::Bulk(summary)) => print_bulk(out, &summary)?,
             None if matches!(scenario, Scenario::Watch(_)) => {
-                writeln!(out, "  exchanges      none: no packet of the watched ports was seen")?
+                writeln!(out, "  exchanges      none: no packet of the watched ports was read")?
             }
             None => {}
         }

@@ -20,7 +20,6 @@ use super::{Ended, Failure};
 use crate::capture::{CaptureReport, Via};
 use crate::net::record::Clock;
 use crate::record::SessionWriter;
-use crate::watch::packets::MAX_PORTS;
 use crate::watch::process;
 use crate::watch::sock_diag::{self, TcpState};
 use crate::watch::watcher::{Evidence, WatchCounts, Watcher, SAMPLE_EVERY};
@@ -64,12 +63,8 @@ pub fn watch(args: &WatchArgs) -> Result<Ended, Failure> {
     }
     ports.sort_unstable();
     ports.dedup();
-    if ports.len() > MAX_PORTS {
-        return Err(Failure::Usage(format!(
-            "--port: at most {MAX_PORTS} ports at once ({} given); run another watch for more",
-            ports.len()
-        )));
-    }
+    let checked = WatchSpec { ports: ports.clone(), ..WatchSpec::default() }.validate();
+    checked.map_err(|e| Failure::Usage(format!("--port: {}", e.problem)))?;
     let clock = Clock::start();
     let watcher = Watcher::open(&ports, clock).map_err(|e| Failure::Run(e.to_string()))?;
     if let Evidence::TcpInfoOnly { .. } = &watcher.evidence {
@@ -206,10 +201,25 @@ fn print_counts(out: &mut impl Write, counts: &WatchCounts) -> io::Result<()> {
         writeln!(out, "    ... and {} more", counts.connections - counts.named.len() as u64)?;
     }
     writeln!(out, "  TCP_INFO       {} samples", counts.samples)?;
+    if counts.ipv6_connections > 0 {
+        writeln!(
+            out,
+            "  IPv6           {} connections, TCP_INFO only (the packet filter takes IPv4)",
+            counts.ipv6_connections
+        )?;
+    }
+    if counts.sockets_left_out > 0 {
+        writeln!(
+            out,
+            "  left out       up to {} sockets a listing, past the {} kept (their TCP_INFO)",
+            counts.sockets_left_out,
+            crate::watch::sock_diag::MAX_SOCKETS
+        )?;
+    }
     if counts.connections_left_out > 0 {
         writeln!(
             out,
-            "  left out       {} packets of connections past the {} followed at once",
+            "  left out       {} packets or samples of connections past the {} followed at once",
             counts.connections_left_out,
             ackscope_shared::exchange::MAX_OPEN_CONNECTIONS
         )?;

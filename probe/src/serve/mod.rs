@@ -604,26 +604,13 @@ pub fn start_run(
 /// what this process can see of them, with the instruments that says. The error is the
 /// refusal, in words that name the fix.
 fn watch_on_this_host(mut watch: WatchSpec) -> Result<(WatchSpec, Instruments), String> {
-    use crate::watch::packets::MAX_PORTS;
     use crate::watch::watcher::{Evidence, Watcher, SAMPLE_EVERY};
     if let Some(pid) = watch.pid {
         watch.ports.extend(crate::watch::process::ports_of(pid)?);
     }
     watch.ports.sort_unstable();
     watch.ports.dedup();
-    if watch.ports.contains(&0) {
-        return Err("watch: port 0 is not a port; give ports from 1 to 65535".into());
-    }
-    if watch.ports.is_empty() {
-        return Err("watch: no port to watch; give a port (8080) or a process (pid:4242)".into());
-    }
-    if watch.ports.len() > MAX_PORTS {
-        return Err(format!(
-            "watch: at most {MAX_PORTS} ports at once ({} given); watch fewer, or the others \
-             from the command line (ackscope watch --port ...)",
-            watch.ports.len()
-        ));
-    }
+    watch.validate().map_err(|e| format!("watch: {}", e.problem))?;
     // What the watch can see: the packet sockets are opened and closed again here, and the
     // run opens its own (`scenario::run_against`, the one path of a page's runs). That costs a
     // few milliseconds once; CAP_NET_RAW does not come or go while this process runs, so the

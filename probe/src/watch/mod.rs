@@ -56,8 +56,9 @@ pub fn run(
             handed_over = Instant::now();
         }
     };
+    let counts = watcher.finish(&mut batch);
     if !batch.is_empty() {
         on_events(batch);
     }
-    (outcome, watcher.finish())
+    (outcome, counts)
 }

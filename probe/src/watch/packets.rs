@@ -21,7 +21,7 @@ use socket2::{Domain, Protocol, Socket, Type};
 use crate::capture::{attach_filter, Ring, RingPacket, PACKET_OUTGOING};
 
 /// Ports a watch takes at once: each is a packet socket with its own ring.
-pub const MAX_PORTS: usize = 8;
+pub const MAX_PORTS: usize = ackscope_shared::WatchSpec::MAX_PORTS;
 
 /// `PACKET_STATISTICS` (linux/if_packet.h).
 const PACKET_STATISTICS: libc::c_int = 6;
@@ -56,8 +56,13 @@ impl PortTaps {
     /// Opens one packet socket per port. Fails with [`TapError::Permission`] without
     /// CAP_NET_RAW.
     pub fn open(ports: &[u16]) -> Result<PortTaps, TapError> {
-        assert!(ports.len() <= MAX_PORTS, "the command line checks the number of ports");
         let io = |op| move |source| TapError::Io { op, source };
+        if ports.len() > MAX_PORTS {
+            // `WatchSpec::validate` refuses such a watch before it gets here.
+            return Err(io("open the packet sockets")(io::Error::other(format!(
+                "at most {MAX_PORTS} ports at once"
+            ))));
+        }
         let mut taps = Vec::with_capacity(ports.len());
         for &port in ports {
             // No protocol yet: the socket takes nothing until it is bound, after its filter.

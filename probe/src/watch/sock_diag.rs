@@ -64,6 +64,16 @@ const EXTENSIONS: u8 = (1 << (INET_DIAG_INFO - 1)) | (1 << (INET_DIAG_CONG - 1))
 /// BOUND_INACTIVE (13, Linux 6.7+): a socket only bound, neither listening nor connected,
 /// carries no traffic to watch.
 const STATES: u32 = ((1 << 13) - 1) & !1;
+/// [`STATES`] less TIME_WAIT (6) and NEW_SYN_RECV (12): the sockets a watch samples, which
+/// have a `tcp_info` (those two have none) and take room among the ones kept.
+const LIVE_STATES: u32 = STATES & !(1 << 6) & !(1 << 12);
+/// `INET_DIAG_REQ_BYTECODE`: the request's attribute that holds a filter the kernel runs on
+/// each socket before it reports it.
+const INET_DIAG_REQ_BYTECODE: u16 = 1;
+/// Filter operations (linux/inet_diag.h): jump, source port equal, destination port equal.
+const BC_JMP: u8 = 1;
+const BC_S_EQ: u8 = 11;
+const BC_D_EQ: u8 = 12;
 
 /// An attribute's header (`struct rtattr`): its length including the header, its type.
 const ATTR_HEADER_BYTES: usize = 4;
@@ -161,11 +171,53 @@ pub struct Listing {
 }
 
 /// The TCP sockets whose local or remote port is one of `ports`, at most `max_sockets` of them
-/// (see [`MAX_SOCKETS`]). Port 0 matches nothing: a listener's remote port is 0.
+/// (see [`MAX_SOCKETS`]), without those in TIME_WAIT and NEW_SYN_RECV. Port 0 matches nothing:
+/// a listener's remote port is 0.
+///
+/// The kernel picks them (a filter in the request, [`ports_filter`]): it reads the `tcp_info`
+/// of the ports' sockets only, each under its socket's lock, not of every socket of the host.
+/// The same test runs here too, for a kernel that would ignore the filter.
 pub fn on_ports(ports: &[u16], max_sockets: usize) -> io::Result<Listing> {
-    list(max_sockets, |socket| {
+    let filter = ports_filter(ports);
+    list_with(max_sockets, LIVE_STATES, &filter, |socket| {
         [socket.local.port(), socket.remote.port()].iter().any(|p| *p != 0 && ports.contains(p))
     })
+}
+
+/// A filter for sockets whose local (source) or remote (destination) port is one of `ports`.
+///
+/// The kernel checks a filter by following each operation's `yes` jump from the start, and
+/// every `no` jump must land on an operation that chain reaches (`inet_diag_bc_audit`), so
+/// the tests are laid out in order, each `yes` to the next operation:
+/// - each test but the last is 8 bytes (the operation, then the port in a second one's `no`)
+///   and a 4-byte JMP: a test that holds goes on to its JMP, which jumps to the end (kept:
+///   the kernel keeps a socket whose filter ends exactly there); one that fails skips its JMP
+///   to the next test;
+/// - the last test holds into the end, and fails 4 bytes past it (refused).
+fn ports_filter(ports: &[u16]) -> Vec<u8> {
+    let tests: Vec<(u8, u16)> = ports
+        .iter()
+        .filter(|p| **p != 0)
+        .flat_map(|&port| [(BC_S_EQ, port), (BC_D_EQ, port)])
+        .collect();
+    let len = tests.len() * 12 - 4 * usize::from(!tests.is_empty());
+    let mut filter = Vec::with_capacity(len);
+    // `struct inet_diag_bc_op` { code, yes, no }.
+    let op = |filter: &mut Vec<u8>, code: u8, yes: u8, no: u16| {
+        filter.extend_from_slice(&[code, yes]);
+        filter.extend_from_slice(&no.to_ne_bytes());
+    };
+    for (i, &(code, port)) in tests.iter().enumerate() {
+        // Failed: past this test and its JMP, or, for the last test, 4 bytes past the end.
+        op(&mut filter, code, 8, 12);
+        op(&mut filter, 0, 0, port);
+        if i + 1 < tests.len() {
+            let jump_to_end = (len - filter.len()) as u16;
+            op(&mut filter, BC_JMP, 4, jump_to_end);
+        }
+    }
+    debug_assert_eq!(filter.len(), len);
+    filter
 }
 
 /// The TCP sockets of this network namespace that `keep` keeps, at most `max_sockets` of them.
@@ -173,11 +225,21 @@ pub fn on_ports(ports: &[u16], max_sockets: usize) -> io::Result<Listing> {
 /// Two dumps, IPv4 then IPv6, on a netlink socket of its own; blocks until the kernel has
 /// listed every socket (it answers at once; a wait of over 5 s is an error).
 pub fn list(max_sockets: usize, keep: impl FnMut(&TcpSocket) -> bool) -> io::Result<Listing> {
+    list_with(max_sockets, STATES, &[], keep)
+}
+
+/// [`list`] of the sockets in `states` that the kernel's `filter` keeps (none: every one).
+fn list_with(
+    max_sockets: usize,
+    states: u32,
+    filter: &[u8],
+    keep: impl FnMut(&TcpSocket) -> bool,
+) -> io::Result<Listing> {
     let socket = DiagSocket::open()?;
     let mut reader = Reader::new(max_sockets, keep);
     let mut buf = vec![0; RECEIVE_BYTES];
     for (seq, family) in [(1, libc::AF_INET), (2, libc::AF_INET6)] {
-        socket.send(&request(family as u8, seq))?;
+        socket.send(&request(family as u8, seq, states, filter))?;
         reader.seq = seq;
         loop {
             let len = socket.receive(&mut buf)?;
@@ -189,11 +251,14 @@ pub fn list(max_sockets: usize, keep: impl FnMut(&TcpSocket) -> bool) -> io::Res
     Ok(reader.listing)
 }
 
-/// The dump request for `family`'s TCP sockets in [`STATES`], with their `tcp_info` and
-/// congestion control's name.
-fn request(family: u8, seq: u32) -> [u8; REQUEST_BYTES] {
-    let mut request = [0; REQUEST_BYTES];
-    request[0..4].copy_from_slice(&(REQUEST_BYTES as u32).to_ne_bytes());
+/// The dump request for `family`'s TCP sockets in `states`, with their `tcp_info` and
+/// congestion control's name, and the kernel's `filter` if there is one (a multiple of 4 bytes
+/// long, as every filter operation is).
+fn request(family: u8, seq: u32, states: u32, filter: &[u8]) -> Vec<u8> {
+    let attribute = if filter.is_empty() { 0 } else { ATTR_HEADER_BYTES + filter.len() };
+    let total = REQUEST_BYTES + attribute;
+    let mut request = vec![0; REQUEST_BYTES];
+    request[0..4].copy_from_slice(&(total as u32).to_ne_bytes());
     request[4..6].copy_from_slice(&SOCK_DIAG_BY_FAMILY.to_ne_bytes());
     request[6..8].copy_from_slice(&(NLM_F_REQUEST | NLM_F_DUMP).to_ne_bytes());
     request[8..12].copy_from_slice(&seq.to_ne_bytes());
@@ -202,8 +267,13 @@ fn request(family: u8, seq: u32) -> [u8; REQUEST_BYTES] {
     diag[0] = family;
     diag[1] = libc::IPPROTO_TCP as u8;
     diag[2] = EXTENSIONS;
-    diag[4..8].copy_from_slice(&STATES.to_ne_bytes());
+    diag[4..8].copy_from_slice(&states.to_ne_bytes());
     // The socket id stays zero: zero ports match every socket.
+    if !filter.is_empty() {
+        request.extend_from_slice(&(attribute as u16).to_ne_bytes());
+        request.extend_from_slice(&INET_DIAG_REQ_BYTECODE.to_ne_bytes());
+        request.extend_from_slice(filter);
+    }
     request
 }
 
@@ -912,7 +982,7 @@ mod tests {
 
     #[test]
     fn the_request_asks_for_every_tcp_socket_with_its_tcp_info_and_congestion_control() {
-        let request = request(libc::AF_INET6 as u8, 3);
+        let request = request(libc::AF_INET6 as u8, 3, STATES, &[]);
         assert_eq!(u32_at(&request, 0), Some(72), "nlmsg_len");
         assert_eq!(u16_at(&request, 4), Some(20), "SOCK_DIAG_BY_FAMILY");
         assert_eq!(u16_at(&request, 6), Some(0x301), "NLM_F_REQUEST | NLM_F_DUMP");
@@ -920,6 +990,52 @@ mod tests {
         assert_eq!(&request[16..20], &[10, 6, 0b1010, 0], "AF_INET6, TCP, INFO and CONG");
         assert_eq!(u32_at(&request, 20), Some(0x1ffe), "ESTABLISHED to NEW_SYN_RECV");
         assert!(request[24..].iter().all(|&b| b == 0), "any socket");
+        assert_eq!(request.len(), 72);
+    }
+
+    #[test]
+    fn a_ports_request_carries_the_kernels_filter_as_its_attribute() {
+        let request = request(libc::AF_INET as u8, 1, LIVE_STATES, &ports_filter(&[8080]));
+        // Two tests of 8 bytes and a JMP between them, after the attribute's 4-byte header.
+        assert_eq!(u32_at(&request, 0), Some(72 + 4 + 20), "nlmsg_len");
+        assert_eq!(request.len(), 96);
+        assert_eq!(u16_at(&request, 72), Some(24), "the attribute's length");
+        assert_eq!(u16_at(&request, 74), Some(INET_DIAG_REQ_BYTECODE));
+        // Source port 8080: on to the JMP, else past it to the next test.
+        assert_eq!(&request[76..78], &[BC_S_EQ, 8]);
+        assert_eq!(u16_at(&request, 78), Some(12));
+        assert_eq!(u16_at(&request, 82), Some(8080));
+        // The JMP to the end: kept.
+        assert_eq!(&request[84..86], &[BC_JMP, 4]);
+        assert_eq!(u16_at(&request, 86), Some(12));
+        // Destination port 8080: into the end (kept), else 4 bytes past it (refused).
+        assert_eq!(&request[88..90], &[BC_D_EQ, 8]);
+        assert_eq!(u16_at(&request, 90), Some(12));
+        assert_eq!(u16_at(&request, 94), Some(8080));
+        assert_eq!(u32_at(&request, 20), Some(0x1ffe & !(1 << 6) & !(1 << 12)), "live states");
+    }
+
+    /// The kernel runs the filter itself: with nothing filtered here, only the port's
+    /// sockets come back, both ends of a connection and its listener.
+    #[test]
+    fn the_kernel_filter_keeps_only_the_ports_sockets() {
+        let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).expect("bind");
+        let at = listener.local_addr().expect("listener address");
+        let _client = TcpStream::connect(at).expect("connect");
+        let _served = listener.accept().expect("accept");
+        let other = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).expect("bind another");
+        let filter = ports_filter(&[at.port()]);
+        let listing = list_with(MAX_SOCKETS, LIVE_STATES, &filter, |_| true).expect("list");
+        assert_eq!(listing.sockets.len(), 3, "{listing:#?}");
+        assert!(listing
+            .sockets
+            .iter()
+            .all(|s| s.local.port() == at.port() || s.remote.port() == at.port()));
+        assert!(listing.sockets.iter().all(|s| s.local != other.local_addr().unwrap()));
+        // Two ports: the filter's tests chained, each kept socket once.
+        let both = ports_filter(&[at.port(), other.local_addr().unwrap().port()]);
+        let listing = list_with(MAX_SOCKETS, LIVE_STATES, &both, |_| true).expect("list");
+        assert_eq!(listing.sockets.len(), 4, "{listing:#?}");
     }
 
     /// One socket of `listing` that `pick` picks, and only one.

@@ -29,8 +29,13 @@ use super::sock_diag::{self, MAX_SOCKETS};
 use crate::capture::ClockOffset;
 use crate::net::record::Clock;
 
-/// `/proc` is walked for the processes of new connections at most this often.
+/// `/proc` is walked for the processes of new connections at most this often, for at most
+/// this long (the walk is on the watch's loop: a host of many processes must not hold it).
 const OWNERS_EVERY: Duration = Duration::from_secs(1);
+const OWNERS_WITHIN: Duration = Duration::from_millis(50);
+/// A packet ring hands over a block this long after its first packet at the latest (a few
+/// milliseconds: `capture`'s ring retires blocks after 4 ms), so the last packets are read.
+const RETIRE_AFTER: Duration = Duration::from_millis(10);
 /// How often the ports' sockets are listed for their `tcp_info`.
 pub const SAMPLE_EVERY: Duration = Duration::from_millis(100);
 /// The realtime-to-watch clock offset is measured again this often (a stepped realtime clock
@@ -63,6 +68,10 @@ impl Evidence {
     }
 }
 
+/// What a socket's TCP_INFO says moved: bytes acked and received, segments out and in,
+/// unacked, retransmissions, state.
+type Moved = (u64, u64, (u32, u32), (u32, u32, u8));
+
 /// Counts for the summary.
 #[derive(Clone, Debug, Default)]
 pub struct WatchCounts {
@@ -74,6 +83,8 @@ pub struct WatchCounts {
     pub connections_left_out: u64,
     /// Sockets sock_diag listed past its bound.
     pub sockets_left_out: usize,
+    /// Connections followed through sock_diag alone while packets were read: IPv6 ones.
+    pub ipv6_connections: u64,
     pub samples: u64,
     pub connections: u64,
     /// The first connections seen, with their processes once found.
@@ -122,7 +133,7 @@ pub struct Watcher {
     measured: Instant,
     sampled: Option<Instant>,
     /// Each followed socket's counters at its last sample, to sample only what moved.
-    last_sample: HashMap<(ConnId, Side), (u64, u64, u32)>,
+    last_sample: HashMap<(ConnId, Side), Moved>,
     /// When `/proc` was last walked for owners, and the inodes sought so far: each is sought
     /// once (another user's process stays unnamed without root), at most two per named
     /// connection.
@@ -186,6 +197,7 @@ impl Watcher {
         }
         if self.sampled.is_none_or(|at| at.elapsed() >= SAMPLE_EVERY) {
             self.sampled = Some(Instant::now());
+            self.count_kernel_packets();
             self.sample(out);
             for conn in self.conversations.retire(self.clock.now_ns()) {
                 self.last_sample.remove(&(conn, Side::Client));
@@ -194,11 +206,14 @@ impl Watcher {
         }
     }
 
-    /// The counts at the end (the kernel's, read now).
-    pub fn finish(&mut self) -> WatchCounts {
-        if let Some(taps) = &mut self.taps {
-            (self.counts.kernel_packets, self.counts.dropped) = taps.kernel_counts();
+    /// The watch ends: the packets the kernel still holds in a block it has not handed over
+    /// (it does within [`RETIRE_AFTER`]) are read into `out`; returns the counts.
+    pub fn finish(&mut self, out: &mut Vec<Event>) -> WatchCounts {
+        if self.taps.is_some() {
+            std::thread::sleep(RETIRE_AFTER);
+            self.step(out);
         }
+        self.count_kernel_packets();
         self.counts.clone()
     }
 
@@ -219,6 +234,15 @@ impl Watcher {
         };
         self.counts.sockets_left_out = self.counts.sockets_left_out.max(listing.left_out);
         let at_ns = self.clock.now_ns();
+        if listing.left_out == 0 {
+            // A complete listing: connections whose socket is gone end (see `sweep`).
+            let listed: HashSet<(Endpoint, Endpoint)> = listing
+                .sockets
+                .iter()
+                .map(|s| key(endpoint(s.local), endpoint(s.remote)))
+                .collect();
+            self.conversations.sweep(at_ns, |client, server| listed.contains(&key(client, server)));
+        }
         self.seek_owners(&listing.sockets);
         for socket in listing.sockets {
             let Some(info) = socket.info else { continue };
@@ -227,14 +251,19 @@ impl Watcher {
                 continue;
             }
             let (local, remote) = (endpoint(socket.local), endpoint(socket.remote));
+            // IPv6 connections have no packets here (the filter takes IPv4).
+            let without_packets = self.taps.is_none() || !local.0.is_ipv4();
             let (conn, side, req) = match self.conversations.find(local, remote) {
                 Some(c) => (c.id, c.side_of(local), c.exchange()),
                 // Without packets, sock_diag finds the connections.
-                None if self.taps.is_none() => match self.conversations.socket(local, remote) {
+                None if without_packets => match self.conversations.socket(local, remote) {
                     Some((c, opened)) => {
                         let found = (c.id, c.side_of(local), c.exchange());
                         if let Some((client, server)) = opened {
                             name_connection(&mut self.counts, found.0, client, server);
+                            if self.taps.is_some() {
+                                self.note_ipv6();
+                            }
                         }
                         found
                     }
@@ -243,8 +272,14 @@ impl Watcher {
                 // Its packets have not come yet (or it closed before the watch began).
                 None => continue,
             };
-            let moved =
-                (info.bytes_acked.unwrap_or(0), info.bytes_received.unwrap_or(0), info.unacked);
+            // What moves when anything happens: bytes, segments (a connection stuck in its
+            // retransmission backoff moves only these), retransmissions, its state.
+            let moved = (
+                info.bytes_acked.unwrap_or(0),
+                info.bytes_received.unwrap_or(0),
+                (info.segs_out.unwrap_or(0), info.segs_in.unwrap_or(0)),
+                (info.unacked, info.total_retrans, info.state),
+            );
             if self.last_sample.insert((conn, side), moved) == Some(moved) {
                 continue;
             }
@@ -256,6 +291,32 @@ impl Watcher {
 }
 
 impl Watcher {
+    /// An IPv6 connection, followed through TCP_INFO only: said once, counted always.
+    fn note_ipv6(&mut self) {
+        if self.counts.ipv6_connections == 0 {
+            tracing::warn!(
+                "watch: an IPv6 connection on a watched port: recorded through TCP_INFO only \
+                 (the packet filter takes IPv4), so its exchanges and stalls are not counted"
+            );
+        }
+        self.counts.ipv6_connections += 1;
+    }
+
+    /// Reads the kernel's packet counts (each read resets its own, kept here in u64s), and
+    /// says so the first time it dropped packets for a full ring.
+    fn count_kernel_packets(&mut self) {
+        let Some(taps) = &mut self.taps else { return };
+        let before = self.counts.dropped;
+        (self.counts.kernel_packets, self.counts.dropped) = taps.kernel_counts();
+        if before == 0 && self.counts.dropped > 0 {
+            tracing::warn!(
+                "watch: the kernel dropped packets of the watched ports for a full ring: the \
+                 watch is falling behind (the watched programs are not slowed); exchanges and \
+                 stalls around them may be missing"
+            );
+        }
+    }
+
     /// Names the processes of the named connections' sockets not yet named, walking `/proc`
     /// at most every [`OWNERS_EVERY`] and only when one is missing.
     fn seek_owners(&mut self, sockets: &[sock_diag::TcpSocket]) {
@@ -282,7 +343,7 @@ impl Watcher {
         }
         self.owners_sought = Some(Instant::now());
         let inodes = wanted.keys().copied().collect();
-        for (inode, owner) in process::owners(&inodes) {
+        for (inode, owner) in process::owners(&inodes, OWNERS_WITHIN) {
             let (i, side) = wanted[&inode];
             self.counts.named[i].owners[side] = Some(owner);
         }
@@ -293,6 +354,15 @@ fn name_connection(counts: &mut WatchCounts, conn: ConnId, client: Endpoint, ser
     counts.connections += 1;
     if counts.named.len() < NAMED_CONNECTIONS {
         counts.named.push(NamedConnection { conn, client, server, owners: [None, None] });
+    }
+}
+
+/// A connection's key: its two endpoints in one order.
+fn key(a: Endpoint, b: Endpoint) -> (Endpoint, Endpoint) {
+    if a <= b {
+        (a, b)
+    } else {
+        (b, a)
     }
 }
 

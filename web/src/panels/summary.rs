@@ -76,11 +76,11 @@ impl SelectedRun {
                 Some(bulk) => Numbers::Bulk(BulkText::of(bulk, run.events)),
                 None if run.imported.is_some() => imported_numbers(run),
                 // A watch's exchanges as requests, as `ackscope watch` and `show` print them.
-                None if run.watch.as_ref().is_some_and(|w| !w.packets.rows().is_empty()) => {
+                None if run.watch.as_ref().is_some_and(|w| w.segments > 0) => {
                     let watch = run.watch.as_ref().expect("checked just above");
                     Numbers::Rr(
                         SummaryText::of(&watch.summary()),
-                        watch.packets.classes().iter().map(ClassText::of).collect(),
+                        watch.classes().iter().map(ClassText::of).collect(),
                     )
                 }
                 None if run.is_rr() => Numbers::Rr(

@@ -15,8 +15,8 @@ use crate::store::Store;
 use crate::ws::{LinkStatus, Outbox};
 
 /// Ports one watch takes at once: the probe opens a packet socket and ring for each
-/// (`watch::packets::MAX_PORTS` there, which checks again).
-pub const MAX_PORTS: usize = 8;
+/// (`WatchSpec::MAX_PORTS`, the one rule, which the probe checks again).
+pub const MAX_PORTS: usize = ackscope_shared::WatchSpec::MAX_PORTS;
 
 /// What the field says, as the examples the messages give.
 const FORMS: &str = "a port (8080), up to 8 ports (8080,8443), or pid:N for a process's ports";
