@@ -69,7 +69,21 @@ impl BulkText {
 }
 
 /// "recording: events, TCP_INFO at syscalls, TCP_INFO every 1 ms while blocked": what perturbed
-/// the run.
+/// the run. A watch's TCP_INFO is sampled from outside, not while its own calls block:
+/// "recording: events, TCP_INFO of the sockets every 100 ms, packets".
+pub fn describe_watch_instruments(instruments: &Instruments) -> String {
+    let mut parts = vec!["events".to_string()];
+    if instruments.tcp_info_interval_us > 0 {
+        let ms = f64::from(instruments.tcp_info_interval_us) / 1000.0;
+        parts.push(format!("TCP_INFO of the sockets every {ms} ms"));
+    }
+    if instruments.capture {
+        parts.push("packets".into());
+    }
+    format!("recording: {}", parts.join(", "))
+}
+
+/// See [`describe_watch_instruments`].
 pub fn describe_instruments(instruments: &Instruments) -> String {
     let mut parts = Vec::new();
     parts.push(if instruments.events { "events" } else { "no events" }.to_string());
@@ -174,6 +188,20 @@ mod tests {
         );
         let unknown = host_rows(&HostFacts::default());
         assert!(unknown.iter().all(|(_, value)| value == "unknown"));
+    }
+
+    #[test]
+    fn a_watch_says_its_tcp_info_is_sampled_from_outside() {
+        let watch = Instruments {
+            events: true,
+            tcp_info_at_syscalls: false,
+            tcp_info_interval_us: 100_000,
+            capture: true,
+        };
+        assert_eq!(
+            describe_watch_instruments(&watch),
+            "recording: events, TCP_INFO of the sockets every 100 ms, packets"
+        );
     }
 
     #[test]

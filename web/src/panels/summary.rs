@@ -8,7 +8,9 @@ use ackscope_shared::Scenario;
 use leptos::prelude::*;
 
 use crate::state::{AppState, Source};
-use crate::text::{describe_instruments, host_rows, BulkText, ClassText, SummaryText};
+use crate::text::{
+    describe_instruments, describe_watch_instruments, host_rows, BulkText, ClassText, SummaryText,
+};
 
 /// A details element, closed: "machine: linux 6.8.0, cubic", the rest on demand.
 fn machine_line(host: HostFacts) -> impl IntoView {
@@ -49,6 +51,9 @@ pub struct SelectedRun {
 enum Numbers {
     /// The numbers, and why the calls that waited waited.
     Rr(SummaryText, Vec<ClassText>),
+    /// A watch's exchanges, in the same fields (and test ids) as a run's requests, and why its
+    /// packets waited.
+    Watched(SummaryText, Vec<ClassText>),
     Bulk(BulkText),
     /// An imported capture: its conversations, and why its packets waited.
     Imported(Vec<String>, Vec<ClassText>),
@@ -69,7 +74,10 @@ impl SelectedRun {
             file,
             describe: run.spec.describe(),
             status: run.status.label(),
-            instruments: describe_instruments(&run.instruments),
+            instruments: match run.spec {
+                Scenario::Watch(_) => describe_watch_instruments(&run.instruments),
+                _ => describe_instruments(&run.instruments),
+            },
             host: state.session(key.source).and_then(|s| s.host()).cloned(),
             clock: run.clock.map(|clock| clock_line(&clock)),
             numbers: match run.bulk_summary() {
@@ -78,7 +86,7 @@ impl SelectedRun {
                 // A watch's exchanges as requests, as `ackscope watch` and `show` print them.
                 None if run.watch.as_ref().is_some_and(|w| w.segments > 0) => {
                     let watch = run.watch.as_ref().expect("checked just above");
-                    Numbers::Rr(
+                    Numbers::Watched(
                         SummaryText::of(&watch.summary()),
                         watch.classes().iter().map(ClassText::of).collect(),
                     )
@@ -123,21 +131,55 @@ fn clock_line(clock: &ClockSync) -> String {
     format!("server {}", clock.describe(None))
 }
 
-fn rr_numbers(text: SummaryText) -> impl IntoView {
+/// The words of a run's numbers, or of a watch's (its requests are exchanges, its stalls are
+/// the packets' waits, not reads the kernel held).
+struct Labels {
+    requests: &'static str,
+    rate: &'static str,
+    stalled: &'static str,
+    meaning: &'static str,
+}
+
+const RUN_LABELS: Labels = Labels {
+    requests: "requests",
+    rate: "requests/s",
+    stalled: "stalled reads",
+    meaning: STALLED_READS_MEANING,
+};
+
+const WATCH_LABELS: Labels = Labels {
+    requests: "exchanges",
+    rate: "exchanges/s",
+    stalled: "stalls",
+    meaning: "exchanges: a client's request up to the server's last answer byte, found from the \
+              packets' direction; stalls: the waits the packets show (Nagle holding data for a \
+              delayed ACK), each classified below",
+};
+
+fn rr_numbers(text: SummaryText, labels: &'static Labels) -> impl IntoView {
     view! {
         <dl>
-            <div><dt>"requests"</dt><dd class="num" data-testid="summary-requests">{text.requests}</dd></div>
-            <div><dt>"requests/s"</dt><dd class="num" data-testid="summary-rps">{text.rps}</dd></div>
+            <div><dt>{labels.requests}</dt><dd class="num" data-testid="summary-requests">{text.requests}</dd></div>
+            <div><dt>{labels.rate}</dt><dd class="num" data-testid="summary-rps">{text.rps}</dd></div>
             <div><dt>"p50 (ms)"</dt><dd class="num" data-testid="summary-p50-ms">{text.p50_ms}</dd></div>
             <div><dt>"p99 (ms)"</dt><dd class="num" data-testid="summary-p99-ms">{text.p99_ms}</dd></div>
             <div><dt>"max (ms)"</dt><dd class="num" data-testid="summary-max-ms">{text.max_ms}</dd></div>
-            <div title=STALLED_READS_MEANING>
-                <dt>"stalled reads"</dt>
+            <div title=labels.meaning>
+                <dt>{labels.stalled}</dt>
                 <dd class="num" class:stalls=text.any_stalls data-testid="summary-stalled-reads">
                     {text.stalled_reads}
                 </dd>
             </div>
         </dl>
+    }
+}
+
+/// A run's or a watch's numbers, what they mean, and the classes of its waits.
+fn numbers(text: SummaryText, classes: Vec<ClassText>, labels: &'static Labels) -> impl IntoView {
+    view! {
+        {rr_numbers(text, labels)}
+        <p class="hint" data-testid="stalled-reads-meaning">{labels.meaning}</p>
+        {class_lines(classes)}
     }
 }
 
@@ -223,13 +265,9 @@ pub fn SummaryPanel(
                 {run.host.map(machine_line)}
                 {run.clock.map(|line| view! { <p class="clock" data-testid="summary-clock">{line}</p> })}
                 {match run.numbers {
-                    Numbers::Rr(text, classes) => {
-                        view! {
-                            {rr_numbers(text)}
-                            <p class="hint" data-testid="stalled-reads-meaning">{STALLED_READS_MEANING}</p>
-                            {class_lines(classes)}
-                        }
-                        .into_any()
+                    Numbers::Rr(text, classes) => numbers(text, classes, &RUN_LABELS).into_any(),
+                    Numbers::Watched(text, classes) => {
+                        numbers(text, classes, &WATCH_LABELS).into_any()
                     }
                     Numbers::Bulk(text) => bulk_numbers(text).into_any(),
                     Numbers::Imported(connections, classes) => {
