@@ -201,13 +201,14 @@ impl TcpInfoSample {
 
 /// The previous sample's values per connection and side, within one message: a lookup is O(1),
 /// however many connections a message names (a message naming 100,000 took 25 s to expand
-/// with a list).
+/// with a list). The map is made at the message's first sample: most messages have none, and
+/// a map's secret keys cost more to draw than a small message takes to expand.
 #[derive(Default)]
-struct Previous(crate::keyed_hash::KeyedMap<(ConnId, Side), [u64; FIELDS]>);
+struct Previous(Option<crate::keyed_hash::KeyedMap<(ConnId, Side), [u64; FIELDS]>>);
 
 impl Previous {
     fn get(&mut self, key: (ConnId, Side)) -> &mut [u64; FIELDS] {
-        self.0.entry(key).or_insert([0; FIELDS])
+        self.0.get_or_insert_with(Default::default).entry(key).or_insert([0; FIELDS])
     }
 }
 

@@ -67,7 +67,8 @@ pub fn write_export_json(
             out.write_all(b",\n")?;
         }
         written.messages += 1;
-        serde_json::to_writer(&mut *out, &message)?;
+        // Byte for byte what `serde_json::to_writer` writes, the events several times faster.
+        crate::event_json::write_message(&message, &mut *out)?;
         reducer.handle(&message, &mut steps);
         summarize(&mut steps);
     }

@@ -11,7 +11,8 @@
 //!   for watched programs and imported captures) and [`attribution`] (why each wait happened);
 //! - [`overview`]: a run's requests in a bounded number of columns, each keeping its worst;
 //! - [`wire`] (the versioned messages between probe and browser, and their framing: a session
-//!   file is the same framed stream written to disk) and [`control`] (between two probes);
+//!   file is the same framed stream written to disk), [`event_json`] (its messages as JSON, the
+//!   events written by hand) and [`control`] (between two probes);
 //! - [`reduce`]: the one path from a stream of messages to runs, their tally and their stalls,
 //!   with every reader's bounds; [`report`] (a run's `--json` report) and the exports over it
 //!   ([`export_json`], [`perfetto`], [`pcapng_export`]);
@@ -31,6 +32,7 @@ pub mod control;
 #[cfg(any(test, feature = "synthetic"))]
 pub mod crafted;
 pub mod event;
+pub mod event_json;
 pub mod exchange;
 pub mod export_json;
 #[cfg(any(test, feature = "fuzzing"))]

@@ -8,7 +8,7 @@
 //! Anything less conclusive is left out: a stall is only claimed with its evidence.
 
 use crate::analysis::SegmentSample;
-use crate::event::{ConnId, Event, EventKind, ReqId};
+use crate::event::{ConnId, Event, EventKind, ReqId, Side};
 use crate::stall::{Stall, StallClass};
 
 /// The delayed-ACK timer's range: Linux runs it between its minimum (40 ms with HZ >= 100; the
@@ -57,15 +57,76 @@ pub fn nagle_hold(
     path_delay_ns: u64,
 ) -> Result<Hold, String> {
     hold_so_far(segments, small, path_delay_ns).map_err(|miss| match miss {
-        Miss::No(why) | Miss::NotYet(why) => why,
+        Miss::No(why) | Miss::NotYet(why) => why.to_string(),
     })
 }
 
 /// Why [`nagle_hold`] found no hold: the packets show none, or they ran out before saying.
 enum Miss {
-    No(String),
+    No(Why),
     /// More segments could still make it a hold.
-    NotYet(String),
+    NotYet(Why),
+}
+
+/// What the packets showed instead of a hold, as data: put into words only when
+/// [`nagle_hold`] is asked (the [`StallFinder`] asks again at each segment while a candidate
+/// waits, and a capture's every data segment is one: formatting the answer each time was a
+/// quarter of reading a capture).
+struct Why {
+    /// The side that sent the small segment.
+    writer: Side,
+    /// The small segment's bytes.
+    len: u32,
+    what: WhyNot,
+}
+
+enum WhyNot {
+    NoAck,
+    MoreDataFirst,
+    AnsweredFirst,
+    AckOnAnswer,
+    AckOutsideTimer { delay_ns: u64 },
+    NextDataElsewhere,
+    ReleasedLate { held_len: u32, release_ns: u64 },
+    NothingAfterAck,
+}
+
+impl std::fmt::Display for Why {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let (w, r, len) = (self.writer.name(), self.writer.peer().name(), self.len);
+        match self.what {
+            WhyNot::NoAck => write!(f, "no ACK from the {r} of the {len}-byte segment"),
+            WhyNot::MoreDataFirst => write!(
+                f,
+                "the {w} sent more data before the {r} acknowledged the {len}-byte segment"
+            ),
+            WhyNot::AnsweredFirst => {
+                write!(f, "the {r} answered before it acknowledged the {len}-byte segment")
+            }
+            WhyNot::AckOnAnswer => {
+                write!(f, "the {r}'s ACK of the {len}-byte segment rode on its answer: not delayed")
+            }
+            WhyNot::AckOutsideTimer { delay_ns } => write!(
+                f,
+                "the {r} acknowledged the {len}-byte segment after {:.1} ms, outside the \
+                 delayed-ACK timer's {:.0}-{:.0} ms",
+                delay_ns as f64 / 1e6,
+                *DELAYED_ACK_NS.start() as f64 / 1e6,
+                *DELAYED_ACK_NS.end() as f64 / 1e6,
+            ),
+            WhyNot::NextDataElsewhere => {
+                write!(f, "the {w}'s next data did not start where the small segment ended")
+            }
+            WhyNot::ReleasedLate { held_len, release_ns } => write!(
+                f,
+                "the held {held_len} bytes left {:.1} ms after the {r}'s ACK, not at once",
+                release_ns as f64 / 1e6
+            ),
+            WhyNot::NothingAfterAck => {
+                write!(f, "nothing from the {w} followed the {r}'s ACK of the {len}-byte segment")
+            }
+        }
+    }
 }
 
 /// [`nagle_hold`], telling "no" from "not yet": what [`StallFinder`] needs to decide a
@@ -73,50 +134,31 @@ enum Miss {
 fn hold_so_far(segments: &[SegmentSample], small: usize, path_delay_ns: u64) -> Result<Hold, Miss> {
     let first = segments[small];
     let writer = first.side;
-    let (w, r) = (writer.name(), writer.peer().name());
+    let why = |what| Why { writer, len: first.len, what };
     let end = first.seq_end();
     let mut rest = segments.iter().enumerate().skip(small + 1);
     let ack = loop {
         let Some((index, s)) = rest.next() else {
-            return Err(Miss::NotYet(format!(
-                "no ACK from the {r} of the {}-byte segment",
-                first.len
-            )));
+            return Err(Miss::NotYet(why(WhyNot::NoAck)));
         };
         if s.side == writer {
             if s.len > 0 {
-                return Err(Miss::No(format!(
-                    "the {w} sent more data before the {r} acknowledged the {}-byte segment",
-                    first.len
-                )));
+                return Err(Miss::No(why(WhyNot::MoreDataFirst)));
             }
             continue;
         }
         if s.len > 0 && !seq_ge(s.ack, end) {
-            return Err(Miss::No(format!(
-                "the {r} answered before it acknowledged the {}-byte segment",
-                first.len
-            )));
+            return Err(Miss::No(why(WhyNot::AnsweredFirst)));
         }
         if s.flags & crate::event::tcp_flags::ACK == 0 || !seq_ge(s.ack, end) {
             continue;
         }
         if !s.is_pure_ack() {
-            return Err(Miss::No(format!(
-                "the {r}'s ACK of the {}-byte segment rode on its answer: not delayed",
-                first.len
-            )));
+            return Err(Miss::No(why(WhyNot::AckOnAnswer)));
         }
         let delay = s.at_ns.saturating_sub(first.at_ns).saturating_sub(path_delay_ns);
         if !DELAYED_ACK_NS.contains(&delay) {
-            return Err(Miss::No(format!(
-                "the {r} acknowledged the {}-byte segment after {:.1} ms, outside the \
-                 delayed-ACK timer's {:.0}-{:.0} ms",
-                first.len,
-                delay as f64 / 1e6,
-                *DELAYED_ACK_NS.start() as f64 / 1e6,
-                *DELAYED_ACK_NS.end() as f64 / 1e6,
-            )));
+            return Err(Miss::No(why(WhyNot::AckOutsideTimer { delay_ns: delay })));
         }
         break index;
     };
@@ -125,24 +167,16 @@ fn hold_so_far(segments: &[SegmentSample], small: usize, path_delay_ns: u64) -> 
             continue;
         }
         if s.seq != end {
-            return Err(Miss::No(format!(
-                "the {w}'s next data did not start where the small segment ended"
-            )));
+            return Err(Miss::No(why(WhyNot::NextDataElsewhere)));
         }
         let release = s.at_ns.saturating_sub(segments[ack].at_ns).saturating_sub(path_delay_ns);
         if release > NAGLE_RELEASE_NS {
-            return Err(Miss::No(format!(
-                "the held {} bytes left {:.1} ms after the {r}'s ACK, not at once",
-                s.len,
-                release as f64 / 1e6
-            )));
+            let held = WhyNot::ReleasedLate { held_len: s.len, release_ns: release };
+            return Err(Miss::No(why(held)));
         }
         return Ok(Hold { small, ack, held: index });
     }
-    Err(Miss::NotYet(format!(
-        "nothing from the {w} followed the {r}'s ACK of the {}-byte segment",
-        first.len
-    )))
+    Err(Miss::NotYet(why(WhyNot::NothingAfterAck)))
 }
 
 /// Finds the Nagle x delayed ACK stalls among `events`' [`EventKind::Segment`]s (other kinds are
@@ -293,12 +327,12 @@ fn nagle_stall(
     let sender = small.side;
     let receiver = sender.peer();
     let evidence = format!(
-        "{}-byte segment at {:.6} s, pure ACK {} later, {} bytes {} after it",
+        "{}-byte segment at {} s, pure ACK {} later, {} bytes {} after it",
         small.len,
-        small.at_ns as f64 / 1e9,
-        duration(ack.at_ns - small.at_ns),
+        Fixed { ns: small.at_ns, unit_ns: 1_000_000_000, decimals: 6 },
+        Duration(ack.at_ns - small.at_ns),
         held.len,
-        duration(held.at_ns - ack.at_ns),
+        Duration(held.at_ns - ack.at_ns),
     );
     Stall {
         req,
@@ -315,11 +349,53 @@ fn nagle_stall(
 }
 
 /// "43.6 ms", "30 us".
-fn duration(ns: u64) -> String {
-    if ns >= 1_000_000 {
-        format!("{:.1} ms", ns as f64 / 1e6)
-    } else {
-        format!("{} us", ns / 1000)
+struct Duration(u64);
+
+impl std::fmt::Display for Duration {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.0 {
+            ns if ns >= 1_000_000 => {
+                write!(f, "{} ms", Fixed { ns, unit_ns: 1_000_000, decimals: 1 })
+            }
+            ns => write!(f, "{} us", ns / 1000),
+        }
+    }
+}
+
+/// `ns` in units of `unit_ns` with `decimals` places: exactly what
+/// `format!("{:.decimals$}", ns as f64 / unit_ns as f64)` writes, worked out in integers. Every
+/// stall found in a capture says when it started and how long its parts took, and the float
+/// formatting of those three numbers was most of the cost of finding it.
+///
+/// Why it is exact: with `step = unit_ns / 10^decimals`, the float formatting rounds
+/// `q = ns / unit_ns` (one correctly rounded division of exact operands below 2^53) to the
+/// nearest multiple of 10^-decimals, which is `ns / step` rounded to an integer. `q` is within
+/// a relative 2^-53 of the true quotient: less than `1 / step` of a last place. Unless
+/// `ns % step` is exactly half a step, the true quotient is at least `1 / step` of a last place
+/// from the halfway point, so `q` rounds the same way as the true quotient, which is what the
+/// integers compute. That half (a decimal tie, where the float's own error decides) and values
+/// past 2^53 are left to the float formatting.
+struct Fixed {
+    ns: u64,
+    unit_ns: u64,
+    decimals: u32,
+}
+
+impl std::fmt::Display for Fixed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let places = self.decimals as usize;
+        let scale = 10u64.pow(self.decimals);
+        let step = self.unit_ns / scale;
+        let whole_steps = step >= 2 && step % 2 == 0 && step * scale == self.unit_ns;
+        if !whole_steps || self.ns >= 1 << 53 || self.ns % step == step / 2 {
+            let value = self.ns as f64 / self.unit_ns as f64;
+            return write!(f, "{value:.places$}");
+        }
+        let rounded = self.ns / step + u64::from(self.ns % step > step / 2);
+        match places {
+            0 => write!(f, "{rounded}"),
+            _ => write!(f, "{}.{:0places$}", rounded / scale, rounded % scale),
+        }
     }
 }
 
@@ -386,6 +462,86 @@ mod tests {
             lines[0].starts_with("1 stall: Nagle x delayed ACK, client->server, median 43.6 ms"),
             "{lines:?}"
         );
+    }
+
+    /// What the packets show instead of a hold, in the words `nagle_hold` has always used.
+    #[test]
+    fn each_miss_is_said_in_its_words() {
+        use Side::{Client, Server};
+        let why = |events: &[Event]| {
+            let samples: Vec<SegmentSample> = events
+                .iter()
+                .map(|e| match &e.kind {
+                    EventKind::Segment(s) => SegmentSample::new(e.side, e.at_ns, s),
+                    other => panic!("{other:?}"),
+                })
+                .collect();
+            nagle_hold(&samples, 0, 0).unwrap_err()
+        };
+        let exchange = nagle_exchange(0, 1, 1);
+        assert_eq!(why(&exchange[..1]), "no ACK from the server of the 4-byte segment");
+        let mut more = exchange.clone();
+        more[1] = seg(MS, Client, 5, 1, 10, PSH | ACK);
+        assert_eq!(
+            why(&more[..2]),
+            "the client sent more data before the server acknowledged the 4-byte segment"
+        );
+        let answered = [exchange[0].clone(), seg(MS, Server, 1, 1, 4, PSH | ACK)];
+        assert_eq!(why(&answered), "the server answered before it acknowledged the 4-byte segment");
+        let riding = [exchange[0].clone(), seg(MS, Server, 1, 5, 4, PSH | ACK)];
+        assert_eq!(
+            why(&riding),
+            "the server's ACK of the 4-byte segment rode on its answer: not delayed"
+        );
+        let mut quick = exchange.clone();
+        quick[1].at_ns = 1_260_000;
+        assert_eq!(
+            why(&quick[..2]),
+            "the server acknowledged the 4-byte segment after 1.3 ms, outside the delayed-ACK \
+             timer's 20-500 ms"
+        );
+        assert_eq!(
+            why(&exchange[..2]),
+            "nothing from the client followed the server's ACK of the 4-byte segment"
+        );
+        let mut elsewhere = exchange.clone();
+        if let EventKind::Segment(s) = &mut elsewhere[2].kind {
+            s.seq = 1;
+        }
+        assert_eq!(
+            why(&elsewhere[..3]),
+            "the client's next data did not start where the small segment ended"
+        );
+        let mut late = exchange.clone();
+        late[2].at_ns = late[1].at_ns + 20_050_001;
+        assert_eq!(
+            why(&late[..3]),
+            "the held 2048 bytes left 20.1 ms after the server's ACK, not at once"
+        );
+    }
+
+    /// The integer formatting of a stall's times writes what the float formatting wrote, on
+    /// either side of every rounding point, at the decimal ties (left to the float) and past
+    /// 2^53.
+    #[test]
+    fn fixed_point_is_what_the_float_formatting_writes() {
+        let mut rng = crate::analysis::batches::Rng(3);
+        for (unit_ns, decimals) in [(1_000_000_000, 6), (1_000_000, 1), (1_000_000, 0)] {
+            let step = unit_ns / 10u64.pow(decimals);
+            let mut values = vec![0, 1, step / 2, step - 1, step, (1 << 53) - 1, 1 << 53, u64::MAX];
+            for _ in 0..20_000 {
+                let at = rng.below(1 << 30) as u64 * rng.below(1 << 22) as u64;
+                let tie = at - at % step + step / 2;
+                values.extend([at, tie, tie - 1, tie + 1]);
+            }
+            for ns in values {
+                let float = format!("{:.*}", decimals as usize, ns as f64 / unit_ns as f64);
+                let fixed = Fixed { ns, unit_ns, decimals }.to_string();
+                assert_eq!(fixed, float, "{ns} ns in units of {unit_ns} ns, {decimals} places");
+            }
+        }
+        assert_eq!(Duration(43_649_999).to_string(), "43.6 ms");
+        assert_eq!(Duration(999_999).to_string(), "999 us");
     }
 
     #[test]

@@ -263,6 +263,7 @@ pub fn encode<T: Serialize>(message: &T) -> Vec<u8> {
 }
 
 /// Decodes one message, refusing any larger than [`MAX_MESSAGE_BYTES`].
+#[inline]
 pub fn decode<'a, T: Deserialize<'a>>(bytes: &'a [u8]) -> Result<T, WireError> {
     if bytes.len() > MAX_MESSAGE_BYTES {
         return Err(WireError::TooLarge { len: bytes.len(), max: MAX_MESSAGE_BYTES });
@@ -369,7 +370,11 @@ impl FrameStream {
     }
 
     /// The next whole message, `None` until more bytes are pushed, or the error that ends the
-    /// stream (nothing after it is decoded).
+    /// stream (nothing after it is decoded). Inlined into its caller, so that the message is
+    /// decoded where the caller keeps it instead of being copied out through each call (a
+    /// message is over 200 bytes, and a file of small messages spent a large share of its
+    /// reading in those copies).
+    #[inline]
     pub fn next_message(&mut self) -> Option<Result<ToBrowser, WireError>> {
         if self.failed {
             return None;

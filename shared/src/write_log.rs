@@ -44,9 +44,18 @@ impl Chunk {
     }
 }
 
+/// An emptied log is kept for another connection while its one chunk holds at most this many
+/// entries' room: a connection of a few writes' (one a request), not a long one's.
+const SPARE_ENTRIES: usize = 64;
+
 impl WriteLog {
     pub fn push(&mut self, stream_end: u64, done_ns: u64) {
         if let Some(chunk) = self.chunks.last_mut().filter(|chunk| chunk.entries.len() < CHUNK) {
+            if chunk.entries.is_empty() {
+                // Emptied (every write forgotten, or the log reused): its first write is its
+                // base again.
+                (chunk.base_end, chunk.base_done_ns) = (stream_end, done_ns);
+            }
             if let Some(entry) = chunk.entry(stream_end, done_ns) {
                 chunk.entries.push(entry);
                 return;
@@ -90,6 +99,20 @@ impl WriteLog {
                 self.chunks.remove(0);
             }
         }
+    }
+
+    /// This log with no writes, keeping its allocation for another connection's: `None` if it
+    /// holds more than [`SPARE_ENTRIES`] entries' room, which is not worth keeping.
+    pub fn emptied(mut self) -> Option<WriteLog> {
+        if self.chunks.len() > 1
+            || self.chunks.first().is_some_and(|chunk| chunk.entries.capacity() > SPARE_ENTRIES)
+        {
+            return None;
+        }
+        if let Some(chunk) = self.chunks.first_mut() {
+            chunk.entries.clear();
+        }
+        Some(self)
     }
 
     /// Writes held.
@@ -188,5 +211,30 @@ mod tests {
         assert_eq!(log.len(), 1);
         log.forget_before(u64::MAX - 1);
         assert_eq!(log.len(), 1);
+    }
+
+    /// A short connection's log, emptied, serves the next connection as a new log would, in
+    /// the allocation it had; a long connection's is not kept.
+    #[test]
+    fn an_emptied_log_is_a_new_one_in_the_old_allocation() {
+        let (short, _) = log_of(20);
+        let mut reused = short.emptied().expect("a few writes' log is kept");
+        assert_eq!(reused.len(), 0);
+        assert_eq!(reused.carrier_done_ns(1), None);
+        let room = reused.chunks[0].entries.capacity();
+        // The next connection's stream starts again at 0, earlier than the old writes ended.
+        let (mut new, _) = log_of(0);
+        for (end, done) in [(4, 7), (2052, 90), (2056, 5_000_000_000)] {
+            reused.push(end, done);
+            new.push(end, done);
+        }
+        for end in 0..2060 {
+            assert_eq!(reused.carrier_done_ns(end), new.carrier_done_ns(end), "byte {end}");
+        }
+        assert_eq!(reused.chunks[0].entries.capacity(), room, "no new allocation");
+        assert_eq!(reused.chunks.len(), new.chunks.len());
+        assert!(log_of(SPARE_ENTRIES as u64 + 1).0.emptied().is_none());
+        assert!(log_of(CHUNK as u64 + 1).0.emptied().is_none());
+        assert!(WriteLog::default().emptied().is_some());
     }
 }

@@ -131,6 +131,9 @@ pub fn main() -> ExitCode {
     unsafe {
         libc::signal(libc::SIGXFSZ, libc::SIG_IGN);
     }
+    if matches!(cli.command, Some(Command::Show { .. } | Command::Export { .. })) {
+        crate::record::keep_freed_memory_for_reading();
+    }
     let result = match cli.command {
         None => serve_ui::serve(cli.port),
         Some(Command::Run(args)) => run::run(&args),

@@ -34,11 +34,16 @@ fn is_bidi_control(c: char) -> bool {
         || marks.contains(&c)
 }
 
-/// Whether `text` is printable ASCII, newlines and tabs only, none of which [`needs_escape`]:
-/// the bulk of every output (a JSON export of a large file is mostly numbers), checked byte by
-/// byte, ten times faster than char by char.
-fn is_plain_ascii(text: &str) -> bool {
-    text.bytes().all(|b| matches!(b, b' '..=b'~' | b'\n' | b'\t'))
+/// Whether `bytes` are printable ASCII, newlines and tabs only, none of which [`needs_escape`]
+/// (and so valid UTF-8): the bulk of every output (a JSON export of a large file is mostly
+/// numbers and field names). Checked a block of 32 bytes at a time with no early exit inside a
+/// block, which the compiler turns into vector instructions: a byte-at-a-time `all` cannot be,
+/// and took a third of `export --json`'s CPU.
+fn is_plain_ascii(bytes: &[u8]) -> bool {
+    let plain = |b: u8| (b' '..=b'~').contains(&b) | (b == b'\n') | (b == b'\t');
+    let mut blocks = bytes.chunks_exact(32);
+    blocks.all(|block| block.iter().fold(true, |all, &b| all & plain(b)))
+        && blocks.remainder().iter().all(|&b| plain(b))
 }
 
 /// How [`Printable`] writes a character that [`needs_escape`].
@@ -75,7 +80,7 @@ impl<W: Write> Printable<W> {
 
     /// Writes `text` with its unsafe characters escaped.
     fn write_text(&mut self, text: &str) -> io::Result<()> {
-        if is_plain_ascii(text) || !text.chars().any(needs_escape) {
+        if is_plain_ascii(text.as_bytes()) || !text.chars().any(needs_escape) {
             return self.out.write_all(text.as_bytes());
         }
         let mut escaped = String::with_capacity(text.len() + 16);
@@ -98,6 +103,11 @@ impl<W: Write> Printable<W> {
 
 impl<W: Write> Write for Printable<W> {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        // Most writes are plain ASCII whole: one pass says so, and that they are UTF-8.
+        if self.partial.is_empty() && is_plain_ascii(buf) {
+            self.out.write_all(buf)?;
+            return Ok(buf.len());
+        }
         let joined;
         let mut rest = if self.partial.is_empty() {
             buf
@@ -171,9 +181,20 @@ mod tests {
     fn plain_ascii_is_plain_by_the_one_predicate() {
         for c in (0u8..128).map(char::from) {
             let text = c.to_string();
-            assert!(!is_plain_ascii(&text) || !needs_escape(c), "{c:?}");
+            assert!(!is_plain_ascii(text.as_bytes()) || !needs_escape(c), "{c:?}");
         }
-        assert!(is_plain_ascii("{\"run\":1}\n\t~") && !is_plain_ascii("\u{7f}"));
+        assert!(is_plain_ascii(b"{\"run\":1}\n\t~") && !is_plain_ascii("\u{7f}".as_bytes()));
+        // Checked a block at a time: a control character is found wherever it is, in a whole
+        // block or in the rest after the last one.
+        let long = "{\"at_ns\":12345,\"side\":\"Client\"}\n".repeat(3);
+        assert!(long.len() > 64 && is_plain_ascii(long.as_bytes()));
+        for at in 0..long.len() {
+            let mut bytes = long.clone().into_bytes();
+            bytes[at] = 0x1b;
+            assert!(!is_plain_ascii(&bytes), "ESC at byte {at}");
+            bytes[at] = 0xc2;
+            assert!(!is_plain_ascii(&bytes), "a byte past ASCII at byte {at}");
+        }
     }
 
     #[test]
