@@ -31,8 +31,8 @@ use ackscope_shared::report::RunReport;
 
 use crate::steps::Steps;
 use crate::{
-    bench_capture, bench_hostile, bench_link, bench_remote, bench_setup, bench_viewer, cli, json,
-    setup,
+    bench_capture, bench_hostile, bench_link, bench_remote, bench_setup, bench_viewer, bench_watch,
+    cli, json, setup,
 };
 
 const USAGE: &str = "usage: cargo xtask bench rr [--rounds N] [--seconds S] [--pin CPU]\n       \
@@ -66,6 +66,7 @@ pub fn run(args: &[String]) -> Result<(), String> {
         "remote" => bench_remote::run(rest),
         "setup" => bench_setup::run(rest),
         "viewer" => bench_viewer::run(rest),
+        "watch" => bench_watch::run(rest),
         other => Err(format!("unknown benchmark `{other}`\n{}", all_usage())),
     }
 }
@@ -79,6 +80,7 @@ fn all_usage() -> String {
         bench_remote::USAGE,
         bench_setup::USAGE,
         bench_viewer::USAGE,
+        bench_watch::USAGE,
     ];
     let lines: Vec<&str> =
         every.iter().map(|usage| usage.strip_prefix("usage: ").unwrap_or(usage)).collect();
@@ -442,13 +444,13 @@ pub(crate) fn checked_output(command: &mut Command) -> Result<Output, String> {
 
 /// `sockperf server`, killed (by its PID, which `Child` holds) when this is dropped, also when
 /// a round fails.
-struct SockperfServer {
+pub(crate) struct SockperfServer {
     child: Child,
-    port: u16,
+    pub(crate) port: u16,
 }
 
 impl SockperfServer {
-    fn start(pin: Option<u32>) -> Result<SockperfServer, String> {
+    pub(crate) fn start(pin: Option<u32>) -> Result<SockperfServer, String> {
         let port = free_port()?;
         let child = command("sockperf", pin)
             .args(["server", "-i", "127.0.0.1", "-p", &port.to_string(), "--tcp"])
@@ -498,7 +500,11 @@ pub(crate) struct PingPong {
 /// sockperf's ping-pong client: one message, wait for the answer, the next message.
 /// TCP_NODELAY is sockperf's default (only `--tcp-avoid-nodelay` turns it off), as with
 /// ackscope's `--nodelay both`.
-fn sockperf_ping_pong(port: u16, seconds: u32, pin: Option<u32>) -> Result<PingPong, String> {
+pub(crate) fn sockperf_ping_pong(
+    port: u16,
+    seconds: u32,
+    pin: Option<u32>,
+) -> Result<PingPong, String> {
     let output = checked_output(command("sockperf", pin).args([
         "ping-pong",
         "-i",
@@ -833,7 +839,7 @@ mod tests {
         assert!(error.starts_with("unknown benchmark `nonsense`\nusage: "), "{error}");
         let usage = run(&[]).unwrap_err();
         assert!(usage.starts_with("which benchmark?\nusage: "), "{usage}");
-        for name in ["rr", "memory", "link", "capture", "remote", "setup", "viewer"] {
+        for name in ["rr", "memory", "link", "capture", "remote", "setup", "viewer", "watch"] {
             let line = format!("cargo xtask bench {name} ");
             assert!(error.contains(&line) && usage.contains(&line), "{name}: {usage}");
         }

@@ -61,9 +61,9 @@ struct RrRun {
 
 /// What tcpdump said as it ended.
 #[derive(Clone, Copy, Default)]
-struct TcpdumpCounts {
-    captured: u64,
-    dropped: u64,
+pub(crate) struct TcpdumpCounts {
+    pub captured: u64,
+    pub dropped: u64,
 }
 
 /// One round: the run with capture, without, and (pinned only) with capture through the packet
@@ -214,7 +214,7 @@ fn one_round(round: u32, length: Length, pin: Option<u32>) -> Result<Round, Stri
             2 => result.socket = Some(rr(length, Capture::Socket, pin)?),
             _ => {
                 let cpu = pin.expect("the peer runs pinned only");
-                let tcpdump = Tcpdump::start(cpu)?;
+                let tcpdump = Tcpdump::start(Some(cpu), &TCPDUMP_ARGS)?;
                 let run = rr(length, Capture::Off, pin);
                 let counts = tcpdump.stop()?;
                 result.tcpdump = Some((run?, counts));
@@ -360,9 +360,9 @@ fn counts(said: &str) -> Option<TcpdumpCounts> {
     })
 }
 
-/// tcpdump capturing lo on one CPU; stopped with SIGINT, as a user stops it, when this is
-/// stopped or dropped (also when a round fails).
-struct Tcpdump {
+/// tcpdump capturing, on one CPU or not pinned; stopped with SIGINT, as a user stops it, when
+/// this is stopped or dropped (also when a round fails).
+pub(crate) struct Tcpdump {
     child: Child,
     stderr: BufReader<ChildStderr>,
     /// What it printed before it was capturing, for an error.
@@ -370,10 +370,11 @@ struct Tcpdump {
 }
 
 impl Tcpdump {
-    /// Starts tcpdump pinned to `cpu`, and returns once it says it is listening.
-    fn start(cpu: u32) -> Result<Tcpdump, String> {
-        let mut command = command("tcpdump", Some(cpu));
-        command.args(TCPDUMP_ARGS);
+    /// Starts `tcpdump ARGS...` (pinned to a CPU if `pin`), and returns once it says it is
+    /// listening.
+    pub(crate) fn start(pin: Option<u32>, args: &[&str]) -> Result<Tcpdump, String> {
+        let mut command = command("tcpdump", pin);
+        command.args(args);
         let shown = crate::steps::shown(&command);
         let mut child = command
             .stdin(Stdio::null())
@@ -402,7 +403,7 @@ impl Tcpdump {
     }
 
     /// Stops it and reads its counts: "N packets captured", "N packets dropped by kernel".
-    fn stop(mut self) -> Result<TcpdumpCounts, String> {
+    pub(crate) fn stop(mut self) -> Result<TcpdumpCounts, String> {
         // Its ring hands a block over when full or a second after the block's first packet
         // (tcpdump's timeout): wait for the run's last block, so that it counts every packet.
         thread::sleep(TCPDUMP_BLOCK_TIMEOUT + Duration::from_millis(200));

@@ -18,6 +18,7 @@ mod bench_link;
 mod bench_remote;
 mod bench_setup;
 mod bench_viewer;
+mod bench_watch;
 mod cli;
 mod fuzz;
 mod json;

@@ -1,0 +1,481 @@
+//! `cargo xtask bench watch`: what `ackscope watch` costs the service it watches, measured on
+//! a request/response service that ackscope does not drive (sockperf's TCP ping-pong server and
+//! client), against the same service unwatched and the same service under `tcpdump -w`.
+//!
+//! Each round runs the service for the same time in four configurations: unwatched, watched by
+//! `ackscope watch --port P`, under `tcpdump -i any -w FILE 'tcp port P'`, and unwatched again
+//! (the middle two swap places every other round). A round's ratios divide by the mean of its
+//! two unwatched runs, which bracket the others so that drift during the round shows and
+//! favours neither. First every program on one CPU (the headline: CPU time, what a busy server
+//! pays for being watched), then not pinned.
+//!
+//! Like `bench rr`, this measures: a missed target is printed, and the exit code stays 0.
+//! What it measures and the figures of one machine: docs/BENCHMARKS.md.
+
+use std::fs;
+use std::io::{BufRead, BufReader, Read};
+use std::path::Path;
+use std::process::{Child, ChildStderr, Output, Stdio};
+use std::thread::{self, JoinHandle};
+
+use ackscope_shared::report::RunReport;
+
+use crate::bench::{command, median, met_or_missed, prepare, sockperf_ping_pong, SockperfServer};
+use crate::bench_capture::{Tcpdump, TcpdumpCounts};
+use crate::steps::Steps;
+use crate::{cli, json, setup};
+
+pub(crate) const USAGE: &str =
+    "usage: cargo xtask bench watch [--rounds N] [--seconds S] [--pin CPU]";
+
+/// The watched service's ratio to the unwatched one, at least (and at least tcpdump's).
+const WATCH_TARGET: f64 = 0.9;
+/// The request and answer body, in bytes: `bench rr`'s, so that the rates compare with its
+/// sockperf figures.
+/// `bench rr`'s message size, which `sockperf_ping_pong` sends.
+const SIZE_BYTES: u32 = 2048;
+/// The watch says this on standard error once it takes packets (`ackscope watch`).
+const WATCHING: &str = "ackscope: watching port";
+/// `ackscope watch` ends with this code on Ctrl-C (SIGINT), as a shell reports 128 + 2.
+const INTERRUPTED_EXIT: i32 = 130;
+
+/// `bench watch FLAGS...`.
+pub fn run(args: &[String]) -> Result<(), String> {
+    let (rounds, seconds, pin) = options(args)?;
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    let uid = unsafe { libc::geteuid() };
+    if uid != 0 {
+        return Err(format!(
+            "`cargo xtask bench watch` needs root (running as uid {uid}): the watch's packet \
+             sockets and tcpdump need CAP_NET_RAW, and both run under taskset as this user; run \
+             it as root (`sudo -E cargo xtask bench watch`)"
+        ));
+    }
+    watch(rounds, seconds, pin)
+}
+
+/// `bench watch`'s flags: (rounds, seconds a configuration runs, CPU to pin to).
+fn options(args: &[String]) -> Result<(u32, u32, u32), String> {
+    let (mut rounds, mut seconds, mut pin) = (3, 5, 0);
+    let flags = &mut [("--rounds", &mut rounds), ("--seconds", &mut seconds), ("--pin", &mut pin)];
+    cli::numbers(args, USAGE, flags)?;
+    if rounds == 0 || seconds == 0 {
+        return Err(format!("--rounds and --seconds must be at least 1\n{USAGE}"));
+    }
+    Ok((rounds, seconds, pin))
+}
+
+/// What the watch said of its packets in its report.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+struct WatchCounts {
+    /// Packets it turned into segments.
+    segments: u64,
+    /// Packets the kernel dropped for a full ring: the watch fell behind.
+    dropped: u64,
+    /// Exchanges (request and answer) it found, when its report has them.
+    exchanges: Option<u32>,
+}
+
+/// One round: the service's transactions per second in each configuration.
+#[derive(Clone, Copy, Default)]
+struct Round {
+    before: f64,
+    watched: f64,
+    tcpdump: f64,
+    after: f64,
+    watch: WatchCounts,
+    tcpdump_counts: TcpdumpCounts,
+}
+
+impl Round {
+    /// The unwatched rate the round's others are divided by: the mean of the runs that bracket
+    /// them.
+    fn unwatched(&self) -> f64 {
+        (self.before + self.after) / 2.0
+    }
+
+    fn watched_ratio(&self) -> f64 {
+        self.watched / self.unwatched()
+    }
+
+    fn tcpdump_ratio(&self) -> f64 {
+        self.tcpdump / self.unwatched()
+    }
+}
+
+/// The configurations of a round, in the order they run.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Config {
+    Before,
+    Watched,
+    Tcpdump,
+    After,
+}
+
+impl Config {
+    fn describe(self) -> &'static str {
+        match self {
+            Config::Before => "unwatched",
+            Config::Watched => "watched by ackscope watch",
+            Config::Tcpdump => "under tcpdump -w",
+            Config::After => "unwatched again",
+        }
+    }
+}
+
+/// The order of round `round` (from 1): unwatched first and last, the watch and tcpdump between,
+/// swapped every other round so that drift within a round favours neither.
+fn order(round: u32) -> [Config; 4] {
+    if round % 2 == 1 {
+        [Config::Before, Config::Watched, Config::Tcpdump, Config::After]
+    } else {
+        [Config::Before, Config::Tcpdump, Config::Watched, Config::After]
+    }
+}
+
+fn watch(rounds: u32, seconds: u32, pin: u32) -> Result<(), String> {
+    let placements = [Some(pin), None];
+    let mut steps = prepare(placements.len() * (1 + rounds as usize), &["sockperf", "tcpdump"])?;
+    let mut summary = Vec::new();
+    for placement in placements {
+        let results = rounds_of(&mut steps, placement, rounds, seconds)?;
+        print_rounds(placement, seconds, &results);
+        summary.push((placement, results));
+    }
+    println!(
+        "\nmedians over {rounds} rounds of each round's ratio: its watched (or tcpdump's) rate \
+         over the mean of its two unwatched runs; dropped: packets the kernel dropped for the \
+         watch's full ring, summed over the rounds"
+    );
+    for (placement, results) in &summary {
+        let ratio = median(results.iter().map(Round::watched_ratio));
+        let tcpdump_ratio = median(results.iter().map(Round::tcpdump_ratio));
+        let dropped: u64 = results.iter().map(|r| r.watch.dropped).sum();
+        let segments: u64 = results.iter().map(|r| r.watch.segments).sum();
+        let tcpdump_dropped: u64 = results.iter().map(|r| r.tcpdump_counts.dropped).sum();
+        println!("{}:", describe(*placement));
+        let prefix = if placement.is_some() { "" } else { "unpinned " };
+        println!(
+            "{prefix}watch service_vs_unwatched ratio={ratio:.3} tcpdump_vs_unwatched \
+             ratio={tcpdump_ratio:.3} dropped={dropped}"
+        );
+        if placement.is_some() {
+            println!(
+                "  service_vs_unwatched >= {WATCH_TARGET}:{}",
+                met_or_missed(ratio >= WATCH_TARGET)
+            );
+            println!(
+                "  service_vs_unwatched >= tcpdump_vs_unwatched:{}",
+                met_or_missed(ratio >= tcpdump_ratio)
+            );
+        }
+        println!(
+            "  transactions/s: unwatched {:.0}, watched {:.0}, under tcpdump {:.0} (medians); \
+             the watch took {segments} segments, tcpdump's kernel dropped {tcpdump_dropped}",
+            median(results.iter().map(Round::unwatched)),
+            median(results.iter().map(|r| r.watched)),
+            median(results.iter().map(|r| r.tcpdump)),
+        );
+    }
+    Ok(())
+}
+
+fn describe(pin: Option<u32>) -> String {
+    match pin {
+        Some(cpu) => format!("pinned: server, client, watch and tcpdump on CPU {cpu}"),
+        None => "not pinned".to_string(),
+    }
+}
+
+/// A warm-up, then `rounds` rounds of the four configurations.
+fn rounds_of(
+    steps: &mut Steps,
+    pin: Option<u32>,
+    rounds: u32,
+    seconds: u32,
+) -> Result<Vec<Round>, String> {
+    let placement = describe(pin);
+    steps.start(&format!("sockperf server on 127.0.0.1 (TCP), {placement}"));
+    let server = SockperfServer::start(pin)?;
+    // A first client run warms the caches and the CPU's clock; it is not counted.
+    let warm_up = ping_pong(server.port, 1, pin)?;
+    steps.done(&format!("port {}, warm-up {warm_up:.0} transactions/s", server.port));
+    let pcap =
+        std::env::temp_dir().join(format!("ackscope-bench-watch-{}.pcap", std::process::id()));
+    let mut results = Vec::new();
+    for round in 1..=rounds {
+        steps.start(&format!("round {round} of {rounds}, {placement}"));
+        let mut result = Round::default();
+        for config in order(round) {
+            let tps = match config {
+                Config::Before => {
+                    result.before = ping_pong(server.port, seconds, pin)?;
+                    result.before
+                }
+                Config::After => {
+                    result.after = ping_pong(server.port, seconds, pin)?;
+                    result.after
+                }
+                Config::Watched => {
+                    let watch = Watch::start(server.port, pin)?;
+                    let tps = ping_pong(server.port, seconds, pin);
+                    result.watch = watch.stop()?;
+                    result.watched = tps?;
+                    result.watched
+                }
+                Config::Tcpdump => {
+                    let tcpdump = under_tcpdump(server.port, seconds, pin, &pcap);
+                    let _ = fs::remove_file(&pcap);
+                    (result.tcpdump, result.tcpdump_counts) = tcpdump?;
+                    result.tcpdump
+                }
+            };
+            let extra = match config {
+                Config::Watched => format!(
+                    "; the watch took {} segments, {} dropped",
+                    result.watch.segments, result.watch.dropped
+                ),
+                Config::Tcpdump => format!(
+                    "; tcpdump captured {}, its kernel dropped {}",
+                    result.tcpdump_counts.captured, result.tcpdump_counts.dropped
+                ),
+                _ => String::new(),
+            };
+            steps.note(&format!("{:<26} {tps:>9.0} transactions/s{extra}", config.describe()));
+        }
+        steps.done(&format!(
+            "watched/unwatched {:.3}, tcpdump/unwatched {:.3}",
+            result.watched_ratio(),
+            result.tcpdump_ratio()
+        ));
+        results.push(result);
+    }
+    Ok(results)
+}
+
+/// The service for `seconds` under `tcpdump -i any -w PCAP 'tcp port P'`: its rate and
+/// tcpdump's counts.
+fn under_tcpdump(
+    port: u16,
+    seconds: u32,
+    pin: Option<u32>,
+    pcap: &Path,
+) -> Result<(f64, TcpdumpCounts), String> {
+    let file = pcap.to_string_lossy();
+    let filter = format!("tcp port {port}");
+    let tcpdump = Tcpdump::start(pin, &["-i", "any", "-w", &file, &filter])?;
+    let tps = ping_pong(port, seconds, pin);
+    let counts = tcpdump.stop()?;
+    Ok((tps?, counts))
+}
+
+fn print_rounds(pin: Option<u32>, seconds: u32, results: &[Round]) {
+    println!(
+        "\nsockperf ping-pong on loopback, {SIZE_BYTES}-byte messages, {seconds} s a \
+         configuration, {}; transactions/s",
+        describe(pin)
+    );
+    println!(
+        "{:>5}  {:>9}  {:>9}  {:>9}  {:>9}  {:>12}  {:>12}  {:>12}  {:>9}  {:>7}  {:>9}",
+        "round",
+        "unwatched",
+        "watched",
+        "tcpdump",
+        "again",
+        "after/before",
+        "watched/unw",
+        "tcpdump/unw",
+        "segments",
+        "dropped",
+        "exchanges"
+    );
+    for (index, r) in results.iter().enumerate() {
+        let exchanges = r.watch.exchanges.map_or_else(|| "-".to_string(), |n| n.to_string());
+        println!(
+            "{:>5}  {:>9.0}  {:>9.0}  {:>9.0}  {:>9.0}  {:>12.3}  {:>12.3}  {:>12.3}  {:>9}  \
+             {:>7}  {:>9}",
+            index + 1,
+            r.before,
+            r.watched,
+            r.tcpdump,
+            r.after,
+            r.after / r.before,
+            r.watched_ratio(),
+            r.tcpdump_ratio(),
+            r.watch.segments,
+            r.watch.dropped,
+            exchanges
+        );
+    }
+}
+
+/// sockperf's ping-pong client for `seconds` (`bench rr`'s, the same 2,048-byte messages): the
+/// service's transactions per second.
+fn ping_pong(port: u16, seconds: u32, pin: Option<u32>) -> Result<f64, String> {
+    Ok(sockperf_ping_pong(port, seconds, pin)?.tps)
+}
+
+/// `ackscope watch --port P --json`, started and stopped with SIGINT as a user would; stopped
+/// the same way when dropped (also when a round fails).
+struct Watch {
+    child: Child,
+    /// What it printed on standard error until it was watching.
+    started: String,
+    /// Reads the rest of its standard error, so that it never fills the pipe.
+    rest: Option<JoinHandle<String>>,
+}
+
+impl Watch {
+    /// Starts the watch (pinned to a CPU if `pin`) and returns once it takes packets.
+    fn start(port: u16, pin: Option<u32>) -> Result<Watch, String> {
+        let mut command = command(setup::probe_binary(), pin);
+        command.args(["watch", "--port", &port.to_string(), "--json"]);
+        let shown = crate::steps::shown(&command);
+        let mut child = command
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .map_err(|e| format!("could not start `{shown}`: {e}"))?;
+        let mut stderr = BufReader::new(child.stderr.take().expect("stderr was piped"));
+        let mut watch = Watch { child, started: String::new(), rest: None };
+        loop {
+            let mut line = String::new();
+            let read = stderr.read_line(&mut line).map_err(|e| e.to_string())?;
+            watch.started.push_str(&line);
+            if line.starts_with(WATCHING) {
+                break;
+            }
+            if read == 0 {
+                return Err(format!("`{shown}` ended before it was watching:\n{}", watch.started));
+            }
+        }
+        watch.rest = Some(thread::spawn(move || drain(stderr)));
+        Ok(watch)
+    }
+
+    /// Stops it with SIGINT and reads its report: the packets it took (none is an error).
+    fn stop(mut self) -> Result<WatchCounts, String> {
+        self.interrupt();
+        let mut stdout = Vec::new();
+        if let Some(mut out) = self.child.stdout.take() {
+            out.read_to_end(&mut stdout).map_err(|e| format!("reading the watch's report: {e}"))?;
+        }
+        let status = self.child.wait().map_err(|e| format!("waiting for the watch: {e}"))?;
+        let rest = self.rest.take().and_then(|reader| reader.join().ok()).unwrap_or_default();
+        let stderr = format!("{}{rest}", self.started);
+        if !(status.success() || status.code() == Some(INTERRUPTED_EXIT)) {
+            return Err(format!(
+                "ackscope watch failed ({status}):\n{}{stderr}",
+                String::from_utf8_lossy(&stdout)
+            ));
+        }
+        let report = json::summary(&Output { status, stdout, stderr: Vec::new() })
+            .map_err(|e| format!("{e}\nits standard error:\n{stderr}"))?;
+        watch_counts(&report)
+    }
+
+    fn interrupt(&mut self) {
+        if let Ok(pid) = i32::try_from(self.child.id()) {
+            // SAFETY: a plain signal to our own child, which has not been waited for yet (its
+            // PID cannot have been reused).
+            unsafe { libc::kill(pid, libc::SIGINT) };
+        }
+    }
+}
+
+impl Drop for Watch {
+    fn drop(&mut self) {
+        if self.child.try_wait().ok().flatten().is_none() {
+            self.interrupt();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+fn drain(mut stderr: BufReader<ChildStderr>) -> String {
+    let mut rest = String::new();
+    let _ = stderr.read_to_string(&mut rest);
+    rest
+}
+
+/// The watch's packets from its report's `capture` object. A watch that took no packets did
+/// not watch: that is an error, not a ratio.
+fn watch_counts(report: &RunReport) -> Result<WatchCounts, String> {
+    let capture = report.capture.as_ref().ok_or_else(|| {
+        format!(
+            "ackscope watch's report has no `capture`: it read no packets (it needs root or \
+             CAP_NET_RAW for them), so it did not watch what this benchmark measures: {report:?}"
+        )
+    })?;
+    if capture.segments == 0 {
+        return Err(format!(
+            "ackscope watch took no packets of the service, so it watched nothing (is the \
+             service on the watched port?): {report:?}"
+        ));
+    }
+    Ok(WatchCounts {
+        segments: capture.segments,
+        dropped: u64::from(capture.dropped),
+        exchanges: report.rr().map(|rr| rr.requests),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cli::args;
+
+    #[test]
+    fn watch_flags() {
+        assert_eq!(options(&[]), Ok((3, 5, 0)));
+        assert_eq!(options(&args("--rounds 5 --seconds 2 --pin 1")), Ok((5, 2, 1)));
+        let error = options(&args("--rounds 0")).unwrap_err();
+        assert_eq!(error, format!("--rounds and --seconds must be at least 1\n{USAGE}"));
+        let error = options(&args("--count 3")).unwrap_err();
+        assert_eq!(error, format!("unknown option `--count`\n{USAGE}"));
+    }
+
+    #[test]
+    fn unwatched_runs_bracket_the_others_and_the_middle_two_alternate() {
+        for round in 1..=4 {
+            let order = order(round);
+            assert_eq!((order[0], order[3]), (Config::Before, Config::After), "round {round}");
+            assert!(order.contains(&Config::Watched) && order.contains(&Config::Tcpdump));
+        }
+        assert_ne!(order(1), order(2));
+        assert_eq!(order(1), order(3));
+    }
+
+    #[test]
+    fn ratios_divide_by_the_mean_of_the_bracketing_runs() {
+        let round =
+            Round { before: 100.0, watched: 90.0, tcpdump: 60.0, after: 80.0, ..Round::default() };
+        assert_eq!(round.unwatched(), 90.0);
+        assert_eq!(round.watched_ratio(), 1.0);
+        assert_eq!(round.tcpdump_ratio(), 60.0 / 90.0);
+    }
+
+    /// The report `ackscope watch --json` prints (its fields as the probe writes them).
+    fn report(capture: &str) -> RunReport {
+        let json = format!(
+            r#"{{"ackscope_version":"0.1.0","config":{{"duration_ms":null,"evidence":"packets and TCP_INFO","ports":[5001]}},"duration_s":4.9,"error":null,"events":500000,"max_ms":1.2,"outcome":"interrupted","p50_ms":0.02,"p99_ms":0.05,"requests":240000,"rps":48979.5,"scenario":"watch","stalled_reads":0,"stalls":[]{capture}}}"#
+        );
+        serde_json::from_str(&json).expect("a watch's report")
+    }
+
+    #[test]
+    fn reads_the_watchs_packets_and_refuses_a_watch_without_them() {
+        let capture = r#","capture":{"via":"packet_socket","segments":480000,"offset_uncertainty_ns":0,"drift_ns":0,"dropped":12,"kernel_packets":960012}"#;
+        let counts = watch_counts(&report(capture)).expect("a watch with packets");
+        assert_eq!(
+            counts,
+            WatchCounts { segments: 480_000, dropped: 12, exchanges: Some(240_000) }
+        );
+        let none = watch_counts(&report("")).unwrap_err();
+        assert!(none.contains("no `capture`") && none.contains("CAP_NET_RAW"), "{none}");
+        let empty = capture.replace("480000", "0");
+        let empty = watch_counts(&report(&empty)).unwrap_err();
+        assert!(empty.contains("took no packets"), "{empty}");
+    }
+}
