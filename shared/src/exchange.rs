@@ -42,6 +42,15 @@ pub const LINGER_NS: u64 = 2_000_000_000;
 /// An address and port.
 pub type Endpoint = (IpAddr, u16);
 
+/// A connection's key: its two endpoints in one order, whichever way a packet went.
+pub fn connection_key(a: Endpoint, b: Endpoint) -> (Endpoint, Endpoint) {
+    if a <= b {
+        (a, b)
+    } else {
+        (b, a)
+    }
+}
+
 /// Where one connection is in its exchanges: the numbering rule of the module docs.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ExchangeRule {
@@ -169,7 +178,7 @@ impl Conversations {
         if !to_server && !from_server {
             return None;
         }
-        let key = if from <= to { (from, to) } else { (to, from) };
+        let key = connection_key(from, to);
         let syn = packet.segment.has(tcp_flags::SYN);
         let ack = packet.segment.has(tcp_flags::ACK);
         if syn && !ack && self.open.get(&key).is_some_and(|c| c.closed_at_ns.is_some()) {
@@ -226,7 +235,7 @@ impl Conversations {
         local: Endpoint,
         remote: Endpoint,
     ) -> Option<(&Conversation, Option<(Endpoint, Endpoint)>)> {
-        let key = if local <= remote { (local, remote) } else { (remote, local) };
+        let key = connection_key(local, remote);
         let mut opened = None;
         if !self.open.contains_key(&key) {
             let (client, server) = if self.server_ports.contains(&local.1) {
@@ -264,7 +273,7 @@ impl Conversations {
 
     /// The connection between `local` and `remote`, either way round.
     pub fn find(&self, local: Endpoint, remote: Endpoint) -> Option<&Conversation> {
-        let key = if local <= remote { (local, remote) } else { (remote, local) };
+        let key = connection_key(local, remote);
         self.open.get(&key)
     }
 

@@ -267,14 +267,7 @@ pub fn run(args: &RunArgs) -> Result<Ended, Failure> {
         scenario::run_against(&scenario, instruments, &target, stop, &mut notes, |events| {
             tally.push(&events);
             progress.update(&tally);
-            if let (None, Some(writer)) = (&write_error, &mut file) {
-                write_error = writer.write_events(run, events).err().map(|e| e.to_string());
-                if write_error.is_some() {
-                    // What is recorded can no longer be kept (a full disk): the run stops as on
-                    // Ctrl-C, within a step, instead of going on unrecorded.
-                    stop.store(true, std::sync::atomic::Ordering::SeqCst);
-                }
-            }
+            keep_events(&mut file, &mut write_error, run, events, stop);
         })
         .map_err(|e| Failure::Usage(format!("{}: {}", knobs::flag_of(e.field), e.problem)))?;
     progress.finish();
@@ -405,7 +398,29 @@ fn check_capture(scenario: &Scenario, instruments: Instruments) -> Result<(), Fa
     }
 }
 
-fn write_to(file: &mut Option<SessionWriter>, message: &ToBrowser) -> Result<(), Failure> {
+/// Writes a batch of a run's (or a watch's) events to its file, if it has one and no write
+/// failed before. A failure is kept in `write_error` and sets `stop`: what is recorded can no
+/// longer be kept (a full disk), so the run stops as on Ctrl-C, within a step, instead of going
+/// on unrecorded.
+pub(super) fn keep_events(
+    file: &mut Option<SessionWriter>,
+    write_error: &mut Option<String>,
+    run: RunId,
+    events: Vec<Event>,
+    stop: &std::sync::atomic::AtomicBool,
+) {
+    if let (None, Some(writer)) = (&*write_error, file) {
+        *write_error = writer.write_events(run, events).err().map(|e| e.to_string());
+        if write_error.is_some() {
+            stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        }
+    }
+}
+
+pub(super) fn write_to(
+    file: &mut Option<SessionWriter>,
+    message: &ToBrowser,
+) -> Result<(), Failure> {
     match file {
         Some(writer) => writer.write(message).map_err(|e| Failure::Run(e.to_string())),
         None => Ok(()),
@@ -511,9 +526,9 @@ impl Tally {
         writeln!(out, "{}: {}", scenario.name(), scenario.describe())?;
         match self.run.figures() {
             Some(Figures::Rr(summary)) if matches!(scenario, Scenario::Watch(_)) => {
-                print_exchanges(out, &summary)?
+                print_rr(out, &summary, &WATCH_WORDS)?
             }
-            Some(Figures::Rr(summary)) => print_rr(out, &summary)?,
+            Some(Figures::Rr(summary)) => print_rr(out, &summary, &RUN_WORDS)?,
             Some(Figures::Bulk(summary)) => print_bulk(out, &summary)?,
             None if matches!(scenario, Scenario::Watch(_)) => {
                 writeln!(out, "  exchanges      none: no packet of the watched ports was read")?
@@ -557,26 +572,32 @@ impl Tally {
     }
 }
 
-fn print_rr(out: &mut impl Write, s: &Summary) -> io::Result<()> {
-    writeln!(
-        out,
-        "  requests       {} in {:.2} s ({:.1} requests/s)",
-        s.requests, s.duration_s, s.rps
-    )?;
-    writeln!(
-        out,
-        "  latency        p50 {:.2} ms   p99 {:.2} ms   max {:.2} ms",
-        s.p50_ms, s.p99_ms, s.max_ms
-    )?;
-    writeln!(out, "  stalled reads  {}", s.stalled_reads)?;
-    writeln!(out, "  ({})", ackscope_shared::analysis::STALLED_READS_MEANING)
+/// The words of a request/response summary: a run's requests and stalled reads, or a watch's
+/// exchanges (`ackscope_shared::exchange`, timed from packets) and the stalls its packets show.
+struct RrWords {
+    requests: &'static str,
+    stalled: &'static str,
+    meaning: &'static str,
 }
 
-/// A watch's exchanges (`ackscope_shared::exchange`): its requests, timed from packets.
-fn print_exchanges(out: &mut impl Write, s: &Summary) -> io::Result<()> {
+const RUN_WORDS: RrWords = RrWords {
+    requests: "requests",
+    stalled: "stalled reads",
+    meaning: ackscope_shared::analysis::STALLED_READS_MEANING,
+};
+
+const WATCH_WORDS: RrWords = RrWords {
+    requests: "exchanges",
+    stalled: "stalls",
+    meaning: "an exchange: the client's request up to the server's last answer byte, on the \
+              wire; stalls: waits the packets show, by the packet rule",
+};
+
+fn print_rr(out: &mut impl Write, s: &Summary, words: &RrWords) -> io::Result<()> {
+    let RrWords { requests, stalled, meaning } = words;
     writeln!(
         out,
-        "  exchanges      {} in {:.2} s ({:.1} exchanges/s)",
+        "  {requests:<14} {} in {:.2} s ({:.1} {requests}/s)",
         s.requests, s.duration_s, s.rps
     )?;
     writeln!(
@@ -584,12 +605,8 @@ fn print_exchanges(out: &mut impl Write, s: &Summary) -> io::Result<()> {
         "  latency        p50 {:.2} ms   p99 {:.2} ms   max {:.2} ms",
         s.p50_ms, s.p99_ms, s.max_ms
     )?;
-    writeln!(out, "  stalls         {}", s.stalled_reads)?;
-    writeln!(
-        out,
-        "  (an exchange: the client's request up to the server's last answer byte, on the wire; \
-         stalls: waits the packets show, by the packet rule)"
-    )
+    writeln!(out, "  {stalled:<14} {}", s.stalled_reads)?;
+    writeln!(out, "  ({meaning})")
 }
 
 fn print_bulk(out: &mut impl Write, s: &BulkSummary) -> io::Result<()> {

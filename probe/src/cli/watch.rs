@@ -10,11 +10,11 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use ackscope_shared::reduce::RunAnalyses;
-use ackscope_shared::wire::{Hello, Instruments, RunOutcome, ToBrowser};
+use ackscope_shared::wire::{Hello, RunOutcome, ToBrowser};
 use ackscope_shared::{RunId, Scenario, WatchSpec};
 
 use super::knobs::parse_duration_ms;
-use super::run::{finish_file, print_summary, Tally};
+use super::run::{finish_file, keep_events, print_summary, write_to, Tally};
 use super::terminal::Printable;
 use super::{Ended, Failure};
 use crate::capture::{CaptureReport, Via};
@@ -22,7 +22,7 @@ use crate::net::record::Clock;
 use crate::record::SessionWriter;
 use crate::watch::process;
 use crate::watch::sock_diag::{self, TcpState};
-use crate::watch::watcher::{Evidence, WatchCounts, Watcher, SAMPLE_EVERY};
+use crate::watch::watcher::{Evidence, WatchCounts, Watcher};
 use crate::{host, interrupt};
 
 #[derive(Debug, clap::Args)]
@@ -71,31 +71,24 @@ pub fn watch(args: &WatchArgs) -> Result<Ended, Failure> {
         eprintln!("ackscope: watching with {}", watcher.evidence.describe());
     }
     say_what_listens(&ports);
-    let scenario = Scenario::Watch(WatchSpec {
+    let spec = WatchSpec {
         ports: ports.clone(),
         pid: args.pid,
         duration_ms: args.duration,
         evidence: watcher.evidence.describe(),
-    });
-    let instruments = Instruments {
-        events: true,
-        tcp_info_at_syscalls: false,
-        tcp_info_interval_us: SAMPLE_EVERY.as_micros() as u32,
-        capture: watcher.evidence == Evidence::PacketsAndTcpInfo,
     };
+    let scenario = Scenario::Watch(spec.clone());
+    let instruments = watcher.evidence.instruments();
     let mut file = match &args.output {
         Some(path) => Some(SessionWriter::create(path).map_err(|e| e.to_string())?),
         None => None,
     };
     let run = RunId(1);
-    let mut write_error: Option<String> = None;
-    let mut write = |file: &mut Option<SessionWriter>, message: &ToBrowser| {
-        if let (None, Some(writer)) = (&write_error, file) {
-            write_error = writer.write(message).err().map(|e| e.to_string());
-        }
-    };
-    write(&mut file, &ToBrowser::Hello(Hello::current(env!("CARGO_PKG_VERSION"), host::facts())));
-    write(&mut file, &ToBrowser::RunStarted { run, spec: scenario.clone(), instruments });
+    write_to(
+        &mut file,
+        &ToBrowser::Hello(Hello::current(env!("CARGO_PKG_VERSION"), host::facts())),
+    )?;
+    write_to(&mut file, &ToBrowser::RunStarted { run, spec: scenario.clone(), instruments })?;
     // Ctrl-C is the watch's end from the moment it says it watches, never the default kill.
     let stop = interrupt::install();
     // On standard error with --json too: the moment packets are taken, for scripts to wait on.
@@ -107,20 +100,11 @@ pub fn watch(args: &WatchArgs) -> Result<Ended, Failure> {
     let mut tally = Tally::new(&scenario);
     let mut progress = Progress::new(args.json);
     let has_packets = watcher.has_packets();
-    let spec = match &scenario {
-        Scenario::Watch(spec) => spec.clone(),
-        _ => unreachable!("made just above"),
-    };
+    let mut write_error: Option<String> = None;
     let (outcome, counts) = crate::watch::run(watcher, &spec, stop, |events| {
         tally.push(&events);
         progress.update(&tally);
-        if let (None, Some(writer)) = (&write_error, &mut file) {
-            write_error = writer.write_events(run, events).err().map(|e| e.to_string());
-            if write_error.is_some() {
-                // What is watched can no longer be kept (a full disk): the watch ends.
-                stop.store(true, std::sync::atomic::Ordering::SeqCst);
-            }
-        }
+        keep_events(&mut file, &mut write_error, run, events, stop);
     });
     progress.finish();
     if let RunAnalyses::Watched(watched) = &mut tally.run.analysis {

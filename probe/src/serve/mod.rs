@@ -604,7 +604,7 @@ pub fn start_run(
 /// what this process can see of them, with the instruments that says. The error is the
 /// refusal, in words that name the fix.
 fn watch_on_this_host(mut watch: WatchSpec) -> Result<(WatchSpec, Instruments), String> {
-    use crate::watch::watcher::{Evidence, Watcher, SAMPLE_EVERY};
+    use crate::watch::watcher::Watcher;
     if let Some(pid) = watch.pid {
         watch.ports.extend(crate::watch::process::ports_of(pid)?);
     }
@@ -620,15 +620,7 @@ fn watch_on_this_host(mut watch: WatchSpec) -> Result<(WatchSpec, Instruments), 
         .map(|watcher| watcher.evidence.clone())
         .map_err(|e| format!("watch: {e}"))?;
     watch.evidence = evidence.describe();
-    // As `ackscope watch` records them: sock_diag's samples, no syscalls of the watched
-    // programs, and packets when they are read.
-    let instruments = Instruments {
-        events: true,
-        tcp_info_at_syscalls: false,
-        tcp_info_interval_us: u32::try_from(SAMPLE_EVERY.as_micros()).unwrap_or(u32::MAX),
-        capture: evidence == Evidence::PacketsAndTcpInfo,
-    };
-    Ok((watch, instruments))
+    Ok((watch, evidence.instruments()))
 }
 
 /// Until `ended`: stops the run at Ctrl-C, or at [`limits::MAX_DURATION`] (returns true then).

@@ -19,8 +19,9 @@ use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use ackscope_shared::exchange::{Conversations, Endpoint};
+use ackscope_shared::exchange::{connection_key, Conversations, Endpoint};
 use ackscope_shared::packet::parse_ethernet;
+use ackscope_shared::wire::Instruments;
 use ackscope_shared::{ConnId, Event, EventKind, Side};
 
 use super::packets::{PortTaps, TapError};
@@ -55,6 +56,17 @@ pub enum Evidence {
 }
 
 impl Evidence {
+    /// What a watch records, as a session's header says it: sock_diag's samples every
+    /// [`SAMPLE_EVERY`], no syscalls of the watched programs, and packets when they are read.
+    pub fn instruments(&self) -> Instruments {
+        Instruments {
+            events: true,
+            tcp_info_at_syscalls: false,
+            tcp_info_interval_us: u32::try_from(SAMPLE_EVERY.as_micros()).unwrap_or(u32::MAX),
+            capture: *self == Evidence::PacketsAndTcpInfo,
+        }
+    }
+
     /// For the session's spec and the summary.
     pub fn describe(&self) -> String {
         match self {
@@ -239,9 +251,10 @@ impl Watcher {
             let listed: HashSet<(Endpoint, Endpoint)> = listing
                 .sockets
                 .iter()
-                .map(|s| key(endpoint(s.local), endpoint(s.remote)))
+                .map(|s| connection_key(endpoint(s.local), endpoint(s.remote)))
                 .collect();
-            self.conversations.sweep(at_ns, |client, server| listed.contains(&key(client, server)));
+            self.conversations
+                .sweep(at_ns, |client, server| listed.contains(&connection_key(client, server)));
         }
         self.seek_owners(&listing.sockets);
         for socket in listing.sockets {
@@ -354,15 +367,6 @@ fn name_connection(counts: &mut WatchCounts, conn: ConnId, client: Endpoint, ser
     counts.connections += 1;
     if counts.named.len() < NAMED_CONNECTIONS {
         counts.named.push(NamedConnection { conn, client, server, owners: [None, None] });
-    }
-}
-
-/// A connection's key: its two endpoints in one order.
-fn key(a: Endpoint, b: Endpoint) -> (Endpoint, Endpoint) {
-    if a <= b {
-        (a, b)
-    } else {
-        (b, a)
     }
 }
 

@@ -508,21 +508,21 @@ pub fn RunForm(
                         }
                     })
             }}
-            {move || {
-                store
-                    .read(|state| state.rejected.clone())
-                    .filter(|_| !watch_asked.get())
-                    .map(|reason| {
-                        view! {
-                            <p class="error" role="alert" data-testid="rejected">
-                                "The probe refused: "
-                                {reason}
-                            </p>
-                        }
-                    })
-            }}
+            {move || refusal(store, !watch_asked.get())}
         </form>
     }
+}
+
+/// The probe's refusal of the last start, if `here` is where that start was asked (the run form
+/// or the watch card: one refusal is on the page at a time).
+pub fn refusal(store: Store, here: bool) -> Option<impl IntoView> {
+    let reason = store.read(|state| state.rejected.clone()).filter(|_| here)?;
+    Some(view! {
+        <p class="error" role="alert" data-testid="rejected">
+            "The probe refused: "
+            {reason}
+        </p>
+    })
 }
 
 /// The message that starts `spec`: on this probe's own server, or with a `server` address on

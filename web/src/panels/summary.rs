@@ -82,15 +82,8 @@ impl SelectedRun {
             clock: run.clock.map(|clock| clock_line(&clock)),
             numbers: match run.bulk_summary() {
                 Some(bulk) => Numbers::Bulk(BulkText::of(bulk, run.events)),
+                None if run.watch.is_some() => watch_numbers(run),
                 None if run.imported.is_some() => imported_numbers(run),
-                // A watch's exchanges as requests, as `ackscope watch` and `show` print them.
-                None if run.watch.as_ref().is_some_and(|w| w.segments > 0) => {
-                    let watch = run.watch.as_ref().expect("checked just above");
-                    Numbers::Watched(
-                        SummaryText::of(&watch.summary()),
-                        watch.classes().iter().map(ClassText::of).collect(),
-                    )
-                }
                 None if run.is_rr() => Numbers::Rr(
                     SummaryText::of(run.summary()),
                     run.attribution().classes.iter().map(ClassText::of).collect(),
@@ -98,6 +91,19 @@ impl SelectedRun {
                 None => Numbers::Events(run.events),
             },
         })
+    }
+}
+
+/// A watch's exchanges as requests and its stall classes, as `ackscope watch` and `show` print
+/// them; only its event count when it read no packet.
+fn watch_numbers(run: &crate::state::Run) -> Numbers {
+    let Some(watch) = &run.watch else { return Numbers::Events(run.events) };
+    match watch.summary() {
+        Some(summary) => Numbers::Watched(
+            SummaryText::of(&summary),
+            watch.classes().iter().map(ClassText::of).collect(),
+        ),
+        None => Numbers::Events(run.events),
     }
 }
 

@@ -9,7 +9,7 @@ use ackscope_shared::{Scenario, WatchSpec};
 use leptos::ev::SubmitEvent;
 use leptos::prelude::*;
 
-use super::run_form::start_blocked;
+use super::run_form::{refusal, start_blocked};
 use crate::state::{AppState, RunStatus};
 use crate::store::Store;
 use crate::ws::{LinkStatus, Outbox};
@@ -160,19 +160,7 @@ pub fn WatchSource(
                         }
                     })
             }}
-            {move || {
-                store
-                    .read(|state| state.rejected.clone())
-                    .filter(|_| asked.get())
-                    .map(|reason| {
-                        view! {
-                            <p class="error" role="alert" data-testid="rejected">
-                                "The probe refused: "
-                                {reason}
-                            </p>
-                        }
-                    })
-            }}
+            {move || refusal(store, asked.get())}
         </form>
     }
 }
