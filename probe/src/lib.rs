@@ -17,6 +17,7 @@
 //! runtime's wake-ups would add their own latency to what we claim is the kernel's. tokio only
 //! serves the UI and the WebSocket.
 
+pub mod bpf;
 pub mod capture;
 pub mod cli;
 pub mod emulate;

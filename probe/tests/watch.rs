@@ -172,6 +172,37 @@ fn a_standard_library_pair_writing_in_two_writes_shows_both_nagle_stalls_live() 
     assert_eq!(from_file.stalls, report.stalls, "the file's stalls");
 }
 
+/// As root the watch also sees the kernel's delayed-ACK timer fire on the watched sockets
+/// (an eBPF program): the timer that sent each held ACK is named, for most of the stalls, and
+/// the session's header says the timer was watched.
+#[test]
+#[ignore = "needs root (an eBPF program on the kernel's timers): cargo xtask test runs it as root"]
+fn as_root_the_kernels_delayed_ack_timer_is_seen_sending_the_held_acks() {
+    require_root("an eBPF program on the kernel's timers");
+    let (_server, port) = start_server("server", &["--split"]);
+    let ackscope = Command::new(env!("CARGO_BIN_EXE_ackscope"));
+    let (watch, _) = Watch::start_with(ackscope, &["--port", &port.to_string()]);
+    let measured = run_client("client", port, &["--requests", &REQUESTS.to_string(), "--split"]);
+    let summary = watch.stop_printing();
+    assert!(summary.contains(&format!("exchanges      {} in", measured.requests)), "{summary}");
+    let line = summary
+        .lines()
+        .find(|l| l.trim_start().starts_with("kernel "))
+        .unwrap_or_else(|| panic!("a line for the kernel's timer: {summary}"));
+    let numbers: Vec<u32> =
+        line.split(|c: char| !c.is_ascii_digit()).filter_map(|n| n.parse().ok()).collect();
+    let [sent, confirmed] = numbers[..] else { panic!("two counts: {line}") };
+    // Two held ACKs a request (one each way) once the connection left its quick ACKs.
+    assert!(sent >= REQUESTS, "{sent} ACKs sent by the timer for {REQUESTS} requests: {line}");
+    assert!(confirmed >= REQUESTS, "{confirmed} stalls' ACKs seen sent by it: {line}");
+    let stalls: u32 = summary
+        .lines()
+        .filter(|l| l.contains("Nagle x delayed ACK"))
+        .filter_map(|l| l.split_whitespace().next()?.parse::<u32>().ok())
+        .sum();
+    assert!(confirmed <= stalls, "{confirmed} confirmed of {stalls} stalls: {summary}");
+}
+
 #[test]
 #[ignore = "needs root (reading another program's packets): cargo xtask test runs it as root"]
 fn a_pair_that_sets_tcp_nodelay_shows_no_nagle_stall() {

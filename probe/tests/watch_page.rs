@@ -101,9 +101,14 @@ fn a_pages_watch_of_a_process_records_its_ports_and_what_it_sees_and_stops_as_in
     let Scenario::Watch(watch) = spec else { panic!("announced as {spec:?}") };
     assert_eq!((watch.ports.as_slice(), watch.pid), ([port].as_slice(), Some(pid)));
     assert_eq!(watch.duration_ms, None, "the page's Stop ends it");
-    // What it sees is what this process may read: packets as root, else TCP_INFO alone.
+    // What it sees is what this process may read: as root packets and the kernel's
+    // delayed-ACK timer, else TCP_INFO alone.
     assert_eq!(instruments.capture, is_root(), "{}", watch.evidence);
-    let expected = if is_root() { "packets and TCP_INFO" } else { "TCP_INFO only" };
+    let expected = if is_root() {
+        "packets, TCP_INFO and the kernel's delayed-ACK timer"
+    } else {
+        "TCP_INFO only"
+    };
     assert!(watch.evidence.starts_with(expected), "{}", watch.evidence);
     assert!(!instruments.tcp_info_at_syscalls, "a watch makes no syscalls of its own to sample");
 

@@ -243,6 +243,7 @@ impl WriteJson for EventKind {
             EventKind::ClockSync { offset_ns, uncertainty_ns, rtt_ns } => {
                 variant!(json, ClockSync { offset_ns, uncertainty_ns, rtt_ns })
             }
+            EventKind::DelayedAck => unit(json, b"\"DelayedAck\""),
         }
     }
 }
@@ -473,6 +474,7 @@ mod tests {
                 rtt_ns: draw(rng, u64::MAX),
             },
             EventKind::ClockSync { offset_ns: i64::MIN, uncertainty_ns: 0, rtt_ns: 1 },
+            EventKind::DelayedAck,
         ]
     }
 

@@ -219,31 +219,61 @@ const DECIDED_AFTER_NS: u64 = *DELAYED_ACK_NS.end() + NAGLE_RELEASE_NS;
 pub struct StallFinder<T = ()> {
     windows: crate::keyed_hash::KeyedMap<ConnId, Window<T>>,
     found: Vec<(Stall, T)>,
+    /// Stalls found whose ACK the kernel's delayed-ACK timer was seen to send
+    /// ([`EventKind::DelayedAck`], a watch as root).
+    pub confirmed_by_timer: u64,
 }
 
 impl<T> Default for StallFinder<T> {
     fn default() -> Self {
-        StallFinder { windows: Default::default(), found: Vec::new() }
+        StallFinder { windows: Default::default(), found: Vec::new(), confirmed_by_timer: 0 }
     }
 }
 
-/// One connection's segments from its oldest undecided candidate on.
+/// One connection's segments from its oldest undecided candidate on, and the times its
+/// delayed-ACK timers fired since then (at most [`MAX_TIMERS`]).
 struct Window<T> {
     samples: std::collections::VecDeque<SegmentSample>,
     tags: std::collections::VecDeque<(ReqId, T)>,
+    timers: std::collections::VecDeque<(Side, u64)>,
 }
+
+impl<T> Default for Window<T> {
+    fn default() -> Self {
+        Window { samples: Default::default(), tags: Default::default(), timers: Default::default() }
+    }
+}
+
+/// Timer firings a window keeps: a hold needs the one of its ACK, and a connection's timer
+/// fires at most once per 40 ms.
+const MAX_TIMERS: usize = 16;
+/// How far apart the timer's firing and the ACK it sent may be stamped: the ACK leaves within
+/// microseconds, and the two stamps come from two clocks (the kernel's monotonic one and the
+/// packet's realtime stamp moved onto it), aligned to well within this.
+const TIMER_TO_ACK_NS: u64 = 2_000_000;
 
 impl<T: Clone> StallFinder<T> {
     /// Adds a segment event (any other kind is ignored).
+    /// Adds a segment event, or notes a delayed-ACK timer's firing on a connection with
+    /// segments held (any other kind is ignored).
     pub fn push(&mut self, event: &Event, tag: T) {
-        let EventKind::Segment(segment) = &event.kind else { return };
-        let window = self
-            .windows
-            .entry(event.conn)
-            .or_insert_with(|| Window { samples: Default::default(), tags: Default::default() });
+        let segment = match &event.kind {
+            EventKind::Segment(segment) => segment,
+            EventKind::DelayedAck => {
+                if let Some(window) = self.windows.get_mut(&event.conn) {
+                    if window.timers.len() == MAX_TIMERS {
+                        window.timers.pop_front();
+                    }
+                    window.timers.push_back((event.side, event.at_ns));
+                }
+                return;
+            }
+            _ => return,
+        };
+        let window = self.windows.entry(event.conn).or_default();
         window.samples.push_back(SegmentSample::new(event.side, event.at_ns, segment));
         window.tags.push_back((event.req, tag));
-        decide(event.conn, window, false, &mut self.found);
+        decide(event.conn, window, false, &mut self.found, &mut self.confirmed_by_timer);
     }
 
     /// Connections with a window held (an entry each, empty or not).
@@ -265,17 +295,23 @@ impl<T: Clone> StallFinder<T> {
     /// and its window is freed, so a long watch holds only its open connections.
     pub fn end_connection(&mut self, conn: ConnId) {
         if let Some(mut window) = self.windows.remove(&conn) {
-            decide(conn, &mut window, true, &mut self.found);
+            decide(conn, &mut window, true, &mut self.found, &mut self.confirmed_by_timer);
         }
     }
 
     /// The capture has ended: every candidate is decided on what came, and the stalls not yet
     /// taken are returned.
     pub fn finish(mut self) -> Vec<(Stall, T)> {
-        for (conn, window) in &mut self.windows {
-            decide(*conn, window, true, &mut self.found);
-        }
+        self.end_all();
         self.found
+    }
+
+    /// Every connection has ended: their candidates are decided on what came (for
+    /// [`StallFinder::take_found`]) and their windows freed.
+    pub fn end_all(&mut self) {
+        for (conn, mut window) in std::mem::take(&mut self.windows) {
+            decide(conn, &mut window, true, &mut self.found, &mut self.confirmed_by_timer);
+        }
     }
 }
 
@@ -286,6 +322,7 @@ fn decide<T: Clone>(
     window: &mut Window<T>,
     at_end: bool,
     found: &mut Vec<(Stall, T)>,
+    confirmed_by_timer: &mut u64,
 ) {
     let newest = window.samples.back().map_or(0, |s| s.at_ns);
     loop {
@@ -297,6 +334,10 @@ fn decide<T: Clone>(
         window.samples.drain(..small);
         window.tags.drain(..small);
         let first = window.samples[0];
+        // A timer that fired before this candidate's segment sent no ACK of it.
+        while window.timers.front().is_some_and(|&(_, at)| at < first.at_ns) {
+            window.timers.pop_front();
+        }
         let over = window.samples.len() > MAX_WINDOW;
         let final_ = at_end || over || newest > first.at_ns.saturating_add(DECIDED_AFTER_NS);
         let samples = window.samples.make_contiguous();
@@ -305,7 +346,13 @@ fn decide<T: Clone>(
                 let (ack, held) = (samples[hold.ack], samples[hold.held]);
                 let (req, _) = &window.tags[0];
                 let ended_by = window.tags[hold.held].1.clone();
-                found.push((nagle_stall(conn, *req, first, ack, held), ended_by));
+                // The reader's timer, fired as its ACK left.
+                let timer = window.timers.iter().find(|&&(side, at)| {
+                    side == ack.side && at.abs_diff(ack.at_ns) <= TIMER_TO_ACK_NS
+                });
+                let timer = timer.map(|&(_, at)| at);
+                *confirmed_by_timer += u64::from(timer.is_some());
+                found.push((nagle_stall(conn, *req, first, ack, held, timer), ended_by));
             }
             Err(Miss::NotYet(_)) if !final_ => return,
             Err(_) => {}
@@ -323,10 +370,11 @@ fn nagle_stall(
     small: SegmentSample,
     ack: SegmentSample,
     held: SegmentSample,
+    timer: Option<u64>,
 ) -> Stall {
     let sender = small.side;
     let receiver = sender.peer();
-    let evidence = format!(
+    let mut evidence = format!(
         "{}-byte segment at {} s, pure ACK {} later, {} bytes {} after it",
         small.len,
         Fixed { ns: small.at_ns, unit_ns: 1_000_000_000, decimals: 6 },
@@ -334,6 +382,14 @@ fn nagle_stall(
         held.len,
         Duration(held.at_ns - ack.at_ns),
     );
+    if let Some(at_ns) = timer {
+        evidence.push_str(&format!(
+            "; the {}'s delayed-ACK timer sent that ACK, firing {} after the segment (seen in \
+             the kernel)",
+            receiver.name(),
+            Duration(at_ns.saturating_sub(small.at_ns)),
+        ));
+    }
     Stall {
         req,
         conn,
@@ -561,6 +617,56 @@ mod tests {
             s.seq = 1;
         }
         assert_eq!(find(&retrans[..3]).len(), 0);
+    }
+
+    /// The server's delayed-ACK timer seen firing as its ACK left (a watch as root): the stall
+    /// says so, and is counted as confirmed. A timer on the other side, or one far from the
+    /// ACK, confirms nothing.
+    #[test]
+    fn a_delayed_ack_timer_seen_firing_with_the_ack_is_named_in_the_evidence() {
+        let timer = |at_ns: u64, side: Side| Event {
+            at_ns,
+            side,
+            conn: ConnId(1),
+            req: ReqId(0),
+            kind: EventKind::DelayedAck,
+        };
+        let stalls_with = |timers: Vec<Event>| {
+            let events = nagle_exchange(10 * MS, 1000, 5000);
+            let mut finder = StallFinder::default();
+            finder.push(&events[0], ());
+            for t in &timers {
+                finder.push(t, ());
+            }
+            for event in &events[1..] {
+                finder.push(event, ());
+            }
+            let confirmed = finder.confirmed_by_timer;
+            let mut found = finder.take_found();
+            found.extend(finder.finish());
+            (found.into_iter().map(|(stall, ())| stall).collect::<Vec<_>>(), confirmed)
+        };
+        // The server's ACK of the client's 4 bytes is at 10 + 43.6 ms.
+        let (stalls, confirmed) = stalls_with(vec![timer(10 * MS + 43_590_000, Side::Server)]);
+        assert_eq!((stalls.len(), confirmed), (2, 1));
+        let to_server = &stalls[0];
+        assert_eq!(to_server.to, Side::Server);
+        assert!(
+            to_server.evidence.ends_with(
+                "; the server's delayed-ACK timer sent that ACK, firing 43.6 ms after the segment \
+                 (seen in the kernel)"
+            ),
+            "{}",
+            to_server.evidence
+        );
+        assert!(!stalls[1].evidence.contains("timer"), "{}", stalls[1].evidence);
+        for miss in
+            [timer(10 * MS + 43_590_000, Side::Client), timer(10 * MS + 30 * MS, Side::Server)]
+        {
+            let (stalls, confirmed) = stalls_with(vec![miss]);
+            assert_eq!((stalls.len(), confirmed), (2, 0));
+            assert!(stalls.iter().all(|s| !s.evidence.contains("timer")));
+        }
     }
 
     /// Story 1 exchanges one after another, fed one segment at a time: the stalls come out as

@@ -248,6 +248,8 @@ pub struct WatchTally {
     /// Segments seen: none means the watch read no packet (it had no CAP_NET_RAW).
     pub segments: u64,
     pub exchanges: ExchangeTally,
+    /// ACKs the watched sockets' delayed-ACK timers were seen to send (a watch as root).
+    pub delayed_acks: u64,
 }
 
 impl std::fmt::Debug for WatchTally {
@@ -262,8 +264,14 @@ impl std::fmt::Debug for WatchTally {
 impl WatchTally {
     pub fn push(&mut self, events: &[Event]) {
         for e in events {
-            if !matches!(e.kind, EventKind::Segment(_)) {
-                continue;
+            match e.kind {
+                EventKind::Segment(_) => {}
+                EventKind::DelayedAck => {
+                    self.delayed_acks += 1;
+                    self.finder.push(e, ());
+                    continue;
+                }
+                _ => continue,
             }
             self.segments += 1;
             self.finder.push(e, ());
@@ -276,9 +284,14 @@ impl WatchTally {
 
     /// The stream ended: every candidate stall is decided, every answered exchange counted.
     pub fn finish(&mut self) {
-        let finder = std::mem::take(&mut self.finder);
-        finder.finish().iter().for_each(|(stall, ())| self.stalls.add(stall));
+        self.finder.end_all();
+        self.finder.take_found().iter().for_each(|(stall, ())| self.stalls.add(stall));
         self.exchanges.finish();
+    }
+
+    /// Of the stalls found, those whose ACK the kernel's delayed-ACK timer was seen to send.
+    pub fn confirmed_by_timer(&self) -> u64 {
+        self.finder.confirmed_by_timer
     }
 
     /// The stall classes decided so far (all of them once [`WatchTally::finish`] ran).

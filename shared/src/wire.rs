@@ -20,8 +20,9 @@ use crate::varint::varint;
 /// Bumped whenever the encoding changes (docs/FORMAT.md, "Versions"). Version 2 appended the
 /// `Overview` and `Trailer` messages of a file's end and the class's messages; version 3 the
 /// `RunDelay` event kind and `ToProbe::StopRun`; version 4 the `ClockSync` event kind of runs
-/// against a remote server and `ToProbe::StartRemoteRun`.
-pub const PROTOCOL_VERSION: u16 = 4;
+/// against a remote server and `ToProbe::StartRemoteRun`; version 5 the `DelayedAck` event kind
+/// of a watch as root.
+pub const PROTOCOL_VERSION: u16 = 5;
 
 /// The oldest version this build still reads: every version since only appended messages, so
 /// an older stream is a valid newer one.

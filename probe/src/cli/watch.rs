@@ -79,6 +79,7 @@ pub fn watch(args: &WatchArgs) -> Result<Ended, Failure> {
     };
     let scenario = Scenario::Watch(spec.clone());
     let instruments = watcher.evidence.instruments();
+    let evidence = watcher.evidence.clone();
     let mut file = match &args.output {
         Some(path) => Some(SessionWriter::create(path).map_err(|e| e.to_string())?),
         None => None,
@@ -107,8 +108,10 @@ pub fn watch(args: &WatchArgs) -> Result<Ended, Failure> {
         keep_events(&mut file, &mut write_error, run, events, stop);
     });
     progress.finish();
+    let mut timer = (0, 0);
     if let RunAnalyses::Watched(watched) = &mut tally.run.analysis {
         watched.finish();
+        timer = (watched.delayed_acks, watched.confirmed_by_timer());
     }
     if counts.dropped > 0 {
         eprintln!(
@@ -137,7 +140,9 @@ pub fn watch(args: &WatchArgs) -> Result<Ended, Failure> {
     let write_error = finish_file(file.take(), write_error, run, &outcome, &tally);
     print_summary(&tally, &scenario, &outcome, args.json)?;
     if !args.json {
-        print_counts(&mut Printable::terminal(io::stdout().lock()), &counts)
+        let timer =
+            matches!(&evidence, Evidence::PacketsAndTcpInfo { timer: Ok(()) }).then_some(timer);
+        print_counts(&mut Printable::terminal(io::stdout().lock()), &counts, timer)
             .map_err(|e| Failure::Run(format!("writing the summary: {e}")))?;
     }
     if let (Some(message), Some(path)) = (write_error, &args.output) {
@@ -175,8 +180,13 @@ fn ports_text(ports: &[u16]) -> String {
     WatchSpec { ports: ports.to_vec(), ..WatchSpec::default() }.ports_text()
 }
 
-/// What only the watch knows, after the summary: its connections, its packets.
-fn print_counts(out: &mut impl Write, counts: &WatchCounts) -> io::Result<()> {
+/// What only the watch knows, after the summary: its connections, its packets, and with the
+/// kernel's delayed-ACK timer watched, the ACKs it sent and how many were the stalls' (`timer`).
+fn print_counts(
+    out: &mut impl Write,
+    counts: &WatchCounts,
+    timer: Option<(u64, u64)>,
+) -> io::Result<()> {
     writeln!(out, "  connections    {}", counts.connections)?;
     for line in &counts.named {
         writeln!(out, "    {line}")?;
@@ -185,6 +195,13 @@ fn print_counts(out: &mut impl Write, counts: &WatchCounts) -> io::Result<()> {
         writeln!(out, "    ... and {} more", counts.connections - counts.named.len() as u64)?;
     }
     writeln!(out, "  TCP_INFO       {} samples", counts.samples)?;
+    if let Some((sent, confirmed)) = timer {
+        writeln!(
+            out,
+            "  kernel         the delayed-ACK timer sent {sent} ACKs of the watched connections; \
+             it sent the ACK of {confirmed} of the Nagle x delayed ACK stalls"
+        )?;
+    }
     if counts.ipv6_connections > 0 {
         writeln!(
             out,

@@ -12,6 +12,7 @@
 //! - [`watcher`]: the loop that makes both a session's events, through the shared exchange
 //!   rule (`ackscope_shared::exchange`), for the one session reducer every run goes through.
 
+pub mod kernel;
 pub mod packets;
 pub mod process;
 pub mod sock_diag;

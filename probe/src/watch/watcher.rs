@@ -7,6 +7,9 @@
 //! - Every [`SAMPLE_EVERY`], sock_diag lists the ports' sockets (no privilege needed); a
 //!   socket of a followed connection whose counters moved since its last sample gets a
 //!   `TcpInfo` event on its side. Without packets, sock_diag alone finds the connections.
+//! - As root, the watched sockets' delayed-ACK timers ([`KernelTaps`]): each that fires with
+//!   an ACK due becomes a `DelayedAck` event on its side, which the packet rule cites as the
+//!   sender of the held ACK.
 //! - Closed connections are forgotten after a linger; at most
 //!   `exchange::MAX_OPEN_CONNECTIONS` are followed, and sock_diag lists at most
 //!   [`MAX_SOCKETS`] sockets: what is past either is counted, not kept.
@@ -24,6 +27,7 @@ use ackscope_shared::packet::parse_ethernet;
 use ackscope_shared::wire::Instruments;
 use ackscope_shared::{ConnId, Event, EventKind, Side};
 
+use super::kernel::KernelTaps;
 use super::packets::{PortTaps, TapError};
 use super::process::{self, Owner};
 use super::sock_diag::{self, MAX_SOCKETS};
@@ -48,11 +52,11 @@ pub const NAMED_CONNECTIONS: usize = 32;
 /// What the watch could see, and why not more.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Evidence {
-    PacketsAndTcpInfo,
+    /// Packets and TCP_INFO; and the kernel's delayed-ACK timer ([`KernelTaps`], root), or
+    /// why not.
+    PacketsAndTcpInfo { timer: Result<(), String> },
     /// No packets: why (the missing capability).
-    TcpInfoOnly {
-        why: String,
-    },
+    TcpInfoOnly { why: String },
 }
 
 impl Evidence {
@@ -63,14 +67,20 @@ impl Evidence {
             events: true,
             tcp_info_at_syscalls: false,
             tcp_info_interval_us: u32::try_from(SAMPLE_EVERY.as_micros()).unwrap_or(u32::MAX),
-            capture: *self == Evidence::PacketsAndTcpInfo,
+            capture: matches!(self, Evidence::PacketsAndTcpInfo { .. }),
         }
     }
 
     /// For the session's spec and the summary.
     pub fn describe(&self) -> String {
         match self {
-            Evidence::PacketsAndTcpInfo => "packets and TCP_INFO".into(),
+            Evidence::PacketsAndTcpInfo { timer: Ok(()) } => {
+                "packets, TCP_INFO and the kernel's delayed-ACK timer (eBPF)".into()
+            }
+            Evidence::PacketsAndTcpInfo { timer: Err(why) } => format!(
+                "packets and TCP_INFO; not the kernel's delayed-ACK timer ({why}), which \
+                 confirms each Nagle x delayed ACK stall from inside the kernel"
+            ),
             Evidence::TcpInfoOnly { why } => format!(
                 "TCP_INFO only, through sock_diag; {why}: run as root or give the binary the \
                  capability (`sudo setcap cap_net_raw+ep $(which ackscope)`) to add packets, \
@@ -138,6 +148,8 @@ impl std::fmt::Display for NamedConnection {
 pub struct Watcher {
     ports: Vec<u16>,
     taps: Option<PortTaps>,
+    /// The delayed-ACK timer's program (root).
+    kernel: Option<KernelTaps>,
     pub evidence: Evidence,
     conversations: Conversations,
     clock: Clock,
@@ -158,15 +170,32 @@ impl Watcher {
     /// Watches `ports` on the watch's `clock`: with packets when this process may read them.
     pub fn open(ports: &[u16], clock: Clock) -> Result<Watcher, TapError> {
         let (taps, evidence) = match PortTaps::open(ports) {
-            Ok(taps) => (Some(taps), Evidence::PacketsAndTcpInfo),
+            Ok(taps) => (Some(taps), Evidence::PacketsAndTcpInfo { timer: Ok(()) }),
             Err(TapError::Permission(e)) => {
                 (None, Evidence::TcpInfoOnly { why: format!("no CAP_NET_RAW for packets ({e})") })
             }
             Err(e) => return Err(e),
         };
+        // The timer confirms what the packets show: without them there is nothing to confirm.
+        let (kernel, evidence) = match evidence {
+            Evidence::PacketsAndTcpInfo { .. } => match KernelTaps::attach(ports) {
+                Ok(kernel) => (Some(kernel), Evidence::PacketsAndTcpInfo { timer: Ok(()) }),
+                Err(e) => {
+                    let why = match e.kind() {
+                        std::io::ErrorKind::PermissionDenied => format!(
+                            "it needs root, CAP_BPF and CAP_PERFMON, for an eBPF program: {e}"
+                        ),
+                        _ => e.to_string(),
+                    };
+                    (None, Evidence::PacketsAndTcpInfo { timer: Err(why) })
+                }
+            },
+            other => (None, other),
+        };
         Ok(Watcher {
             ports: ports.to_vec(),
             taps,
+            kernel,
             evidence,
             conversations: Conversations::new(ports),
             offset: ClockOffset::measure(&clock),
@@ -190,6 +219,24 @@ impl Watcher {
         match &mut self.taps {
             Some(taps) => {
                 taps.wait();
+                // The timers that fired before the packets read now: a timer's record comes at
+                // once, the ACK it sent a few milliseconds later through the ring, so the
+                // connection is still in the exchange the ACK held.
+                if let Some(kernel) = &mut self.kernel {
+                    // A socket not followed (no packets of its yet, or IPv6) has no stall
+                    // to confirm.
+                    let (clock, conversations) = (&self.clock, &self.conversations);
+                    kernel.take(|fired| {
+                        let Some(c) = conversations.find(fired.local, fired.remote) else { return };
+                        out.push(Event {
+                            at_ns: fired.at_ns.saturating_sub(clock.epoch_monotonic_ns()),
+                            side: c.side_of(fired.local),
+                            conn: c.id,
+                            req: c.exchange(),
+                            kind: EventKind::DelayedAck,
+                        });
+                    });
+                }
                 let (offset, conversations, counts) =
                     (self.offset, &mut self.conversations, &mut self.counts);
                 taps.take(|frame, realtime_ns| {

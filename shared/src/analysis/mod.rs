@@ -310,7 +310,8 @@ impl RunAnalysis {
             EventKind::Accepted
             | EventKind::SockOpt { .. }
             | EventKind::Buffers { .. }
-            | EventKind::Link(_) => {}
+            | EventKind::Link(_)
+            | EventKind::DelayedAck => {}
             EventKind::ClockSync { uncertainty_ns, rtt_ns, .. } => {
                 // Across a real path a read waits half the round trip for the bytes to cross,
                 // and the two sides' times are known only to within the clock's uncertainty:
@@ -677,7 +678,8 @@ pub fn request_touched(event: &Event) -> Option<ReqId> {
         | EventKind::SockOpt { .. }
         | EventKind::Buffers { .. }
         | EventKind::Link(_)
-        | EventKind::ClockSync { .. } => None,
+        | EventKind::ClockSync { .. }
+        | EventKind::DelayedAck => None,
     }
 }
 
