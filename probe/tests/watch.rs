@@ -254,6 +254,38 @@ fn a_keep_alive_http_server_writing_headers_then_body_is_named_with_its_fix() {
     );
 }
 
+/// With CAP_NET_RAW alone (what `setcap cap_net_raw+ep` gives): packets, so exchanges and
+/// stalls, but not the kernel's delayed-ACK timer, which the session's evidence says needs root.
+#[test]
+#[ignore = "needs root (switching to an unprivileged uid): cargo xtask test runs it as root"]
+fn with_cap_net_raw_alone_the_watch_reads_packets_and_names_what_the_timer_needs() {
+    use std::os::unix::fs::PermissionsExt;
+    require_root("switching to an unprivileged uid");
+    let dir = common::temp_folder("watch");
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let binary = dir.join("ackscope");
+    std::fs::copy(env!("CARGO_BIN_EXE_ackscope"), &binary).unwrap();
+    std::fs::set_permissions(&binary, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let mut with_net_raw = Command::new("setpriv");
+    with_net_raw
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .args(["--inh-caps=+net_raw", "--ambient-caps=+net_raw", "--"])
+        .arg(&binary);
+
+    let (_server, port) = start_server("server", &["--split"]);
+    let (watch, _) = Watch::start_as(with_net_raw, port, &[]);
+    let measured = run_client("client", port, &["--requests", "5", "--split"]);
+    let report = watch.stop();
+    assert_eq!(report.rr().map(|rr| rr.requests), Some(measured.requests), "{report:?}");
+    let spec = report.spec().expect("a watch's spec");
+    let ackscope_shared::Scenario::Watch(spec) = spec else { panic!("{spec:?}") };
+    assert!(
+        spec.evidence.starts_with("packets and TCP_INFO; not the kernel's delayed-ACK timer")
+            && spec.evidence.contains("CAP_BPF"),
+        "{spec:?}"
+    );
+}
+
 #[test]
 #[ignore = "needs root (switching to an unprivileged uid): cargo xtask test runs it as root"]
 fn without_privileges_the_watch_records_tcp_info_and_names_what_it_lacks() {

@@ -294,6 +294,18 @@ impl WatchTally {
         self.finder.confirmed_by_timer
     }
 
+    /// What the kernel's delayed-ACK timer was seen doing, for the command line and the page:
+    /// "the delayed-ACK timer sent 38 ACKs of the watched connections; it sent the ACK of 38
+    /// of the Nagle x delayed ACK stalls".
+    pub fn timer_words(&self) -> String {
+        format!(
+            "the delayed-ACK timer sent {} ACKs of the watched connections; it sent the ACK of \
+             {} of the Nagle x delayed ACK stalls",
+            self.delayed_acks,
+            self.confirmed_by_timer()
+        )
+    }
+
     /// The stall classes decided so far (all of them once [`WatchTally::finish`] ran).
     pub fn classes(&self) -> Vec<ClassSummary> {
         self.stalls.summaries_with(&[])

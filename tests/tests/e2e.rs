@@ -919,6 +919,15 @@ async fn the_page_watches_another_programs_port_live_and_names_its_stalls() -> R
             directions == ["client->server", "server->client"],
             "Nagle x delayed ACK listed for {directions:?}"
         );
+        // As root the kernel's delayed-ACK timer is seen sending the held ACKs: about two an
+        // exchange, once the connection left its first quick ACKs.
+        let timer = text_of(&client, "watch-kernel-timer").await?;
+        let counts: Vec<usize> =
+            timer.split(|c: char| !c.is_ascii_digit()).filter_map(|n| n.parse().ok()).collect();
+        ensure!(
+            timer.contains("delayed-ACK timer sent") && counts.len() == 2 && counts[0] >= REQUESTS,
+            "the page says of the kernel's timer: {timer:?}"
+        );
         ensure!(
             !client.find_all(css("[data-testid=no-timeline]")).await?.is_empty(),
             "the note that a watch has no per-request timeline"

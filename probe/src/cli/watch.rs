@@ -108,10 +108,10 @@ pub fn watch(args: &WatchArgs) -> Result<Ended, Failure> {
         keep_events(&mut file, &mut write_error, run, events, stop);
     });
     progress.finish();
-    let mut timer = (0, 0);
+    let mut timer = String::new();
     if let RunAnalyses::Watched(watched) = &mut tally.run.analysis {
         watched.finish();
-        timer = (watched.delayed_acks, watched.confirmed_by_timer());
+        timer = watched.timer_words();
     }
     if counts.dropped > 0 {
         eprintln!(
@@ -181,11 +181,11 @@ fn ports_text(ports: &[u16]) -> String {
 }
 
 /// What only the watch knows, after the summary: its connections, its packets, and with the
-/// kernel's delayed-ACK timer watched, the ACKs it sent and how many were the stalls' (`timer`).
+/// kernel's delayed-ACK timer watched, what it did (`timer`).
 fn print_counts(
     out: &mut impl Write,
     counts: &WatchCounts,
-    timer: Option<(u64, u64)>,
+    timer: Option<String>,
 ) -> io::Result<()> {
     writeln!(out, "  connections    {}", counts.connections)?;
     for line in &counts.named {
@@ -195,12 +195,8 @@ fn print_counts(
         writeln!(out, "    ... and {} more", counts.connections - counts.named.len() as u64)?;
     }
     writeln!(out, "  TCP_INFO       {} samples", counts.samples)?;
-    if let Some((sent, confirmed)) = timer {
-        writeln!(
-            out,
-            "  kernel         the delayed-ACK timer sent {sent} ACKs of the watched connections; \
-             it sent the ACK of {confirmed} of the Nagle x delayed ACK stalls"
-        )?;
+    if let Some(timer) = timer {
+        writeln!(out, "  kernel         {timer}")?;
     }
     if counts.ipv6_connections > 0 {
         writeln!(

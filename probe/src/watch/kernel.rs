@@ -159,10 +159,11 @@ impl KernelTaps {
     /// CAP_PERFMON (`PermissionDenied`), or on a kernel without BTF or without the timer.
     pub fn attach(ports: &[u16]) -> io::Result<KernelTaps> {
         supported()?;
+        // First what needs the privilege, so that its lack is what the error says.
+        let ring = Ring::create(RING_BYTES)?;
         let btf = Btf::vmlinux()?;
         let layout = Layout::of(&btf)?;
         let callback = kernel_symbol(DELACK_TIMER_FUNCTION)?;
-        let ring = Ring::create(RING_BYTES)?;
         let kind = ProgramKind {
             prog_type: PROG_TYPE_RAW_TRACEPOINT,
             expected_attach_type: 0,

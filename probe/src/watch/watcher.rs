@@ -182,9 +182,9 @@ impl Watcher {
                 Ok(kernel) => (Some(kernel), Evidence::PacketsAndTcpInfo { timer: Ok(()) }),
                 Err(e) => {
                     let why = match e.kind() {
-                        std::io::ErrorKind::PermissionDenied => format!(
-                            "it needs root, CAP_BPF and CAP_PERFMON, for an eBPF program: {e}"
-                        ),
+                        std::io::ErrorKind::PermissionDenied => {
+                            format!("an eBPF program needs root, CAP_BPF and CAP_PERFMON: {e}")
+                        }
                         _ => e.to_string(),
                     };
                     (None, Evidence::PacketsAndTcpInfo { timer: Err(why) })

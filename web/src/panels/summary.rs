@@ -51,9 +51,9 @@ pub struct SelectedRun {
 enum Numbers {
     /// The numbers, and why the calls that waited waited.
     Rr(SummaryText, Vec<ClassText>),
-    /// A watch's exchanges, in the same fields (and test ids) as a run's requests, and why its
-    /// packets waited.
-    Watched(SummaryText, Vec<ClassText>),
+    /// A watch's exchanges, in the same fields (and test ids) as a run's requests, why its
+    /// packets waited, and what the kernel's delayed-ACK timer was seen doing (a watch as root).
+    Watched(SummaryText, Vec<ClassText>, Option<String>),
     Bulk(BulkText),
     /// An imported capture: its conversations, and why its packets waited.
     Imported(Vec<String>, Vec<ClassText>),
@@ -102,6 +102,7 @@ fn watch_numbers(run: &crate::state::Run) -> Numbers {
         Some(summary) => Numbers::Watched(
             SummaryText::of(&summary),
             watch.classes().iter().map(ClassText::of).collect(),
+            (watch.delayed_acks > 0).then(|| watch.timer_words()),
         ),
         None => Numbers::Events(run.events),
     }
@@ -272,9 +273,15 @@ pub fn SummaryPanel(
                 {run.clock.map(|line| view! { <p class="clock" data-testid="summary-clock">{line}</p> })}
                 {match run.numbers {
                     Numbers::Rr(text, classes) => numbers(text, classes, &RUN_LABELS).into_any(),
-                    Numbers::Watched(text, classes) => {
-                        numbers(text, classes, &WATCH_LABELS).into_any()
+                    Numbers::Watched(text, classes, timer) => view! {
+                        {numbers(text, classes, &WATCH_LABELS)}
+                        {timer.map(|words| view! {
+                            <p class="kernel-timer" data-testid="watch-kernel-timer">
+                                "kernel: " {words}
+                            </p>
+                        })}
                     }
+                    .into_any(),
                     Numbers::Bulk(text) => bulk_numbers(text).into_any(),
                     Numbers::Imported(connections, classes) => {
                         imported_lines(connections, classes).into_any()
