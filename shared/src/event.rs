@@ -102,9 +102,10 @@ pub enum EventKind {
     /// network namespace of the same process (`--server-netns`) records it too, with offset and
     /// uncertainty 0 (one clock) and the path's round trip from TCP handshakes.
     ClockSync { offset_ns: i64, uncertainty_ns: u64, rtt_ns: u64 },
-    /// This side's kernel sent an ACK from its delayed-ACK timer: the timer fired with an ACK
-    /// still pending, so the ACK that follows on the wire was held until then (seen by eBPF on
-    /// `tcp_delack_timer_handler` in a watch as root; a run's own sockets cannot see it).
+    /// This side's delayed-ACK timer fired with an ACK due: the ACK that follows on the wire was
+    /// held until then (a watch as root sees it through an eBPF program on the kernel's
+    /// `timer_expire_entry` tracepoint, for timers whose callback is `tcp_delack_timer`; a
+    /// run's own sockets cannot see it).
     DelayedAck,
 }
 

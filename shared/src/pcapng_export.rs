@@ -100,6 +100,8 @@ enum Seen<'a> {
     Started(RunNumber, RunId),
     /// A captured segment of a followed run, with its ordinal among the run's segments.
     Segment(RunNumber, u64, &'a Event),
+    /// A delayed-ACK timer seen firing (a watch as root): the packet rule cites it.
+    Timer(RunNumber, &'a Event),
     /// Stalls the reducer handed out (when asked to analyse): as requests retire, and those of
     /// the requests still held just before the run's end.
     Stalls(RunNumber, Vec<Stall>),
@@ -158,9 +160,15 @@ fn follow(
         };
         if let ToBrowser::Events { run, events } = &message {
             if let Some((number, segments)) = open.get_mut(run) {
-                for event in events.iter().filter(|e| matches!(e.kind, EventKind::Segment(_))) {
-                    seen(Seen::Segment(*number, *segments, event))?;
-                    *segments += 1;
+                for event in events {
+                    match event.kind {
+                        EventKind::Segment(_) => {
+                            seen(Seen::Segment(*number, *segments, event))?;
+                            *segments += 1;
+                        }
+                        EventKind::DelayedAck => seen(Seen::Timer(*number, event))?,
+                        _ => {}
+                    }
                 }
             }
             if !analyse {
@@ -231,6 +239,12 @@ fn find_stalls(
                     keep(&mut kept, run, stall, Some(ended_by));
                 }
             }
+            Seen::Timer(number, event) => {
+                // Not a segment: its tag never comes back with a stall.
+                if let Some(run) = open.get_mut(&number) {
+                    run.finder.push(event, u64::MAX);
+                }
+            }
             Seen::Stalls(number, stalls) => {
                 let Some(run) = open.get_mut(&number) else { return Ok(()) };
                 for stall in stalls {
@@ -277,7 +291,7 @@ fn claim_segments(
                     claims.segment(ordinal, event);
                 }
             }
-            Seen::Stalls(..) => {}
+            Seen::Stalls(..) | Seen::Timer(..) => {}
             Seen::Ended(number) => {
                 let (Some(claims), Some(run)) = (open.remove(&number), runs.get_mut(&number))
                 else {
@@ -415,7 +429,7 @@ fn write_packets(
                     writer.bytes().clear();
                 }
             }
-            Seen::Stalls(..) => {}
+            Seen::Stalls(..) | Seen::Timer(..) => {}
             Seen::Ended(number) => {
                 open.remove(&number);
             }
@@ -629,6 +643,51 @@ mod tests {
             assert!(written.packets > 0 || case > 0 || runs > 0);
         }
         assert!(comments > 100, "the cases had stalls to place: {comments}");
+    }
+
+    /// A watch as root recorded the delayed-ACK timer that sent each held ACK: the packets'
+    /// explanations say so, as the watch's summary does.
+    #[test]
+    fn a_delayed_ack_timer_recorded_with_the_packets_is_cited_in_their_explanations() {
+        let mut events = Vec::new();
+        for event in nagle_run_with_packets(6, 44 * MS) {
+            // Each pure ACK sent 40 ms or more after its peer's last data: the timer's.
+            if let EventKind::Segment(segment) = &event.kind {
+                let sent_by_timer = segment.len == 0
+                    && events
+                        .iter()
+                        .rev()
+                        .find_map(|e: &Event| match &e.kind {
+                            EventKind::Segment(s) if e.side != event.side && s.len > 0 => {
+                                Some(e.at_ns)
+                            }
+                            _ => None,
+                        })
+                        .is_some_and(|data_ns| event.at_ns - data_ns >= 40 * MS);
+                if sent_by_timer {
+                    let timer = Event {
+                        at_ns: event.at_ns - 10_000,
+                        kind: EventKind::DelayedAck,
+                        ..event.clone()
+                    };
+                    events.push(timer);
+                }
+            }
+            events.push(event);
+        }
+        let timers = events.iter().filter(|e| e.kind == EventKind::DelayedAck).count();
+        assert!(timers >= 5, "{timers} timers");
+        let messages = [
+            started(1, Scenario::Import(ImportSpec::default())),
+            ToBrowser::Events { run: RunId(1), events },
+            finished(1),
+        ];
+        let mut out = Vec::new();
+        let (written, error) = write_pcapng(|| messages.iter().cloned().map(Ok), &mut out).unwrap();
+        assert_eq!(error, None);
+        let cited =
+            String::from_utf8_lossy(&out).matches("delayed-ACK timer sent that ACK").count();
+        assert!(cited >= 5 && cited as u64 <= written.comments, "{cited} of {}", written.comments);
     }
 
     /// Past the bound of stalls kept, the rest are counted, not explained; every packet is

@@ -408,36 +408,64 @@ pub struct ProgramKind {
 }
 
 /// Loads `code` as a program of `kind`, with the verifier's log in the error if it refuses it.
+/// The log is asked for only then, as libbpf does: a log too long for its buffer fails a load
+/// the verifier accepted.
 pub fn load(kind: &ProgramKind, code: &[Insn]) -> io::Result<OwnedFd> {
+    load_with_log(kind, code, None).map_err(|e| {
+        let mut log = vec![0u8; 64 * 1024];
+        match load_with_log(kind, code, Some(&mut log)) {
+            // Refused again, as it should be: say why.
+            Err(again) => {
+                let end = log.iter().position(|&b| b == 0).unwrap_or(log.len());
+                match verdict(&String::from_utf8_lossy(&log[..end])) {
+                    "" => again,
+                    log => {
+                        io::Error::new(again.kind(), format!("{again}; the verifier said: {log}"))
+                    }
+                }
+            }
+            Ok(_) => e,
+        }
+    })
+}
+
+/// The end of a verifier's log, where its verdict is: at most its last 2,000 bytes, from a
+/// line's start.
+fn verdict(log: &str) -> &str {
+    let log = log.trim();
+    if log.len() <= 2000 {
+        return log;
+    }
+    let mut cut = log.len() - 2000;
+    while !log.is_char_boundary(cut) {
+        cut += 1;
+    }
+    let tail = &log[cut..];
+    tail.find('\n').map_or(tail, |i| &tail[i + 1..])
+}
+
+fn load_with_log(kind: &ProgramKind, code: &[Insn], log: Option<&mut [u8]>) -> io::Result<OwnedFd> {
     let license = c"Dual MIT/GPL";
-    let mut log = vec![0u8; 16 * 1024];
+    let (log_level, log_size, log_buf) = match log {
+        Some(log) => (1, log.len() as u32, AlignedU64::address(log.as_mut_ptr())),
+        None => (0, 0, AlignedU64::default()),
+    };
     let mut attr = ProgLoadAttr {
         prog_type: kind.prog_type,
         insn_cnt: code.len() as u32,
         insns: AlignedU64::address(code.as_ptr()),
         license: AlignedU64::address(license.as_ptr()),
-        log_level: 1,
-        log_size: log.len() as u32,
-        log_buf: AlignedU64::address(log.as_mut_ptr()),
+        log_level,
+        log_size,
+        log_buf,
         expected_attach_type: kind.expected_attach_type,
         attach_btf_id: kind.attach_btf_id,
         ..ProgLoadAttr::default()
     };
     // SAFETY: the kernel reads `code`'s instructions and the NUL-terminated license, and
-    // writes at most `log.len()` bytes of log into `log`, all of which outlive the call.
-    let loaded = unsafe { bpf(BPF_PROG_LOAD, &mut attr) };
-    loaded.map(owned).map_err(|e| {
-        let end = log.iter().position(|&b| b == 0).unwrap_or(log.len());
-        let log = String::from_utf8_lossy(&log[..end]);
-        // The verifier's verdict is at the end of its log.
-        let log = log.trim();
-        let tail = &log[log.len().saturating_sub(2000)..];
-        let tail = tail.get(tail.find('\n').map_or(0, |i| i + 1)..).unwrap_or(tail);
-        match tail {
-            "" => e,
-            log => io::Error::new(e.kind(), format!("{e}; the verifier said: {log}")),
-        }
-    })
+    // writes at most `log_size` bytes of log into the log buffer, all of which outlive the
+    // call.
+    unsafe { bpf(BPF_PROG_LOAD, &mut attr) }.map(owned)
 }
 
 /// Attaches `program` where its kind says: `target` is an interface's index for a tcx hook,

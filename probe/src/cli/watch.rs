@@ -197,6 +197,14 @@ fn print_counts(
     writeln!(out, "  TCP_INFO       {} samples", counts.samples)?;
     if let Some(timer) = timer {
         writeln!(out, "  kernel         {timer}")?;
+        if counts.timer_records_lost > 0 {
+            writeln!(
+                out,
+                "                 {} of the timer's records were lost for a full ring: the \
+                 counts above are short by as many",
+                counts.timer_records_lost
+            )?;
+        }
     }
     if counts.ipv6_connections > 0 {
         writeln!(

@@ -108,6 +108,8 @@ pub struct WatchCounts {
     /// Connections followed through sock_diag alone while packets were read: IPv6 ones.
     pub ipv6_connections: u64,
     pub samples: u64,
+    /// Records of the delayed-ACK timer's program lost (a full ring, or unreadable).
+    pub timer_records_lost: u64,
     pub connections: u64,
     /// The first connections seen, with their processes once found.
     pub named: Vec<NamedConnection>,
@@ -223,20 +225,9 @@ impl Watcher {
                 // once, the ACK it sent a few milliseconds later through the ring, so the
                 // connection is still in the exchange the ACK held.
                 if let Some(kernel) = &mut self.kernel {
-                    // A socket not followed (no packets of its yet, or IPv6) has no stall
-                    // to confirm.
-                    let (clock, conversations) = (&self.clock, &self.conversations);
-                    kernel.take(|fired| {
-                        let Some(c) = conversations.find(fired.local, fired.remote) else { return };
-                        out.push(Event {
-                            at_ns: fired.at_ns.saturating_sub(clock.epoch_monotonic_ns()),
-                            side: c.side_of(fired.local),
-                            conn: c.id,
-                            req: c.exchange(),
-                            kind: EventKind::DelayedAck,
-                        });
-                    });
+                    take_timers(kernel, &self.conversations, &self.clock, out);
                 }
+                let packets_from = out.len();
                 let (offset, conversations, counts) =
                     (self.offset, &mut self.conversations, &mut self.counts);
                 taps.take(|frame, realtime_ns| {
@@ -251,6 +242,14 @@ impl Watcher {
                     }
                 });
                 self.counts.connections_left_out = self.conversations.left_out;
+                // A timer that fired while the packets were read may have sent an ACK among
+                // them: its record was written before that ACK existed, so it is in the ring
+                // now. It goes before the packets, where the packet rule looks for it.
+                if let Some(kernel) = &mut self.kernel {
+                    let mut late = Vec::new();
+                    take_timers(kernel, &self.conversations, &self.clock, &mut late);
+                    out.splice(packets_from..packets_from, late);
+                }
             }
             None => std::thread::sleep(Duration::from_millis(10)),
         }
@@ -273,6 +272,9 @@ impl Watcher {
             self.step(out);
         }
         self.count_kernel_packets();
+        if let Some(kernel) = &self.kernel {
+            self.counts.timer_records_lost = kernel.lost();
+        }
         self.counts.clone()
     }
 
@@ -408,6 +410,27 @@ impl Watcher {
             self.counts.named[i].owners[side] = Some(owner);
         }
     }
+}
+
+/// The delayed-ACK timers' records read now, as `DelayedAck` events of their connections, in
+/// the exchange each connection is in. A socket not followed (no packets of its yet, or IPv6)
+/// has no stall to confirm.
+fn take_timers(
+    kernel: &mut KernelTaps,
+    conversations: &Conversations,
+    clock: &Clock,
+    out: &mut Vec<Event>,
+) {
+    kernel.take(|fired| {
+        let Some(c) = conversations.find(fired.local, fired.remote) else { return };
+        out.push(Event {
+            at_ns: fired.at_ns.saturating_sub(clock.epoch_monotonic_ns()),
+            side: c.side_of(fired.local),
+            conn: c.id,
+            req: c.exchange(),
+            kind: EventKind::DelayedAck,
+        });
+    });
 }
 
 fn name_connection(counts: &mut WatchCounts, conn: ConnId, client: Endpoint, server: Endpoint) {
