@@ -11,14 +11,17 @@
 //! Nothing refers to another message, so a reader can start at any message boundary. Readable
 //! formats (the JSON export) get the events as they are, not this encoding.
 
-use serde::de::Error as _;
+use serde::de::{
+    DeserializeSeed, EnumAccess, Error as _, SeqAccess, Unexpected, VariantAccess, Visitor,
+};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use crate::event::{ConnId, Event, EventKind, ReqId, Side, TcpInfoSample};
 
-/// As a reader decodes it (written as [`WireEventRef`]; the tests write these too).
-#[cfg_attr(test, derive(Serialize))]
-#[derive(Deserialize)]
+/// As it is encoded, decoded whole: the reference the tests hold the reader's decoding
+/// ([`EventSeed`]) to, and write crafted messages with. Written as [`WireEventRef`].
+#[cfg(test)]
+#[derive(Serialize, Deserialize)]
 struct WireEvent {
     /// Nanoseconds since the previous event of the message (the first: since the run started).
     dt_ns: i64,
@@ -40,11 +43,9 @@ struct WireEventRef<'a> {
     kind: WireKindRef<'a>,
 }
 
-// A wire event lives on the stack, one at a time, while a message is expanded: boxing the large
-// variant would allocate per TCP_INFO sample, which `Deltas` exists to avoid.
+#[cfg(test)]
 #[allow(clippy::large_enum_variant)]
-#[cfg_attr(test, derive(Serialize))]
-#[derive(Deserialize)]
+#[derive(Serialize, Deserialize)]
 enum WireKind {
     /// Every kind but `TcpInfo`, as it is.
     Plain(EventKind),
@@ -88,6 +89,7 @@ impl Serialize for Deltas {
     }
 }
 
+#[cfg(test)]
 impl<'de> Deserialize<'de> for Deltas {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Deltas, D::Error> {
         struct Visitor;
@@ -158,57 +160,86 @@ impl TcpInfoSample {
         ]
     }
 
-    fn from_values(during_block: bool, v: &[u64; FIELDS]) -> Option<TcpInfoSample> {
-        let u8_ = |x: u64| u8::try_from(x).ok();
-        let u32_ = |x: u64| u32::try_from(x).ok();
-        let o32 = |x: u64| if x == 0 { Some(None) } else { u32::try_from(x - 1).ok().map(Some) };
-        let o64 = |x: u64| if x == 0 { None } else { Some(x - 1) };
-        Some(TcpInfoSample {
+    /// The sample of `to_values`'s values, boxed as an event keeps it: every value is checked
+    /// to fit its field first, so that the sample is built in one go where it is kept (built
+    /// field by field, each fallible, it was made on the stack and copied twice to get there).
+    fn from_values(during_block: bool, v: &[u64; FIELDS]) -> Option<Box<TcpInfoSample>> {
+        const U8: u64 = u8::MAX as u64;
+        const U32: u64 = u32::MAX as u64;
+        // The fields of 8 and 32 bits, and the optional ones of 32 (absent 0, else value + 1).
+        let fits = v[..2].iter().all(|&x| x <= U8)
+            && v[2..17].iter().all(|&x| x <= U32)
+            && [19, 20, 21, 22, 25, 26, 27].iter().all(|&i| v[i] <= U32 + 1);
+        if !fits {
+            return None;
+        }
+        let o32 = |x: u64| x.checked_sub(1).map(|x| x as u32);
+        let o64 = |x: u64| x.checked_sub(1);
+        Some(Box::new(TcpInfoSample {
             during_block,
-            state: u8_(v[0])?,
-            ca_state: u8_(v[1])?,
-            rto_us: u32_(v[2])?,
-            ato_us: u32_(v[3])?,
-            snd_mss: u32_(v[4])?,
-            rcv_mss: u32_(v[5])?,
-            unacked: u32_(v[6])?,
-            lost: u32_(v[7])?,
-            retrans: u32_(v[8])?,
-            last_data_sent_ms: u32_(v[9])?,
-            last_ack_recv_ms: u32_(v[10])?,
-            last_data_recv_ms: u32_(v[11])?,
-            rtt_us: u32_(v[12])?,
-            rttvar_us: u32_(v[13])?,
-            snd_cwnd: u32_(v[14])?,
-            rcv_space: u32_(v[15])?,
-            total_retrans: u32_(v[16])?,
+            state: v[0] as u8,
+            ca_state: v[1] as u8,
+            rto_us: v[2] as u32,
+            ato_us: v[3] as u32,
+            snd_mss: v[4] as u32,
+            rcv_mss: v[5] as u32,
+            unacked: v[6] as u32,
+            lost: v[7] as u32,
+            retrans: v[8] as u32,
+            last_data_sent_ms: v[9] as u32,
+            last_ack_recv_ms: v[10] as u32,
+            last_data_recv_ms: v[11] as u32,
+            rtt_us: v[12] as u32,
+            rttvar_us: v[13] as u32,
+            snd_cwnd: v[14] as u32,
+            rcv_space: v[15] as u32,
+            total_retrans: v[16] as u32,
             bytes_acked: o64(v[17]),
             bytes_received: o64(v[18]),
-            segs_out: o32(v[19])?,
-            segs_in: o32(v[20])?,
-            notsent_bytes: o32(v[21])?,
-            min_rtt_us: o32(v[22])?,
+            segs_out: o32(v[19]),
+            segs_in: o32(v[20]),
+            notsent_bytes: o32(v[21]),
+            min_rtt_us: o32(v[22]),
             delivery_rate_bytes_per_s: o64(v[23]),
             bytes_sent: o64(v[24]),
-            snd_wnd: o32(v[25])?,
-            rcv_wnd: o32(v[26])?,
-            data_segs_out: o32(v[27])?,
+            snd_wnd: o32(v[25]),
+            rcv_wnd: o32(v[26]),
+            data_segs_out: o32(v[27]),
             rwnd_limited_us: o64(v[28]),
             sndbuf_limited_us: o64(v[29]),
-        })
+        }))
     }
 }
 
-/// The previous sample's values per connection and side, within one message: a lookup is O(1),
-/// however many connections a message names (a message naming 100,000 took 25 s to expand
-/// with a list). The map is made at the message's first sample: most messages have none, and
-/// a map's secret keys cost more to draw than a small message takes to expand.
+/// The previous sample's values per connection and side, within one message. The first
+/// [`FEW_SIDES`] connection sides a message names are looked for in a list (a message's samples
+/// are nearly always of one connection's two sides, and hashing each key was a tenth of reading
+/// a file of samples); the rest in a map, made when first needed, so that a lookup stays O(1)
+/// however many connections a message names (one naming 100,000 took 25 s to expand with a
+/// list alone).
 #[derive(Default)]
-struct Previous(Option<crate::keyed_hash::KeyedMap<(ConnId, Side), [u64; FIELDS]>>);
+struct Previous {
+    few: Vec<((ConnId, Side), [u64; FIELDS])>,
+    more: Option<crate::keyed_hash::KeyedMap<(ConnId, Side), [u64; FIELDS]>>,
+}
+
+/// Connection sides a message's [`Previous`] keeps in its list.
+const FEW_SIDES: usize = 4;
 
 impl Previous {
     fn get(&mut self, key: (ConnId, Side)) -> &mut [u64; FIELDS] {
-        self.0.get_or_insert_with(Default::default).entry(key).or_insert([0; FIELDS])
+        let at = match self.few.iter().position(|(side, _)| *side == key) {
+            Some(at) => at,
+            None if self.few.len() < FEW_SIDES => {
+                self.few.push((key, [0; FIELDS]));
+                self.few.len() - 1
+            }
+            None => {
+                let more = self.more.get_or_insert_with(Default::default);
+                return more.entry(key).or_insert([0; FIELDS]);
+            }
+        };
+        &mut self.few[at].1
     }
 }
 
@@ -255,32 +286,51 @@ struct Expander {
     at_ns: u64,
 }
 
+const OUTSIDE_COMPACT_FORM: &str = "a TCP_INFO sample outside its compact form";
+
 impl Expander {
-    fn expand(&mut self, w: WireEvent) -> Result<Event, String> {
-        self.at_ns = self.at_ns.wrapping_add(w.dt_ns as u64);
-        let kind = match w.kind {
-            WireKind::Plain(EventKind::TcpInfo(_)) => {
-                return Err("a TCP_INFO sample outside its compact form".to_string())
+    /// The time of the event `dt_ns` after the one before it.
+    fn time(&mut self, dt_ns: i64) -> u64 {
+        self.at_ns = self.at_ns.wrapping_add(dt_ns as u64);
+        self.at_ns
+    }
+
+    /// The sample whose fields set in `changed` differ by `deltas` from the previous sample of
+    /// its connection and side in the message.
+    fn sample(
+        &mut self,
+        (conn, side): (ConnId, Side),
+        during_block: bool,
+        changed: u32,
+        deltas: &[i64],
+    ) -> Result<Box<TcpInfoSample>, &'static str> {
+        if changed.count_ones() as usize != deltas.len() || changed >> FIELDS != 0 {
+            return Err("a TCP_INFO sample's field mask does not match its values");
+        }
+        let values = self.previous.get((conn, side));
+        let mut deltas = deltas.iter();
+        for (i, value) in values.iter_mut().enumerate() {
+            if changed & (1 << i) != 0 {
+                let delta = deltas.next().expect("as many deltas as mask bits");
+                *value = value.wrapping_add(*delta as u64);
             }
+        }
+        TcpInfoSample::from_values(during_block, values).ok_or("a TCP_INFO field is out of range")
+    }
+
+    /// The event of a wire event decoded whole (the reference for [`EventSeed`]).
+    #[cfg(test)]
+    fn expand(&mut self, w: WireEvent) -> Result<Event, String> {
+        let at_ns = self.time(w.dt_ns);
+        let kind = match w.kind {
+            WireKind::Plain(EventKind::TcpInfo(_)) => return Err(OUTSIDE_COMPACT_FORM.into()),
             WireKind::Plain(kind) => kind,
             WireKind::TcpInfo { during_block, changed, deltas } => {
-                if changed.count_ones() as usize != deltas.len || changed >> FIELDS != 0 {
-                    return Err("a TCP_INFO sample's field mask does not match its values".into());
-                }
-                let values = self.previous.get((w.conn, w.side));
-                let mut deltas = deltas.as_slice().iter();
-                for (i, value) in values.iter_mut().enumerate() {
-                    if changed & (1 << i) != 0 {
-                        let delta = deltas.next().expect("as many deltas as mask bits");
-                        *value = value.wrapping_add(*delta as u64);
-                    }
-                }
-                let sample = TcpInfoSample::from_values(during_block, values)
-                    .ok_or("a TCP_INFO field is out of range")?;
-                EventKind::TcpInfo(Box::new(sample))
+                let key = (w.conn, w.side);
+                EventKind::TcpInfo(self.sample(key, during_block, changed, deltas.as_slice())?)
             }
         };
-        Ok(Event { at_ns: self.at_ns, side: w.side, conn: w.conn, req: w.req, kind })
+        Ok(Event { at_ns, side: w.side, conn: w.conn, req: w.req, kind })
     }
 }
 
@@ -297,20 +347,157 @@ const PREALLOCATE_EVENTS: usize = 16_384;
 /// events (on a million-request file that list alone was gigabytes of memory traffic).
 struct EventsVisitor;
 
-impl<'de> serde::de::Visitor<'de> for EventsVisitor {
+impl<'de> Visitor<'de> for EventsVisitor {
     type Value = Vec<Event>;
 
     fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
         f.write_str("a sequence of compact events")
     }
 
-    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Vec<Event>, A::Error> {
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Vec<Event>, A::Error> {
         let mut events = Vec::with_capacity(seq.size_hint().unwrap_or(0).min(PREALLOCATE_EVENTS));
+        let mut expander = Expander::default();
+        while let Some(event) = seq.next_element_seed(EventSeed(&mut expander))? {
+            events.push(event);
+        }
+        Ok(events)
+    }
+}
+
+/// The reference [`EventsVisitor`] is held to: each wire event decoded whole, then expanded.
+#[cfg(test)]
+struct WholeEventsVisitor;
+
+#[cfg(test)]
+impl<'de> Visitor<'de> for WholeEventsVisitor {
+    type Value = Vec<Event>;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("a sequence of compact events")
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Vec<Event>, A::Error> {
+        let mut events = Vec::new();
         let mut expander = Expander::default();
         while let Some(wire) = seq.next_element::<WireEvent>()? {
             events.push(expander.expand(wire).map_err(A::Error::custom)?);
         }
         Ok(events)
+    }
+}
+
+/// Decodes one event as a [`WireEvent`] is encoded and expands it as it goes, the same values
+/// taken and refused in the same order, without making the wire event: one is 300 bytes (room
+/// for every difference a TCP_INFO sample may carry), and moving each through the decoder's
+/// calls was a third of the CPU of reading a file of samples.
+struct EventSeed<'a>(&'a mut Expander);
+
+impl<'de> DeserializeSeed<'de> for EventSeed<'_> {
+    type Value = Event;
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Event, D::Error> {
+        const FIELDS: &[&str] = &["dt_ns", "side", "conn", "req", "kind"];
+        deserializer.deserialize_struct("WireEvent", FIELDS, self)
+    }
+}
+
+impl<'de> Visitor<'de> for EventSeed<'_> {
+    type Value = Event;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("struct WireEvent")
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Event, A::Error> {
+        let missing = |at| A::Error::invalid_length(at, &"struct WireEvent with 5 elements");
+        let dt_ns: i64 = seq.next_element()?.ok_or_else(|| missing(0))?;
+        let side: Side = seq.next_element()?.ok_or_else(|| missing(1))?;
+        let conn: ConnId = seq.next_element()?.ok_or_else(|| missing(2))?;
+        let req: ReqId = seq.next_element()?.ok_or_else(|| missing(3))?;
+        let kind = KindSeed { expander: &mut *self.0, key: (conn, side) };
+        let kind = seq.next_element_seed(kind)?.ok_or_else(|| missing(4))?;
+        Ok(Event { at_ns: self.0.time(dt_ns), side, conn, req, kind })
+    }
+}
+
+/// A [`WireKind`] decoded into the event's kind: a TCP_INFO sample's differences are read
+/// into an array on the stack and applied to the previous sample of `key`.
+struct KindSeed<'a> {
+    expander: &'a mut Expander,
+    key: (ConnId, Side),
+}
+
+impl<'de> DeserializeSeed<'de> for KindSeed<'_> {
+    type Value = EventKind;
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<EventKind, D::Error> {
+        deserializer.deserialize_enum("WireKind", &["Plain", "TcpInfo"], self)
+    }
+}
+
+impl<'de> Visitor<'de> for KindSeed<'_> {
+    type Value = EventKind;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("enum WireKind")
+    }
+
+    fn visit_enum<A: EnumAccess<'de>>(self, data: A) -> Result<EventKind, A::Error> {
+        let (variant, access) = data.variant::<u32>()?;
+        match variant {
+            0 => match access.newtype_variant::<EventKind>()? {
+                EventKind::TcpInfo(_) => Err(A::Error::custom(OUTSIDE_COMPACT_FORM)),
+                kind => Ok(kind),
+            },
+            1 => access.struct_variant(&["during_block", "changed", "deltas"], self),
+            other => Err(A::Error::invalid_value(
+                Unexpected::Unsigned(other.into()),
+                &"variant index 0 <= i < 2",
+            )),
+        }
+    }
+
+    /// `WireKind::TcpInfo { during_block, changed, deltas }`.
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<EventKind, A::Error> {
+        let missing =
+            |at| A::Error::invalid_length(at, &"struct variant WireKind::TcpInfo with 3 elements");
+        let during_block: bool = seq.next_element()?.ok_or_else(|| missing(0))?;
+        let changed: u32 = seq.next_element()?.ok_or_else(|| missing(1))?;
+        let mut deltas = [0; FIELDS];
+        let len = seq.next_element_seed(DeltasSeed(&mut deltas))?.ok_or_else(|| missing(2))?;
+        let sample = self.expander.sample(self.key, during_block, changed, &deltas[..len]);
+        Ok(EventKind::TcpInfo(sample.map_err(A::Error::custom)?))
+    }
+}
+
+/// A sample's differences read into `self.0`, as [`Deltas`] decodes them: how many there were.
+struct DeltasSeed<'a>(&'a mut [i64; FIELDS]);
+
+impl<'de> DeserializeSeed<'de> for DeltasSeed<'_> {
+    type Value = usize;
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<usize, D::Error> {
+        deserializer.deserialize_seq(self)
+    }
+}
+
+impl<'de> Visitor<'de> for DeltasSeed<'_> {
+    type Value = usize;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        write!(f, "at most {FIELDS} TCP_INFO differences")
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<usize, A::Error> {
+        let mut len = 0;
+        while let Some(value) = seq.next_element::<i64>()? {
+            let Some(slot) = self.0.get_mut(len) else {
+                return Err(A::Error::custom("more TCP_INFO differences than fields"));
+            };
+            *slot = value;
+            len += 1;
+        }
+        Ok(len)
     }
 }
 
@@ -334,6 +521,7 @@ pub fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Vec<Eve
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::event::{LinkAction, LinkEvent, Segment, SockOpt};
     use crate::synthetic::{nagle_run, MS};
 
     fn sample(bytes_acked: u64, rtt_us: u32, notsent: Option<u32>) -> TcpInfoSample {
@@ -386,6 +574,134 @@ mod tests {
         let took = started.elapsed();
         assert_eq!(expanded, events);
         assert!(took < std::time::Duration::from_secs(10), "{took:?} for 100,000 connections");
+    }
+
+    /// Every kind of event, TCP_INFO samples of two connections and sides among them.
+    fn every_kind(rng: &mut crate::analysis::batches::Rng) -> Vec<Event> {
+        let mut number = |max: u64| match rng.below(4) {
+            0 => 0,
+            1 => max,
+            _ => (rng.below(1 << 31) as u64 * rng.below(1 << 31) as u64).min(max),
+        };
+        let segment = Segment {
+            flags: number(255) as u8,
+            seq: number(u64::from(u32::MAX)) as u32,
+            ack: number(u64::from(u32::MAX)) as u32,
+            len: number(65_535) as u32,
+            window: number(65_535) as u16,
+            mss: Some(number(65_535) as u16),
+            wscale: None,
+            sack_permitted: true,
+            sack_blocks: number(4) as u8,
+            timestamps: Some((number(u64::from(u32::MAX)) as u32, 7)),
+        };
+        let link = LinkEvent {
+            action: LinkAction::Delivered,
+            packet: number(1000) as u32,
+            bytes: 1448,
+            queued_bytes: number(1 << 20) as u32,
+        };
+        let kinds = [
+            EventKind::ConnectStart,
+            EventKind::Connected,
+            EventKind::Accepted,
+            EventKind::Closed,
+            EventKind::RequestStart,
+            EventKind::RequestDone,
+            EventKind::WriteStart { len_bytes: number(1 << 20) as u32 },
+            EventKind::WriteDone { bytes: number(1 << 20) as u32 },
+            EventKind::ReadStart { len_bytes: number(1 << 20) as u32 },
+            EventKind::ReadDone { bytes: number(1 << 20) as u32 },
+            EventKind::SockOpt { opt: SockOpt::QuickAck, value: 1 },
+            EventKind::Buffers { sndbuf_bytes: 4096, rcvbuf_bytes: number(1 << 30) as u32 },
+            EventKind::Segment(segment),
+            EventKind::Link(link),
+            EventKind::RunDelay { since_ns: number(u64::MAX), waited_ns: number(1 << 40) },
+            EventKind::ClockSync { offset_ns: -5, uncertainty_ns: 100, rtt_ns: 200 },
+            EventKind::DelayedAck,
+        ];
+        let samples =
+            with_samples().into_iter().filter(|e| matches!(e.kind, EventKind::TcpInfo(_)));
+        let mut events: Vec<Event> = samples.collect();
+        for (i, kind) in kinds.into_iter().enumerate() {
+            let side = if i % 2 == 0 { Side::Client } else { Side::Server };
+            let at_ns = 1_000 * i as u64;
+            events.push(Event { at_ns, side, conn: ConnId(i as u32 % 3), req: ReqId(9), kind });
+            let sample = sample(number(1 << 40), number(1 << 20) as u32, Some(i as u32));
+            let kind = EventKind::TcpInfo(Box::new(sample));
+            events.push(Event { at_ns, side, conn: ConnId(i as u32 % 2), req: ReqId(9), kind });
+        }
+        events
+    }
+
+    /// A message's encoded events as the readers decode them.
+    fn decoded(bytes: &[u8]) -> Result<Vec<Event>, String> {
+        let mut decoder = postcard::Deserializer::from_bytes(bytes);
+        decoder.deserialize_seq(EventsVisitor).map_err(|e| e.to_string())
+    }
+
+    /// The same, each wire event decoded whole and then expanded.
+    fn decoded_whole(bytes: &[u8]) -> Result<Vec<Event>, String> {
+        let mut decoder = postcard::Deserializer::from_bytes(bytes);
+        decoder.deserialize_seq(WholeEventsVisitor).map_err(|e| e.to_string())
+    }
+
+    /// The readers decode each event where it is read, never making its wire event: what they
+    /// take and what they refuse (with the same error) is what decoding the wire events whole
+    /// took and refused, for every kind of event and in messages damaged at random.
+    #[test]
+    fn events_decode_as_their_wire_events_decoded_whole_even_damaged() {
+        let mut rng = crate::analysis::batches::Rng(41);
+        for _ in 0..50 {
+            let events = every_kind(&mut rng);
+            let wire: Vec<WireEventRef> = wire_events(&events).collect();
+            let bytes = postcard::to_allocvec(&wire).unwrap();
+            assert_eq!(decoded(&bytes), Ok(events.clone()));
+            assert_eq!(decoded_whole(&bytes), Ok(events));
+            let (mut took, mut refused) = (0, 0);
+            for _ in 0..400 {
+                let mut damaged = bytes.clone();
+                for _ in 0..=rng.below(3) {
+                    let at = rng.below(damaged.len());
+                    damaged[at] = rng.below(256) as u8;
+                }
+                damaged.truncate(damaged.len() - rng.below(4));
+                let read = decoded(&damaged);
+                assert_eq!(read, decoded_whole(&damaged));
+                if read.is_ok() {
+                    took += 1;
+                } else {
+                    refused += 1;
+                }
+            }
+            assert!(took > 0 && refused > 0, "{took} damaged messages taken, {refused} refused");
+        }
+    }
+
+    /// Each field takes every value its type holds, and refuses the next: a byte, 32 bits, an
+    /// optional 32 bits (0 absent, else the value + 1), or an optional 64 bits.
+    #[test]
+    fn each_field_takes_the_values_that_fit_it_and_no_more() {
+        const U32: u64 = u32::MAX as u64;
+        for field in 0..FIELDS - 1 {
+            let max = match field {
+                0 | 1 => 255,
+                2..=16 => U32,
+                19..=22 | 25..=27 => U32 + 1,
+                _ => u64::MAX,
+            };
+            for value in [0, 1, max - 1, max] {
+                let mut values = [0; FIELDS];
+                values[field] = value;
+                let sample = TcpInfoSample::from_values(false, &values).expect("fits");
+                assert_eq!(sample.to_values(), values, "field {field}: {value}");
+            }
+            if max < u64::MAX {
+                let mut values = [0; FIELDS];
+                values[field] = max + 1;
+                assert_eq!(TcpInfoSample::from_values(false, &values), None, "field {field}");
+            }
+        }
     }
 
     #[test]

@@ -1,47 +1,29 @@
 //! A session's messages as JSON, byte for byte the text `serde_json` writes for them, with the
-//! events written by hand: they are nearly every byte of a large export (a TCP_INFO sample is
-//! about 600 bytes of JSON, most of it field names), and through `serde_json` each field name
-//! was escaped, quoted and written in five calls. Here a name, its quotes and colon are one
-//! constant copy: `export --json` of a file of samples took a third of the CPU it did.
+//! events and each run's start written by hand: they are nearly every byte of a large export
+//! (a TCP_INFO sample is about 600 bytes of JSON, most of it field names; a run's start 750
+//! bytes for its spec), and through `serde_json` each field name was escaped, quoted and
+//! written in five calls. Here a name, its quotes and colon are one constant copy: `export
+//! --json` of a file of samples took a third of the CPU it did, and a file of runs that never
+//! end (a start for every two events) half.
 //!
-//! The other messages (a run's start and end, the file's Hello, overviews) are rare and go
-//! through `serde_json` as before. The events' types are taken apart field by field with no
-//! `..`, and every enum matched with no catch-all: a field or a kind added to them does not
-//! build until it is written here too, and the tests compare every kind with `serde_json`'s
-//! text.
+//! The other messages (a run's end, the file's Hello, overviews) are rare and go through
+//! `serde_json` as before. The types written here are taken apart field by field with no `..`,
+//! and every enum matched with no catch-all: a field or a kind added to them does not build
+//! until it is written here too, and the tests compare every kind with `serde_json`'s text.
 
 use std::io::{self, Write};
 
 use crate::event::{
-    Event, EventKind, LinkAction, LinkEvent, Segment, Side, SockOpt, TcpInfoSample,
+    Event, EventKind, LinkAction, LinkEvent, RunId, Segment, Side, SockOpt, TcpInfoSample,
 };
-use crate::wire::ToBrowser;
+use crate::spec::{
+    BulkSpec, ImportSpec, ImportedConnection, LinkSpec, PerSide, RrSpec, Scenario, WatchSpec,
+    WritePattern,
+};
+use crate::wire::{Instruments, ToBrowser};
 
-/// The JSON is gathered here and handed to the writer in pieces about this large.
-const CHUNK_BYTES: usize = 64 * 1024;
-
-/// Writes `message` as `serde_json::to_writer` does.
-pub fn write_message(message: &ToBrowser, out: &mut impl Write) -> io::Result<()> {
-    let ToBrowser::Events { run, events } = message else {
-        return serde_json::to_writer(out, message).map_err(io::Error::from);
-    };
-    let mut json = Vec::with_capacity(CHUNK_BYTES.min(64 + 128 * events.len()));
-    json.extend_from_slice(b"{\"Events\":{\"run\":");
-    run.0.write_json(&mut json);
-    json.extend_from_slice(b",\"events\":[");
-    for (index, event) in events.iter().enumerate() {
-        if index > 0 {
-            json.push(b',');
-        }
-        write_event(event, &mut json);
-        if json.len() >= CHUNK_BYTES {
-            out.write_all(&json)?;
-            json.clear();
-        }
-    }
-    json.extend_from_slice(b"]}}");
-    out.write_all(&json)
-}
+/// The JSON is gathered and handed to the writer in pieces about this large.
+pub const CHUNK_BYTES: usize = 64 * 1024;
 
 /// Appends `{"name":value,...}`: each name with its quotes and colon (and the comma before it)
 /// is one constant, in the order the fields are declared (the order `serde` writes them).
@@ -66,6 +48,43 @@ macro_rules! variant {
     }};
 }
 
+/// Appends `message` to `json` as `serde_json::to_writer` writes it, and hands `json` to `out`
+/// (then empties it) whenever it holds [`CHUNK_BYTES`] or more: `json` holds what is not yet
+/// written, for the caller to write at its end.
+pub fn write_message(
+    message: &ToBrowser,
+    json: &mut Vec<u8>,
+    out: &mut impl Write,
+) -> io::Result<()> {
+    match message {
+        ToBrowser::Events { run, events } => {
+            json.extend_from_slice(b"{\"Events\":{\"run\":");
+            run.write_json(json);
+            json.extend_from_slice(b",\"events\":[");
+            for (index, event) in events.iter().enumerate() {
+                if index > 0 {
+                    json.push(b',');
+                }
+                write_event(event, json);
+                if json.len() >= CHUNK_BYTES {
+                    out.write_all(json)?;
+                    json.clear();
+                }
+            }
+            json.extend_from_slice(b"]}}");
+        }
+        ToBrowser::RunStarted { run, spec, instruments } => {
+            variant!(json, RunStarted { run, spec, instruments });
+        }
+        _ => serde_json::to_writer(&mut *json, message).map_err(io::Error::from)?,
+    }
+    if json.len() >= CHUNK_BYTES {
+        out.write_all(json)?;
+        json.clear();
+    }
+    Ok(())
+}
+
 /// Appends one event's JSON to `json`.
 pub fn write_event(event: &Event, json: &mut Vec<u8>) {
     let Event { at_ns, side, conn, req, kind } = event;
@@ -81,32 +100,36 @@ trait WriteJson {
 impl WriteJson for u64 {
     #[inline]
     fn write_json(&self, json: &mut Vec<u8>) {
-        // Most of an event's numbers are a digit or two (flags, counters, zeros): those skip
-        // the loop.
-        let mut value = *self;
-        if value < 10 {
-            json.push(b'0' + value as u8);
-            return;
+        // Most of an event's numbers are a digit (flags, counters, zeros): one byte, inline.
+        match *self {
+            digit @ 0..=9 => json.push(b'0' + digit as u8),
+            value => write_digits(value, json),
         }
-        // Two digits a division, from the right.
-        let mut digits = [0u8; 20];
-        let mut at = digits.len();
-        while value >= 100 {
-            let pair = (value % 100) as usize * 2;
-            value /= 100;
-            at -= 2;
-            digits[at..at + 2].copy_from_slice(&DIGIT_PAIRS[pair..pair + 2]);
-        }
-        if value >= 10 {
-            let pair = value as usize * 2;
-            at -= 2;
-            digits[at..at + 2].copy_from_slice(&DIGIT_PAIRS[pair..pair + 2]);
-        } else {
-            at -= 1;
-            digits[at] = b'0' + value as u8;
-        }
-        json.extend_from_slice(&digits[at..]);
     }
+}
+
+/// Appends `value`'s decimal digits, two a division from the right, into 20 bytes appended
+/// and cut back to the digits: a copy of a length known only at run time is a call to
+/// `memcpy`, and a number in a TCP_INFO sample cost more in that call than in its digits.
+fn write_digits(mut value: u64, json: &mut Vec<u8>) {
+    let count = value.checked_ilog10().unwrap_or(0) as usize + 1;
+    let start = json.len();
+    json.extend_from_slice(&[0; 20]);
+    let digits = &mut json[start..start + count];
+    let mut at = count;
+    while value >= 100 {
+        let pair = (value % 100) as usize * 2;
+        value /= 100;
+        at -= 2;
+        digits[at..at + 2].copy_from_slice(&DIGIT_PAIRS[pair..pair + 2]);
+    }
+    if value >= 10 {
+        let pair = value as usize * 2;
+        digits[..2].copy_from_slice(&DIGIT_PAIRS[pair..pair + 2]);
+    } else {
+        digits[0] = b'0' + value as u8;
+    }
+    json.truncate(start + count);
 }
 
 /// "00" to "99", each pair's two digits.
@@ -357,24 +380,199 @@ impl WriteJson for LinkEvent {
     }
 }
 
+impl WriteJson for RunId {
+    fn write_json(&self, json: &mut Vec<u8>) {
+        self.0.write_json(json);
+    }
+}
+
+/// A string as `serde_json` quotes it: `"` and `\` escaped with a backslash, the control
+/// characters below U+0020 as `\b`, `\t`, `\n`, `\f`, `\r` or `\u00xx`; everything else
+/// (DEL, all of Unicode) as it is.
+impl WriteJson for str {
+    fn write_json(&self, json: &mut Vec<u8>) {
+        const HEX: &[u8; 16] = b"0123456789abcdef";
+        json.push(b'"');
+        let bytes = self.as_bytes();
+        let mut plain_from = 0;
+        for (at, &byte) in bytes.iter().enumerate() {
+            let escape = match byte {
+                b'"' => b'"',
+                b'\\' => b'\\',
+                0x08 => b'b',
+                b'\t' => b't',
+                b'\n' => b'n',
+                0x0c => b'f',
+                b'\r' => b'r',
+                0..=0x1f => b'u',
+                _ => continue,
+            };
+            json.extend_from_slice(&bytes[plain_from..at]);
+            json.extend_from_slice(&[b'\\', escape]);
+            if escape == b'u' {
+                let (high, low) = (HEX[usize::from(byte >> 4)], HEX[usize::from(byte & 0xf)]);
+                json.extend_from_slice(&[b'0', b'0', high, low]);
+            }
+            plain_from = at + 1;
+        }
+        json.extend_from_slice(&bytes[plain_from..]);
+        json.push(b'"');
+    }
+}
+
+impl WriteJson for String {
+    fn write_json(&self, json: &mut Vec<u8>) {
+        self.as_str().write_json(json);
+    }
+}
+
+impl<T: WriteJson> WriteJson for Vec<T> {
+    fn write_json(&self, json: &mut Vec<u8>) {
+        json.push(b'[');
+        for (index, value) in self.iter().enumerate() {
+            if index > 0 {
+                json.push(b',');
+            }
+            value.write_json(json);
+        }
+        json.push(b']');
+    }
+}
+
+impl<T: WriteJson> WriteJson for PerSide<T> {
+    fn write_json(&self, json: &mut Vec<u8>) {
+        let PerSide { client, server } = self;
+        object!(json, client, server);
+    }
+}
+
+impl WriteJson for WritePattern {
+    fn write_json(&self, json: &mut Vec<u8>) {
+        json.extend_from_slice(match self {
+            WritePattern::Split => b"\"split\"".as_slice(),
+            WritePattern::Single => b"\"single\"",
+            WritePattern::Writev => b"\"writev\"",
+        });
+    }
+}
+
+impl WriteJson for LinkSpec {
+    fn write_json(&self, json: &mut Vec<u8>) {
+        let LinkSpec { rtt_us, rate_bps, mtu, queue_packets, loss_ppm } = self;
+        object!(json, rtt_us, rate_bps, mtu, queue_packets, loss_ppm);
+    }
+}
+
+impl WriteJson for RrSpec {
+    fn write_json(&self, json: &mut Vec<u8>) {
+        let RrSpec {
+            requests,
+            duration_ms,
+            size_bytes,
+            response_bytes,
+            reconnect_every,
+            connections,
+            think_us,
+            write,
+            nodelay,
+            cork,
+            quickack,
+            sndbuf,
+            rcvbuf,
+            congestion,
+            link,
+        } = self;
+        object!(
+            json,
+            requests,
+            duration_ms,
+            size_bytes,
+            response_bytes,
+            reconnect_every,
+            connections,
+            think_us,
+            write,
+            nodelay,
+            cork,
+            quickack,
+            sndbuf,
+            rcvbuf,
+            congestion,
+            link,
+        );
+    }
+}
+
+impl WriteJson for BulkSpec {
+    fn write_json(&self, json: &mut Vec<u8>) {
+        let BulkSpec { bytes, duration_ms, app_buffer_bytes, sndbuf, rcvbuf, congestion, link } =
+            self;
+        object!(json, bytes, duration_ms, app_buffer_bytes, sndbuf, rcvbuf, congestion, link);
+    }
+}
+
+impl WriteJson for ImportedConnection {
+    fn write_json(&self, json: &mut Vec<u8>) {
+        let ImportedConnection { client, server, client_by } = self;
+        object!(json, client, server, client_by);
+    }
+}
+
+impl WriteJson for ImportSpec {
+    fn write_json(&self, json: &mut Vec<u8>) {
+        let ImportSpec { source, connections } = self;
+        object!(json, source, connections);
+    }
+}
+
+impl WriteJson for WatchSpec {
+    fn write_json(&self, json: &mut Vec<u8>) {
+        let WatchSpec { ports, pid, duration_ms, evidence } = self;
+        object!(json, ports, pid, duration_ms, evidence);
+    }
+}
+
+/// `{"rr":{...}}`: the variants' names in snake case, as the type's `serde` attribute says.
+impl WriteJson for Scenario {
+    fn write_json(&self, json: &mut Vec<u8>) {
+        match self {
+            Scenario::Rr(rr) => object!(json, rr),
+            Scenario::Bulk(bulk) => object!(json, bulk),
+            Scenario::Server(server) => object!(json, server),
+            Scenario::Import(import) => object!(json, import),
+            Scenario::Watch(watch) => object!(json, watch),
+        }
+    }
+}
+
+impl WriteJson for Instruments {
+    fn write_json(&self, json: &mut Vec<u8>) {
+        let Instruments { events, tcp_info_at_syscalls, tcp_info_interval_us, capture } = self;
+        object!(json, events, tcp_info_at_syscalls, tcp_info_interval_us, capture);
+    }
+}
+
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::analysis::batches::Rng;
     use crate::event::{ConnId, ReqId, RunId};
     use crate::spec::{RrSpec, Scenario};
     use crate::wire::{Hello, HostFacts, Instruments, RunOutcome};
 
+    /// `message` as [`write_message`] writes it: what it handed to the writer, then what it left
+    /// in the buffer.
     fn json_of(message: &ToBrowser) -> String {
-        let mut out = Vec::new();
-        write_message(message, &mut out).unwrap();
+        let (mut out, mut json) = (Vec::new(), Vec::new());
+        write_message(message, &mut json, &mut out).unwrap();
+        out.extend_from_slice(&json);
         String::from_utf8(out).unwrap()
     }
 
     const U32: u64 = u32::MAX as u64;
 
     /// A value up to `max` drawn so that the extremes come up: 0, `max`, and between.
-    fn draw(rng: &mut Rng, max: u64) -> u64 {
+    pub(crate) fn draw(rng: &mut Rng, max: u64) -> u64 {
         match rng.below(4) {
             0 => 0,
             1 => max,
@@ -517,6 +715,143 @@ mod tests {
             value.write_json(&mut json);
             assert_eq!(String::from_utf8(json).unwrap(), value.to_string());
         }
+    }
+
+    /// A string of up to 12 pieces: every character `serde_json` escapes, DEL, quotes and
+    /// backslashes, letters, and characters of two to four bytes (a bidi override among them).
+    fn text(rng: &mut Rng) -> String {
+        let pieces = ["a", "Z", " ", "\"", "\\", "/", "\u{7f}", "é", "\u{2028}", "\u{202e}", "𝄞"];
+        (0..rng.below(13))
+            .map(|_| match rng.below(3) {
+                0 => char::from(rng.below(0x20) as u8).to_string(),
+                _ => pieces[rng.below(pieces.len())].to_string(),
+            })
+            .collect()
+    }
+
+    fn per_side<T>(mut value: impl FnMut() -> T) -> PerSide<T> {
+        PerSide { client: value(), server: value() }
+    }
+
+    fn link(rng: &mut Rng) -> Option<LinkSpec> {
+        (rng.below(2) == 1).then(|| LinkSpec {
+            rtt_us: draw(rng, U32) as u32,
+            rate_bps: maybe(rng, u64::MAX),
+            mtu: draw(rng, U32) as u32,
+            queue_packets: draw(rng, U32) as u32,
+            loss_ppm: draw(rng, U32) as u32,
+        })
+    }
+
+    /// Every kind of run, with values drawn at random.
+    pub(crate) fn every_scenario(rng: &mut Rng) -> Vec<Scenario> {
+        let patterns = [WritePattern::Split, WritePattern::Single, WritePattern::Writev];
+        let mut rr = || RrSpec {
+            requests: draw(rng, U32) as u32,
+            duration_ms: maybe(rng, U32).map(|v| v as u32),
+            size_bytes: draw(rng, U32) as u32,
+            response_bytes: maybe(rng, U32).map(|v| v as u32),
+            reconnect_every: draw(rng, U32) as u32,
+            connections: draw(rng, U32) as u32,
+            think_us: draw(rng, U32) as u32,
+            write: per_side(|| patterns[rng.below(3)]),
+            nodelay: per_side(|| rng.below(2) == 1),
+            cork: per_side(|| rng.below(2) == 1),
+            quickack: per_side(|| rng.below(2) == 1),
+            sndbuf: per_side(|| maybe(rng, U32).map(|v| v as u32)),
+            rcvbuf: per_side(|| maybe(rng, U32).map(|v| v as u32)),
+            congestion: per_side(|| (rng.below(2) == 1).then(|| text(rng))),
+            link: link(rng),
+        };
+        let (client, server) = (rr(), rr());
+        let bulk = BulkSpec {
+            bytes: draw(rng, u64::MAX),
+            duration_ms: maybe(rng, U32).map(|v| v as u32),
+            app_buffer_bytes: draw(rng, U32) as u32,
+            sndbuf: per_side(|| maybe(rng, U32).map(|v| v as u32)),
+            rcvbuf: per_side(|| maybe(rng, U32).map(|v| v as u32)),
+            congestion: per_side(|| (rng.below(2) == 1).then(|| text(rng))),
+            link: link(rng),
+        };
+        let connections = (0..rng.below(4))
+            .map(|_| ImportedConnection {
+                client: text(rng),
+                server: text(rng),
+                client_by: text(rng),
+            })
+            .collect();
+        let import = ImportSpec { source: text(rng), connections };
+        let watch = WatchSpec {
+            ports: (0..rng.below(4)).map(|_| draw(rng, 65_535) as u16).collect(),
+            pid: maybe(rng, U32).map(|v| v as u32),
+            duration_ms: maybe(rng, U32).map(|v| v as u32),
+            evidence: text(rng),
+        };
+        vec![
+            Scenario::Rr(client),
+            Scenario::Bulk(bulk),
+            Scenario::Server(server),
+            Scenario::Import(import),
+            Scenario::Watch(watch),
+        ]
+    }
+
+    #[test]
+    fn every_kind_of_run_start_is_written_as_serde_json_writes_it() {
+        let mut rng = Rng(23);
+        for round in 0..300 {
+            for spec in every_scenario(&mut rng) {
+                let instruments = Instruments {
+                    events: rng.below(2) == 1,
+                    tcp_info_at_syscalls: rng.below(2) == 1,
+                    tcp_info_interval_us: draw(&mut rng, U32) as u32,
+                    capture: rng.below(2) == 1,
+                };
+                let message = ToBrowser::RunStarted { run: RunId(round), spec, instruments };
+                assert_eq!(json_of(&message), serde_json::to_string(&message).unwrap());
+            }
+        }
+    }
+
+    #[test]
+    fn every_character_of_a_string_is_written_as_serde_json_writes_it() {
+        let every_ascii: String = (0..=0x7fu8).map(char::from).collect();
+        let strings = [String::new(), every_ascii, "é\u{2028}\u{202e}𝄞\u{10ffff}".into()];
+        for string in strings {
+            let mut json = Vec::new();
+            string.write_json(&mut json);
+            assert_eq!(String::from_utf8(json).unwrap(), serde_json::to_string(&string).unwrap());
+        }
+    }
+
+    #[test]
+    fn what_is_left_unwritten_is_under_a_chunk_and_written_in_order() {
+        let mut rng = Rng(29);
+        let events: Vec<Event> = (0..2_000u32)
+            .map(|i| Event {
+                at_ns: u64::from(i),
+                side: Side::Client,
+                conn: ConnId(0),
+                req: ReqId(i),
+                kind: EventKind::TcpInfo(Box::new(sample(&mut rng))),
+            })
+            .collect();
+        let spec = every_scenario(&mut rng).remove(0);
+        let messages = [
+            ToBrowser::RunStarted { run: RunId(1), spec, instruments: Instruments::default() },
+            ToBrowser::Events { run: RunId(1), events },
+            ToBrowser::RunFinished { run: RunId(1), outcome: RunOutcome::Completed },
+        ];
+        let (mut out, mut json) = (Vec::new(), Vec::new());
+        let mut expected = Vec::new();
+        for message in &messages {
+            write_message(message, &mut json, &mut out).unwrap();
+            assert!(json.len() < CHUNK_BYTES, "{} bytes left unwritten", json.len());
+            serde_json::to_writer(&mut expected, message).unwrap();
+        }
+        assert!(out.len() > CHUNK_BYTES, "the samples were written in chunks");
+        out.extend_from_slice(&json);
+        assert_eq!(String::from_utf8(out).unwrap(), String::from_utf8(expected).unwrap());
     }
 
     #[test]

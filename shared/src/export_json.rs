@@ -35,59 +35,101 @@ pub fn write_export_json(
     out: &mut impl Write,
 ) -> io::Result<(Exported, Option<WireError>)> {
     let mut file_error = None;
-    let mut reducer = SessionReducer::new();
-    let mut steps = Vec::new();
-    let mut summaries = Vec::new();
-    let mut not_summarized = 0u64;
-    let mut summarize = |steps: &mut Vec<Output>| {
-        for step in steps.drain(..) {
-            let Output::Ended(run, _) = step else { continue };
-            if summaries.len() < MAX_EXPORTED_SUMMARIES {
-                summaries.push(run_summary(*run));
-            } else {
-                not_summarized += 1;
-            }
-        }
-    };
-    write!(
-        out,
-        "{{\"format\":\"ackscope-session\",\"protocol_version\":{PROTOCOL_VERSION},\"messages\":["
-    )?;
-    let mut written = Exported::default();
+    let mut export = JsonExport::start(out)?;
     for message in messages {
-        let message = match message {
-            Ok(message) => message,
+        match message {
+            Ok(message) => export.message(&message, out)?,
             Err(e) => {
                 // Nothing after a bad frame can be trusted to be where it says it is.
                 file_error = Some(e);
                 break;
             }
-        };
-        if written.messages > 0 {
-            out.write_all(b",\n")?;
         }
-        written.messages += 1;
-        // Byte for byte what `serde_json::to_writer` writes, the events several times faster.
-        crate::event_json::write_message(&message, &mut *out)?;
-        reducer.handle(&message, &mut steps);
-        summarize(&mut steps);
     }
-    reducer.finish(&mut steps);
-    summarize(&mut steps);
-    let not_followed = reducer.not_followed();
-    write!(out, "],\n\"runs\":")?;
-    serde_json::to_writer(&mut *out, &summaries)?;
-    written.runs = summaries.len();
-    let not_summarized = not_summarized + not_followed;
-    let error = file_error.as_ref().map(|e| e.to_string());
-    write!(
-        out,
-        ",\"runs_not_summarized\":{not_summarized},\"error\":{}}}",
-        serde_json::to_string(&error)?
-    )?;
-    writeln!(out)?;
-    out.flush()?;
+    let written = export.finish(file_error.as_ref(), out)?;
     Ok((written, file_error))
+}
+
+/// The JSON document of a session, written as its messages are handed over one at a time by
+/// reference ([`write_export_json`] over an iterator of them): a reader hands each message
+/// over where it decoded it, without copying it out.
+pub struct JsonExport {
+    reducer: SessionReducer,
+    steps: Vec<Output>,
+    summaries: Vec<serde_json::Value>,
+    not_summarized: u64,
+    written: Exported,
+    /// The document's bytes not yet written ([`crate::event_json::write_message`]).
+    json: Vec<u8>,
+}
+
+impl JsonExport {
+    /// Writes the document's start.
+    pub fn start(out: &mut impl Write) -> io::Result<JsonExport> {
+        write!(
+            out,
+            "{{\"format\":\"ackscope-session\",\"protocol_version\":{PROTOCOL_VERSION},\"messages\":["
+        )?;
+        Ok(JsonExport {
+            reducer: SessionReducer::new(),
+            steps: Vec::new(),
+            summaries: Vec::new(),
+            not_summarized: 0,
+            written: Exported::default(),
+            json: Vec::with_capacity(2 * crate::event_json::CHUNK_BYTES),
+        })
+    }
+
+    /// Writes one message of `messages` and follows it in its run.
+    pub fn message(&mut self, message: &ToBrowser, out: &mut impl Write) -> io::Result<()> {
+        if self.written.messages > 0 {
+            self.json.extend_from_slice(b",\n");
+        }
+        self.written.messages += 1;
+        // Byte for byte what `serde_json::to_writer` writes, several times faster.
+        crate::event_json::write_message(message, &mut self.json, out)?;
+        self.reducer.handle(message, &mut self.steps);
+        self.summarize();
+        Ok(())
+    }
+
+    /// Ends the document: each run's summary, and `file_error`, the error that ended the
+    /// messages if one did.
+    pub fn finish(
+        mut self,
+        file_error: Option<&WireError>,
+        out: &mut impl Write,
+    ) -> io::Result<Exported> {
+        self.reducer.finish(&mut self.steps);
+        self.summarize();
+        let not_followed = self.reducer.not_followed();
+        out.write_all(&self.json)?;
+        write!(out, "],\n\"runs\":")?;
+        serde_json::to_writer(&mut *out, &self.summaries)?;
+        self.written.runs = self.summaries.len();
+        let not_summarized = self.not_summarized + not_followed;
+        let error = file_error.map(|e| e.to_string());
+        write!(
+            out,
+            ",\"runs_not_summarized\":{not_summarized},\"error\":{}}}",
+            serde_json::to_string(&error)?
+        )?;
+        writeln!(out)?;
+        out.flush()?;
+        Ok(self.written)
+    }
+
+    /// Keeps the summary of each run the last message ended.
+    fn summarize(&mut self) {
+        for step in self.steps.drain(..) {
+            let Output::Ended(run, _) = step else { continue };
+            if self.summaries.len() < MAX_EXPORTED_SUMMARIES {
+                self.summaries.push(run_summary(*run));
+            } else {
+                self.not_summarized += 1;
+            }
+        }
+    }
 }
 
 /// One run's entry in the document's `runs`: the report `run --json` prints for it

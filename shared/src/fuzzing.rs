@@ -26,19 +26,28 @@ pub const TARGETS: [(&str, Target); 7] = [
     ("reducer_ops", reducer_ops),
 ];
 
-/// A session file's framing, fed in uneven pieces as a file or socket delivers them.
+/// A session file's framing, fed in uneven pieces as a file or socket delivers them. The
+/// messages `show` and `export` look at in place (`with_next_message`, a run's start decoded
+/// by hand) are the messages decoded whole, errors included.
 pub fn session_frames(data: &[u8]) {
     let mut stream = FrameStream::new();
+    let mut in_place = FrameStream::new();
     let split = data.first().map_or(1, |&b| usize::from(b).max(1));
     for chunk in data.chunks(split) {
         stream.push(chunk);
-        while let Some(message) = stream.next_message() {
-            if message.is_err() {
-                return;
+        in_place.push(chunk);
+        loop {
+            let message = stream.next_message();
+            let seen = in_place.with_next_message(|seen| seen.cloned());
+            assert_eq!(seen, message, "a message looked at in place is the one decoded whole");
+            match message {
+                Some(Ok(_)) => {}
+                Some(Err(_)) => return,
+                None => break,
             }
         }
     }
-    let _ = stream.finish();
+    assert_eq!(in_place.finish(), stream.finish());
 }
 
 /// One message as the browser decodes it, the compact event encoding included.

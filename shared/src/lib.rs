@@ -11,8 +11,9 @@
 //!   for watched programs and imported captures) and [`attribution`] (why each wait happened);
 //! - [`overview`]: a run's requests in a bounded number of columns, each keeping its worst;
 //! - [`wire`] (the versioned messages between probe and browser, and their framing: a session
-//!   file is the same framed stream written to disk), [`event_json`] (its messages as JSON, the
-//!   events written by hand) and [`control`] (between two probes);
+//!   file is the same framed stream written to disk; `wire_decode`, a run's start decoded by
+//!   hand), [`event_json`] (its messages as JSON, the events and run starts written by hand) and
+//!   [`control`] (between two probes);
 //! - [`reduce`]: the one path from a stream of messages to runs, their tally and their stalls,
 //!   with every reader's bounds; [`report`] (a run's `--json` report) and the exports over it
 //!   ([`export_json`], [`perfetto`], [`pcapng_export`]);
@@ -62,6 +63,7 @@ pub mod synthetic;
 pub mod tcp_info;
 mod varint;
 pub mod wire;
+mod wire_decode;
 mod write_log;
 
 pub use analysis::{RequestView, Summary};
