@@ -18,7 +18,7 @@
 //! the exchanges' count and latencies. Both hold only what is open: a connection is forgotten
 //! once it closes, and at most [`MAX_OPEN_CONNECTIONS`] are followed at once.
 
-use std::collections::HashMap;
+use std::collections::hash_map::Entry;
 use std::net::IpAddr;
 
 use crate::analysis::Summary;
@@ -115,6 +115,19 @@ pub struct Conversation {
 }
 
 impl Conversation {
+    fn new(id: ConnId, client: Endpoint, server: Endpoint, at_ns: u64) -> Conversation {
+        Conversation {
+            id,
+            client,
+            server,
+            rule: ExchangeRule::default(),
+            fins: [false; 2],
+            closed_at_ns: None,
+            last_ns: at_ns,
+            missing: 0,
+        }
+    }
+
     /// The exchange the connection is in now.
     pub fn exchange(&self) -> ReqId {
         self.rule.current()
@@ -128,6 +141,19 @@ impl Conversation {
             Side::Client
         }
     }
+
+    /// Whether it closed (both FINs, an RST, or its socket gone): it lingers, then is forgotten.
+    pub fn is_closed(&self) -> bool {
+        self.closed_at_ns.is_some()
+    }
+}
+
+/// The next connection's number from `next` (from 1, 0 skipped when it wraps), and `next` moved
+/// on.
+fn next_id(next: &mut u32) -> ConnId {
+    let id = ConnId(*next);
+    *next = next.wrapping_add(1).max(1);
+    id
 }
 
 /// A packet of a watched connection, as the session records it.
@@ -142,8 +168,10 @@ pub struct Seen {
 #[derive(Debug)]
 pub struct Conversations {
     server_ports: Vec<u16>,
-    /// Keyed by the two endpoints in one order, whichever way the packet went.
-    open: HashMap<(Endpoint, Endpoint), Conversation>,
+    /// Keyed by the two endpoints in one order, whichever way the packet went. The keys are
+    /// peers' addresses and ports, which a peer chooses: the hash is keyed
+    /// ([`crate::keyed_hash`]), and cheaper than SipHash on every packet.
+    open: KeyedMap<(Endpoint, Endpoint), Conversation>,
     next_id: u32,
     /// Packets of new connections left out while [`MAX_OPEN_CONNECTIONS`] were followed.
     pub left_out: u64,
@@ -154,7 +182,7 @@ impl Conversations {
     pub fn new(server_ports: &[u16]) -> Conversations {
         Conversations {
             server_ports: server_ports.to_vec(),
-            open: HashMap::new(),
+            open: KeyedMap::default(),
             next_id: 1,
             left_out: 0,
         }
@@ -169,6 +197,11 @@ impl Conversations {
         self.open.is_empty()
     }
 
+    /// The connections followed now, closed ones within their linger included.
+    pub fn iter(&self) -> impl Iterator<Item = &Conversation> {
+        self.open.values()
+    }
+
     /// The event of `packet`, sent at `at_ns`, if it belongs to a watched port's connection.
     pub fn packet(&mut self, at_ns: u64, packet: &Packet) -> Option<Seen> {
         let from = (packet.src, packet.src_port);
@@ -181,30 +214,42 @@ impl Conversations {
         let key = connection_key(from, to);
         let syn = packet.segment.has(tcp_flags::SYN);
         let ack = packet.segment.has(tcp_flags::ACK);
-        if syn && !ack && self.open.get(&key).is_some_and(|c| c.closed_at_ns.is_some()) {
-            // The same addresses and ports again, soon after a close (a client that binds its
-            // port, or a quick reuse of TIME_WAIT): a new connection, not the old one's tail.
-            self.open.remove(&key);
-        }
+        // The sender is the client when it sends to a watched port; when both ports are
+        // watched the handshake says, and without one the higher (ephemeral) port.
+        let sender_is_client = || match (to_server, from_server) {
+            (true, false) => true,
+            (false, true) => false,
+            _ if syn => !ack,
+            _ => packet.src_port > packet.dst_port,
+        };
+        let ends = |sender_is_client: bool| if sender_is_client { (from, to) } else { (to, from) };
+        // One lookup a packet: the entry is the connection's, followed or new.
+        let followed = self.open.len();
         let mut opened = None;
-        if !self.open.contains_key(&key) {
-            if self.open.len() >= MAX_OPEN_CONNECTIONS {
-                self.left_out += 1;
-                return None;
+        let conversation = match self.open.entry(key) {
+            Entry::Occupied(entry) => {
+                let conversation = entry.into_mut();
+                if syn && !ack && conversation.closed_at_ns.is_some() {
+                    // The same addresses and ports again, soon after a close (a client that
+                    // binds its port, or a quick reuse of TIME_WAIT): a new connection, not the
+                    // old one's tail.
+                    let (client, server) = ends(sender_is_client());
+                    *conversation =
+                        Conversation::new(next_id(&mut self.next_id), client, server, at_ns);
+                    opened = Some((client, server));
+                }
+                conversation
             }
-            // The sender is the client when it sends to a watched port; when both ports are
-            // watched the handshake says, and without one the higher (ephemeral) port.
-            let sender_is_client = match (to_server, from_server) {
-                (true, false) => true,
-                (false, true) => false,
-                _ if syn => !ack,
-                _ => packet.src_port > packet.dst_port,
-            };
-            let (client, server) = if sender_is_client { (from, to) } else { (to, from) };
-            self.begin(key, client, server, at_ns);
-            opened = Some((client, server));
-        }
-        let conversation = self.open.get_mut(&key).expect("inserted above");
+            Entry::Vacant(entry) => {
+                if followed >= MAX_OPEN_CONNECTIONS {
+                    self.left_out += 1;
+                    return None;
+                }
+                let (client, server) = ends(sender_is_client());
+                opened = Some((client, server));
+                entry.insert(Conversation::new(next_id(&mut self.next_id), client, server, at_ns))
+            }
+        };
         conversation.last_ns = at_ns;
         let side = if from == conversation.client { Side::Client } else { Side::Server };
         let segment = &packet.segment;
@@ -256,18 +301,7 @@ impl Conversations {
     }
 
     fn begin(&mut self, key: (Endpoint, Endpoint), client: Endpoint, server: Endpoint, at_ns: u64) {
-        let id = ConnId(self.next_id);
-        self.next_id = self.next_id.wrapping_add(1).max(1);
-        let conversation = Conversation {
-            id,
-            client,
-            server,
-            rule: ExchangeRule::default(),
-            fins: [false; 2],
-            closed_at_ns: None,
-            last_ns: at_ns,
-            missing: 0,
-        };
+        let conversation = Conversation::new(next_id(&mut self.next_id), client, server, at_ns);
         self.open.insert(key, conversation);
     }
 
@@ -353,26 +387,27 @@ impl ExchangeTally {
         let EventKind::Segment(segment) = &event.kind else { return None };
         let fresh =
             OpenExchange { req: event.req, start_ns: None, last_answer_ns: None, fins: [false; 2] };
-        if !self.open.contains_key(&event.conn) {
-            // A bare ACK of a connection not followed (the last of a teardown) opens nothing,
-            // so a closed connection is not held again by its final ACK.
-            if segment.len == 0 && !segment.has(tcp_flags::SYN) {
-                return None;
-            }
-        }
-        if !self.open.contains_key(&event.conn) && self.open.len() >= MAX_OPEN_CONNECTIONS {
+        // A bare ACK of a connection not followed (the last of a teardown) opens nothing, so a
+        // closed connection is not held again by its final ACK.
+        let opens = segment.len > 0 || segment.has(tcp_flags::SYN);
+        if opens && self.open.len() >= MAX_OPEN_CONNECTIONS && !self.open.contains_key(&event.conn)
+        {
             // A hostile or enormous file: the bound holds by settling some open exchange.
             if let Some(&conn) = self.open.keys().next() {
                 let oldest = self.open.remove(&conn).expect("a key just listed");
                 self.settle(oldest);
             }
         }
-        let open = self.open.entry(event.conn).or_insert(fresh);
+        // One lookup an event on the common path: the connection's open exchange.
+        let open = match self.open.entry(event.conn) {
+            Entry::Occupied(entry) => entry.into_mut(),
+            Entry::Vacant(_) if !opens => return None,
+            Entry::Vacant(entry) => entry.insert(fresh),
+        };
+        let mut done = None;
         if open.req != event.req {
-            let done = std::mem::replace(open, OpenExchange { fins: open.fins, ..fresh });
-            self.settle(done);
+            done = Some(std::mem::replace(open, OpenExchange { fins: open.fins, ..fresh }));
         }
-        let open = self.open.get_mut(&event.conn).expect("present");
         if segment.len > 0 {
             match event.side {
                 Side::Client => {
@@ -387,9 +422,14 @@ impl ExchangeTally {
         if segment.has(tcp_flags::FIN) {
             open.fins[usize::from(event.side == Side::Server)] = true;
         }
-        if segment.has(tcp_flags::RST) || open.fins == [true, true] {
-            let done = self.open.remove(&event.conn).expect("present");
+        let closed = segment.has(tcp_flags::RST) || open.fins == [true, true];
+        // The exchange this event ended first, then the connection's last if it closed.
+        if let Some(done) = done {
             self.settle(done);
+        }
+        if closed {
+            let last = self.open.remove(&event.conn).expect("present");
+            self.settle(last);
             return Some(event.conn);
         }
         None

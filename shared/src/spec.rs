@@ -66,7 +66,7 @@ pub struct WatchSpec {
 }
 
 impl WatchSpec {
-    /// Ports watched at once: each is a packet socket with its own ring (8 MiB).
+    /// Ports watched at once: each is two more comparisons in every packet filter of the watch.
     pub const MAX_PORTS: usize = 8;
 
     /// The one rule for a watch's ports, wherever it is started (the command line, the page).

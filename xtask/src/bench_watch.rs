@@ -66,8 +66,10 @@ fn options(args: &[String]) -> Result<(u32, u32, u32), String> {
 }
 
 /// What the watch said of its packets in its report.
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq)]
 struct WatchCounts {
+    /// How it took lo's packets: "ingress hook" (root) or "packet socket".
+    via: Option<String>,
     /// Packets it turned into segments.
     segments: u64,
     /// Packets the kernel dropped for a full ring: the watch fell behind.
@@ -77,7 +79,7 @@ struct WatchCounts {
 }
 
 /// One round: the service's transactions per second in each configuration.
-#[derive(Clone, Copy, Default)]
+#[derive(Clone, Default)]
 struct Round {
     before: f64,
     watched: f64,
@@ -152,6 +154,7 @@ fn watch(rounds: u32, seconds: u32, pin: u32) -> Result<(), String> {
         let tcpdump_ratio = median(results.iter().map(Round::tcpdump_ratio));
         let dropped: u64 = results.iter().map(|r| r.watch.dropped).sum();
         let segments: u64 = results.iter().map(|r| r.watch.segments).sum();
+        let via = results.first().map_or_else(|| "-".to_string(), |r| lo_via(&r.watch));
         let tcpdump_dropped: u64 = results.iter().map(|r| r.tcpdump_counts.dropped).sum();
         println!("{}:", describe(*placement));
         let prefix = if placement.is_some() { "" } else { "unpinned " };
@@ -171,13 +174,19 @@ fn watch(rounds: u32, seconds: u32, pin: u32) -> Result<(), String> {
         }
         println!(
             "  transactions/s: unwatched {:.0}, watched {:.0}, under tcpdump {:.0} (medians); \
-             the watch took {segments} segments, tcpdump's kernel dropped {tcpdump_dropped}",
+             the watch took {segments} segments ({via}), tcpdump's kernel dropped \
+             {tcpdump_dropped}",
             median(results.iter().map(Round::unwatched)),
             median(results.iter().map(|r| r.watched)),
             median(results.iter().map(|r| r.tcpdump)),
         );
     }
     Ok(())
+}
+
+/// How the watch took lo's packets, as the summary says it: "lo's packets through VIA".
+fn lo_via(watch: &WatchCounts) -> String {
+    format!("lo's packets through {}", watch.via.as_deref().unwrap_or("an unnamed tap"))
 }
 
 fn describe(pin: Option<u32>) -> String {
@@ -232,8 +241,10 @@ fn rounds_of(
             };
             let extra = match config {
                 Config::Watched => format!(
-                    "; the watch took {} segments, {} dropped",
-                    result.watch.segments, result.watch.dropped
+                    "; the watch took {} segments ({}), {} dropped",
+                    result.watch.segments,
+                    lo_via(&result.watch),
+                    result.watch.dropped
                 ),
                 Config::Tcpdump => format!(
                     "; tcpdump captured {}, its kernel dropped {}",
@@ -415,6 +426,7 @@ fn watch_counts(report: &RunReport) -> Result<WatchCounts, String> {
         ));
     }
     Ok(WatchCounts {
+        via: capture.via.clone(),
         segments: capture.segments,
         dropped: u64::from(capture.dropped),
         exchanges: report.rr().map(|rr| rr.requests),
@@ -470,7 +482,12 @@ mod tests {
         let counts = watch_counts(&report(capture)).expect("a watch with packets");
         assert_eq!(
             counts,
-            WatchCounts { segments: 480_000, dropped: 12, exchanges: Some(240_000) }
+            WatchCounts {
+                via: Some("packet_socket".into()),
+                segments: 480_000,
+                dropped: 12,
+                exchanges: Some(240_000)
+            }
         );
         let none = watch_counts(&report("")).unwrap_err();
         assert!(none.contains("no `capture`") && none.contains("CAP_NET_RAW"), "{none}");

@@ -16,8 +16,9 @@
 //!
 //! The program is written out here in eBPF instructions (linux/bpf.h, stable uapi): no compiler,
 //! no loader library. It keeps what the packet socket's filter keeps: IPv4 TCP to or from the
-//! run's port, first fragments only, headers and no payload. The port is read from a map the
-//! capture sets once the run's server has one; until then it is 0, which no segment carries.
+//! run's port (or a watch's ports, up to [`MAX_PORTS`]), first fragments only, headers and no
+//! payload. The ports are read from a map the capture sets once the run's server has one;
+//! until then they are 0, which no segment carries.
 
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
@@ -36,9 +37,15 @@ const MAX_HEADERS: usize = 134;
 /// longest headers, to a multiple of 8 (the ring's own alignment).
 const RECORD_HEADERS_AT: usize = 16;
 const RECORD_BYTES: usize = RECORD_HEADERS_AT + MAX_HEADERS.next_multiple_of(8);
-/// Slots of the settings map: the run's port, and segments dropped for a full ring.
-const SLOT_PORT: u32 = 0;
+/// Slots of the settings map: the ports kept, four to a slot (each in network order), and
+/// segments dropped for a full ring.
+const SLOT_PORTS: u32 = 0;
 const SLOT_DROPS: u32 = 1;
+const SLOT_MORE_PORTS: u32 = 2;
+/// The most ports the program keeps: four in each of the two slots.
+pub const MAX_PORTS: usize = 8;
+/// Where the program copies the two port slots on its stack.
+const PORTS_AT: [(u32, i16); 2] = [(SLOT_PORTS, -16), (SLOT_MORE_PORTS, -24)];
 /// How often the capture thread reads the ring (records do not wake it: a wake-up per record
 /// would cost the run a context switch per segment).
 pub const POLL_EVERY: std::time::Duration = std::time::Duration::from_millis(2);
@@ -61,8 +68,9 @@ enum Label {
 }
 
 /// The program (see the module docs). Registers: r6 the packet's `__sk_buff`, r7 its first
-/// byte, r8 the end of its linear part (the headers on loopback), r9 the run's port and later
-/// the length of the headers; r1-r5 are the helpers' arguments and scratch, r0 their result.
+/// byte, r8 the end of its linear part (the headers on loopback), r9 the length of the
+/// headers; r1-r5 are the helpers' arguments and scratch, r0 their result. The ports kept are
+/// copied to the stack (16 bytes below its top) before the packet is read.
 fn program(settings: RawFd, ring: RawFd) -> Vec<Insn> {
     // Packet fields are loaded as they lie in memory, and the constants they are compared with
     // are written the same way (the instructions themselves are packed for little-endian
@@ -71,14 +79,18 @@ fn program(settings: RawFd, ring: RawFd) -> Vec<Insn> {
     let later_fragment = i32::from(u16::from_ne_bytes([0x1f, 0xff]));
     let mut a = Assembler::new();
     a.op(MOV_X, 6, 1, 0, 0);
-    // The run's port (0 until it is known: no segment matches).
-    a.op(ST_W, 10, 0, -4, SLOT_PORT as i32);
-    a.op(MOV_X, 2, 10, 0, 0);
-    a.op(ADD_K, 2, 0, 0, -4);
-    a.map(1, settings);
-    a.op(CALL, 0, 0, 0, FN_MAP_LOOKUP_ELEM);
-    a.jump(JEQ_K, 0, 0, 0, Label::Pass);
-    a.op(LDX_DW, 9, 0, 0, 0);
+    // The ports kept (0 until the run's port is known: no segment matches), each slot's four
+    // copied to the stack.
+    for (slot, at) in PORTS_AT {
+        a.op(ST_W, 10, 0, -4, slot as i32);
+        a.op(MOV_X, 2, 10, 0, 0);
+        a.op(ADD_K, 2, 0, 0, -4);
+        a.map(1, settings);
+        a.op(CALL, 0, 0, 0, FN_MAP_LOOKUP_ELEM);
+        a.jump(JEQ_K, 0, 0, 0, Label::Pass);
+        a.op(LDX_DW, 1, 0, 0, 0);
+        a.op(STX_DW, 10, 1, at, 0);
+    }
     a.op(LDX_W, 7, 6, SKB_DATA, 0);
     a.op(LDX_W, 8, 6, SKB_DATA_END, 0);
     // Ethernet and a minimal IP header are there.
@@ -107,11 +119,17 @@ fn program(settings: RawFd, ring: RawFd) -> Vec<Insn> {
     a.op(MOV_X, 3, 4, 0, 0);
     a.op(ADD_K, 3, 0, 0, 20);
     a.jump(JGT_X, 3, 8, 0, Label::Pass);
-    // Either port is the run's.
-    a.op(LDX_H, 3, 4, 0, 0);
-    a.jump(JEQ_X, 3, 9, 0, Label::Keep);
-    a.op(LDX_H, 3, 4, 2, 0);
-    a.jump(JNE_X, 3, 9, 0, Label::Pass);
+    // Either port (source, then destination) is one kept.
+    for field in [0, 2] {
+        a.op(LDX_H, 3, 4, field, 0);
+        for (_, at) in PORTS_AT {
+            for place in 0..4 {
+                a.op(LDX_H, 5, 10, at + 2 * place, 0);
+                a.jump(JEQ_X, 3, 5, 0, Label::Keep);
+            }
+        }
+    }
+    a.jump(JA, 0, 0, 0, Label::Pass);
     let keep = a.here();
     // r9: the headers' length: Ethernet, IP, TCP (its data offset, in words, high nibble).
     a.op(LDX_B, 9, 4, 12, 0);
@@ -179,7 +197,7 @@ impl Hook {
     pub fn attach() -> io::Result<Hook> {
         supported()?;
         let ring = Ring::create(RING_BYTES)?;
-        let settings = map_create(MAP_TYPE_ARRAY, 4, 8, 2)?;
+        let settings = map_create(MAP_TYPE_ARRAY, 4, 8, 3)?;
         let kind = ProgramKind {
             prog_type: PROG_TYPE_SCHED_CLS,
             expected_attach_type: ATTACH_TCX_INGRESS,
@@ -204,8 +222,28 @@ impl Hook {
 
     /// Keeps the TCP segments to or from `port` from now on.
     pub fn keep_port(&self, port: u16) -> io::Result<()> {
-        let value = u64::from(u16::from_ne_bytes(port.to_be_bytes()));
-        map_update(&self.settings, SLOT_PORT, value)
+        self.keep_ports(&[port])
+    }
+
+    /// Keeps the TCP segments to or from any of `ports` (one to [`MAX_PORTS`]) from now on.
+    pub fn keep_ports(&self, ports: &[u16]) -> io::Result<()> {
+        let Some(&first) = ports.first().filter(|_| ports.len() <= MAX_PORTS) else {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("lo's ingress hook keeps 1 to {MAX_PORTS} ports, not {}", ports.len()),
+            ));
+        };
+        // Places past the ports repeat the first: a 0 would keep segments of port 0.
+        let slot = |from: usize| {
+            let mut bytes = [0u8; 8];
+            for (place, chunk) in bytes.chunks_mut(2).enumerate() {
+                let port = ports.get(from + place).copied().unwrap_or(first);
+                chunk.copy_from_slice(&port.to_be_bytes());
+            }
+            u64::from_ne_bytes(bytes)
+        };
+        map_update(&self.settings, SLOT_PORTS, slot(0))?;
+        map_update(&self.settings, SLOT_MORE_PORTS, slot(4))
     }
 
     /// Segments the program could not write for a full ring, or wrote without their headers,
@@ -319,6 +357,6 @@ mod tests {
         assert_eq!((code[n - 2].code, code[n - 2].imm), (MOV_K, TCX_NEXT));
         // Each map is named by its descriptor, in a two-instruction immediate.
         let maps: Vec<i32> = code.iter().filter(|i| i.code == LD_IMM_DW).map(|i| i.imm).collect();
-        assert_eq!(maps, [3, 4, 3]);
+        assert_eq!(maps, [3, 3, 4, 3]);
     }
 }

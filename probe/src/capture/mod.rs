@@ -28,9 +28,11 @@
 mod hook;
 mod ring;
 
+pub(crate) use hook::{Hook, MAX_PORTS as MAX_HOOK_PORTS};
+
 pub(crate) use ring::{
-    attach_filter, attach_program, map_rx_ring, Instruction, Packet as RingPacket, Ring,
-    TpacketReq, PACKET_OUTGOING,
+    attach_ports_filter, attach_program, map_rx_ring, Instruction, Packet as RingPacket, Ring,
+    TpacketReq, MAX_FILTER_PORTS, PACKET_OUTGOING,
 };
 
 use std::collections::HashMap;

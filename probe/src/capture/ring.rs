@@ -1,12 +1,12 @@
-//! The kernel side of the lo capture: a classic BPF filter that keeps only the run's own TCP
-//! port, and a TPACKET_V3 ring the kernel fills with whole blocks of packets.
+//! The kernel side of the lo capture (and of a watch's packet sockets, `crate::watch::packets`):
+//! a classic BPF filter that keeps only the run's own TCP port (or a watch's ports), and a
+//! TPACKET_V3 ring the kernel fills with whole blocks of packets.
 //!
 //! Without them every loopback packet on the host is copied to the capture socket, one
 //! `recvmsg` each. With them the kernel drops other traffic before copying anything, copies the
 //! headers of each kept packet (at most 134 bytes) into a memory-mapped block, and hands a
-//! block over
-//! when it is full or [`RETIRE_AFTER_MS`] after its first packet: one wake-up for hundreds
-//! of packets.
+//! block over when it is full or [`RETIRE_AFTER_MS`] after its first packet: one wake-up for
+//! hundreds of packets.
 //!
 //! The structures are written out from linux/if_packet.h and linux/filter.h (they are uapi,
 //! stable since 3.2) rather than taken from `libc`, which exposes them only for some targets.
@@ -80,49 +80,97 @@ const RET_A: u16 = 0x16;
 ///   needed (lengths come from the IP header), and on loopback it sits in pages apart from the
 ///   headers, which a copy reaching into it maps and reads for every packet
 ///   (docs/BENCHMARKS-LOG.md, `bench capture`).
-pub fn tcp_port_filter(port: u16) -> [Instruction; 29] {
-    let op = |code, jt, jf, k| Instruction { code, jt, jf, k };
-    let port = u32::from(port);
-    // Jumps are relative to the next instruction. The TCP header length is the high four bits
-    // of the byte 12 into the TCP header, in 32-bit words: (byte >> 2) & 0x3c is it in bytes.
-    // The two paths end alike (12-16, 22-27) on purpose: sharing one tail would make the
-    // common path's fixed-offset loads variable ones, each a call.
-    [
-        op(LD_H_ABS, 0, 0, 12),    // 0: EtherType
-        op(JEQ_K, 0, 26, 0x0800),  // 1: IPv4, else refuse
-        op(LD_B_ABS, 0, 0, 23),    // 2: IP protocol
-        op(JEQ_K, 0, 24, 6),       // 3: TCP, else refuse
-        op(LD_H_ABS, 0, 0, 20),    // 4: flags and fragment offset
-        op(JSET_K, 22, 0, 0x1fff), // 5: a later fragment: refuse
-        op(LD_B_ABS, 0, 0, 14),    // 6: IP version and header length
-        op(JEQ_K, 0, 9, 0x45),     // 7: no options: ports at fixed offsets, else at 17
-        op(LD_H_ABS, 0, 0, 34),    // 8: TCP source port
-        op(JEQ_K, 2, 0, port),     // 9: ours: accept at 12
-        op(LD_H_ABS, 0, 0, 36),    // 10: TCP destination port
-        op(JEQ_K, 0, 16, port),    // 11: ours: accept at 12, else refuse
-        op(LD_B_ABS, 0, 0, 46),    // 12: TCP header length
-        op(RSH_K, 0, 0, 2),        // 13
-        op(AND_K, 0, 0, 0x3c),     // 14: in bytes
-        op(ADD_K, 0, 0, 14 + 20),  // 15: after Ethernet and IP
-        op(RET_A, 0, 0, 0),        // 16: accept, the headers
-        op(LDX_B_MSH, 0, 0, 14),   // 17: X = IP header length (with options)
-        op(LD_H_IND, 0, 0, 14),    // 18: TCP source port
-        op(JEQ_K, 2, 0, port),     // 19: ours: accept at 22
-        op(LD_H_IND, 0, 0, 16),    // 20: TCP destination port
-        op(JEQ_K, 0, 6, port),     // 21: ours: accept at 22, else refuse
-        op(LD_B_IND, 0, 0, 26),    // 22: TCP header length
-        op(RSH_K, 0, 0, 2),        // 23
-        op(AND_K, 0, 0, 0x3c),     // 24: in bytes
-        op(ADD_X, 0, 0, 0),        // 25: after IP
-        op(ADD_K, 0, 0, 14),       // 26: after Ethernet
-        op(RET_A, 0, 0, 0),        // 27: accept, the headers
-        op(RET_K, 0, 0, 0),        // 28: refuse
-    ]
+pub fn tcp_port_filter(port: u16) -> Vec<Instruction> {
+    tcp_ports_filter(&[port])
 }
+
+/// [`tcp_port_filter`] for TCP to or from any of `ports` (at most [`MAX_FILTER_PORTS`]; none
+/// keeps nothing): each port is one more comparison on each of the filter's two paths, so one
+/// socket takes a watch's every port.
+pub fn tcp_ports_filter(ports: &[u16]) -> Vec<Instruction> {
+    let ports: Vec<u32> = match ports {
+        // Port 0 is no TCP connection's.
+        [] => vec![0],
+        ports => ports.iter().take(MAX_FILTER_PORTS).map(|&p| u32::from(p)).collect(),
+    };
+    let n = ports.len();
+    // Where the jumps go: the fixed-offset path's accept, the path for IP options, its accept,
+    // and the refusal, the last instruction (n = 1 lays out as 12, 17, 22, 28).
+    let accept_fixed = 10 + 2 * n;
+    let options = accept_fixed + 5;
+    let accept_options = options + 3 + 2 * n;
+    let refuse = accept_options + 6;
+    let mut program: Vec<Instruction> = Vec::with_capacity(refuse + 1);
+    // A jump from the instruction about to be pushed to `to`, relative to the next one.
+    let to = |program: &Vec<Instruction>, to: usize| (to - program.len() - 1) as u8;
+    let push = |program: &mut Vec<Instruction>, code, jt, jf, k| {
+        program.push(Instruction { code, jt, jf, k })
+    };
+    // Compares A with each port: a match jumps to `accept`, the last miss to the refusal when
+    // `last`, else falls through to what follows.
+    let compare = |program: &mut Vec<Instruction>, accept: usize, last: bool| {
+        for (i, &port) in ports.iter().enumerate() {
+            let jt = to(program, accept);
+            let jf = if last && i + 1 == n { to(program, refuse) } else { 0 };
+            push(program, JEQ_K, jt, jf, port);
+        }
+    };
+    // The TCP header length is the high four bits of the byte 12 into the TCP header, in
+    // 32-bit words: (byte >> 2) & 0x3c is it in bytes. The two paths end alike on purpose:
+    // sharing one tail would make the common path's fixed-offset loads variable ones, each a
+    // call.
+    push(&mut program, LD_H_ABS, 0, 0, 12); // EtherType
+    let jf = to(&program, refuse);
+    push(&mut program, JEQ_K, 0, jf, 0x0800); // IPv4, else refuse
+    push(&mut program, LD_B_ABS, 0, 0, 23); // IP protocol
+    let jf = to(&program, refuse);
+    push(&mut program, JEQ_K, 0, jf, 6); // TCP, else refuse
+    push(&mut program, LD_H_ABS, 0, 0, 20); // flags and fragment offset
+    let jt = to(&program, refuse);
+    push(&mut program, JSET_K, jt, 0, 0x1fff); // a later fragment: refuse
+    push(&mut program, LD_B_ABS, 0, 0, 14); // IP version and header length
+    let jf = to(&program, options);
+    push(&mut program, JEQ_K, 0, jf, 0x45); // no options: ports at fixed offsets
+    push(&mut program, LD_H_ABS, 0, 0, 34); // TCP source port
+    compare(&mut program, accept_fixed, false);
+    push(&mut program, LD_H_ABS, 0, 0, 36); // TCP destination port
+    compare(&mut program, accept_fixed, true);
+    debug_assert_eq!(program.len(), accept_fixed);
+    push(&mut program, LD_B_ABS, 0, 0, 46); // TCP header length
+    push(&mut program, RSH_K, 0, 0, 2);
+    push(&mut program, AND_K, 0, 0, 0x3c); // in bytes
+    push(&mut program, ADD_K, 0, 0, 14 + 20); // after Ethernet and IP
+    push(&mut program, RET_A, 0, 0, 0); // accept, the headers
+    debug_assert_eq!(program.len(), options);
+    push(&mut program, LDX_B_MSH, 0, 0, 14); // X = IP header length (with options)
+    push(&mut program, LD_H_IND, 0, 0, 14); // TCP source port
+    compare(&mut program, accept_options, false);
+    push(&mut program, LD_H_IND, 0, 0, 16); // TCP destination port
+    compare(&mut program, accept_options, true);
+    debug_assert_eq!(program.len(), accept_options);
+    push(&mut program, LD_B_IND, 0, 0, 26); // TCP header length
+    push(&mut program, RSH_K, 0, 0, 2);
+    push(&mut program, AND_K, 0, 0, 0x3c); // in bytes
+    push(&mut program, ADD_X, 0, 0, 0); // after IP
+    push(&mut program, ADD_K, 0, 0, 14); // after Ethernet
+    push(&mut program, RET_A, 0, 0, 0); // accept, the headers
+    debug_assert_eq!(program.len(), refuse);
+    push(&mut program, RET_K, 0, 0, 0); // refuse
+    program
+}
+
+/// The most ports one filter compares with: its jumps are a byte long, and the longest, from
+/// the start to the refusal, passes 4 instructions a port.
+pub const MAX_FILTER_PORTS: usize = 32;
 
 /// Attaches [`tcp_port_filter`] to the packet socket `fd`.
 pub fn attach_filter(fd: RawFd, port: u16) -> io::Result<()> {
     attach_program(fd, &tcp_port_filter(port))
+}
+
+/// Attaches [`tcp_ports_filter`] to the packet socket `fd`.
+pub fn attach_ports_filter(fd: RawFd, ports: &[u16]) -> io::Result<()> {
+    attach_program(fd, &tcp_ports_filter(ports))
 }
 
 /// Attaches the classic BPF `filter` to the socket `fd`, replacing any before it.
@@ -178,8 +226,8 @@ const PKT_SNAPLEN: usize = 12;
 const PKT_MAC: usize = 24;
 /// `sizeof(struct tpacket3_hdr)`, aligned: the packet's `sockaddr_ll` follows it.
 const PKT_HEADER_BYTES: usize = 48;
-// Offsets into the `sockaddr_ll` after it: family, protocol, ifindex, hatype, pkttype.
-const LL_IFINDEX: usize = PKT_HEADER_BYTES + 4;
+// The offset of the pkttype in the `sockaddr_ll` after it (family, protocol, ifindex, hatype,
+// pkttype).
 const LL_PKTTYPE: usize = PKT_HEADER_BYTES + 10;
 /// The header and its `sockaddr_ll` up to the pkttype: what must lie in the block to read them.
 const PKT_META_BYTES: usize = LL_PKTTYPE + 1;
@@ -187,6 +235,8 @@ const PKT_META_BYTES: usize = LL_PKTTYPE + 1;
 /// The memory-mapped receive ring of a packet socket. Unmapped when dropped.
 pub struct Ring {
     base: NonNull<u8>,
+    /// Its blocks, of [`BLOCK_BYTES`] each.
+    blocks: u32,
     next_block: u32,
 }
 
@@ -244,13 +294,11 @@ pub fn map_rx_ring<R>(
     NonNull::new(base.cast()).ok_or_else(|| io::Error::other("mmap gave null"))
 }
 
-/// One packet of a block: its first bytes, its kernel timestamp (CLOCK_REALTIME ns), and the
-/// link it was seen on (the `sockaddr_ll` after the packet's header).
+/// One packet of a block: its first bytes, its kernel timestamp (CLOCK_REALTIME ns), and its
+/// direction (the `sockaddr_ll` after the packet's header).
 pub struct Packet<'a> {
     pub frame: &'a [u8],
     pub realtime_ns: i128,
-    /// The interface's index.
-    pub ifindex: i32,
     /// `sll_pkttype`: [`PACKET_OUTGOING`] for a packet this host sends.
     pub pkttype: u8,
 }
@@ -259,26 +307,33 @@ pub struct Packet<'a> {
 pub const PACKET_OUTGOING: u8 = 4;
 
 impl Ring {
-    /// Switches `fd` to TPACKET_V3 and maps its receive ring.
+    /// Switches `fd` to TPACKET_V3 and maps its receive ring: 8 MiB.
     pub fn map(fd: RawFd) -> io::Result<Ring> {
+        Ring::map_blocks(fd, BLOCKS)
+    }
+
+    /// [`Ring::map`] with `blocks` blocks of 128 KiB (at least 1): a smaller ring for a tap
+    /// that is one of many.
+    pub fn map_blocks(fd: RawFd, blocks: u32) -> io::Result<Ring> {
+        let blocks = blocks.clamp(1, BLOCKS);
         let request = TpacketReq3 {
             ring: TpacketReq {
                 block_size: BLOCK_BYTES,
-                block_nr: BLOCKS,
+                block_nr: blocks,
                 frame_size: FRAME_BYTES,
-                frame_nr: BLOCK_BYTES / FRAME_BYTES * BLOCKS,
+                frame_nr: BLOCK_BYTES / FRAME_BYTES * blocks,
             },
             retire_blk_tov: RETIRE_AFTER_MS,
             sizeof_priv: 0,
             feature_req_word: 0,
         };
-        let base = map_rx_ring(fd, TPACKET_V3, &request, (BLOCK_BYTES * BLOCKS) as usize, true)?;
-        Ok(Ring { base, next_block: 0 })
+        let base = map_rx_ring(fd, TPACKET_V3, &request, (BLOCK_BYTES * blocks) as usize, true)?;
+        Ok(Ring { base, blocks, next_block: 0 })
     }
 
     fn block(&self, index: u32) -> *mut u8 {
-        // SAFETY (of the callers' dereferences): index < BLOCKS, so the block lies within the
-        // mapping of BLOCK_BYTES * BLOCKS bytes.
+        // SAFETY (of the callers' dereferences): index < self.blocks, so the block lies within
+        // the mapping of BLOCK_BYTES * self.blocks bytes.
         unsafe { self.base.as_ptr().add((index * BLOCK_BYTES) as usize) }
     }
 
@@ -319,11 +374,10 @@ impl Ring {
                 // SAFETY: start + snap is within the block (checked just above); the kernel
                 // does not write a block it handed over until it gets it back.
                 let frame = unsafe { std::slice::from_raw_parts(block.add(start), snap) };
-                let ifindex = Ring::read_u32(block, offset + LL_IFINDEX) as i32;
                 // SAFETY: within the block (offset + PKT_META_BYTES <= end, checked above).
                 let pkttype = unsafe { std::ptr::read_volatile(block.add(offset + LL_PKTTYPE)) };
                 let realtime_ns = seconds * 1_000_000_000 + nanos;
-                each(Packet { frame, realtime_ns, ifindex, pkttype });
+                each(Packet { frame, realtime_ns, pkttype });
             }
             let next = Ring::read_u32(block, offset + PKT_NEXT_OFFSET) as usize;
             if next == 0 {
@@ -337,7 +391,7 @@ impl Ring {
         unsafe {
             std::ptr::write_volatile(block.add(BLOCK_STATUS).cast::<u32>(), TP_STATUS_KERNEL)
         };
-        self.next_block = (self.next_block + 1) % BLOCKS;
+        self.next_block = (self.next_block + 1) % self.blocks;
         Some(count)
     }
 }
@@ -345,7 +399,7 @@ impl Ring {
 impl Drop for Ring {
     fn drop(&mut self) {
         // SAFETY: unmapping exactly the mapping made in `map`, which nothing uses after this.
-        unsafe { libc::munmap(self.base.as_ptr().cast(), (BLOCK_BYTES * BLOCKS) as usize) };
+        unsafe { libc::munmap(self.base.as_ptr().cast(), (BLOCK_BYTES * self.blocks) as usize) };
     }
 }
 
@@ -486,5 +540,40 @@ mod tests {
         let cut = frame(6, 0, 0, 40000, 5000)[..40].to_vec();
         assert_eq!(run(&tcpdump, &cut), 262_144);
         assert_eq!(run(&ours, &cut), 0);
+    }
+
+    #[test]
+    fn a_filter_of_several_ports_keeps_each_of_them_both_ways_and_no_other() {
+        let ports = [5000, 6001, 7002, 65535];
+        let filter = tcp_ports_filter(&ports);
+        assert_eq!(filter.len(), 25 + 4 * ports.len());
+        for port in ports {
+            for options in [0, 8] {
+                let headers = 14 + 20 + options + 20;
+                let to = frame(6, options, 0, 40000, port);
+                let from = frame(6, options, 0, port, 40000);
+                assert_eq!(run(&filter, &to), headers as u32, "to {port}, {options} option bytes");
+                assert_eq!(run(&filter, &from), headers as u32, "from {port}, {options}");
+                assert_eq!(run(&filter, &frame(17, options, 0, 40000, port)), 0, "UDP {port}");
+                assert_eq!(run(&filter, &frame(6, options, 0x0010, port, 40000)), 0, "fragment");
+            }
+        }
+        for other in [4999, 5001, 6000, 7003, 1] {
+            for options in [0, 8] {
+                assert_eq!(run(&filter, &frame(6, options, 0, 40000, other)), 0, "port {other}");
+                assert_eq!(run(&filter, &frame(6, options, 0, other, 40000)), 0, "port {other}");
+            }
+        }
+        // One port lays out as the capture's own filter; no port keeps nothing.
+        assert_eq!(tcp_ports_filter(&[5000]), tcp_port_filter(5000));
+        assert_eq!(tcp_port_filter(5000).len(), 29);
+        assert_eq!(run(&tcp_ports_filter(&[]), &frame(6, 0, 0, 40000, 5000)), 0);
+        // The most ports a filter takes: every jump still fits its byte.
+        let most: Vec<u16> = (1..=MAX_FILTER_PORTS as u16).map(|i| 1000 + i).collect();
+        let filter = tcp_ports_filter(&most);
+        for &port in &most {
+            assert_eq!(run(&filter, &frame(6, 8, 0, port, 40000)), 14 + 28 + 20);
+        }
+        assert_eq!(run(&filter, &frame(6, 8, 0, 2000, 40000)), 0);
     }
 }

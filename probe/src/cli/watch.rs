@@ -17,7 +17,7 @@ use super::knobs::parse_duration_ms;
 use super::run::{finish_file, keep_events, print_summary, write_to, Tally};
 use super::terminal::Printable;
 use super::{Ended, Failure};
-use crate::capture::{CaptureReport, Via};
+use crate::capture::CaptureReport;
 use crate::net::record::Clock;
 use crate::record::SessionWriter;
 use crate::watch::process;
@@ -101,6 +101,7 @@ pub fn watch(args: &WatchArgs) -> Result<Ended, Failure> {
     let mut tally = Tally::new(&scenario);
     let mut progress = Progress::new(args.json);
     let has_packets = watcher.has_packets();
+    let packets_via = watcher.packets_via();
     let mut write_error: Option<String> = None;
     let (outcome, counts) = crate::watch::run(watcher, &spec, stop, |events| {
         tally.push(&events);
@@ -124,7 +125,7 @@ pub fn watch(args: &WatchArgs) -> Result<Ended, Failure> {
     if has_packets {
         // The summary's capture line and `capture` object, as a run's: how many, any dropped.
         tally.capture = Some(CaptureReport {
-            via: Some(Via::PacketSocket),
+            via: packets_via,
             segments: counts.packets,
             dropped: u32::try_from(counts.dropped).unwrap_or(u32::MAX),
             kernel_packets: counts.kernel_packets,

@@ -18,13 +18,16 @@
 //!   message's end or shorter than its own header, is skipped and counted
 //!   ([`Listing::malformed`]).
 //!
-//! The kernel filters nothing here: every TCP socket of the namespace is read (about 380 bytes
-//! of messages each), the caller's filter picks some, and at most a given number are kept
-//! ([`Listing::left_out`] counts the rest). Polling a busy host often would want the kernel's
-//! own filter (`INET_DIAG_REQ_BYTECODE`) to cut the reading.
+//! A dump walks the kernel's whole table of connected sockets (262,144 buckets on a host of
+//! 24 GB, `net.ipv4.tcp_ehash_entries`), however few sockets there are: 1.8 ms of CPU a
+//! dump. [`on_ports`] has the kernel filter the sockets it reports (`INET_DIAG_REQ_BYTECODE`),
+//! which cuts the reading, not the walk; [`exact`] asks for sockets by their addresses, one hash
+//! lookup each, without a dump (what a watch that follows its connections asks every 100 ms).
+//! At most a given number of sockets are kept from a dump ([`Listing::left_out`] counts the
+//! rest).
 
 use std::io;
-use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::time::Duration;
 
@@ -178,10 +181,143 @@ pub struct Listing {
 /// of the ports' sockets only, each under its socket's lock, not of every socket of the host.
 /// The same test runs here too, for a kernel that would ignore the filter.
 pub fn on_ports(ports: &[u16], max_sockets: usize) -> io::Result<Listing> {
+    on_ports_of(BOTH_FAMILIES, ports, max_sockets)
+}
+
+/// [`on_ports`] of the IPv6 sockets alone (those of IPv4 connections among them have
+/// IPv4-mapped addresses): one dump instead of two, for a watch whose packets are IPv4.
+pub fn on_ports_ipv6(ports: &[u16], max_sockets: usize) -> io::Result<Listing> {
+    on_ports_of(&BOTH_FAMILIES[1..], ports, max_sockets)
+}
+
+/// The dumps of a listing: their sequence numbers and address families, IPv4 then IPv6.
+const BOTH_FAMILIES: &[(u32, libc::c_int)] = &[(1, libc::AF_INET), (2, libc::AF_INET6)];
+
+fn on_ports_of(
+    families: &[(u32, libc::c_int)],
+    ports: &[u16],
+    max_sockets: usize,
+) -> io::Result<Listing> {
     let filter = ports_filter(ports);
-    list_with(max_sockets, LIVE_STATES, &filter, |socket| {
+    list_with(families, max_sockets, LIVE_STATES, &filter, |socket| {
         [socket.local.port(), socket.remote.port()].iter().any(|p| *p != 0 && ports.contains(p))
     })
+}
+
+/// Requests of [`exact`] sent together: the kernel answers each at once, into the socket's
+/// receive buffer, where an answer takes about 1 KiB, and drops what does not fit.
+const EXACT_BATCH: usize = 32;
+/// The receive buffer [`exact`] asks for: room for a batch's answers twice over, whatever the
+/// host's default (`net.core.rmem_default`; the kernel caps it at `net.core.rmem_max`).
+const EXACT_RECEIVE_BUFFER: libc::c_int = 64 * 1024;
+/// `INET_DIAG_NOCOOKIE`: a request's socket cookie that matches any socket.
+const NO_COOKIE: [u8; 8] = [0xff; 8];
+
+/// The socket of each `(local, remote)` pair, if this host has one in a state a watch samples
+/// (not TIME_WAIT, NEW_SYN_RECV or a listener), in the order asked.
+///
+/// Each is asked by its addresses (no `NLM_F_DUMP`): the kernel looks the socket up in its
+/// table, as for a packet, instead of walking the whole table, and answers with its
+/// `tcp_info`, or with ENOENT. An IPv4 pair also finds an IPv6 socket's IPv4-mapped
+/// connection (a server on `[::]`). A socket bound to an interface (SO_BINDTODEVICE) is not
+/// found this way: the lookup names no interface.
+pub fn exact(pairs: &[(SocketAddr, SocketAddr)]) -> io::Result<Vec<Option<TcpSocket>>> {
+    let mut found = vec![None; pairs.len()];
+    if pairs.is_empty() {
+        return Ok(found);
+    }
+    let socket = DiagSocket::open()?;
+    // A smaller buffer than asked is no error: the default holds a batch on any usual host.
+    let room = EXACT_RECEIVE_BUFFER;
+    let _ = crate::capture::set_int(socket.0.as_raw_fd(), libc::SOL_SOCKET, libc::SO_RCVBUF, room);
+    let mut buf = vec![0; RECEIVE_BYTES];
+    for start in (0..pairs.len()).step_by(EXACT_BATCH) {
+        let batch = start..(start + EXACT_BATCH).min(pairs.len());
+        let mut requests = Vec::with_capacity(batch.len() * EXACT_REQUEST_BYTES);
+        for index in batch.clone() {
+            let (local, remote) = pairs[index];
+            requests.extend_from_slice(&exact_request(exact_seq(index), local, remote));
+        }
+        socket.send(&requests)?;
+        let mut answered = vec![false; batch.len()];
+        while answered.contains(&false) {
+            let len = socket.receive(&mut buf)?;
+            exact_answers(&buf[..len], &batch, pairs, &mut answered, &mut found)?;
+        }
+    }
+    Ok(found)
+}
+
+/// The sequence number of [`exact`]'s request for its `index`th pair (from 1: a reply of
+/// sequence 0 is nobody's).
+fn exact_seq(index: usize) -> u32 {
+    u32::try_from(index + 1).unwrap_or(u32::MAX)
+}
+
+/// Reads a datagram of answers to [`exact`]'s requests for the pairs of `batch`: each is a
+/// socket's message, or an NLMSG_ERROR of ENOENT for none. An answer to no request of the batch
+/// is passed over; any other error ends the call.
+fn exact_answers(
+    datagram: &[u8],
+    batch: &std::ops::Range<usize>,
+    pairs: &[(SocketAddr, SocketAddr)],
+    answered: &mut [bool],
+    found: &mut [Option<TcpSocket>],
+) -> Result<(), ReplyError> {
+    let mut at = 0;
+    while at < datagram.len() {
+        let room = datagram.len() - at;
+        let len = u32_at(datagram, at).map_or(0, |len| len as usize);
+        if len < NLMSG_HEADER_BYTES || len > room {
+            return Err(ReplyError::Truncated { at, len, room });
+        }
+        let message = &datagram[at..at + len];
+        at += align4(len);
+        let kind = u16_at(message, 4).unwrap_or_default();
+        let seq = u32_at(message, 8).unwrap_or_default();
+        let payload = &message[NLMSG_HEADER_BYTES..];
+        let Some(index) = (seq as usize).checked_sub(1).filter(|i| batch.contains(i)) else {
+            continue;
+        };
+        match kind {
+            SOCK_DIAG_BY_FAMILY => {
+                let (local, remote) = pairs[index];
+                // The lookup falls back to a listener on the local port: only the pair's own
+                // socket is an answer.
+                found[index] = parse_socket(payload).filter(|socket| {
+                    same_endpoint(socket.local, local)
+                        && same_endpoint(socket.remote, remote)
+                        && is_sampled(socket.state)
+                });
+                answered[index - batch.start] = true;
+            }
+            NLMSG_ERROR => match i32_at(payload, 0) {
+                // An acknowledgement, which these requests do not ask for: nothing to read.
+                Some(0) => {}
+                Some(error) if error.saturating_abs() == libc::ENOENT => {
+                    answered[index - batch.start] = true;
+                }
+                Some(error) => return Err(ReplyError::Refused(error.saturating_abs())),
+                None => return Err(ReplyError::ShortError { len: payload.len() }),
+            },
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+/// Whether two socket addresses are the same address and port (IPv4-mapped IPv6 as IPv4; a
+/// link-local scope is not compared).
+fn same_endpoint(a: SocketAddr, b: SocketAddr) -> bool {
+    a.port() == b.port() && a.ip().to_canonical() == b.ip().to_canonical()
+}
+
+/// Whether a socket in `state` is one a watch samples: one of [`LIVE_STATES`], not a listener.
+fn is_sampled(state: TcpState) -> bool {
+    !matches!(
+        state,
+        TcpState::TimeWait | TcpState::NewSynRecv | TcpState::Listen | TcpState::Other(_)
+    )
 }
 
 /// A filter for sockets whose local (source) or remote (destination) port is one of `ports`.
@@ -225,11 +361,13 @@ fn ports_filter(ports: &[u16]) -> Vec<u8> {
 /// Two dumps, IPv4 then IPv6, on a netlink socket of its own; blocks until the kernel has
 /// listed every socket (it answers at once; a wait of over 5 s is an error).
 pub fn list(max_sockets: usize, keep: impl FnMut(&TcpSocket) -> bool) -> io::Result<Listing> {
-    list_with(max_sockets, STATES, &[], keep)
+    list_with(BOTH_FAMILIES, max_sockets, STATES, &[], keep)
 }
 
-/// [`list`] of the sockets in `states` that the kernel's `filter` keeps (none: every one).
+/// [`list`] of the sockets of `families` in `states` that the kernel's `filter` keeps (none:
+/// every one).
 fn list_with(
+    families: &[(u32, libc::c_int)],
     max_sockets: usize,
     states: u32,
     filter: &[u8],
@@ -238,7 +376,7 @@ fn list_with(
     let socket = DiagSocket::open()?;
     let mut reader = Reader::new(max_sockets, keep);
     let mut buf = vec![0; RECEIVE_BYTES];
-    for (seq, family) in [(1, libc::AF_INET), (2, libc::AF_INET6)] {
+    for &(seq, family) in families {
         socket.send(&request(family as u8, seq, states, filter))?;
         reader.seq = seq;
         loop {
@@ -274,6 +412,54 @@ fn request(family: u8, seq: u32, states: u32, filter: &[u8]) -> Vec<u8> {
         request.extend_from_slice(&INET_DIAG_REQ_BYTECODE.to_ne_bytes());
         request.extend_from_slice(filter);
     }
+    request
+}
+
+/// The bytes of [`exact_request`]'s request: a dump's, without a filter.
+const EXACT_REQUEST_BYTES: usize = REQUEST_BYTES;
+
+/// The request for the one TCP socket whose local address is `local` and remote one `remote`,
+/// with its `tcp_info` and congestion control's name: no `NLM_F_DUMP`, and the socket's id
+/// filled in (ports and addresses in network order, any interface, any cookie). A pair of an
+/// IPv4 and an IPv6 address asks in IPv6, the IPv4 one mapped.
+fn exact_request(seq: u32, local: SocketAddr, remote: SocketAddr) -> Vec<u8> {
+    let mut request = vec![0; EXACT_REQUEST_BYTES];
+    request[0..4].copy_from_slice(&(EXACT_REQUEST_BYTES as u32).to_ne_bytes());
+    request[4..6].copy_from_slice(&SOCK_DIAG_BY_FAMILY.to_ne_bytes());
+    request[6..8].copy_from_slice(&NLM_F_REQUEST.to_ne_bytes());
+    request[8..12].copy_from_slice(&seq.to_ne_bytes());
+    // Addresses in the sockid's 16 bytes: IPv4 in the first 4, or IPv6 (an IPv4 one mapped).
+    let (family, local_ip, remote_ip) =
+        match (local.ip().to_canonical(), remote.ip().to_canonical()) {
+            (IpAddr::V4(l), IpAddr::V4(r)) => {
+                let v4 = |ip: Ipv4Addr| {
+                    let mut bytes = [0; 16];
+                    bytes[..4].copy_from_slice(&ip.octets());
+                    bytes
+                };
+                (libc::AF_INET, v4(l), v4(r))
+            }
+            (l, r) => {
+                let v6 = |ip: IpAddr| match ip {
+                    IpAddr::V4(v4) => v4.to_ipv6_mapped().octets(),
+                    IpAddr::V6(v6) => v6.octets(),
+                };
+                (libc::AF_INET6, v6(l), v6(r))
+            }
+        };
+    let diag = &mut request[NLMSG_HEADER_BYTES..];
+    diag[0] = family as u8;
+    diag[1] = libc::IPPROTO_TCP as u8;
+    diag[2] = EXTENSIONS;
+    diag[4..8].copy_from_slice(&LIVE_STATES.to_ne_bytes());
+    // The `inet_diag_sockid` at 8: source (local) and destination ports, the addresses, the
+    // interface (0: any), the cookie.
+    let id = &mut diag[8..];
+    id[0..2].copy_from_slice(&local.port().to_be_bytes());
+    id[2..4].copy_from_slice(&remote.port().to_be_bytes());
+    id[4..20].copy_from_slice(&local_ip);
+    id[20..36].copy_from_slice(&remote_ip);
+    id[40..48].copy_from_slice(&NO_COOKIE);
     request
 }
 
@@ -1025,7 +1211,8 @@ mod tests {
         let _served = listener.accept().expect("accept");
         let other = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).expect("bind another");
         let filter = ports_filter(&[at.port()]);
-        let listing = list_with(MAX_SOCKETS, LIVE_STATES, &filter, |_| true).expect("list");
+        let listing =
+            list_with(BOTH_FAMILIES, MAX_SOCKETS, LIVE_STATES, &filter, |_| true).expect("list");
         assert_eq!(listing.sockets.len(), 3, "{listing:#?}");
         assert!(listing
             .sockets
@@ -1034,7 +1221,8 @@ mod tests {
         assert!(listing.sockets.iter().all(|s| s.local != other.local_addr().unwrap()));
         // Two ports: the filter's tests chained, each kept socket once.
         let both = ports_filter(&[at.port(), other.local_addr().unwrap().port()]);
-        let listing = list_with(MAX_SOCKETS, LIVE_STATES, &both, |_| true).expect("list");
+        let listing =
+            list_with(BOTH_FAMILIES, MAX_SOCKETS, LIVE_STATES, &both, |_| true).expect("list");
         assert_eq!(listing.sockets.len(), 4, "{listing:#?}");
     }
 
@@ -1159,5 +1347,158 @@ mod tests {
         // Port 0 is every listener's remote port, and matches nothing.
         let _listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).expect("bind");
         assert_eq!(on_ports(&[0], MAX_SOCKETS).expect("list"), Listing::default());
+    }
+
+    #[test]
+    fn an_exact_request_names_one_socket_by_its_addresses_without_a_dump() {
+        let request = exact_request(9, addr("127.0.0.1:40000"), addr("127.0.0.2:8080"));
+        assert_eq!(request.len(), 72);
+        assert_eq!(u32_at(&request, 0), Some(72), "nlmsg_len");
+        assert_eq!(u16_at(&request, 4), Some(SOCK_DIAG_BY_FAMILY));
+        assert_eq!(u16_at(&request, 6), Some(NLM_F_REQUEST), "no NLM_F_DUMP");
+        assert_eq!(u32_at(&request, 8), Some(9), "seq");
+        assert_eq!(&request[16..20], &[2, 6, 0b1010, 0], "AF_INET, TCP, INFO and CONG");
+        // The sockid: source port 40000 and destination port 8080 in network order, then the
+        // addresses (IPv4 in the first 4 of 16 bytes), any interface, any cookie.
+        assert_eq!(&request[24..28], &[0x9c, 0x40, 0x1f, 0x90]);
+        assert_eq!(&request[28..32], &[127, 0, 0, 1]);
+        assert!(request[32..44].iter().all(|&b| b == 0));
+        assert_eq!(&request[44..48], &[127, 0, 0, 2]);
+        assert_eq!(u32_at(&request, 60), Some(0), "any interface");
+        assert_eq!(&request[64..72], &[0xff; 8], "any cookie");
+
+        // IPv6, and an IPv6 socket's IPv4-mapped pair asked in IPv4.
+        let v6 = exact_request(1, addr("[::1]:1"), addr("[::2]:2"));
+        assert_eq!(v6[16], libc::AF_INET6 as u8);
+        assert_eq!(&v6[28..44], &"::1".parse::<Ipv6Addr>().unwrap().octets());
+        assert_eq!(&v6[44..60], &"::2".parse::<Ipv6Addr>().unwrap().octets());
+        let mapped = exact_request(1, addr("[::ffff:127.0.0.1]:1"), addr("127.0.0.1:2"));
+        assert_eq!((mapped[16], &mapped[28..32]), (libc::AF_INET as u8, &[127, 0, 0, 1][..]));
+    }
+
+    #[test]
+    fn exact_answers_are_matched_to_their_requests_and_a_listener_is_no_answer() {
+        let pairs = [
+            (addr("127.0.0.1:40000"), addr("127.0.0.1:8080")),
+            (addr("127.0.0.1:8080"), addr("127.0.0.1:40000")),
+            (addr("127.0.0.1:8080"), addr("127.0.0.1:40001")),
+            (addr("127.0.0.1:40002"), addr("127.0.0.1:8080")),
+        ];
+        let reply = |index: usize, state: u8, local: &str, remote: &str| {
+            let mut payload = diag_msg(state, addr(local), addr(remote), 0, 1);
+            payload.extend(attribute(INET_DIAG_INFO, &tcp_info(state, 5)));
+            message(SOCK_DIAG_BY_FAMILY, exact_seq(index), &payload)
+        };
+        let enoent = |index: usize| message(NLMSG_ERROR, exact_seq(index), &(-2i32).to_ne_bytes());
+        let datagram = [
+            reply(0, ESTABLISHED, "127.0.0.1:40000", "127.0.0.1:8080"),
+            // The lookup's fallback, the port's listener: not the pair's socket.
+            reply(2, LISTEN, "127.0.0.1:8080", "0.0.0.0:0"),
+            enoent(1),
+            // An answer to no request of this batch is passed over.
+            reply(9, ESTABLISHED, "127.0.0.1:1", "127.0.0.1:2"),
+            message(NLMSG_ERROR, 0, &(-2i32).to_ne_bytes()),
+        ]
+        .concat();
+        let mut answered = [false; 4];
+        let mut found = vec![None; 4];
+        let batch = 0..4;
+        exact_answers(&datagram, &batch, &pairs, &mut answered, &mut found).expect("answers");
+        assert_eq!(answered, [true, true, true, false]);
+        let first = found[0].as_ref().expect("the first pair's socket");
+        assert_eq!((first.local, first.remote), pairs[0]);
+        assert_eq!(first.info.as_ref().and_then(|i| i.bytes_received), Some(5));
+        assert!(found[1..].iter().all(Option::is_none), "{found:?}");
+
+        // A socket in TIME_WAIT is no answer either: it has no tcp_info to sample.
+        let time_wait = reply(3, 6, "127.0.0.1:40002", "127.0.0.1:8080");
+        exact_answers(&time_wait, &batch, &pairs, &mut answered, &mut found).expect("answer");
+        assert_eq!((answered[3], &found[3]), (true, &None));
+
+        // Any other error ends the reading with it; a cut message too.
+        let refused = message(NLMSG_ERROR, exact_seq(0), &(-libc::EPERM).to_ne_bytes());
+        let error = exact_answers(&refused, &batch, &pairs, &mut answered, &mut found);
+        assert_eq!(error, Err(ReplyError::Refused(libc::EPERM)));
+        let cut = &reply(0, ESTABLISHED, "127.0.0.1:40000", "127.0.0.1:8080")[..40];
+        let error = exact_answers(cut, &batch, &pairs, &mut answered, &mut found);
+        assert!(matches!(error, Err(ReplyError::Truncated { .. })), "{error:?}");
+    }
+
+    /// The real kernel, unprivileged: each end of a connection found by its addresses alone,
+    /// with the tcp_info its own descriptor gives; a pair no socket has, the port's listener
+    /// and a closed connection's TIME_WAIT are not found; more pairs than a batch are asked.
+    #[test]
+    fn the_kernel_answers_an_exact_request_with_the_sockets_tcp_info() {
+        let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).expect("bind");
+        let at = listener.local_addr().expect("listener address");
+        let mut client = TcpStream::connect(at).expect("connect");
+        let (mut server, client_at) = listener.accept().expect("accept");
+        client.write_all(&[0x5a; 3000]).expect("client write");
+        server.read_exact(&mut [0; 3000]).expect("server read");
+        // A connection closed first by its client: the client's end is in TIME_WAIT.
+        let closed = TcpStream::connect(at).expect("connect another");
+        let closed_at = closed.local_addr().expect("its address");
+        let (closed_server, _) = listener.accept().expect("accept another");
+        drop(closed);
+        drop(closed_server);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let listing = list(MAX_SOCKETS, |s| s.local == closed_at).expect("list");
+            if listing.sockets.iter().any(|s| s.state == TcpState::TimeWait) {
+                break;
+            }
+            assert!(Instant::now() < deadline, "no TIME_WAIT in 10 s: {listing:#?}");
+            thread::sleep(Duration::from_millis(1));
+        }
+        let nobody = addr("127.0.0.1:9");
+
+        let mut pairs = vec![(client_at, at), (at, client_at), (at, nobody), (closed_at, at)];
+        // Past a batch: the same two ends again, further on.
+        pairs.extend(std::iter::repeat_n((nobody, at), EXACT_BATCH + 3));
+        pairs.push((client_at, at));
+        let found = exact(&pairs).expect("ask for the sockets");
+        assert_eq!(found.len(), pairs.len());
+        let client_end = found[0].as_ref().expect("the client's end");
+        let server_end = found[1].as_ref().expect("the server's end");
+        assert_eq!((client_end.local, client_end.remote), (client_at, at));
+        assert_eq!((server_end.local, server_end.remote), (at, client_at));
+        assert_eq!(client_end.state, TcpState::Established);
+        assert_eq!(inode_of(&client), format!("socket:[{}]", client_end.inode));
+        assert_eq!(inode_of(&server), format!("socket:[{}]", server_end.inode));
+        let server_info = server_end.info.as_ref().expect("the server end's tcp_info");
+        assert_eq!(server_info.bytes_received, Some(3000), "{server_info:?}");
+        let direct = sample(&server, false).expect("getsockopt(TCP_INFO) on the server end");
+        assert_eq!(
+            (direct.state, direct.bytes_received),
+            (server_info.state, server_info.bytes_received)
+        );
+        assert!(found[2].is_none(), "the listener is not the pair's socket: {:?}", found[2]);
+        assert!(found[3].is_none(), "a TIME_WAIT end is not sampled: {:?}", found[3]);
+        assert!(found[4..pairs.len() - 1].iter().all(Option::is_none));
+        let last = found[pairs.len() - 1].as_ref().expect("the client's end again");
+        assert_eq!(last.inode, client_end.inode);
+        assert_eq!(exact(&[]).expect("nothing asked"), Vec::new());
+    }
+
+    /// A server on `[::]` takes an IPv4 connection on an IPv6 socket: the IPv4 pair the
+    /// packets show finds it (its addresses IPv4-mapped), as an IPv6 pair finds an IPv6 one.
+    #[test]
+    fn the_kernel_answers_for_ipv4_mapped_and_ipv6_sockets() {
+        let listener = TcpListener::bind((Ipv6Addr::UNSPECIFIED, 0)).expect("bind [::]");
+        let port = listener.local_addr().expect("address").port();
+        let at = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
+        let client = TcpStream::connect(at).expect("connect over IPv4");
+        let (_server, _) = listener.accept().expect("accept");
+        let client_at = client.local_addr().expect("client address");
+        let found = exact(&[(at, client_at)]).expect("ask");
+        let server_end = found[0].as_ref().expect("the server's IPv6 socket");
+        assert_eq!(server_end.local, addr(&format!("[::ffff:127.0.0.1]:{port}")));
+
+        let at6 = SocketAddr::from((Ipv6Addr::LOCALHOST, port));
+        let client6 = TcpStream::connect(at6).expect("connect over IPv6");
+        let (_server6, _) = listener.accept().expect("accept");
+        let client6_at = client6.local_addr().expect("client address");
+        let found = exact(&[(client6_at, at6), (at6, client6_at)]).expect("ask");
+        assert!(found.iter().all(Option::is_some), "{found:#?}");
     }
 }

@@ -4,9 +4,13 @@
 //! - Packets ([`PortTaps`], CAP_NET_RAW) become `Segment` events through
 //!   [`Conversations`] (`ackscope_shared::exchange`): connections numbered as they appear, the
 //!   side on a watched port the server, each segment numbered with its exchange.
-//! - Every [`SAMPLE_EVERY`], sock_diag lists the ports' sockets (no privilege needed); a
-//!   socket of a followed connection whose counters moved since its last sample gets a
-//!   `TcpInfo` event on its side. Without packets, sock_diag alone finds the connections.
+//! - Every [`SAMPLE_EVERY`], sock_diag reads the `tcp_info` of the followed connections'
+//!   sockets (no privilege needed); a socket whose counters moved since its last sample gets a
+//!   `TcpInfo` event on its side. With packets it asks for each socket by its addresses, a
+//!   lookup in the kernel's table (up to [`EXACT_UP_TO`] connections), and lists the ports'
+//!   IPv6 sockets every [`DISCOVER_EVERY`] for the connections the packets do not show; without
+//!   packets (or past that many connections) it lists the ports' sockets every time, which
+//!   walks the kernel's whole table, and sock_diag alone finds the connections.
 //! - As root, the watched sockets' delayed-ACK timers ([`KernelTaps`]): each that fires with
 //!   an ACK due becomes a `DelayedAck` event on its side, which the packet rule cites as the
 //!   sender of the held ACK.
@@ -22,13 +26,15 @@ use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
+use super::sock_diag::TcpSocket;
+
 use ackscope_shared::exchange::{connection_key, Conversations, Endpoint};
 use ackscope_shared::packet::parse_ethernet;
 use ackscope_shared::wire::Instruments;
 use ackscope_shared::{ConnId, Event, EventKind, Side};
 
 use super::kernel::KernelTaps;
-use super::packets::{PortTaps, TapError};
+use super::packets::{PortTaps, Stamp, TapError};
 use super::process::{self, Owner};
 use super::sock_diag::{self, MAX_SOCKETS};
 use crate::capture::ClockOffset;
@@ -43,6 +49,13 @@ const OWNERS_WITHIN: Duration = Duration::from_millis(50);
 const RETIRE_AFTER: Duration = Duration::from_millis(10);
 /// How often the ports' sockets are listed for their `tcp_info`.
 pub const SAMPLE_EVERY: Duration = Duration::from_millis(100);
+/// Followed connections whose sockets are asked for by their addresses, with packets: each is
+/// two lookups (its two ends), a few microseconds, where a listing walks the kernel's whole
+/// table of connected sockets (about 1.8 ms on a host of 24 GB). Past this many, the listing.
+pub const EXACT_UP_TO: usize = 256;
+/// With packets, how often the ports' IPv6 sockets are listed for connections the packets do
+/// not show (the packet filter takes IPv4).
+pub const DISCOVER_EVERY: Duration = Duration::from_secs(1);
 /// The realtime-to-watch clock offset is measured again this often (a stepped realtime clock
 /// moves the stamps of packets read after the step, not of every packet after it).
 const REMEASURE_EVERY: Duration = Duration::from_secs(1);
@@ -158,6 +171,8 @@ pub struct Watcher {
     offset: ClockOffset,
     measured: Instant,
     sampled: Option<Instant>,
+    /// When the ports' IPv6 sockets were last listed (with packets: [`DISCOVER_EVERY`]).
+    discovered: Option<Instant>,
     /// Each followed socket's counters at its last sample, to sample only what moved.
     last_sample: HashMap<(ConnId, Side), Moved>,
     /// When `/proc` was last walked for owners, and the inodes sought so far: each is sought
@@ -204,6 +219,7 @@ impl Watcher {
             clock,
             measured: Instant::now(),
             sampled: None,
+            discovered: None,
             last_sample: HashMap::new(),
             owners_sought: None,
             inodes_sought: HashSet::new(),
@@ -230,9 +246,14 @@ impl Watcher {
                 let packets_from = out.len();
                 let (offset, conversations, counts) =
                     (self.offset, &mut self.conversations, &mut self.counts);
-                taps.take(|frame, realtime_ns| {
+                let epoch_ns = self.clock.epoch_monotonic_ns();
+                taps.take(|frame, stamp| {
                     let Ok(packet) = parse_ethernet(frame) else { return };
-                    let at_ns = offset.to_run_ns(realtime_ns);
+                    let at_ns = match stamp {
+                        Stamp::Realtime(ns) => offset.to_run_ns(ns),
+                        // lo's ingress hook stamps on the watch's own clock.
+                        Stamp::Monotonic(ns) => ns.saturating_sub(epoch_ns),
+                    };
                     if let Some(seen) = conversations.packet(at_ns, &packet) {
                         counts.packets += 1;
                         if let Some((client, server)) = seen.opened {
@@ -255,6 +276,9 @@ impl Watcher {
         }
         if self.sampled.is_none_or(|at| at.elapsed() >= SAMPLE_EVERY) {
             self.sampled = Some(Instant::now());
+            if let Some(taps) = &mut self.taps {
+                taps.refresh_interfaces();
+            }
             self.count_kernel_packets();
             self.sample(out);
             for conn in self.conversations.retire(self.clock.now_ns()) {
@@ -283,30 +307,24 @@ impl Watcher {
         self.taps.is_some()
     }
 
-    /// One sock_diag listing of the ports: a `TcpInfo` event for each followed socket whose
-    /// counters moved.
+    /// How lo's packets are taken (its ingress hook, or a packet socket), when packets are.
+    pub fn packets_via(&self) -> Option<crate::capture::Via> {
+        self.taps.as_ref().map(PortTaps::lo_via)
+    }
+
+    /// The ports' sockets' `tcp_info`: a `TcpInfo` event for each followed socket whose
+    /// counters moved, and the connections sock_diag finds that the packets do not show.
     fn sample(&mut self, out: &mut Vec<Event>) {
-        let listing = match sock_diag::on_ports(&self.ports, MAX_SOCKETS) {
-            Ok(listing) => listing,
-            Err(e) => {
-                tracing::warn!("watch: listing the ports' sockets failed ({e}); trying again");
-                return;
-            }
-        };
-        self.counts.sockets_left_out = self.counts.sockets_left_out.max(listing.left_out);
+        let Some(found) = self.read_sockets() else { return };
+        self.counts.sockets_left_out = self.counts.sockets_left_out.max(found.left_out);
         let at_ns = self.clock.now_ns();
-        if listing.left_out == 0 {
-            // A complete listing: connections whose socket is gone end (see `sweep`).
-            let listed: HashSet<(Endpoint, Endpoint)> = listing
-                .sockets
-                .iter()
-                .map(|s| connection_key(endpoint(s.local), endpoint(s.remote)))
-                .collect();
+        if let Some(listed) = &found.listed {
+            // A complete reading: connections whose socket is gone end (see `sweep`).
             self.conversations
                 .sweep(at_ns, |client, server| listed.contains(&connection_key(client, server)));
         }
-        self.seek_owners(&listing.sockets);
-        for socket in listing.sockets {
+        self.seek_owners(&found.sockets);
+        for socket in found.sockets {
             let Some(info) = socket.info else { continue };
             // A listener has no peer; IPv4-mapped addresses are the packets' IPv4 ones.
             if socket.remote.port() == 0 {
@@ -350,6 +368,80 @@ impl Watcher {
         }
         self.counts.connections_left_out = self.conversations.left_out;
     }
+
+    /// One reading of the ports' sockets for [`Watcher::sample`]; `None` if sock_diag failed
+    /// (said, and tried again at the next sample).
+    ///
+    /// With packets and at most [`EXACT_UP_TO`] connections followed, each followed
+    /// connection's two ends are asked for by their addresses, and every [`DISCOVER_EVERY`] the
+    /// ports' IPv6 sockets are listed for the connections the packets do not show (all the
+    /// ports' sockets when an open connection was not found by its addresses: the listing
+    /// says whether it is gone). Otherwise the ports' sockets are listed.
+    fn read_sockets(&mut self) -> Option<Found> {
+        let warn = |e: std::io::Error| {
+            tracing::warn!("watch: reading the ports' sockets failed ({e}); trying again");
+        };
+        if self.taps.is_none() || self.conversations.len() > EXACT_UP_TO {
+            let listing = sock_diag::on_ports(&self.ports, MAX_SOCKETS).map_err(warn).ok()?;
+            let listed = (listing.left_out == 0).then(|| connections_of(&listing.sockets));
+            return Some(Found { sockets: listing.sockets, left_out: listing.left_out, listed });
+        }
+        let address = |(ip, port): Endpoint| SocketAddr::new(ip, port);
+        let pairs: Vec<(SocketAddr, SocketAddr)> = self
+            .conversations
+            .iter()
+            .flat_map(|c| [(c.client, c.server), (c.server, c.client)])
+            .map(|(local, remote)| (address(local), address(remote)))
+            .collect();
+        let mut sockets: Vec<TcpSocket> =
+            sock_diag::exact(&pairs).map_err(warn).ok()?.into_iter().flatten().collect();
+        let found = connections_of(&sockets);
+        // An open connection neither of whose ends was found: gone (a killed process), or a
+        // socket the lookup cannot name (one bound to an interface), or not this host's (a
+        // routed peer's packets). Only a listing tells, once a second.
+        let missing = self
+            .conversations
+            .iter()
+            .any(|c| !c.is_closed() && !found.contains(&connection_key(c.client, c.server)));
+        let mut left_out = 0;
+        let mut listed = (!missing).then(|| found.clone());
+        if self.discovered.is_none_or(|at| at.elapsed() >= DISCOVER_EVERY) {
+            self.discovered = Some(Instant::now());
+            let listing = if missing {
+                sock_diag::on_ports(&self.ports, MAX_SOCKETS)
+            } else {
+                sock_diag::on_ports_ipv6(&self.ports, MAX_SOCKETS)
+            };
+            if let Ok(listing) = listing.map_err(warn) {
+                left_out = listing.left_out;
+                if missing && listing.left_out == 0 {
+                    let mut all = connections_of(&listing.sockets);
+                    all.extend(found.iter().copied());
+                    listed = Some(all);
+                }
+                // The connections read by their addresses were sampled from those answers.
+                sockets.extend(listing.sockets.into_iter().filter(|s| {
+                    !found.contains(&connection_key(endpoint(s.local), endpoint(s.remote)))
+                }));
+            }
+        }
+        Some(Found { sockets, left_out, listed })
+    }
+}
+
+/// What one reading of the ports' sockets found.
+struct Found {
+    sockets: Vec<TcpSocket>,
+    /// Sockets past the bound of a listing.
+    left_out: usize,
+    /// The connections whose socket (either end) a complete reading found, for `sweep`; `None`
+    /// when the reading left some out.
+    listed: Option<HashSet<(Endpoint, Endpoint)>>,
+}
+
+/// The connections of `sockets`, by key.
+fn connections_of(sockets: &[TcpSocket]) -> HashSet<(Endpoint, Endpoint)> {
+    sockets.iter().map(|s| connection_key(endpoint(s.local), endpoint(s.remote))).collect()
 }
 
 impl Watcher {
@@ -443,4 +535,140 @@ fn name_connection(counts: &mut WatchCounts, conn: ConnId, client: Endpoint, ser
 /// A socket address as the packets name it (IPv4-mapped IPv6 as IPv4).
 fn endpoint(addr: SocketAddr) -> Endpoint {
     (addr.ip().to_canonical(), addr.port())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::{Read, Write};
+    use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener, TcpStream};
+
+    use super::*;
+
+    /// The `tcp_info` samples in `events` of connection `conn`'s `side`: its bytes received.
+    fn received(events: &[Event], conn: ConnId, side: Side) -> Vec<u64> {
+        events
+            .iter()
+            .filter(|e| e.conn == conn && e.side == side)
+            .filter_map(|e| match &e.kind {
+                EventKind::TcpInfo(info) => info.bytes_received,
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// With packets, the followed connection's two ends are read by their addresses (no
+    /// listing of the host's sockets), and both are sampled as their counters move; an IPv6
+    /// connection, which the packets do not show, is found by the listing of IPv6 sockets
+    /// and followed through its samples alone.
+    #[test]
+    #[ignore = "needs root (packet sockets): cargo xtask test runs it as root"]
+    fn both_ends_of_a_followed_connection_are_sampled_and_an_ipv6_one_is_found() {
+        // SAFETY: geteuid() cannot fail and has no side effects.
+        assert_eq!(unsafe { libc::geteuid() }, 0, "reading packets needs root");
+        let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let listener6 = TcpListener::bind((Ipv6Addr::LOCALHOST, port)).unwrap();
+        let mut watcher = Watcher::open(&[port], Clock::start()).expect("a watch");
+        assert!(watcher.has_packets());
+        let mut client = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let (mut server, _) = listener.accept().unwrap();
+        let client6 = TcpStream::connect(listener6.local_addr().unwrap()).unwrap();
+        let (_server6, _) = listener6.accept().unwrap();
+        let mut events = Vec::new();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let mut conn = None;
+        loop {
+            client.write_all(&[1; 100]).unwrap();
+            server.read_exact(&mut [0; 100]).unwrap();
+            server.write_all(&[2; 300]).unwrap();
+            client.read_exact(&mut [0; 300]).unwrap();
+            watcher.step(&mut events);
+            let segment = |e: &&Event| matches!(e.kind, EventKind::Segment(_));
+            conn = conn.or_else(|| events.iter().find(segment).map(|e| e.conn));
+            let sampled = conn.is_some_and(|conn| {
+                received(&events, conn, Side::Server).iter().any(|&b| b >= 100)
+                    && received(&events, conn, Side::Client).iter().any(|&b| b >= 300)
+            });
+            if sampled && watcher.counts.ipv6_connections == 1 {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "in 10 s: conn {conn:?}, {:?}, {} samples",
+                watcher.counts,
+                events.iter().filter(|e| matches!(e.kind, EventKind::TcpInfo(_))).count()
+            );
+        }
+        drop(client6);
+        let named = &watcher.counts.named;
+        assert_eq!(named.len(), 2, "{named:?}");
+        assert!(named.iter().any(|n| n.server.0.is_ipv6()), "the IPv6 connection: {named:?}");
+        assert_eq!(watcher.counts.sockets_left_out, 0);
+    }
+
+    /// A connection whose sockets are bound to an interface (SO_BINDTODEVICE) is not found by
+    /// its addresses: the listing once a second finds it, samples it, and keeps it followed
+    /// through a quiet spell longer than the one after which a gone connection is closed.
+    #[test]
+    #[ignore = "needs root (packet sockets, SO_BINDTODEVICE): cargo xtask test runs it as root"]
+    fn a_connection_bound_to_an_interface_is_sampled_and_kept_through_a_quiet_spell() {
+        use socket2::{Domain, Socket, Type};
+        // SAFETY: geteuid() cannot fail and has no side effects.
+        assert_eq!(unsafe { libc::geteuid() }, 0, "reading packets needs root");
+        let bound = || {
+            let socket = Socket::new(Domain::IPV4, Type::STREAM, None).unwrap();
+            socket.bind_device(Some(b"lo")).unwrap();
+            socket
+        };
+        let listener = bound();
+        listener.bind(&SocketAddr::from((Ipv4Addr::LOCALHOST, 0)).into()).unwrap();
+        listener.listen(1).unwrap();
+        let at = listener.local_addr().unwrap().as_socket().unwrap();
+        let mut watcher = Watcher::open(&[at.port()], Clock::start()).expect("a watch");
+        let client = bound();
+        client.connect(&at.into()).unwrap();
+        let mut client: TcpStream = client.into();
+        let (server, _) = listener.accept().unwrap();
+        let mut server: TcpStream = server.into();
+        let client_at = client.local_addr().unwrap();
+        let asked = sock_diag::exact(&[(client_at, at), (at, client_at)]).expect("ask");
+        assert!(asked.iter().all(Option::is_none), "not found by its addresses: {asked:?}");
+
+        let mut exchange = |events: &mut Vec<Event>, watcher: &mut Watcher| {
+            client.write_all(&[1; 100]).unwrap();
+            server.read_exact(&mut [0; 100]).unwrap();
+            server.write_all(&[2; 300]).unwrap();
+            client.read_exact(&mut [0; 300]).unwrap();
+            watcher.step(events);
+        };
+        let mut events = Vec::new();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let conn = loop {
+            exchange(&mut events, &mut watcher);
+            let conn = events.iter().find(|e| matches!(e.kind, EventKind::Segment(_)));
+            if let Some(conn) = conn.map(|e| e.conn) {
+                if !received(&events, conn, Side::Server).is_empty()
+                    && !received(&events, conn, Side::Client).is_empty()
+                {
+                    break conn;
+                }
+            }
+            assert!(Instant::now() < deadline, "no samples in 10 s: {:?}", watcher.counts);
+        };
+        // Quiet for longer than a gone connection is given (two listings, 2 s without packets).
+        let quiet_from = Instant::now();
+        let quiet = Duration::from_nanos(ackscope_shared::exchange::LINGER_NS) * 3 / 2;
+        while quiet_from.elapsed() < quiet {
+            watcher.step(&mut events);
+        }
+        events.clear();
+        exchange(&mut events, &mut watcher);
+        let after: Vec<ConnId> = events
+            .iter()
+            .filter(|e| matches!(e.kind, EventKind::Segment(_)))
+            .map(|e| e.conn)
+            .collect();
+        assert!(!after.is_empty() && after.iter().all(|c| *c == conn), "{conn:?}: {after:?}");
+        assert_eq!(watcher.counts.connections, 1);
+    }
 }

@@ -14,7 +14,7 @@ use crate::state::{AppState, RunStatus};
 use crate::store::Store;
 use crate::ws::{LinkStatus, Outbox};
 
-/// Ports one watch takes at once: the probe opens a packet socket and ring for each
+/// Ports one watch takes at once: each is more comparisons in every packet filter of the watch
 /// (`WatchSpec::MAX_PORTS`, the one rule, which the probe checks again).
 pub const MAX_PORTS: usize = ackscope_shared::WatchSpec::MAX_PORTS;
 
