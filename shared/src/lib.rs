@@ -11,7 +11,7 @@
 //!   for watched programs and imported captures) and [`attribution`] (why each wait happened);
 //! - [`overview`]: a run's requests in a bounded number of columns, each keeping its worst;
 //! - [`wire`] (the versioned messages between probe and browser, and their framing: a session
-//!   file is the same framed stream written to disk; `wire_decode`, a run's start decoded by
+//!   file is the same framed stream written to disk; `wire::run_start`, a run's start decoded by
 //!   hand), [`event_json`] (its messages as JSON, the events and run starts written by hand) and
 //!   [`control`] (between two probes);
 //! - [`reduce`]: the one path from a stream of messages to runs, their tally and their stalls,
@@ -63,7 +63,6 @@ pub mod synthetic;
 pub mod tcp_info;
 mod varint;
 pub mod wire;
-mod wire_decode;
 mod write_log;
 
 pub use analysis::{RequestView, Summary};

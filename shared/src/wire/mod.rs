@@ -17,6 +17,8 @@ use crate::overview::Overview;
 use crate::spec::Scenario;
 use crate::varint::varint;
 
+mod run_start;
+
 /// Bumped whenever the encoding changes (docs/FORMAT.md, "Versions"). Version 2 appended the
 /// `Overview` and `Trailer` messages of a file's end and the class's messages; version 3 the
 /// `RunDelay` event kind and `ToProbe::StopRun`; version 4 the `ClockSync` event kind of runs
@@ -412,9 +414,9 @@ impl FrameStream {
             self.failed = decoded.is_err();
             return Some(take(decoded.as_ref().map_err(Clone::clone)));
         }
-        // A run's start by hand, into the place the last one was decoded in (`wire_decode`).
-        if payload.first() == Some(&crate::wire_decode::RUN_STARTED)
-            && crate::wire_decode::run_started_into(payload, &mut self.run_start)
+        // A run's start by hand, into the place the last one was decoded in (`run_start`).
+        if payload.first() == Some(&run_start::RUN_STARTED)
+            && run_start::run_started_into(payload, &mut self.run_start)
         {
             if let Some(start) = &self.run_start {
                 return Some(take(Ok(start)));

@@ -9,12 +9,12 @@
 //! field named, so a field added to one does not build until it is read here too; the tests
 //! hold this decoding to `serde`'s on specs drawn at random and on damaged messages.
 
+use super::{Instruments, ToBrowser};
 use crate::event::RunId;
 use crate::spec::{
     BulkSpec, ImportSpec, ImportedConnection, LinkSpec, PerSide, RrSpec, Scenario, WatchSpec,
     WritePattern,
 };
-use crate::wire::{Instruments, ToBrowser};
 
 /// The first byte of an encoded `ToBrowser::RunStarted`: its variant's index.
 pub(crate) const RUN_STARTED: u8 = 1;
