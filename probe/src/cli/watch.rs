@@ -22,6 +22,7 @@ use crate::net::record::Clock;
 use crate::record::SessionWriter;
 use crate::watch::process;
 use crate::watch::sock_diag::{self, TcpState};
+use crate::watch::tune::{Trials, Try};
 use crate::watch::watcher::{Evidence, WatchCounts, Watcher};
 use crate::{host, interrupt};
 
@@ -46,6 +47,15 @@ pub struct WatchArgs {
     /// Print the summary as one JSON object (the `run --json` object, docs/CLI.md)
     #[arg(long)]
     json: bool,
+    /// Try a socket option on the watched programs' sockets while watching, put back when the
+    /// watch ends: nodelay=client, nodelay=server or nodelay=both (repeatable; root, or
+    /// CAP_SYS_PTRACE)
+    #[arg(long = "try", value_name = "OPTION=SIDE", value_parser = parse_try)]
+    tries: Vec<Try>,
+}
+
+fn parse_try(text: &str) -> Result<Try, String> {
+    text.parse()
 }
 
 pub fn watch(args: &WatchArgs) -> Result<Ended, Failure> {
@@ -66,7 +76,8 @@ pub fn watch(args: &WatchArgs) -> Result<Ended, Failure> {
     let checked = WatchSpec { ports: ports.clone(), ..WatchSpec::default() }.validate();
     checked.map_err(|e| Failure::Usage(format!("--port: {}", e.problem)))?;
     let clock = Clock::start();
-    let watcher = Watcher::open(&ports, clock).map_err(|e| Failure::Run(e.to_string()))?;
+    let mut watcher = Watcher::open(&ports, clock).map_err(|e| Failure::Run(e.to_string()))?;
+    watcher.trials = Trials::new(args.tries.clone());
     if let Evidence::TcpInfoOnly { .. } = &watcher.evidence {
         eprintln!("ackscope: watching with {}", watcher.evidence.describe());
     }
@@ -103,11 +114,20 @@ pub fn watch(args: &WatchArgs) -> Result<Ended, Failure> {
     let has_packets = watcher.has_packets();
     let packets_via = watcher.packets_via();
     let mut write_error: Option<String> = None;
-    let (outcome, counts) = crate::watch::run(watcher, &spec, stop, |events| {
-        tally.push(&events);
-        progress.update(&tally);
-        keep_events(&mut file, &mut write_error, run, events, stop);
-    });
+    let (outcome, counts) = crate::watch::run(
+        watcher,
+        &spec,
+        stop,
+        |events| {
+            tally.push(&events);
+            progress.update(&tally);
+            keep_events(&mut file, &mut write_error, run, events, stop);
+        },
+        |note| {
+            // A process names itself: printed as data.
+            let _ = writeln!(Printable::terminal(io::stderr().lock()), "ackscope: tried {note}");
+        },
+    );
     progress.finish();
     let mut timer = String::new();
     if let RunAnalyses::Watched(watched) = &mut tally.run.analysis {
@@ -196,6 +216,9 @@ fn print_counts(
         writeln!(out, "    ... and {} more", counts.connections - counts.named.len() as u64)?;
     }
     writeln!(out, "  TCP_INFO       {} samples", counts.samples)?;
+    for line in &counts.tried {
+        writeln!(out, "  tried          {line}")?;
+    }
     if let Some(timer) = timer {
         writeln!(out, "  kernel         {timer}")?;
         if counts.timer_records_lost > 0 {

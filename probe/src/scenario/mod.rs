@@ -194,7 +194,7 @@ fn watch_for_a_page(
 ) -> RunOutcome {
     let clock = crate::net::record::Clock::start();
     match crate::watch::watcher::Watcher::open(&spec.ports, clock) {
-        Ok(watcher) => crate::watch::run(watcher, spec, stop, on_events).0,
+        Ok(watcher) => crate::watch::run(watcher, spec, stop, on_events, |_| {}).0,
         Err(e) => RunOutcome::Failed { error: e.to_string() },
     }
 }

@@ -16,6 +16,7 @@ pub mod kernel;
 pub mod packets;
 pub mod process;
 pub mod sock_diag;
+pub mod tune;
 pub mod watcher;
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -30,13 +31,16 @@ use watcher::{WatchCounts, Watcher};
 const HAND_OVER_EVERY: Duration = Duration::from_millis(50);
 
 /// Watches until `stop` is set or `spec.duration_ms` has passed, handing the events to
-/// `on_events` in batches (at most [`EVENTS_PER_MESSAGE`] each) as they come; returns how the
-/// watch ended and what it counted. `on_events` may set `stop` (a file that cannot be written).
+/// `on_events` in batches (at most [`EVENTS_PER_MESSAGE`] each) as they come, and what its
+/// `--try` options did to `on_note` as it happens; returns how the watch ended and what it
+/// counted (every option tried is put back by then). `on_events` may set `stop` (a file that
+/// cannot be written).
 pub fn run(
     mut watcher: Watcher,
     spec: &WatchSpec,
     stop: &AtomicBool,
     mut on_events: impl FnMut(Vec<Event>),
+    mut on_note: impl FnMut(String),
 ) -> (RunOutcome, WatchCounts) {
     let started = Instant::now();
     let until = spec.duration_ms.map(|ms| started + Duration::from_millis(u64::from(ms)));
@@ -50,6 +54,7 @@ pub fn run(
             break RunOutcome::Completed;
         }
         watcher.step(&mut batch);
+        watcher.take_notes().into_iter().for_each(&mut on_note);
         if batch.len() >= EVENTS_PER_MESSAGE || handed_over.elapsed() >= HAND_OVER_EVERY {
             if !batch.is_empty() {
                 on_events(std::mem::replace(&mut batch, Vec::with_capacity(EVENTS_PER_MESSAGE)));

@@ -16,11 +16,13 @@ pub const MAX_PROCESSES: usize = 65_536;
 /// Descriptors looked at per process.
 pub const MAX_FDS: usize = 1 << 20;
 
-/// A process, as a connection's summary names it: "pid 4242 python3".
+/// A process, as a connection's summary names it: "pid 4242 python3"; and its descriptor of
+/// the socket it was found by (the first, if it holds several).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Owner {
     pub pid: u32,
     pub command: String,
+    pub fd: i32,
 }
 
 impl std::fmt::Display for Owner {
@@ -31,18 +33,28 @@ impl std::fmt::Display for Owner {
 
 /// The socket inodes among process `pid`'s descriptors.
 pub fn socket_inodes(pid: u32) -> io::Result<HashSet<u32>> {
-    let mut inodes = HashSet::new();
+    Ok(socket_descriptors(pid)?.into_keys().collect())
+}
+
+/// The sockets among process `pid`'s descriptors: each socket's inode, with the first
+/// descriptor found for it.
+pub fn socket_descriptors(pid: u32) -> io::Result<HashMap<u32, i32>> {
+    let mut sockets = HashMap::new();
     for entry in fs::read_dir(format!("/proc/{pid}/fd"))?.take(MAX_FDS) {
         let Ok(entry) = entry else { continue };
+        let Some(fd) = entry.file_name().to_str().and_then(|n| n.parse::<i32>().ok()) else {
+            continue;
+        };
         if let Some(inode) = fs::read_link(entry.path()).ok().and_then(|l| socket_inode(&l)) {
-            inodes.insert(inode);
+            sockets.entry(inode).or_insert(fd);
         }
     }
-    Ok(inodes)
+    Ok(sockets)
 }
 
 /// The owners of the socket `inodes` that this process may see, by inode, found `within` this
-/// long (what is not found by then stays unnamed).
+/// long (what is not found by then stays unnamed). This process is never one: the copies of a
+/// program's sockets it holds (`--try`) are the program's.
 pub fn owners(inodes: &HashSet<u32>, within: std::time::Duration) -> HashMap<u32, Owner> {
     let mut found = HashMap::new();
     let deadline = std::time::Instant::now() + within;
@@ -54,12 +66,15 @@ pub fn owners(inodes: &HashSet<u32>, within: std::time::Duration) -> HashMap<u32
         let Some(pid) = entry.ok().and_then(|e| e.file_name().to_str()?.parse::<u32>().ok()) else {
             continue;
         };
+        if pid == std::process::id() {
+            continue;
+        }
         // Gone since the listing, or another user's: skipped.
-        let Ok(theirs) = socket_inodes(pid) else { continue };
+        let Ok(theirs) = socket_descriptors(pid) else { continue };
         let mut command = None;
-        for inode in theirs.intersection(inodes) {
+        for (inode, fd) in theirs.iter().filter(|(inode, _)| inodes.contains(inode)) {
             let command = command.get_or_insert_with(|| command_of(pid));
-            found.insert(*inode, Owner { pid, command: command.clone() });
+            found.entry(*inode).or_insert(Owner { pid, command: command.clone(), fd: *fd });
         }
         if found.len() == inodes.len() {
             break;
@@ -122,21 +137,37 @@ fn socket_inode(link: &std::path::Path) -> Option<u32> {
 mod tests {
     use super::*;
 
+    /// A program holding a socket is named as its owner, with its descriptor; this process,
+    /// holding a socket too, never is.
     #[test]
-    fn this_process_owns_its_sockets_and_is_named() {
+    fn a_program_owns_its_socket_and_is_named_and_this_process_never_is() {
+        use std::io::{BufRead, BufReader};
         use std::os::fd::AsRawFd;
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let link = fs::read_link(format!("/proc/self/fd/{}", listener.as_raw_fd())).unwrap();
-        let inode = socket_inode(&link).expect("a socket's link");
-        let pid = std::process::id();
-        // Other tests of this process open and close sockets meanwhile: only the listener's
-        // inode is sure to stay.
-        assert!(socket_inodes(pid).unwrap().contains(&inode));
-        let owners = owners(&HashSet::from([inode]), std::time::Duration::from_secs(10));
-        let owner = owners.get(&inode).expect("the listener's owner found");
-        assert_eq!(owner.pid, pid);
-        assert!(!owner.command.is_empty());
-        drop(listener);
+        let program = "import socket, sys\n\
+            l = socket.socket(); l.bind(('127.0.0.1', 0)); l.listen()\n\
+            print(l.fileno(), flush=True)\n\
+            sys.stdin.read()\n";
+        let mut child = std::process::Command::new("python3")
+            .args(["-c", program])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("python3");
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
+        let fd: i32 = line.trim().parse().unwrap();
+        let pid = child.id();
+        let theirs = socket_descriptors(pid).unwrap();
+        let (&inode, _) = theirs.iter().find(|(_, &f)| f == fd).expect("its listener");
+        let ours = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let link = fs::read_link(format!("/proc/self/fd/{}", ours.as_raw_fd())).unwrap();
+        let our_inode = socket_inode(&link).expect("a socket's link");
+        let found = owners(&HashSet::from([inode, our_inode]), std::time::Duration::from_secs(10));
+        let owner = found.get(&inode).expect("the program's listener's owner found");
+        assert_eq!((owner.pid, owner.fd, owner.command.as_str()), (pid, fd, "python3"));
+        assert!(!found.contains_key(&our_inode), "this process is never an owner: {found:?}");
+        drop(child.stdin.take());
+        child.wait().unwrap();
     }
 
     #[test]

@@ -37,6 +37,7 @@ use super::kernel::KernelTaps;
 use super::packets::{PortTaps, Stamp, TapError};
 use super::process::{self, Owner};
 use super::sock_diag::{self, MAX_SOCKETS};
+use super::tune::Trials;
 use crate::capture::ClockOffset;
 use crate::net::record::Clock;
 
@@ -123,6 +124,8 @@ pub struct WatchCounts {
     pub samples: u64,
     /// Records of the delayed-ACK timer's program lost (a full ring, or unreadable).
     pub timer_records_lost: u64,
+    /// `--try`: each option put back (or why not), and each that had nothing to apply to.
+    pub tried: Vec<String>,
     pub connections: u64,
     /// The first connections seen, with their processes once found.
     pub named: Vec<NamedConnection>,
@@ -181,6 +184,10 @@ pub struct Watcher {
     owners_sought: Option<Instant>,
     inodes_sought: HashSet<u32>,
     pub counts: WatchCounts,
+    /// `--try`: the options tried on the watched programs' sockets, put back at the end.
+    pub trials: Trials,
+    /// What the trials did since [`Watcher::take_notes`], to be said as it happens.
+    notes: Vec<String>,
 }
 
 impl Watcher {
@@ -224,6 +231,8 @@ impl Watcher {
             owners_sought: None,
             inodes_sought: HashSet::new(),
             counts: WatchCounts::default(),
+            trials: Trials::default(),
+            notes: Vec::new(),
         })
     }
 
@@ -299,7 +308,14 @@ impl Watcher {
         if let Some(kernel) = &self.kernel {
             self.counts.timer_records_lost = kernel.lost();
         }
+        // Every option tried is put back before the watch says it ended.
+        self.counts.tried = self.trials.finish();
         self.counts.clone()
+    }
+
+    /// What the trials did since the last call.
+    pub fn take_notes(&mut self) -> Vec<String> {
+        std::mem::take(&mut self.notes)
     }
 
     /// Whether packets are read (CAP_NET_RAW).
@@ -322,6 +338,10 @@ impl Watcher {
             // A complete reading: connections whose socket is gone end (see `sweep`).
             self.conversations
                 .sweep(at_ns, |client, server| listed.contains(&connection_key(client, server)));
+        }
+        if !self.trials.is_empty() {
+            let said = self.trials.step(&found.sockets, &self.conversations);
+            self.notes.extend(said);
         }
         self.seek_owners(&found.sockets);
         for socket in found.sockets {

@@ -1,0 +1,455 @@
+//! Trying a socket option on another program's running sockets, without touching its code
+//! (`watch --try nodelay=server`), and putting it back.
+//!
+//! `pidfd_getfd` (Linux 5.6) gives this process its own descriptor of a socket another process
+//! holds: the same socket, so `setsockopt` on the copy changes the program's socket. It needs
+//! the right to ptrace the program (root, CAP_SYS_PTRACE, or being its parent). Every change is
+//! kept with what the option was ([`Changed`]), and put back when the [`Tuner`] is dropped:
+//! when the watch ends by Ctrl-C, `--duration`, an error or a panic. A SIGKILL of ackscope ends
+//! it before anything can run: the options then stay as tried, on sockets the program keeps
+//! (`docs/WATCH.md` says so).
+//!
+//! Only options that stay set are tried: TCP_NODELAY. TCP_QUICKACK does not stay (the kernel
+//! leaves quick-ACK mode again by itself, so the program would have to set it after every
+//! read), and TCP_CORK set from outside would hold the program's data until it uncorked,
+//! which it never does: both are refused with that reason.
+
+use std::collections::{HashMap, HashSet};
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::time::{Duration, Instant};
+
+use ackscope_shared::exchange::Conversations;
+use ackscope_shared::{ConnId, Side};
+
+use super::process;
+use super::sock_diag::TcpSocket;
+
+/// A socket option a watch may try.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Knob {
+    NoDelay,
+}
+
+impl Knob {
+    /// "TCP_NODELAY".
+    pub fn name(self) -> &'static str {
+        match self {
+            Knob::NoDelay => "TCP_NODELAY",
+        }
+    }
+
+    fn option(self) -> (libc::c_int, libc::c_int) {
+        match self {
+            Knob::NoDelay => (libc::IPPROTO_TCP, libc::TCP_NODELAY),
+        }
+    }
+}
+
+/// Which side's sockets an option is tried on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Sides {
+    Client,
+    Server,
+    Both,
+}
+
+impl Sides {
+    pub fn includes(self, side: Side) -> bool {
+        matches!(
+            (self, side),
+            (Sides::Both, _) | (Sides::Client, Side::Client) | (Sides::Server, Side::Server)
+        )
+    }
+
+    /// "the server", "the client", "both sides".
+    pub fn words(self) -> &'static str {
+        match self {
+            Sides::Client => "the client",
+            Sides::Server => "the server",
+            Sides::Both => "both sides",
+        }
+    }
+}
+
+/// One `--try`: an option, on one side's sockets or both.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Try {
+    pub knob: Knob,
+    pub sides: Sides,
+}
+
+impl std::str::FromStr for Try {
+    type Err = String;
+
+    /// "nodelay=server"; a refusal says why and what would do.
+    fn from_str(text: &str) -> Result<Try, String> {
+        let (option, sides) = text.split_once('=').ok_or_else(|| {
+            format!("{text:?}: write OPTION=SIDE, for instance nodelay=server (SIDE: client, server or both)")
+        })?;
+        let sides = match sides {
+            "client" => Sides::Client,
+            "server" => Sides::Server,
+            "both" => Sides::Both,
+            other => {
+                return Err(format!("{other:?} is not a side: client, server or both"));
+            }
+        };
+        let knob = match option {
+            "nodelay" => Knob::NoDelay,
+            "quickack" => {
+                return Err("quickack does not apply from outside: the kernel clears TCP_QUICKACK \
+                            as it leaves quick-ACK mode, so the program itself has to set it again \
+                            after every read (the stall's fixes say where)"
+                    .into())
+            }
+            "cork" => {
+                return Err(
+                    "cork does not apply from outside: TCP_CORK set on a running program's \
+                            socket holds its data until the program uncorks, which it never does"
+                        .into(),
+                )
+            }
+            other => return Err(format!("{other:?} is not an option a watch can try: nodelay")),
+        };
+        Ok(Try { knob, sides })
+    }
+}
+
+/// A socket whose option was changed: which, where, what it was.
+#[derive(Debug)]
+pub struct Changed {
+    pub pid: u32,
+    pub command: String,
+    /// The program's descriptor number of the socket.
+    pub fd: RawFd,
+    pub knob: Knob,
+    pub was: bool,
+    /// This process's copy of the socket, to put the option back through.
+    copy: OwnedFd,
+}
+
+impl std::fmt::Display for Changed {
+    /// "TCP_NODELAY off -> on on fd 5 of pid 4711 (python3)".
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let onoff = |on: bool| if on { "on" } else { "off" };
+        write!(
+            f,
+            "{} {} -> on on fd {} of pid {} ({})",
+            self.knob.name(),
+            onoff(self.was),
+            self.fd,
+            self.pid,
+            self.command
+        )
+    }
+}
+
+/// Why an option could not be tried on a socket.
+#[derive(Debug)]
+pub enum Refused {
+    /// The process may not be touched by this one: what would allow it.
+    NoRight(String),
+    /// The process or the descriptor went away meanwhile.
+    Gone(io::Error),
+    Other(io::Error),
+}
+
+impl std::fmt::Display for Refused {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Refused::NoRight(why) => f.write_str(why),
+            Refused::Gone(e) => write!(f, "gone meanwhile ({e})"),
+            Refused::Other(e) => write!(f, "{e}"),
+        }
+    }
+}
+
+/// The changes made, put back on drop.
+#[derive(Debug, Default)]
+pub struct Tuner {
+    changed: Vec<Changed>,
+}
+
+impl Tuner {
+    /// Turns `knob` on for descriptor `fd` of process `pid`, keeping what it was.
+    pub fn apply(
+        &mut self,
+        pid: u32,
+        command: &str,
+        fd: RawFd,
+        knob: Knob,
+    ) -> Result<&Changed, Refused> {
+        let copy = copy_of(pid, fd).map_err(|e| refusal(pid, command, e))?;
+        let was = get(&copy, knob).map_err(Refused::Other)?;
+        set(&copy, knob, true).map_err(Refused::Other)?;
+        self.changed.push(Changed { pid, command: command.to_string(), fd, knob, was, copy });
+        Ok(self.changed.last().expect("just pushed"))
+    }
+
+    /// The changes in force.
+    pub fn changed(&self) -> &[Changed] {
+        &self.changed
+    }
+
+    /// Puts every option back as it was; returns each change with how its restore went (a
+    /// socket the program closed meanwhile takes the change with it).
+    pub fn restore(&mut self) -> Vec<(Changed, io::Result<()>)> {
+        std::mem::take(&mut self.changed)
+            .into_iter()
+            .map(|changed| {
+                let result = set(&changed.copy, changed.knob, changed.was);
+                (changed, result)
+            })
+            .collect()
+    }
+}
+
+impl Drop for Tuner {
+    fn drop(&mut self) {
+        for (changed, result) in self.restore() {
+            if let Err(e) = result {
+                tracing::warn!("putting back {changed}: {e}");
+            }
+        }
+    }
+}
+
+/// The watch's `--try` options and what they changed: each followed connection's local socket
+/// on a tried side gets the option once, as soon as the watch finds its process.
+#[derive(Debug, Default)]
+pub struct Trials {
+    tries: Vec<Try>,
+    tuner: Tuner,
+    /// Sockets (inodes) already tried, changed or refused: each once.
+    done: HashSet<u32>,
+    /// Processes refused, with why: said once each.
+    refused: HashMap<u32, String>,
+    /// When `/proc` was last walked for the sockets' processes.
+    sought: Option<Instant>,
+    /// Each change, with the connection and side it was made on, for the summary.
+    pub made: Vec<(ConnId, Side, String)>,
+}
+
+/// `/proc` is walked for the sockets to change at most this often, for at most this long: a
+/// new connection gets the option within about [`SOUGHT_EVERY`] of its first packet.
+const SOUGHT_EVERY: Duration = Duration::from_millis(100);
+const SOUGHT_WITHIN: Duration = Duration::from_millis(50);
+
+impl Trials {
+    pub fn new(tries: Vec<Try>) -> Trials {
+        Trials { tries, ..Trials::default() }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.tries.is_empty()
+    }
+
+    /// Tries the options on `sockets` (a listing of the watched ports' sockets) that belong to
+    /// a followed connection, on a tried side, and were not tried yet; returns what to say:
+    /// each change and each process refused.
+    pub fn step(&mut self, sockets: &[TcpSocket], conversations: &Conversations) -> Vec<String> {
+        let mut said = Vec::new();
+        if self.tries.is_empty() || self.sought.is_some_and(|at| at.elapsed() < SOUGHT_EVERY) {
+            return said;
+        }
+        // inode -> (connection, side, the options for it).
+        let mut wanted: HashMap<u32, (ConnId, Side, Vec<Knob>)> = HashMap::new();
+        for socket in sockets.iter().filter(|s| s.inode != 0 && !self.done.contains(&s.inode)) {
+            let local = (socket.local.ip().to_canonical(), socket.local.port());
+            let remote = (socket.remote.ip().to_canonical(), socket.remote.port());
+            let Some(c) = conversations.find(local, remote) else { continue };
+            let side = c.side_of(local);
+            let knobs: Vec<Knob> =
+                self.tries.iter().filter(|t| t.sides.includes(side)).map(|t| t.knob).collect();
+            if !knobs.is_empty() {
+                wanted.insert(socket.inode, (c.id, side, knobs));
+            }
+        }
+        if wanted.is_empty() {
+            return said;
+        }
+        self.sought = Some(Instant::now());
+        let inodes: HashSet<u32> = wanted.keys().copied().collect();
+        for (inode, owner) in process::owners(&inodes, SOUGHT_WITHIN) {
+            self.done.insert(inode);
+            let (conn, side, knobs) = &wanted[&inode];
+            for knob in knobs {
+                match self.tuner.apply(owner.pid, &owner.command, owner.fd, *knob) {
+                    Ok(changed) => {
+                        let line = format!("{changed}, the {} of conn {}", side.name(), conn.0);
+                        self.made.push((*conn, *side, changed.to_string()));
+                        said.push(line);
+                    }
+                    Err(Refused::Gone(_)) => {}
+                    Err(why) => {
+                        if self.refused.insert(owner.pid, why.to_string()).is_none() {
+                            said.push(format!("not tried on pid {}: {why}", owner.pid));
+                        }
+                    }
+                }
+            }
+        }
+        said
+    }
+
+    /// The watch ends: every option is put back; returns the lines that say so.
+    pub fn finish(&mut self) -> Vec<String> {
+        let mut said: Vec<String> = self
+            .tuner
+            .restore()
+            .into_iter()
+            .map(|(changed, result)| match result {
+                Ok(()) => format!("put back: {changed}"),
+                Err(e) => {
+                    format!("not put back ({e}; the program closed it meanwhile?): {changed}")
+                }
+            })
+            .collect();
+        for t in &self.tries {
+            let applied = self.made.iter().any(|(_, side, _)| t.sides.includes(*side));
+            if !applied && self.refused.is_empty() {
+                said.push(format!(
+                    "{} on {}: nothing to apply it to (no socket of {} of the watched \
+                     connections was found on this host)",
+                    t.knob.name(),
+                    t.sides.words(),
+                    t.sides.words()
+                ));
+            }
+        }
+        said
+    }
+}
+
+fn refusal(pid: u32, command: &str, e: io::Error) -> Refused {
+    match e.raw_os_error() {
+        Some(libc::EPERM) | Some(libc::EACCES) => Refused::NoRight(format!(
+            "process {pid} ({command}) may not be changed by this one: taking a copy of its \
+             socket (pidfd_getfd) needs root or CAP_SYS_PTRACE, or ackscope as its parent \
+             (`ackscope watch -- COMMAND`)"
+        )),
+        Some(libc::ESRCH) | Some(libc::EBADF) => Refused::Gone(e),
+        _ => Refused::Other(e),
+    }
+}
+
+/// This process's own descriptor of descriptor `fd` of process `pid` (the same socket).
+fn copy_of(pid: u32, fd: RawFd) -> io::Result<OwnedFd> {
+    // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor or -1.
+    let pidfd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0) };
+    if pidfd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: a descriptor the kernel just returned, owned by nothing else.
+    let pidfd = unsafe { OwnedFd::from_raw_fd(pidfd as RawFd) };
+    // SAFETY: pidfd_getfd takes a pidfd, a descriptor number and flags (0), and returns a new
+    // descriptor or -1.
+    let copy = unsafe { libc::syscall(libc::SYS_pidfd_getfd, pidfd.as_raw_fd(), fd, 0) };
+    if copy < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: as above.
+    Ok(unsafe { OwnedFd::from_raw_fd(copy as RawFd) })
+}
+
+fn get(socket: &OwnedFd, knob: Knob) -> io::Result<bool> {
+    let (level, name) = knob.option();
+    let mut value: libc::c_int = 0;
+    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: the kernel writes at most `len` bytes into `value`, which outlives the call.
+    let rc = unsafe {
+        libc::getsockopt(
+            socket.as_raw_fd(),
+            level,
+            name,
+            (&mut value as *mut libc::c_int).cast(),
+            &mut len,
+        )
+    };
+    if rc < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(value != 0)
+}
+
+fn set(socket: &OwnedFd, knob: Knob, on: bool) -> io::Result<()> {
+    let (level, name) = knob.option();
+    let value = libc::c_int::from(on);
+    // SAFETY: the kernel reads `len` bytes from `value`, which outlives the call.
+    let rc = unsafe {
+        libc::setsockopt(
+            socket.as_raw_fd(),
+            level,
+            name,
+            (&value as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if rc < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::{BufRead, BufReader, Write};
+    use std::process::{Command, Stdio};
+
+    #[test]
+    fn tries_are_read_and_the_ones_that_cannot_apply_say_why() {
+        assert_eq!("nodelay=server".parse(), Ok(Try { knob: Knob::NoDelay, sides: Sides::Server }));
+        assert_eq!("nodelay=both".parse::<Try>().map(|t| t.sides), Ok(Sides::Both));
+        let refused = |text: &str| text.parse::<Try>().unwrap_err();
+        assert!(refused("quickack=client").contains("set it again after every read"));
+        assert!(refused("cork=server").contains("holds its data"));
+        assert!(refused("nodelay").contains("OPTION=SIDE"));
+        assert!(refused("nodelay=left").contains("client, server or both"));
+        assert!(refused("nagle=server").contains("nodelay"));
+        assert!(Sides::Both.includes(Side::Client) && !Sides::Server.includes(Side::Client));
+    }
+
+    /// A program ackscope did not write (Python) holds a connected socket: TCP_NODELAY set on
+    /// its copy is the program's own socket's (the program reads it back), and the restore puts
+    /// it back as the program had it.
+    #[test]
+    #[ignore = "needs root (pidfd_getfd on another process): cargo xtask test runs it as root"]
+    fn an_option_tried_on_a_programs_socket_is_the_programs_and_is_put_back() {
+        // SAFETY: geteuid() cannot fail and has no side effects.
+        assert_eq!(unsafe { libc::geteuid() }, 0, "run as root (cargo xtask test does)");
+        let program = "import socket, sys\n\
+            l = socket.socket(); l.bind(('127.0.0.1', 0)); l.listen()\n\
+            c = socket.create_connection(l.getsockname()); s, _ = l.accept()\n\
+            print(s.fileno(), flush=True)\n\
+            for line in sys.stdin:\n\
+            \x20   print(s.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY), flush=True)\n";
+        let mut child = Command::new("python3")
+            .args(["-c", program])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("python3");
+        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+        let mut stdin = child.stdin.take().unwrap();
+        let fd: RawFd = lines.next().unwrap().unwrap().trim().parse().unwrap();
+        let mut ask = move || {
+            writeln!(stdin, "?").unwrap();
+            lines.next().unwrap().unwrap().trim().to_string()
+        };
+        assert_eq!(ask(), "0", "Nagle on, as the program opened it");
+        let mut tuner = Tuner::default();
+        let changed = tuner.apply(child.id(), "python3", fd, Knob::NoDelay).expect("root may");
+        assert!(!changed.was);
+        assert_eq!(
+            changed.to_string(),
+            format!("TCP_NODELAY off -> on on fd {fd} of pid {} (python3)", child.id())
+        );
+        assert_ne!(ask(), "0", "the program's own socket has TCP_NODELAY now");
+        drop(tuner);
+        assert_eq!(ask(), "0", "put back as the program had it");
+        child.kill().unwrap();
+        child.wait().unwrap();
+    }
+}
