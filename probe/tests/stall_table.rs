@@ -61,7 +61,10 @@ fn check_row(name: &str, stalls: bool, v: &RunReport) {
         let unexplained = classes(v).iter().any(|s| s.class == StallClass::Unexplained);
         assert!(!unexplained, "{name}: every stall explained: {v:?}");
     } else {
-        assert!(p50 < 5.0, "{name}: a clean row, p50 {p50} ms: {v:?}");
+        // A clean request takes well under a millisecond on loopback; a reconnecting row pays
+        // a handshake each, and a loaded 2-core machine adds scheduling delays: 15 ms still
+        // stands far from a stall row's 40 ms timer.
+        assert!(p50 < 15.0, "{name}: a clean row, p50 {p50} ms: {v:?}");
         assert_eq!(nagle, 0, "{name}: no Nagle x delayed ACK stall: {v:?}");
     }
 }
