@@ -17,7 +17,7 @@
 //! 3. the packets, written as they come, each with its stall's explanation.
 //!
 //! (Holding a window of segments until no stall could claim them any more was the other way:
-//! but a request's stalls come out when it retires, 8,192 requests on, or at the run's end if
+//! but a request's stalls come out when it retires, 2,048 requests on, or at the run's end if
 //! it never settles, so the window would need a cap that loses comments on ordinary runs. The
 //! passes are exact and cost two more reads, which decode but do not analyse.)
 //!

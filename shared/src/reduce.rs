@@ -32,7 +32,13 @@ use crate::wire::{Hello, RunOutcome, ToBrowser};
 pub const MAX_OPEN_RUNS: usize = 1000;
 
 /// Past this many requests held, a run's oldest finished (and settled) ones are retired...
-pub const RETIRE_ABOVE: usize = 8192;
+///
+/// A run that opens a connection per request holds the state of every held request's
+/// connection: at 8,192 its map of connection sides grew past the CPU's caches (16,000 sides
+/// in a table of 32,768 slots) and the lookups of each event missed them, a fifth of reading
+/// such a run. Retiring once twice `KEEP_RECENT` are held costs a look at the held requests
+/// every thousand requests, which a run kept alive does not notice.
+pub const RETIRE_ABOVE: usize = 2048;
 /// ...keeping the newest, whose other side's events may still be on their way.
 pub const KEEP_RECENT: usize = 1024;
 
@@ -167,13 +173,28 @@ pub type ConnRow = (ConnId, u32, [u64; 2]);
 
 /// An imported capture's run: each connection's segments and bytes, and the stalls its packets
 /// show, found as the events go by (the finder holds only each connection's undecided window).
-#[derive(Default)]
 pub struct ImportedTally {
     /// In the order connections first appear; `row_of` finds a connection's row in O(1).
     rows: Vec<ConnRow>,
     row_of: KeyedMap<ConnId, usize>,
+    /// The connection of the last segment and its row: a capture's segments come in runs of
+    /// one connection, and looking each one up was a twentieth of reading a capture.
+    last_row: Option<(ConnId, usize)>,
+    /// Stalls without their evidence in words: only the tally reads them.
     finder: packet_stalls::StallFinder,
     stalls: StallTally,
+}
+
+impl Default for ImportedTally {
+    fn default() -> Self {
+        ImportedTally {
+            rows: Vec::new(),
+            row_of: KeyedMap::default(),
+            last_row: None,
+            finder: packet_stalls::StallFinder::without_evidence(),
+            stalls: StallTally::default(),
+        }
+    }
 }
 
 impl std::fmt::Debug for ImportedTally {
@@ -186,11 +207,18 @@ impl ImportedTally {
     pub fn push(&mut self, events: &[Event]) {
         for e in events {
             let EventKind::Segment(s) = &e.kind else { continue };
-            let rows = &mut self.rows;
-            let i = *self.row_of.entry(e.conn).or_insert_with(|| {
-                rows.push((e.conn, 0, [0, 0]));
-                rows.len() - 1
-            });
+            let i = match self.last_row {
+                Some((conn, i)) if conn == e.conn => i,
+                _ => {
+                    let rows = &mut self.rows;
+                    let i = *self.row_of.entry(e.conn).or_insert_with(|| {
+                        rows.push((e.conn, 0, [0, 0]));
+                        rows.len() - 1
+                    });
+                    self.last_row = Some((e.conn, i));
+                    i
+                }
+            };
             self.rows[i].1 += 1;
             self.rows[i].2[usize::from(e.side == Side::Server)] += u64::from(s.len);
             self.finder.push(e, ());
@@ -200,7 +228,8 @@ impl ImportedTally {
 
     /// The stream ended: every candidate still open is decided.
     pub fn decide_all(&mut self) {
-        let finder = std::mem::take(&mut self.finder);
+        let finder =
+            std::mem::replace(&mut self.finder, packet_stalls::StallFinder::without_evidence());
         finder.finish().iter().for_each(|(stall, ())| self.stalls.add(stall));
     }
 
