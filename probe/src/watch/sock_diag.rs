@@ -254,6 +254,31 @@ fn exact_seq(index: usize) -> u32 {
     u32::try_from(index + 1).unwrap_or(u32::MAX)
 }
 
+/// The netlink messages of `datagram`, each as its type, sequence number and payload, or the
+/// error of one that does not fit what is left of the datagram (which ends the walk).
+fn messages(datagram: &[u8]) -> impl Iterator<Item = Result<(u16, u32, &[u8]), ReplyError>> {
+    let mut at = 0;
+    std::iter::from_fn(move || {
+        if at >= datagram.len() {
+            return None;
+        }
+        let room = datagram.len() - at;
+        let len = u32_at(datagram, at).map_or(0, |len| len as usize);
+        if len < NLMSG_HEADER_BYTES || len > room {
+            let error = ReplyError::Truncated { at, len, room };
+            at = datagram.len();
+            return Some(Err(error));
+        }
+        let message = &datagram[at..at + len];
+        // Messages start 4-aligned; the last one's padding may be missing. `len <= room`, so
+        // this stays within `datagram.len() + 3`.
+        at += align4(len);
+        let kind = u16_at(message, 4).unwrap_or_default();
+        let seq = u32_at(message, 8).unwrap_or_default();
+        Some(Ok((kind, seq, &message[NLMSG_HEADER_BYTES..])))
+    })
+}
+
 /// Reads a datagram of answers to [`exact`]'s requests for the pairs of `batch`: each is a
 /// socket's message, or an NLMSG_ERROR of ENOENT for none. An answer to no request of the batch
 /// is passed over; any other error ends the call.
@@ -264,18 +289,8 @@ fn exact_answers(
     answered: &mut [bool],
     found: &mut [Option<TcpSocket>],
 ) -> Result<(), ReplyError> {
-    let mut at = 0;
-    while at < datagram.len() {
-        let room = datagram.len() - at;
-        let len = u32_at(datagram, at).map_or(0, |len| len as usize);
-        if len < NLMSG_HEADER_BYTES || len > room {
-            return Err(ReplyError::Truncated { at, len, room });
-        }
-        let message = &datagram[at..at + len];
-        at += align4(len);
-        let kind = u16_at(message, 4).unwrap_or_default();
-        let seq = u32_at(message, 8).unwrap_or_default();
-        let payload = &message[NLMSG_HEADER_BYTES..];
+    for message in messages(datagram) {
+        let (kind, seq, payload) = message?;
         let Some(index) = (seq as usize).checked_sub(1).filter(|i| batch.contains(i)) else {
             continue;
         };
@@ -663,17 +678,8 @@ impl<F: FnMut(&TcpSocket) -> bool> Reader<F> {
 
     /// Reads one datagram: its sockets go into the listing; `Done` once the dump has ended.
     fn datagram(&mut self, datagram: &[u8]) -> Result<Reply, ReplyError> {
-        let mut at = 0;
-        while at < datagram.len() {
-            let room = datagram.len() - at;
-            let len = u32_at(datagram, at).map_or(0, |len| len as usize);
-            if len < NLMSG_HEADER_BYTES || len > room {
-                return Err(ReplyError::Truncated { at, len, room });
-            }
-            let message = &datagram[at..at + len];
-            let kind = u16_at(message, 4).unwrap_or_default();
-            let seq = u32_at(message, 8).unwrap_or_default();
-            let payload = &message[NLMSG_HEADER_BYTES..];
+        for message in messages(datagram) {
+            let (kind, seq, payload) = message?;
             match kind {
                 NLMSG_DONE => {
                     // Its payload, when there is one, is the dump's error number, or 0.
@@ -694,9 +700,6 @@ impl<F: FnMut(&TcpSocket) -> bool> Reader<F> {
                 SOCK_DIAG_BY_FAMILY if seq == self.seq => self.socket(payload),
                 _ => self.listing.malformed += 1,
             }
-            // Messages start 4-aligned; the last one's padding may be missing. `len <= room`,
-            // so this stays within `datagram.len() + 3`.
-            at += align4(len);
         }
         Ok(Reply::More)
     }
