@@ -39,6 +39,16 @@ macro_rules! object {
     }};
 }
 
+/// Appends struct `$value`, of type `$type`, as an object of all its fields, each named once:
+/// the destructuring has no `..`, so a field added to the type does not build until it is
+/// written here too.
+macro_rules! fields {
+    ($json:expr, $value:expr, $type:ident { $($field:ident),+ $(,)? }) => {{
+        let $type { $($field),+ } = $value;
+        object!($json, $($field),+);
+    }};
+}
+
 /// Appends `{"Variant":{"name":value,...}}`: a struct variant, as `serde` writes one.
 macro_rules! variant {
     ($json:expr, $variant:ident { $($field:ident),+ $(,)? }) => {{
@@ -273,110 +283,70 @@ impl WriteJson for EventKind {
 
 impl WriteJson for TcpInfoSample {
     fn write_json(&self, json: &mut Vec<u8>) {
-        let TcpInfoSample {
-            during_block,
-            state,
-            ca_state,
-            rto_us,
-            ato_us,
-            snd_mss,
-            rcv_mss,
-            unacked,
-            lost,
-            retrans,
-            last_data_sent_ms,
-            last_ack_recv_ms,
-            last_data_recv_ms,
-            rtt_us,
-            rttvar_us,
-            snd_cwnd,
-            rcv_space,
-            total_retrans,
-            bytes_acked,
-            bytes_received,
-            segs_out,
-            segs_in,
-            notsent_bytes,
-            min_rtt_us,
-            delivery_rate_bytes_per_s,
-            bytes_sent,
-            snd_wnd,
-            rcv_wnd,
-            data_segs_out,
-            rwnd_limited_us,
-            sndbuf_limited_us,
-        } = self;
-        object!(
+        fields!(
             json,
-            during_block,
-            state,
-            ca_state,
-            rto_us,
-            ato_us,
-            snd_mss,
-            rcv_mss,
-            unacked,
-            lost,
-            retrans,
-            last_data_sent_ms,
-            last_ack_recv_ms,
-            last_data_recv_ms,
-            rtt_us,
-            rttvar_us,
-            snd_cwnd,
-            rcv_space,
-            total_retrans,
-            bytes_acked,
-            bytes_received,
-            segs_out,
-            segs_in,
-            notsent_bytes,
-            min_rtt_us,
-            delivery_rate_bytes_per_s,
-            bytes_sent,
-            snd_wnd,
-            rcv_wnd,
-            data_segs_out,
-            rwnd_limited_us,
-            sndbuf_limited_us,
+            self,
+            TcpInfoSample {
+                during_block,
+                state,
+                ca_state,
+                rto_us,
+                ato_us,
+                snd_mss,
+                rcv_mss,
+                unacked,
+                lost,
+                retrans,
+                last_data_sent_ms,
+                last_ack_recv_ms,
+                last_data_recv_ms,
+                rtt_us,
+                rttvar_us,
+                snd_cwnd,
+                rcv_space,
+                total_retrans,
+                bytes_acked,
+                bytes_received,
+                segs_out,
+                segs_in,
+                notsent_bytes,
+                min_rtt_us,
+                delivery_rate_bytes_per_s,
+                bytes_sent,
+                snd_wnd,
+                rcv_wnd,
+                data_segs_out,
+                rwnd_limited_us,
+                sndbuf_limited_us,
+            }
         );
     }
 }
 
 impl WriteJson for Segment {
     fn write_json(&self, json: &mut Vec<u8>) {
-        let Segment {
-            flags,
-            seq,
-            ack,
-            len,
-            window,
-            mss,
-            wscale,
-            sack_permitted,
-            sack_blocks,
-            timestamps,
-        } = self;
-        object!(
+        fields!(
             json,
-            flags,
-            seq,
-            ack,
-            len,
-            window,
-            mss,
-            wscale,
-            sack_permitted,
-            sack_blocks,
-            timestamps
+            self,
+            Segment {
+                flags,
+                seq,
+                ack,
+                len,
+                window,
+                mss,
+                wscale,
+                sack_permitted,
+                sack_blocks,
+                timestamps
+            }
         );
     }
 }
 
 impl WriteJson for LinkEvent {
     fn write_json(&self, json: &mut Vec<u8>) {
-        let LinkEvent { action, packet, bytes, queued_bytes } = self;
-        object!(json, action, packet, bytes, queued_bytes);
+        fields!(json, self, LinkEvent { action, packet, bytes, queued_bytes });
     }
 }
 
@@ -441,8 +411,7 @@ impl<T: WriteJson> WriteJson for Vec<T> {
 
 impl<T: WriteJson> WriteJson for PerSide<T> {
     fn write_json(&self, json: &mut Vec<u8>) {
-        let PerSide { client, server } = self;
-        object!(json, client, server);
+        fields!(json, self, PerSide { client, server });
     }
 }
 
@@ -458,47 +427,32 @@ impl WriteJson for WritePattern {
 
 impl WriteJson for LinkSpec {
     fn write_json(&self, json: &mut Vec<u8>) {
-        let LinkSpec { rtt_us, rate_bps, mtu, queue_packets, loss_ppm } = self;
-        object!(json, rtt_us, rate_bps, mtu, queue_packets, loss_ppm);
+        fields!(json, self, LinkSpec { rtt_us, rate_bps, mtu, queue_packets, loss_ppm });
     }
 }
 
 impl WriteJson for RrSpec {
     fn write_json(&self, json: &mut Vec<u8>) {
-        let RrSpec {
-            requests,
-            duration_ms,
-            size_bytes,
-            response_bytes,
-            reconnect_every,
-            connections,
-            think_us,
-            write,
-            nodelay,
-            cork,
-            quickack,
-            sndbuf,
-            rcvbuf,
-            congestion,
-            link,
-        } = self;
-        object!(
+        fields!(
             json,
-            requests,
-            duration_ms,
-            size_bytes,
-            response_bytes,
-            reconnect_every,
-            connections,
-            think_us,
-            write,
-            nodelay,
-            cork,
-            quickack,
-            sndbuf,
-            rcvbuf,
-            congestion,
-            link,
+            self,
+            RrSpec {
+                requests,
+                duration_ms,
+                size_bytes,
+                response_bytes,
+                reconnect_every,
+                connections,
+                think_us,
+                write,
+                nodelay,
+                cork,
+                quickack,
+                sndbuf,
+                rcvbuf,
+                congestion,
+                link,
+            }
         );
     }
 }
@@ -513,22 +467,19 @@ impl WriteJson for BulkSpec {
 
 impl WriteJson for ImportedConnection {
     fn write_json(&self, json: &mut Vec<u8>) {
-        let ImportedConnection { client, server, client_by } = self;
-        object!(json, client, server, client_by);
+        fields!(json, self, ImportedConnection { client, server, client_by });
     }
 }
 
 impl WriteJson for ImportSpec {
     fn write_json(&self, json: &mut Vec<u8>) {
-        let ImportSpec { source, connections } = self;
-        object!(json, source, connections);
+        fields!(json, self, ImportSpec { source, connections });
     }
 }
 
 impl WriteJson for WatchSpec {
     fn write_json(&self, json: &mut Vec<u8>) {
-        let WatchSpec { ports, pid, duration_ms, evidence } = self;
-        object!(json, ports, pid, duration_ms, evidence);
+        fields!(json, self, WatchSpec { ports, pid, duration_ms, evidence });
     }
 }
 
@@ -547,8 +498,11 @@ impl WriteJson for Scenario {
 
 impl WriteJson for Instruments {
     fn write_json(&self, json: &mut Vec<u8>) {
-        let Instruments { events, tcp_info_at_syscalls, tcp_info_interval_us, capture } = self;
-        object!(json, events, tcp_info_at_syscalls, tcp_info_interval_us, capture);
+        fields!(
+            json,
+            self,
+            Instruments { events, tcp_info_at_syscalls, tcp_info_interval_us, capture }
+        );
     }
 }
 

@@ -133,6 +133,37 @@ impl<L: Copy> Assembler<L> {
         self.op(0, 0, 0, 0, 0);
     }
 
+    /// r0 = a record of `bytes` reserved in the ring buffer `ring`, or a jump to `full` when it
+    /// has no room (r1-r5 are the helper's).
+    pub fn reserve(&mut self, ring: RawFd, bytes: usize, full: L) {
+        self.map(1, ring);
+        self.op(MOV_K, 2, 0, 0, i32::try_from(bytes).expect("a record's size"));
+        self.op(MOV_K, 3, 0, 0, 0);
+        self.op(CALL, 0, 0, 0, FN_RINGBUF_RESERVE);
+        self.jump(JEQ_K, 0, 0, 0, full);
+    }
+
+    /// Submits the reserved record `record` points at, waking no reader (readers poll).
+    pub fn submit(&mut self, record: u8) {
+        self.op(MOV_X, 1, record, 0, 0);
+        self.op(MOV_K, 2, 0, 0, RB_NO_WAKEUP);
+        self.op(CALL, 0, 0, 0, FN_RINGBUF_SUBMIT);
+    }
+
+    /// Adds one to slot `slot` of the array map `map` (8-byte values), its key written at
+    /// `r10 + key_at`: how a program counts what it could not keep.
+    pub fn count(&mut self, map: RawFd, slot: u32, key_at: i16) {
+        self.op(ST_W, 10, 0, key_at, slot as i32);
+        self.op(MOV_X, 2, 10, 0, 0);
+        self.op(ADD_K, 2, 0, 0, i32::from(key_at));
+        self.map(1, map);
+        self.op(CALL, 0, 0, 0, FN_MAP_LOOKUP_ELEM);
+        // No slot (it always has one): nothing to add to.
+        self.op(JEQ_K, 0, 0, 2, 0);
+        self.op(MOV_K, 1, 0, 0, 1);
+        self.op(ATOMIC_ADD_DW, 0, 1, 0, 0);
+    }
+
     pub fn here(&self) -> usize {
         self.code.len()
     }

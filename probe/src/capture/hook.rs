@@ -137,11 +137,7 @@ fn program(settings: RawFd, ring: RawFd) -> Vec<Insn> {
     a.op(AND_K, 9, 0, 0, 0x3c);
     a.op(ADD_K, 9, 0, 0, 14);
     a.op(ADD_X, 9, 2, 0, 0);
-    a.map(1, ring);
-    a.op(MOV_K, 2, 0, 0, RECORD_BYTES as i32);
-    a.op(MOV_K, 3, 0, 0, 0);
-    a.op(CALL, 0, 0, 0, FN_RINGBUF_RESERVE);
-    a.jump(JEQ_K, 0, 0, 0, Label::Dropped);
+    a.reserve(ring, RECORD_BYTES, Label::Dropped);
     a.op(MOV_X, 7, 0, 0, 0);
     a.op(CALL, 0, 0, 0, FN_KTIME_GET_NS);
     a.op(STX_DW, 7, 0, 0, 0);
@@ -155,19 +151,10 @@ fn program(settings: RawFd, ring: RawFd) -> Vec<Insn> {
     // Headers the packet does not have (a TCP length past its end): an empty record.
     a.op(JEQ_K, 0, 0, 1, 0);
     a.op(ST_W, 7, 0, 8, 0);
-    a.op(MOV_X, 1, 7, 0, 0);
-    a.op(MOV_K, 2, 0, 0, RB_NO_WAKEUP);
-    a.op(CALL, 0, 0, 0, FN_RINGBUF_SUBMIT);
+    a.submit(7);
     a.jump(JA, 0, 0, 0, Label::Pass);
     let dropped = a.here();
-    a.op(ST_W, 10, 0, -4, SLOT_DROPS as i32);
-    a.op(MOV_X, 2, 10, 0, 0);
-    a.op(ADD_K, 2, 0, 0, -4);
-    a.map(1, settings);
-    a.op(CALL, 0, 0, 0, FN_MAP_LOOKUP_ELEM);
-    a.op(JEQ_K, 0, 0, 2, 0);
-    a.op(MOV_K, 1, 0, 0, 1);
-    a.op(ATOMIC_ADD_DW, 0, 1, 0, 0);
+    a.count(settings, SLOT_DROPS, -4);
     let pass = a.here();
     a.op(MOV_K, 0, 0, 0, TCX_NEXT);
     a.op(EXIT, 0, 0, 0, 0);

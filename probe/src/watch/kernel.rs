@@ -165,7 +165,7 @@ pub struct KernelTaps {
     _program: OwnedFd,
     _attached: OwnedFd,
     /// Records that could not be read (a length that is not a record's).
-    pub unreadable: u64,
+    unreadable: u64,
 }
 
 impl KernelTaps {
@@ -298,11 +298,7 @@ fn program(ports: &[u16], layout: &Layout, callback: u64, ring: RawFd, drops: Ra
     a.op(LDX_B, 1, 10, PENDING_AT, 0);
     a.op(AND_K, 1, 0, 0, ACK_DUE_ON_TIMER);
     a.jump(JNE_K, 1, 0, ACK_DUE_ON_TIMER, Label::Exit);
-    a.map(1, ring);
-    a.op(MOV_K, 2, 0, 0, RECORD_BYTES as i32);
-    a.op(MOV_K, 3, 0, 0, 0);
-    a.op(CALL, 0, 0, 0, FN_RINGBUF_RESERVE);
-    a.jump(JEQ_K, 0, 0, 0, Label::Full);
+    a.reserve(ring, RECORD_BYTES, Label::Full);
     a.op(MOV_X, 9, 0, 0, 0);
     a.op(CALL, 0, 0, 0, FN_KTIME_GET_NS);
     a.op(STX_DW, 9, 0, AT_STAMP, 0);
@@ -316,20 +312,11 @@ fn program(ports: &[u16], layout: &Layout, callback: u64, ring: RawFd, drops: Ra
         a.op(if size == LDX_W { STX_W } else { STX_H }, 9, 1, to, 0);
     }
     a.op(ST_W, 9, 0, AT_SPARE, 0);
-    a.op(MOV_X, 1, 9, 0, 0);
-    a.op(MOV_K, 2, 0, 0, RB_NO_WAKEUP);
-    a.op(CALL, 0, 0, 0, FN_RINGBUF_SUBMIT);
+    a.submit(9);
     a.jump(JA, 0, 0, 0, Label::Exit);
     // The ring is full: counted in the drops map's one slot.
     let full = a.here();
-    a.op(ST_W, 10, 0, PENDING_AT, 0);
-    a.map(1, drops);
-    a.op(MOV_X, 2, 10, 0, 0);
-    a.op(ADD_K, 2, 0, 0, i32::from(PENDING_AT));
-    a.op(CALL, 0, 0, 0, FN_MAP_LOOKUP_ELEM);
-    a.jump(JEQ_K, 0, 0, 0, Label::Exit);
-    a.op(MOV_K, 1, 0, 0, 1);
-    a.op(ATOMIC_ADD_DW, 0, 1, 0, 0);
+    a.count(drops, 0, PENDING_AT);
     let exit = a.here();
     a.op(MOV_K, 0, 0, 0, 0);
     a.op(EXIT, 0, 0, 0, 0);
