@@ -308,12 +308,13 @@ impl Expander {
             return Err("a TCP_INFO sample's field mask does not match its values");
         }
         let values = self.previous.get((conn, side));
-        let mut deltas = deltas.iter();
-        for (i, value) in values.iter_mut().enumerate() {
-            if changed & (1 << i) != 0 {
-                let delta = deltas.next().expect("as many deltas as mask bits");
-                *value = value.wrapping_add(*delta as u64);
-            }
+        // Only the fields that changed are visited (a sample taken during a wait changes a
+        // few of its 28), lowest bit first, as the deltas were written.
+        let mut mask = changed;
+        for delta in deltas {
+            let i = mask.trailing_zeros() as usize;
+            mask &= mask - 1;
+            values[i] = values[i].wrapping_add(*delta as u64);
         }
         TcpInfoSample::from_values(during_block, values).ok_or("a TCP_INFO field is out of range")
     }

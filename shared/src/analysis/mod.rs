@@ -513,10 +513,12 @@ impl RunAnalysis {
                 .count();
         self.settled_prefix = settled;
         // A producer that never catches up (a thread stopped, a broken file) must not hold
-        // every later request: past MAX_HELD the oldest go anyway, finished or not, an eighth
-        // of the limit at a time so that each request held is looked at a few times at most.
+        // every later request: past MAX_HELD the oldest go anyway, finished or not, half of
+        // the limit at a time. A retirement looks at every request held (and moves the rest
+        // down), so each request held is looked at about once, not eight times as when an
+        // eighth went at a time (a third of reading a file that never settles).
         let forced = match self.requests.len() {
-            held if held > MAX_HELD => (held - (MAX_HELD - MAX_HELD / 8)).min(candidates),
+            held if held > MAX_HELD => (held - MAX_HELD / 2).min(candidates),
             _ => 0,
         };
         let count = settled.max(forced);
