@@ -15,7 +15,7 @@
 //! attribution without retiring ([`crate::attribution::Incremental`]); which classes a spec
 //! rules out is decided for both by [`stall_spec`].
 
-use crate::analysis::{RequestView, RunAnalysis, Summary};
+use crate::analysis::{RequestView, RunAnalysis, Summary, MAX_HELD};
 use crate::attribution::{self, ClassSummary, Stall, StallTally};
 use crate::bulk::{BulkAnalysis, BulkSummary};
 use crate::control::ClockSync;
@@ -41,6 +41,11 @@ pub const MAX_OPEN_RUNS: usize = 1000;
 pub const RETIRE_ABOVE: usize = 2048;
 /// ...keeping the newest, whose other side's events may still be on their way.
 pub const KEEP_RECENT: usize = 1024;
+/// Retirement is looked at once this many events have come since it was last looked at: a
+/// file of one or two events a message (a hostile writer's, or a slow server's) would
+/// otherwise look at its held requests' settlement at every message, a tenth of reading it.
+/// Past [`RETIRE_ABOVE`] by at most this many requests, memory does not notice.
+const RETIRE_LOOK_EVERY: usize = 64;
 
 /// For a run of requests and answers, the spec that rules stall classes out (no Nagle stall
 /// from a writer with TCP_NODELAY): a run's own, or none for a standalone server's session (its
@@ -60,6 +65,8 @@ pub fn stall_spec(scenario: &Scenario) -> Option<Option<&RrSpec>> {
 pub struct RunStalls {
     analysis: RunAnalysis,
     spec: Option<RrSpec>,
+    /// Events pushed since retirement was last looked at ([`RETIRE_LOOK_EVERY`]).
+    unlooked: usize,
 }
 
 impl RunStalls {
@@ -68,7 +75,7 @@ impl RunStalls {
         // A request/response run of ackscope's records its server too; a standalone server's
         // session (no spec) has only its server's events, waited for once they come.
         analysis.retire_when_settled(spec.is_some());
-        RunStalls { analysis, spec }
+        RunStalls { analysis, spec, unlooked: 0 }
     }
 
     /// Takes a batch of events; `retired` gets each request retired to keep memory bounded,
@@ -79,7 +86,10 @@ impl RunStalls {
         mut retired: impl FnMut(ReqId, &RequestView, Vec<Stall>),
     ) {
         self.analysis.push_all(events);
-        if self.analysis.requests().len() > RETIRE_ABOVE {
+        self.unlooked += events.len();
+        let held = self.analysis.requests().len();
+        if held > RETIRE_ABOVE && (self.unlooked >= RETIRE_LOOK_EVERY || held > MAX_HELD) {
+            self.unlooked = 0;
             let spec = self.spec.as_ref();
             self.analysis.retire(KEEP_RECENT, |analysis, req, view| {
                 retired(req, view, attribution::attribute_request(analysis, req, view, spec));
