@@ -362,6 +362,8 @@ struct OpenExchange {
 /// goes into [`Buckets`] instead, and the percentiles are read from them, to 1/64 of their
 /// value: a watch of a busy service for hours holds kilobytes, not gigabytes.
 pub const MAX_EXACT_LATENCIES: usize = 4_000_000;
+/// Points of [`ExchangeTally::latencies_ns`] once the latencies are in buckets.
+pub const LATENCY_QUANTILES: usize = 1000;
 
 /// The exchanges of a run's `Segment` events: how many were answered and how long each took.
 /// Memory: one entry per open connection (at most [`MAX_OPEN_CONNECTIONS`]), and one latency
@@ -486,6 +488,18 @@ impl ExchangeTally {
         match &self.buckets {
             Some(buckets) => buckets.max,
             None => self.latencies.max().unwrap_or(0),
+        }
+    }
+
+    /// The answered exchanges' latencies, shortest first, for a curve of them (the page's
+    /// Compare view): each one while they are kept exactly; past [`MAX_EXACT_LATENCIES`],
+    /// [`LATENCY_QUANTILES`] evenly spaced percentiles of them, which draw the same curve.
+    pub fn latencies_ns(&self) -> Vec<u64> {
+        match &self.buckets {
+            None => self.latencies.to_vec(),
+            Some(buckets) => (1..=LATENCY_QUANTILES)
+                .map(|i| buckets.percentile(100.0 * i as f64 / LATENCY_QUANTILES as f64))
+                .collect(),
         }
     }
 

@@ -61,6 +61,7 @@ pub mod stats;
 #[cfg(any(test, feature = "synthetic"))]
 pub mod synthetic;
 pub mod tcp_info;
+pub mod tried;
 mod varint;
 pub mod wire;
 mod write_log;

@@ -25,6 +25,7 @@ use crate::keyed_hash::KeyedMap;
 use crate::overview::{self, Overview};
 use crate::packet_stalls;
 use crate::spec::{ImportedConnection, RrSpec, Scenario};
+use crate::tried::TriedRecord;
 use crate::wire::{Hello, RunOutcome, ToBrowser};
 
 /// Runs going at once that a reader follows. A recorded file has one at a time (each run's end
@@ -380,6 +381,9 @@ pub struct RunTally {
     pub bytes_read: u64,
     /// A run against a remote server: how its clock was matched to this run's.
     pub clock: Option<ClockSync>,
+    /// A watch's run: the socket options it tried on the watched programs
+    /// ([`ToBrowser::OptionsTried`]).
+    pub tried: TriedRecord,
 }
 
 impl RunTally {
@@ -390,7 +394,14 @@ impl RunTally {
             (Scenario::Watch(_), None) => RunAnalyses::Watched(Box::default()),
             (_, None) => RunAnalyses::Bulk(Box::new(BulkAnalysis::new())),
         };
-        RunTally { analysis, events: 0, requests_done: 0, bytes_read: 0, clock: None }
+        RunTally {
+            analysis,
+            events: 0,
+            requests_done: 0,
+            bytes_read: 0,
+            clock: None,
+            tried: TriedRecord::default(),
+        }
     }
 
     /// Takes a batch; `found` as for [`RrTally::push`].
@@ -551,6 +562,11 @@ impl SessionReducer {
                     followed.tally.push(events, None);
                 }
             }
+            ToBrowser::OptionsTried { run, tried } => {
+                if let Some((_, followed)) = self.open.get_mut(run) {
+                    followed.tally.tried.take(tried);
+                }
+            }
             ToBrowser::RunFinished { run, outcome } => {
                 if let Some((_, mut followed)) = self.open.remove(run) {
                     followed.outcome = Some(outcome.clone());
@@ -660,6 +676,39 @@ mod tests {
             .collect();
         assert_eq!(order.len(), MAX_OPEN_RUNS - 1);
         assert!(order.windows(2).all(|w| w[0] < w[1]), "in the order they started");
+    }
+
+    #[test]
+    fn a_watch_run_carries_what_was_tried_into_its_report() {
+        use crate::report::{LiveFacts, RunReport};
+        use crate::tried::{OptionTried, TriedOption};
+        use crate::WatchSpec;
+        let mut reducer = SessionReducer::new();
+        let mut out = Vec::new();
+        let spec = Scenario::Watch(WatchSpec { ports: vec![8080], ..WatchSpec::default() });
+        let run = RunId(2);
+        reducer.handle(
+            &ToBrowser::RunStarted { run, spec, instruments: Instruments::default() },
+            &mut out,
+        );
+        let tried = |sockets| OptionTried {
+            option: TriedOption::NoDelay,
+            side: Side::Server,
+            pid: 4711,
+            command: "python3".into(),
+            sockets,
+            already_on: 0,
+        };
+        // A later message of the same change (a new connection of the process) replaces it.
+        reducer.handle(&ToBrowser::OptionsTried { run, tried: vec![tried(1)] }, &mut out);
+        reducer.handle(&ToBrowser::OptionsTried { run, tried: vec![tried(3)] }, &mut out);
+        out.clear();
+        reducer.handle(&ToBrowser::RunFinished { run, outcome: RunOutcome::Interrupted }, &mut out);
+        let [Output::Ended(ended, _)] = &out[..] else { panic!("{out:?}") };
+        assert_eq!(ended.tally.tried.entries(), [tried(3)]);
+        let outcome = RunOutcome::Interrupted;
+        let report = RunReport::of(&ended.tally, &ended.scenario, &outcome, LiveFacts::default());
+        assert_eq!(report.tried, [tried(3)]);
     }
 
     #[test]

@@ -16,6 +16,7 @@ use crate::bulk::BulkSummary;
 use crate::control::ClockSync;
 use crate::reduce::{Figures, RunTally};
 use crate::spec::Scenario;
+use crate::tried::OptionTried;
 use crate::wire::RunOutcome;
 
 /// One run's report.
@@ -49,6 +50,9 @@ pub struct RunReport {
     pub remote: Option<RemoteFigures>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub server_netns: Option<NetnsPlace>,
+    /// A watch's run after `--try`: the socket options it tried, on which process.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tried: Vec<OptionTried>,
 }
 
 /// What only the process that made a run knows besides its events: none of it is in a session
@@ -115,6 +119,7 @@ impl RunReport {
             clock: tally.clock,
             remote,
             server_netns,
+            tried: tally.tried.entries().to_vec(),
         }
     }
 
@@ -283,9 +288,11 @@ mod tests {
             clock: None,
             remote: None,
             server_netns: None,
+            tried: Vec::new(),
         };
         let text = serde_json::to_string(&report).unwrap();
         assert!(text.contains("\"bytes\":10") && !text.contains("\"stalls\""), "{text}");
+        assert!(!text.contains("\"tried\""), "only a watch that tried an option has it: {text}");
         let back: RunReport = serde_json::from_str(&text).unwrap();
         assert_eq!(back.bulk(), Some(&bulk));
         let none = RunReport { figures: ReportFigures::None {}, ..report };

@@ -6,12 +6,14 @@
 
 use ackscope_shared::overview::{key, Overview, Priority};
 use ackscope_shared::synthetic::{nagle_run, MS};
+use ackscope_shared::tried::{OptionTried, TriedOption};
 use ackscope_shared::wire::{
     self, FrameStream, Hello, HostFacts, Instruments, RunOutcome, ToBrowser, Trailer,
     OLDEST_READABLE_VERSION, PROTOCOL_VERSION,
 };
 use ackscope_shared::{
     ConnId, Event, EventKind, ReqId, RrSpec, RunId, Scenario, Side, SockOpt, TcpInfoSample,
+    WatchSpec,
 };
 
 fn golden(version: u16) -> std::path::PathBuf {
@@ -75,6 +77,34 @@ fn session(version: u16) -> Vec<ToBrowser> {
         ToBrowser::Events { run, events },
         ToBrowser::RunFinished { run, outcome: RunOutcome::Completed },
     ];
+    if version >= 6 {
+        // A watch that tried TCP_NODELAY on the server: the run after the change, with its
+        // record of what was changed on which process.
+        let watch = RunId(2);
+        let spec = WatchSpec {
+            ports: vec![8080],
+            pid: None,
+            duration_ms: Some(10_000),
+            evidence: "packets and TCP_INFO".into(),
+        };
+        let tried = OptionTried {
+            option: TriedOption::NoDelay,
+            side: Side::Server,
+            pid: 4711,
+            command: "python3".into(),
+            sockets: 1,
+            already_on: 0,
+        };
+        messages.extend([
+            ToBrowser::RunStarted {
+                run: watch,
+                spec: Scenario::Watch(spec),
+                instruments: Instruments::default(),
+            },
+            ToBrowser::OptionsTried { run: watch, tried: vec![tried] },
+            ToBrowser::RunFinished { run: watch, outcome: RunOutcome::Interrupted },
+        ]);
+    }
     if version >= 2 {
         // The file's end: the run's overview behind the trailer that finds it.
         let overview = Overview::of([
@@ -91,7 +121,7 @@ fn session(version: u16) -> Vec<ToBrowser> {
 
 #[test]
 fn the_session_format_is_frozen() {
-    assert_eq!(PROTOCOL_VERSION, 5, "a new version needs a new golden file beside these");
+    assert_eq!(PROTOCOL_VERSION, 6, "a new version needs a new golden file beside these");
     for version in OLDEST_READABLE_VERSION..=PROTOCOL_VERSION {
         let mut encoded = Vec::new();
         for message in session(version) {

@@ -9,6 +9,7 @@
 use ackscope_shared::analysis::percentile;
 use ackscope_shared::attribution::StallClass;
 use ackscope_shared::spec::changes;
+use ackscope_shared::tried;
 
 use crate::state::{AppState, Attribution, Run, RunKey, Source};
 use crate::text::ClassText;
@@ -317,7 +318,11 @@ impl Comparison {
                 let changes = (i > 0).then(|| {
                     let mixed = key.source != first_key.source;
                     let vs = format!("{} vs {}", name_in(key, mixed), name_in(first_key, mixed));
-                    (vs, what_changed(&changes(&first.spec, &run.spec)))
+                    // A watch's run after `--try` differs from the one before in what was
+                    // changed on the running program, not in its spec.
+                    let mut changed = changes(&first.spec, &run.spec);
+                    changed.extend(tried::changes(first.tried.entries(), run.tried.entries()));
+                    (vs, what_changed(&changed))
                 });
                 ComparedRun {
                     key,
@@ -345,8 +350,9 @@ impl Comparison {
 #[cfg(test)]
 mod tests {
     use ackscope_shared::analysis::{percentile, RunAnalysis};
-    use ackscope_shared::wire::{RunOutcome, ToBrowser};
-    use ackscope_shared::{NoDelay, RrSpec, RunId};
+    use ackscope_shared::tried::{OptionTried, TriedOption};
+    use ackscope_shared::wire::{Instruments, RunOutcome, ToBrowser};
+    use ackscope_shared::{NoDelay, RrSpec, RunId, Scenario, Side, WatchSpec};
 
     use super::*;
     use crate::fixtures::{hello, nagle_run, rr_started, MS, US};
@@ -493,6 +499,42 @@ mod tests {
         assert_eq!(comparison.classes.len(), 1);
         let counts: Vec<u32> = comparison.classes[0].cells.iter().map(|cell| cell.count).collect();
         assert_eq!(counts, [38, 0], "two per request after the first; none without Nagle");
+    }
+
+    #[test]
+    fn a_watch_split_by_a_tried_option_names_what_was_applied_to_which_process() {
+        let mut state = AppState::default();
+        apply(&mut state, hello());
+        let watch = || Scenario::Watch(WatchSpec { ports: vec![8080], ..WatchSpec::default() });
+        let started = |run| ToBrowser::RunStarted {
+            run: RunId(run),
+            spec: watch(),
+            instruments: Instruments::default(),
+        };
+        apply(&mut state, started(1));
+        apply(&mut state, ToBrowser::RunFinished { run: RunId(1), outcome: RunOutcome::Completed });
+        apply(&mut state, started(2));
+        let tried = OptionTried {
+            option: TriedOption::NoDelay,
+            side: Side::Server,
+            pid: 4711,
+            command: "python3".into(),
+            sockets: 1,
+            already_on: 0,
+        };
+        apply(&mut state, ToBrowser::OptionsTried { run: RunId(2), tried: vec![tried] });
+        state.toggle_compare(RunKey::live(RunId(1)));
+        state.toggle_compare(RunKey::live(RunId(2)));
+        let comparison = Comparison::of(&state).expect("two runs");
+        assert_eq!(
+            comparison.runs[1].changes,
+            Some((
+                "#2 vs #1".to_string(),
+                "TCP_NODELAY on the server: off -> on (applied to the running process 4711, \
+                 python3)"
+                    .to_string()
+            ))
+        );
     }
 
     #[test]

@@ -23,8 +23,8 @@ mod run_start;
 /// `Overview` and `Trailer` messages of a file's end and the class's messages; version 3 the
 /// `RunDelay` event kind and `ToProbe::StopRun`; version 4 the `ClockSync` event kind of runs
 /// against a remote server and `ToProbe::StartRemoteRun`; version 5 the `DelayedAck` event kind
-/// of a watch as root.
-pub const PROTOCOL_VERSION: u16 = 5;
+/// of a watch as root; version 6 the `OptionsTried` message of a watch that tries an option.
+pub const PROTOCOL_VERSION: u16 = 6;
 
 /// The oldest version this build still reads: every version since only appended messages, so
 /// an older stream is a valid newer one.
@@ -76,6 +76,11 @@ pub enum ToBrowser {
     /// `/ws?resume=ID.RUN.EVENTS.FINISHED`, docs/PROTOCOL.md): then only what the page has not
     /// had follows; else every run, from the start (version 4).
     Stream { id: u64, resumed: bool },
+    /// A watch's run began with socket options tried on the watched programs' running sockets
+    /// (`watch --try`), or tried them on more sockets since: each entry replaces the run's entry
+    /// for the same option, side and process (`tried`). The run before the change has none
+    /// (version 6).
+    OptionsTried { run: RunId, tried: Vec<crate::tried::OptionTried> },
 }
 
 /// The presenter's place in the lessons, as the room's pages follow it.

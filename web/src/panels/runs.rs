@@ -19,7 +19,8 @@ struct RunEntry {
     /// "p50 1.23 ms" for request/response runs, bytes moved for bulk runs.
     figure: String,
     selected: bool,
-    /// Request/response runs can be marked for the Compare view (others have no latencies).
+    /// Request/response runs and watches can be marked for the Compare view (others have no
+    /// latencies).
     comparable: bool,
     /// Events received so far (`data-events`: what a benchmark counts to see nothing was lost).
     events: u64,
@@ -30,7 +31,7 @@ impl RunEntry {
         let key = RunKey { source, run: run.id };
         let figure = if let Some(bulk) = run.bulk_summary() {
             format!("{:.1} Mbit/s", bulk.goodput_mbps)
-        } else if !run.is_rr() {
+        } else if !run.is_comparable() {
             format!("{} events", run.events)
         } else if run.summary().requests == 0 {
             "p50 –".into()
@@ -44,7 +45,7 @@ impl RunEntry {
             status: run.status.label(),
             figure,
             selected: selected == Some(key),
-            comparable: run.is_rr(),
+            comparable: run.is_comparable(),
             events: run.events,
         }
     }

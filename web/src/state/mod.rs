@@ -368,7 +368,7 @@ impl AppState {
     pub fn toggle_compare(&mut self, key: RunKey) {
         if let Some(at) = self.compared.iter().position(|&marked| marked == key) {
             self.compared.remove(at);
-        } else if self.run(key).is_some_and(Run::is_rr) {
+        } else if self.run(key).is_some_and(Run::is_comparable) {
             self.compared.push(key);
         }
     }
@@ -380,7 +380,8 @@ impl AppState {
     /// The runs marked for comparison, in the order they were marked.
     pub fn compared(&self) -> Vec<RunKey> {
         // Filtered too: a RunStarted that reuses an id replaces the run, maybe with a bulk one.
-        self.compared.iter().copied().filter(|&key| self.run(key).is_some_and(Run::is_rr)).collect()
+        let comparable = |key: RunKey| self.run(key).is_some_and(Run::is_comparable);
+        self.compared.iter().copied().filter(|&key| comparable(key)).collect()
     }
 
     /// What a reconnecting page asks the probe for in `/ws?resume=` (`wire::ResumePoint`): its

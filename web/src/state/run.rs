@@ -10,6 +10,7 @@ use ackscope_shared::bulk::{BulkAnalysis, BulkSummary};
 use ackscope_shared::control::ClockSync;
 use ackscope_shared::kernel::KernelTracks;
 use ackscope_shared::reduce::{stall_spec, ImportedTally, WatchTally};
+use ackscope_shared::tried::TriedRecord;
 use ackscope_shared::wire::Instruments;
 use ackscope_shared::{Event, EventKind, RrSpec, RunId, Scenario};
 
@@ -75,6 +76,9 @@ pub struct Run {
     /// A run against a remote server: how its clock was matched to the client's (its
     /// `ClockSync` event, the run's first).
     pub clock: Option<ClockSync>,
+    /// The socket options a watch tried on the watched programs during this run (`watch
+    /// --try`): what the run after a change ran with, compared with the run before it.
+    pub tried: TriedRecord,
     /// Computed at most once per batch, not per read. The request/response summary costs
     /// O(n / 512) plus the unsettled requests' reads (the analysis keeps the latencies in order,
     /// `attributed` counts the settled stalled reads).
@@ -144,6 +148,7 @@ impl Run {
             kernel: KernelTracks::new(),
             events: 0,
             clock: None,
+            tried: TriedRecord::default(),
             summary: OnceCell::new(),
             bulk_summary: OnceCell::new(),
             attributed: Incremental::new(),
@@ -238,6 +243,10 @@ impl Run {
     /// `self.analysis.summary()`, without counting the settled requests' stalled reads again.
     pub fn summary(&self) -> &Summary {
         self.summary.get_or_init(|| {
+            // A watch's requests are its exchanges, as `ackscope watch` counts them.
+            if let Some(summary) = self.watch.as_ref().and_then(WatchTally::summary) {
+                return summary;
+            }
             let stalled_reads =
                 self.attributed.held_reads() + self.attributed.tail_held_reads(&self.analysis);
             self.analysis.summary_with_stalled_reads(stalled_reads)
@@ -258,13 +267,21 @@ impl Run {
                 stalls.extend(tail);
                 Attribution { stalls, classes }
             }
-            None => Attribution::default(),
+            // A watch's stalls are found from its packets, as they came (each with its own
+            // evidence in the summary); the classes are what a comparison shows.
+            None => match &self.watch {
+                Some(watch) => Attribution { stalls: Vec::new(), classes: watch.classes() },
+                None => Attribution::default(),
+            },
         })
     }
 
     /// Every completed request's latency in ns, shortest first (empty for other scenarios).
     pub fn latencies_ns(&self) -> &[u64] {
-        self.latencies.get_or_init(|| self.analysis.latencies_ns())
+        self.latencies.get_or_init(|| match &self.watch {
+            Some(watch) => watch.exchanges.latencies_ns(),
+            None => self.analysis.latencies_ns(),
+        })
     }
 
     /// What a bulk run moved so far; `None` for other scenarios.
@@ -282,6 +299,13 @@ impl Run {
     /// session has, as the server saw them).
     pub fn is_rr(&self) -> bool {
         stall_spec(&self.spec).is_some()
+    }
+
+    /// Whether the run has latencies and stall classes to compare: a request/response run's
+    /// requests, or a watch's exchanges (a watch before and after `--try`, or a watch and a
+    /// run of ackscope's own that reproduces it).
+    pub fn is_comparable(&self) -> bool {
+        self.is_rr() || self.watch.is_some()
     }
 
     /// No more events come: an imported run's or a watch's last undecided packets are decided

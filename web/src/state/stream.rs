@@ -133,6 +133,12 @@ impl Stream {
                 }
                 None
             }
+            ToBrowser::OptionsTried { run, tried } => {
+                if let Some(run) = self.run_mut(run) {
+                    run.tried.take(&tried);
+                }
+                None
+            }
             ToBrowser::RunFinished { run, outcome } => {
                 if let Some(run) = self.run_mut(run) {
                     run.status = match outcome {

@@ -1,0 +1,185 @@
+//! What `ackscope watch --try` changed on a watched program's running sockets.
+//!
+//! A watch that tries an option splits its session at the moment the option goes into force:
+//! the run before is the program as it was, the run after is the program with the option. The
+//! run after carries the record of what was changed ([`crate::wire::ToBrowser::OptionsTried`],
+//! protocol version 6), so a file says exactly what was tried on which process, and a reader
+//! comparing the two runs names the change ([`changes`]) as it names a spec's.
+
+use serde::{Deserialize, Serialize};
+
+use crate::event::Side;
+
+/// A socket option a watch may try on another program's sockets: only options that stay set
+/// (the probe says why TCP_QUICKACK and TCP_CORK are not).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum TriedOption {
+    NoDelay,
+}
+
+impl TriedOption {
+    /// "TCP_NODELAY".
+    pub fn name(self) -> &'static str {
+        match self {
+            TriedOption::NoDelay => "TCP_NODELAY",
+        }
+    }
+}
+
+/// One option turned on for the sockets of one process on one side of the watched
+/// connections.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OptionTried {
+    pub option: TriedOption,
+    /// The side of the watched connections whose sockets were changed.
+    pub side: Side,
+    pub pid: u32,
+    /// The process's command (`/proc/PID/comm`), as the watch found it.
+    pub command: String,
+    /// Sockets of the process changed so far.
+    pub sockets: u32,
+    /// Of them, those that had the option on already.
+    pub already_on: u32,
+}
+
+/// Processes and options a run's record keeps ([`OptionTried`]s): a watch changes a handful;
+/// more comes only from a broken or hostile file, and is counted, not kept.
+pub const MAX_TRIED: usize = 64;
+/// The longest command kept: Linux's is at most 15 bytes.
+pub const MAX_COMMAND_CHARS: usize = 64;
+
+impl OptionTried {
+    /// "TCP_NODELAY on the server: off -> on (applied to the running process 4711, python3)".
+    pub fn describe(&self) -> String {
+        let was = match self.already_on {
+            0 => "off",
+            on if on >= self.sockets => "on",
+            _ => "off on some sockets",
+        };
+        format!(
+            "{} on the {}: {was} -> on (applied to the running process {}, {})",
+            self.option.name(),
+            self.side.name(),
+            self.pid,
+            self.command
+        )
+    }
+
+    /// The same change to the same process: one entry each in a run's record.
+    fn same_change(&self, other: &OptionTried) -> bool {
+        (self.option, self.side, self.pid) == (other.option, other.side, other.pid)
+    }
+}
+
+/// A run's record of options tried, bounded ([`MAX_TRIED`], [`MAX_COMMAND_CHARS`]): each
+/// message of it replaces the entries it names and adds the others.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TriedRecord {
+    tried: Vec<OptionTried>,
+    /// Entries of a record past [`MAX_TRIED`], left out.
+    pub left_out: u64,
+}
+
+impl TriedRecord {
+    pub fn take(&mut self, message: &[OptionTried]) {
+        for entry in message {
+            let mut entry = entry.clone();
+            if entry.command.chars().count() > MAX_COMMAND_CHARS {
+                entry.command = entry.command.chars().take(MAX_COMMAND_CHARS).collect();
+            }
+            match self.tried.iter().position(|kept| kept.same_change(&entry)) {
+                Some(at) => self.tried[at] = entry,
+                None if self.tried.len() < MAX_TRIED => self.tried.push(entry),
+                None => self.left_out += 1,
+            }
+        }
+    }
+
+    pub fn entries(&self) -> &[OptionTried] {
+        &self.tried
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.tried.is_empty()
+    }
+}
+
+/// What changed in the options tried from one run to another, for people comparing runs: an
+/// entry for each option in force in `to` and not in `from`, and for each the other way round
+/// ("TCP_NODELAY on the server: on -> as the program set it (process 4711, python3)").
+pub fn changes(from: &[OptionTried], to: &[OptionTried]) -> Vec<String> {
+    let missing_from = |list: &[OptionTried], entry: &OptionTried| {
+        !list.iter().any(|other| other.same_change(entry))
+    };
+    let added = to.iter().filter(|entry| missing_from(from, entry)).map(OptionTried::describe);
+    let removed = from.iter().filter(|entry| missing_from(to, entry)).map(|entry| {
+        format!(
+            "{} on the {}: on -> as the program set it (process {}, {})",
+            entry.option.name(),
+            entry.side.name(),
+            entry.pid,
+            entry.command
+        )
+    });
+    added.chain(removed).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn server(pid: u32, already_on: u32) -> OptionTried {
+        OptionTried {
+            option: TriedOption::NoDelay,
+            side: Side::Server,
+            pid,
+            command: "python3".into(),
+            sockets: 2,
+            already_on,
+        }
+    }
+
+    #[test]
+    fn a_change_reads_as_the_option_the_side_and_the_process() {
+        assert_eq!(
+            server(4711, 0).describe(),
+            "TCP_NODELAY on the server: off -> on (applied to the running process 4711, python3)"
+        );
+        assert!(server(4711, 1).describe().contains("off on some sockets -> on"));
+        assert!(server(4711, 2).describe().contains(": on -> on"));
+    }
+
+    #[test]
+    fn comparing_before_with_after_names_what_was_applied_and_nothing_else() {
+        let after = [server(4711, 0)];
+        assert_eq!(
+            changes(&[], &after),
+            ["TCP_NODELAY on the server: off -> on (applied to the running process 4711, python3)"]
+        );
+        assert!(changes(&after, &after).is_empty());
+        let back = changes(&after, &[]);
+        assert_eq!(back.len(), 1);
+        assert!(back[0].starts_with("TCP_NODELAY on the server: on -> as the program set it"));
+    }
+
+    #[test]
+    fn a_record_keeps_one_entry_per_change_and_is_bounded() {
+        let mut record = TriedRecord::default();
+        record.take(&[server(1, 0)]);
+        let mut more = server(1, 0);
+        more.sockets = 5;
+        record.take(&[more]);
+        assert_eq!(record.entries().len(), 1, "the same process and option: replaced");
+        assert_eq!(record.entries()[0].sockets, 5);
+        let many: Vec<OptionTried> = (2..1000).map(|pid| server(pid, 0)).collect();
+        record.take(&many);
+        assert_eq!(record.entries().len(), MAX_TRIED);
+        assert_eq!(record.left_out, 998 - (MAX_TRIED as u64 - 1));
+
+        let mut long = server(5000, 0);
+        long.command = "x".repeat(10_000);
+        let mut record = TriedRecord::default();
+        record.take(&[long]);
+        assert_eq!(record.entries()[0].command.len(), MAX_COMMAND_CHARS);
+    }
+}
