@@ -21,10 +21,13 @@ pub const FINISH_WITHIN: Duration = Duration::from_millis(1700);
 const SIGNALS: [libc::c_int; 2] = [libc::SIGINT, libc::SIGTERM];
 
 static INTERRUPTED: AtomicBool = AtomicBool::new(false);
+/// The first of [`SIGNALS`] that came; 0 before.
+static FIRST_SIGNAL: AtomicI32 = AtomicI32::new(0);
 /// The write end of the pipe that wakes the watchdog; -1 until [`install`] made it.
 static WAKE_WATCHDOG: AtomicI32 = AtomicI32::new(-1);
 
 extern "C" fn on_signal(signal: libc::c_int) {
+    let _ = FIRST_SIGNAL.compare_exchange(0, signal, Ordering::SeqCst, Ordering::SeqCst);
     INTERRUPTED.store(true, Ordering::SeqCst);
     let wake = WAKE_WATCHDOG.load(Ordering::SeqCst);
     // SAFETY: write() and signal() are async-signal-safe; the byte is on this stack. Restoring
@@ -41,6 +44,12 @@ extern "C" fn on_signal(signal: libc::c_int) {
 /// waits less, to finish before [`FINISH_WITHIN`].
 pub fn interrupted() -> bool {
     INTERRUPTED.load(Ordering::SeqCst)
+}
+
+/// Which signal interrupted the command (SIGINT or SIGTERM), once one did: `watch -- COMMAND`
+/// passes it on to the command it started.
+pub fn signal() -> Option<libc::c_int> {
+    Some(FIRST_SIGNAL.load(Ordering::SeqCst)).filter(|&signal| signal != 0)
 }
 
 /// Installs the handlers (once per process) and returns the flag they set.

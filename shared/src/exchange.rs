@@ -188,6 +188,14 @@ impl Conversations {
         }
     }
 
+    /// Follows the connections to or from `port` too from now on (a watched command's port,
+    /// found after the watch began).
+    pub fn add_server_port(&mut self, port: u16) {
+        if !self.server_ports.contains(&port) {
+            self.server_ports.push(port);
+        }
+    }
+
     /// Connections followed now.
     pub fn len(&self) -> usize {
         self.open.len()
@@ -380,6 +388,10 @@ pub struct ExchangeTally {
     last_answer_ns: Option<u64>,
     /// Exchanges whose request was never answered.
     pub unanswered: u64,
+    /// Each answered exchange settled since [`ExchangeTally::drain_settled`], with its
+    /// connection, once a reader asked for them ([`ExchangeTally::hand_out_settled`]: a
+    /// watch's metrics, which count them by port as they come).
+    settled: Option<Vec<(ConnId, u64)>>,
 }
 
 impl ExchangeTally {
@@ -397,7 +409,7 @@ impl ExchangeTally {
             // A hostile or enormous file: the bound holds by settling some open exchange.
             if let Some(&conn) = self.open.keys().next() {
                 let oldest = self.open.remove(&conn).expect("a key just listed");
-                self.settle(oldest);
+                self.settle(conn, oldest);
             }
         }
         // One lookup an event on the common path: the connection's open exchange.
@@ -427,11 +439,11 @@ impl ExchangeTally {
         let closed = segment.has(tcp_flags::RST) || open.fins == [true, true];
         // The exchange this event ended first, then the connection's last if it closed.
         if let Some(done) = done {
-            self.settle(done);
+            self.settle(event.conn, done);
         }
         if closed {
             let last = self.open.remove(&event.conn).expect("present");
-            self.settle(last);
+            self.settle(event.conn, last);
             return Some(event.conn);
         }
         None
@@ -439,15 +451,34 @@ impl ExchangeTally {
 
     /// The stream ended: every open exchange that was answered counts.
     pub fn finish(&mut self) {
-        for (_, open) in std::mem::take(&mut self.open) {
-            self.settle(open);
+        for (conn, open) in std::mem::take(&mut self.open) {
+            self.settle(conn, open);
         }
     }
 
-    fn settle(&mut self, exchange: OpenExchange) {
+    /// From now on, each answered exchange is also kept, with its connection and latency, until
+    /// [`ExchangeTally::drain_settled`] takes it: a reader that takes them after every batch
+    /// holds a batch's worth.
+    pub fn hand_out_settled(&mut self) {
+        self.settled.get_or_insert_with(Vec::new);
+    }
+
+    /// The answered exchanges settled since the last call (with [`ExchangeTally::hand_out_settled`]
+    /// on): each one's connection and latency in nanoseconds, oldest first.
+    pub fn drain_settled(&mut self, mut each: impl FnMut(ConnId, u64)) {
+        if let Some(settled) = &mut self.settled {
+            settled.drain(..).for_each(|(conn, latency_ns)| each(conn, latency_ns));
+        }
+    }
+
+    fn settle(&mut self, conn: ConnId, exchange: OpenExchange) {
         match (exchange.start_ns, exchange.last_answer_ns) {
             (Some(start), Some(end)) => {
-                self.record(end.saturating_sub(start));
+                let latency_ns = end.saturating_sub(start);
+                self.record(latency_ns);
+                if let Some(settled) = &mut self.settled {
+                    settled.push((conn, latency_ns));
+                }
                 self.first_start_ns = Some(self.first_start_ns.map_or(start, |s| s.min(start)));
                 self.last_answer_ns = Some(self.last_answer_ns.map_or(end, |e| e.max(end)));
             }
@@ -671,6 +702,39 @@ mod tests {
         // 1 ms to 43 ms, and 1,043 ms to 1,044 ms: the idle second is in neither.
         assert!((summary.max_ms - 42.0).abs() < 1e-6, "{summary:?}");
         assert!((summary.p50_ms - 1.0).abs() < 1e-6, "{summary:?}");
+    }
+
+    /// A reader that asked for them gets each answered exchange as it settles, with its
+    /// connection and latency, once; a tally nobody asked keeps none.
+    #[test]
+    fn settled_exchanges_are_handed_out_once_when_asked_for() {
+        let mut conversations = Conversations::new(&[8080]);
+        let events: Vec<Event> = conversation()
+            .iter()
+            .map(|(at, p)| conversations.packet(*at, p).expect("watched").event)
+            .collect();
+        let mut asked = ExchangeTally::default();
+        asked.hand_out_settled();
+        let mut settled = Vec::new();
+        // The first exchange settles when the second begins; the second at the close.
+        for event in &events[..9] {
+            asked.push(event);
+        }
+        asked.drain_settled(|conn, latency_ns| settled.push((conn, latency_ns)));
+        assert_eq!(settled, [(ConnId(1), 42_000_000)]);
+        for event in &events[9..] {
+            asked.push(event);
+        }
+        asked.drain_settled(|conn, latency_ns| settled.push((conn, latency_ns)));
+        assert_eq!(settled, [(ConnId(1), 42_000_000), (ConnId(1), 1_000_000)]);
+        asked.drain_settled(|_, _| panic!("each is handed out once"));
+
+        let mut not_asked = ExchangeTally::default();
+        events.iter().for_each(|e| {
+            not_asked.push(e);
+        });
+        assert!(not_asked.settled.is_none());
+        assert_eq!(not_asked.answered(), asked.answered());
     }
 
     #[test]

@@ -286,7 +286,14 @@ impl<T: Clone> StallFinder<T> {
             }
             _ => return,
         };
-        let window = self.windows.entry(event.conn).or_default();
+        // A segment without data starts no candidate: one with no window open (the last ACK
+        // of a teardown, after `end_connection`) would be dropped at once by `decide`, and its
+        // connection held again, empty, for ever.
+        let window = match self.windows.get_mut(&event.conn) {
+            Some(window) => window,
+            None if segment.len == 0 => return,
+            None => self.windows.entry(event.conn).or_default(),
+        };
         window.samples.push_back(SegmentSample::new(event.side, event.at_ns, segment));
         window.tags.push_back((event.req, tag));
         let found = Found { stalls: &mut self.found, evidence: self.evidence };
@@ -616,6 +623,29 @@ mod tests {
             assert_eq!(Stall { evidence: String::new(), ..w.clone() }, *b);
             assert_eq!(w_end, b_end);
         }
+    }
+
+    /// A watch ends a connection at its second FIN; the last ACK of its teardown comes after.
+    /// That ACK holds nothing to decide, and must not open a window again: a watch of a service
+    /// whose clients reconnect would otherwise keep one for every connection it ever saw.
+    #[test]
+    fn the_last_ack_after_a_connection_ended_keeps_nothing() {
+        use crate::event::tcp_flags::FIN;
+        let mut finder = StallFinder::without_evidence();
+        for conn in 1..=100 {
+            let mut teardown = nagle_exchange(0, 1000, 5000);
+            teardown.push(seg(90 * MS, Side::Client, 3052, 2052, 0, FIN | ACK));
+            teardown.push(seg(91 * MS, Side::Server, 2052, 3053, 0, FIN | ACK));
+            let mut last_ack = seg(92 * MS, Side::Client, 3053, 2053, 0, ACK);
+            for event in teardown.iter_mut().chain(std::iter::once(&mut last_ack)) {
+                event.conn = ConnId(conn);
+            }
+            teardown.iter().for_each(|e| finder.push(e, ()));
+            finder.end_connection(ConnId(conn));
+            finder.push(&last_ack, ());
+        }
+        assert_eq!(finder.take_found().len(), 200, "both stalls of each connection");
+        assert_eq!(finder.connections(), 0, "no window left for a connection that ended");
     }
 
     #[test]

@@ -290,6 +290,9 @@ pub struct WatchTally {
     pub exchanges: ExchangeTally,
     /// ACKs the watched sockets' delayed-ACK timers were seen to send (a watch as root).
     pub delayed_acks: u64,
+    /// Each stall found since [`WatchTally::drain_stalls`], once a reader asked for them
+    /// ([`WatchTally::hand_out_stalls`]: a watch's metrics, which count them by port).
+    found: Option<Vec<Stall>>,
 }
 
 impl std::fmt::Debug for WatchTally {
@@ -319,14 +322,37 @@ impl WatchTally {
                 self.finder.end_connection(closed);
             }
         }
-        self.finder.take_found().iter().for_each(|(stall, ())| self.stalls.add(stall));
+        self.take_found();
     }
 
     /// The stream ended: every candidate stall is decided, every answered exchange counted.
     pub fn finish(&mut self) {
         self.finder.end_all();
-        self.finder.take_found().iter().for_each(|(stall, ())| self.stalls.add(stall));
+        self.take_found();
         self.exchanges.finish();
+    }
+
+    fn take_found(&mut self) {
+        for (stall, ()) in self.finder.take_found() {
+            self.stalls.add(&stall);
+            if let Some(found) = &mut self.found {
+                found.push(stall);
+            }
+        }
+    }
+
+    /// From now on, each stall found is also kept until [`WatchTally::drain_stalls`] takes it:
+    /// a reader that takes them after every batch holds a batch's worth.
+    pub fn hand_out_stalls(&mut self) {
+        self.found.get_or_insert_with(Vec::new);
+    }
+
+    /// The stalls found since the last call (with [`WatchTally::hand_out_stalls`] on), in the
+    /// order they were found.
+    pub fn drain_stalls(&mut self, each: impl FnMut(Stall)) {
+        if let Some(found) = &mut self.found {
+            found.drain(..).for_each(each);
+        }
     }
 
     /// Of the stalls found, those whose ACK the kernel's delayed-ACK timer was seen to send.

@@ -53,6 +53,10 @@ pub struct RunReport {
     /// A watch's run after `--try`: the socket options it tried, on which process.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub tried: Vec<OptionTried>,
+    /// `ackscope watch --try --json`: the run before the options went into force (this report
+    /// is of the run with them).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub before: Option<Box<RunReport>>,
 }
 
 /// What only the process that made a run knows besides its events: none of it is in a session
@@ -120,6 +124,7 @@ impl RunReport {
             remote,
             server_netns,
             tried: tally.tried.entries().to_vec(),
+            before: None,
         }
     }
 
@@ -289,6 +294,7 @@ mod tests {
             remote: None,
             server_netns: None,
             tried: Vec::new(),
+            before: None,
         };
         let text = serde_json::to_string(&report).unwrap();
         assert!(text.contains("\"bytes\":10") && !text.contains("\"stalls\""), "{text}");

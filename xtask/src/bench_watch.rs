@@ -2,21 +2,25 @@
 //! a request/response service that ackscope does not drive (sockperf's TCP ping-pong server and
 //! client), against the same service unwatched and the same service under `tcpdump -w`.
 //!
-//! Each round runs the service for the same time in four configurations: unwatched, watched by
-//! `ackscope watch --port P`, under `tcpdump -i any -w FILE 'tcp port P'`, and unwatched again
-//! (the middle two swap places every other round). A round's ratios divide by the mean of its
-//! two unwatched runs, which bracket the others so that drift during the round shows and
-//! favours neither. First every program on one CPU (the headline: CPU time, what a busy server
-//! pays for being watched), then not pinned.
+//! Each round runs the service for the same time in five configurations: unwatched, watched by
+//! `ackscope watch --port P`, under `tcpdump -i any -w FILE 'tcp port P'`, watched by `ackscope
+//! watch --port P --try nodelay=both --metrics 127.0.0.1:0` with its `/metrics` scraped every
+//! second (as Prometheus would), and unwatched again (the middle three take turns in each place,
+//! round by round). A round's ratios divide by the mean of its two unwatched runs, which bracket
+//! the others so that drift during the round shows and favours none. First every program on one
+//! CPU (the headline: CPU time, what a busy server pays for being watched), then not pinned.
 //!
 //! Like `bench rr`, this measures: a missed target is printed, and the exit code stays 0.
 //! What it measures and the figures of one machine: docs/BENCHMARKS.md.
 
 use std::fs;
-use std::io::{BufRead, BufReader, Read};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
 use std::path::Path;
 use std::process::{Child, ChildStderr, Output, Stdio};
+use std::sync::mpsc::{self, RecvTimeoutError};
 use std::thread::{self, JoinHandle};
+use std::time::Duration;
 
 use ackscope_shared::report::RunReport;
 
@@ -28,8 +32,17 @@ use crate::{cli, json, setup};
 pub(crate) const USAGE: &str =
     "usage: cargo xtask bench watch [--rounds N] [--seconds S] [--pin CPU]";
 
-/// The watched service's ratio to the unwatched one, at least (and at least tcpdump's).
+/// The watched service's ratio to the unwatched one, at least (and at least tcpdump's); the same
+/// with `--try` and `--metrics` scraped.
 const WATCH_TARGET: f64 = 0.9;
+/// The options the watch tries on the service in the third configuration: sockperf sets
+/// TCP_NODELAY itself, so the service runs as it would without them, and what is measured is
+/// what trying them (and serving the metrics) costs.
+const TRIED: [&str; 4] = ["--try", "nodelay=both", "--metrics", "127.0.0.1:0"];
+/// How often the metrics are scraped while the service runs under the third configuration.
+const SCRAPE_EVERY: Duration = Duration::from_secs(1);
+/// The watch says where its metrics are with this, on standard error, before it watches.
+const METRICS_AT: &str = "ackscope: metrics at ";
 /// The request and answer body, in bytes: `bench rr`'s, so that the rates compare with its
 /// sockperf figures.
 /// `bench rr`'s message size, which `sockperf_ping_pong` sends.
@@ -84,9 +97,20 @@ struct Round {
     before: f64,
     watched: f64,
     tcpdump: f64,
+    /// Watched with `--try nodelay=both` and `--metrics`, scraped every second.
+    tried: f64,
     after: f64,
     watch: WatchCounts,
     tcpdump_counts: TcpdumpCounts,
+    tried_watch: WatchCounts,
+    scrapes: Scrapes,
+}
+
+/// The scrapes of `/metrics` during a configuration: answered with the metrics, or not.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+struct Scrapes {
+    answered: u32,
+    failed: u32,
 }
 
 impl Round {
@@ -103,6 +127,10 @@ impl Round {
     fn tcpdump_ratio(&self) -> f64 {
         self.tcpdump / self.unwatched()
     }
+
+    fn tried_ratio(&self) -> f64 {
+        self.tried / self.unwatched()
+    }
 }
 
 /// The configurations of a round, in the order they run.
@@ -111,6 +139,7 @@ enum Config {
     Before,
     Watched,
     Tcpdump,
+    Tried,
     After,
 }
 
@@ -120,19 +149,20 @@ impl Config {
             Config::Before => "unwatched",
             Config::Watched => "watched by ackscope watch",
             Config::Tcpdump => "under tcpdump -w",
+            Config::Tried => "watched, --try, --metrics",
             Config::After => "unwatched again",
         }
     }
 }
 
-/// The order of round `round` (from 1): unwatched first and last, the watch and tcpdump between,
-/// swapped every other round so that drift within a round favours neither.
-fn order(round: u32) -> [Config; 4] {
-    if round % 2 == 1 {
-        [Config::Before, Config::Watched, Config::Tcpdump, Config::After]
-    } else {
-        [Config::Before, Config::Tcpdump, Config::Watched, Config::After]
-    }
+/// The order of round `round` (from 1): unwatched first and last, the watch, tcpdump and the
+/// watch with `--try` and `--metrics` between, each in another place each round (three rounds
+/// put each in every place), so that drift within a round favours none.
+fn order(round: u32) -> [Config; 5] {
+    let mut middle = [Config::Watched, Config::Tcpdump, Config::Tried];
+    let turn = round.saturating_sub(1) as usize % middle.len();
+    middle.rotate_left(turn);
+    [Config::Before, middle[0], middle[1], middle[2], Config::After]
 }
 
 fn watch(rounds: u32, seconds: u32, pin: u32) -> Result<(), String> {
@@ -152,6 +182,10 @@ fn watch(rounds: u32, seconds: u32, pin: u32) -> Result<(), String> {
     for (placement, results) in &summary {
         let ratio = median(results.iter().map(Round::watched_ratio));
         let tcpdump_ratio = median(results.iter().map(Round::tcpdump_ratio));
+        let tried_ratio = median(results.iter().map(Round::tried_ratio));
+        let tried_dropped: u64 = results.iter().map(|r| r.tried_watch.dropped).sum();
+        let answered: u32 = results.iter().map(|r| r.scrapes.answered).sum();
+        let failed: u32 = results.iter().map(|r| r.scrapes.failed).sum();
         let dropped: u64 = results.iter().map(|r| r.watch.dropped).sum();
         let segments: u64 = results.iter().map(|r| r.watch.segments).sum();
         let via = results.first().map_or_else(|| "-".to_string(), |r| lo_via(&r.watch));
@@ -162,6 +196,10 @@ fn watch(rounds: u32, seconds: u32, pin: u32) -> Result<(), String> {
             "{prefix}watch service_vs_unwatched ratio={ratio:.3} tcpdump_vs_unwatched \
              ratio={tcpdump_ratio:.3} dropped={dropped}"
         );
+        println!(
+            "{prefix}watch_try_metrics service_vs_unwatched ratio={tried_ratio:.3} \
+             dropped={tried_dropped} scrapes={answered} failed_scrapes={failed}"
+        );
         if placement.is_some() {
             println!(
                 "  service_vs_unwatched >= {WATCH_TARGET}:{}",
@@ -171,14 +209,19 @@ fn watch(rounds: u32, seconds: u32, pin: u32) -> Result<(), String> {
                 "  service_vs_unwatched >= tcpdump_vs_unwatched:{}",
                 met_or_missed(ratio >= tcpdump_ratio)
             );
+            println!(
+                "  watch_try_metrics service_vs_unwatched >= {WATCH_TARGET}:{}",
+                met_or_missed(tried_ratio >= WATCH_TARGET)
+            );
         }
         println!(
-            "  transactions/s: unwatched {:.0}, watched {:.0}, under tcpdump {:.0} (medians); \
-             the watch took {segments} segments ({via}), tcpdump's kernel dropped \
-             {tcpdump_dropped}",
+            "  transactions/s: unwatched {:.0}, watched {:.0}, under tcpdump {:.0}, watched with \
+             --try and --metrics {:.0} (medians); the watch took {segments} segments ({via}), \
+             tcpdump's kernel dropped {tcpdump_dropped}",
             median(results.iter().map(Round::unwatched)),
             median(results.iter().map(|r| r.watched)),
             median(results.iter().map(|r| r.tcpdump)),
+            median(results.iter().map(|r| r.tried)),
         );
     }
     Ok(())
@@ -226,11 +269,20 @@ fn rounds_of(
                     result.after
                 }
                 Config::Watched => {
-                    let watch = Watch::start(server.port, pin)?;
+                    let watch = Watch::start(server.port, pin, &[])?;
                     let tps = ping_pong(server.port, seconds, pin);
                     result.watch = watch.stop()?;
                     result.watched = tps?;
                     result.watched
+                }
+                Config::Tried => {
+                    let watch = Watch::start(server.port, pin, &TRIED)?;
+                    let scraper = Scraper::start(watch.metrics_url()?);
+                    let tps = ping_pong(server.port, seconds, pin);
+                    result.scrapes = scraper.stop();
+                    result.tried_watch = watch.stop()?;
+                    result.tried = tps?;
+                    result.tried
                 }
                 Config::Tcpdump => {
                     let tcpdump = under_tcpdump(server.port, seconds, pin, &pcap);
@@ -250,14 +302,22 @@ fn rounds_of(
                     "; tcpdump captured {}, its kernel dropped {}",
                     result.tcpdump_counts.captured, result.tcpdump_counts.dropped
                 ),
+                Config::Tried => format!(
+                    "; the watch took {} segments, {} dropped; {} scrapes answered, {} failed",
+                    result.tried_watch.segments,
+                    result.tried_watch.dropped,
+                    result.scrapes.answered,
+                    result.scrapes.failed
+                ),
                 _ => String::new(),
             };
             steps.note(&format!("{:<26} {tps:>9.0} transactions/s{extra}", config.describe()));
         }
         steps.done(&format!(
-            "watched/unwatched {:.3}, tcpdump/unwatched {:.3}",
+            "watched/unwatched {:.3}, tcpdump/unwatched {:.3}, with --try and --metrics {:.3}",
             result.watched_ratio(),
-            result.tcpdump_ratio()
+            result.tcpdump_ratio(),
+            result.tried_ratio()
         ));
         results.push(result);
     }
@@ -287,15 +347,18 @@ fn print_rounds(pin: Option<u32>, seconds: u32, results: &[Round]) {
         describe(pin)
     );
     println!(
-        "{:>5}  {:>9}  {:>9}  {:>9}  {:>9}  {:>12}  {:>12}  {:>12}  {:>9}  {:>7}  {:>9}",
+        "{:>5}  {:>9}  {:>9}  {:>9}  {:>9}  {:>9}  {:>12}  {:>12}  {:>12}  {:>12}  {:>9}  {:>7}  \
+         {:>9}",
         "round",
         "unwatched",
         "watched",
         "tcpdump",
+        "tried",
         "again",
         "after/before",
         "watched/unw",
         "tcpdump/unw",
+        "tried/unw",
         "segments",
         "dropped",
         "exchanges"
@@ -303,21 +366,28 @@ fn print_rounds(pin: Option<u32>, seconds: u32, results: &[Round]) {
     for (index, r) in results.iter().enumerate() {
         let exchanges = r.watch.exchanges.map_or_else(|| "-".to_string(), |n| n.to_string());
         println!(
-            "{:>5}  {:>9.0}  {:>9.0}  {:>9.0}  {:>9.0}  {:>12.3}  {:>12.3}  {:>12.3}  {:>9}  \
-             {:>7}  {:>9}",
+            "{:>5}  {:>9.0}  {:>9.0}  {:>9.0}  {:>9.0}  {:>9.0}  {:>12.3}  {:>12.3}  {:>12.3}  \
+             {:>12.3}  {:>9}  {:>7}  {:>9}",
             index + 1,
             r.before,
             r.watched,
             r.tcpdump,
+            r.tried,
             r.after,
             r.after / r.before,
             r.watched_ratio(),
             r.tcpdump_ratio(),
+            r.tried_ratio(),
             r.watch.segments,
             r.watch.dropped,
             exchanges
         );
     }
+    println!(
+        "(tried: watched with {}, its metrics scraped every {} s)",
+        TRIED.join(" "),
+        SCRAPE_EVERY.as_secs()
+    );
 }
 
 /// sockperf's ping-pong client for `seconds` (`bench rr`'s, the same 2,048-byte messages): the
@@ -326,8 +396,8 @@ fn ping_pong(port: u16, seconds: u32, pin: Option<u32>) -> Result<f64, String> {
     Ok(sockperf_ping_pong(port, seconds, pin)?.tps)
 }
 
-/// `ackscope watch --port P --json`, started and stopped with SIGINT as a user would; stopped
-/// the same way when dropped (also when a round fails).
+/// `ackscope watch --port P --json MORE`, started and stopped with SIGINT as a user would;
+/// stopped the same way when dropped (also when a round fails).
 struct Watch {
     child: Child,
     /// What it printed on standard error until it was watching.
@@ -337,10 +407,11 @@ struct Watch {
 }
 
 impl Watch {
-    /// Starts the watch (pinned to a CPU if `pin`) and returns once it takes packets.
-    fn start(port: u16, pin: Option<u32>) -> Result<Watch, String> {
+    /// Starts the watch (pinned to a CPU if `pin`) with `more` flags and returns once it takes
+    /// packets.
+    fn start(port: u16, pin: Option<u32>, more: &[&str]) -> Result<Watch, String> {
         let mut command = command(setup::probe_binary(), pin);
-        command.args(["watch", "--port", &port.to_string(), "--json"]);
+        command.args(["watch", "--port", &port.to_string(), "--json"]).args(more);
         let shown = crate::steps::shown(&command);
         let mut child = command
             .stdin(Stdio::null())
@@ -363,6 +434,14 @@ impl Watch {
         }
         watch.rest = Some(thread::spawn(move || drain(stderr)));
         Ok(watch)
+    }
+
+    /// Where its metrics are served (`--metrics`), as it said before it watched.
+    fn metrics_url(&self) -> Result<String, String> {
+        let said = self.started.lines().find_map(|line| line.strip_prefix(METRICS_AT));
+        said.map(str::to_string).ok_or_else(|| {
+            format!("the watch did not say where its metrics are:\n{}", self.started)
+        })
     }
 
     /// Stops it with SIGINT and reads its report: the packets it took (none is an error).
@@ -401,6 +480,61 @@ impl Drop for Watch {
             self.interrupt();
             let _ = self.child.wait();
         }
+    }
+}
+
+/// A thread that scrapes the watch's `/metrics` every [`SCRAPE_EVERY`] as Prometheus would (a
+/// new connection each time, the whole answer read), until stopped.
+struct Scraper {
+    stop: mpsc::Sender<()>,
+    thread: JoinHandle<Scrapes>,
+}
+
+impl Scraper {
+    fn start(url: String) -> Scraper {
+        let (stop, stopped) = mpsc::channel();
+        let thread = thread::spawn(move || {
+            let mut scrapes = Scrapes::default();
+            loop {
+                match scrape(&url) {
+                    Ok(()) => scrapes.answered += 1,
+                    Err(e) => {
+                        scrapes.failed += 1;
+                        eprintln!("bench watch: scraping {url}: {e}");
+                    }
+                }
+                match stopped.recv_timeout(SCRAPE_EVERY) {
+                    Err(RecvTimeoutError::Timeout) => {}
+                    Ok(()) | Err(RecvTimeoutError::Disconnected) => return scrapes,
+                }
+            }
+        });
+        Scraper { stop, thread }
+    }
+
+    fn stop(self) -> Scrapes {
+        let _ = self.stop.send(());
+        self.thread.join().unwrap_or_default()
+    }
+}
+
+/// One `GET` of `url` (`http://HOST:PORT/metrics`): `Ok` if it was answered 200 with the
+/// watch's metrics.
+fn scrape(url: &str) -> Result<(), String> {
+    let rest = url.strip_prefix("http://").ok_or_else(|| format!("not an http URL: {url}"))?;
+    let (host, path) = rest.split_once('/').ok_or_else(|| format!("no path in {url}"))?;
+    let mut stream = TcpStream::connect(host).map_err(|e| e.to_string())?;
+    stream.set_read_timeout(Some(Duration::from_secs(5))).map_err(|e| e.to_string())?;
+    let request = format!("GET /{path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n");
+    stream.write_all(request.as_bytes()).map_err(|e| e.to_string())?;
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).map_err(|e| e.to_string())?;
+    let ok = answer.starts_with("HTTP/1.1 200")
+        && answer.contains("ackscope_watch_exchange_seconds_count");
+    if ok {
+        Ok(())
+    } else {
+        Err(format!("answered {:?}", answer.lines().next().unwrap_or("nothing")))
     }
 }
 
@@ -449,23 +583,38 @@ mod tests {
     }
 
     #[test]
-    fn unwatched_runs_bracket_the_others_and_the_middle_two_alternate() {
+    fn unwatched_runs_bracket_the_others_and_the_middle_three_take_turns() {
         for round in 1..=4 {
             let order = order(round);
-            assert_eq!((order[0], order[3]), (Config::Before, Config::After), "round {round}");
-            assert!(order.contains(&Config::Watched) && order.contains(&Config::Tcpdump));
+            assert_eq!((order[0], order[4]), (Config::Before, Config::After), "round {round}");
+            for config in [Config::Watched, Config::Tcpdump, Config::Tried] {
+                assert!(order.contains(&config), "round {round}: {order:?}");
+            }
         }
-        assert_ne!(order(1), order(2));
-        assert_eq!(order(1), order(3));
+        // Three rounds put each of the middle three in each place once.
+        for place in 1..=3 {
+            let there: Vec<Config> = (1..=3).map(|round| order(round)[place]).collect();
+            for config in [Config::Watched, Config::Tcpdump, Config::Tried] {
+                assert!(there.contains(&config), "place {place}: {there:?}");
+            }
+        }
+        assert_eq!(order(1), order(4));
     }
 
     #[test]
     fn ratios_divide_by_the_mean_of_the_bracketing_runs() {
-        let round =
-            Round { before: 100.0, watched: 90.0, tcpdump: 60.0, after: 80.0, ..Round::default() };
+        let round = Round {
+            before: 100.0,
+            watched: 90.0,
+            tcpdump: 60.0,
+            tried: 81.0,
+            after: 80.0,
+            ..Round::default()
+        };
         assert_eq!(round.unwatched(), 90.0);
         assert_eq!(round.watched_ratio(), 1.0);
         assert_eq!(round.tcpdump_ratio(), 60.0 / 90.0);
+        assert_eq!(round.tried_ratio(), 0.9);
     }
 
     /// The report `ackscope watch --json` prints (its fields as the probe writes them).

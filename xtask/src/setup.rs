@@ -136,12 +136,22 @@ pub fn ensure_build_tools(steps: &mut Steps) -> Result<(), String> {
 /// Debian's packages the tests need: Chromium and ChromeDriver (browser tests), the OpenSSL
 /// headers (the WebDriver client links the system OpenSSL), tcpdump and tshark (the capture
 /// import/export tests make and read real captures), python3 (the server-view test's client is
-/// not ackscope's own).
-const TEST_PACKAGES: [&str; 7] =
-    ["chromium", "chromium-driver", "libssl-dev", "pkg-config", "tcpdump", "tshark", "python3"];
+/// not ackscope's own), and Prometheus's Python client (the `watch --metrics` tests read
+/// `/metrics` with its parser).
+const TEST_PACKAGES: [&str; 8] = [
+    "chromium",
+    "chromium-driver",
+    "libssl-dev",
+    "pkg-config",
+    "tcpdump",
+    "tshark",
+    "python3",
+    "python3-prometheus-client",
+];
 
 const TEST_PACKAGES_STEP: &str = "chromium, chromedriver, OpenSSL headers (browser tests), \
-     tcpdump, tshark (capture tests), python3 (an outside client)";
+     tcpdump, tshark (capture tests), python3 (an outside client), Prometheus's Python parser \
+     (metrics tests)";
 
 /// Those of [`TEST_PACKAGES`] to install: none when every program is there (however it was
 /// installed), else those dpkg does not list.
@@ -149,7 +159,11 @@ fn missing_test_packages() -> Vec<&'static str> {
     let have = |p: &str| version_of(p, &["--version"]).is_some();
     let openssl = tool_command("pkg-config").args(["--exists", "openssl"]).run_quietly();
     let programs = ["chromium", "chromedriver", "tcpdump", "tshark", "python3"];
-    if openssl && programs.iter().all(|p| have(p)) {
+    // Debian's python3, whose packages the tests import (a python3 earlier on the PATH may
+    // have its own).
+    let parser =
+        tool_command("/usr/bin/python3").args(["-c", "import prometheus_client"]).run_quietly();
+    if openssl && parser && programs.iter().all(|p| have(p)) {
         return Vec::new();
     }
     TEST_PACKAGES.iter().copied().filter(|package| !dpkg_has(package)).collect()

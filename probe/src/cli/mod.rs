@@ -105,6 +105,8 @@ enum Command {
 pub enum Ended {
     Ok,
     Interrupted,
+    /// Exit with this status: the command `watch -- COMMAND` started, whose status it is.
+    Status(u8),
 }
 
 pub fn main() -> ExitCode {
@@ -157,6 +159,7 @@ pub fn main() -> ExitCode {
     match result {
         Ok(Ended::Ok) => ExitCode::SUCCESS,
         Ok(Ended::Interrupted) => ExitCode::from(130),
+        Ok(Ended::Status(status)) => ExitCode::from(status),
         Err(Failure::Usage(message)) => {
             error(message);
             ExitCode::from(2)

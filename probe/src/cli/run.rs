@@ -538,6 +538,10 @@ impl Tally {
         for class in self.stall_classes().unwrap_or_default() {
             writeln!(out, "  {}", class.line())?;
         }
+        // A watch's run after `--try`: what it ran with, as the file records it.
+        for tried in self.run.tried.entries() {
+            writeln!(out, "  tried          {}", tried.describe())?;
+        }
         if let Some(capture) = &self.capture {
             let way = capture.via.map_or("", Via::describe);
             let dropped = match capture.dropped {

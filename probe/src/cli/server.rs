@@ -11,7 +11,6 @@ use std::sync::mpsc::{sync_channel, RecvTimeoutError};
 use std::sync::Arc;
 use std::time::Duration;
 
-use ackscope_shared::control::MAX_TOKEN_BYTES;
 use ackscope_shared::spec::MAX_BODY_BYTES;
 use ackscope_shared::wire::{Hello, Instruments, RunOutcome, ToBrowser};
 use ackscope_shared::{RrSpec, RunId, Scenario, Side};
@@ -75,16 +74,11 @@ pub fn run(args: &ServerArgs) -> Result<Ended, Failure> {
     let stop = interrupt::install();
     let instruments = Instruments::default();
     let token = match &args.token {
-        Some(token)
-            if !(16..=MAX_TOKEN_BYTES).contains(&token.len())
-                || !token.chars().all(|c| c.is_ascii_graphic()) =>
-        {
-            return Err(Failure::Usage(format!(
-                "--token: give 16 to {MAX_TOKEN_BYTES} printable characters (or leave it out for \
-                 a random one)"
-            )))
+        Some(token) => {
+            remote::check_token(token)
+                .map_err(|problem| Failure::Usage(format!("--token: {problem}")))?;
+            token.clone()
         }
-        Some(token) => token.clone(),
         None => remote::new_token().map_err(|e| format!("making a token: {e}"))?,
     };
     let mut file = match &args.output {

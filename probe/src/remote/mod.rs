@@ -18,7 +18,7 @@ use std::io::{self, Read, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
-use ackscope_shared::control::{MAX_CONTROL_MESSAGE_BYTES, MAX_HELLO_BYTES};
+use ackscope_shared::control::{MAX_CONTROL_MESSAGE_BYTES, MAX_HELLO_BYTES, MAX_TOKEN_BYTES};
 use ackscope_shared::wire;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
@@ -192,6 +192,18 @@ pub fn new_token() -> io::Result<String> {
     Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
 }
 
+/// Whether `token` may be a listener's token (`ackscope server --token`, `ackscope watch
+/// --metrics-token`): 16 to [`MAX_TOKEN_BYTES`] printable characters; what to give, if not.
+pub(crate) fn check_token(token: &str) -> Result<(), String> {
+    if (16..=MAX_TOKEN_BYTES).contains(&token.len()) && token.chars().all(|c| c.is_ascii_graphic())
+    {
+        return Ok(());
+    }
+    Err(format!(
+        "give 16 to {MAX_TOKEN_BYTES} printable characters (or leave it out for a random one)"
+    ))
+}
+
 /// Compares a presented token with the server's in time that does not depend on where they
 /// first differ.
 pub(crate) fn token_matches(presented: &str, expected: &str) -> bool {
@@ -203,6 +215,19 @@ pub(crate) fn token_matches(presented: &str, expected: &str) -> bool {
 mod tests {
     use super::*;
     use ackscope_shared::control::ToClient;
+
+    #[test]
+    fn a_listeners_token_is_16_to_128_printable_characters() {
+        assert_eq!(check_token(&"t".repeat(16)), Ok(()));
+        assert_eq!(check_token(&"t".repeat(MAX_TOKEN_BYTES)), Ok(()));
+        for refused in
+            ["t".repeat(15), "t".repeat(MAX_TOKEN_BYTES + 1), format!("{} t", "t".repeat(16))]
+        {
+            let problem = check_token(&refused).unwrap_err();
+            assert!(problem.contains("16 to 128 printable characters"), "{problem}");
+        }
+        assert_eq!(check_token(&new_token().unwrap()), Ok(()), "a fresh one passes");
+    }
 
     #[test]
     fn a_frame_goes_and_comes_back() {

@@ -8,7 +8,7 @@
 //! process's privileges, as `ackscope watch` run by the same user would (docs/WATCH.md).
 
 pub mod assets;
-mod guard;
+pub(crate) mod guard;
 pub mod room;
 pub mod session;
 
@@ -167,7 +167,7 @@ fn own_origins(addr: SocketAddr) -> Vec<String> {
 
 /// The host names (any port) of this probe's own URLs on a loopback listener: anything else is
 /// a page that resolved another name to 127.0.0.1 (DNS rebinding), refused.
-fn own_hosts(addr: SocketAddr) -> Vec<String> {
+pub(crate) fn own_hosts(addr: SocketAddr) -> Vec<String> {
     let bound = match addr {
         SocketAddr::V4(v4) => v4.ip().to_string(),
         SocketAddr::V6(v6) => format!("[{}]", v6.ip()),
@@ -176,7 +176,7 @@ fn own_hosts(addr: SocketAddr) -> Vec<String> {
 }
 
 /// The name part of a `Host` header: "127.0.0.1:4044" -> "127.0.0.1", "[::1]:4044" -> "[::1]".
-fn host_name(host: &str) -> &str {
+pub(crate) fn host_name(host: &str) -> &str {
     match host.rfind(':') {
         Some(colon) if !host[colon..].contains(']') => &host[..colon],
         _ => host,

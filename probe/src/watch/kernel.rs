@@ -166,6 +166,9 @@ pub struct KernelTaps {
     _attached: OwnedFd,
     /// Records that could not be read (a length that is not a record's).
     unreadable: u64,
+    /// What the program is made of besides its ports, for [`KernelTaps::set_ports`].
+    layout: Layout,
+    callback: u64,
 }
 
 impl KernelTaps {
@@ -179,17 +182,28 @@ impl KernelTaps {
         let btf = Btf::vmlinux()?;
         let layout = Layout::of(&btf)?;
         let callback = kernel_symbol(DELACK_TIMER_FUNCTION)?;
-        let kind = ProgramKind {
-            prog_type: PROG_TYPE_RAW_TRACEPOINT,
-            expected_attach_type: 0,
-            attach_btf_id: 0,
-        };
-        let code = program(ports, &layout, callback, ring.fd(), drops.as_raw_fd());
-        let program = load(&kind, &code).map_err(|e| {
-            io::Error::new(e.kind(), format!("loading the delayed-ACK timer's program: {e}"))
-        })?;
-        let attached = raw_tracepoint(&program, TIMER_EXPIRES)?;
-        Ok(KernelTaps { ring, drops, _program: program, _attached: attached, unreadable: 0 })
+        let (program, attached) = load_and_attach(ports, &layout, callback, &ring, &drops)?;
+        Ok(KernelTaps {
+            ring,
+            drops,
+            _program: program,
+            _attached: attached,
+            unreadable: 0,
+            layout,
+            callback,
+        })
+    }
+
+    /// Keeps the sockets of `ports` from now on (a watched command's ports as they appear):
+    /// the ports are in the program's instructions, so a new program writing to the same ring
+    /// is attached, then the old one detached (a timer expiring in between may be recorded
+    /// twice, by both).
+    pub fn set_ports(&mut self, ports: &[u16]) -> io::Result<()> {
+        let (program, attached) =
+            load_and_attach(ports, &self.layout, self.callback, &self.ring, &self.drops)?;
+        self._attached = attached;
+        self._program = program;
+        Ok(())
     }
 
     /// Records lost so far: not written for a full ring, or unreadable.
@@ -206,6 +220,27 @@ impl KernelTaps {
         });
         self.unreadable += unreadable;
     }
+}
+
+/// The program for `ports`, loaded and attached to the timers' tracepoint.
+fn load_and_attach(
+    ports: &[u16],
+    layout: &Layout,
+    callback: u64,
+    ring: &Ring,
+    drops: &OwnedFd,
+) -> io::Result<(OwnedFd, OwnedFd)> {
+    let kind = ProgramKind {
+        prog_type: PROG_TYPE_RAW_TRACEPOINT,
+        expected_attach_type: 0,
+        attach_btf_id: 0,
+    };
+    let code = program(ports, layout, callback, ring.fd(), drops.as_raw_fd());
+    let program = load(&kind, &code).map_err(|e| {
+        io::Error::new(e.kind(), format!("loading the delayed-ACK timer's program: {e}"))
+    })?;
+    let attached = raw_tracepoint(&program, TIMER_EXPIRES)?;
+    Ok((program, attached))
 }
 
 /// A record's bytes, as the program writes them (the `AT_*` offsets).

@@ -178,6 +178,21 @@ impl PortTaps {
         }
     }
 
+    /// Takes the packets of `ports` from now on (at most [`MAX_PORTS`]; a watched command's
+    /// ports as they appear): every tap's filter is replaced, which the kernel does at once,
+    /// and lo's hook is told.
+    pub fn set_ports(&mut self, ports: &[u16]) -> io::Result<()> {
+        match &self.lo {
+            Lo::Hook(hook) => hook.keep_ports(ports)?,
+            Lo::Socket(tap) => attach_ports_filter(tap.socket.as_raw_fd(), ports)?,
+        }
+        for tap in &self.others {
+            attach_ports_filter(tap.socket.as_raw_fd(), ports)?;
+        }
+        self.ports = ports.to_vec();
+        Ok(())
+    }
+
     /// Lists the interfaces again if a second has passed since the last time: a tap for each
     /// new one up, none for one gone or down.
     pub fn refresh_interfaces(&mut self) {

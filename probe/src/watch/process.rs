@@ -101,8 +101,27 @@ pub fn ports_of(pid: u32) -> Result<Vec<u16>, String> {
              user's process needs root"
         )
     })?;
-    let listing = sock_diag::list(sock_diag::MAX_SOCKETS, |s| inodes.contains(&s.inode))
+    let ports = ports_of_sockets(&inodes)
         .map_err(|e| format!("process {pid}: listing its sockets: {e}"))?;
+    if ports.is_empty() {
+        return Err(format!(
+            "process {pid} ({}): no TCP socket listening or connected now; start its server \
+             or its connections first, or watch its port by number",
+            command_of(pid)
+        ));
+    }
+    Ok(ports)
+}
+
+/// The ports the TCP sockets of `inodes` (one process's, or a process tree's) are watched by,
+/// sorted: those they listen on, and the server ports of their connections (a connection from
+/// a port one of them listens on is one accepted, and a connection still connecting has its
+/// server port already).
+pub fn ports_of_sockets(inodes: &HashSet<u32>) -> io::Result<Vec<u16>> {
+    if inodes.is_empty() {
+        return Ok(Vec::new());
+    }
+    let listing = sock_diag::list(sock_diag::MAX_SOCKETS, |s| inodes.contains(&s.inode))?;
     let listens: Vec<u16> = listing
         .sockets
         .iter()
@@ -117,14 +136,108 @@ pub fn ports_of(pid: u32) -> Result<Vec<u16>, String> {
     }
     ports.sort_unstable();
     ports.dedup();
-    if ports.is_empty() {
-        return Err(format!(
-            "process {pid} ({}): no TCP socket listening or connected now; start its server \
-             or its connections first, or watch its port by number",
-            command_of(pid)
-        ));
-    }
     Ok(ports)
+}
+
+/// A process and its descendants (`watch -- COMMAND`: the command and what it started), found
+/// through each process's parent in `/proc/PID/stat`. Each is known by its start time too, so
+/// that a pid the kernel gives again to an unrelated process is not taken for it. A descendant
+/// whose parent exits is given to another parent (init): it stays in the tree if it was found
+/// before, and is not found otherwise.
+#[derive(Debug)]
+pub struct Tree {
+    /// pid -> start time (clock ticks after boot).
+    known: HashMap<u32, u64>,
+}
+
+impl Tree {
+    /// The tree of process `root`, which is all of it until [`Tree::refresh`].
+    pub fn new(root: u32) -> Tree {
+        let known = stat_of(root).map(|(_, started)| HashMap::from([(root, started)]));
+        Tree { known: known.unwrap_or_default() }
+    }
+
+    /// The processes of the tree now.
+    pub fn pids(&self) -> HashSet<u32> {
+        self.known.keys().copied().collect()
+    }
+
+    /// Walks `/proc` for the tree as it is now, for at most `within` (at most
+    /// [`MAX_PROCESSES`] processes); returns whether it changed. Gone processes leave it; one
+    /// not reached before the deadline is found at a later walk.
+    pub fn refresh(&mut self, within: std::time::Duration) -> bool {
+        let deadline = std::time::Instant::now() + within;
+        let before = self.pids();
+        // The known ones still the same processes.
+        self.known.retain(|&pid, started| stat_of(pid).is_some_and(|(_, now)| now == *started));
+        let Ok(processes) = fs::read_dir("/proc") else { return self.pids() != before };
+        // parent -> its children, with their start times.
+        let mut children: HashMap<u32, Vec<(u32, u64)>> = HashMap::new();
+        for entry in processes.take(MAX_PROCESSES) {
+            if std::time::Instant::now() >= deadline {
+                break;
+            }
+            let Some(pid) = entry.ok().and_then(|e| e.file_name().to_str()?.parse::<u32>().ok())
+            else {
+                continue;
+            };
+            if let Some((parent, started)) = stat_of(pid) {
+                children.entry(parent).or_default().push((pid, started));
+            }
+        }
+        let mut queue: Vec<u32> = self.known.keys().copied().collect();
+        while let Some(parent) = queue.pop() {
+            for &(pid, started) in children.get(&parent).into_iter().flatten() {
+                if self.known.insert(pid, started).is_none() {
+                    queue.push(pid);
+                }
+            }
+        }
+        self.pids() != before
+    }
+
+    /// Whether `pid` is the tree's root or was found among its descendants (and has not
+    /// exited since the last walk).
+    pub fn contains(&self, pid: u32) -> bool {
+        self.known.contains_key(&pid)
+    }
+
+    /// The socket inodes among the tree's processes' descriptors (a process gone meanwhile has
+    /// none).
+    pub fn socket_inodes(&self) -> HashSet<u32> {
+        self.known.keys().filter_map(|&pid| socket_inodes(pid).ok()).flatten().collect()
+    }
+}
+
+/// Whether process `pid` descends from process `ancestor` now, following each parent up
+/// `/proc` (at most 64 generations): a descendant of a watched command found before the next
+/// walk of its [`Tree`].
+pub fn descends_from(pid: u32, ancestor: u32) -> bool {
+    let mut at = pid;
+    for _ in 0..64 {
+        let Some((parent, _)) = stat_of(at) else { return false };
+        if parent == ancestor {
+            return true;
+        }
+        if parent <= 1 {
+            return false;
+        }
+        at = parent;
+    }
+    false
+}
+
+/// A process's parent and start time (clock ticks after boot), from `/proc/PID/stat`; `None`
+/// if it is gone. The command's name, in parentheses, may hold spaces and parentheses itself:
+/// the fields are read after its last `)`.
+fn stat_of(pid: u32) -> Option<(u32, u64)> {
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let (_, fields) = stat.rsplit_once(')')?;
+    let mut fields = fields.split_whitespace();
+    // state, ppid, then 17 more before starttime (proc_pid_stat(5)).
+    let parent = fields.nth(1)?.parse().ok()?;
+    let started = fields.nth(17)?.parse().ok()?;
+    Some((parent, started))
 }
 
 /// The inode of a descriptor's link `socket:[12345]`.

@@ -3,7 +3,9 @@
 //!
 //! `pidfd_getfd` (Linux 5.6) gives this process its own descriptor of a socket another process
 //! holds: the same socket, so `setsockopt` on the copy changes the program's socket. It needs
-//! the right to ptrace the program (root, CAP_SYS_PTRACE, or being its parent). Every change is
+//! the right to ptrace the program: root or CAP_SYS_PTRACE, or, for a command ackscope started
+//! (`watch -- COMMAND`, [`Scope`]), being its ancestor as the same user, where Yama's
+//! `ptrace_scope` is at most 1 ([`ptrace_scope`]). Every change is
 //! kept with what the option was ([`Changed`]), and put back when the [`Tuner`] is dropped:
 //! when the watch ends by Ctrl-C, `--duration`, an error or a panic. A SIGKILL of ackscope ends
 //! it before anything can run: the options then stay as tried, on sockets the program keeps
@@ -20,29 +22,20 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::time::{Duration, Instant};
 
 use ackscope_shared::exchange::Conversations;
+use ackscope_shared::tried::{OptionTried, TriedRecord};
 use ackscope_shared::{ConnId, Side};
 
 use super::process;
 use super::sock_diag::TcpSocket;
 
-/// A socket option a watch may try.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Knob {
-    NoDelay,
-}
+/// A socket option a watch may try: the session's own name for it, so that what a file
+/// records as tried is the option that was set.
+pub use ackscope_shared::tried::TriedOption as Knob;
 
-impl Knob {
-    /// "TCP_NODELAY".
-    pub fn name(self) -> &'static str {
-        match self {
-            Knob::NoDelay => "TCP_NODELAY",
-        }
-    }
-
-    fn option(self) -> (libc::c_int, libc::c_int) {
-        match self {
-            Knob::NoDelay => (libc::IPPROTO_TCP, libc::TCP_NODELAY),
-        }
+/// The option's level and name for `getsockopt` and `setsockopt`.
+fn level_and_name(knob: Knob) -> (libc::c_int, libc::c_int) {
+    match knob {
+        Knob::NoDelay => (libc::IPPROTO_TCP, libc::TCP_NODELAY),
     }
 }
 
@@ -113,6 +106,21 @@ impl std::str::FromStr for Try {
             other => return Err(format!("{other:?} is not an option a watch can try: nodelay")),
         };
         Ok(Try { knob, sides })
+    }
+}
+
+impl std::fmt::Display for Try {
+    /// "nodelay=server", as it is written on the command line.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let option = match self.knob {
+            Knob::NoDelay => "nodelay",
+        };
+        let sides = match self.sides {
+            Sides::Client => "client",
+            Sides::Server => "server",
+            Sides::Both => "both",
+        };
+        write!(f, "{option}={sides}")
     }
 }
 
@@ -215,6 +223,28 @@ impl Drop for Tuner {
     }
 }
 
+/// Which processes a watch of a command (`watch -- COMMAND`) may change: the command's own
+/// (it and its descendants, which ackscope, their ancestor, may change without root), and any
+/// on a port named with `--port` or `--pid`, as without a command. Other programs on a port
+/// that only the command's connections brought are left alone.
+#[derive(Clone, Debug, Default)]
+pub struct Scope {
+    /// The command, and its descendants found so far.
+    pub processes: HashSet<u32>,
+    /// The command: a process not among `processes` that descends from it now is its too.
+    pub root: Option<u32>,
+    pub named_ports: Vec<u16>,
+}
+
+impl Scope {
+    /// Whether a socket of process `pid` on a connection to `server_port` may be changed.
+    fn allows(&self, pid: u32, server_port: u16) -> bool {
+        self.processes.contains(&pid)
+            || self.named_ports.contains(&server_port)
+            || self.root.is_some_and(|root| process::descends_from(pid, root))
+    }
+}
+
 /// The watch's `--try` options and what they changed: each followed connection's local socket
 /// on a tried side gets the option once, as soon as the watch finds its process.
 #[derive(Debug, Default)]
@@ -225,10 +255,23 @@ pub struct Trials {
     done: HashSet<u32>,
     /// Processes refused, with why: said once each.
     refused: HashMap<u32, String>,
+    /// `watch -- COMMAND`: the processes that may be changed; `None`, any of a watched
+    /// connection's.
+    scope: Option<Scope>,
+    /// Sockets left alone as outside the scope, by inode, with their process: tried again if
+    /// the process joins it (found among the command's descendants later).
+    outside: HashMap<u32, u32>,
+    /// Processes said to be outside the scope: once each.
+    outside_said: HashSet<u32>,
     /// When `/proc` was last walked for the sockets' processes.
     sought: Option<Instant>,
     /// Each change, with the connection and side it was made on, for the summary.
     pub made: Vec<(ConnId, Side, String)>,
+    /// What was changed per option, side and process: the session's record of what was tried
+    /// ([`Trials::take_record`]).
+    record: TriedRecord,
+    /// Whether `record` changed since it was last taken.
+    record_changed: bool,
 }
 
 /// `/proc` is walked for the sockets to change at most this often, for at most this long: a
@@ -245,6 +288,21 @@ impl Trials {
         self.tries.is_empty()
     }
 
+    /// Limits the changes to `scope` from now on (`watch -- COMMAND`; called again as the
+    /// command's processes change). A socket left alone before is tried again if its process
+    /// is in the scope now.
+    pub fn limit_to(&mut self, scope: Scope) {
+        let done = &mut self.done;
+        self.outside.retain(|inode, pid| {
+            let joined = scope.processes.contains(pid);
+            if joined {
+                done.remove(inode);
+            }
+            !joined
+        });
+        self.scope = Some(scope);
+    }
+
     /// Tries the options on `sockets` (a listing of the watched ports' sockets) that belong to
     /// a followed connection, on a tried side, and were not tried yet; returns what to say:
     /// each change and each process refused.
@@ -253,8 +311,8 @@ impl Trials {
         if self.tries.is_empty() || self.sought.is_some_and(|at| at.elapsed() < SOUGHT_EVERY) {
             return said;
         }
-        // inode -> (connection, side, the options for it).
-        let mut wanted: HashMap<u32, (ConnId, Side, Vec<Knob>)> = HashMap::new();
+        // inode -> (connection, side, the options for it, its server port).
+        let mut wanted: HashMap<u32, (ConnId, Side, Vec<Knob>, u16)> = HashMap::new();
         for socket in sockets.iter().filter(|s| s.inode != 0 && !self.done.contains(&s.inode)) {
             let local = (socket.local.ip().to_canonical(), socket.local.port());
             let remote = (socket.remote.ip().to_canonical(), socket.remote.port());
@@ -263,7 +321,7 @@ impl Trials {
             let knobs: Vec<Knob> =
                 self.tries.iter().filter(|t| t.sides.includes(side)).map(|t| t.knob).collect();
             if !knobs.is_empty() {
-                wanted.insert(socket.inode, (c.id, side, knobs));
+                wanted.insert(socket.inode, (c.id, side, knobs, c.server.1));
             }
         }
         if wanted.is_empty() {
@@ -273,13 +331,45 @@ impl Trials {
         let inodes: HashSet<u32> = wanted.keys().copied().collect();
         for (inode, owner) in process::owners(&inodes, SOUGHT_WITHIN) {
             self.done.insert(inode);
-            let (conn, side, knobs) = &wanted[&inode];
+            let (conn, side, knobs, server_port) = &wanted[&inode];
+            if let Some(scope) = &self.scope {
+                if !scope.allows(owner.pid, *server_port) {
+                    self.outside.insert(inode, owner.pid);
+                    if self.outside_said.insert(owner.pid) {
+                        said.push(format!(
+                            "not tried on pid {} ({}), the {} of conn {}: not a process of the \
+                             command, on port {server_port}, which only the command's \
+                             connections brought; name it with --port to try the option there \
+                             too (another program's socket needs root or CAP_SYS_PTRACE)",
+                            owner.pid,
+                            owner.command,
+                            side.name(),
+                            conn.0
+                        ));
+                    }
+                    continue;
+                }
+            }
             for knob in knobs {
                 match self.tuner.apply(owner.pid, &owner.command, owner.fd, *knob) {
                     Ok(changed) => {
                         let line = format!("{changed}, the {} of conn {}", side.name(), conn.0);
                         self.made.push((*conn, *side, changed.to_string()));
                         said.push(line);
+                        let entry = self.record.entries().iter().find(|entry| {
+                            (entry.option, entry.side, entry.pid) == (*knob, *side, owner.pid)
+                        });
+                        let (sockets, already_on) =
+                            entry.map_or((0, 0), |entry| (entry.sockets, entry.already_on));
+                        self.record.take(&[OptionTried {
+                            option: *knob,
+                            side: *side,
+                            pid: owner.pid,
+                            command: owner.command.clone(),
+                            sockets: sockets + 1,
+                            already_on: already_on + u32::from(changed.was),
+                        }]);
+                        self.record_changed = true;
                     }
                     Err(Refused::Gone(_)) => {}
                     Err(why) => {
@@ -291,6 +381,13 @@ impl Trials {
             }
         }
         said
+    }
+
+    /// What was changed on which process so far, per option, side and process, if that changed
+    /// since the last call: the first time, the options went into force (the watch splits its
+    /// session there); later, they reached more sockets.
+    pub fn take_record(&mut self) -> Option<Vec<OptionTried>> {
+        std::mem::take(&mut self.record_changed).then(|| self.record.entries().to_vec())
     }
 
     /// The watch ends: every option is put back; returns the lines that say so.
@@ -309,9 +406,13 @@ impl Trials {
         for t in &self.tries {
             let applied = self.made.iter().any(|(_, side, _)| t.sides.includes(*side));
             if !applied && self.refused.is_empty() {
+                let place = match self.scope {
+                    Some(_) => "among the command's processes, or on a port named with --port",
+                    None => "on this host",
+                };
                 said.push(format!(
                     "{} on {}: nothing to apply it to (no socket of {} of the watched \
-                     connections was found on this host)",
+                     connections was found {place})",
                     t.knob.name(),
                     t.sides.words(),
                     t.sides.words()
@@ -326,11 +427,36 @@ fn refusal(pid: u32, command: &str, e: io::Error) -> Refused {
     match e.raw_os_error() {
         Some(libc::EPERM) | Some(libc::EACCES) => Refused::NoRight(format!(
             "process {pid} ({command}) may not be changed by this one: taking a copy of its \
-             socket (pidfd_getfd) needs root or CAP_SYS_PTRACE, or ackscope as its parent \
-             (`ackscope watch -- COMMAND`)"
+             socket (pidfd_getfd) needs the right to ptrace it: root or CAP_SYS_PTRACE; without \
+             them, ackscope as its ancestor (`ackscope watch -- COMMAND`), the same user, and a \
+             program that may be traced (not setuid, no file capabilities, not made \
+             undumpable){}",
+            yama_words(ptrace_scope())
         )),
         Some(libc::ESRCH) | Some(libc::EBADF) => Refused::Gone(e),
         _ => Refused::Other(e),
+    }
+}
+
+/// Yama's `ptrace_scope` (`/proc/sys/kernel/yama/ptrace_scope`), if the kernel has Yama.
+pub fn ptrace_scope() -> Option<u8> {
+    std::fs::read_to_string("/proc/sys/kernel/yama/ptrace_scope").ok()?.trim().parse().ok()
+}
+
+/// What Yama's `ptrace_scope` adds to a refusal: 0 (or no Yama) adds nothing, 1 lets only a
+/// process's ancestors (ackscope's own command), 2 only CAP_SYS_PTRACE, 3 nobody.
+fn yama_words(scope: Option<u8>) -> &'static str {
+    match scope {
+        None | Some(0) => "",
+        Some(1) => "; here Yama's ptrace_scope is 1: only a process's ancestors may",
+        Some(2) => {
+            "; here Yama's ptrace_scope is 2: only with CAP_SYS_PTRACE, the command ackscope \
+             started included: run ackscope as root"
+        }
+        Some(_) => {
+            "; here Yama's ptrace_scope is 3: no process may, root included, until the host \
+             restarts"
+        }
     }
 }
 
@@ -354,7 +480,7 @@ fn copy_of(pid: u32, fd: RawFd) -> io::Result<OwnedFd> {
 }
 
 fn get(socket: &OwnedFd, knob: Knob) -> io::Result<bool> {
-    let (level, name) = knob.option();
+    let (level, name) = level_and_name(knob);
     let mut value: libc::c_int = 0;
     let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
     // SAFETY: the kernel writes at most `len` bytes into `value`, which outlives the call.
@@ -374,7 +500,7 @@ fn get(socket: &OwnedFd, knob: Knob) -> io::Result<bool> {
 }
 
 fn set(socket: &OwnedFd, knob: Knob, on: bool) -> io::Result<()> {
-    let (level, name) = knob.option();
+    let (level, name) = level_and_name(knob);
     let value = libc::c_int::from(on);
     // SAFETY: the kernel reads `len` bytes from `value`, which outlives the call.
     let rc = unsafe {
@@ -409,6 +535,42 @@ mod tests {
         assert!(refused("nodelay=left").contains("client, server or both"));
         assert!(refused("nagle=server").contains("nodelay"));
         assert!(Sides::Both.includes(Side::Client) && !Sides::Server.includes(Side::Client));
+    }
+
+    #[test]
+    fn a_try_reads_back_as_written_and_yamas_rule_is_named_in_a_refusal() {
+        for text in ["nodelay=client", "nodelay=server", "nodelay=both"] {
+            assert_eq!(text.parse::<Try>().unwrap().to_string(), text);
+        }
+        assert_eq!(yama_words(None), "");
+        assert_eq!(yama_words(Some(0)), "");
+        assert!(yama_words(Some(1)).contains("ancestors"));
+        assert!(
+            yama_words(Some(2)).contains("CAP_SYS_PTRACE") && yama_words(Some(2)).contains("root")
+        );
+        assert!(yama_words(Some(3)).contains("no process may"));
+        let refused = refusal(4711, "python3", io::Error::from_raw_os_error(libc::EPERM));
+        let words = refused.to_string();
+        assert!(words.contains("process 4711 (python3)") && words.contains("watch -- COMMAND"));
+    }
+
+    /// A command's scope: its processes, a descendant not yet found by a walk, and any process
+    /// on a port named with --port; nothing else.
+    #[test]
+    fn a_commands_scope_takes_its_processes_and_the_named_ports() {
+        let child = std::process::Command::new("sleep").arg("60").spawn().unwrap();
+        let scope = Scope {
+            processes: HashSet::from([4242]),
+            root: Some(std::process::id()),
+            named_ports: vec![8080],
+        };
+        assert!(scope.allows(4242, 9000), "one of the command's processes");
+        assert!(scope.allows(child.id(), 9000), "a descendant not walked yet");
+        assert!(scope.allows(1, 8080), "a port named with --port");
+        assert!(!scope.allows(1, 9000), "another program, on the command's port only");
+        let mut child = child;
+        child.kill().unwrap();
+        child.wait().unwrap();
     }
 
     /// A program ackscope did not write (Python) holds a connected socket: TCP_NODELAY set on

@@ -188,6 +188,9 @@ pub struct Watcher {
     pub trials: Trials,
     /// What the trials did since [`Watcher::take_notes`], to be said as it happens.
     notes: Vec<String>,
+    /// `--metrics`: told each connection's port as it is followed, its retirement, and the
+    /// watch's losses at each sample.
+    pub metrics: Option<std::sync::Arc<super::metrics::Metrics>>,
 }
 
 impl Watcher {
@@ -233,6 +236,7 @@ impl Watcher {
             counts: WatchCounts::default(),
             trials: Trials::default(),
             notes: Vec::new(),
+            metrics: None,
         })
     }
 
@@ -256,6 +260,7 @@ impl Watcher {
                 let (offset, conversations, counts) =
                     (self.offset, &mut self.conversations, &mut self.counts);
                 let epoch_ns = self.clock.epoch_monotonic_ns();
+                let metrics = self.metrics.as_deref();
                 taps.take(|frame, stamp| {
                     let Ok(packet) = parse_ethernet(frame) else { return };
                     let at_ns = match stamp {
@@ -266,7 +271,7 @@ impl Watcher {
                     if let Some(seen) = conversations.packet(at_ns, &packet) {
                         counts.packets += 1;
                         if let Some((client, server)) = seen.opened {
-                            name_connection(counts, seen.event.conn, client, server);
+                            name_connection(counts, metrics, seen.event.conn, client, server);
                         }
                         out.push(seen.event);
                     }
@@ -293,6 +298,13 @@ impl Watcher {
             for conn in self.conversations.retire(self.clock.now_ns()) {
                 self.last_sample.remove(&(conn, Side::Client));
                 self.last_sample.remove(&(conn, Side::Server));
+                if let Some(metrics) = &self.metrics {
+                    metrics.connection_retired(conn);
+                }
+            }
+            if let Some(metrics) = &self.metrics {
+                let timer_records_lost = self.kernel.as_ref().map_or(0, KernelTaps::lost);
+                metrics.watch_counts(&self.counts, timer_records_lost);
             }
         }
     }
@@ -311,6 +323,38 @@ impl Watcher {
         // Every option tried is put back before the watch says it ended.
         self.counts.tried = self.trials.finish();
         self.counts.clone()
+    }
+
+    /// The ports watched now.
+    pub fn ports(&self) -> &[u16] {
+        &self.ports
+    }
+
+    /// Watches `port` too from now on (a watched command's port, found after the watch began;
+    /// at most [`super::packets::MAX_PORTS`] in all, which the caller keeps to): its packets,
+    /// its sockets, its delayed-ACK timers. On a failure it is not watched (a tap that took its
+    /// packets already hands them over, and they are left out as another port's).
+    pub fn add_port(&mut self, port: u16) -> std::io::Result<()> {
+        if self.ports.contains(&port) {
+            return Ok(());
+        }
+        let mut ports = self.ports.clone();
+        ports.push(port);
+        if let Some(taps) = &mut self.taps {
+            taps.set_ports(&ports)?;
+        }
+        if let Some(kernel) = &mut self.kernel {
+            // Without it the packets still show the stalls: the timer confirms fewer of them.
+            if let Err(e) = kernel.set_ports(&ports) {
+                tracing::warn!(
+                    "watch: the delayed-ACK timer's program could not take port {port} ({e}); \
+                     its stalls are found from the packets alone"
+                );
+            }
+        }
+        self.conversations.add_server_port(port);
+        self.ports = ports;
+        Ok(())
     }
 
     /// What the trials did since the last call.
@@ -360,7 +404,8 @@ impl Watcher {
                     Some((c, opened)) => {
                         let found = (c.id, c.side_of(local), c.exchange());
                         if let Some((client, server)) = opened {
-                            name_connection(&mut self.counts, found.0, client, server);
+                            let metrics = self.metrics.as_deref();
+                            name_connection(&mut self.counts, metrics, found.0, client, server);
                             if self.taps.is_some() {
                                 self.note_ipv6();
                             }
@@ -545,8 +590,17 @@ fn take_timers(
     });
 }
 
-fn name_connection(counts: &mut WatchCounts, conn: ConnId, client: Endpoint, server: Endpoint) {
+fn name_connection(
+    counts: &mut WatchCounts,
+    metrics: Option<&super::metrics::Metrics>,
+    conn: ConnId,
+    client: Endpoint,
+    server: Endpoint,
+) {
     counts.connections += 1;
+    if let Some(metrics) = metrics {
+        metrics.connection_opened(conn, server.1);
+    }
     if counts.named.len() < NAMED_CONNECTIONS {
         counts.named.push(NamedConnection { conn, client, server, owners: [None, None] });
     }
