@@ -219,8 +219,9 @@ impl Metrics {
         metrics
     }
 
-    /// Makes `port`'s label sets, at zero; false past [`WatchSpec::MAX_PORTS`] ports.
-    fn watch_port(&self, port: u16) -> bool {
+    /// Makes `port`'s label sets, at zero (a port the watch found after it began, too: its
+    /// first stall then counts in `increase()`); false past [`WatchSpec::MAX_PORTS`] ports.
+    pub fn watch_port(&self, port: u16) -> bool {
         let mut ports = lock(&self.ports);
         if ports.contains(&port) {
             return true;

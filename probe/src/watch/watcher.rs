@@ -353,6 +353,9 @@ impl Watcher {
             }
         }
         self.conversations.add_server_port(port);
+        if let Some(metrics) = &self.metrics {
+            metrics.watch_port(port);
+        }
         self.ports = ports;
         Ok(())
     }
