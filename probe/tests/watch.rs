@@ -210,7 +210,7 @@ fn as_root_the_kernels_delayed_ack_timer_is_seen_sending_the_held_acks() {
 /// said as it is made and put back at the end.
 #[test]
 #[ignore = "needs root (pidfd_getfd on another program's socket): cargo xtask test runs it as root"]
-fn try_nodelay_on_both_sides_removes_the_pairs_stalls_and_is_put_back() {
+fn try_nodelay_on_both_sides_removes_the_pairs_stalls_and_names_each_change() {
     require_root("changing another program's socket");
     let (server, port) = start_server("server", &["--split"]);
     let ackscope = Command::new(env!("CARGO_BIN_EXE_ackscope"));
@@ -222,13 +222,23 @@ fn try_nodelay_on_both_sides_removes_the_pairs_stalls_and_is_put_back() {
     // above); with it on, most take microseconds.
     assert!(measured.p50_ms < 1.0, "the client's p50 with TCP_NODELAY tried: {measured:?}");
     let server_pid = server.0.id();
-    let put_back: Vec<&str> =
-        summary.lines().filter(|l| l.contains("put back: TCP_NODELAY off -> on")).collect();
-    assert_eq!(put_back.len(), 2, "the client's and the server's socket: {summary}");
-    assert!(
-        put_back.iter().any(|l| l.contains(&format!("of pid {server_pid} (python3)"))),
-        "{summary}"
+    // The summary: the programs as they were, then with the option, each side's change named.
+    let before = summary.find("run 1, before the options were tried").expect(&summary);
+    let after = summary.find("run 2, with the options tried").expect(&summary);
+    assert!(before < after, "{summary}");
+    let tried = |side: &str| format!("tried          TCP_NODELAY on the {side}: off -> on");
+    assert!(summary[after..].contains(&tried("client")), "{summary}");
+    let server_line = format!(
+        "{}{}",
+        tried("server"),
+        format_args!(" (applied to the running process {server_pid}, python3)")
     );
+    assert!(summary[after..].contains(&server_line), "{summary}");
+    // The client exited: its socket, and the server's end once it read the FIN, are closed,
+    // with nothing left to put back; a socket still open is put back (the commands' tests
+    // show the option off again on the program's own socket after the watch).
+    let restores: Vec<&str> = summary.lines().filter(|l| l.contains("put back")).collect();
+    assert!(restores.len() <= 2, "{summary}");
 }
 
 /// `--try nodelay=server` on a keep-alive pair writing in two writes, Nagle on: the session
@@ -277,6 +287,48 @@ fn try_nodelay_on_the_server_splits_the_session_and_removes_only_the_servers_sta
     );
     assert!(shown.contains(&line), "{shown}");
     assert!(shown.contains("run 1 ") && shown.contains("run 2 "), "{shown}");
+}
+
+/// A program whose socket had an option tried closes it as it would have: the watch keeps no
+/// copy of the socket (a copy would keep it open, no FIN would leave, and the peer would wait
+/// for ever), so the connection is gone from the kernel's table while the watch goes on.
+#[test]
+#[ignore = "needs root (pidfd_getfd on another program's socket): cargo xtask test runs it as root"]
+fn a_connection_whose_option_was_tried_still_closes_when_its_program_closes_it() {
+    require_root("changing another program's socket");
+    let (_server, port) = start_server("server", &["--split"]);
+    let watch = Watch::start(port, &["--try", "nodelay=both"]);
+    let measured = run_client("client", port, &["--requests", &REQUESTS.to_string(), "--split"]);
+    assert!(measured.p50_ms < 5.0, "the option was applied: {measured:?}");
+    // The client exited: both ends must leave ESTABLISHED (the client's FIN went out, the
+    // server's thread read it and closed its end) within a few round trips.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut open = established_on(port);
+    while open > 0 && Instant::now() < deadline {
+        std::thread::park_timeout(Duration::from_millis(20));
+        open = established_on(port);
+    }
+    assert_eq!(open, 0, "sockets still established on port {port} after the client exited");
+    let report = watch.stop();
+    assert_eq!(report.tried.len(), 2, "the client's and the server's: {:?}", report.tried);
+}
+
+/// The kernel's established IPv4 TCP sockets with `port` at either end (/proc/net/tcp).
+fn established_on(port: u16) -> usize {
+    let table = std::fs::read_to_string("/proc/net/tcp").unwrap();
+    let port_of = |address: &str| {
+        address.rsplit(':').next().and_then(|hex| u16::from_str_radix(hex, 16).ok())
+    };
+    table
+        .lines()
+        .skip(1)
+        .filter(|line| {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            fields.len() > 3
+                && fields[3] == "01"
+                && (port_of(fields[1]) == Some(port) || port_of(fields[2]) == Some(port))
+        })
+        .count()
 }
 
 #[test]
@@ -433,4 +485,109 @@ fn a_pid_without_tcp_sockets_is_refused_with_what_to_do() {
     assert_eq!(out.status.code(), Some(1));
     let stderr = common::text(&out.stderr);
     assert!(stderr.contains("no TCP socket") && stderr.contains("port by number"), "{stderr}");
+}
+
+/// Each request's time, as a client of `pair.py` measured it.
+#[derive(Debug, serde::Deserialize)]
+struct EachRequest {
+    ms: Vec<f64>,
+}
+
+/// `pair.py client ARGS` to port `port`: each request's time, in milliseconds.
+fn each_request(port: u16, args: &[&str]) -> Vec<f64> {
+    let out = pair().args(["client", "--port", &port.to_string()]).args(args).output().unwrap();
+    assert!(out.status.success(), "pair.py client: {}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice::<EachRequest>(&out.stdout).unwrap().ms
+}
+
+/// A connection of this process's to `port`: whether its socket has TCP_NODELAY on as soon as
+/// connect() returns (a program that changes new connections did it from their first byte).
+fn connects_with_nodelay(port: u16) -> (std::net::TcpStream, bool) {
+    let stream = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    let on = stream.nodelay().unwrap();
+    (stream, on)
+}
+
+/// Waits until new connections to `port` get TCP_NODELAY from their first byte (a watch's
+/// first step attaches the program that does); returns the connection that showed it.
+fn until_new_connections_get_nodelay(port: u16) -> std::net::TcpStream {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let (stream, on) = connects_with_nodelay(port);
+        if on {
+            return stream;
+        }
+        assert!(Instant::now() < deadline, "new connections to {port} never got TCP_NODELAY");
+        std::thread::park_timeout(Duration::from_millis(20));
+    }
+}
+
+/// The requests slower than a delayed-ACK stall could be missed by: a stall waits for the
+/// 40 ms timer, a request without one takes well under a millisecond (Python's calls
+/// included), so 20 ms leaves room for a busy host either way.
+fn stalled(times: &[f64]) -> usize {
+    times.iter().filter(|&&ms| ms > 20.0).count()
+}
+
+/// A client that reconnects every 5 requests, both sides writing in two writes with Nagle on:
+/// unwatched, every request after a connection's first waits for a delayed ACK (the first is
+/// quick-ACKed); with `--try nodelay=both` as root, each new connection has the option from its
+/// first byte (a cgroup sock_ops program), so none waits, and the session's record counts every
+/// socket, under the client's process and the server's, none on before.
+#[test]
+#[ignore = "needs root (a cgroup sock_ops program): cargo xtask test runs it as root"]
+fn a_client_reconnecting_every_few_requests_gets_nodelay_from_each_connections_first_byte() {
+    require_root("a cgroup sock_ops program");
+    let (server, port) = start_server("server", &["--split"]);
+    let args = ["--requests", "40", "--split", "--reconnect-every", "5"];
+    let unwatched = each_request(port, &args);
+    assert!(stalled(&unwatched) >= 20, "without --try the client stalls: {unwatched:?}");
+
+    let watch = Watch::start(port, &["--try", "nodelay=both"]);
+    drop(until_new_connections_get_nodelay(port));
+    let tried = each_request(port, &args);
+    let report = watch.stop();
+    assert_eq!(stalled(&tried), 0, "with TCP_NODELAY from the first byte: {tried:?}");
+    let client = report.tried.iter().find(|t| t.side == Side::Client && t.command == "python3");
+    let client = client.unwrap_or_else(|| panic!("the client's process: {:?}", report.tried));
+    assert_eq!((client.sockets, client.already_on), (8, 0), "one socket a connection: {client:?}");
+    let server_entry = report.tried.iter().find(|t| t.side == Side::Server);
+    let server_entry = server_entry.unwrap_or_else(|| panic!("the server's: {:?}", report.tried));
+    assert_eq!(server_entry.pid, server.0.id(), "{server_entry:?}");
+    // The 8 connections' and the probes' (the test's own connections that waited for the
+    // program), each off before.
+    assert!(server_entry.sockets >= 8 && server_entry.already_on == 0, "{server_entry:?}");
+}
+
+/// The program goes with the watch: after Ctrl-C, a connection made during the watch and still
+/// open has TCP_NODELAY off again (the program's change, put back through a copy of the
+/// socket), and a new connection gets nothing.
+#[test]
+#[ignore = "needs root (a cgroup sock_ops program): cargo xtask test runs it as root"]
+fn after_the_watch_new_connections_get_no_option_and_open_ones_are_put_back() {
+    require_root("a cgroup sock_ops program");
+    let (_server, port) = start_server("server", &["--split"]);
+    let watch = Watch::start(port, &["--try", "nodelay=client"]);
+    let during = until_new_connections_get_nodelay(port);
+    let summary = watch.stop_printing();
+    assert!(!during.nodelay().unwrap(), "put back as it was when it connected: {summary}");
+    let (_after, on) = connects_with_nodelay(port);
+    assert!(!on, "a connection after the watch gets no option");
+}
+
+/// A SIGKILL of ackscope runs nothing of its own, but the kernel closes its descriptors, the
+/// program's link among them: new connections get nothing from then on. The sockets it changed
+/// keep the option until they close (docs/WATCH.md says so).
+#[test]
+#[ignore = "needs root (a cgroup sock_ops program): cargo xtask test runs it as root"]
+fn after_a_sigkill_of_the_watch_new_connections_get_no_option() {
+    require_root("a cgroup sock_ops program");
+    let (_server, port) = start_server("server", &["--split"]);
+    let mut watch = Watch::start(port, &["--try", "nodelay=client"]);
+    let during = until_new_connections_get_nodelay(port);
+    watch.child.0.kill().unwrap();
+    watch.child.0.wait().unwrap();
+    let (_after, on) = connects_with_nodelay(port);
+    assert!(!on, "the link closed with the killed process: no option on new connections");
+    assert!(during.nodelay().unwrap(), "what the program set stays until the socket closes");
 }

@@ -27,7 +27,7 @@ use crate::keyed_hash::KeyedMap;
 use crate::packet::Packet;
 use crate::packet_stalls::seq_ge;
 use crate::sorted_multiset::SortedMultiset;
-use crate::stats::ns_to_ms;
+use crate::stats::{ns_to_ms, Buckets};
 
 /// Connections followed at once, by a watch and by a reader of its events. A connection is
 /// a few dozen bytes here, so this bounds either at a few MB; past it, the packets of new
@@ -503,7 +503,7 @@ impl ExchangeTally {
     /// Exchanges answered so far.
     pub fn answered(&self) -> usize {
         match &self.buckets {
-            Some(buckets) => usize::try_from(buckets.count).unwrap_or(usize::MAX),
+            Some(buckets) => usize::try_from(buckets.count()).unwrap_or(usize::MAX),
             None => self.latencies.len(),
         }
     }
@@ -517,7 +517,7 @@ impl ExchangeTally {
 
     fn max(&self) -> u64 {
         match &self.buckets {
-            Some(buckets) => buckets.max,
+            Some(buckets) => buckets.max(),
             None => self.latencies.max().unwrap_or(0),
         }
     }
@@ -551,66 +551,6 @@ impl ExchangeTally {
             max_ms: ns_to_ms(self.max()),
             stalled_reads: stalled,
         }
-    }
-}
-
-/// Counts of values by bucket: below 128 one bucket per value, above it 64 buckets per power
-/// of two, so a bucket is at most 1/64 of its values wide (about 3,800 buckets, 30 KB, for any
-/// u64). A value is read back as its bucket's middle.
-#[derive(Clone, Debug)]
-struct Buckets {
-    counts: Vec<u64>,
-    count: u64,
-    max: u64,
-}
-
-impl Default for Buckets {
-    fn default() -> Self {
-        Buckets { counts: vec![0; Buckets::index(u64::MAX) + 1], count: 0, max: 0 }
-    }
-}
-
-impl Buckets {
-    fn index(value: u64) -> usize {
-        if value < 128 {
-            return value as usize;
-        }
-        let power = 63 - value.leading_zeros() as usize; // 7 and up
-        let within = ((value >> (power - 6)) & 63) as usize;
-        128 + (power - 7) * 64 + within
-    }
-
-    /// The middle of bucket `index`'s values.
-    fn middle(index: usize) -> u64 {
-        if index < 128 {
-            return index as u64;
-        }
-        let (power, within) = ((index - 128) / 64 + 7, ((index - 128) % 64) as u64);
-        let low = (64 + within) << (power - 6);
-        let width = 1u64 << (power - 6);
-        low + width / 2
-    }
-
-    fn add(&mut self, value: u64) {
-        self.counts[Buckets::index(value)] += 1;
-        self.count += 1;
-        self.max = self.max.max(value);
-    }
-
-    /// The nearest-rank percentile (as `stats::percentile`), to its bucket.
-    fn percentile(&self, pct: f64) -> u64 {
-        if self.count == 0 {
-            return 0;
-        }
-        let rank = ((pct / 100.0 * self.count as f64).ceil() as u64).clamp(1, self.count);
-        let mut seen = 0;
-        for (index, &n) in self.counts.iter().enumerate() {
-            seen += n;
-            if seen >= rank {
-                return Buckets::middle(index).min(self.max);
-            }
-        }
-        self.max
     }
 }
 
@@ -840,22 +780,5 @@ mod tests {
         conversations.sweep(31 * LINGER_NS, |_, _| false);
         assert!(conversations.retire(31 * LINGER_NS).is_empty());
         assert_eq!(conversations.retire(32 * LINGER_NS), vec![ConnId(1)]);
-    }
-
-    #[test]
-    fn buckets_read_percentiles_back_within_a_sixty_fourth() {
-        let mut buckets = Buckets::default();
-        let values: Vec<u64> = (1..=100_000u64).map(|i| i * 7_919).collect();
-        values.iter().for_each(|&v| buckets.add(v));
-        for pct in [1.0, 50.0, 99.0, 100.0] {
-            let exact = crate::stats::percentile(&values, pct);
-            let read = buckets.percentile(pct);
-            let error = (read as f64 - exact as f64).abs() / exact as f64;
-            assert!(error <= 1.0 / 64.0, "p{pct}: {read} against {exact}");
-        }
-        assert_eq!(buckets.max, 100_000 * 7_919);
-        // Every u64 has a bucket, and small values their own.
-        assert_eq!(Buckets::middle(Buckets::index(5)), 5);
-        assert!(Buckets::index(u64::MAX) < buckets.counts.len());
     }
 }

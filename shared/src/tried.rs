@@ -6,6 +6,7 @@
 //! protocol version 6), so a file says exactly what was tried on which process, and a reader
 //! comparing the two runs names the change ([`changes`]) as it names a spec's.
 
+use serde::de::{Deserializer, SeqAccess, Visitor};
 use serde::{Deserialize, Serialize};
 
 use crate::event::Side;
@@ -34,7 +35,9 @@ pub struct OptionTried {
     /// The side of the watched connections whose sockets were changed.
     pub side: Side,
     pub pid: u32,
-    /// The process's command (`/proc/PID/comm`), as the watch found it.
+    /// The process's command (`/proc/PID/comm`), as the watch found it; a longer one (a
+    /// broken or hostile file) is cut to [`MAX_COMMAND_CHARS`] as it is decoded.
+    #[serde(deserialize_with = "bounded_command")]
     pub command: String,
     /// Sockets of the process changed so far.
     pub sockets: u32,
@@ -71,6 +74,46 @@ impl OptionTried {
     }
 }
 
+/// A command of at most [`MAX_COMMAND_CHARS`], however long the decoded one: only that much is
+/// copied out of the message.
+fn bounded_command<'de, D: Deserializer<'de>>(deserializer: D) -> Result<String, D::Error> {
+    struct Command;
+    impl Visitor<'_> for Command {
+        type Value = String;
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("a command")
+        }
+        fn visit_str<E: serde::de::Error>(self, text: &str) -> Result<String, E> {
+            Ok(text.chars().take(MAX_COMMAND_CHARS).collect())
+        }
+    }
+    deserializer.deserialize_str(Command)
+}
+
+/// The entries of an [`crate::wire::ToBrowser::OptionsTried`] message, at most [`MAX_TRIED`]:
+/// the rest are read and left out, so a message of millions costs one entry's memory each.
+pub fn bounded_list<'de, D: Deserializer<'de>>(
+    deserializer: D,
+) -> Result<Vec<OptionTried>, D::Error> {
+    struct List;
+    impl<'de> Visitor<'de> for List {
+        type Value = Vec<OptionTried>;
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("a list of options tried")
+        }
+        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+            let mut kept = Vec::new();
+            while let Some(entry) = seq.next_element::<OptionTried>()? {
+                if kept.len() < MAX_TRIED {
+                    kept.push(entry);
+                }
+            }
+            Ok(kept)
+        }
+    }
+    deserializer.deserialize_seq(List)
+}
+
 /// A run's record of options tried, bounded ([`MAX_TRIED`], [`MAX_COMMAND_CHARS`]): each
 /// message of it replaces the entries it names and adds the others.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -93,6 +136,30 @@ impl TriedRecord {
                 None => self.left_out += 1,
             }
         }
+    }
+
+    /// One more socket of process `pid` on `side` got `option`; `was_on`: it had it already.
+    pub fn count(
+        &mut self,
+        option: TriedOption,
+        side: Side,
+        pid: u32,
+        command: &str,
+        was_on: bool,
+    ) {
+        let mut entry = OptionTried {
+            option,
+            side,
+            pid,
+            command: command.to_string(),
+            sockets: 1,
+            already_on: u32::from(was_on),
+        };
+        if let Some(kept) = self.tried.iter().find(|kept| kept.same_change(&entry)) {
+            entry.sockets += kept.sockets;
+            entry.already_on += kept.already_on;
+        }
+        self.take(&[entry]);
     }
 
     pub fn entries(&self) -> &[OptionTried] {
@@ -160,6 +227,25 @@ mod tests {
         let back = changes(&after, &[]);
         assert_eq!(back.len(), 1);
         assert!(back[0].starts_with("TCP_NODELAY on the server: on -> as the program set it"));
+    }
+
+    /// A broken or hostile file's huge message costs a bounded record as it is decoded: the
+    /// entries past [`MAX_TRIED`] are read and dropped, a long command cut.
+    #[test]
+    fn a_huge_options_tried_message_decodes_into_a_bounded_list() {
+        use crate::event::RunId;
+        use crate::wire::{decode, encode, ToBrowser};
+        let mut long = server(7, 0);
+        long.command = "y".repeat(100_000);
+        let mut tried: Vec<OptionTried> = (0..10_000).map(|pid| server(pid, 0)).collect();
+        tried.insert(0, long);
+        let bytes = encode(&ToBrowser::OptionsTried { run: RunId(1), tried });
+        let ToBrowser::OptionsTried { tried, .. } = decode(&bytes).unwrap() else {
+            panic!("the same message")
+        };
+        assert_eq!(tried.len(), MAX_TRIED);
+        assert_eq!(tried[0].command.len(), MAX_COMMAND_CHARS);
+        assert_eq!(tried[1], server(0, 0));
     }
 
     #[test]

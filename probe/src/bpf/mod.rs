@@ -21,11 +21,20 @@ const BPF_MAP_LOOKUP_ELEM: libc::c_long = 1;
 const BPF_MAP_UPDATE_ELEM: libc::c_long = 2;
 const BPF_PROG_LOAD: libc::c_long = 5;
 const BPF_RAW_TRACEPOINT_OPEN: libc::c_long = 17;
+const BPF_BTF_LOAD: libc::c_long = 18;
 const BPF_LINK_CREATE: libc::c_long = 28;
 pub const PROG_TYPE_RAW_TRACEPOINT: u32 = 17;
+pub const PROG_TYPE_SOCK_OPS: u32 = 13;
+/// `BPF_CGROUP_SOCK_OPS`: a `sock_ops` program on a cgroup.
+pub const ATTACH_CGROUP_SOCK_OPS: u32 = 3;
 pub const MAP_TYPE_HASH: u32 = 1;
 pub const MAP_TYPE_ARRAY: u32 = 2;
 pub const MAP_TYPE_RINGBUF: u32 = 27;
+/// `BPF_MAP_TYPE_SK_STORAGE`: a value per socket, freed with the socket; user space reads a
+/// socket's by its descriptor.
+pub const MAP_TYPE_SK_STORAGE: u32 = 24;
+/// `BPF_F_NO_PREALLOC`, which socket storage requires.
+const F_NO_PREALLOC: u32 = 1;
 /// `BPF_OBJ_NAME_LEN`: the room for a map's or a program's name.
 const OBJ_NAME_LEN: usize = 16;
 
@@ -39,6 +48,11 @@ pub const FN_GET_CURRENT_PID_TGID: i32 = 14;
 pub const FN_SKB_LOAD_BYTES: i32 = 26;
 pub const FN_RINGBUF_RESERVE: i32 = 131;
 pub const FN_RINGBUF_SUBMIT: i32 = 132;
+pub const FN_SETSOCKOPT: i32 = 49;
+pub const FN_GETSOCKOPT: i32 = 57;
+pub const FN_SK_STORAGE_GET: i32 = 107;
+/// `BPF_SK_STORAGE_GET_F_CREATE`: the socket's storage, created (zeroed) if it has none.
+pub const SK_STORAGE_CREATE: i32 = 1;
 /// `BPF_RB_NO_WAKEUP`: the reader is not woken per record; it reads on its own schedule.
 pub const RB_NO_WAKEUP: i32 = 1;
 
@@ -86,8 +100,13 @@ pub const MOV_K: u8 = 0xb7;
 pub const ADD_K: u8 = 0x07;
 pub const ADD_X: u8 = 0x0f;
 pub const AND_K: u8 = 0x57;
+pub const AND_X: u8 = 0x5f;
 pub const LSH_K: u8 = 0x67;
 pub const RSH_K: u8 = 0x77;
+pub const OR_K: u8 = 0x47;
+/// `BPF_ALU | BPF_END | BPF_TO_BE`: to network order (a swap on this little-endian host), of
+/// the immediate's width in bits.
+pub const END_TO_BE: u8 = 0xdc;
 pub const JA: u8 = 0x05;
 pub const JEQ_K: u8 = 0x15;
 pub const JNE_K: u8 = 0x55;
@@ -565,6 +584,83 @@ pub fn map_lookup(fd: &OwnedFd, key: u32) -> Option<u64> {
     // SAFETY: the kernel reads the map's 4-byte key from `key` and writes its 8-byte value
     // into `value`, both of which outlive the call.
     unsafe { bpf(BPF_MAP_LOOKUP_ELEM, &mut attr) }.ok().map(|_| value)
+}
+
+/// `BPF_BTF_LOAD`'s member, as far as Linux 5.2 has it.
+#[repr(C)]
+#[derive(Default)]
+struct BtfLoadAttr {
+    btf: AlignedU64,
+    btf_log_buf: AlignedU64,
+    btf_size: u32,
+    btf_log_size: u32,
+    btf_log_level: u32,
+    /// C's padding after the last field, to the union's 8-byte alignment.
+    _pad: u32,
+}
+
+layout!(BtfLoadAttr, 32, {
+    btf: 0,
+    btf_log_buf: 8,
+    btf_size: 16,
+    btf_log_size: 20,
+    btf_log_level: 24,
+    _pad: 28,
+});
+
+// SAFETY: `#[repr(C)]`, of integer fields alone, which `layout!` shows fill it.
+unsafe impl Attr for BtfLoadAttr {}
+
+/// The type information of socket storage's key and value, which the kernel requires of such a
+/// map: type 1 `int` (the key, a socket's descriptor from user space), type 2 an 8-byte integer
+/// (the value). A BTF blob (linux/btf.h): header, two `BTF_KIND_INT` types, their names.
+fn storage_btf() -> Vec<u8> {
+    const KIND_INT: u32 = 1 << 24;
+    const SIGNED: u32 = 1 << 24;
+    let names = b"\0int\0u64\0";
+    let types: [[u32; 4]; 2] = [
+        // name offset, kind, size in bytes, encoding and bits.
+        [1, KIND_INT, 4, SIGNED | 32],
+        [5, KIND_INT, 8, 64],
+    ];
+    let types_len = (types.len() * 16) as u32;
+    let mut blob = Vec::new();
+    blob.extend_from_slice(&0xeb9f_u16.to_ne_bytes());
+    blob.extend_from_slice(&[1, 0]); // version, flags
+    for word in [24, 0, types_len, types_len, names.len() as u32] {
+        blob.extend_from_slice(&u32::to_ne_bytes(word));
+    }
+    for word in types.iter().flatten() {
+        blob.extend_from_slice(&word.to_ne_bytes());
+    }
+    blob.extend_from_slice(names);
+    blob
+}
+
+/// A socket storage map (`BPF_MAP_TYPE_SK_STORAGE`) of 8-byte values: a program keeps a value
+/// on a socket, freed when the socket is, and [`map_lookup`] reads a socket's through a
+/// descriptor of it (the key).
+pub fn socket_storage() -> io::Result<OwnedFd> {
+    let blob = storage_btf();
+    let mut attr = BtfLoadAttr {
+        btf: AlignedU64::address(blob.as_ptr()),
+        btf_size: blob.len() as u32,
+        ..BtfLoadAttr::default()
+    };
+    // SAFETY: the kernel reads `btf_size` bytes of `blob`, which outlives the call.
+    let btf = unsafe { bpf(BPF_BTF_LOAD, &mut attr) }.map(owned)?;
+    let mut attr = MapCreateAttr {
+        map_type: MAP_TYPE_SK_STORAGE,
+        key_size: 4,
+        value_size: 8,
+        map_flags: F_NO_PREALLOC,
+        btf_fd: btf.as_raw_fd() as u32,
+        btf_key_type_id: 1,
+        btf_value_type_id: 2,
+        ..MapCreateAttr::default()
+    };
+    // SAFETY: the member has no addresses.
+    unsafe { bpf(BPF_MAP_CREATE, &mut attr) }.map(owned)
 }
 
 /// A shared mapping of the ring buffer `fd`, unmapped on drop.

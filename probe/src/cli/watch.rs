@@ -112,9 +112,26 @@ pub fn watch(args: &WatchArgs) -> Result<Ended, Failure> {
     if !ports.is_empty() || args.command.is_empty() {
         checked.map_err(|e| Failure::Usage(format!("--port: {}", e.problem)))?;
     }
+    // What can fail before the watch is made first: a command is not started for a watch that
+    // cannot begin (an unwritable file, a port in use).
+    let mut file = match &args.output {
+        Some(path) => Some(SessionWriter::create(path).map_err(|e| e.to_string())?),
+        None => None,
+    };
+    let mut metrics = match args.metrics {
+        Some(addr) => Some(Published::start(addr, args.metrics_token.as_deref(), &ports)?),
+        None => None,
+    };
     let mut command = match start_command(args, &mut ports) {
         Started::Watching(command) => command,
-        Started::Ended(ended) => return Ok(ended),
+        Started::Ended(ended) => {
+            // Nothing was watched: no file is left behind, empty, for it.
+            if let (Some(writer), Some(path)) = (file.take(), &args.output) {
+                drop(writer);
+                let _ = std::fs::remove_file(path);
+            }
+            return Ok(ended);
+        }
     };
     let clock = Clock::start();
     let mut watcher = Watcher::open(&ports, clock).map_err(|e| Failure::Run(e.to_string()))?;
@@ -122,10 +139,12 @@ pub fn watch(args: &WatchArgs) -> Result<Ended, Failure> {
     if let Some(command) = &command {
         watcher.trials.limit_to(command.scope());
     }
-    let mut metrics = match args.metrics {
-        Some(addr) => Some(Published::start(addr, args.metrics_token.as_deref(), &ports)?),
-        None => None,
-    };
+    if let Some(published) = &metrics {
+        // The command's ports found before the watch began, at zero from now on.
+        ports.iter().for_each(|&port| {
+            published.metrics.watch_port(port);
+        });
+    }
     watcher.metrics = metrics.as_ref().map(|published| std::sync::Arc::clone(&published.metrics));
     if let Evidence::TcpInfoOnly { .. } = &watcher.evidence {
         eprintln!("ackscope: watching with {}", watcher.evidence.describe());
@@ -140,10 +159,6 @@ pub fn watch(args: &WatchArgs) -> Result<Ended, Failure> {
     let scenario = Scenario::Watch(spec.clone());
     let instruments = watcher.evidence.instruments();
     let evidence = watcher.evidence.clone();
-    let mut file = match &args.output {
-        Some(path) => Some(SessionWriter::create(path).map_err(|e| e.to_string())?),
-        None => None,
-    };
     let mut run = RunId(1);
     write_to(
         &mut file,
@@ -198,6 +213,9 @@ pub fn watch(args: &WatchArgs) -> Result<Ended, Failure> {
                     let mut ended = std::mem::replace(&mut tally, after);
                     if let RunAnalyses::Watched(watched) = &mut ended.run.analysis {
                         watched.finish();
+                    }
+                    if let Some(published) = &mut metrics {
+                        published.feed.carry_over(&mut ended.run);
                     }
                     before = Some(ended);
                 }
@@ -431,10 +449,13 @@ fn command_ends(command: &mut WatchedCommand, stop: &AtomicBool) -> Option<ExitS
     if let Some(status) = command.exited() {
         return Some(status);
     }
-    if command.passed_on().is_some() || stop.load(Ordering::SeqCst) {
+    if command.passed_on().is_some() || interrupt::signal().is_some() {
         say(&left_running(command));
         return None;
     }
+    // The watch was stopped by a file it could not write, not by a signal: the command runs
+    // on, waited for, until it ends or a Ctrl-C comes.
+    stop.store(false, Ordering::SeqCst);
     say(&format!(
         "the watch ended; `{}` (pid {}) runs on, unwatched, every option tried on it put back: \
          ackscope exits with its status when it ends (Ctrl-C ends both)",

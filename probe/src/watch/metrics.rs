@@ -287,11 +287,14 @@ pub struct MetricsFeed {
     port_of: HashMap<ConnId, u16>,
     /// The last connection looked up: a batch's segments come in runs of one connection.
     last: Option<(ConnId, u16)>,
+    /// The segments and timer ACKs of the runs before this one (`watch --try` splits the
+    /// session): the tally of each run counts from zero, the metrics over the whole watch.
+    carried: (u64, u64),
 }
 
 impl MetricsFeed {
     pub fn new(metrics: Arc<Metrics>) -> MetricsFeed {
-        MetricsFeed { metrics, port_of: HashMap::new(), last: None }
+        MetricsFeed { metrics, port_of: HashMap::new(), last: None, carried: (0, 0) }
     }
 
     /// Asks `run`, the watch's tally, to hand each exchange over as it settles and each stall
@@ -349,8 +352,9 @@ impl MetricsFeed {
                     histogram.observe(latency_ns as f64 / 1e9);
                 }
             });
-            raise_to(&self.metrics.segments, watched.segments);
-            raise_to(&self.metrics.delayed_acks, watched.delayed_acks);
+            let (segments, acks) = self.carried;
+            raise_to(&self.metrics.segments, segments + watched.segments);
+            raise_to(&self.metrics.delayed_acks, acks + watched.delayed_acks);
         }
         // A retired connection is forgotten here too (after its stalls of this batch counted).
         for change in changes {
@@ -371,6 +375,17 @@ impl MetricsFeed {
                 self.last = Some((conn, port));
                 Some(port)
             }
+        }
+    }
+
+    /// `run`'s tally ended (finished: its last stalls and exchanges decided) and the watch
+    /// goes on with another's (`watch --try` splits the session): what it found last is
+    /// counted, and its totals carried into the counters of the whole watch.
+    pub fn carry_over(&mut self, run: &mut RunTally) {
+        self.push(&[], run);
+        if let RunAnalyses::Watched(watched) = &run.analysis {
+            self.carried.0 += watched.segments;
+            self.carried.1 += watched.delayed_acks;
         }
     }
 
@@ -739,6 +754,44 @@ mod tests {
         feed.push(&close, &mut run);
         assert_eq!(feed.connections(), 0);
         assert_eq!(value(&metrics.render(), &count), 20.0, "settled at the close");
+    }
+
+    /// `watch --try` splits the session: the run after the change has a tally of its own,
+    /// counting from zero, and the metrics go on counting the whole watch.
+    #[test]
+    fn a_split_session_counts_on_across_its_runs() {
+        let metrics = Arc::new(Metrics::new(&[PORT]));
+        metrics.connection_opened(ConnId(1), PORT);
+        let exchange =
+            |i: u32| nagle_exchange(i, u64::from(i) * 200 * MS, 1000 + i * 4096, 5000 + i * 4096);
+        let (mut before, mut feed) = watched(&metrics, &(0..10).map(exchange).collect::<Vec<_>>());
+        let RunAnalyses::Watched(tally) = &mut before.analysis else { panic!("a watch") };
+        tally.finish();
+        let segments_before = tally.segments;
+        feed.carry_over(&mut before);
+        let stalls = |text: &str| {
+            let labels = format!(
+                "{{class=\"nagle_delayed_ack\",direction=\"client->server\",port=\"{PORT}\"}}"
+            );
+            value(text, &format!("ackscope_watch_stalls_total{labels}"))
+        };
+        let at_split = metrics.render();
+        assert_eq!(stalls(&at_split), 10.0, "the first run's stalls, its last one included");
+
+        let mut after = RunTally::new(&Scenario::Watch(WatchSpec::default()));
+        feed.attach(&mut after);
+        for events in (10..15).map(exchange) {
+            after.push(&events, None);
+            feed.push(&events, &mut after);
+        }
+        let RunAnalyses::Watched(tally) = &after.analysis else { panic!("a watch") };
+        let text = metrics.render();
+        assert_eq!(
+            value(&text, "ackscope_watch_segments_total"),
+            (segments_before + tally.segments) as f64,
+            "both runs' segments"
+        );
+        assert!(stalls(&text) >= 14.0, "counting on: {}", stalls(&text));
     }
 
     #[test]

@@ -21,6 +21,7 @@ pub mod metrics;
 pub mod packets;
 pub mod process;
 pub mod sock_diag;
+pub mod sockops;
 pub mod tune;
 pub mod watcher;
 
@@ -82,6 +83,9 @@ pub fn run_until(
     let until = spec.duration_ms.map(|ms| started + Duration::from_millis(u64::from(ms)));
     let mut batch: Vec<Event> = Vec::with_capacity(EVENTS_PER_MESSAGE);
     let mut handed_over = Instant::now();
+    // What `--try` changed, and when, until the step after it has read the packets sent
+    // before the change.
+    let mut changed: Option<(Vec<OptionTried>, u64)> = None;
     let outcome = loop {
         if stop.load(Ordering::SeqCst) {
             break RunOutcome::Interrupted;
@@ -91,20 +95,27 @@ pub fn run_until(
         }
         watcher.step(&mut batch);
         watcher.take_notes().into_iter().for_each(&mut on_note);
-        // An option is set at the end of a step, after its packets were read: they, and every
-        // event before, are of the programs as they were.
-        if let Some(tried) = watcher.trials.take_record() {
-            if !batch.is_empty() {
-                let events = std::mem::replace(&mut batch, Vec::with_capacity(EVENTS_PER_MESSAGE));
-                on_handed(Handed::Events(events));
-            }
-            on_handed(Handed::Tried(tried));
+        // An option is set at the end of a step, after its packets were read; packets sent
+        // while it was being set (the walk of /proc for the sockets' processes takes up to
+        // tens of milliseconds) are read by the next step. The split waits for that step and
+        // goes by time: what was stamped before the change is of the programs as they were.
+        if let Some((tried, at_ns)) = changed.take() {
+            hand_over_split(&mut batch, tried, at_ns, &mut on_handed);
             handed_over = Instant::now();
+        }
+        if let Some(tried) = watcher.trials.take_record() {
+            changed = Some((tried, watcher.tried_at_ns()));
         }
         if let Some(ended) = each_step(&mut watcher) {
             break ended;
         }
-        if batch.len() >= EVENTS_PER_MESSAGE || handed_over.elapsed() >= HAND_OVER_EVERY {
+        // While a split waits for the next step, the batch waits with it: the change may be
+        // stamped before some of the packets this step read (a first byte set in the kernel).
+        let full = batch.len() >= EVENTS_PER_MESSAGE;
+        if full || (changed.is_none() && handed_over.elapsed() >= HAND_OVER_EVERY) {
+            if let Some((tried, at_ns)) = changed.take() {
+                hand_over_split(&mut batch, tried, at_ns, &mut on_handed);
+            }
             if !batch.is_empty() {
                 let events = std::mem::replace(&mut batch, Vec::with_capacity(EVENTS_PER_MESSAGE));
                 on_handed(Handed::Events(events));
@@ -113,8 +124,71 @@ pub fn run_until(
         }
     };
     let counts = watcher.finish(&mut batch);
+    if let Some((tried, at_ns)) = changed {
+        hand_over_split(&mut batch, tried, at_ns, &mut on_handed);
+    }
     if !batch.is_empty() {
         on_handed(Handed::Events(batch));
     }
     (outcome, counts)
+}
+
+/// Hands over the events of `batch` stamped before `at_ns` (up to the first stamped later),
+/// then what was tried; the rest stays in `batch`, for the run after the change.
+fn hand_over_split(
+    batch: &mut Vec<Event>,
+    tried: Vec<OptionTried>,
+    at_ns: u64,
+    on_handed: &mut impl FnMut(Handed),
+) {
+    let after = batch.iter().position(|e| e.at_ns >= at_ns).unwrap_or(batch.len());
+    let later = batch.split_off(after);
+    let before = std::mem::replace(batch, later);
+    if !before.is_empty() {
+        on_handed(Handed::Events(before));
+    }
+    on_handed(Handed::Tried(tried));
+}
+
+#[cfg(test)]
+mod tests {
+    use ackscope_shared::tried::TriedOption;
+    use ackscope_shared::{ConnId, EventKind, ReqId, Side};
+
+    use super::*;
+
+    /// The packets read in the step after an option was set are split by their stamps: those
+    /// sent before the change are the run before's.
+    #[test]
+    fn the_events_stamped_before_the_change_go_before_what_was_tried() {
+        let event = |at_ns| Event {
+            at_ns,
+            side: Side::Client,
+            conn: ConnId(1),
+            req: ReqId(0),
+            kind: EventKind::Closed,
+        };
+        let mut batch: Vec<Event> = [10, 20, 30, 40].into_iter().map(event).collect();
+        let tried = OptionTried {
+            option: TriedOption::NoDelay,
+            side: Side::Server,
+            pid: 1,
+            command: "server".into(),
+            sockets: 1,
+            already_on: 0,
+        };
+        let mut handed = Vec::new();
+        hand_over_split(&mut batch, vec![tried.clone()], 25, &mut |h| handed.push(h));
+        let [Handed::Events(before), Handed::Tried(what)] = &handed[..] else {
+            panic!("{handed:?}")
+        };
+        assert_eq!(before.iter().map(|e| e.at_ns).collect::<Vec<_>>(), [10, 20]);
+        assert_eq!(what, std::slice::from_ref(&tried));
+        assert_eq!(batch.iter().map(|e| e.at_ns).collect::<Vec<_>>(), [30, 40], "run 2's");
+        // Nothing before the change: no empty batch, only what was tried.
+        let mut handed = Vec::new();
+        hand_over_split(&mut batch, vec![tried], 5, &mut |h| handed.push(h));
+        assert!(matches!(&handed[..], [Handed::Tried(_)]), "{handed:?}");
+        assert_eq!(batch.len(), 2);
+    }
 }

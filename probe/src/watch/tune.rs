@@ -27,6 +27,7 @@ use ackscope_shared::{ConnId, Side};
 
 use super::process;
 use super::sock_diag::TcpSocket;
+use super::sockops::NewConnections;
 
 /// A socket option a watch may try: the session's own name for it, so that what a file
 /// records as tried is the option that was set.
@@ -124,17 +125,20 @@ impl std::fmt::Display for Try {
     }
 }
 
-/// A socket whose option was changed: which, where, what it was.
+/// A socket whose option was changed: which, where, what it was. No copy of the socket is
+/// kept: a copy held here would keep the socket open after the program closed it (no FIN would
+/// leave, its peer would wait), so the restore takes a new copy of the same descriptor and
+/// checks that it is still the same socket (its inode).
 #[derive(Debug)]
 pub struct Changed {
     pub pid: u32,
     pub command: String,
     /// The program's descriptor number of the socket.
     pub fd: RawFd,
+    /// The socket's inode: the descriptor number may name another socket later.
+    pub inode: u64,
     pub knob: Knob,
     pub was: bool,
-    /// This process's copy of the socket, to put the option back through.
-    copy: OwnedFd,
 }
 
 impl std::fmt::Display for Changed {
@@ -180,7 +184,8 @@ pub struct Tuner {
 }
 
 impl Tuner {
-    /// Turns `knob` on for descriptor `fd` of process `pid`, keeping what it was.
+    /// Turns `knob` on for descriptor `fd` of process `pid`, keeping what it was; the copy of
+    /// the socket it is set through is closed before this returns.
     pub fn apply(
         &mut self,
         pid: u32,
@@ -189,10 +194,31 @@ impl Tuner {
         knob: Knob,
     ) -> Result<&Changed, Refused> {
         let copy = copy_of(pid, fd).map_err(|e| refusal(pid, command, e))?;
+        let inode = inode_of(&copy).map_err(Refused::Other)?;
         let was = get(&copy, knob).map_err(Refused::Other)?;
         set(&copy, knob, true).map_err(Refused::Other)?;
-        self.changed.push(Changed { pid, command: command.to_string(), fd, knob, was, copy });
+        let command = command.to_string();
+        self.changed.push(Changed { pid, command, fd, inode, knob, was });
         Ok(self.changed.last().expect("just pushed"))
+    }
+
+    /// Keeps descriptor `fd` of process `pid` for the restore if the first-byte program turned
+    /// `knob` on for it (`new`), with what it was before the program did: the option reads as
+    /// on now, whatever it was. Returns whether it did; a socket it did not is left alone.
+    pub fn take_over(
+        &mut self,
+        pid: u32,
+        command: &str,
+        fd: RawFd,
+        knob: Knob,
+        new: &NewConnections,
+    ) -> Result<bool, Refused> {
+        let copy = copy_of(pid, fd).map_err(|e| refusal(pid, command, e))?;
+        let Some(was) = new.set_by_program(&copy) else { return Ok(false) };
+        let inode = inode_of(&copy).map_err(Refused::Other)?;
+        let command = command.to_string();
+        self.changed.push(Changed { pid, command, fd, inode, knob, was });
+        Ok(true)
     }
 
     /// The changes in force.
@@ -200,17 +226,40 @@ impl Tuner {
         &self.changed
     }
 
+    /// Forgets the changes made on the socket `inode`: the program closed it (the watch
+    /// retired its connection), so there is nothing to put back, and a watch that runs for days
+    /// keeps only the changes on sockets still open.
+    pub fn forget(&mut self, inode: u64) {
+        self.changed.retain(|changed| changed.inode != inode);
+    }
+
     /// Puts every option back as it was; returns each change with how its restore went (a
-    /// socket the program closed meanwhile takes the change with it).
+    /// socket the program closed meanwhile took the change with it).
     pub fn restore(&mut self) -> Vec<(Changed, io::Result<()>)> {
         std::mem::take(&mut self.changed)
             .into_iter()
             .map(|changed| {
-                let result = set(&changed.copy, changed.knob, changed.was);
+                let result = put_back(&changed);
                 (changed, result)
             })
             .collect()
     }
+}
+
+/// Sets `changed`'s option back through a new copy of its descriptor, if that is still its
+/// socket.
+fn put_back(changed: &Changed) -> io::Result<()> {
+    let copy = copy_of(changed.pid, changed.fd)?;
+    if inode_of(&copy)? != changed.inode {
+        return Err(io::Error::other("its descriptor now names another socket"));
+    }
+    set(&copy, changed.knob, changed.was)
+}
+
+/// The inode of the socket `fd` is a descriptor of.
+fn inode_of(fd: &OwnedFd) -> io::Result<u64> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::File::from(fd.try_clone()?).metadata().map(|m| m.ino())
 }
 
 impl Drop for Tuner {
@@ -265,13 +314,25 @@ pub struct Trials {
     outside_said: HashSet<u32>,
     /// When `/proc` was last walked for the sockets' processes.
     sought: Option<Instant>,
-    /// Each change, with the connection and side it was made on, for the summary.
-    pub made: Vec<(ConnId, Side, String)>,
+    /// The sockets (inodes) tried of each followed connection, forgotten with it
+    /// ([`Trials::forget_connection`]): a watch that runs for days keeps the open ones.
+    of_connection: HashMap<ConnId, Vec<u32>>,
+    /// Whether an option was applied on the client's side, on the server's.
+    applied: [bool; 2],
     /// What was changed per option, side and process: the session's record of what was tried
     /// ([`Trials::take_record`]).
     record: TriedRecord,
     /// Whether `record` changed since it was last taken.
     record_changed: bool,
+    /// As root, the option on new connections from their first byte ([`NewConnections`]),
+    /// started at the watch's first step ([`Trials::new_connections`]).
+    new_connections: Option<NewConnections>,
+    new_connections_begun: bool,
+    /// When the first change since the record was last taken was made, when it was not just
+    /// now (the program's, on CLOCK_MONOTONIC): where the session splits.
+    changed_at_ns: Option<u64>,
+    /// The watched ports: where the sockets still open at the end are looked for.
+    ports: Vec<u16>,
 }
 
 /// `/proc` is walked for the sockets to change at most this often, for at most this long: a
@@ -331,6 +392,7 @@ impl Trials {
         let inodes: HashSet<u32> = wanted.keys().copied().collect();
         for (inode, owner) in process::owners(&inodes, SOUGHT_WITHIN) {
             self.done.insert(inode);
+            self.of_connection.entry(wanted[&inode].0).or_default().push(inode);
             let (conn, side, knobs, server_port) = &wanted[&inode];
             if let Some(scope) = &self.scope {
                 if !scope.allows(owner.pid, *server_port) {
@@ -351,24 +413,28 @@ impl Trials {
                 }
             }
             for knob in knobs {
+                // Set from its first byte by the program, and counted then: kept for the
+                // restore, with what it was before.
+                if let Some(new) = &self.new_connections {
+                    let pid = owner.pid;
+                    if let Ok(true) =
+                        self.tuner.take_over(pid, &owner.command, owner.fd, *knob, new)
+                    {
+                        self.applied[usize::from(*side == Side::Server)] = true;
+                        continue;
+                    }
+                }
                 match self.tuner.apply(owner.pid, &owner.command, owner.fd, *knob) {
                     Ok(changed) => {
                         let line = format!("{changed}, the {} of conn {}", side.name(), conn.0);
-                        self.made.push((*conn, *side, changed.to_string()));
                         said.push(line);
-                        let entry = self.record.entries().iter().find(|entry| {
-                            (entry.option, entry.side, entry.pid) == (*knob, *side, owner.pid)
-                        });
-                        let (sockets, already_on) =
-                            entry.map_or((0, 0), |entry| (entry.sockets, entry.already_on));
-                        self.record.take(&[OptionTried {
-                            option: *knob,
-                            side: *side,
-                            pid: owner.pid,
-                            command: owner.command.clone(),
-                            sockets: sockets + 1,
-                            already_on: already_on + u32::from(changed.was),
-                        }]);
+                        self.applied[usize::from(*side == Side::Server)] = true;
+                        let was = changed.was;
+                        self.record.count(*knob, *side, owner.pid, &owner.command, was);
+                        if !self.record_changed {
+                            // Set now.
+                            self.changed_at_ns = None;
+                        }
                         self.record_changed = true;
                     }
                     Err(Refused::Gone(_)) => {}
@@ -383,6 +449,85 @@ impl Trials {
         said
     }
 
+    /// The watch forgot `conn` (closed, and past its linger): its sockets are closed, so what
+    /// was done to them is forgotten too.
+    pub fn forget_connection(&mut self, conn: ConnId) {
+        for inode in self.of_connection.remove(&conn).unwrap_or_default() {
+            self.done.remove(&inode);
+            self.outside.remove(&inode);
+            self.tuner.forget(u64::from(inode));
+        }
+    }
+
+    /// As root, new connections get the options from their first byte: at the first call the
+    /// program is attached for `ports` (a watch of a command keeps to its processes, which the
+    /// program cannot tell apart, so it goes without); at every call what it did is counted in
+    /// the record. Returns what to say: once, how new connections get the options, and each
+    /// process whose new connections got them.
+    pub fn new_connections(&mut self, ports: &[u16]) -> Vec<String> {
+        if self.tries.is_empty() {
+            return Vec::new();
+        }
+        if !std::mem::replace(&mut self.new_connections_begun, true) {
+            self.ports = ports.to_vec();
+            let sides = match self.tries.iter().fold((false, false), |(client, server), t| {
+                (client || t.sides.includes(Side::Client), server || t.sides.includes(Side::Server))
+            }) {
+                (true, true) => Sides::Both,
+                (true, false) => Sides::Client,
+                _ => Sides::Server,
+            };
+            let started = match self.scope {
+                Some(_) => Err("a command's watch changes its own processes' sockets only, \
+                                which a program on the ports' connections cannot tell apart"
+                    .to_string()),
+                None => NewConnections::start(ports, sides),
+            };
+            let line = match &started {
+                Ok(new) => format!(
+                    "TCP_NODELAY on {} of new connections from their first byte: a sock_ops \
+                     program on cgroup {} (all of this host's, its watched ports only), \
+                     detached when the watch ends",
+                    sides.words(),
+                    new.cgroup().display()
+                ),
+                Err(why) => format!(
+                    "TCP_NODELAY on new connections within a sample of their first packets, not \
+                     from their first byte ({why})"
+                ),
+            };
+            self.new_connections = started.ok();
+            return vec![line];
+        }
+        let Some(new) = &mut self.new_connections else { return Vec::new() };
+        let (said, changed_at) = new.take(&mut self.record);
+        if let Some(at_ns) = changed_at {
+            // The session splits where the first change not yet handed over was made.
+            self.changed_at_ns = match self.record_changed {
+                true => self.changed_at_ns.map(|before| before.min(at_ns)),
+                false => Some(at_ns),
+            };
+            self.record_changed = true;
+            for (side, count) in [Side::Client, Side::Server].into_iter().zip(new.changed) {
+                self.applied[usize::from(side == Side::Server)] |= count > 0;
+            }
+        }
+        said
+    }
+
+    /// New connections on `port` get the options from their first byte too.
+    pub fn add_port(&mut self, port: u16) {
+        self.ports.push(port);
+        if let Some(new) = &self.new_connections {
+            if let Err(e) = new.add_port(port) {
+                tracing::warn!(
+                    "watch: port {port}'s new connections get the option within a sample, not \
+                     from their first byte ({e})"
+                );
+            }
+        }
+    }
+
     /// What was changed on which process so far, per option, side and process, if that changed
     /// since the last call: the first time, the options went into force (the watch splits its
     /// session there); later, they reached more sockets.
@@ -390,8 +535,33 @@ impl Trials {
         std::mem::take(&mut self.record_changed).then(|| self.record.entries().to_vec())
     }
 
+    /// When the changes of the record [`Trials::take_record`] returned began (CLOCK_MONOTONIC),
+    /// if not when it was taken: the program changes new connections before the watch reads
+    /// what it did.
+    pub fn changed_at_ns(&self) -> Option<u64> {
+        self.changed_at_ns
+    }
+
     /// The watch ends: every option is put back; returns the lines that say so.
     pub fn finish(&mut self) -> Vec<String> {
+        // The program goes first, so that no new connection gets the option meanwhile; then
+        // the sockets it changed that are still open are taken for the restore.
+        let mut first_byte = None;
+        if let Some(mut new) = self.new_connections.take() {
+            let knob = Knob::NoDelay;
+            for owner in new.end(&self.ports, &self.done).into_values() {
+                let _ = self.tuner.take_over(owner.pid, &owner.command, owner.fd, knob, &new);
+            }
+            let [client, server] = new.changed;
+            let lost = match new.lost() {
+                0 => String::new(),
+                lost => format!("; {lost} not counted in the record (its ring was full)"),
+            };
+            first_byte = Some(format!(
+                "from the first byte: TCP_NODELAY on {client} client and {server} server sockets \
+                 of new connections{lost}; the sock_ops program is detached"
+            ));
+        }
         let mut said: Vec<String> = self
             .tuner
             .restore()
@@ -399,12 +569,14 @@ impl Trials {
             .map(|(changed, result)| match result {
                 Ok(()) => format!("put back: {changed}"),
                 Err(e) => {
-                    format!("not put back ({e}; the program closed it meanwhile?): {changed}")
+                    format!("nothing to put back ({e}: the program closed it): {changed}")
                 }
             })
             .collect();
         for t in &self.tries {
-            let applied = self.made.iter().any(|(_, side, _)| t.sides.includes(*side));
+            let applied = [Side::Client, Side::Server].into_iter().any(|side| {
+                t.sides.includes(side) && self.applied[usize::from(side == Side::Server)]
+            });
             if !applied && self.refused.is_empty() {
                 let place = match self.scope {
                     Some(_) => "among the command's processes, or on a port named with --port",
@@ -419,6 +591,7 @@ impl Trials {
                 ));
             }
         }
+        said.extend(first_byte);
         said
     }
 }

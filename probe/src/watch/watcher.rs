@@ -194,6 +194,20 @@ pub struct Watcher {
 }
 
 impl Watcher {
+    /// Now, on the watch's clock (its events' `at_ns`).
+    pub fn now_ns(&self) -> u64 {
+        self.clock.now_ns()
+    }
+
+    /// When the options of the record just taken (`trials.take_record()`) went into force, on
+    /// the watch's clock: the packets stamped before are of the programs as they were.
+    pub fn tried_at_ns(&self) -> u64 {
+        match self.trials.changed_at_ns() {
+            Some(monotonic) => monotonic.saturating_sub(self.clock.epoch_monotonic_ns()),
+            None => self.clock.now_ns(),
+        }
+    }
+
     /// Watches `ports` on the watch's `clock`: with packets when this process may read them.
     pub fn open(ports: &[u16], clock: Clock) -> Result<Watcher, TapError> {
         let (taps, evidence) = match PortTaps::open(ports) {
@@ -288,6 +302,11 @@ impl Watcher {
             }
             None => std::thread::sleep(Duration::from_millis(10)),
         }
+        // `--try` as root: new connections get the options from their first byte (the program
+        // starts at the first step), and what it changed is counted as it comes: after the
+        // packets, so that each packet read of a connection it changed comes with the change.
+        let said = self.trials.new_connections(&self.ports);
+        self.notes.extend(said);
         if self.sampled.is_none_or(|at| at.elapsed() >= SAMPLE_EVERY) {
             self.sampled = Some(Instant::now());
             if let Some(taps) = &mut self.taps {
@@ -298,6 +317,7 @@ impl Watcher {
             for conn in self.conversations.retire(self.clock.now_ns()) {
                 self.last_sample.remove(&(conn, Side::Client));
                 self.last_sample.remove(&(conn, Side::Server));
+                self.trials.forget_connection(conn);
                 if let Some(metrics) = &self.metrics {
                     metrics.connection_retired(conn);
                 }
@@ -353,6 +373,7 @@ impl Watcher {
             }
         }
         self.conversations.add_server_port(port);
+        self.trials.add_port(port);
         if let Some(metrics) = &self.metrics {
             metrics.watch_port(port);
         }

@@ -8,8 +8,10 @@ peer's delayed ACK of the length's small segment. Only the standard library is u
         listens on 127.0.0.1, a port of the kernel's choosing, prints "port N", and answers each
         message with one of the same size;
     pair.py client --port N --requests R [--size S] [--split] [--nodelay] [--reconnect]
-        makes R requests (one connection, or one each with --reconnect), timing each from before
-        its first write to after its answer's last byte, and prints them as JSON.
+                   [--reconnect-every K]
+        makes R requests (one connection, a new one each with --reconnect, or every K requests
+        with --reconnect-every K), timing each from before its first write to after its answer's
+        last byte, and prints them as JSON.
     pair.py http-server
         http.server's handler (HTTP/1.1, keep-alive), writing its headers and then its body,
         on a port of the kernel's choosing; prints "port N".
@@ -89,7 +91,8 @@ def client(args):
     body = b"x" * args.size
     times = []
     sock = None
-    for _ in range(args.requests):
+    every = 1 if args.reconnect else args.reconnect_every
+    for done in range(1, args.requests + 1):
         if sock is None:
             sock = connect(args)
         start = time.perf_counter()
@@ -97,7 +100,7 @@ def client(args):
         answer = read_message(sock)
         times.append((time.perf_counter() - start) * 1000)
         assert answer == body, "the server's answer differs from the request"
-        if args.reconnect:
+        if every and done % every == 0:
             sock.close()
             sock = None
     if sock is not None:
@@ -152,6 +155,7 @@ def main():
     parser.add_argument("--split", action="store_true")
     parser.add_argument("--nodelay", action="store_true")
     parser.add_argument("--reconnect", action="store_true")
+    parser.add_argument("--reconnect-every", type=int, default=0, metavar="K")
     args = parser.parse_args()
     {"server": serve, "client": client, "http-server": http_server, "http-client": http_client}[
         args.role

@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 use crate::analysis::SortedMultiset;
 use crate::event::Side;
 use crate::stall::{Stall, StallClass};
-use crate::stats::ns_to_ms;
+use crate::stats::{ns_to_ms, Buckets};
 
 /// Stalls of one class in one direction: the CLI's one line and the JSON's `stalls` entries.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -54,7 +54,59 @@ pub(super) fn group_key(stall: &Stall) -> GroupKey {
 pub struct StallTally {
     /// In the order of their first stall counted (still held): [`summarize`]'s order, which the
     /// summaries keep between lines of equal count and class.
-    groups: Vec<(GroupKey, SortedMultiset)>,
+    groups: Vec<(GroupKey, Waits)>,
+}
+
+/// A group's waits kept exactly (8 bytes each) up to this many; past it, in [`Buckets`] (30 KB,
+/// medians to 1/64 of their value): a watch of a busy service that stalls both ways for days
+/// holds kilobytes, not gigabytes.
+pub const MAX_EXACT_WAITS: usize = 1_000_000;
+
+/// One group's waits: exactly, or past [`MAX_EXACT_WAITS`] by bucket.
+#[derive(Debug)]
+enum Waits {
+    Exact(SortedMultiset),
+    Buckets(Box<Buckets>),
+}
+
+impl Waits {
+    fn insert(&mut self, wait_ns: u64) {
+        match self {
+            Waits::Exact(waits) if waits.len() >= MAX_EXACT_WAITS => {
+                let mut buckets = Box::<Buckets>::default();
+                waits.to_vec().into_iter().for_each(|wait| buckets.add(wait));
+                buckets.add(wait_ns);
+                *self = Waits::Buckets(buckets);
+            }
+            Waits::Exact(waits) => waits.insert(wait_ns),
+            Waits::Buckets(buckets) => buckets.add(wait_ns),
+        }
+    }
+
+    fn remove(&mut self, wait_ns: u64) -> bool {
+        match self {
+            Waits::Exact(waits) => waits.remove(wait_ns),
+            Waits::Buckets(buckets) => buckets.remove(wait_ns),
+        }
+    }
+
+    fn len(&self) -> usize {
+        match self {
+            Waits::Exact(waits) => waits.len(),
+            Waits::Buckets(buckets) => usize::try_from(buckets.count()).unwrap_or(usize::MAX),
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    fn percentile_with(&self, more: &[u64], pct: f64) -> u64 {
+        match self {
+            Waits::Exact(waits) => waits.percentile_with(more, pct),
+            Waits::Buckets(buckets) => buckets.percentile_with(more, pct),
+        }
+    }
 }
 
 impl StallTally {
@@ -63,7 +115,7 @@ impl StallTally {
         match self.groups.iter_mut().find(|(k, _)| *k == key) {
             Some((_, waits)) => waits.insert(stall.wait_ns),
             None => {
-                let mut waits = SortedMultiset::new();
+                let mut waits = Waits::Exact(SortedMultiset::new());
                 waits.insert(stall.wait_ns);
                 self.groups.push((key, waits));
             }
@@ -96,7 +148,7 @@ impl StallTally {
             }
         }
         extra.iter_mut().for_each(|(_, waits)| waits.sort_unstable());
-        let no_waits = SortedMultiset::new();
+        let no_waits = Waits::Exact(SortedMultiset::new());
         let counted = self.groups.iter().map(|(key, waits)| {
             let more = extra.iter().find(|(k, _)| k == key).map_or(&[][..], |(_, w)| w);
             (*key, waits, more)
@@ -122,5 +174,39 @@ impl StallTally {
 
     pub fn summaries(self) -> Vec<ClassSummary> {
         self.summaries_with(&[])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::event::{ConnId, ReqId};
+
+    /// A tally past [`MAX_EXACT_WAITS`] stalls of a group keeps buckets, not every wait: its
+    /// count stays exact, its median within a sixty-fourth.
+    #[test]
+    fn a_group_past_its_exact_waits_keeps_buckets_and_its_count() {
+        let stall = |wait_ns| Stall {
+            req: ReqId(0),
+            conn: ConnId(0),
+            side: Side::Server,
+            from: Side::Client,
+            to: Side::Server,
+            start_ns: 0,
+            end_ns: wait_ns,
+            wait_ns,
+            class: StallClass::NagleDelayedAck,
+            evidence: String::new(),
+        };
+        let mut tally = StallTally::default();
+        let total = MAX_EXACT_WAITS + 1000;
+        for i in 0..total {
+            tally.add(&stall(40_000_000 + (i % 1000) as u64 * 1000));
+        }
+        assert!(matches!(tally.groups[0].1, Waits::Buckets(_)), "bucketed past the bound");
+        assert!(tally.remove(&stall(40_000_000)));
+        let [line] = &tally.summaries()[..] else { panic!("one group") };
+        assert_eq!(line.count as usize, total - 1);
+        assert!((line.median_ms - 40.5).abs() < 40.5 / 64.0, "{}", line.median_ms);
     }
 }

@@ -80,7 +80,11 @@ pub enum ToBrowser {
     /// (`watch --try`), or tried them on more sockets since: each entry replaces the run's entry
     /// for the same option, side and process (`tried`). The run before the change has none
     /// (version 6).
-    OptionsTried { run: RunId, tried: Vec<crate::tried::OptionTried> },
+    OptionsTried {
+        run: RunId,
+        #[serde(deserialize_with = "crate::tried::bounded_list")]
+        tried: Vec<crate::tried::OptionTried>,
+    },
 }
 
 /// The presenter's place in the lessons, as the room's pages follow it.
