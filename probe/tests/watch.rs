@@ -75,32 +75,8 @@ impl Watch {
     }
 
     /// `ackscope watch ARGS`, run by `command`.
-    fn start_with(mut command: Command, args: &[&str]) -> (Watch, Vec<String>) {
-        let mut child = command
-            .arg("watch")
-            .args(args)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let stderr = child.stderr.take().unwrap();
-        let (said, lines) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                eprintln!("watch: {line}");
-                let _ = said.send(line);
-            }
-        });
-        let deadline = Instant::now() + Duration::from_secs(30);
-        let mut before = Vec::new();
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            match lines.recv_timeout(left) {
-                Ok(line) if line.contains("watching port") => break,
-                Ok(line) => before.push(line),
-                Err(_) => panic!("ackscope watch did not start watching within 30 s: {before:?}"),
-            }
-        }
+    fn start_with(command: Command, args: &[&str]) -> (Watch, Vec<String>) {
+        let (child, before) = common::start_watch(command, args);
         (Watch { child: Reaped(child) }, before)
     }
 

@@ -123,32 +123,9 @@ struct Watch {
 
 impl Watch {
     fn start(args: &[&str]) -> Watch {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_ackscope"))
-            .arg("watch")
-            .args(args)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let stderr = child.stderr.take().unwrap();
-        let (said, lines) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                eprintln!("watch: {line}");
-                let _ = said.send(line);
-            }
-        });
-        let deadline = Instant::now() + Duration::from_secs(30);
-        let mut before = Vec::new();
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            match lines.recv_timeout(left) {
-                Ok(line) if line.contains("watching port") => break,
-                Ok(line) => before.push(line),
-                Err(_) => panic!("ackscope watch did not start watching within 30 s: {before:?}"),
-            }
-        }
-        Watch { child: Reaped(child), said: before }
+        let ackscope = Command::new(env!("CARGO_BIN_EXE_ackscope"));
+        let (child, said) = common::start_watch(ackscope, args);
+        Watch { child: Reaped(child), said }
     }
 
     /// The metrics' URL, as the watch said it: "ackscope: metrics at http://ADDR/metrics".

@@ -59,13 +59,13 @@ impl OptionTried {
             on if on >= self.sockets => "on",
             _ => "off on some sockets",
         };
-        format!(
-            "{} on the {}: {was} -> on (applied to the running process {}, {})",
-            self.option.name(),
-            self.side.name(),
-            self.pid,
-            self.command
-        )
+        self.line(&format!("{was} -> on"), "applied to the running process")
+    }
+
+    /// "TCP_NODELAY on the server: CHANGE (PROCESS 4711, python3)".
+    fn line(&self, change: &str, process: &str) -> String {
+        let (option, side) = (self.option.name(), self.side.name());
+        format!("{option} on the {side}: {change} ({process} {}, {})", self.pid, self.command)
     }
 
     /// The same change to the same process: one entry each in a run's record.
@@ -179,15 +179,10 @@ pub fn changes(from: &[OptionTried], to: &[OptionTried]) -> Vec<String> {
         !list.iter().any(|other| other.same_change(entry))
     };
     let added = to.iter().filter(|entry| missing_from(from, entry)).map(OptionTried::describe);
-    let removed = from.iter().filter(|entry| missing_from(to, entry)).map(|entry| {
-        format!(
-            "{} on the {}: on -> as the program set it (process {}, {})",
-            entry.option.name(),
-            entry.side.name(),
-            entry.pid,
-            entry.command
-        )
-    });
+    let removed = from
+        .iter()
+        .filter(|entry| missing_from(to, entry))
+        .map(|entry| entry.line("on -> as the program set it", "process"));
     added.chain(removed).collect()
 }
 

@@ -183,6 +183,19 @@ impl<L: Copy> Assembler<L> {
         self.op(ATOMIC_ADD_DW, 0, 1, 0, 0);
     }
 
+    /// The end a program that writes to a ring shares: where [`Assembler::reserve`] goes when
+    /// the ring is full (`full`: the record counted in slot 0 of `drops`, its key at
+    /// `r10 + key_at`), then the exit (`exit`: the program returns `returns`). Returns
+    /// `(full, exit)`, for the labels.
+    pub fn full_and_exit(&mut self, drops: RawFd, key_at: i16, returns: i32) -> (usize, usize) {
+        let full = self.here();
+        self.count(drops, 0, key_at);
+        let exit = self.here();
+        self.op(MOV_K, 0, 0, 0, returns);
+        self.op(EXIT, 0, 0, 0, 0);
+        (full, exit)
+    }
+
     pub fn here(&self) -> usize {
         self.code.len()
     }

@@ -350,11 +350,7 @@ fn program(ports: &[u16], layout: &Layout, callback: u64, ring: RawFd, drops: Ra
     a.submit(9);
     a.jump(JA, 0, 0, 0, Label::Exit);
     // The ring is full: counted in the drops map's one slot.
-    let full = a.here();
-    a.count(drops, 0, PENDING_AT);
-    let exit = a.here();
-    a.op(MOV_K, 0, 0, 0, 0);
-    a.op(EXIT, 0, 0, 0, 0);
+    let (full, exit) = a.full_and_exit(drops, PENDING_AT, 0);
     a.finish(|label| match label {
         Label::DelayedAckTimer => delayed_ack_timer,
         Label::Watched => watched,

@@ -491,11 +491,7 @@ fn program(ports: RawFd, storage: RawFd, ring: RawFd, drops: RawFd) -> Vec<Insn>
     a.op(STX_H, RECORD, 1, RECORD_SIDE_AT, 0);
     a.submit(RECORD);
     a.jump(JA, 0, 0, 0, Label::Exit);
-    let full = a.here();
-    a.count(drops, 0, VALUE_AT);
-    let exit = a.here();
-    a.op(MOV_K, 0, 0, 0, 1);
-    a.op(EXIT, 0, 0, 0, 0);
+    let (full, exit) = a.full_and_exit(drops, VALUE_AT, 1);
     a.finish(|label| match label {
         Label::Client => client,
         Label::Server => server,

@@ -279,3 +279,40 @@ pub fn recording_server(file: &std::path::Path) -> (std::process::Child, String)
     let addr = line.split_whitespace().find(|w| w.starts_with("127.0.0.1:")).expect(&line);
     (child, addr.to_string())
 }
+
+/// `COMMAND watch ARGS` (the binary, maybe behind a change of user) started with its output
+/// piped, once it said it watches ("watching port ..." on standard error, which is echoed to
+/// the test's own): the process, and what it said before.
+#[allow(dead_code)]
+pub fn start_watch(mut command: Command, args: &[&str]) -> (std::process::Child, Vec<String>) {
+    let mut child = command
+        .arg("watch")
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let (said, lines) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            eprintln!("watch: {line}");
+            let _ = said.send(line);
+        }
+    });
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let mut before = Vec::new();
+    loop {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        match lines.recv_timeout(left) {
+            Ok(line) if line.contains("watching port") => break,
+            Ok(line) => before.push(line),
+            Err(_) => {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("ackscope watch did not start watching within 30 s: {before:?}")
+            }
+        }
+    }
+    (child, before)
+}
