@@ -7,13 +7,13 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader, Read};
+use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use ackscope_shared::report::RunReport;
 use ackscope_shared::Side;
-use common::{interrupt, require_root, temp};
+use common::{require_root, temp};
 
 /// What a client of `pair.py` measured of its own requests.
 #[derive(Debug, serde::Deserialize)]
@@ -87,12 +87,7 @@ impl Watch {
 
     /// Ctrl-C, then what it printed.
     fn stop_printing(mut self) -> String {
-        interrupt(self.child.0.id());
-        let mut stdout = String::new();
-        self.child.0.stdout.take().unwrap().read_to_string(&mut stdout).unwrap();
-        let status = self.child.0.wait().unwrap();
-        assert_eq!(status.code(), Some(130), "a watch ended with Ctrl-C exits 130: {stdout}");
-        stdout
+        common::stop_watch(&mut self.child.0)
     }
 }
 

@@ -11,13 +11,13 @@
 mod common;
 
 use std::collections::HashMap;
-use std::io::{BufRead, BufReader, Read};
+use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use ackscope_shared::report::RunReport;
-use common::{interrupt, require_root};
+use common::require_root;
 
 /// A child process stopped (and reaped) when dropped, even when the test fails.
 struct Reaped(Child);
@@ -136,12 +136,7 @@ impl Watch {
 
     /// Ctrl-C, then what it printed on standard output.
     fn stop(mut self) -> String {
-        interrupt(self.child.0.id());
-        let mut stdout = String::new();
-        self.child.0.stdout.take().unwrap().read_to_string(&mut stdout).unwrap();
-        let status = self.child.0.wait().unwrap();
-        assert_eq!(status.code(), Some(130), "a watch ended with Ctrl-C exits 130: {stdout}");
-        stdout
+        common::stop_watch(&mut self.child.0)
     }
 }
 

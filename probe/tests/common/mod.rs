@@ -316,3 +316,16 @@ pub fn start_watch(mut command: Command, args: &[&str]) -> (std::process::Child,
     }
     (child, before)
 }
+
+/// Ctrl-C to a watch [`start_watch`] started, then what it printed on standard output; it must
+/// exit 130, as a command ended by Ctrl-C does.
+#[allow(dead_code)]
+pub fn stop_watch(child: &mut std::process::Child) -> String {
+    use std::io::Read;
+    interrupt(child.id());
+    let mut stdout = String::new();
+    child.stdout.take().unwrap().read_to_string(&mut stdout).unwrap();
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(130), "a watch ended with Ctrl-C exits 130: {stdout}");
+    stdout
+}
