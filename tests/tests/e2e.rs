@@ -950,3 +950,104 @@ async fn the_page_watches_another_programs_port_live_and_names_its_stalls() -> R
     client.close().await?;
     result
 }
+
+/// `watch --try` on a program ackscope did not start splits its file into the run before the
+/// option and the run with it; the page opens the file, compares the two runs and names the
+/// change made on the running program, with its process.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs root (pidfd_getfd on another program's socket): cargo xtask test runs it as root"]
+async fn a_watch_that_tried_an_option_is_compared_before_and_after_on_the_page() -> Result<()> {
+    use std::io::BufRead;
+    ackscope_tests::require_root("changing another program's socket");
+    let mut server = pair_py(&["server", "--split"])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .context("starting pair.py server (python3)")?;
+    let server_pid = server.id();
+    let mut line = String::new();
+    std::io::BufReader::new(server.stdout.take().context("its stdout")?).read_line(&mut line)?;
+    let _server = ackscope_tests::Reaped(server);
+    let port = line.trim().strip_prefix("port ").context("pair.py printed no port")?.to_string();
+
+    let dir = ackscope_tests::scratch_dir()?;
+    let file = dir.path().join("tried.ackscope");
+    let mut watch = std::process::Command::new(ackscope_tests::ackscope_bin()?)
+        .args(["watch", "--port", &port, "--try", "nodelay=server", "-o"])
+        .arg(&file)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .context("starting ackscope watch")?;
+    let stderr = std::io::BufReader::new(watch.stderr.take().context("its stderr")?);
+    let mut lines = stderr.lines();
+    // The watch says when it takes packets: the client starts after that.
+    loop {
+        let said = lines.next().context("the watch ended before it watched")??;
+        if said.contains("watching port") {
+            break;
+        }
+    }
+    let mut watch = ackscope_tests::Reaped(watch);
+    let client_ran = pair_py(&["client", "--port", &port, "--requests", "20", "--split"])
+        .output()
+        .context("pair.py client")?;
+    ensure!(client_ran.status.success(), "pair.py client failed");
+    // Ctrl-C ends the watch and finishes its file.
+    std::process::Command::new("kill")
+        .args(["-INT", &watch.0.id().to_string()])
+        .status()
+        .context("kill -INT")?;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while watch.0.try_wait()?.is_none() {
+        ensure!(Instant::now() < deadline, "the watch did not end within 10 s of Ctrl-C");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+
+    let (_probe, url) = start_probe()?;
+    let (_driver, client, _profile) = start_browser().await?;
+    let result = async {
+        client.goto(&url).await?;
+        let input = client
+            .wait()
+            .at_most(Duration::from_secs(30))
+            .for_element(css("[data-testid=open-file]"))
+            .await?;
+        input.send_keys(&file.display().to_string()).await?;
+        for id in ["1", "2"] {
+            let toggle =
+                format!("[data-testid=run-entry][data-run-id='{id}'] [data-testid=compare-toggle]");
+            client
+                .wait()
+                .at_most(Duration::from_secs(30))
+                .for_element(css(&toggle))
+                .await
+                .with_context(|| format!("run {id} of the file has no compare toggle"))?
+                .click()
+                .await?;
+        }
+        let changed = client
+            .wait()
+            .at_most(Duration::from_secs(10))
+            .for_element(css("[data-testid=what-changed]"))
+            .await
+            .context("no what-changed line after marking both runs")?
+            .text()
+            .await?;
+        let expected = format!(
+            "TCP_NODELAY on the server: off -> on (applied to the running process {server_pid}, \
+             python3)"
+        );
+        ensure!(changed.contains(&expected), "the page names {changed:?}, not {expected:?}");
+        // The run with the option still has the client's stalls (its socket kept Nagle): the
+        // waits by class are the watch's, found from its packets.
+        let cell = "[data-testid=compare-classes] tr[data-class=nagle_delayed_ack] \
+                    td[data-run-id='2']";
+        let count = client.find(css(cell)).await?.attr("data-count").await?.unwrap_or_default();
+        let count: u32 = count.parse().unwrap_or(0);
+        ensure!(count >= 10, "{count} Nagle x delayed ACK waits shown for run 2, of 20 requests");
+        screenshot(&client, "watch-tried.png").await
+    }
+    .await;
+    client.close().await?;
+    result
+}

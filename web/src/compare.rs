@@ -511,7 +511,15 @@ mod tests {
             spec: watch(),
             instruments: Instruments::default(),
         };
+        // The programs as they were: the packets of Nagle x delayed ACK exchanges, both ways.
+        let segments = |requests| -> Vec<_> {
+            ackscope_shared::synthetic::nagle_run_with_packets(requests, 44 * MS)
+                .into_iter()
+                .filter(|e| matches!(e.kind, ackscope_shared::EventKind::Segment(_)))
+                .collect()
+        };
         apply(&mut state, started(1));
+        apply(&mut state, ToBrowser::Events { run: RunId(1), events: segments(5) });
         apply(&mut state, ToBrowser::RunFinished { run: RunId(1), outcome: RunOutcome::Completed });
         apply(&mut state, started(2));
         let tried = OptionTried {
@@ -535,6 +543,13 @@ mod tests {
                     .to_string()
             ))
         );
+        // The waits by class are the watch's stalls, found from its packets: run 1's, none yet
+        // in run 2.
+        let [row] = &comparison.classes[..] else { panic!("{:?}", comparison.classes) };
+        assert_eq!(row.class, StallClass::NagleDelayedAck);
+        assert!(row.cells[0].count >= 4, "{row:?}");
+        assert_eq!(row.cells[0].median_ms.as_deref(), Some("44.0"), "{row:?}");
+        assert_eq!(row.cells[1].count, 0, "{row:?}");
     }
 
     #[test]

@@ -134,7 +134,12 @@ impl Run {
     pub(super) fn new(id: RunId, spec: Scenario, instruments: Instruments) -> Run {
         let bulk = matches!(spec, Scenario::Bulk(_)).then(BulkAnalysis::new);
         let imported = matches!(spec, Scenario::Import(_)).then(ImportedTally::default);
-        let watch = matches!(spec, Scenario::Watch(_)).then(WatchTally::default);
+        let watch = matches!(spec, Scenario::Watch(_)).then(|| {
+            // Each stall it finds is kept here too, for the Compare view's waits by class.
+            let mut watch = WatchTally::default();
+            watch.hand_out_stalls();
+            watch
+        });
         let analysis = RunAnalysis::of_rr(spec.rr());
         Run {
             id,
@@ -183,6 +188,7 @@ impl Run {
             imported.push(events);
         } else if let Some(watch) = &mut self.watch {
             watch.push(events);
+            watch.drain_stalls(|stall| stalls.push(stall));
         } else if let Some(spec) = stall_spec(&self.spec) {
             self.analysis.push_all(events);
             if self.watched.get() {
@@ -267,10 +273,11 @@ impl Run {
                 stalls.extend(tail);
                 Attribution { stalls, classes }
             }
-            // A watch's stalls are found from its packets, as they came (each with its own
-            // evidence in the summary); the classes are what a comparison shows.
+            // A watch's stalls, found from its packets as they came (the tally's, handed out).
             None => match &self.watch {
-                Some(watch) => Attribution { stalls: Vec::new(), classes: watch.classes() },
+                Some(watch) => {
+                    Attribution { stalls: self.settled_stalls.take(), classes: watch.classes() }
+                }
                 None => Attribution::default(),
             },
         })
@@ -315,7 +322,16 @@ impl Run {
             imported.decide_all();
         }
         if let Some(watch) = &mut self.watch {
+            // Its last candidates decided: the answers so far are stale.
+            let mut stalls = match self.attribution.take() {
+                Some(answer) => answer.stalls,
+                None => std::mem::take(self.settled_stalls.get_mut()),
+            };
             watch.finish();
+            watch.drain_stalls(|stall| stalls.push(stall));
+            *self.settled_stalls.get_mut() = stalls;
+            self.summary = OnceCell::new();
+            self.latencies = OnceCell::new();
         }
     }
 }
