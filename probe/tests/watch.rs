@@ -260,6 +260,33 @@ fn try_nodelay_on_the_server_splits_the_session_and_removes_only_the_servers_sta
     assert!(shown.contains("run 1 ") && shown.contains("run 2 "), "{shown}");
 }
 
+/// `--try-after 1s`: one command watches the programs as they are, then tries the fix on them:
+/// run 1 has the Nagle x delayed ACK stalls of both directions, run 2 (TCP_NODELAY on both
+/// sides) none but an exchange cut by the change, and the client's own clock sees both.
+#[test]
+#[ignore = "needs root (pidfd_getfd on another program's socket): cargo xtask test runs it as root"]
+fn try_after_a_baseline_shows_the_stalls_before_and_their_absence_after() {
+    require_root("changing another program's socket");
+    let (_server, port) = start_server("server", &["--split"]);
+    let watch = Watch::start(port, &["--try", "nodelay=both", "--try-after", "1500ms"]);
+    // About 88 ms a request without the option: 40 requests outlast the baseline.
+    let measured = run_client("client", port, &["--requests", "40", "--split"]);
+    let after = watch.stop();
+    let before = after.before.as_deref().expect("run 1, the programs as they were");
+    for direction in ["client->server", "server->client"] {
+        let (count, median, _) = stalls_of(before, "nagle_delayed_ack", direction)
+            .unwrap_or_else(|| panic!("run 1 has the stalls {direction}: {before:?}"));
+        assert!(count >= 5, "{count} stalls {direction} in the 1.5 s before the change");
+        assert!((30.0..300.0).contains(&median), "median {median} ms {direction}");
+        let left = stalls_of(&after, "nagle_delayed_ack", direction).map_or(0, |s| s.0);
+        assert!(left <= 1, "{left} stalls {direction} with TCP_NODELAY on both sides: {after:?}");
+    }
+    assert_eq!(after.tried.len(), 2, "the client's process and the server's: {:?}", after.tried);
+    let counted = |r: &RunReport| r.rr().map_or(0, |rr| rr.requests);
+    let counted = counted(before) + counted(&after);
+    assert!(counted.abs_diff(measured.requests) <= 1, "{counted} of {measured:?}");
+}
+
 /// A program whose socket had an option tried closes it as it would have: the watch keeps no
 /// copy of the socket (a copy would keep it open, no FIN would leave, and the peer would wait
 /// for ever), so the connection is gone from the kernel's table while the watch goes on.

@@ -60,6 +60,11 @@ pub struct WatchArgs {
     /// CAP_SYS_PTRACE; on a command started with `--`, no privilege)
     #[arg(long = "try", value_name = "OPTION=SIDE", value_parser = parse_try)]
     tries: Vec<Try>,
+    /// Watch the programs as they are for this long (500ms, 10s, 2m) before the --try options
+    /// go into force: run 1 of the session is the programs without them, run 2 with them
+    /// [default: at once]
+    #[arg(long, value_name = "DURATION", requires = "tries", value_parser = parse_duration_ms)]
+    try_after: Option<u32>,
     /// Start COMMAND with its ARGS as ackscope's child and watch the ports its processes use
     /// as they use them (added to any --port or --pid). The watch ends when it exits, and
     /// ackscope exits with its status (128 + N if signal N ended it); `--try` changes its
@@ -136,6 +141,9 @@ pub fn watch(args: &WatchArgs) -> Result<Ended, Failure> {
     let clock = Clock::start();
     let mut watcher = Watcher::open(&ports, clock).map_err(|e| Failure::Run(e.to_string()))?;
     watcher.trials = Trials::new(args.tries.clone());
+    if let Some(ms) = args.try_after {
+        watcher.trials.not_before(Instant::now() + Duration::from_millis(u64::from(ms)));
+    }
     if let Some(command) = &command {
         watcher.trials.limit_to(command.scope());
     }

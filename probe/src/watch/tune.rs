@@ -314,6 +314,8 @@ pub struct Trials {
     outside_said: HashSet<u32>,
     /// When `/proc` was last walked for the sockets' processes.
     sought: Option<Instant>,
+    /// `--try-after`: nothing is changed before this.
+    not_before: Option<Instant>,
     /// The sockets (inodes) tried of each followed connection, forgotten with it
     /// ([`Trials::forget_connection`]): a watch that runs for days keeps the open ones.
     of_connection: HashMap<ConnId, Vec<u32>>,
@@ -345,6 +347,17 @@ impl Trials {
         Trials { tries, ..Trials::default() }
     }
 
+    /// The options go into force only from `at` on (`--try-after`): the watch's first run is
+    /// the programs as they were for that long, the one after it with the options.
+    pub fn not_before(&mut self, at: Instant) {
+        self.not_before = Some(at);
+    }
+
+    /// Whether the options are to go into force now (`--try-after` has passed, or none given).
+    fn due(&self) -> bool {
+        self.not_before.is_none_or(|at| Instant::now() >= at)
+    }
+
     pub fn is_empty(&self) -> bool {
         self.tries.is_empty()
     }
@@ -369,7 +382,8 @@ impl Trials {
     /// each change and each process refused.
     pub fn step(&mut self, sockets: &[TcpSocket], conversations: &Conversations) -> Vec<String> {
         let mut said = Vec::new();
-        if self.tries.is_empty() || self.sought.is_some_and(|at| at.elapsed() < SOUGHT_EVERY) {
+        let soon = self.sought.is_some_and(|at| at.elapsed() < SOUGHT_EVERY);
+        if self.tries.is_empty() || soon || !self.due() {
             return said;
         }
         // inode -> (connection, side, the options for it, its server port).
@@ -465,7 +479,7 @@ impl Trials {
     /// the record. Returns what to say: once, how new connections get the options, and each
     /// process whose new connections got them.
     pub fn new_connections(&mut self, ports: &[u16]) -> Vec<String> {
-        if self.tries.is_empty() {
+        if self.tries.is_empty() || !self.due() {
             return Vec::new();
         }
         if !std::mem::replace(&mut self.new_connections_begun, true) {
