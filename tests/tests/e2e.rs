@@ -951,9 +951,9 @@ async fn the_page_watches_another_programs_port_live_and_names_its_stalls() -> R
     result
 }
 
-/// `watch --try` on a program ackscope did not start splits its file into the run before the
-/// option and the run with it; the page opens the file, compares the two runs and names the
-/// change made on the running program, with its process.
+/// `watch --try --try-after` on a program ackscope did not start splits its file into the run
+/// before the option (1.5 s of it as it is) and the run with it; the page opens the file,
+/// compares the two runs and names the change made on the running program, with its process.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs root (pidfd_getfd on another program's socket): cargo xtask test runs it as root"]
 async fn a_watch_that_tried_an_option_is_compared_before_and_after_on_the_page() -> Result<()> {
@@ -972,7 +972,7 @@ async fn a_watch_that_tried_an_option_is_compared_before_and_after_on_the_page()
     let dir = ackscope_tests::scratch_dir()?;
     let file = dir.path().join("tried.ackscope");
     let mut watch = std::process::Command::new(ackscope_tests::ackscope_bin()?)
-        .args(["watch", "--port", &port, "--try", "nodelay=server", "-o"])
+        .args(["watch", "--port", &port, "--try", "nodelay=server", "--try-after", "1500ms", "-o"])
         .arg(&file)
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::piped())
@@ -988,7 +988,9 @@ async fn a_watch_that_tried_an_option_is_compared_before_and_after_on_the_page()
         }
     }
     let mut watch = ackscope_tests::Reaped(watch);
-    let client_ran = pair_py(&["client", "--port", &port, "--requests", "20", "--split"])
+    // About 88 ms a request before the change (two delayed ACKs), 44 after (the client's):
+    // 40 requests outlast the 1.5 s the programs are watched as they are.
+    let client_ran = pair_py(&["client", "--port", &port, "--requests", "40", "--split"])
         .output()
         .context("pair.py client")?;
     ensure!(client_ran.status.success(), "pair.py client failed");
@@ -1038,13 +1040,20 @@ async fn a_watch_that_tried_an_option_is_compared_before_and_after_on_the_page()
              python3)"
         );
         ensure!(changed.contains(&expected), "the page names {changed:?}, not {expected:?}");
-        // The run with the option still has the client's stalls (its socket kept Nagle): the
-        // waits by class are the watch's, found from its packets.
-        let cell = "[data-testid=compare-classes] tr[data-class=nagle_delayed_ack] \
-                    td[data-run-id='2']";
-        let count = client.find(css(cell)).await?.attr("data-count").await?.unwrap_or_default();
-        let count: u32 = count.parse().unwrap_or(0);
-        ensure!(count >= 10, "{count} Nagle x delayed ACK waits shown for run 2, of 20 requests");
+        // The waits by class are the watch's, found from its packets: both directions' before
+        // the change, the client's alone after it (its socket kept Nagle), one a request.
+        let mut counts = Vec::new();
+        for run in ["1", "2"] {
+            let cell = format!(
+                "[data-testid=compare-classes] tr[data-class=nagle_delayed_ack] \
+                 td[data-run-id='{run}']"
+            );
+            let count = client.find(css(&cell)).await?.attr("data-count").await?;
+            counts.push(count.unwrap_or_default().parse::<u32>().unwrap_or(0));
+        }
+        let (before, after) = (counts[0], counts[1]);
+        ensure!(before >= 10, "{before} Nagle x delayed ACK waits shown before the change");
+        ensure!(after >= 10, "{after} Nagle x delayed ACK waits shown after the change");
         screenshot(&client, "watch-tried.png").await
     }
     .await;
