@@ -435,12 +435,7 @@ async fn a_million_request_session_opens_and_its_slowest_request_is_one_click_aw
     let (_driver, client, _profile) = start_browser().await?;
     let result = async {
         client.goto(&url).await?;
-        let input = client
-            .wait()
-            .at_most(Duration::from_secs(30))
-            .for_element(css("[data-testid=open-file]"))
-            .await?;
-        input.send_keys(&file.display().to_string()).await?;
+        open_file(&client, &file).await?;
         let deadline = Instant::now() + Duration::from_secs(180);
         // While it loads (seconds), the whole run's overview from the file's end is painted.
         let mut previewed_slowest_ns = None;
@@ -524,12 +519,7 @@ async fn a_capture_opens_on_the_page_with_the_stalls_import_names_and_exports() 
     let (_driver, client, profile) = start_browser().await?;
     let result = async {
         client.goto(&url).await?;
-        let input = client
-            .wait()
-            .at_most(Duration::from_secs(30))
-            .for_element(css("[data-testid=open-file]"))
-            .await?;
-        input.send_keys(&capture.display().to_string()).await?;
+        open_file(&client, &capture).await?;
         let connection = client
             .wait()
             .at_most(Duration::from_secs(30))
@@ -668,13 +658,19 @@ fn first_difference(page: &serde_json::Value, cli: &serde_json::Value, at: &str)
 }
 
 /// Opens `file` on the page and waits until its run's summary shows `requests` requests.
-async fn open_and_wait(client: &Client, file: &std::path::Path, requests: u32) -> Result<()> {
+/// Opens `file` from the page's Runs card, as a user picks it.
+async fn open_file(client: &Client, file: &std::path::Path) -> Result<()> {
     let input = client
         .wait()
         .at_most(Duration::from_secs(30))
         .for_element(css("[data-testid=open-file]"))
         .await?;
     input.send_keys(&file.display().to_string()).await?;
+    Ok(())
+}
+
+async fn open_and_wait(client: &Client, file: &std::path::Path, requests: u32) -> Result<()> {
+    open_file(client, file).await?;
     let name = file.file_name().and_then(|n| n.to_str()).unwrap_or_default().to_string();
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
@@ -1009,12 +1005,7 @@ async fn a_watch_that_tried_an_option_is_compared_before_and_after_on_the_page()
     let (_driver, client, _profile) = start_browser().await?;
     let result = async {
         client.goto(&url).await?;
-        let input = client
-            .wait()
-            .at_most(Duration::from_secs(30))
-            .for_element(css("[data-testid=open-file]"))
-            .await?;
-        input.send_keys(&file.display().to_string()).await?;
+        open_file(&client, &file).await?;
         for id in ["1", "2"] {
             let toggle =
                 format!("[data-testid=run-entry][data-run-id='{id}'] [data-testid=compare-toggle]");
