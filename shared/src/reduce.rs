@@ -604,7 +604,8 @@ impl SessionReducer {
             | ToBrowser::Overview { .. }
             | ToBrowser::Trailer(_)
             | ToBrowser::ClassState(_)
-            | ToBrowser::Stream { .. } => {}
+            | ToBrowser::Stream { .. }
+            | ToBrowser::TryRights { .. } => {}
         }
     }
 

@@ -80,6 +80,19 @@ impl StallClass {
         )
     }
 
+    /// The fix of this class that can be tried on running programs from outside (a page's
+    /// "try" button on a watch): TCP_NODELAY on the writer, where Nagle held the data. The
+    /// others need the program's code (one write), stay set only inside it (TCP_QUICKACK), or
+    /// are not socket options.
+    pub fn live_fix(self) -> Option<crate::tried::TriedOption> {
+        match self {
+            StallClass::NagleDelayedAck | StallClass::NagleRoundTrip => {
+                Some(crate::tried::TriedOption::NoDelay)
+            }
+            _ => None,
+        }
+    }
+
     /// What removes stalls of this class. `writer` and `reader` are the sides involved.
     pub fn fixes(self, writer: Side, reader: Side) -> Vec<String> {
         let (w, r) = (writer.name(), reader.name());

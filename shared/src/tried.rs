@@ -27,6 +27,46 @@ impl TriedOption {
     }
 }
 
+/// Which side's sockets of the watched connections an option is tried on (`--try
+/// nodelay=server`, or a page's "try" button).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum Sides {
+    Client,
+    Server,
+    Both,
+}
+
+impl Sides {
+    /// The side alone.
+    pub fn of(side: Side) -> Sides {
+        match side {
+            Side::Client => Sides::Client,
+            Side::Server => Sides::Server,
+        }
+    }
+
+    pub fn includes(self, side: Side) -> bool {
+        matches!(
+            (self, side),
+            (Sides::Both, _) | (Sides::Client, Side::Client) | (Sides::Server, Side::Server)
+        )
+    }
+
+    /// Each side included, the client's first.
+    pub fn each(self) -> impl Iterator<Item = Side> {
+        [Side::Client, Side::Server].into_iter().filter(move |side| self.includes(*side))
+    }
+
+    /// "the server", "the client", "both sides".
+    pub fn words(self) -> &'static str {
+        match self {
+            Sides::Client => "the client",
+            Sides::Server => "the server",
+            Sides::Both => "both sides",
+        }
+    }
+}
+
 /// One option turned on for the sockets of one process on one side of the watched
 /// connections.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -168,6 +208,11 @@ impl TriedRecord {
 
     pub fn is_empty(&self) -> bool {
         self.tried.is_empty()
+    }
+
+    /// Whether `option` was applied to some socket on `side`.
+    pub fn has(&self, option: TriedOption, side: Side) -> bool {
+        self.tried.iter().any(|entry| (entry.option, entry.side) == (option, side))
     }
 }
 

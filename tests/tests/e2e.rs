@@ -1051,3 +1051,147 @@ async fn a_watch_that_tried_an_option_is_compared_before_and_after_on_the_page()
     client.close().await?;
     result
 }
+
+/// The page tries a stall's fix on a program ackscope did not start, live: while its watch
+/// runs, the Nagle x delayed ACK stall of the server's answers offers "try TCP_NODELAY on the
+/// server's sockets"; pressing it changes the running server's socket, the watch goes on in a
+/// second run with the option, where the server's answers no longer stall and the client's
+/// requests still do, and comparing the two runs names the change and the process.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs root (pidfd_getfd on another program's socket): cargo xtask test runs it as root"]
+async fn the_page_tries_a_stalls_fix_on_the_watched_program_live() -> Result<()> {
+    use std::io::BufRead;
+    ackscope_tests::require_root("changing another program's socket");
+    let mut server = pair_py(&["server", "--split"])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .context("starting pair.py server (python3)")?;
+    let server_pid = server.id();
+    let mut line = String::new();
+    std::io::BufReader::new(server.stdout.take().context("its stdout")?).read_line(&mut line)?;
+    let _server = ackscope_tests::Reaped(server);
+    let port = line.trim().strip_prefix("port ").context("pair.py printed no port")?.to_string();
+
+    let (_probe, url) = start_probe()?;
+    let (_driver, client, _profile) = start_browser().await?;
+    let result = async {
+        client.goto(&url).await?;
+        client
+            .wait()
+            .at_most(Duration::from_secs(30))
+            .for_element(css("[data-testid=watch-start]:not([disabled])"))
+            .await
+            .context("the watch source never became ready: the app did not mount or connect")?;
+        type_into(&client, "watch-port", &port).await?;
+        client.find(css("[data-testid=watch-start]")).await?.click().await?;
+        client
+            .wait()
+            .at_most(Duration::from_secs(20))
+            .for_element(css("[data-testid=run-entry][data-run-id='1'] [data-status=running]"))
+            .await
+            .context("the watch was never shown running")?;
+        // About 88 ms a request before the fix (a delayed ACK each way), 44 ms after: 80
+        // requests last several seconds, most of them after the press.
+        let pair_client = pair_py(&["client", "--port", &port, "--requests", "80", "--split"])
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .context("starting pair.py client")?;
+        let button = "[data-testid=stall-class][data-direction='server->client'] \
+                      button[data-testid=try-fix][data-side=server]";
+        let button = client
+            .wait()
+            .at_most(Duration::from_secs(20))
+            .for_element(css(button))
+            .await
+            .context("no button to try TCP_NODELAY on the server while its answers stalled")?;
+        let words = button.text().await?;
+        ensure!(words == "try TCP_NODELAY on the server's sockets", "the button reads {words:?}");
+        element_screenshot(&client, "section.summary", "watch-try-button.png").await?;
+        button.click().await?;
+        // The run splits where the option went into force: run 2 is the server with it.
+        client
+            .wait()
+            .at_most(Duration::from_secs(20))
+            .for_element(css("[data-testid=run-entry][data-run-id='2'] [data-status=running]"))
+            .await
+            .context("the watch did not go on in a second run once the option was tried")?;
+        ensure!(
+            !client
+                .find_all(css("[data-testid=run-entry][data-run-id='1'] [data-status=done]"))
+                .await?
+                .is_empty(),
+            "run 1, the server as it was, is not shown as done"
+        );
+        let measured = pair_client.wait_with_output()?;
+        ensure!(measured.status.success(), "pair.py client failed");
+        client.find(css("[data-testid=stop-run]")).await?.click().await?;
+        client
+            .wait()
+            .at_most(Duration::from_secs(20))
+            .for_element(css("[data-testid=run-entry][data-run-id='2'] [data-status=interrupted]"))
+            .await
+            .context("Stop did not end the watch's second run")?;
+
+        for id in ["1", "2"] {
+            let toggle =
+                format!("[data-testid=run-entry][data-run-id='{id}'] [data-testid=compare-toggle]");
+            client.find(css(&toggle)).await?.click().await?;
+        }
+        let changed = client
+            .wait()
+            .at_most(Duration::from_secs(10))
+            .for_element(css("[data-testid=what-changed]"))
+            .await
+            .context("no what-changed line after marking both runs")?
+            .text()
+            .await?;
+        let expected = format!(
+            "TCP_NODELAY on the server: off -> on (applied to the running process {server_pid}, \
+             python3)"
+        );
+        ensure!(changed.contains(&expected), "the page names {changed:?}, not {expected:?}");
+        // The stalls of each run by direction: the server's answers stalled before the press
+        // and not after it (the exchange the change fell in aside); the client's requests,
+        // whose socket kept Nagle, both times.
+        let mut counts = std::collections::HashMap::new();
+        for run in ["1", "2"] {
+            let entry = format!("[data-testid=run-entry][data-run-id='{run}'] .run-spec");
+            client.find(css(&entry)).await?.click().await?;
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while !client
+                .find(css("section.summary h2"))
+                .await?
+                .text()
+                .await?
+                .contains(&format!("Run #{run}"))
+            {
+                ensure!(Instant::now() < deadline, "run {run} was not shown when selected");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            let nagle = "[data-testid=stall-class][data-class=nagle_delayed_ack]";
+            for line in client.find_all(css(nagle)).await? {
+                let direction = line.attr("data-direction").await?.unwrap_or_default();
+                let count = line.attr("data-count").await?.unwrap_or_default();
+                counts.insert((direction, run), count.parse::<u32>().unwrap_or(0));
+            }
+        }
+        let count = |direction: &str, run| counts.get(&(direction.to_string(), run)).copied();
+        ensure!(count("server->client", "1") >= Some(1), "the answers' stalls before: {counts:?}");
+        ensure!(
+            count("server->client", "2").unwrap_or(0) <= 1,
+            "the answers' stalls after: {counts:?}"
+        );
+        ensure!(count("client->server", "2") >= Some(20), "the requests' stalls after: {counts:?}");
+        screenshot(&client, "watch-try.png").await
+    }
+    .await;
+    if result.is_err() {
+        if let Ok(png) = client.screenshot().await {
+            let path = std::env::temp_dir().join("ackscope-e2e-watch-try-failure.png");
+            let _ = std::fs::write(&path, png);
+            eprintln!("screenshot of the failure: {}", path.display());
+        }
+    }
+    client.close().await?;
+    result
+}

@@ -104,6 +104,19 @@ pub fn Page(
     let live_host = store.memo(|state| state.live.host().cloned());
     let comparison = store.memo(Comparison::of);
     let clear_compare = Callback::new(move |()| store.update(AppState::clear_compare));
+    // A stall's fix tried on the programs a running watch watches: the run splits when it is
+    // in force (or the probe says why not, beside the buttons).
+    let try_fix = Callback::new(move |(run, option, sides)| {
+        store.update(|state| state.try_requested(run, sides));
+        let message = ToProbe::TryOnWatch { run, option, sides };
+        let sent = outbox.with_value(|outbox| match outbox {
+            Some(send) => send(&message),
+            None => Err("no probe to talk to: open this page from the URL ackscope prints".into()),
+        });
+        if let Err(reason) = sent {
+            store.update(|state| state.rejected = Some(reason));
+        }
+    });
     let no_timeline = store.memo(no_timeline_note);
     let selected = Memo::new(move |_| {
         let req = view.with(|v| v.selected)?;
@@ -158,7 +171,7 @@ pub fn Page(
                 <section class="main">
                     <LessonPanel store lesson view filter link_status outbox class embed />
                     <FilePreview store />
-                    <SummaryPanel selected=summary live_host />
+                    <SummaryPanel selected=summary live_host try_fix />
                     <ExportButtons store />
                     <ComparePanel comparison clear=clear_compare />
                     <NoTimeline note=no_timeline />

@@ -2,7 +2,9 @@
 
 use ackscope_shared::attribution::ClassSummary;
 use ackscope_shared::bulk::BulkSummary;
+use ackscope_shared::tried::TriedOption;
 use ackscope_shared::wire::{HostFacts, Instruments};
+use ackscope_shared::Side;
 use ackscope_shared::Summary;
 
 use crate::timeline::layout::class_word;
@@ -141,6 +143,8 @@ pub struct ClassText {
     pub fixes: Vec<String>,
     /// A held read (red, as on the timeline) rather than another wait (amber).
     pub held: bool,
+    /// The fix a watch can try on the running programs, and the side it goes on (the writer).
+    pub live_fix: Option<(TriedOption, Side)>,
 }
 
 impl ClassText {
@@ -155,6 +159,7 @@ impl ClassText {
             fixes: summary.fixes.clone(),
             // Shared gives these two classes to held reads only.
             held: summary.class.is_held_read(),
+            live_fix: summary.class.live_fix().map(|option| (option, summary.writer)),
         }
     }
 }

@@ -205,7 +205,8 @@ pub fn watch(args: &WatchArgs) -> Result<Ended, Failure> {
                 progress.update(&tally);
                 keep_events(&mut file, &mut write_error, run, events, stop);
             }
-            Handed::Tried(tried) => {
+            // The `--try` flags are one group: its first record is the split, the only one.
+            Handed::Tried { tried, .. } => {
                 if before.is_none() {
                     // The programs as they were end here; the run that follows has the options.
                     let finished = ToBrowser::RunFinished { run, outcome: RunOutcome::Completed };

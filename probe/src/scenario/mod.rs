@@ -18,6 +18,8 @@ use crate::emulate::Link;
 use crate::net::peers::Peers;
 use crate::net::record::{Clock, Recorder};
 use crate::remote::drive::{Remote, ServerEnd, Started};
+use crate::watch::tune::Try;
+use crate::watch::Handed;
 
 /// Batches in flight between the experiment threads and the collector. Each is one exchange (a
 /// dozen events) or at most a few thousand events; this bounds memory if the collector lags.
@@ -178,7 +180,7 @@ pub fn run_against(
         (Scenario::Import(_), _) => RunOutcome::Failed {
             error: "an imported capture is read with `ackscope show`, not run".into(),
         },
-        (Scenario::Watch(spec), Target::Local) => watch_for_a_page(spec, stop, on_events),
+        (Scenario::Watch(spec), Target::Local) => watch_events(spec, stop, on_events),
         (Scenario::Watch(_), _) => RunOutcome::Failed {
             error: "a watch is of this host's ports: it has no server elsewhere".into(),
         },
@@ -186,17 +188,49 @@ pub fn run_against(
 }
 
 /// A watch started like a run (the page's watch source): the same source as `ackscope watch`
-/// ([`crate::watch::run`]). Without CAP_NET_RAW it records TCP_INFO only, as the command does.
-fn watch_for_a_page(
+/// ([`crate::watch::run_until`]). Without CAP_NET_RAW it records TCP_INFO only, as the command
+/// does. Its events only: a page's watch that tries options is [`watch_for_a_page`]'s.
+fn watch_events(
     spec: &ackscope_shared::WatchSpec,
     stop: &AtomicBool,
-    on_events: impl FnMut(Vec<Event>),
+    mut on_events: impl FnMut(Vec<Event>),
+) -> RunOutcome {
+    let (_no_tries, tries) = std::sync::mpsc::channel();
+    watch_for_a_page(spec, stop, &tries, |handed| match handed {
+        Handed::Events(events) => on_events(events),
+        Handed::Tried { .. } => unreachable!("nothing is tried without a try"),
+    })
+}
+
+/// A page's watch: [`watch_events`], trying each option `tries` brings on the programs'
+/// sockets from then on (a stall's fix, tried from the page), and handing over what it
+/// changed ([`Handed::Tried`]) for the page's run to split there. Every option tried is put
+/// back when it ends; what the tries did is logged, naming each process changed.
+pub fn watch_for_a_page(
+    spec: &ackscope_shared::WatchSpec,
+    stop: &AtomicBool,
+    tries: &Receiver<Try>,
+    on_handed: impl FnMut(Handed),
 ) -> RunOutcome {
     let clock = crate::net::record::Clock::start();
-    match crate::watch::watcher::Watcher::open(&spec.ports, clock) {
-        Ok(watcher) => crate::watch::run(watcher, spec, stop, on_events, |_| {}).0,
-        Err(e) => RunOutcome::Failed { error: e.to_string() },
-    }
+    let watcher = match crate::watch::watcher::Watcher::open(&spec.ports, clock) {
+        Ok(watcher) => watcher,
+        Err(e) => return RunOutcome::Failed { error: e.to_string() },
+    };
+    // A process names itself: logged as data.
+    let note = |note: String| tracing::warn!("watch: tried {}", note.escape_debug());
+    let each_step = |watcher: &mut crate::watch::watcher::Watcher| {
+        while let Ok(added) = tries.try_recv() {
+            if let Err(why) = watcher.trials.add(added) {
+                note(why);
+            }
+        }
+        None
+    };
+    let (outcome, counts) =
+        crate::watch::run_until(watcher, spec, stop, on_handed, note, each_step);
+    counts.tried.into_iter().for_each(note);
+    outcome
 }
 
 /// Where the experiment threads' events go.

@@ -32,6 +32,7 @@ use axum::Router;
 use self::room::Room;
 use self::session::Session;
 use crate::scenario;
+use crate::watch::Handed;
 
 /// Browser messages are a few dozen bytes; anything near this is not ours.
 const MAX_INCOMING_MESSAGE_BYTES: usize = 64 * 1024;
@@ -347,8 +348,12 @@ async fn stream_session(mut socket: WebSocket, app: Arc<App>, resume: Option<Res
     let stream = ToBrowser::Stream { id: app.session.id(), resumed: resumed.is_some() };
     let mut cursor = resumed.unwrap_or_default();
     let hello = Hello::current(env!("CARGO_PKG_VERSION"), crate::host::facts());
+    // Whether a page's watch may try a stall's fix on the watched programs: its buttons show
+    // only then, and otherwise say what the probe lacks.
+    let rights = ToBrowser::TryRights { refused: crate::watch::tune::rights().err() };
     if send(&mut socket, &ToBrowser::Hello(hello)).await.is_err()
         || send(&mut socket, &stream).await.is_err()
+        || send(&mut socket, &rights).await.is_err()
     {
         return;
     }
@@ -423,6 +428,15 @@ async fn stream_session(mut socket: WebSocket, app: Arc<App>, resume: Option<Res
                 Some("in a class the presenter's runs are stopped by the presenter".into())
             }
             (Ok(ToProbe::StopRun), _) => app.session.stop_running().err(),
+            (Ok(ToProbe::TryOnWatch { .. }), Some(_)) if !presenter => {
+                Some("in a class the presenter tries the fixes".into())
+            }
+            (Ok(ToProbe::TryOnWatch { run, option, sides }), _) => {
+                let option = crate::watch::tune::Try { knob: option, sides };
+                crate::watch::tune::rights()
+                    .and_then(|()| app.session.try_on_watch(run, option))
+                    .err()
+            }
             (Ok(ToProbe::Present { secret }), Some(room)) => {
                 let was = presenter;
                 presenter = room.is_presenter(&secret);
@@ -555,6 +569,8 @@ pub fn start_run(
         return Err(refusal);
     }
     let (run, stop) = session.begin_stoppable_run(spec.clone(), instruments)?;
+    // A watch takes the fixes its pages try on the programs it watches.
+    let tries = matches!(spec, Scenario::Watch(_)).then(|| session.take_tries(run));
     let session = Arc::clone(session);
     tokio::task::spawn_blocking(move || {
         let ended = Arc::new(AtomicBool::new(false));
@@ -562,19 +578,37 @@ pub fn start_run(
             let (stop, ended) = (Arc::clone(&stop), Arc::clone(&ended));
             std::thread::spawn(move || watch_browser_run(&stop, &ended))
         };
+        // Across a watch's runs too: the watch is one source, bounded as one run.
         let mut events = 0u64;
         let mut too_many = false;
-        let mut notes = scenario::RunNotes::default();
-        let outcome =
-            scenario::run_against(&spec, instruments, &target, &stop, &mut notes, |batch| {
-                events += batch.len() as u64;
-                if events >= limits::MAX_EVENTS && !too_many {
-                    too_many = true;
-                    stop.store(true, std::sync::atomic::Ordering::Relaxed);
-                }
-                session.append(run, batch)
-            })
-            .unwrap_or_else(|e| wire::RunOutcome::Failed { error: e.to_string() });
+        let mut append = |run, batch: Vec<ackscope_shared::Event>| {
+            events += batch.len() as u64;
+            if events >= limits::MAX_EVENTS && !too_many {
+                too_many = true;
+                stop.store(true, std::sync::atomic::Ordering::Relaxed);
+            }
+            session.append(run, batch)
+        };
+        // The run going on: a watch that tries a fix ends its run there and goes on in the next.
+        let mut current = run;
+        let outcome = match (&spec, &tries) {
+            (Scenario::Watch(watch), Some(tries)) => {
+                scenario::watch_for_a_page(watch, &stop, tries, |handed| match handed {
+                    Handed::Events(batch) => append(current, batch),
+                    Handed::Tried { tried, split: true } => {
+                        current = session.split_run(current, spec.clone(), instruments, tried);
+                    }
+                    Handed::Tried { tried, split: false } => session.tried(current, tried),
+                })
+            }
+            _ => {
+                let mut notes = scenario::RunNotes::default();
+                scenario::run_against(&spec, instruments, &target, &stop, &mut notes, |batch| {
+                    append(run, batch)
+                })
+                .unwrap_or_else(|e| wire::RunOutcome::Failed { error: e.to_string() })
+            }
+        };
         ended.store(true, std::sync::atomic::Ordering::Relaxed);
         let timed_out = watchdog.join().unwrap_or(false);
         let outcome = match outcome {
@@ -594,7 +628,7 @@ pub fn start_run(
             },
             other => other,
         };
-        session.finish(run, outcome);
+        session.finish(current, outcome);
     });
     Ok(())
 }

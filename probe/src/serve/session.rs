@@ -7,8 +7,10 @@
 //! its message; nothing more is made for it.
 
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{Receiver, Sender};
 use std::sync::{Arc, Mutex, MutexGuard};
 
+use ackscope_shared::tried::OptionTried;
 use ackscope_shared::wire::{
     self, Instruments, ResumePoint, RunOutcome, ToBrowser, EVENTS_PER_MESSAGE,
 };
@@ -17,6 +19,7 @@ use axum::body::Bytes;
 use tokio::sync::watch;
 
 use super::limits;
+use crate::watch::tune::Try;
 
 /// One run, as the messages a page is sent: `RunStarted`, its events' `Events` messages, and
 /// `RunFinished` once it ended.
@@ -36,6 +39,18 @@ struct RunRecord {
     finished: Option<Bytes>,
     /// Set to stop the run early (a page's Stop button).
     stop: Arc<AtomicBool>,
+    /// A watch's record of options tried on its programs ([`ToBrowser::OptionsTried`]), the
+    /// newest in full, encoded, and how many times it changed: a page is sent the newest
+    /// whenever it has not had it.
+    tried: Option<(Bytes, u32)>,
+    /// A running watch: where the options a page tries go ([`Session::try_on_watch`]).
+    tries: Option<WatchTries>,
+}
+
+/// The way into a running watch for the options pages try, and what they asked so far.
+struct WatchTries {
+    send: Sender<Try>,
+    asked: Vec<Try>,
 }
 
 /// One encoded `ToBrowser::Events` message of a run, shared by every page it is sent to.
@@ -46,6 +61,20 @@ struct Chunk {
 }
 
 impl RunRecord {
+    fn new(id: RunId, spec: Scenario, instruments: Instruments, stop: Arc<AtomicBool>) -> Self {
+        RunRecord {
+            id,
+            started: encoded(&ToBrowser::RunStarted { run: id, spec, instruments }),
+            chunks: Vec::new(),
+            open: Vec::new(),
+            sealed: 0,
+            finished: None,
+            stop,
+            tried: None,
+            tries: None,
+        }
+    }
+
     /// The run's events so far: those of `chunks` and `open`.
     fn events(&self) -> usize {
         self.sealed + self.open.len()
@@ -129,13 +158,27 @@ pub struct Session {
     id: u64,
 }
 
-/// How far one WebSocket has been sent: per run, events sent and whether the end was sent.
+/// How far one WebSocket has been sent, run by run.
 #[derive(Default)]
 pub struct Cursor {
-    runs: Vec<(usize, bool)>,
+    runs: Vec<Sent>,
     /// The dropped runs this page has been told about: a run dropped while the page was still
     /// being sent it gets its end, saying so, once.
     reconciled: usize,
+}
+
+/// What a page was sent of one run: its events, the changes of its record of options tried,
+/// and whether its end.
+#[derive(Clone, Copy, Default)]
+struct Sent {
+    events: usize,
+    tried: u32,
+    finished: bool,
+}
+
+impl Sent {
+    /// All of a run that ended, or that the page will never get.
+    const WHOLE: Sent = Sent { events: 0, tried: u32::MAX, finished: true };
 }
 
 /// The runs kept, after the `dropped` oldest: the run at `kept[i]` is the stream's run number
@@ -147,6 +190,14 @@ struct Runs {
 }
 
 impl Runs {
+    /// A new run, after making room for it; its id.
+    fn push(&mut self, spec: Scenario, instruments: Instruments, stop: Arc<AtomicBool>) -> RunId {
+        self.make_room();
+        let id = RunId((self.dropped + self.kept.len()) as u32 + 1);
+        self.kept.push(RunRecord::new(id, spec, instruments, stop));
+        id
+    }
+
     /// Drops the oldest finished runs until a new run has room for the largest browser run's
     /// events and is within the count. Tabs that had them keep them; a tab that opens later
     /// starts from the first run kept.
@@ -198,9 +249,14 @@ impl Session {
             && runs.kept[..index].iter().all(|run| run.finished.is_some());
         possible.then(|| Cursor {
             reconciled: runs.dropped,
-            runs: std::iter::repeat_n((0, true), runs.dropped)
-                .chain(runs.kept[..index].iter().map(|run| (run.events(), true)))
-                .chain([(point.events as usize, point.finished)])
+            // The record of options tried is sent again: each entry replaces its own.
+            runs: std::iter::repeat_n(Sent::WHOLE, runs.dropped)
+                .chain(
+                    runs.kept[..index]
+                        .iter()
+                        .map(|run| Sent { events: run.events(), ..Sent::WHOLE }),
+                )
+                .chain([Sent { events: point.events as usize, tried: 0, finished: point.finished }])
                 .collect(),
         })
     }
@@ -228,22 +284,89 @@ impl Session {
                 running.id.0
             ));
         }
-        runs.make_room();
-        let id = RunId((runs.dropped + runs.kept.len()) as u32 + 1);
         let stop = Arc::new(AtomicBool::new(false));
-        let record = RunRecord {
-            id,
-            started: encoded(&ToBrowser::RunStarted { run: id, spec, instruments }),
-            chunks: Vec::new(),
-            open: Vec::new(),
-            sealed: 0,
-            finished: None,
-            stop: Arc::clone(&stop),
-        };
-        runs.kept.push(record);
+        let id = runs.push(spec, instruments, Arc::clone(&stop));
         drop(runs);
         self.notify();
         Ok((id, stop))
+    }
+
+    /// Makes the running watch `run` take the options pages try ([`Session::try_on_watch`]):
+    /// they come out of the receiver.
+    pub fn take_tries(&self, run: RunId) -> Receiver<Try> {
+        let (send, tries) = std::sync::mpsc::channel();
+        if let Some(record) = self.lock().kept.iter_mut().find(|r| r.id == run) {
+            record.tries = Some(WatchTries { send, asked: Vec::new() });
+        }
+        tries
+    }
+
+    /// Asks the running watch `run` to try `option`; refused, saying why, when `run` is no
+    /// running watch or has tried it already.
+    pub fn try_on_watch(&self, run: RunId, option: Try) -> Result<(), String> {
+        let mut runs = self.lock();
+        let record = runs.kept.iter_mut().find(|r| r.id == run).ok_or_else(|| {
+            format!("run {} is not in this probe's session; start a watch to try an option", run.0)
+        })?;
+        if record.finished.is_some() {
+            return Err(format!(
+                "run {} has ended: options are tried on a running watch; start one",
+                run.0
+            ));
+        }
+        let Some(tries) = &mut record.tries else {
+            return Err(format!(
+                "run {} is not a watch: options are tried on the programs a watch watches",
+                run.0
+            ));
+        };
+        let tried =
+            |side| tries.asked.iter().any(|t| t.knob == option.knob && t.sides.includes(side));
+        if option.sides.each().all(tried) {
+            return Err(format!(
+                "{} on {} was asked for already in this watch",
+                option.knob.name(),
+                option.sides.words()
+            ));
+        }
+        tries.send.send(option).map_err(|_| format!("run {} is ending", run.0))?;
+        tries.asked.push(option);
+        Ok(())
+    }
+
+    /// The running watch `run` put a group of tried options into force: `run` ends there,
+    /// completed, and the run that goes on (returned) is of the programs with them, the same
+    /// watch, stopped by the same Stop, with the record of what was tried.
+    pub fn split_run(
+        &self,
+        run: RunId,
+        spec: Scenario,
+        instruments: Instruments,
+        tried: Vec<OptionTried>,
+    ) -> RunId {
+        let mut runs = self.lock();
+        let Some(record) = runs.kept.iter_mut().find(|r| r.id == run) else { return run };
+        record.seal();
+        let outcome = RunOutcome::Completed;
+        record.finished = Some(encoded(&ToBrowser::RunFinished { run, outcome }));
+        let (stop, tries) = (Arc::clone(&record.stop), record.tries.take());
+        let next = runs.push(spec, instruments, stop);
+        if let Some(record) = runs.kept.last_mut() {
+            record.tries = tries;
+            record.tried = Some((encoded(&ToBrowser::OptionsTried { run: next, tried }), 1));
+        }
+        drop(runs);
+        self.notify();
+        next
+    }
+
+    /// The running watch `run`'s options reached more sockets: its record, in full.
+    pub fn tried(&self, run: RunId, tried: Vec<OptionTried>) {
+        if let Some(record) = self.lock().kept.iter_mut().find(|r| r.id == run) {
+            let changes = record.tried.as_ref().map_or(0, |(_, changes)| *changes) + 1;
+            record.tried = Some((encoded(&ToBrowser::OptionsTried { run, tried }), changes));
+        }
+        self.notify();
     }
 
     /// Asks the run that is going to stop; an error if none is.
@@ -265,6 +388,7 @@ impl Session {
         if let Some(record) = self.lock().kept.iter_mut().find(|r| r.id == run) {
             record.seal();
             record.finished = Some(encoded(&ToBrowser::RunFinished { run, outcome }));
+            record.tries = None;
         }
         self.notify();
     }
@@ -280,7 +404,7 @@ impl Session {
         // the session): its end says what the page will never get, so the run does not look
         // as if it were still going.
         for index in cursor.reconciled..dropped.min(cursor.runs.len()) {
-            let (sent, finished) = &mut cursor.runs[index];
+            let Sent { events: sent, finished, .. } = &mut cursor.runs[index];
             if !*finished {
                 let error = format!(
                     "dropped from the probe's memory to make room for later runs before this                      page had all of it ({sent} events sent); the command line's -o keeps whole                      runs"
@@ -294,7 +418,7 @@ impl Session {
         cursor.reconciled = dropped;
         // Runs dropped before this page had them: it never will.
         if cursor.runs.len() < dropped {
-            cursor.runs.resize(dropped, (0, true));
+            cursor.runs.resize(dropped, Sent::WHOLE);
         }
         for (offset, record) in runs.kept.iter_mut().enumerate() {
             if messages.len() >= MESSAGES_PER_CATCH_UP {
@@ -302,10 +426,16 @@ impl Session {
             }
             let index = dropped + offset;
             if index == cursor.runs.len() {
-                cursor.runs.push((0, false));
+                cursor.runs.push(Sent::default());
                 messages.push(record.started.clone());
             }
-            let (sent, finished) = &mut cursor.runs[index];
+            let Sent { events: sent, tried, finished } = &mut cursor.runs[index];
+            if let Some((message, changes)) = &record.tried {
+                if *tried < *changes && messages.len() < MESSAGES_PER_CATCH_UP {
+                    messages.push(message.clone());
+                    *tried = *changes;
+                }
+            }
             while *sent < record.events() && messages.len() < MESSAGES_PER_CATCH_UP {
                 let (message, events) = record.events_from(*sent);
                 messages.push(message);
@@ -519,6 +649,79 @@ mod tests {
         let ends = rest.iter().filter(|m| matches!(m, ToBrowser::RunFinished { .. })).count();
         assert_eq!(ends, 1 + MAX_KEPT_RUNS, "each run's end once, the dropped one's too");
         assert!(session.catch_up(&mut slow).is_empty());
+    }
+
+    /// A page's watch that tries a fix: the probe's session ends the watch's run where the
+    /// option went into force and goes on in a new run with its record; every page, a late
+    /// one too, gets the record after the new run's start and before its events, and a
+    /// change of it again; the same fix twice, or on a run that is no running watch, is
+    /// refused by name.
+    #[test]
+    fn a_watch_that_tries_a_fix_splits_and_every_page_gets_the_record() {
+        use crate::watch::tune::{Knob, Sides};
+        use ackscope_shared::tried::OptionTried;
+        use ackscope_shared::WatchSpec;
+        let session = Session::new();
+        let spec = Scenario::Watch(WatchSpec { ports: vec![8080], ..WatchSpec::default() });
+        let (run, stop) =
+            session.begin_stoppable_run(spec.clone(), Instruments::default()).unwrap();
+        let tries = session.take_tries(run);
+        let server = Try { knob: Knob::NoDelay, sides: Sides::Server };
+        session.try_on_watch(run, server).unwrap();
+        assert_eq!(tries.try_recv(), Ok(server), "the watch is handed the try");
+        let again = session.try_on_watch(run, server).unwrap_err();
+        assert!(again.contains("asked for already"), "{again}");
+        let mut live = Cursor::default();
+        session.append(run, vec![event(1)]);
+        let _ = catch_up_all(&session, &mut live);
+
+        let entry = |sockets| OptionTried {
+            option: Knob::NoDelay,
+            side: Side::Server,
+            pid: 4711,
+            command: "python3".into(),
+            sockets,
+            already_on: 0,
+        };
+        let after = session.split_run(run, spec.clone(), Instruments::default(), vec![entry(1)]);
+        assert_eq!(after, RunId(2));
+        session.append(after, vec![event(2)]);
+        let messages = catch_up_all(&session, &mut live);
+        assert!(
+            matches!(&messages[0], ToBrowser::RunFinished { run: r, outcome: RunOutcome::Completed } if *r == run)
+        );
+        assert!(matches!(&messages[1], ToBrowser::RunStarted { run, .. } if *run == after));
+        assert!(
+            matches!(&messages[2], ToBrowser::OptionsTried { run, tried } if *run == after && tried == &[entry(1)])
+        );
+        assert_eq!(events_of(&messages[3..]), [event(2)]);
+        // The same Stop ends the run that goes on; the watch takes the other side's try still.
+        assert_eq!(session.stop_running(), Ok(after));
+        assert!(stop.load(Ordering::Relaxed));
+        let client = Try { knob: Knob::NoDelay, sides: Sides::Both };
+        session.try_on_watch(after, client).unwrap();
+        assert_eq!(tries.try_recv(), Ok(client));
+        let refused = session.try_on_watch(run, client).unwrap_err();
+        assert!(refused.contains("has ended"), "{refused}");
+
+        session.tried(after, vec![entry(3)]);
+        let messages = catch_up_all(&session, &mut live);
+        assert!(
+            matches!(&messages[..], [ToBrowser::OptionsTried { tried, .. }] if tried == &[entry(3)])
+        );
+        session.finish(after, RunOutcome::Interrupted);
+        let late = catch_up_all(&session, &mut Cursor::default());
+        let tried: Vec<&ToBrowser> =
+            late.iter().filter(|m| matches!(m, ToBrowser::OptionsTried { .. })).collect();
+        assert!(
+            matches!(&tried[..], [ToBrowser::OptionsTried { tried, .. }] if tried == &[entry(3)]),
+            "the newest, once"
+        );
+
+        let rr =
+            session.begin_run(Scenario::Rr(RrSpec::default()), Instruments::default()).unwrap();
+        let not_a_watch = session.try_on_watch(rr, server).unwrap_err();
+        assert!(not_a_watch.contains("is not a watch"), "{not_a_watch}");
     }
 
     #[test]

@@ -37,40 +37,25 @@ use watcher::{WatchCounts, Watcher};
 /// Batches of events are handed over at least this often, so a live view keeps up.
 const HAND_OVER_EVERY: Duration = Duration::from_millis(50);
 
-/// Watches until `stop` is set or `spec.duration_ms` has passed, handing the events to
-/// `on_events` in batches (at most [`EVENTS_PER_MESSAGE`] each) as they come, and what its
-/// `--try` options did to `on_note` as it happens; returns how the watch ended and what it
-/// counted (every option tried is put back by then). `on_events` may set `stop` (a file that
-/// cannot be written).
-pub fn run(
-    watcher: Watcher,
-    spec: &WatchSpec,
-    stop: &AtomicBool,
-    mut on_events: impl FnMut(Vec<Event>),
-    on_note: impl FnMut(String),
-) -> (RunOutcome, WatchCounts) {
-    let on_handed = |handed| match handed {
-        Handed::Events(events) => on_events(events),
-        // Without `--try` (the page's watch) nothing is tried.
-        Handed::Tried(_) => {}
-    };
-    run_until(watcher, spec, stop, on_handed, on_note, |_| None)
-}
-
 /// What a watch hands over as it goes, in order.
 #[derive(Debug)]
 pub enum Handed {
     /// A batch of events, at most [`EVENTS_PER_MESSAGE`].
     Events(Vec<Event>),
-    /// What `--try` changed on which process, in full, whenever it changed: the first time, the
-    /// options went into force, and the events that follow are of the programs with them (the
-    /// events before were handed over first); later, the options reached more sockets.
-    Tried(Vec<OptionTried>),
+    /// What the tries changed on which process, in full, whenever it changed. With `split`, a
+    /// group of tries (the `--try` flags, or one a page added) went into force: the events
+    /// that follow are of the programs with it, those before were handed over first. Without,
+    /// the options reached more sockets.
+    Tried { tried: Vec<OptionTried>, split: bool },
 }
 
-/// [`run`], handing over [`Handed`] values, and calling `each_step` with the watcher after
-/// every step: it may change the watch (a watched command's new ports, [`child`]) and end it
-/// with an outcome (the command exited).
+/// Watches until `stop` is set or `spec.duration_ms` has passed, handing over [`Handed`]
+/// values as they come (events in batches of at most [`EVENTS_PER_MESSAGE`]), and what the
+/// tries did to `on_note` as it happens; calls `each_step` with the watcher after every step:
+/// it may change the watch (a watched command's new ports, [`child`]; a page's added try) and
+/// end it with an outcome (the command exited). Returns how the watch ended and what it
+/// counted (every option tried is put back by then). `on_handed` may set `stop` (a file that
+/// cannot be written).
 pub fn run_until(
     mut watcher: Watcher,
     spec: &WatchSpec,
@@ -85,7 +70,7 @@ pub fn run_until(
     let mut handed_over = Instant::now();
     // What `--try` changed, and when, until the step after it has read the packets sent
     // before the change.
-    let mut changed: Option<(Vec<OptionTried>, u64)> = None;
+    let mut changed: Option<(Vec<OptionTried>, bool, u64)> = None;
     let outcome = loop {
         if stop.load(Ordering::SeqCst) {
             break RunOutcome::Interrupted;
@@ -99,12 +84,12 @@ pub fn run_until(
         // while it was being set (the walk of /proc for the sockets' processes takes up to
         // tens of milliseconds) are read by the next step. The split waits for that step and
         // goes by time: what was stamped before the change is of the programs as they were.
-        if let Some((tried, at_ns)) = changed.take() {
-            hand_over_split(&mut batch, tried, at_ns, &mut on_handed);
+        if let Some(change) = changed.take() {
+            hand_over_split(&mut batch, change, &mut on_handed);
             handed_over = Instant::now();
         }
-        if let Some(tried) = watcher.trials.take_record() {
-            changed = Some((tried, watcher.tried_at_ns()));
+        if let Some((tried, split)) = watcher.trials.take_record() {
+            changed = Some((tried, split, watcher.tried_at_ns()));
         }
         if let Some(ended) = each_step(&mut watcher) {
             break ended;
@@ -113,8 +98,8 @@ pub fn run_until(
         // stamped before some of the packets this step read (a first byte set in the kernel).
         let full = batch.len() >= EVENTS_PER_MESSAGE;
         if full || (changed.is_none() && handed_over.elapsed() >= HAND_OVER_EVERY) {
-            if let Some((tried, at_ns)) = changed.take() {
-                hand_over_split(&mut batch, tried, at_ns, &mut on_handed);
+            if let Some(change) = changed.take() {
+                hand_over_split(&mut batch, change, &mut on_handed);
             }
             if !batch.is_empty() {
                 let events = std::mem::replace(&mut batch, Vec::with_capacity(EVENTS_PER_MESSAGE));
@@ -124,8 +109,8 @@ pub fn run_until(
         }
     };
     let counts = watcher.finish(&mut batch);
-    if let Some((tried, at_ns)) = changed {
-        hand_over_split(&mut batch, tried, at_ns, &mut on_handed);
+    if let Some(change) = changed {
+        hand_over_split(&mut batch, change, &mut on_handed);
     }
     if !batch.is_empty() {
         on_handed(Handed::Events(batch));
@@ -133,12 +118,11 @@ pub fn run_until(
     (outcome, counts)
 }
 
-/// Hands over the events of `batch` stamped before `at_ns` (up to the first stamped later),
-/// then what was tried; the rest stays in `batch`, for the run after the change.
+/// Hands over the events of `batch` stamped before the change (up to the first stamped at or
+/// after it), then what was tried; the rest stays in `batch`, for the run after the change.
 fn hand_over_split(
     batch: &mut Vec<Event>,
-    tried: Vec<OptionTried>,
-    at_ns: u64,
+    (tried, split, at_ns): (Vec<OptionTried>, bool, u64),
     on_handed: &mut impl FnMut(Handed),
 ) {
     let after = batch.iter().position(|e| e.at_ns >= at_ns).unwrap_or(batch.len());
@@ -147,7 +131,7 @@ fn hand_over_split(
     if !before.is_empty() {
         on_handed(Handed::Events(before));
     }
-    on_handed(Handed::Tried(tried));
+    on_handed(Handed::Tried { tried, split });
 }
 
 #[cfg(test)]
@@ -178,8 +162,9 @@ mod tests {
             already_on: 0,
         };
         let mut handed = Vec::new();
-        hand_over_split(&mut batch, vec![tried.clone()], 25, &mut |h| handed.push(h));
-        let [Handed::Events(before), Handed::Tried(what)] = &handed[..] else {
+        hand_over_split(&mut batch, (vec![tried.clone()], true, 25), &mut |h| handed.push(h));
+        let [Handed::Events(before), Handed::Tried { tried: what, split: true }] = &handed[..]
+        else {
             panic!("{handed:?}")
         };
         assert_eq!(before.iter().map(|e| e.at_ns).collect::<Vec<_>>(), [10, 20]);
@@ -187,8 +172,8 @@ mod tests {
         assert_eq!(batch.iter().map(|e| e.at_ns).collect::<Vec<_>>(), [30, 40], "run 2's");
         // Nothing before the change: no empty batch, only what was tried.
         let mut handed = Vec::new();
-        hand_over_split(&mut batch, vec![tried], 5, &mut |h| handed.push(h));
-        assert!(matches!(&handed[..], [Handed::Tried(_)]), "{handed:?}");
+        hand_over_split(&mut batch, (vec![tried], false, 5), &mut |h| handed.push(h));
+        assert!(matches!(&handed[..], [Handed::Tried { split: false, .. }]), "{handed:?}");
         assert_eq!(batch.len(), 2);
     }
 }

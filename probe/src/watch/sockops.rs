@@ -87,6 +87,16 @@ pub struct SetOn {
     pub at_ns: u64,
 }
 
+/// The ports map's value for `sides`.
+fn side_bits(sides: Sides) -> u64 {
+    let bits = match sides {
+        Sides::Client => CLIENT,
+        Sides::Server => SERVER,
+        Sides::Both => CLIENT | SERVER,
+    };
+    bits as u64
+}
+
 /// The `sock_ops` program, attached, with its maps.
 pub struct FirstByte {
     ports: OwnedFd,
@@ -107,11 +117,7 @@ impl FirstByte {
     /// when the kernel refuses the program (its verifier's words).
     pub fn attach(ports: &[u16], sides: Sides) -> io::Result<FirstByte> {
         supported()?;
-        let sides = match sides {
-            Sides::Client => CLIENT,
-            Sides::Server => SERVER,
-            Sides::Both => CLIENT | SERVER,
-        } as u64;
+        let sides = side_bits(sides);
         let port_map = map_create(MAP_TYPE_HASH, 4, 8, MAX_PORTS)?;
         for &port in ports {
             map_update(&port_map, u32::from(port), sides)?;
@@ -150,6 +156,13 @@ impl FirstByte {
     /// New connections on `port` get the option too from now on.
     pub fn add_port(&self, port: u16) -> io::Result<()> {
         map_update(&self.ports, u32::from(port), self.sides)
+    }
+
+    /// New connections on `ports` get the option on `sides` too from now on (a try added to a
+    /// running watch).
+    pub fn widen(&mut self, sides: Sides, ports: &[u16]) -> io::Result<()> {
+        self.sides |= side_bits(sides);
+        ports.iter().try_for_each(|&port| self.add_port(port))
     }
 
     /// Calls `each` with every connection the program changed since the last call.
@@ -233,6 +246,11 @@ impl NewConnections {
 
     pub fn add_port(&self, port: u16) -> io::Result<()> {
         self.program.add_port(port)
+    }
+
+    /// See [`FirstByte::widen`].
+    pub fn widen(&mut self, sides: Sides, ports: &[u16]) -> io::Result<()> {
+        self.program.widen(sides, ports)
     }
 
     /// Counts in `record` the sockets the program changed since the last call, each under its

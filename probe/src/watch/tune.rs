@@ -40,31 +40,8 @@ fn level_and_name(knob: Knob) -> (libc::c_int, libc::c_int) {
     }
 }
 
-/// Which side's sockets an option is tried on.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Sides {
-    Client,
-    Server,
-    Both,
-}
-
-impl Sides {
-    pub fn includes(self, side: Side) -> bool {
-        matches!(
-            (self, side),
-            (Sides::Both, _) | (Sides::Client, Side::Client) | (Sides::Server, Side::Server)
-        )
-    }
-
-    /// "the server", "the client", "both sides".
-    pub fn words(self) -> &'static str {
-        match self {
-            Sides::Client => "the client",
-            Sides::Server => "the server",
-            Sides::Both => "both sides",
-        }
-    }
-}
+/// Which side's sockets an option is tried on: the session's own, as a page asks for it.
+pub use ackscope_shared::tried::Sides;
 
 /// One `--try`: an option, on one side's sockets or both.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -335,6 +312,12 @@ pub struct Trials {
     changed_at_ns: Option<u64>,
     /// The watched ports: where the sockets still open at the end are looked for.
     ports: Vec<u16>,
+    /// The options and sides of each group of tries not yet applied to any socket: the
+    /// command line's `--try` flags are one group, each try a page adds ([`Trials::add`])
+    /// another. The first change a group makes splits the session there ([`Trials::take_record`]).
+    fresh: Vec<Vec<(Knob, Side)>>,
+    /// A group made its first change since the record was last taken.
+    split: bool,
 }
 
 /// `/proc` is walked for the sockets to change at most this often, for at most this long: a
@@ -344,7 +327,52 @@ const SOUGHT_WITHIN: Duration = Duration::from_millis(50);
 
 impl Trials {
     pub fn new(tries: Vec<Try>) -> Trials {
-        Trials { tries, ..Trials::default() }
+        let group: Vec<(Knob, Side)> =
+            tries.iter().flat_map(|t| t.sides.each().map(move |side| (t.knob, side))).collect();
+        let fresh = if group.is_empty() { Vec::new() } else { vec![group] };
+        Trials { tries, fresh, ..Trials::default() }
+    }
+
+    /// Tries `added` too, from now on (a page's "try" button on its running watch): its first
+    /// change splits the session again. Refused when every side it names is tried already.
+    pub fn add(&mut self, added: Try) -> Result<(), String> {
+        let group: Vec<(Knob, Side)> = added
+            .sides
+            .each()
+            .filter(|side| {
+                !self.tries.iter().any(|t| t.knob == added.knob && t.sides.includes(*side))
+            })
+            .map(|side| (added.knob, side))
+            .collect();
+        if group.is_empty() {
+            return Err(format!(
+                "{} is tried on {} already in this watch",
+                added.knob.name(),
+                added.sides.words()
+            ));
+        }
+        self.tries.push(added);
+        self.fresh.push(group);
+        if let Some(new) = &mut self.new_connections {
+            if let Err(e) = new.widen(added.sides, &self.ports) {
+                tracing::warn!(
+                    "watch: new connections get {} on {} within a sample, not from their first \
+                     byte ({e})",
+                    added.knob.name(),
+                    added.sides.words()
+                );
+            }
+        }
+        Ok(())
+    }
+
+    /// `knob` was applied to a socket on `side`: the first such change of a fresh group of
+    /// tries splits the session.
+    fn changed(&mut self, knob: Knob, side: Side) {
+        if let Some(at) = self.fresh.iter().position(|group| group.contains(&(knob, side))) {
+            self.fresh.remove(at);
+            self.split = true;
+        }
     }
 
     /// The options go into force only from `at` on (`--try-after`): the watch's first run is
@@ -445,6 +473,7 @@ impl Trials {
                         self.applied[usize::from(*side == Side::Server)] = true;
                         let was = changed.was;
                         self.record.count(*knob, *side, owner.pid, &owner.command, was);
+                        self.changed(*knob, *side);
                         if !self.record_changed {
                             // Set now.
                             self.changed_at_ns = None;
@@ -522,8 +551,12 @@ impl Trials {
                 false => Some(at_ns),
             };
             self.record_changed = true;
-            for (side, count) in [Side::Client, Side::Server].into_iter().zip(new.changed) {
+            let counts = new.changed;
+            for (side, count) in [Side::Client, Side::Server].into_iter().zip(counts) {
                 self.applied[usize::from(side == Side::Server)] |= count > 0;
+                if count > 0 {
+                    self.changed(Knob::NoDelay, side);
+                }
             }
         }
         said
@@ -543,10 +576,12 @@ impl Trials {
     }
 
     /// What was changed on which process so far, per option, side and process, if that changed
-    /// since the last call: the first time, the options went into force (the watch splits its
-    /// session there); later, they reached more sockets.
-    pub fn take_record(&mut self) -> Option<Vec<OptionTried>> {
-        std::mem::take(&mut self.record_changed).then(|| self.record.entries().to_vec())
+    /// since the last call, and whether a group of tries made its first change meanwhile (the
+    /// watch splits its session there: the `--try` flags', each try a page added); otherwise
+    /// the options reached more sockets.
+    pub fn take_record(&mut self) -> Option<(Vec<OptionTried>, bool)> {
+        std::mem::take(&mut self.record_changed)
+            .then(|| (self.record.entries().to_vec(), std::mem::take(&mut self.split)))
     }
 
     /// When the changes of the record [`Trials::take_record`] returned began (CLOCK_MONOTONIC),
@@ -623,6 +658,31 @@ fn refusal(pid: u32, command: &str, e: io::Error) -> Refused {
         Some(libc::ESRCH) | Some(libc::EBADF) => Refused::Gone(e),
         _ => Refused::Other(e),
     }
+}
+
+/// CAP_SYS_PTRACE's bit in a capability set.
+const CAP_SYS_PTRACE: u32 = 19;
+
+/// Whether this process may try options on the sockets of any program it watches (a page's
+/// "try" buttons): with CAP_SYS_PTRACE in its effective set (root has it), which
+/// `pidfd_getfd` needs on another user's process. The error says what it lacks and how to get
+/// it.
+pub fn rights() -> Result<(), String> {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let effective = status
+        .lines()
+        .find_map(|line| line.strip_prefix("CapEff:"))
+        .and_then(|hex| u64::from_str_radix(hex.trim(), 16).ok())
+        .unwrap_or(0);
+    if effective & (1 << CAP_SYS_PTRACE) != 0 {
+        return Ok(());
+    }
+    Err("trying a fix on a watched program's running sockets needs the right to ptrace it, \
+         which this probe lacks (CAP_SYS_PTRACE): start ackscope as root (sudo ackscope), or give \
+         it the capability (sudo setcap cap_sys_ptrace,cap_net_raw+ep $(which ackscope)); a \
+         program ackscope starts itself can be tried on without either: ackscope watch --try \
+         nodelay=server -- COMMAND"
+        .into())
 }
 
 /// Yama's `ptrace_scope` (`/proc/sys/kernel/yama/ptrace_scope`), if the kernel has Yama.
@@ -722,6 +782,28 @@ mod tests {
         assert!(refused("nodelay=left").contains("client, server or both"));
         assert!(refused("nagle=server").contains("nodelay"));
         assert!(Sides::Both.includes(Side::Client) && !Sides::Server.includes(Side::Client));
+    }
+
+    /// The `--try` flags are one group, each try a page adds another: the first change of a
+    /// group splits the session, later changes of it do not; a try already in force is refused.
+    #[test]
+    fn each_group_of_tries_splits_the_session_at_its_first_change() {
+        let server = Try { knob: Knob::NoDelay, sides: Sides::Server };
+        let mut trials = Trials::new(vec![server]);
+        trials.changed(Knob::NoDelay, Side::Server);
+        assert!(std::mem::take(&mut trials.split), "the flags' first change splits");
+        trials.changed(Knob::NoDelay, Side::Server);
+        assert!(!trials.split, "more sockets: no split");
+        let again = trials.add(server).unwrap_err();
+        assert!(again.contains("tried on the server already"), "{again}");
+        // Both sides, the server's in force: the client's first change is the split.
+        trials.add(Try { knob: Knob::NoDelay, sides: Sides::Both }).unwrap();
+        trials.changed(Knob::NoDelay, Side::Server);
+        assert!(!trials.split);
+        trials.changed(Knob::NoDelay, Side::Client);
+        assert!(trials.split);
+        // A page's watch starts with none.
+        assert!(Trials::default().fresh.is_empty() && Trials::new(Vec::new()).fresh.is_empty());
     }
 
     #[test]

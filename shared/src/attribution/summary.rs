@@ -17,6 +17,14 @@ pub struct ClassSummary {
     pub count: u32,
     pub median_ms: f64,
     pub fixes: Vec<String>,
+    /// The side whose data waited (the direction's first): where a fix on the writer goes.
+    /// Not in the JSON, whose `direction` says it.
+    #[serde(skip, default = "client")]
+    pub writer: Side,
+}
+
+fn client() -> Side {
+    Side::Client
 }
 
 impl ClassSummary {
@@ -165,6 +173,7 @@ impl StallTally {
                 count: (waits.len() + more.len()) as u32,
                 median_ms: ns_to_ms(waits.percentile_with(more, 50.0)),
                 fixes: class.fixes(from, to),
+                writer: from,
             })
             .collect();
         // Stable: equal lines keep the groups' order.

@@ -23,7 +23,8 @@ mod run_start;
 /// `Overview` and `Trailer` messages of a file's end and the class's messages; version 3 the
 /// `RunDelay` event kind and `ToProbe::StopRun`; version 4 the `ClockSync` event kind of runs
 /// against a remote server and `ToProbe::StartRemoteRun`; version 5 the `DelayedAck` event kind
-/// of a watch as root; version 6 the `OptionsTried` message of a watch that tries an option.
+/// of a watch as root; version 6 the `OptionsTried` message of a watch that tries an option,
+/// with the live stream's `TryRights` and `ToProbe::TryOnWatch`.
 pub const PROTOCOL_VERSION: u16 = 6;
 
 /// The oldest version this build still reads: every version since only appended messages, so
@@ -85,6 +86,10 @@ pub enum ToBrowser {
         #[serde(deserialize_with = "crate::tried::bounded_list")]
         tried: Vec<crate::tried::OptionTried>,
     },
+    /// The live stream only (never in files), right after `Stream`: whether this probe may try
+    /// an option on the programs a page's watch watches ([`ToProbe::TryOnWatch`]): `None` if it
+    /// may, else what it lacks and how to get it (version 6).
+    TryRights { refused: Option<String> },
 }
 
 /// The presenter's place in the lessons, as the room's pages follow it.
@@ -251,6 +256,14 @@ pub enum ToProbe {
         spec: Scenario,
         server: String,
         token: String,
+    },
+    /// Try `option` on the `sides` of the connections the running watch `run` watches, on the
+    /// programs' running sockets (a stall's fix, tried live): the watch splits into the run
+    /// before and the run with the option, as `watch --try` does (version 6).
+    TryOnWatch {
+        run: RunId,
+        option: crate::tried::TriedOption,
+        sides: crate::tried::Sides,
     },
 }
 

@@ -1026,3 +1026,67 @@ async fn the_watch_source_sends_a_watch_and_shows_what_is_wrong_beside_it() {
     let watch = WatchSpec { pid: Some(4242), ..WatchSpec::default() };
     assert_eq!(sent.borrow().last(), Some(&ToProbe::StartRun { spec: Scenario::Watch(watch) }));
 }
+
+/// A running watch of this probe's, its Nagle stalls found from the packets: each stall's live
+/// fix is a button when the probe may try it, which asks the probe and then waits for the run
+/// to split; the probe's refusal is said beside it; without the rights the buttons give way to
+/// what the probe lacks; a finished watch offers nothing.
+#[wasm_bindgen_test]
+async fn a_running_watchs_stall_fix_is_a_button_when_the_probe_may_try_it() {
+    use ackscope_shared::tried::{Sides, TriedOption};
+    use ackscope_shared::{EventKind, WatchSpec};
+
+    let store = Store::new(AppState::default());
+    let watch = Scenario::Watch(WatchSpec { ports: vec![8080], ..WatchSpec::default() });
+    let segments: Vec<_> = ackscope_shared::synthetic::nagle_run_with_packets(5, 44 * MS)
+        .into_iter()
+        .filter(|e| matches!(e.kind, EventKind::Segment(_)))
+        .collect();
+    store.update(|s| {
+        apply(s, hello());
+        apply(s, ToBrowser::TryRights { refused: None });
+        let instruments = Instruments::default();
+        apply(s, ToBrowser::RunStarted { run: RunId(1), spec: watch.clone(), instruments });
+        apply(s, ToBrowser::Events { run: RunId(1), events: segments });
+    });
+    let (root, _mounted, sent) = mount_recording(store);
+    let root: &Element = &root;
+    settle().await;
+    let buttons = all(root, "[data-testid=stall-class] button[data-testid=try-fix]");
+    assert_eq!(buttons.len(), 1, "one Nagle class, one fix to try: {}", root.inner_html());
+    let side = buttons[0].get_attribute("data-side").unwrap_or_default();
+    assert_eq!(
+        buttons[0].text_content().unwrap_or_default(),
+        format!("try TCP_NODELAY on the {side}'s sockets")
+    );
+    let sides = if side == "client" { Sides::Client } else { Sides::Server };
+    buttons[0].unchecked_ref::<HtmlElement>().click();
+    settle().await;
+    assert_eq!(
+        sent.borrow().last(),
+        Some(&ToProbe::TryOnWatch { run: RunId(1), option: TriedOption::NoDelay, sides })
+    );
+    assert!(all(root, "[data-testid=try-fix]").is_empty(), "asked: no second press");
+    assert!(text(root, "[data-testid=try-state]").contains("the run splits"));
+
+    store.update(|s| apply(s, ToBrowser::Rejected { reason: "run 1 has ended".into() }));
+    settle().await;
+    assert_eq!(text(root, "[data-testid=try-refused]"), "The probe refused: run 1 has ended");
+
+    // A probe without the right: no button, what it lacks instead.
+    let lacks = "this probe lacks CAP_SYS_PTRACE: start ackscope as root";
+    store.update(|s| apply(s, ToBrowser::TryRights { refused: Some(lacks.into()) }));
+    store.update(|s| s.start_requested());
+    settle().await;
+    assert!(all(root, "[data-testid=try-fix]").is_empty());
+    assert_eq!(text(root, "[data-testid=try-rights]"), lacks);
+
+    // A finished watch: nothing to try, nothing to say about it.
+    store.update(|s| {
+        apply(s, ToBrowser::TryRights { refused: None });
+        apply(s, ToBrowser::RunFinished { run: RunId(1), outcome: RunOutcome::Interrupted });
+    });
+    settle().await;
+    assert!(all(root, "[data-testid=stall-class]").len() == 1, "the stalls stay");
+    assert!(all(root, "[data-testid=try-fix], [data-testid=try-rights]").is_empty());
+}

@@ -3,11 +3,12 @@
 
 use ackscope_shared::analysis::STALLED_READS_MEANING;
 use ackscope_shared::control::ClockSync;
+use ackscope_shared::tried::{Sides, TriedOption};
 use ackscope_shared::wire::HostFacts;
-use ackscope_shared::Scenario;
+use ackscope_shared::{RunId, Scenario, Side};
 use leptos::prelude::*;
 
-use crate::state::{AppState, Source};
+use crate::state::{AppState, RunStatus, Source};
 use crate::text::{
     describe_instruments, describe_watch_instruments, host_rows, BulkText, ClassText, SummaryText,
 };
@@ -45,7 +46,44 @@ pub struct SelectedRun {
     /// A run against a remote server: its clock, as a sentence.
     clock: Option<String>,
     numbers: Numbers,
+    /// A running watch of this probe's: the fixes it can try on the watched programs.
+    live_try: Option<LiveTry>,
 }
+
+/// What a running watch of this probe's can try on the programs it watches, for the "try"
+/// buttons beside its stalls' fixes (docs/WATCH.md, "Trying a fix from the page").
+#[derive(Clone, Debug, PartialEq)]
+pub struct LiveTry {
+    run: RunId,
+    /// The probe may, or what it lacks.
+    rights: Result<(), String>,
+    /// The options in force on each side in this run (tried before it began).
+    in_force: Vec<(TriedOption, Side)>,
+    /// Asked for in this run, not yet in force: the run splits when a socket has it.
+    asked: Option<Sides>,
+    /// The probe's refusal of what was asked.
+    refused: Option<String>,
+}
+
+impl LiveTry {
+    fn of(state: &AppState, run: &crate::state::Run) -> Option<LiveTry> {
+        let running = run.status == RunStatus::Running;
+        let rights = state.try_rights.clone().filter(|_| running)?;
+        let Scenario::Watch(_) = run.spec else { return None };
+        let in_force = run.tried.entries().iter().map(|entry| (entry.option, entry.side)).collect();
+        let asked = state.try_asked.filter(|(asked, _)| *asked == run.id);
+        Some(LiveTry {
+            run: run.id,
+            rights,
+            in_force,
+            asked: asked.map(|(_, sides)| sides),
+            refused: asked.and(state.rejected.clone()),
+        })
+    }
+}
+
+/// Asks the running watch to try a fix: its run, the option, the sides.
+pub type TryFix = Callback<(RunId, TriedOption, Sides)>;
 
 #[derive(Clone, Debug, PartialEq)]
 enum Numbers {
@@ -80,6 +118,10 @@ impl SelectedRun {
             },
             host: state.session(key.source).and_then(|s| s.host()).cloned(),
             clock: run.clock.map(|clock| clock_line(&clock)),
+            live_try: match key.source {
+                Source::Live => LiveTry::of(state, run),
+                Source::File(_) => None,
+            },
             numbers: match run.bulk_summary() {
                 Some(bulk) => Numbers::Bulk(BulkText::of(bulk, run.events)),
                 None if run.watch.is_some() => watch_numbers(run),
@@ -129,7 +171,7 @@ fn imported_lines(connections: Vec<String>, classes: Vec<ClassText>) -> impl Int
                 .collect_view()}
         </ul>
         {none.then(|| view! { <p class="hint" data-testid="no-stalls">"no stalls seen in the packets"</p> })}
-        {class_lines(classes)}
+        {class_lines(classes, None)}
     }
 }
 
@@ -181,16 +223,70 @@ fn rr_numbers(text: SummaryText, labels: &'static Labels) -> impl IntoView {
     }
 }
 
-/// A run's or a watch's numbers, what they mean, and the classes of its waits.
-fn numbers(text: SummaryText, classes: Vec<ClassText>, labels: &'static Labels) -> impl IntoView {
+/// A run's or a watch's numbers, what they mean, and the classes of its waits, with the fixes
+/// a running watch can try (`live`).
+fn numbers(
+    text: SummaryText,
+    classes: Vec<ClassText>,
+    labels: &'static Labels,
+    live: Option<(LiveTry, TryFix)>,
+) -> impl IntoView {
+    let tryable = classes.iter().any(|class| class.live_fix.is_some());
+    let live = live.filter(|_| tryable);
+    let note = live.as_ref().and_then(|(live, _)| try_note(live));
     view! {
         {rr_numbers(text, labels)}
         <p class="hint" data-testid="stalled-reads-meaning">{labels.meaning}</p>
-        {class_lines(classes)}
+        {class_lines(classes, live)}
+        {note}
     }
 }
 
-fn class_lines(classes: Vec<ClassText>) -> impl IntoView {
+/// Under the classes: what the probe lacks to try a fix, or why it refused the one asked.
+fn try_note(live: &LiveTry) -> Option<impl IntoView> {
+    let (testid, words) = match (&live.rights, &live.refused) {
+        (Err(lacks), _) => ("try-rights", lacks.clone()),
+        (Ok(()), Some(refused)) => ("try-refused", format!("The probe refused: {refused}")),
+        (Ok(()), None) => return None,
+    };
+    Some(view! { <p class="try-note" role="status" data-testid=testid>{words}</p> })
+}
+
+/// Beside a class's fixes, in a running watch the probe may change: its live fix as a button
+/// ("try TCP_NODELAY on the server's sockets"), or that it is asked for, or in force.
+fn try_button(fix: (TriedOption, Side), live: &LiveTry, act: TryFix) -> Option<impl IntoView> {
+    let (option, side) = fix;
+    live.rights.as_ref().ok()?;
+    let (name, whose) = (option.name(), side.name());
+    let state = if live.in_force.contains(&fix) {
+        Err(format!("{name} is on on the {whose}'s sockets in this run"))
+    } else if live.asked.is_some_and(|asked| asked.includes(side)) {
+        Err(format!("asked: the run splits when the {whose}'s first socket has {name}"))
+    } else {
+        Ok(())
+    };
+    let run = live.run;
+    Some(match state {
+        Ok(()) => view! {
+            <button
+                type="button"
+                class="try-fix"
+                data-testid="try-fix"
+                data-side=whose
+                on:click=move |_| act.run((run, option, Sides::of(side)))
+            >
+                {format!("try {name} on the {whose}'s sockets")}
+            </button>
+        }
+        .into_any(),
+        Err(words) => {
+            view! { <span class="try-state" data-testid="try-state" data-side=whose>{words}</span> }
+                .into_any()
+        }
+    })
+}
+
+fn class_lines(classes: Vec<ClassText>, live: Option<(LiveTry, TryFix)>) -> impl IntoView {
     (!classes.is_empty()).then(|| {
         view! {
             <ul class="stall-classes" aria-label="why calls waited">
@@ -211,6 +307,7 @@ fn class_lines(classes: Vec<ClassText>) -> impl IntoView {
                                 <ul class="fixes">
                                     {class.fixes.into_iter().map(|fix| view! { <li>{fix}</li> }).collect_view()}
                                 </ul>
+                                {class.live_fix.zip(live.as_ref()).and_then(|(fix, (live, act))| try_button(fix, live, *act))}
                             </li>
                         }
                     })
@@ -245,6 +342,7 @@ fn event_count(events: u64) -> impl IntoView {
 pub fn SummaryPanel(
     selected: Memo<Option<SelectedRun>>,
     live_host: Memo<Option<HostFacts>>,
+    try_fix: TryFix,
 ) -> impl IntoView {
     let selected = move || selected.get();
     let live_host = move || live_host.get();
@@ -272,9 +370,9 @@ pub fn SummaryPanel(
                 {run.host.map(machine_line)}
                 {run.clock.map(|line| view! { <p class="clock" data-testid="summary-clock">{line}</p> })}
                 {match run.numbers {
-                    Numbers::Rr(text, classes) => numbers(text, classes, &RUN_LABELS).into_any(),
+                    Numbers::Rr(text, classes) => numbers(text, classes, &RUN_LABELS, None).into_any(),
                     Numbers::Watched(text, classes, timer) => view! {
-                        {numbers(text, classes, &WATCH_LABELS)}
+                        {numbers(text, classes, &WATCH_LABELS, run.live_try.map(|live| (live, try_fix)))}
                         {timer.map(|words| view! {
                             <p class="kernel-timer" data-testid="watch-kernel-timer">
                                 "kernel: " {words}

@@ -23,6 +23,7 @@ pub use run::{Attribution, Run, RunStatus};
 pub use stream::Stream;
 
 use ackscope_shared::overview::Overview;
+use ackscope_shared::tried::Sides;
 use ackscope_shared::wire::{ClassState, ResumePoint, ToBrowser, WireError};
 use ackscope_shared::RunId;
 
@@ -127,6 +128,12 @@ pub struct AppState {
     /// A reconnect's Hello, held until the probe says whether the stream resumes (keep what the
     /// page has) or starts over (start from it).
     pending_hello: Option<ToBrowser>,
+    /// Whether the probe may try a stall's fix on the programs its watch watches, or what it
+    /// lacks (`ToBrowser::TryRights`); `None` until it said.
+    pub try_rights: Option<Result<(), String>>,
+    /// The fix the user last asked a running watch to try: its button waits for the run to
+    /// split, and the probe's refusal of it is shown beside it.
+    pub try_asked: Option<(RunId, Sides)>,
 }
 
 impl Default for AppState {
@@ -143,6 +150,8 @@ impl Default for AppState {
             follow: None,
             live_stream: None,
             pending_hello: None,
+            try_rights: None,
+            try_asked: None,
         }
     }
 }
@@ -220,6 +229,14 @@ impl AppState {
         self.rejected = None;
         self.start_pending = true;
         self.follow = None;
+        self.try_asked = None;
+    }
+
+    /// The user asked the running watch `run` to try a fix on `sides`, and the request is on
+    /// its way.
+    pub fn try_requested(&mut self, run: RunId, sides: Sides) {
+        self.rejected = None;
+        self.try_asked = Some((run, sides));
     }
 
     /// The request never left (no connection): nothing to wait for.
@@ -449,6 +466,8 @@ pub fn apply(state: &mut AppState, message: ToBrowser) {
         }
         // The room's state is the page's business, not the session's (files never hold it).
         ToBrowser::ClassState(class) => state.class = Some(class),
+        // The probe's, not the session's: a file never holds it.
+        ToBrowser::TryRights { refused } => state.try_rights = Some(refused.map_or(Ok(()), Err)),
         message => {
             if let Some(run) = state.live.apply(message) {
                 // The newest run is the one the user just asked for (or the latest of a replay),

@@ -109,7 +109,8 @@ impl Stream {
             | ToBrowser::Overview { .. }
             | ToBrowser::Trailer(_)
             | ToBrowser::ClassState(_)
-            | ToBrowser::Stream { .. } => None,
+            | ToBrowser::Stream { .. }
+            | ToBrowser::TryRights { .. } => None,
             ToBrowser::RunStarted { run, spec, instruments } => {
                 // An id started again (only a crafted file does that) replaces its run where it
                 // was.
