@@ -1106,7 +1106,11 @@ async fn the_page_tries_a_stalls_fix_on_the_watched_program_live() -> Result<()>
             .context("no button to try TCP_NODELAY on the server while its answers stalled")?;
         let words = button.text().await?;
         ensure!(words == "try TCP_NODELAY on the server's sockets", "the button reads {words:?}");
-        element_screenshot(&client, "section.summary", "watch-try-button.png").await?;
+        // The page as the user sees it then: the watch's summary with its buttons, in view.
+        client
+            .execute("document.querySelector('section.summary').scrollIntoView()", vec![])
+            .await?;
+        screenshot(&client, "watch-try-button.png").await?;
         button.click().await?;
         // The run splits where the option went into force: run 2 is the server with it.
         client

@@ -217,20 +217,32 @@ pub fn watch_for_a_page(
         Ok(watcher) => watcher,
         Err(e) => return RunOutcome::Failed { error: e.to_string() },
     };
-    // A process names itself: logged as data.
-    let note = |note: String| tracing::warn!("watch: tried {}", note.escape_debug());
+    // What was changed on another program, for the operator, as `ackscope watch` says it.
+    let log = |line: &str| tracing::warn!("watch: {}", one_line(line));
     let each_step = |watcher: &mut crate::watch::watcher::Watcher| {
         while let Ok(added) = tries.try_recv() {
             if let Err(why) = watcher.trials.add(added) {
-                note(why);
+                log(&why);
             }
         }
         None
     };
+    let note = |note: String| log(&format!("tried {note}"));
     let (outcome, counts) =
         crate::watch::run_until(watcher, spec, stop, on_handed, note, each_step);
-    counts.tried.into_iter().for_each(note);
+    counts.tried.iter().for_each(|line| log(line));
     outcome
+}
+
+/// `text` as one line of a log, its control characters escaped: a process names itself, and
+/// its name is printed as data.
+fn one_line(text: &str) -> String {
+    text.chars()
+        .map(|c| match c.is_control() {
+            true => c.escape_default().to_string(),
+            false => c.to_string(),
+        })
+        .collect()
 }
 
 /// Where the experiment threads' events go.

@@ -1052,22 +1052,26 @@ async fn a_running_watchs_stall_fix_is_a_button_when_the_probe_may_try_it() {
     let (root, _mounted, sent) = mount_recording(store);
     let root: &Element = &root;
     settle().await;
+    // A Nagle stall each way: each direction's writer gets the fix.
     let buttons = all(root, "[data-testid=stall-class] button[data-testid=try-fix]");
-    assert_eq!(buttons.len(), 1, "one Nagle class, one fix to try: {}", root.inner_html());
-    let side = buttons[0].get_attribute("data-side").unwrap_or_default();
+    let words: Vec<String> = buttons.iter().filter_map(|b| b.text_content()).collect();
     assert_eq!(
-        buttons[0].text_content().unwrap_or_default(),
-        format!("try TCP_NODELAY on the {side}'s sockets")
+        words,
+        ["try TCP_NODELAY on the client's sockets", "try TCP_NODELAY on the server's sockets"],
+        "{}",
+        root.inner_html()
     );
-    let sides = if side == "client" { Sides::Client } else { Sides::Server };
-    buttons[0].unchecked_ref::<HtmlElement>().click();
+    let server = "[data-direction='server->client'] button[data-testid=try-fix][data-side=server]";
+    one(root, server).unchecked_into::<HtmlElement>().click();
     settle().await;
+    let sides = Sides::Server;
     assert_eq!(
         sent.borrow().last(),
         Some(&ToProbe::TryOnWatch { run: RunId(1), option: TriedOption::NoDelay, sides })
     );
-    assert!(all(root, "[data-testid=try-fix]").is_empty(), "asked: no second press");
-    assert!(text(root, "[data-testid=try-state]").contains("the run splits"));
+    assert!(all(root, server).is_empty(), "asked: no second press");
+    assert!(text(root, "[data-testid=try-state][data-side=server]").contains("the run splits"));
+    assert_eq!(all(root, "[data-testid=try-fix][data-side=client]").len(), 1, "the other side's");
 
     store.update(|s| apply(s, ToBrowser::Rejected { reason: "run 1 has ended".into() }));
     settle().await;
@@ -1087,6 +1091,6 @@ async fn a_running_watchs_stall_fix_is_a_button_when_the_probe_may_try_it() {
         apply(s, ToBrowser::RunFinished { run: RunId(1), outcome: RunOutcome::Interrupted });
     });
     settle().await;
-    assert!(all(root, "[data-testid=stall-class]").len() == 1, "the stalls stay");
+    assert_eq!(all(root, "[data-testid=stall-class]").len(), 2, "the stalls stay");
     assert!(all(root, "[data-testid=try-fix], [data-testid=try-rights]").is_empty());
 }
