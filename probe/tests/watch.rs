@@ -380,29 +380,14 @@ fn a_keep_alive_http_server_writing_headers_then_body_is_named_with_its_fix() {
     );
 }
 
-/// ackscope run as the unprivileged user nobody, with `capabilities` of setpriv's (none: no
-/// privilege at all): a copy of the binary that user can reach and run, in a folder kept while
-/// the returned guard lives.
-fn as_nobody(capabilities: &[&str]) -> (Command, common::Scratch) {
-    use std::os::unix::fs::PermissionsExt;
-    let dir = common::temp_folder("watch");
-    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
-    let binary = dir.join("ackscope");
-    std::fs::copy(env!("CARGO_BIN_EXE_ackscope"), &binary).unwrap();
-    std::fs::set_permissions(&binary, std::fs::Permissions::from_mode(0o755)).unwrap();
-    let mut command = Command::new("setpriv");
-    command.args(["--reuid=65534", "--regid=65534", "--clear-groups"]).args(capabilities);
-    command.arg("--").arg(&binary);
-    (command, dir)
-}
-
 /// With CAP_NET_RAW alone (what `setcap cap_net_raw+ep` gives): packets, so exchanges and
 /// stalls, but not the kernel's delayed-ACK timer, which the session's evidence says needs root.
 #[test]
 #[ignore = "needs root (switching to an unprivileged uid): cargo xtask test runs it as root"]
 fn with_cap_net_raw_alone_the_watch_reads_packets_and_names_what_the_timer_needs() {
     require_root("switching to an unprivileged uid");
-    let (with_net_raw, _dir) = as_nobody(&["--inh-caps=+net_raw", "--ambient-caps=+net_raw"]);
+    let (with_net_raw, _dir) =
+        common::as_nobody(&["--inh-caps=+net_raw", "--ambient-caps=+net_raw"]);
 
     let (_server, port) = start_server("server", &["--split"]);
     let (watch, _) = Watch::start_as(with_net_raw, port, &[]);
@@ -422,7 +407,7 @@ fn with_cap_net_raw_alone_the_watch_reads_packets_and_names_what_the_timer_needs
 #[ignore = "needs root (switching to an unprivileged uid): cargo xtask test runs it as root"]
 fn without_privileges_the_watch_records_tcp_info_and_names_what_it_lacks() {
     require_root("switching to an unprivileged uid");
-    let (as_nobody, _dir) = as_nobody(&[]);
+    let (as_nobody, _dir) = common::as_nobody(&[]);
 
     let (_server, port) = start_server("server", &["--split"]);
     let (watch, said) = Watch::start_as(as_nobody, port, &[]);

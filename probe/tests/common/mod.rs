@@ -158,16 +158,35 @@ pub fn interrupt(pid: u32) {
     assert!(status.is_ok_and(|s| s.success()), "kill -INT {pid}");
 }
 
+/// ackscope run as the unprivileged user nobody, with `capabilities` of setpriv's (none: no
+/// privilege at all): a copy of the binary that user can reach and run, in a folder kept while
+/// the returned guard lives.
+#[allow(dead_code)]
+pub fn as_nobody(capabilities: &[&str]) -> (Command, Scratch) {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = temp_folder("nobody");
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let binary = dir.join("ackscope");
+    std::fs::copy(env!("CARGO_BIN_EXE_ackscope"), &binary).unwrap();
+    std::fs::set_permissions(&binary, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let mut command = Command::new("setpriv");
+    command.args(["--reuid=65534", "--regid=65534", "--clear-groups"]).args(capabilities);
+    command.arg("--").arg(&binary);
+    (command, dir)
+}
+
 /// The UI server on a port of the kernel's choosing (`ackscope --port 0`: a port found free
 /// beforehand may be taken by then), and its address.
 #[allow(dead_code)]
 pub fn ui_server() -> (std::process::Child, String) {
-    let mut ui = Command::new(env!("CARGO_BIN_EXE_ackscope"))
-        .args(["--port", "0"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    ui_server_as(Command::new(env!("CARGO_BIN_EXE_ackscope")))
+}
+
+/// [`ui_server`], started by `command` (ackscope under `setpriv`, [`as_nobody`]).
+#[allow(dead_code)]
+pub fn ui_server_as(mut command: Command) -> (std::process::Child, String) {
+    let mut ui =
+        command.args(["--port", "0"]).stdout(Stdio::piped()).stderr(Stdio::null()).spawn().unwrap();
     let mut line = String::new();
     BufReader::new(ui.stdout.as_mut().unwrap()).read_line(&mut line).unwrap();
     let url = line.split_whitespace().find(|w| w.starts_with("http://")).expect(&line);
