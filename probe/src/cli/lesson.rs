@@ -6,11 +6,13 @@
 //! child process: exactly what a person would type, and a fresh process per step (the emulated
 //! link needs a single-threaded process to enter its namespace).
 
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use ackscope_shared::lesson::{self, RunWhat, MAX_LESSON_BYTES};
 
+use super::terminal::Printable;
 use super::{Ended, Failure};
 
 #[derive(Debug, clap::Args)]
@@ -53,7 +55,15 @@ pub fn record(args: &RecordLessonArgs) -> Result<Ended, Failure> {
                 command.args(["--count", &requests.to_string()]);
             }
             command.arg("-o").arg(&out).stdout(std::process::Stdio::null());
-            eprintln!("{} step {} ({}): {}", lesson.id, index + 1, run.name(), out.display());
+            // Paths and lesson names printed as data.
+            let _ = writeln!(
+                Printable::terminal(std::io::stderr().lock()),
+                "{} step {} ({}): {}",
+                lesson.id,
+                index + 1,
+                run.name(),
+                out.display()
+            );
             let status = command.status();
             if let Some(path) = spec_file {
                 let _ = std::fs::remove_file(path);
@@ -97,7 +107,11 @@ fn remove_stale(dir: &Path, lesson: &lesson::Lesson) -> Result<(), Failure> {
             let path = entry.path();
             std::fs::remove_file(&path)
                 .map_err(|e| format!("cannot remove {}: {e}", path.display()))?;
-            eprintln!("{}: no step records this any more; removed", path.display());
+            let _ = writeln!(
+                Printable::terminal(std::io::stderr().lock()),
+                "{}: no step records this any more; removed",
+                path.display()
+            );
         }
     }
     Ok(())

@@ -240,8 +240,9 @@ impl ControlHost {
                     }
                     let events = file_ids.renumber(events);
                     if let Some(error) = self.file.write_events(run, events) {
-                        // The server's own loop sees the failure and stops the server.
-                        eprintln!("ackscope: {error}; stopping");
+                        // The server's own loop sees the failure and stops the server. The log
+                        // goes through the one sanitiser: the error names a path.
+                        tracing::error!("{error}; stopping");
                     }
                 }
                 Err(RecvTimeoutError::Timeout) => {}

@@ -407,7 +407,9 @@ impl Session {
             let Sent { events: sent, finished, .. } = &mut cursor.runs[index];
             if !*finished {
                 let error = format!(
-                    "dropped from the probe's memory to make room for later runs before this                      page had all of it ({sent} events sent); the command line's -o keeps whole                      runs"
+                    "dropped from the probe's memory to make room for later runs before this \
+                     page had all of it ({sent} events sent); the command line's -o keeps whole \
+                     runs"
                 );
                 let run = RunId(index as u32 + 1);
                 let end = ToBrowser::RunFinished { run, outcome: RunOutcome::Failed { error } };
