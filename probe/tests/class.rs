@@ -39,8 +39,8 @@ fn state(step: u32) -> ClassState {
 fn state_given_to_a_new_page(class: &Class) -> Option<ClassState> {
     let mut page = open_page(&class.addr, &format!("/ws?room={}", class.code));
     page.get_ref().set_read_timeout(Some(Duration::from_secs(1))).unwrap();
-    // Hello and Stream first; the room's state, if there is one, right after them.
-    for _ in 0..3 {
+    // Hello, Stream and TryRights first; the room's state, if there is one, right after them.
+    for _ in 0..4 {
         // An error here is the second gone by with nothing more.
         let Ok(message) = page.read() else { break };
         if let tungstenite::Message::Binary(bytes) = message {
@@ -67,6 +67,8 @@ fn only_the_presenter_moves_the_room_or_starts_runs() {
     let class = start_class();
     let student = format!("/ws?room={}", class.code);
     let mut page = open_page(&class.addr, &student);
+    // A student's page is told at once that the presenter tries the fixes on a watch.
+    assert_eq!(try_rights(&mut page), Some("in a class the presenter tries the fixes".into()));
     send_frame(&mut page, &ToProbe::ClassState(state(4)));
     assert!(rejected(&mut page).contains("only the presenter moves the room"));
     send_frame(&mut page, &ToProbe::Present { secret: "0".repeat(class.secret.len()) });
@@ -79,10 +81,27 @@ fn only_the_presenter_moves_the_room_or_starts_runs() {
     // The presenter's page, with the secret, moves it: a page joining later is there at once,
     // the presenter's view included.
     let mut presenter = open_page(&class.addr, &student);
+    assert!(try_rights(&mut presenter).is_some(), "not the presenter's until it shows the secret");
     send_frame(&mut presenter, &ToProbe::Present { secret: class.secret.clone() });
+    // Its page is told again: now the probe's own rights (root may; others are told why not).
+    let rights = try_rights(&mut presenter);
+    match common::is_root() {
+        true => assert_eq!(rights, None),
+        false => assert!(rights.is_some_and(|lacks| lacks.contains("CAP_SYS_PTRACE"))),
+    }
     send_frame(&mut presenter, &ToProbe::ClassState(state(4)));
     std::thread::sleep(Duration::from_millis(200));
     assert_eq!(state_given_to_a_new_page(&class), Some(state(4)));
+}
+
+/// The next `TryRights` the probe sends on `page`: what stands in the way of trying a fix.
+fn try_rights(page: &mut Page) -> Option<String> {
+    page.get_ref().set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    loop {
+        if let ToBrowser::TryRights { refused } = next_message(page) {
+            return refused;
+        }
+    }
 }
 
 #[test]

@@ -162,11 +162,33 @@ fn until<T>(page: &mut Page, what: &str, mut wanted: impl FnMut(ToBrowser) -> Op
 #[test]
 #[ignore = "needs root (pidfd_getfd on another program's socket): cargo xtask test runs it as root"]
 fn a_fix_tried_from_the_page_splits_the_watch_and_is_put_back_when_it_stops() {
+    common::require_root("changing another program's socket");
+    try_a_fix_from_the_page(End::Stop);
+}
+
+/// The same, ended by Ctrl-C of the UI server: it waits for the watch to put the option back,
+/// and still ends within 2 s.
+#[test]
+#[ignore = "needs root (pidfd_getfd on another program's socket): cargo xtask test runs it as root"]
+fn a_fix_tried_from_the_page_is_put_back_when_the_ui_server_is_stopped() {
+    common::require_root("changing another program's socket");
+    try_a_fix_from_the_page(End::CtrlC);
+}
+
+/// How the watch of [`try_a_fix_from_the_page`] ends.
+#[derive(PartialEq)]
+enum End {
+    /// The page's Stop.
+    Stop,
+    /// Ctrl-C of the UI server.
+    CtrlC,
+}
+
+fn try_a_fix_from_the_page(end: End) {
     use ackscope_shared::tried::{Sides, TriedOption};
     use ackscope_shared::{EventKind, Side};
-    common::require_root("changing another program's socket");
     let (ui, addr) = ui_server();
-    let _ui = Reaped(ui);
+    let mut ui = Reaped(ui);
     let (server, port) = split_server();
     let mut page = common::open_page(&addr, "/ws");
     let rights = until(&mut page, "TryRights", |m| match m {
@@ -228,12 +250,31 @@ fn a_fix_tried_from_the_page_splits_the_watch_and_is_put_back_when_it_stops() {
         }
         _ => None,
     });
-    send_frame(&mut page, &ToProbe::StopRun);
-    let stopped = until(&mut page, "run 2's end", |m| match m {
-        ToBrowser::RunFinished { run, outcome } if run == after => Some(outcome),
-        _ => None,
-    });
-    assert_eq!(stopped, RunOutcome::Interrupted);
+    match end {
+        End::Stop => {
+            send_frame(&mut page, &ToProbe::StopRun);
+            let stopped = until(&mut page, "run 2's end", |m| match m {
+                ToBrowser::RunFinished { run, outcome } if run == after => Some(outcome),
+                _ => None,
+            });
+            assert_eq!(stopped, RunOutcome::Interrupted);
+        }
+        End::CtrlC => {
+            let asked = std::time::Instant::now();
+            common::interrupt(ui.0.id());
+            let status = loop {
+                if let Some(status) = ui.0.try_wait().unwrap() {
+                    break status;
+                }
+                assert!(asked.elapsed() < std::time::Duration::from_secs(5), "still running");
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            };
+            let took = asked.elapsed();
+            assert_eq!(status.code(), Some(130));
+            // 2 s, and the scheduling of a loaded 2-core machine on top.
+            assert!(took < std::time::Duration::from_millis(2500), "stopped after {took:?}");
+        }
+    }
     let measured = client.wait_with_output().unwrap();
     assert!(measured.status.success(), "pair.py client failed");
     let measured: serde_json::Value = serde_json::from_slice(&measured.stdout).unwrap();

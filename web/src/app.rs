@@ -114,7 +114,7 @@ pub fn Page(
             None => Err("no probe to talk to: open this page from the URL ackscope prints".into()),
         });
         if let Err(reason) = sent {
-            store.update(|state| state.rejected = Some(reason));
+            store.update(|state| state.try_failed(reason));
         }
     });
     let no_timeline = store.memo(no_timeline_note);

@@ -15,7 +15,7 @@ pub mod session;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use ackscope_shared::budget;
 use ackscope_shared::spec::MAX_BROWSER_REQUESTS;
@@ -71,6 +71,7 @@ pub fn run(
     ready: impl FnOnce(),
 ) -> Result<(), String> {
     let addr = listener.local_addr().map_err(|e| format!("reading the bound address: {e}"))?;
+    let session = Session::new();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -82,12 +83,17 @@ pub fn run(
             .map_err(|e| format!("listener on {addr}: {e}"))?;
         let stop = StopSignals::new().map_err(|e| format!("handling Ctrl-C: {e}"))?;
         ready();
-        serve(listener, Session::new(), room, stop)
+        serve(listener, Arc::clone(&session), room, stop)
             .await
             .map_err(|e| format!("serving on {addr}: {e}"))
     });
-    // A run's blocking thread ends within its current step: wait that long, not for ever.
-    runtime.shutdown_timeout(std::time::Duration::from_secs(1));
+    // A run's blocking thread ends within its current step: wait that long, not for ever; a
+    // watch that tried options on the watched programs puts them back first, within the 2 s.
+    let within = match session.tries_in_force() {
+        true => RESTORE_WITHIN,
+        false => std::time::Duration::from_secs(1),
+    };
+    runtime.shutdown_timeout(within);
     served
 }
 
@@ -100,6 +106,7 @@ async fn serve(
     let addr = listener.local_addr()?;
     let own_hosts = addr.ip().is_loopback().then(|| own_hosts(addr));
     let security_headers = guard::security_headers(&content_security_policy());
+    let runs = Arc::clone(&session);
     let app = Arc::new(App {
         session,
         own_origins: own_origins(addr),
@@ -118,12 +125,30 @@ async fn serve(
             // Runs stop and keep what they recorded; open pages would hold a graceful shutdown
             // for ever, so the process ends STOP_WITHIN from now whatever is left, and at once
             // on a second Ctrl-C or SIGTERM.
-            STOP_RUNS.store(true, std::sync::atomic::Ordering::Relaxed);
-            eprintln!("ackscope: stopping (Ctrl-C again to stop at once)");
+            STOP_RUNS.store(true, Ordering::Relaxed);
+            let stopping = std::time::Instant::now();
+            let restoring = runs.tries_in_force();
+            match restoring {
+                true => eprintln!(
+                    "ackscope: stopping, putting back the options tried on the watched programs \
+                     (Ctrl-C again to stop at once, leaving them as tried)"
+                ),
+                false => eprintln!("ackscope: stopping (Ctrl-C again to stop at once)"),
+            }
             tokio::spawn(async move {
                 tokio::select! {
-                    () = stop.next() => {}
+                    () = stop.next() => std::process::exit(130),
                     () = tokio::time::sleep(STOP_WITHIN) => {}
+                }
+                // A watch still putting back what it tried gets the rest of the 2 s.
+                while restoring && RUNS_GOING.load(Ordering::SeqCst) > 0 {
+                    if stopping.elapsed() >= RESTORE_WITHIN {
+                        break;
+                    }
+                    tokio::select! {
+                        () = stop.next() => break,
+                        () = tokio::time::sleep(std::time::Duration::from_millis(10)) => {}
+                    }
                 }
                 std::process::exit(130);
             });
@@ -348,12 +373,17 @@ async fn stream_session(mut socket: WebSocket, app: Arc<App>, resume: Option<Res
     let stream = ToBrowser::Stream { id: app.session.id(), resumed: resumed.is_some() };
     let mut cursor = resumed.unwrap_or_default();
     let hello = Hello::current(env!("CARGO_PKG_VERSION"), crate::host::facts());
-    // Whether a page's watch may try a stall's fix on the watched programs: its buttons show
-    // only then, and otherwise say what the probe lacks.
-    let rights = ToBrowser::TryRights { refused: crate::watch::tune::rights().err() };
+    // Whether this page may try a stall's fix on the programs a watch watches: its buttons show
+    // only then, and otherwise say what is missing. In a class, the presenter's page alone.
+    let rights = |presenter: bool| ToBrowser::TryRights {
+        refused: match (&app.room, presenter) {
+            (Some(_), false) => Some("in a class the presenter tries the fixes".into()),
+            _ => crate::watch::tune::rights().err(),
+        },
+    };
     if send(&mut socket, &ToBrowser::Hello(hello)).await.is_err()
         || send(&mut socket, &stream).await.is_err()
-        || send(&mut socket, &rights).await.is_err()
+        || send(&mut socket, &rights(presenter)).await.is_err()
     {
         return;
     }
@@ -411,6 +441,7 @@ async fn stream_session(mut socket: WebSocket, app: Arc<App>, resume: Option<Res
             );
             return;
         }
+        let was_presenter = presenter;
         let reply = match (wire::decode::<ToProbe>(&bytes), &app.room) {
             (Ok(ToProbe::StartRun { .. }), Some(_)) if !presenter => Some(
                 "in a class the presenter starts the runs; they appear here as they run".into(),
@@ -466,6 +497,9 @@ async fn stream_session(mut socket: WebSocket, app: Arc<App>, resume: Option<Res
                 return;
             }
         }
+        if presenter != was_presenter && send(&mut socket, &rights(presenter)).await.is_err() {
+            return;
+        }
     }
 }
 
@@ -482,6 +516,27 @@ async fn send_encoded(socket: &mut WebSocket, payload: Bytes) -> Result<(), axum
 /// Set by Ctrl-C: every browser-started run stops after its current step, keeping what it
 /// recorded.
 static STOP_RUNS: AtomicBool = AtomicBool::new(false);
+/// Browser-started runs whose thread has not ended yet.
+static RUNS_GOING: AtomicUsize = AtomicUsize::new(0);
+/// After Ctrl-C, how long a watch that tried options on the watched programs has to put them
+/// back before the process ends: within the 2 s ackscope promises for any load.
+const RESTORE_WITHIN: std::time::Duration = std::time::Duration::from_millis(1800);
+
+/// Counts a run's thread in [`RUNS_GOING`] while it lives.
+struct RunGoing;
+
+impl RunGoing {
+    fn start() -> RunGoing {
+        RUNS_GOING.fetch_add(1, Ordering::SeqCst);
+        RunGoing
+    }
+}
+
+impl Drop for RunGoing {
+    fn drop(&mut self) {
+        RUNS_GOING.fetch_sub(1, Ordering::SeqCst);
+    }
+}
 
 /// Limits of a run started from the browser, each named in its refusal or its outcome. The
 /// command line has none of these: there the user chose the run, and its file streams to disk.
@@ -572,7 +627,9 @@ pub fn start_run(
     // A watch takes the fixes its pages try on the programs it watches.
     let tries = matches!(spec, Scenario::Watch(_)).then(|| session.take_tries(run));
     let session = Arc::clone(session);
+    let going = RunGoing::start();
     tokio::task::spawn_blocking(move || {
+        let _going = going;
         let ended = Arc::new(AtomicBool::new(false));
         let watchdog = {
             let (stop, ended) = (Arc::clone(&stop), Arc::clone(&ended));
@@ -585,7 +642,7 @@ pub fn start_run(
             events += batch.len() as u64;
             if events >= limits::MAX_EVENTS && !too_many {
                 too_many = true;
-                stop.store(true, std::sync::atomic::Ordering::Relaxed);
+                stop.store(true, Ordering::Relaxed);
             }
             session.append(run, batch)
         };
@@ -609,7 +666,7 @@ pub fn start_run(
                 .unwrap_or_else(|e| wire::RunOutcome::Failed { error: e.to_string() })
             }
         };
-        ended.store(true, std::sync::atomic::Ordering::Relaxed);
+        ended.store(true, Ordering::Relaxed);
         let timed_out = watchdog.join().unwrap_or(false);
         let outcome = match outcome {
             wire::RunOutcome::Interrupted if too_many => wire::RunOutcome::Failed {
@@ -659,7 +716,6 @@ fn watch_on_this_host(mut watch: WatchSpec) -> Result<(WatchSpec, Instruments), 
 
 /// Until `ended`: stops the run at Ctrl-C, or at [`limits::MAX_DURATION`] (returns true then).
 fn watch_browser_run(stop: &AtomicBool, ended: &AtomicBool) -> bool {
-    use std::sync::atomic::Ordering;
     let started = std::time::Instant::now();
     while !ended.load(Ordering::Relaxed) {
         if STOP_RUNS.load(Ordering::Relaxed) {

@@ -45,6 +45,9 @@ struct RunRecord {
     tried: Option<(Bytes, u32)>,
     /// A running watch: where the options a page tries go ([`Session::try_on_watch`]).
     tries: Option<WatchTries>,
+    /// A watch's run that ended where a tried option went into force: the run it goes on in
+    /// (a try asked of it goes there).
+    continued: Option<RunId>,
 }
 
 /// The way into a running watch for the options pages try, and what they asked so far.
@@ -72,6 +75,7 @@ impl RunRecord {
             stop,
             tried: None,
             tries: None,
+            continued: None,
         }
     }
 
@@ -256,7 +260,12 @@ impl Session {
                         .iter()
                         .map(|run| Sent { events: run.events(), ..Sent::WHOLE }),
                 )
-                .chain([Sent { events: point.events as usize, tried: 0, finished: point.finished }])
+                .chain([Sent {
+                    events: point.events as usize,
+                    // A run the page had whole had its record before its end.
+                    tried: if point.finished { u32::MAX } else { 0 },
+                    finished: point.finished,
+                }])
                 .collect(),
         })
     }
@@ -305,13 +314,19 @@ impl Session {
     /// running watch or has tried it already.
     pub fn try_on_watch(&self, run: RunId, option: Try) -> Result<(), String> {
         let mut runs = self.lock();
-        let record = runs.kept.iter_mut().find(|r| r.id == run).ok_or_else(|| {
+        // A page that had not yet heard that its watch went on in a new run asks the run it
+        // shows: the try goes to the run the watch goes on in.
+        let mut asked = run;
+        while let Some(next) = runs.kept.iter().find(|r| r.id == asked).and_then(|r| r.continued) {
+            asked = next;
+        }
+        let record = runs.kept.iter_mut().find(|r| r.id == asked).ok_or_else(|| {
             format!("run {} is not in this probe's session; start a watch to try an option", run.0)
         })?;
         if record.finished.is_some() {
             return Err(format!(
                 "run {} has ended: options are tried on a running watch; start one",
-                run.0
+                asked.0
             ));
         }
         let Some(tries) = &mut record.tries else {
@@ -350,14 +365,27 @@ impl Session {
         let outcome = RunOutcome::Completed;
         record.finished = Some(encoded(&ToBrowser::RunFinished { run, outcome }));
         let (stop, tries) = (Arc::clone(&record.stop), record.tries.take());
-        let next = runs.push(spec, instruments, stop);
-        if let Some(record) = runs.kept.last_mut() {
-            record.tries = tries;
-            record.tried = Some((encoded(&ToBrowser::OptionsTried { run: next, tried }), 1));
+        // No room made: the watch's events are bounded as one run's, across its runs, and the
+        // room was made when it began.
+        let next = RunId((runs.dropped + runs.kept.len()) as u32 + 1);
+        let mut record = RunRecord::new(next, spec, instruments, stop);
+        record.tries = tries;
+        record.tried = Some((encoded(&ToBrowser::OptionsTried { run: next, tried }), 1));
+        runs.kept.push(record);
+        if let Some(ended) = runs.kept.iter_mut().find(|r| r.id == run) {
+            ended.continued = Some(next);
         }
         drop(runs);
         self.notify();
         next
+    }
+
+    /// Whether a running watch has options tried on the watched programs (to put back when
+    /// it ends).
+    pub fn tries_in_force(&self) -> bool {
+        let runs = self.lock();
+        let running = runs.kept.iter().filter(|r| r.finished.is_none());
+        running.filter_map(|r| r.tries.as_ref()).any(|tries| !tries.asked.is_empty())
     }
 
     /// The running watch `run`'s options reached more sockets: its record, in full.
@@ -700,11 +728,13 @@ mod tests {
         // The same Stop ends the run that goes on; the watch takes the other side's try still.
         assert_eq!(session.stop_running(), Ok(after));
         assert!(stop.load(Ordering::Relaxed));
+        // A page that had not heard of the split asks run 1: the try goes on with the watch.
         let client = Try { knob: Knob::NoDelay, sides: Sides::Both };
-        session.try_on_watch(after, client).unwrap();
+        assert!(session.tries_in_force());
+        session.try_on_watch(run, client).unwrap();
         assert_eq!(tries.try_recv(), Ok(client));
-        let refused = session.try_on_watch(run, client).unwrap_err();
-        assert!(refused.contains("has ended"), "{refused}");
+        let refused = session.try_on_watch(after, client).unwrap_err();
+        assert!(refused.contains("asked for already"), "{refused}");
 
         session.tried(after, vec![entry(3)]);
         let messages = catch_up_all(&session, &mut live);
@@ -712,6 +742,9 @@ mod tests {
             matches!(&messages[..], [ToBrowser::OptionsTried { tried, .. }] if tried == &[entry(3)])
         );
         session.finish(after, RunOutcome::Interrupted);
+        assert!(!session.tries_in_force(), "the watch ended: put back");
+        let refused = session.try_on_watch(run, server).unwrap_err();
+        assert!(refused.contains("run 2 has ended"), "{refused}");
         let late = catch_up_all(&session, &mut Cursor::default());
         let tried: Vec<&ToBrowser> =
             late.iter().filter(|m| matches!(m, ToBrowser::OptionsTried { .. })).collect();

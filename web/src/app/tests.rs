@@ -1073,14 +1073,26 @@ async fn a_running_watchs_stall_fix_is_a_button_when_the_probe_may_try_it() {
     assert!(text(root, "[data-testid=try-state][data-side=server]").contains("the run splits"));
     assert_eq!(all(root, "[data-testid=try-fix][data-side=client]").len(), 1, "the other side's");
 
-    store.update(|s| apply(s, ToBrowser::Rejected { reason: "run 1 has ended".into() }));
+    // The probe's refusal answers the try: said beside the buttons (not as a refused run),
+    // and the button is back.
+    store.update(|s| apply(s, ToBrowser::Rejected { reason: "the watch is ending".into() }));
     settle().await;
-    assert_eq!(text(root, "[data-testid=try-refused]"), "The probe refused: run 1 has ended");
+    assert_eq!(text(root, "[data-testid=try-refused]"), "The probe refused: the watch is ending");
+    assert!(all(root, "[data-testid=rejected]").is_empty(), "not the run form's refusal");
+    // Both sides asked: neither is offered again.
+    one(root, server).unchecked_into::<HtmlElement>().click();
+    settle().await;
+    one(root, "button[data-testid=try-fix][data-side=client]")
+        .unchecked_into::<HtmlElement>()
+        .click();
+    settle().await;
+    assert!(all(root, "[data-testid=try-fix]").is_empty(), "{}", root.inner_html());
+    assert_eq!(all(root, "[data-testid=try-state]").len(), 2);
+    assert!(all(root, "[data-testid=try-refused]").is_empty(), "a new try, no old refusal");
 
     // A probe without the right: no button, what it lacks instead.
     let lacks = "this probe lacks CAP_SYS_PTRACE: start ackscope as root";
     store.update(|s| apply(s, ToBrowser::TryRights { refused: Some(lacks.into()) }));
-    store.update(|s| s.start_requested());
     settle().await;
     assert!(all(root, "[data-testid=try-fix]").is_empty());
     assert_eq!(text(root, "[data-testid=try-rights]"), lacks);

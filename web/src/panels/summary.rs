@@ -60,7 +60,7 @@ pub struct LiveTry {
     /// The options in force on each side in this run (tried before it began).
     in_force: Vec<(TriedOption, Side)>,
     /// Asked for in this run, not yet in force: the run splits when a socket has it.
-    asked: Option<Sides>,
+    asked: Vec<Sides>,
     /// The probe's refusal of what was asked.
     refused: Option<String>,
 }
@@ -71,13 +71,13 @@ impl LiveTry {
         let rights = state.try_rights.clone().filter(|_| running)?;
         let Scenario::Watch(_) = run.spec else { return None };
         let in_force = run.tried.entries().iter().map(|entry| (entry.option, entry.side)).collect();
-        let asked = state.try_asked.filter(|(asked, _)| *asked == run.id);
+        let asked = state.try_asked.iter().filter(|(asked, _)| *asked == run.id);
         Some(LiveTry {
             run: run.id,
             rights,
             in_force,
-            asked: asked.map(|(_, sides)| sides),
-            refused: asked.and(state.rejected.clone()),
+            asked: asked.map(|(_, sides)| *sides).collect(),
+            refused: state.try_refused.clone(),
         })
     }
 }
@@ -260,7 +260,7 @@ fn try_button(fix: (TriedOption, Side), live: &LiveTry, act: TryFix) -> Option<i
     let (name, whose) = (option.name(), side.name());
     let state = if live.in_force.contains(&fix) {
         Err(format!("{name} is on on the {whose}'s sockets in this run"))
-    } else if live.asked.is_some_and(|asked| asked.includes(side)) {
+    } else if live.asked.iter().any(|asked| asked.includes(side)) {
         Err(format!("asked: the run splits when the {whose}'s first socket has {name}"))
     } else {
         Ok(())

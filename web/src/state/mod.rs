@@ -131,9 +131,14 @@ pub struct AppState {
     /// Whether the probe may try a stall's fix on the programs its watch watches, or what it
     /// lacks (`ToBrowser::TryRights`); `None` until it said.
     pub try_rights: Option<Result<(), String>>,
-    /// The fix the user last asked a running watch to try: its button waits for the run to
-    /// split, and the probe's refusal of it is shown beside it.
-    pub try_asked: Option<(RunId, Sides)>,
+    /// The fixes the user asked the running watch to try, by the run they were asked of: their
+    /// buttons wait for the run to split.
+    pub try_asked: Vec<(RunId, Sides)>,
+    /// A try is on its way and the probe has not answered: a refusal now is the try's, shown
+    /// beside its buttons ([`AppState::try_refused`]), not the run form's.
+    try_pending: bool,
+    /// Why the probe refused the last fix asked for.
+    pub try_refused: Option<String>,
 }
 
 impl Default for AppState {
@@ -151,7 +156,9 @@ impl Default for AppState {
             live_stream: None,
             pending_hello: None,
             try_rights: None,
-            try_asked: None,
+            try_asked: Vec::new(),
+            try_pending: false,
+            try_refused: None,
         }
     }
 }
@@ -229,14 +236,23 @@ impl AppState {
         self.rejected = None;
         self.start_pending = true;
         self.follow = None;
-        self.try_asked = None;
+        self.try_pending = false;
     }
 
     /// The user asked the running watch `run` to try a fix on `sides`, and the request is on
-    /// its way.
+    /// its way. What was asked of earlier runs is done with (the watch split since, or ended).
     pub fn try_requested(&mut self, run: RunId, sides: Sides) {
-        self.rejected = None;
-        self.try_asked = Some((run, sides));
+        self.try_refused = None;
+        self.try_pending = true;
+        self.try_asked.retain(|(asked, _)| *asked == run);
+        self.try_asked.push((run, sides));
+    }
+
+    /// The request never left (no connection): said beside the buttons.
+    pub fn try_failed(&mut self, reason: String) {
+        self.try_pending = false;
+        self.try_refused = Some(reason);
+        self.try_asked.pop();
     }
 
     /// The request never left (no connection): nothing to wait for.
@@ -429,6 +445,10 @@ impl AppState {
 fn start_live_over(state: &mut AppState, hello: ToBrowser) {
     state.rejected = None;
     state.start_pending = false;
+    // Another stream: its runs are not the ones the fixes were asked of.
+    state.try_asked.clear();
+    state.try_pending = false;
+    state.try_refused = None;
     if state.selected.is_some_and(|key| key.source == Source::Live) {
         state.selected = None;
     }
@@ -458,6 +478,11 @@ pub fn apply(state: &mut AppState, message: ToBrowser) {
             }
             state.live_stream = Some(id);
         }
+        ToBrowser::Rejected { reason } if state.try_pending => {
+            state.try_pending = false;
+            state.try_refused = Some(reason);
+            state.try_asked.pop();
+        }
         ToBrowser::Rejected { reason } => {
             if state.live.is_greeted() {
                 state.rejected = Some(reason);
@@ -469,6 +494,11 @@ pub fn apply(state: &mut AppState, message: ToBrowser) {
         // The probe's, not the session's: a file never holds it.
         ToBrowser::TryRights { refused } => state.try_rights = Some(refused.map_or(Ok(()), Err)),
         message => {
+            // A run that starts or ends answered a try, if one was on its way (the split, or
+            // the watch's end): a refusal after it is not the try's.
+            if matches!(message, ToBrowser::RunStarted { .. } | ToBrowser::RunFinished { .. }) {
+                state.try_pending = false;
+            }
             if let Some(run) = state.live.apply(message) {
                 // The newest run is the one the user just asked for (or the latest of a replay),
                 // unless the user is reading a file and did not ask for it.
