@@ -265,7 +265,7 @@ pub struct ComparedRun {
     pub series: String,
     /// The polyline's `points`, in plot pixels.
     pub points: String,
-    /// For every run after the first: "#2 vs #1" and what its spec changed from the first's.
+    /// For every run after the first: "#1 vs #2" and what its spec changed from the first's.
     pub changes: Option<(String, String)>,
 }
 
@@ -317,7 +317,9 @@ impl Comparison {
                 };
                 let changes = (i > 0).then(|| {
                     let mixed = key.source != first_key.source;
-                    let vs = format!("{} vs {}", name_in(key, mixed), name_in(first_key, mixed));
+                    // The runs in the order they are compared, as the values are: the first
+                    // marked's, then this one's.
+                    let vs = format!("{} vs {}", name_in(first_key, mixed), name_in(key, mixed));
                     // A watch's run after `--try` differs from the one before in what was
                     // changed on the running program, not in its spec.
                     let mut changed = changes(&first.spec, &run.spec);
@@ -483,8 +485,22 @@ mod tests {
         assert_eq!(nagle.changes, None, "the first is what the others are compared with");
         assert_eq!(
             nodelay.changes,
-            Some(("#2 vs #1".to_string(), "TCP_NODELAY: both sides off -> on".to_string()))
+            Some(("#1 vs #2".to_string(), "TCP_NODELAY: both sides off -> on".to_string()))
         );
+        // Marked the other way round, it reads the other way round: runs and values alike.
+        state.clear_compare();
+        state.toggle_compare(RunKey::live(RunId(2)));
+        state.toggle_compare(RunKey::live(RunId(1)));
+        let reversed = Comparison::of(&state).expect("two runs");
+        assert_eq!(
+            reversed.runs[1].changes,
+            Some(("#2 vs #1".to_string(), "TCP_NODELAY: both sides on -> off".to_string()))
+        );
+        state.clear_compare();
+        state.toggle_compare(RunKey::live(RunId(1)));
+        state.toggle_compare(RunKey::live(RunId(2)));
+        let comparison = Comparison::of(&state).expect("two runs");
+        let [nagle, nodelay] = [&comparison.runs[0], &comparison.runs[1]];
         assert_eq!([nagle.series.as_str(), nodelay.series.as_str()], ["series-0", "series-1"]);
         assert!(nagle.figures.starts_with("p50 88."), "{}", nagle.figures);
         // 0.05 ms to 88 ms: four decades, both lines inside them.
@@ -537,7 +553,7 @@ mod tests {
         assert_eq!(
             comparison.runs[1].changes,
             Some((
-                "#2 vs #1".to_string(),
+                "#1 vs #2".to_string(),
                 "TCP_NODELAY on the server: off -> on (applied to the running process 4711, \
                  python3)"
                     .to_string()
@@ -568,7 +584,7 @@ mod tests {
         assert_eq!(
             comparison.runs[1].changes,
             Some((
-                "#1 (live) vs #1 (from story1.ackscope)".to_string(),
+                "#1 (from story1.ackscope) vs #1 (live)".to_string(),
                 "no change in the spec".to_string()
             ))
         );

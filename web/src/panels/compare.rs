@@ -41,7 +41,8 @@ fn compare_card(clear: Callback<()>, comparison: Comparison) -> impl IntoView {
     }
 }
 
-/// One line per run after the first: "#2 vs #1: TCP_NODELAY: both sides off -> on".
+/// One line per run after the first: "#1 vs #2: TCP_NODELAY: both sides off -> on", the runs
+/// and the values in the order they are compared.
 fn what_changed(runs: &[ComparedRun]) -> impl IntoView {
     let lines = runs
         .iter()
