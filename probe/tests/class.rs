@@ -104,6 +104,26 @@ fn try_rights(page: &mut Page) -> Option<String> {
     }
 }
 
+/// `class --lesson ID` opens the room on the lesson's first step: a page that joins is there at
+/// once. A lesson that is not one is refused with the lessons there are.
+#[test]
+fn a_room_opened_on_a_lesson_is_on_its_first_step_for_every_page() {
+    let class = common::start_class_with(&["--lesson", "forty-ms"]);
+    let first = ClassState {
+        lesson: "forty-ms".into(),
+        step: 0,
+        revealed: false,
+        recording: false,
+        view: ClassView::default(),
+    };
+    assert_eq!(state_given_to_a_new_page(&class), Some(first));
+
+    let refused = common::ackscope(&["class", "--listen", "127.0.0.1:0", "--lesson", "forty"]);
+    assert_eq!(refused.status.code(), Some(2));
+    let said = common::text(&refused.stderr);
+    assert!(said.contains("no lesson \"forty\"") && said.contains("forty-ms, reconnect"), "{said}");
+}
+
 #[test]
 fn a_page_sending_faster_than_a_person_is_disconnected() {
     let class = start_class();

@@ -110,6 +110,16 @@ pub struct LessonError {
     pub problem: String,
 }
 
+/// `(id, text)` of each lesson ackscope carries, in the order of the stories: every file of
+/// `lessons/` at the repository's root, compiled in (the page plays them with no probe; `class
+/// --lesson ID` opens a room on one). A test of the web crate checks that this is every file.
+pub const BUNDLED: [(&str, &str); 4] = [
+    ("forty-ms", include_str!("../../lessons/forty-ms.lesson")),
+    ("reconnect", include_str!("../../lessons/reconnect.lesson")),
+    ("split-writes", include_str!("../../lessons/split-writes.lesson")),
+    ("buffers", include_str!("../../lessons/buffers.lesson")),
+];
+
 /// Parses a lesson file named `id` (its file name without `.lesson`).
 pub fn parse(id: &str, text: &str) -> Result<Lesson, LessonError> {
     let file = format!("{id}.lesson");

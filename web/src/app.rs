@@ -89,6 +89,7 @@ pub fn Page(
     let initial = RwSignal::new(None::<(RunKey, ViewState)>);
     // Where the class is in the lessons (presenter mode enlarges the whole page).
     let lesson = RwSignal::new(LessonState::default());
+    let student = class.as_ref().is_some_and(|role| !role.is_presenter());
     // `?embed=1`: only the timeline, for a course's page (with a lesson's step, or a file).
     let embed = web_sys::window()
         .and_then(|w| w.location().search().ok())
@@ -163,8 +164,12 @@ pub fn Page(
             <ProtocolError error=protocol_error />
             <main class="layout">
                 <aside class="side">
-                    <RunForm store link_status outbox watch_asked />
-                    <WatchSource store link_status outbox asked=watch_asked />
+                    // A student's page follows the presenter's runs and explores files: it
+                    // starts none, so it has no run form.
+                    {(!student).then(|| view! {
+                        <RunForm store link_status outbox watch_asked />
+                        <WatchSource store link_status outbox asked=watch_asked />
+                    })}
                     <RunList store />
                     <OpenedFiles store />
                 </aside>

@@ -2,16 +2,7 @@
 //! so a lesson plays from a static copy of the app with no probe (its recordings are fetched
 //! from `lessons/recordings/` beside the page). Pure: the panel is `panels::lesson`.
 
-use ackscope_shared::lesson::{self, Lesson, LessonError};
-
-/// `(id, text)` of each lesson, in the order of the stories. A test checks that this is every
-/// file of `lessons/`.
-const BUNDLED: [(&str, &str); 4] = [
-    ("forty-ms", include_str!("../../lessons/forty-ms.lesson")),
-    ("reconnect", include_str!("../../lessons/reconnect.lesson")),
-    ("split-writes", include_str!("../../lessons/split-writes.lesson")),
-    ("buffers", include_str!("../../lessons/buffers.lesson")),
-];
+use ackscope_shared::lesson::{self, Lesson, LessonError, BUNDLED};
 
 /// Every bundled lesson, parsed (a bad file is reported by name; the others still play).
 pub fn all() -> Vec<Result<Lesson, LessonError>> {

@@ -1,9 +1,12 @@
-//! `ackscope class [--listen ADDR]`: the web app for a room. It prints the presenter's link
+//! `ackscope class [--listen ADDR] [--lesson ID]`: the web app for a room. It prints the presenter's link
 //! (with the room's secret in its fragment) and the students' link (with the room code); every
 //! page follows the presenter's lesson step, and runs the presenter starts stream to all of them.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
+
+use ackscope_shared::lesson;
+use ackscope_shared::wire::{ClassState, ClassView};
 
 use super::terminal::announce;
 use super::{Ended, Failure};
@@ -19,13 +22,40 @@ pub struct ClassArgs {
     /// such as 0.0.0.0:4045 (they then need the room code to connect)
     #[arg(long, value_name = "ADDR", default_value = DEFAULT_LISTEN)]
     listen: SocketAddr,
+    /// Open the room on this lesson (its file name without .lesson: forty-ms, reconnect,
+    /// split-writes, buffers): every page, the presenter's too, starts on its first step
+    #[arg(long, value_name = "ID")]
+    lesson: Option<String>,
+}
+
+/// The room's first state for `--lesson ID`: the lesson's first step, nothing revealed. The
+/// error names the lessons there are.
+fn opening_on(id: &str) -> Result<ClassState, Failure> {
+    let known: Vec<&str> = lesson::BUNDLED.iter().map(|(id, _)| *id).collect();
+    if !known.contains(&id) {
+        return Err(Failure::Usage(format!(
+            "--lesson: no lesson {id:?}; the lessons are {} (docs/LESSONS.md)",
+            known.join(", ")
+        )));
+    }
+    Ok(ClassState {
+        lesson: id.to_string(),
+        step: 0,
+        revealed: false,
+        recording: false,
+        view: ClassView::default(),
+    })
 }
 
 pub fn class(args: &ClassArgs) -> Result<Ended, Failure> {
+    let opening = args.lesson.as_deref().map(opening_on).transpose()?;
     let listener = std::net::TcpListener::bind(args.listen)
         .map_err(|e| format!("cannot listen on {}: {e}", args.listen))?;
     let addr = listener.local_addr().map_err(|e| format!("reading the bound address: {e}"))?;
     let room = Arc::new(Room::new().map_err(|e| format!("cannot make the room's secret: {e}"))?);
+    if let Some(state) = opening {
+        room.set(state)?;
+    }
     if !serve::assets::is_built() {
         eprintln!("ackscope: this binary has no web app built in; build it with `cargo xtask run`");
     }

@@ -264,8 +264,15 @@ impl Drop for Class {
 
 #[allow(dead_code)]
 pub fn start_class() -> Class {
+    start_class_with(&[])
+}
+
+/// [`start_class`], with more of `ackscope class`'s flags.
+#[allow(dead_code)]
+pub fn start_class_with(flags: &[&str]) -> Class {
     let mut child = Command::new(env!("CARGO_BIN_EXE_ackscope"))
         .args(["class", "--listen", "127.0.0.1:0"])
+        .args(flags)
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()

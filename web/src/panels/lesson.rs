@@ -284,6 +284,28 @@ pub fn LessonPanel(
             });
         });
     }
+    // A presenter's page with no lesson of its own takes the room's: a room opened on a lesson
+    // (`ackscope class --lesson ID`), or the presenter's page reloaded mid-class. From then on
+    // the presenter moves the room.
+    if matches!(class, Some(ClassRole::Presenter { .. })) {
+        let room = Memo::new(move |_| store.read(|s| s.class.clone()));
+        Effect::new(move |_| {
+            let Some(room) = room.get() else { return };
+            if lesson.with_untracked(|s| s.lesson.is_some()) {
+                return;
+            }
+            let Some(index) = list.with_value(|l| l.iter().position(|l| l.id == room.lesson))
+            else {
+                return;
+            };
+            lesson.update(|s| {
+                s.lesson = Some(index);
+                s.step = room.step as usize;
+                s.revealed = room.revealed;
+                s.recording = room.recording;
+            });
+        });
+    }
     // A student's page takes the room's state while it follows: the step, and what the
     // presenter shows (its recording is opened here too; a live run streams here by itself).
     if student {
