@@ -159,7 +159,7 @@ impl ClassText {
             fixes: summary.fixes.clone(),
             // Shared gives these two classes to held reads only.
             held: summary.class.is_held_read(),
-            live_fix: summary.class.live_fix().map(|option| (option, summary.writer)),
+            live_fix: summary.class.live_fix().zip(summary.writer()),
         }
     }
 }

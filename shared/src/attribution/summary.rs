@@ -17,17 +17,21 @@ pub struct ClassSummary {
     pub count: u32,
     pub median_ms: f64,
     pub fixes: Vec<String>,
-    /// The side whose data waited (the direction's first): where a fix on the writer goes.
-    /// Not in the JSON, whose `direction` says it.
-    #[serde(skip, default = "client")]
-    pub writer: Side,
 }
 
-fn client() -> Side {
-    Side::Client
+/// "client->server": a direction as the summaries name it, from where the data came to where
+/// it went ([`ClassSummary::writer`] reads it back).
+fn direction(from: Side, to: Side) -> String {
+    format!("{}->{}", from.name(), to.name())
 }
 
 impl ClassSummary {
+    /// The side whose data waited, the direction's first: where a fix on the writer goes.
+    pub fn writer(&self) -> Option<Side> {
+        let (from, _) = self.direction.split_once("->")?;
+        [Side::Client, Side::Server].into_iter().find(|side| side.name() == from)
+    }
+
     /// "199 stalls: Nagle x delayed ACK, client->server, median 43.6 ms; fixes: ..."
     pub fn line(&self) -> String {
         format!(
@@ -169,11 +173,10 @@ impl StallTally {
             .chain(only_more)
             .map(|((class, from, to), waits, more)| ClassSummary {
                 class,
-                direction: format!("{}->{}", from.name(), to.name()),
+                direction: direction(from, to),
                 count: (waits.len() + more.len()) as u32,
                 median_ms: ns_to_ms(waits.percentile_with(more, 50.0)),
                 fixes: class.fixes(from, to),
-                writer: from,
             })
             .collect();
         // Stable: equal lines keep the groups' order.
@@ -217,5 +220,32 @@ mod tests {
         let [line] = &tally.summaries()[..] else { panic!("one group") };
         assert_eq!(line.count as usize, total - 1);
         assert!((line.median_ms - 40.5).abs() < 40.5 / 64.0, "{}", line.median_ms);
+        assert_eq!(line.writer(), Some(Side::Client), "the data came from the client");
+    }
+
+    #[test]
+    fn a_directions_writer_is_read_back_from_its_words() {
+        for (from, to) in [(Side::Client, Side::Server), (Side::Server, Side::Client)] {
+            let line = ClassSummary {
+                class: StallClass::NagleDelayedAck,
+                direction: direction(from, to),
+                count: 1,
+                median_ms: 40.0,
+                fixes: Vec::new(),
+            };
+            assert_eq!(line.writer(), Some(from), "{}", line.direction);
+        }
+        let odd = ClassSummary { direction: "sideways".into(), ..summary_of_nothing() };
+        assert_eq!(odd.writer(), None, "a file's odd words name no side");
+    }
+
+    fn summary_of_nothing() -> ClassSummary {
+        ClassSummary {
+            class: StallClass::Unexplained,
+            direction: String::new(),
+            count: 0,
+            median_ms: 0.0,
+            fixes: Vec::new(),
+        }
     }
 }
