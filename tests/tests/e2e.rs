@@ -814,6 +814,42 @@ async fn the_page_shows_the_numbers_the_command_line_prints_for_each_source() ->
     result
 }
 
+/// `pair.py server --split` (each answer in two writes, Nagle on): the running server, its pid
+/// and its port.
+fn split_pair_server() -> Result<(ackscope_tests::Reaped, u32, String)> {
+    use std::io::BufRead;
+    let mut server = pair_py(&["server", "--split"])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .context("starting pair.py server (python3)")?;
+    let pid = server.id();
+    let mut line = String::new();
+    std::io::BufReader::new(server.stdout.take().context("its stdout")?).read_line(&mut line)?;
+    let server = ackscope_tests::Reaped(server);
+    let port = line.trim().strip_prefix("port ").context("pair.py printed no port")?.to_string();
+    Ok((server, pid, port))
+}
+
+/// Opens the page at `url` and watches `port` from its watch source, until run 1 shows running.
+async fn watch_from_the_page(client: &Client, url: &str, port: &str) -> Result<()> {
+    client.goto(url).await?;
+    client
+        .wait()
+        .at_most(Duration::from_secs(30))
+        .for_element(css("[data-testid=watch-start]:not([disabled])"))
+        .await
+        .context("the watch source never became ready: the app did not mount or connect")?;
+    type_into(client, "watch-port", port).await?;
+    client.find(css("[data-testid=watch-start]")).await?.click().await?;
+    client
+        .wait()
+        .at_most(Duration::from_secs(20))
+        .for_element(css("[data-testid=run-entry][data-run-id='1'] [data-status=running]"))
+        .await
+        .context("the watch was never shown running")?;
+    Ok(())
+}
+
 /// `python3 pair.py ARGS` (probe/tests/watched: a client and a server ackscope did not write).
 fn pair_py(args: &[&str]) -> std::process::Command {
     let mut command = std::process::Command::new("python3");
@@ -828,36 +864,14 @@ fn pair_py(args: &[&str]) -> std::process::Command {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs root (reading another program's packets): cargo xtask test runs it as root"]
 async fn the_page_watches_another_programs_port_live_and_names_its_stalls() -> Result<()> {
-    use std::io::BufRead;
     ackscope_tests::require_root("watching another program's packets");
     const REQUESTS: usize = 20;
-    let mut server = pair_py(&["server", "--split"])
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .context("starting pair.py server (python3)")?;
-    let mut line = String::new();
-    std::io::BufReader::new(server.stdout.take().context("its stdout")?).read_line(&mut line)?;
-    let _server = ackscope_tests::Reaped(server);
-    let port = line.trim().strip_prefix("port ").context("pair.py printed no port")?.to_string();
+    let (_server, _, port) = split_pair_server()?;
 
     let (_probe, url) = start_probe()?;
     let (_driver, client, _profile) = start_browser().await?;
     let result = async {
-        client.goto(&url).await?;
-        client
-            .wait()
-            .at_most(Duration::from_secs(30))
-            .for_element(css("[data-testid=watch-start]:not([disabled])"))
-            .await
-            .context("the watch source never became ready: the app did not mount or connect")?;
-        type_into(&client, "watch-port", &port).await?;
-        client.find(css("[data-testid=watch-start]")).await?.click().await?;
-        client
-            .wait()
-            .at_most(Duration::from_secs(20))
-            .for_element(css("[data-testid=run-entry][data-run-id='1'] [data-status=running]"))
-            .await
-            .context("the watch was never shown running")?;
+        watch_from_the_page(&client, &url, &port).await?;
         let status = text_of(&client, "watch-status").await?;
         ensure!(status.contains(&format!("port {port}")), "the watch card says {status:?}");
         element_screenshot(&client, "form.watch-source", "watch-source.png").await?;
@@ -955,15 +969,7 @@ async fn the_page_watches_another_programs_port_live_and_names_its_stalls() -> R
 async fn a_watch_that_tried_an_option_is_compared_before_and_after_on_the_page() -> Result<()> {
     use std::io::BufRead;
     ackscope_tests::require_root("changing another program's socket");
-    let mut server = pair_py(&["server", "--split"])
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .context("starting pair.py server (python3)")?;
-    let server_pid = server.id();
-    let mut line = String::new();
-    std::io::BufReader::new(server.stdout.take().context("its stdout")?).read_line(&mut line)?;
-    let _server = ackscope_tests::Reaped(server);
-    let port = line.trim().strip_prefix("port ").context("pair.py printed no port")?.to_string();
+    let (_server, server_pid, port) = split_pair_server()?;
 
     let dir = ackscope_tests::scratch_dir()?;
     let file = dir.path().join("tried.ackscope");
@@ -1060,36 +1066,13 @@ async fn a_watch_that_tried_an_option_is_compared_before_and_after_on_the_page()
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs root (pidfd_getfd on another program's socket): cargo xtask test runs it as root"]
 async fn the_page_tries_a_stalls_fix_on_the_watched_program_live() -> Result<()> {
-    use std::io::BufRead;
     ackscope_tests::require_root("changing another program's socket");
-    let mut server = pair_py(&["server", "--split"])
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .context("starting pair.py server (python3)")?;
-    let server_pid = server.id();
-    let mut line = String::new();
-    std::io::BufReader::new(server.stdout.take().context("its stdout")?).read_line(&mut line)?;
-    let _server = ackscope_tests::Reaped(server);
-    let port = line.trim().strip_prefix("port ").context("pair.py printed no port")?.to_string();
+    let (_server, server_pid, port) = split_pair_server()?;
 
     let (_probe, url) = start_probe()?;
     let (_driver, client, _profile) = start_browser().await?;
     let result = async {
-        client.goto(&url).await?;
-        client
-            .wait()
-            .at_most(Duration::from_secs(30))
-            .for_element(css("[data-testid=watch-start]:not([disabled])"))
-            .await
-            .context("the watch source never became ready: the app did not mount or connect")?;
-        type_into(&client, "watch-port", &port).await?;
-        client.find(css("[data-testid=watch-start]")).await?.click().await?;
-        client
-            .wait()
-            .at_most(Duration::from_secs(20))
-            .for_element(css("[data-testid=run-entry][data-run-id='1'] [data-status=running]"))
-            .await
-            .context("the watch was never shown running")?;
+        watch_from_the_page(&client, &url, &port).await?;
         // About 88 ms a request before the fix (a delayed ACK each way), 44 ms after: 80
         // requests last several seconds, most of them after the press.
         let pair_client = pair_py(&["client", "--port", &port, "--requests", "80", "--split"])
