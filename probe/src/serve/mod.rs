@@ -88,10 +88,18 @@ pub fn run(
             .map_err(|e| format!("serving on {addr}: {e}"))
     });
     // A run's blocking thread ends within its current step: wait that long, not for ever; a
-    // watch that tried options on the watched programs puts them back first, within the 2 s.
-    let within = match session.tries_in_force() {
-        true => RESTORE_WITHIN,
-        false => std::time::Duration::from_secs(1),
+    // watch that tried options on the watched programs puts them back first, within the 2 s
+    // from the Ctrl-C. A second Ctrl-C meanwhile ends the process at once, as it says.
+    let within = match (session.tries_in_force(), STOPPING.get()) {
+        (true, Some(stopping)) => {
+            // SAFETY: signal(2) with the default disposition; no handler of ours runs after.
+            unsafe {
+                libc::signal(libc::SIGINT, libc::SIG_DFL);
+                libc::signal(libc::SIGTERM, libc::SIG_DFL);
+            }
+            RESTORE_WITHIN.saturating_sub(stopping.elapsed())
+        }
+        _ => std::time::Duration::from_secs(1),
     };
     runtime.shutdown_timeout(within);
     served
@@ -122,11 +130,11 @@ async fn serve(
     axum::serve(guard::GuardedListener::new(listener, security_headers), router)
         .with_graceful_shutdown(async move {
             stop.next().await;
-            // Runs stop and keep what they recorded; open pages would hold a graceful shutdown
-            // for ever, so the process ends STOP_WITHIN from now whatever is left, and at once
-            // on a second Ctrl-C or SIGTERM.
+            // Runs stop and keep what they recorded; a request still coming in (a slow page's
+            // download) would hold a graceful shutdown, so the process ends STOP_WITHIN from
+            // now whatever is left, and at once on a second Ctrl-C or SIGTERM.
             STOP_RUNS.store(true, Ordering::Relaxed);
-            let stopping = std::time::Instant::now();
+            let stopping = *STOPPING.get_or_init(std::time::Instant::now);
             let restoring = runs.tries_in_force();
             match restoring {
                 true => eprintln!(
@@ -516,6 +524,8 @@ async fn send_encoded(socket: &mut WebSocket, payload: Bytes) -> Result<(), axum
 /// Set by Ctrl-C: every browser-started run stops after its current step, keeping what it
 /// recorded.
 static STOP_RUNS: AtomicBool = AtomicBool::new(false);
+/// When the first Ctrl-C (or SIGTERM) came.
+static STOPPING: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
 /// Browser-started runs whose thread has not ended yet.
 static RUNS_GOING: AtomicUsize = AtomicUsize::new(0);
 /// After Ctrl-C, how long a watch that tried options on the watched programs has to put them

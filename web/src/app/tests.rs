@@ -1047,7 +1047,7 @@ async fn a_running_watchs_stall_fix_is_a_button_when_the_probe_may_try_it() {
         apply(s, ToBrowser::TryRights { refused: None });
         let instruments = Instruments::default();
         apply(s, ToBrowser::RunStarted { run: RunId(1), spec: watch.clone(), instruments });
-        apply(s, ToBrowser::Events { run: RunId(1), events: segments });
+        apply(s, ToBrowser::Events { run: RunId(1), events: segments.clone() });
     });
     let (root, _mounted, sent) = mount_recording(store);
     let root: &Element = &root;
@@ -1090,6 +1090,29 @@ async fn a_running_watchs_stall_fix_is_a_button_when_the_probe_may_try_it() {
     assert_eq!(all(root, "[data-testid=try-state]").len(), 2);
     assert!(all(root, "[data-testid=try-refused]").is_empty(), "a new try, no old refusal");
 
+    // The server's went into force: the watch goes on in run 2, with the record; the client's,
+    // asked and not yet in force, is still asked there.
+    store.update(|s| {
+        apply(s, ToBrowser::RunFinished { run: RunId(1), outcome: RunOutcome::Completed });
+        let instruments = Instruments::default();
+        apply(s, ToBrowser::RunStarted { run: RunId(2), spec: watch.clone(), instruments });
+        let tried = ackscope_shared::tried::OptionTried {
+            option: TriedOption::NoDelay,
+            side: ackscope_shared::Side::Server,
+            pid: 4711,
+            command: "python3".into(),
+            sockets: 1,
+            already_on: 0,
+        };
+        apply(s, ToBrowser::OptionsTried { run: RunId(2), tried: vec![tried] });
+        apply(s, ToBrowser::Events { run: RunId(2), events: segments.clone() });
+    });
+    settle().await;
+    assert!(text(root, "section.summary h2").contains("Run #2"), "the run going on is shown");
+    assert!(all(root, "[data-testid=try-fix]").is_empty(), "{}", root.inner_html());
+    assert!(text(root, "[data-testid=try-state][data-side=server]").contains("is on on the server"));
+    assert!(text(root, "[data-testid=try-state][data-side=client]").contains("the run splits"));
+
     // A probe without the right: no button, what it lacks instead.
     let lacks = "this probe lacks CAP_SYS_PTRACE: start ackscope as root";
     store.update(|s| apply(s, ToBrowser::TryRights { refused: Some(lacks.into()) }));
@@ -1100,7 +1123,7 @@ async fn a_running_watchs_stall_fix_is_a_button_when_the_probe_may_try_it() {
     // A finished watch: nothing to try, nothing to say about it.
     store.update(|s| {
         apply(s, ToBrowser::TryRights { refused: None });
-        apply(s, ToBrowser::RunFinished { run: RunId(1), outcome: RunOutcome::Interrupted });
+        apply(s, ToBrowser::RunFinished { run: RunId(2), outcome: RunOutcome::Interrupted });
     });
     settle().await;
     assert_eq!(all(root, "[data-testid=stall-class]").len(), 2, "the stalls stay");

@@ -298,12 +298,21 @@ pub fn LessonPanel(
             else {
                 return;
             };
+            // All of it, as a student's page takes it: what the timeline shows (the room is
+            // told this page's view next, and must not lose the zoom its students follow), and
+            // the step's recording if the room shows it.
+            if view.with_untracked(ViewState::class_view) != room.view {
+                view.update(|v| v.follow(room.view));
+            }
             lesson.update(|s| {
                 s.lesson = Some(index);
                 s.step = room.step as usize;
                 s.revealed = room.revealed;
                 s.recording = room.recording;
             });
+            if room.revealed && room.recording {
+                play_recording(store, &room.lesson, room.step as usize);
+            }
         });
     }
     // A student's page takes the room's state while it follows: the step, and what the

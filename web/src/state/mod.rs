@@ -25,7 +25,7 @@ pub use stream::Stream;
 use ackscope_shared::overview::Overview;
 use ackscope_shared::tried::Sides;
 use ackscope_shared::wire::{ClassState, ResumePoint, ToBrowser, WireError};
-use ackscope_shared::RunId;
+use ackscope_shared::{RunId, Scenario};
 
 use crate::session_file::SessionDecoder;
 
@@ -237,6 +237,7 @@ impl AppState {
         self.start_pending = true;
         self.follow = None;
         self.try_pending = false;
+        self.try_asked.clear();
     }
 
     /// The user asked the running watch `run` to try a fix on `sides`, and the request is on
@@ -498,6 +499,11 @@ pub fn apply(state: &mut AppState, message: ToBrowser) {
             // the watch's end): a refusal after it is not the try's.
             if matches!(message, ToBrowser::RunStarted { .. } | ToBrowser::RunFinished { .. }) {
                 state.try_pending = false;
+            }
+            // A watch that goes on in a new run (a try went into force) still has the sides
+            // asked of it that are not in force yet: they stay asked, in the new run.
+            if let ToBrowser::RunStarted { run, spec: Scenario::Watch(_), .. } = &message {
+                state.try_asked.iter_mut().for_each(|(asked, _)| *asked = *run);
             }
             if let Some(run) = state.live.apply(message) {
                 // The newest run is the one the user just asked for (or the latest of a replay),
