@@ -284,19 +284,7 @@ async fn scenario(client: &Client, url: &str, downloads: &std::path::Path) -> Re
     assert_eq!(query_window(reloaded.as_str()), Some(window), "the same window: {reloaded}");
 
     // Compare the two runs: the specs' difference is named.
-    for id in ["1", "2"] {
-        let toggle =
-            format!("[data-testid=run-entry][data-run-id='{id}'] [data-testid=compare-toggle]");
-        client.find(css(&toggle)).await?.click().await?;
-    }
-    let changed = client
-        .wait()
-        .at_most(Duration::from_secs(10))
-        .for_element(css("[data-testid=what-changed]"))
-        .await
-        .context("no what-changed line after marking both runs")?
-        .text()
-        .await?;
+    let changed = compare_runs_1_and_2(client).await?;
     assert!(changed.contains("TCP_NODELAY") && changed.contains("off -> on"), "{changed}");
     screenshot(client, "compare.png").await?;
     Ok(())
@@ -850,6 +838,37 @@ async fn watch_from_the_page(client: &Client, url: &str, port: &str) -> Result<(
     Ok(())
 }
 
+/// Closes the browser; a failed test's page is kept first, as
+/// `ackscope-e2e-NAME-failure.png` in the temporary folder, and said where.
+async fn close_keeping_a_failure(client: Client, result: Result<()>, name: &str) -> Result<()> {
+    if result.is_err() {
+        if let Ok(png) = client.screenshot().await {
+            let path = std::env::temp_dir().join(format!("ackscope-e2e-{name}-failure.png"));
+            let _ = std::fs::write(&path, png);
+            eprintln!("screenshot of the failure: {}", path.display());
+        }
+    }
+    client.close().await?;
+    result
+}
+
+/// Marks runs 1 and 2 for Compare; the "what changed" line it then shows.
+async fn compare_runs_1_and_2(client: &Client) -> Result<String> {
+    for id in ["1", "2"] {
+        let toggle =
+            format!("[data-testid=run-entry][data-run-id='{id}'] [data-testid=compare-toggle]");
+        client.find(css(&toggle)).await?.click().await?;
+    }
+    Ok(client
+        .wait()
+        .at_most(Duration::from_secs(10))
+        .for_element(css("[data-testid=what-changed]"))
+        .await
+        .context("no what-changed line after marking both runs")?
+        .text()
+        .await?)
+}
+
 /// `python3 pair.py ARGS` (probe/tests/watched: a client and a server ackscope did not write).
 fn pair_py(args: &[&str]) -> std::process::Command {
     let mut command = std::process::Command::new("python3");
@@ -950,15 +969,7 @@ async fn the_page_watches_another_programs_port_live_and_names_its_stalls() -> R
         screenshot(&client, "watch.png").await
     }
     .await;
-    if result.is_err() {
-        if let Ok(png) = client.screenshot().await {
-            let path = std::env::temp_dir().join("ackscope-e2e-watch-failure.png");
-            let _ = std::fs::write(&path, png);
-            eprintln!("screenshot of the failure: {}", path.display());
-        }
-    }
-    client.close().await?;
-    result
+    close_keeping_a_failure(client, result, "watch").await
 }
 
 /// `watch --try --try-after` on a program ackscope did not start splits its file into the run
@@ -1119,19 +1130,7 @@ async fn the_page_tries_a_stalls_fix_on_the_watched_program_live() -> Result<()>
             .await
             .context("Stop did not end the watch's second run")?;
 
-        for id in ["1", "2"] {
-            let toggle =
-                format!("[data-testid=run-entry][data-run-id='{id}'] [data-testid=compare-toggle]");
-            client.find(css(&toggle)).await?.click().await?;
-        }
-        let changed = client
-            .wait()
-            .at_most(Duration::from_secs(10))
-            .for_element(css("[data-testid=what-changed]"))
-            .await
-            .context("no what-changed line after marking both runs")?
-            .text()
-            .await?;
+        let changed = compare_runs_1_and_2(&client).await?;
         let expected = format!(
             "TCP_NODELAY on the server: off -> on (applied to the running process {server_pid}, \
              python3)"
@@ -1172,13 +1171,5 @@ async fn the_page_tries_a_stalls_fix_on_the_watched_program_live() -> Result<()>
         screenshot(&client, "watch-try.png").await
     }
     .await;
-    if result.is_err() {
-        if let Ok(png) = client.screenshot().await {
-            let path = std::env::temp_dir().join("ackscope-e2e-watch-try-failure.png");
-            let _ = std::fs::write(&path, png);
-            eprintln!("screenshot of the failure: {}", path.display());
-        }
-    }
-    client.close().await?;
-    result
+    close_keeping_a_failure(client, result, "watch-try").await
 }
