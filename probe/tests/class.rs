@@ -9,7 +9,7 @@ use ackscope_shared::{RrSpec, Scenario};
 
 mod common;
 
-use common::{next_message, open_page, send_frame, start_class, Class, Page};
+use common::{next_message, open_page, rejected, send_frame, start_class, Class, Page};
 
 /// The status the probe answers a WebSocket upgrade of `path` with (101: let in).
 fn upgrade_status(addr: &str, path: &str) -> u16 {
@@ -17,16 +17,6 @@ fn upgrade_status(addr: &str, path: &str) -> u16 {
         Ok(_) => 101,
         Err(tungstenite::Error::Http(response)) => response.status().as_u16(),
         Err(e) => panic!("{path}: neither let in nor refused: {e}"),
-    }
-}
-
-/// The first `Rejected` the probe sends on `page`, skipping the session's own messages.
-fn rejected(page: &mut Page) -> String {
-    page.get_ref().set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    loop {
-        if let ToBrowser::Rejected { reason } = next_message(page) {
-            return reason;
-        }
     }
 }
 

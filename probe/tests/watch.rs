@@ -7,8 +7,7 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use ackscope_shared::report::RunReport;
@@ -22,35 +21,16 @@ struct Measured {
     p50_ms: f64,
 }
 
-/// A child process stopped (and reaped) when dropped, even when the test fails.
-struct Reaped(Child);
-
-impl Drop for Reaped {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn pair() -> Command {
-    let mut command = Command::new("python3");
-    command.arg(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/watched/pair.py"));
-    command
-}
-
-/// Starts `pair.py ROLE ARGS` as a server; returns it and the port it printed.
-fn start_server(role: &str, args: &[&str]) -> (Reaped, u16) {
-    let mut child = pair().arg(role).args(args).stdout(Stdio::piped()).spawn().unwrap();
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
-    let port = line.trim().strip_prefix("port ").and_then(|p| p.parse().ok());
-    let port = port.unwrap_or_else(|| panic!("pair.py {role} printed {line:?}, not its port"));
-    (Reaped(child), port)
-}
+use common::Reaped;
 
 /// Runs `pair.py ROLE ARGS` as a client to completion; returns what it measured.
 fn run_client(role: &str, port: u16, args: &[&str]) -> Measured {
-    let out = pair().arg(role).args(["--port", &port.to_string()]).args(args).output().unwrap();
+    let out = common::pair_py()
+        .arg(role)
+        .args(["--port", &port.to_string()])
+        .args(args)
+        .output()
+        .unwrap();
     assert!(out.status.success(), "pair.py {role}: {}", String::from_utf8_lossy(&out.stderr));
     serde_json::from_slice(&out.stdout).unwrap()
 }
@@ -107,7 +87,7 @@ const REQUESTS: u32 = 20;
 #[ignore = "needs root (reading another program's packets): cargo xtask test runs it as root"]
 fn a_standard_library_pair_writing_in_two_writes_shows_both_nagle_stalls_live() {
     require_root("watching another program's packets");
-    let (_server, port) = start_server("server", &["--split"]);
+    let (_server, port) = common::start_pair_server("server", &["--split"]);
     let file = temp("watch", "pair.ackscope");
     let watch = Watch::start(port, &["-o", common::s(&file)]);
     let measured = run_client("client", port, &["--requests", &REQUESTS.to_string(), "--split"]);
@@ -151,7 +131,7 @@ fn a_standard_library_pair_writing_in_two_writes_shows_both_nagle_stalls_live() 
 #[ignore = "needs root (an eBPF program on the kernel's timers): cargo xtask test runs it as root"]
 fn as_root_the_kernels_delayed_ack_timer_is_seen_sending_the_held_acks() {
     require_root("an eBPF program on the kernel's timers");
-    let (_server, port) = start_server("server", &["--split"]);
+    let (_server, port) = common::start_pair_server("server", &["--split"]);
     let ackscope = Command::new(env!("CARGO_BIN_EXE_ackscope"));
     let (watch, _) = Watch::start_with(ackscope, &["--port", &port.to_string()]);
     let measured = run_client("client", port, &["--requests", &REQUESTS.to_string(), "--split"]);
@@ -183,7 +163,7 @@ fn as_root_the_kernels_delayed_ack_timer_is_seen_sending_the_held_acks() {
 #[ignore = "needs root (pidfd_getfd on another program's socket): cargo xtask test runs it as root"]
 fn try_nodelay_on_both_sides_removes_the_pairs_stalls_and_names_each_change() {
     require_root("changing another program's socket");
-    let (server, port) = start_server("server", &["--split"]);
+    let (server, port) = common::start_pair_server("server", &["--split"]);
     let ackscope = Command::new(env!("CARGO_BIN_EXE_ackscope"));
     let port_text = port.to_string();
     let (watch, _) = Watch::start_with(ackscope, &["--port", &port_text, "--try", "nodelay=both"]);
@@ -220,7 +200,7 @@ fn try_nodelay_on_both_sides_removes_the_pairs_stalls_and_names_each_change() {
 #[ignore = "needs root (pidfd_getfd on another program's socket): cargo xtask test runs it as root"]
 fn try_nodelay_on_the_server_splits_the_session_and_removes_only_the_servers_stalls() {
     require_root("changing another program's socket");
-    let (server, port) = start_server("server", &["--split"]);
+    let (server, port) = common::start_pair_server("server", &["--split"]);
     let file = temp("watch", "tried.ackscope");
     let watch = Watch::start(port, &["--try", "nodelay=server", "-o", common::s(&file)]);
     let requests = (2 * REQUESTS).to_string();
@@ -267,7 +247,7 @@ fn try_nodelay_on_the_server_splits_the_session_and_removes_only_the_servers_sta
 #[ignore = "needs root (pidfd_getfd on another program's socket): cargo xtask test runs it as root"]
 fn try_after_a_baseline_shows_the_stalls_before_and_their_absence_after() {
     require_root("changing another program's socket");
-    let (_server, port) = start_server("server", &["--split"]);
+    let (_server, port) = common::start_pair_server("server", &["--split"]);
     let watch = Watch::start(port, &["--try", "nodelay=both", "--try-after", "1500ms"]);
     // About 88 ms a request without the option: 40 requests outlast the baseline.
     let measured = run_client("client", port, &["--requests", "40", "--split"]);
@@ -294,7 +274,7 @@ fn try_after_a_baseline_shows_the_stalls_before_and_their_absence_after() {
 #[ignore = "needs root (pidfd_getfd on another program's socket): cargo xtask test runs it as root"]
 fn a_connection_whose_option_was_tried_still_closes_when_its_program_closes_it() {
     require_root("changing another program's socket");
-    let (_server, port) = start_server("server", &["--split"]);
+    let (_server, port) = common::start_pair_server("server", &["--split"]);
     let watch = Watch::start(port, &["--try", "nodelay=both"]);
     let measured = run_client("client", port, &["--requests", &REQUESTS.to_string(), "--split"]);
     assert!(measured.p50_ms < 5.0, "the option was applied: {measured:?}");
@@ -333,7 +313,7 @@ fn established_on(port: u16) -> usize {
 #[ignore = "needs root (reading another program's packets): cargo xtask test runs it as root"]
 fn a_pair_that_sets_tcp_nodelay_shows_no_nagle_stall() {
     require_root("watching another program's packets");
-    let (_server, port) = start_server("server", &["--split", "--nodelay"]);
+    let (_server, port) = common::start_pair_server("server", &["--split", "--nodelay"]);
     let watch = Watch::start(port, &[]);
     let args = ["--requests", &REQUESTS.to_string(), "--split", "--nodelay"];
     let measured = run_client("client", port, &args);
@@ -349,7 +329,7 @@ fn a_pair_that_sets_tcp_nodelay_shows_no_nagle_stall() {
 #[ignore = "needs root (reading another program's packets): cargo xtask test runs it as root"]
 fn a_client_reconnecting_every_request_shows_no_nagle_stall() {
     require_root("watching another program's packets");
-    let (_server, port) = start_server("server", &["--split"]);
+    let (_server, port) = common::start_pair_server("server", &["--split"]);
     let watch = Watch::start(port, &[]);
     let args = ["--requests", &REQUESTS.to_string(), "--split", "--reconnect"];
     let measured = run_client("client", port, &args);
@@ -365,7 +345,7 @@ fn a_client_reconnecting_every_request_shows_no_nagle_stall() {
 #[ignore = "needs root (reading another program's packets): cargo xtask test runs it as root"]
 fn a_keep_alive_http_server_writing_headers_then_body_is_named_with_its_fix() {
     require_root("watching another program's packets");
-    let (_server, port) = start_server("http-server", &[]);
+    let (_server, port) = common::start_pair_server("http-server", &[]);
     let watch = Watch::start(port, &[]);
     let measured = run_client("http-client", port, &["--requests", &REQUESTS.to_string()]);
     let report = watch.stop();
@@ -389,7 +369,7 @@ fn with_cap_net_raw_alone_the_watch_reads_packets_and_names_what_the_timer_needs
     let (with_net_raw, _dir) =
         common::as_nobody(&["--inh-caps=+net_raw", "--ambient-caps=+net_raw"]);
 
-    let (_server, port) = start_server("server", &["--split"]);
+    let (_server, port) = common::start_pair_server("server", &["--split"]);
     let (watch, _) = Watch::start_as(with_net_raw, port, &[]);
     let measured = run_client("client", port, &["--requests", "5", "--split"]);
     let report = watch.stop();
@@ -409,7 +389,7 @@ fn without_privileges_the_watch_records_tcp_info_and_names_what_it_lacks() {
     require_root("switching to an unprivileged uid");
     let (as_nobody, _dir) = common::as_nobody(&[]);
 
-    let (_server, port) = start_server("server", &["--split"]);
+    let (_server, port) = common::start_pair_server("server", &["--split"]);
     let (watch, said) = Watch::start_as(as_nobody, port, &[]);
     let measured = run_client("client", port, &["--requests", "5", "--split"]);
     assert_eq!(measured.requests, 5);
@@ -447,7 +427,7 @@ fn a_port_nothing_listens_on_gets_a_clear_line_and_the_watch_goes_on() {
 #[ignore = "needs root (reading another program's packets): cargo xtask test runs it as root"]
 fn a_process_is_watched_by_its_pid_and_its_connections_name_their_processes() {
     require_root("watching another program's packets");
-    let (server, port) = start_server("server", &["--split"]);
+    let (server, port) = common::start_pair_server("server", &["--split"]);
     let pid = server.0.id().to_string();
     let ackscope = Command::new(env!("CARGO_BIN_EXE_ackscope"));
     let (watch, said) = Watch::start_with(ackscope, &["--pid", &pid]);
@@ -478,7 +458,11 @@ struct EachRequest {
 
 /// `pair.py client ARGS` to port `port`: each request's time, in milliseconds.
 fn each_request(port: u16, args: &[&str]) -> Vec<f64> {
-    let out = pair().args(["client", "--port", &port.to_string()]).args(args).output().unwrap();
+    let out = common::pair_py()
+        .args(["client", "--port", &port.to_string()])
+        .args(args)
+        .output()
+        .unwrap();
     assert!(out.status.success(), "pair.py client: {}", String::from_utf8_lossy(&out.stderr));
     serde_json::from_slice::<EachRequest>(&out.stdout).unwrap().ms
 }
@@ -521,7 +505,7 @@ fn stalled(times: &[f64]) -> usize {
 #[ignore = "needs root (a cgroup sock_ops program): cargo xtask test runs it as root"]
 fn a_client_reconnecting_every_few_requests_gets_nodelay_from_each_connections_first_byte() {
     require_root("a cgroup sock_ops program");
-    let (server, port) = start_server("server", &["--split"]);
+    let (server, port) = common::start_pair_server("server", &["--split"]);
     let args = ["--requests", "40", "--split", "--reconnect-every", "5"];
     let unwatched = each_request(port, &args);
     assert!(stalled(&unwatched) >= 20, "without --try the client stalls: {unwatched:?}");
@@ -553,7 +537,7 @@ fn a_client_reconnecting_every_few_requests_gets_nodelay_from_each_connections_f
 #[ignore = "needs root (a cgroup sock_ops program): cargo xtask test runs it as root"]
 fn after_the_watch_new_connections_get_no_option_and_open_ones_are_put_back() {
     require_root("a cgroup sock_ops program");
-    let (_server, port) = start_server("server", &["--split"]);
+    let (_server, port) = common::start_pair_server("server", &["--split"]);
     let watch = Watch::start(port, &["--try", "nodelay=client"]);
     let during = until_new_connections_get_nodelay(port);
     let summary = watch.stop_printing();
@@ -569,7 +553,7 @@ fn after_the_watch_new_connections_get_no_option_and_open_ones_are_put_back() {
 #[ignore = "needs root (a cgroup sock_ops program): cargo xtask test runs it as root"]
 fn after_a_sigkill_of_the_watch_new_connections_get_no_option() {
     require_root("a cgroup sock_ops program");
-    let (_server, port) = start_server("server", &["--split"]);
+    let (_server, port) = common::start_pair_server("server", &["--split"]);
     let mut watch = Watch::start(port, &["--try", "nodelay=client"]);
     let during = until_new_connections_get_nodelay(port);
     watch.child.0.kill().unwrap();

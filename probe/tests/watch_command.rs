@@ -23,15 +23,7 @@ use common::{interrupt, is_root, require_root, Scratch};
 /// milliseconds of the program's first connection, on a loaded machine within seconds.
 const DEADLINE: Duration = Duration::from_secs(60);
 
-/// A child process stopped (and reaped) when dropped, even when the test fails.
-struct Reaped(Child);
-
-impl Drop for Reaped {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
+use common::Reaped;
 
 /// A folder nobody can read, with `duo.py` and `pair.py`, and with `binary` a copy of ackscope
 /// when `unprivileged` (the test binary's own may be out of that user's reach). Python writes

@@ -11,23 +11,14 @@
 mod common;
 
 use std::collections::HashMap;
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use ackscope_shared::report::RunReport;
 use common::require_root;
 
-/// A child process stopped (and reaped) when dropped, even when the test fails.
-struct Reaped(Child);
-
-impl Drop for Reaped {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
+use common::Reaped;
 
 /// A Python 3 that has Prometheus's client: `python3` on the PATH, or Debian's, whose package
 /// python3-prometheus-client `cargo xtask setup` installs.
@@ -259,15 +250,7 @@ const REQUESTS: u32 = 20;
 #[ignore = "needs root (reading another program's packets): cargo xtask test runs it as root"]
 fn the_nagle_stall_counter_grows_as_a_standard_library_pair_stalls() {
     require_root("watching another program's packets");
-    let mut server = Command::new("python3")
-        .args([&watched("pair.py"), "server", "--split"])
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(server.stdout.take().unwrap()).read_line(&mut line).unwrap();
-    let _server = Reaped(server);
-    let port: u16 = line.trim().strip_prefix("port ").and_then(|p| p.parse().ok()).expect(&line);
+    let (_server, port) = common::start_pair_server("server", &["--split"]);
     let port_text = port.to_string();
     let watch = Watch::start(&["--port", &port_text, "--json", "--metrics", "127.0.0.1:0"]);
     let url = watch.metrics_url();

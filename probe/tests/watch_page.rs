@@ -4,22 +4,13 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 
 use ackscope_shared::wire::{RunOutcome, ToBrowser, ToProbe};
 use ackscope_shared::{Scenario, WatchSpec};
 use common::{is_root, next_message, send_frame, start_from_a_page, ui_server, Page};
 
-/// A child process stopped (and reaped) when dropped, even when the test fails.
-struct Reaped(Child);
-
-impl Drop for Reaped {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
+use common::Reaped;
 
 /// What the page sends for `ports`, or for `pid:N` (no ports: the probe finds them).
 fn page_watch(ports: &[u16], pid: Option<u32>) -> ToProbe {
@@ -82,16 +73,7 @@ fn a_pages_watch_of_nine_ports_or_none_is_refused_before_it_starts() {
 fn a_pages_watch_of_a_process_records_its_ports_and_what_it_sees_and_stops_as_interrupted() {
     let (ui, addr) = ui_server();
     let _ui = Reaped(ui);
-    let mut server = Command::new("python3")
-        .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/watched/pair.py"))
-        .arg("server")
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(server.stdout.take().unwrap()).read_line(&mut line).unwrap();
-    let server = Reaped(server);
-    let port: u16 = line.trim().strip_prefix("port ").and_then(|p| p.parse().ok()).expect(&line);
+    let (server, port) = common::start_pair_server("server", &[]);
     let pid = server.0.id();
 
     let mut page = start_from_a_page(&addr, &page_watch(&[], Some(pid)));
@@ -121,21 +103,6 @@ fn a_pages_watch_of_a_process_records_its_ports_and_what_it_sees_and_stops_as_in
         }
     };
     assert_eq!(outcome, RunOutcome::Interrupted);
-}
-
-/// `pair.py server --split` (a server ackscope did not write, each answer in two writes with
-/// Nagle on), its port.
-fn split_server() -> (Reaped, u16) {
-    let mut server = Command::new("python3")
-        .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/watched/pair.py"))
-        .args(["server", "--split"])
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(server.stdout.take().unwrap()).read_line(&mut line).unwrap();
-    let port: u16 = line.trim().strip_prefix("port ").and_then(|p| p.parse().ok()).expect(&line);
-    (Reaped(server), port)
 }
 
 /// The next message on `page` that `wanted` picks, within 30 s of messages.
@@ -189,7 +156,7 @@ fn try_a_fix_from_the_page(end: End) {
     use ackscope_shared::{EventKind, Side};
     let (ui, addr) = ui_server();
     let mut ui = Reaped(ui);
-    let (server, port) = split_server();
+    let (server, port) = common::start_pair_server("server", &["--split"]);
     let mut page = common::open_page(&addr, "/ws");
     let rights = until(&mut page, "TryRights", |m| match m {
         ToBrowser::TryRights { refused } => Some(refused),
@@ -200,8 +167,7 @@ fn try_a_fix_from_the_page(end: End) {
     let Ok(ToBrowser::RunStarted { run, .. }) = answer(&mut page) else { panic!("no watch") };
 
     // 100 requests: about 88 ms each with both stalls, 44 with the server's fixed.
-    let client = Command::new("python3")
-        .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/watched/pair.py"))
+    let client = common::pair_py()
         .args(["client", "--port", &port.to_string(), "--requests", "100", "--split"])
         .stdout(Stdio::piped())
         .spawn()
@@ -234,11 +200,7 @@ fn try_a_fix_from_the_page(end: End) {
     assert_eq!((entry.side, entry.pid), (Side::Server, server.0.id()));
     assert_eq!((entry.command.as_str(), entry.already_on), ("python3", 0));
     send_frame(&mut page, &fix(after));
-    let again = loop {
-        if let ToBrowser::Rejected { reason } = next_message(&mut page) {
-            break reason;
-        }
-    };
+    let again = common::rejected(&mut page);
     assert!(again.contains("asked for already"), "{again}");
 
     // A second's worth of exchanges with the fix, then Stop: the option is put back.
@@ -309,10 +271,6 @@ fn without_the_right_to_ptrace_the_page_is_told_what_the_probe_lacks() {
     let fix =
         ToProbe::TryOnWatch { run: RunId(1), option: TriedOption::NoDelay, sides: Sides::Both };
     send_frame(&mut page, &fix);
-    let refused = loop {
-        if let ToBrowser::Rejected { reason } = next_message(&mut page) {
-            break reason;
-        }
-    };
+    let refused = common::rejected(&mut page);
     assert_eq!(refused, lacks);
 }

@@ -15,7 +15,7 @@ pub mod session;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use ackscope_shared::budget;
 use ackscope_shared::spec::MAX_BROWSER_REQUESTS;
@@ -143,20 +143,12 @@ async fn serve(
                 ),
                 false => eprintln!("ackscope: stopping (Ctrl-C again to stop at once)"),
             }
+            // A watch putting back what it tried gets the rest of the 2 s.
+            let within = if restoring { RESTORE_WITHIN } else { STOP_WITHIN };
             tokio::spawn(async move {
                 tokio::select! {
-                    () = stop.next() => std::process::exit(130),
-                    () = tokio::time::sleep(STOP_WITHIN) => {}
-                }
-                // A watch still putting back what it tried gets the rest of the 2 s.
-                while restoring && RUNS_GOING.load(Ordering::SeqCst) > 0 {
-                    if stopping.elapsed() >= RESTORE_WITHIN {
-                        break;
-                    }
-                    tokio::select! {
-                        () = stop.next() => break,
-                        () = tokio::time::sleep(std::time::Duration::from_millis(10)) => {}
-                    }
+                    () = stop.next() => {}
+                    () = tokio::time::sleep(within.saturating_sub(stopping.elapsed())) => {}
                 }
                 std::process::exit(130);
             });
@@ -526,27 +518,9 @@ async fn send_encoded(socket: &mut WebSocket, payload: Bytes) -> Result<(), axum
 static STOP_RUNS: AtomicBool = AtomicBool::new(false);
 /// When the first Ctrl-C (or SIGTERM) came.
 static STOPPING: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
-/// Browser-started runs whose thread has not ended yet.
-static RUNS_GOING: AtomicUsize = AtomicUsize::new(0);
 /// After Ctrl-C, how long a watch that tried options on the watched programs has to put them
 /// back before the process ends: within the 2 s ackscope promises for any load.
 const RESTORE_WITHIN: std::time::Duration = std::time::Duration::from_millis(1800);
-
-/// Counts a run's thread in [`RUNS_GOING`] while it lives.
-struct RunGoing;
-
-impl RunGoing {
-    fn start() -> RunGoing {
-        RUNS_GOING.fetch_add(1, Ordering::SeqCst);
-        RunGoing
-    }
-}
-
-impl Drop for RunGoing {
-    fn drop(&mut self) {
-        RUNS_GOING.fetch_sub(1, Ordering::SeqCst);
-    }
-}
 
 /// Limits of a run started from the browser, each named in its refusal or its outcome. The
 /// command line has none of these: there the user chose the run, and its file streams to disk.
@@ -637,9 +611,7 @@ pub fn start_run(
     // A watch takes the fixes its pages try on the programs it watches.
     let tries = matches!(spec, Scenario::Watch(_)).then(|| session.take_tries(run));
     let session = Arc::clone(session);
-    let going = RunGoing::start();
     tokio::task::spawn_blocking(move || {
-        let _going = going;
         let ended = Arc::new(AtomicBool::new(false));
         let watchdog = {
             let (stop, ended) = (Arc::clone(&stop), Arc::clone(&ended));

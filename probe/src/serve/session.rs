@@ -335,9 +335,7 @@ impl Session {
                 run.0
             ));
         };
-        let tried =
-            |side| tries.asked.iter().any(|t| t.knob == option.knob && t.sides.includes(side));
-        if option.sides.each().all(tried) {
+        if option.sides_beyond(&tries.asked).next().is_none() {
             return Err(format!(
                 "{} on {} was asked for already in this watch",
                 option.knob.name(),

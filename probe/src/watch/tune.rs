@@ -87,6 +87,15 @@ impl std::str::FromStr for Try {
     }
 }
 
+impl Try {
+    /// The sides this try names that none of `tried` covers for its option: what it adds.
+    pub fn sides_beyond(self, tried: &[Try]) -> impl Iterator<Item = Side> + '_ {
+        let covered =
+            move |side: Side| tried.iter().any(|t| t.knob == self.knob && t.sides.includes(side));
+        self.sides.each().filter(move |side| !covered(*side))
+    }
+}
+
 impl std::fmt::Display for Try {
     /// "nodelay=server", as it is written on the command line.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -336,14 +345,8 @@ impl Trials {
     /// Tries `added` too, from now on (a page's "try" button on its running watch): its first
     /// change splits the session again. Refused when every side it names is tried already.
     pub fn add(&mut self, added: Try) -> Result<(), String> {
-        let group: Vec<(Knob, Side)> = added
-            .sides
-            .each()
-            .filter(|side| {
-                !self.tries.iter().any(|t| t.knob == added.knob && t.sides.includes(*side))
-            })
-            .map(|side| (added.knob, side))
-            .collect();
+        let group: Vec<(Knob, Side)> =
+            added.sides_beyond(&self.tries).map(|side| (added.knob, side)).collect();
         if group.is_empty() {
             return Err(format!(
                 "{} is tried on {} already in this watch",

@@ -158,6 +158,36 @@ pub fn interrupt(pid: u32) {
     assert!(status.is_ok_and(|s| s.success()), "kill -INT {pid}");
 }
 
+/// A child process stopped (and reaped) when dropped, even when the test fails.
+#[allow(dead_code)]
+pub struct Reaped(pub std::process::Child);
+
+impl Drop for Reaped {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// `python3 tests/watched/pair.py`: a client and a server ackscope did not write.
+#[allow(dead_code)]
+pub fn pair_py() -> Command {
+    let mut command = Command::new("python3");
+    command.arg(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/watched/pair.py"));
+    command
+}
+
+/// Starts `pair.py ROLE ARGS` as a server; returns it and the port it printed.
+#[allow(dead_code)]
+pub fn start_pair_server(role: &str, args: &[&str]) -> (Reaped, u16) {
+    let mut child = pair_py().arg(role).args(args).stdout(Stdio::piped()).spawn().unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
+    let port = line.trim().strip_prefix("port ").and_then(|p| p.parse().ok());
+    let port = port.unwrap_or_else(|| panic!("pair.py {role} printed {line:?}, not its port"));
+    (Reaped(child), port)
+}
+
 /// ackscope run as the unprivileged user nobody, with `capabilities` of setpriv's (none: no
 /// privilege at all): a copy of the binary that user can reach and run, in a folder kept while
 /// the returned guard lives.
@@ -241,6 +271,18 @@ pub fn next_message(page: &mut Page) -> ackscope_shared::wire::ToBrowser {
     loop {
         if let tungstenite::Message::Binary(payload) = page.read().unwrap() {
             return ackscope_shared::wire::decode(&payload).unwrap();
+        }
+    }
+}
+
+/// The first `Rejected` the probe sends on `page` (within 10 s), skipping the session's own
+/// messages.
+#[allow(dead_code)]
+pub fn rejected(page: &mut Page) -> String {
+    page.get_ref().set_read_timeout(Some(std::time::Duration::from_secs(10))).unwrap();
+    loop {
+        if let ackscope_shared::wire::ToBrowser::Rejected { reason } = next_message(page) {
+            return reason;
         }
     }
 }

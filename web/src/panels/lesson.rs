@@ -284,40 +284,12 @@ pub fn LessonPanel(
             });
         });
     }
-    // A presenter's page with no lesson of its own takes the room's: a room opened on a lesson
-    // (`ackscope class --lesson ID`), or the presenter's page reloaded mid-class. From then on
-    // the presenter moves the room.
-    if matches!(class, Some(ClassRole::Presenter { .. })) {
-        let room = Memo::new(move |_| store.read(|s| s.class.clone()));
-        Effect::new(move |_| {
-            let Some(room) = room.get() else { return };
-            if lesson.with_untracked(|s| s.lesson.is_some()) {
-                return;
-            }
-            let Some(index) = list.with_value(|l| l.iter().position(|l| l.id == room.lesson))
-            else {
-                return;
-            };
-            // All of it, as a student's page takes it: what the timeline shows (the room is
-            // told this page's view next, and must not lose the zoom its students follow), and
-            // the step's recording if the room shows it.
-            if view.with_untracked(ViewState::class_view) != room.view {
-                view.update(|v| v.follow(room.view));
-            }
-            lesson.update(|s| {
-                s.lesson = Some(index);
-                s.step = room.step as usize;
-                s.revealed = room.revealed;
-                s.recording = room.recording;
-            });
-            if room.revealed && room.recording {
-                play_recording(store, &room.lesson, room.step as usize);
-            }
-        });
-    }
-    // A student's page takes the room's state while it follows: the step, and what the
-    // presenter shows (its recording is opened here too; a live run streams here by itself).
-    if student {
+    // A page takes the room's state: a student's while it follows, the step and what the
+    // presenter shows (its recording is opened here too; a live run streams here by itself);
+    // the presenter's when it has no lesson of its own (a room opened on a lesson, `ackscope
+    // class --lesson ID`, or the presenter's page reloaded mid-class), and from then on it
+    // moves the room itself.
+    if class.is_some() {
         let played = StoredValue::new(None::<(String, u32)>);
         // Memos, so that the effect runs when the room or the newest live run changes, not on
         // every batch of a live run (and not again for its own `show_newest_live`, which it
@@ -328,7 +300,11 @@ pub fn LessonPanel(
         });
         Effect::new(move |_| {
             let Some(room) = room.get() else { return };
-            if !follow.get() {
+            let takes = match student {
+                true => follow.get(),
+                false => lesson.with_untracked(|s| s.lesson.is_none()),
+            };
+            if !takes {
                 return;
             }
             let Some(index) = list.with_value(|l| l.iter().position(|l| l.id == room.lesson))

@@ -249,7 +249,8 @@ impl AppState {
         self.try_asked.push((run, sides));
     }
 
-    /// The request never left (no connection): said beside the buttons.
+    /// The try never left (no connection), or the probe refused it: said beside the buttons,
+    /// and the side is no longer asked.
     pub fn try_failed(&mut self, reason: String) {
         self.try_pending = false;
         self.try_refused = Some(reason);
@@ -479,11 +480,7 @@ pub fn apply(state: &mut AppState, message: ToBrowser) {
             }
             state.live_stream = Some(id);
         }
-        ToBrowser::Rejected { reason } if state.try_pending => {
-            state.try_pending = false;
-            state.try_refused = Some(reason);
-            state.try_asked.pop();
-        }
+        ToBrowser::Rejected { reason } if state.try_pending => state.try_failed(reason),
         ToBrowser::Rejected { reason } => {
             if state.live.is_greeted() {
                 state.rejected = Some(reason);
