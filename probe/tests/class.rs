@@ -4,7 +4,7 @@
 use std::io::ErrorKind;
 use std::time::Duration;
 
-use ackscope_shared::wire::{ClassState, ClassView, ToBrowser, ToProbe};
+use ackscope_shared::wire::{ClassState, ClassView, ClassVotes, ToBrowser, ToProbe};
 use ackscope_shared::{RrSpec, Scenario};
 
 mod common;
@@ -166,4 +166,98 @@ fn a_full_room_says_so_to_the_next_page_and_still_takes_the_presenter() {
         }
     };
     assert_eq!(moved, state(2), "the presenter, in the full room, moved it");
+}
+
+/// The next `ClassVotes` on `page` for which `until` holds, within 10 s.
+fn votes_until(page: &mut Page, until: impl Fn(&ClassVotes) -> bool) -> ClassVotes {
+    page.get_ref().set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    loop {
+        if let ToBrowser::ClassVotes(votes) = next_message(page) {
+            if until(&votes) {
+                return votes;
+            }
+        }
+    }
+}
+
+fn vote(step: u32, round: u32, choice: u8) -> ToProbe {
+    ToProbe::Vote { lesson: "forty-ms".into(), step, round, choice }
+}
+
+/// Whether the probe closed `page` (within 5 s): a read that times out is an open connection.
+fn closed(page: &mut Page) -> bool {
+    page.get_ref().set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    loop {
+        match page.read() {
+            Ok(_) => continue,
+            Err(tungstenite::Error::Io(e))
+                if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) =>
+            {
+                return false
+            }
+            Err(_) => return true,
+        }
+    }
+}
+
+/// A full room votes at once: the presenter is told how many answered (not what) until the
+/// reveal, then every page the counts. A page that floods votes is refused, then closed, and its
+/// vote goes with it; a vote on another step, from the presenter or after the reveal is refused.
+#[test]
+fn a_full_room_votes_at_once_and_each_page_counts_once() {
+    let class = common::start_class_with(&["--lesson", "forty-ms"]);
+    let path = format!("/ws?room={}", class.code);
+    let mut presenter = open_page(&class.addr, &path);
+    send_frame(&mut presenter, &ToProbe::Present { secret: class.secret.clone() });
+    let students = ackscope_probe::serve::room::MAX_STUDENTS;
+    let mut pages: Vec<Page> = (0..students).map(|_| open_page(&class.addr, &path)).collect();
+    votes_until(&mut presenter, |v| v.students as usize == students);
+    // forty-ms's first step asks a question of three choices.
+    for (i, page) in pages.iter_mut().enumerate() {
+        send_frame(page, &vote(0, 0, (i % 3) as u8));
+    }
+    let counted = votes_until(&mut presenter, |v| v.answered as usize == students);
+    assert!(counted.rounds.is_empty(), "no counts before the reveal: {counted:?}");
+
+    // The first student floods: past 4 votes a second each is refused, past 50 messages the
+    // page is closed, and its vote leaves the room with it.
+    for _ in 0..60 {
+        // The probe may close the connection before the last ones are written.
+        let _ = pages[0].send(tungstenite::Message::Binary(
+            ackscope_shared::wire::encode(&vote(0, 0, 1)).into(),
+        ));
+    }
+    assert!(rejected(&mut pages[0]).contains("votes in a second"));
+    assert!(closed(&mut pages[0]), "a page sending 60 votes in a second is closed");
+    let after_flood = votes_until(&mut presenter, |v| v.students as usize == students - 1);
+    assert_eq!(after_flood.answered as usize, students - 1, "the flooder's vote left with it");
+
+    send_frame(&mut pages[1], &vote(3, 0, 0));
+    assert!(rejected(&mut pages[1]).contains("another step"));
+    send_frame(&mut presenter, &vote(0, 0, 0));
+    assert!(rejected(&mut presenter).contains("presenter's page does not vote"));
+
+    // The reveal: the presenter and every student get the counts (a choice a student, less the
+    // first, who chose choice 0).
+    let mut revealed = state(0);
+    revealed.revealed = true;
+    send_frame(&mut presenter, &ToProbe::ClassState(revealed));
+    let third = (students / 3) as u32;
+    let shown = vec![vec![third - 1, third, third]];
+    assert_eq!(votes_until(&mut presenter, |v| !v.rounds.is_empty()).rounds, shown);
+    assert_eq!(votes_until(&mut pages[2], |v| !v.rounds.is_empty()).rounds, shown);
+    send_frame(&mut pages[2], &vote(0, 0, 2));
+    assert!(rejected(&mut pages[2]).contains("the answer is shown"));
+}
+
+/// Only a class has votes: `ackscope ui` refuses one and says how to start a class.
+#[test]
+fn a_vote_outside_a_class_is_refused() {
+    let (mut server, addr) = common::ui_server();
+    let mut page = open_page(&addr, "/ws");
+    send_frame(&mut page, &vote(0, 0, 0));
+    let reason = rejected(&mut page);
+    let _ = server.kill();
+    let _ = server.wait();
+    assert!(reason.contains("not serving a class"), "{reason}");
 }

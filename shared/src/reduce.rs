@@ -605,7 +605,8 @@ impl SessionReducer {
             | ToBrowser::Trailer(_)
             | ToBrowser::ClassState(_)
             | ToBrowser::Stream { .. }
-            | ToBrowser::TryRights { .. } => {}
+            | ToBrowser::TryRights { .. }
+            | ToBrowser::ClassVotes(_) => {}
         }
     }
 

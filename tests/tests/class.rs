@@ -8,7 +8,7 @@ use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use ackscope_shared::wire::{self, ToBrowser};
+use ackscope_shared::wire::{self, ClassState, ClassView, ToBrowser, ToProbe, MAX_VOTE_ROUNDS};
 use ackscope_tests::{ackscope_bin, start_browser, Reaped};
 use anyhow::{bail, Context, Result};
 use fantoccini::{Client, Locator};
@@ -325,4 +325,246 @@ async fn two_hundred_students_receive_every_step() -> Result<()> {
     );
     assert!(*last.last().unwrap() < FOLLOW_WITHIN, "the 200th student waited over a second");
     Ok(())
+}
+
+/// Rounds of votes timed in [`two_hundred_students_vote_and_the_presenter_counts_them`]: each is
+/// one "last vote to count" figure.
+const VOTE_ROUNDS: u32 = 40;
+
+/// 200 scripted students vote in each of [`VOTE_ROUNDS`] rounds (the presenter reveals, then
+/// asks again), and a scripted presenter's page counts them: the time from the last student's
+/// vote leaving its socket to the presenter's socket receiving "200 answered" is measured on this
+/// process's one clock. The presenter is a socket, not a browser: this is the room's delivery,
+/// without the page's drawing (a frame, about 16 ms, more).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_hundred_students_vote_and_the_presenter_counts_them() -> Result<()> {
+    use futures_util::SinkExt;
+    use std::sync::{Arc, Mutex};
+    let (_class, presenter_url, student_url) = start_class_with(&["--lesson", "forty-ms"])?;
+    let base = student_url.trim_start_matches("http://").split('/').next().unwrap_or_default();
+    let code = student_url.split("room=").nth(1).unwrap_or_default().to_string();
+    let secret = presenter_url.split("#presenter=").nth(1).unwrap_or_default().to_string();
+    let socket_url = format!("ws://{base}/ws?room={code}");
+    let origin = format!("http://{base}");
+    let connect = || async {
+        let mut request = socket_url.clone().into_client_request()?;
+        request.headers_mut().insert("Origin", origin.parse()?);
+        anyhow::Ok(tokio_tungstenite::connect_async(request).await?.0)
+    };
+    let binary = |message: &ToProbe| Message::Binary(wire::encode(message).into());
+    let mut presenter = connect().await?;
+    presenter.send(binary(&ToProbe::Present { secret })).await?;
+    // When each round's last vote left its student's socket.
+    let last_vote: Arc<Mutex<Vec<Option<Instant>>>> =
+        Arc::new(Mutex::new(vec![None; VOTE_ROUNDS as usize]));
+    let mut students = Vec::new();
+    for student in 0..STUDENTS {
+        let mut socket = connect().await?;
+        let last_vote = last_vote.clone();
+        students.push(tokio::spawn(async move {
+            // Each round, once the room says it is open: one vote.
+            let mut voted = 0;
+            while let Some(message) = socket.next().await {
+                let Message::Binary(bytes) = message? else { continue };
+                let Ok(ToBrowser::ClassVotes(votes)) = wire::decode::<ToBrowser>(&bytes) else {
+                    continue;
+                };
+                let open = votes.rounds.len() as u32 == votes.round.min(MAX_VOTE_ROUNDS as u32);
+                if votes.round != voted || !open {
+                    continue;
+                }
+                let choice = ((student + votes.round as usize) % 3) as u8;
+                let message = ToProbe::Vote { lesson: votes.lesson, step: 0, round: voted, choice };
+                // Noted before it leaves: the presenter may be told before this task runs on.
+                let sent = Instant::now();
+                {
+                    let mut last = last_vote.lock().unwrap();
+                    let slot = &mut last[voted as usize];
+                    *slot = Some(slot.map_or(sent, |before| before.max(sent)));
+                }
+                socket.send(Message::Binary(wire::encode(&message).into())).await?;
+                // The page stays (a student who leaves takes their open vote with them) until
+                // the test ends and aborts this task.
+                voted += 1;
+            }
+            anyhow::Ok(())
+        }));
+    }
+    let mut waits = Vec::new();
+    let counted = tokio::time::timeout(Duration::from_secs(120), async {
+        for round in 0..VOTE_ROUNDS {
+            let counted_at = loop {
+                let message = presenter.next().await.context("the room closed")??;
+                let Message::Binary(bytes) = message else { continue };
+                if let Ok(ToBrowser::ClassVotes(votes)) = wire::decode::<ToBrowser>(&bytes) {
+                    if votes.round == round && votes.answered as usize == STUDENTS {
+                        break Instant::now();
+                    }
+                }
+            };
+            let last = last_vote.lock().unwrap()[round as usize].context("no vote")?;
+            waits.push(counted_at.saturating_duration_since(last));
+            // A presenter talks between rounds; here long enough that no student votes more
+            // than the 4 times a second a page may.
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            // Reveal, then ask again.
+            for revealed in [true, false] {
+                let state = ClassState {
+                    lesson: "forty-ms".into(),
+                    step: 0,
+                    revealed,
+                    recording: false,
+                    view: ClassView::default(),
+                };
+                presenter.send(binary(&ToProbe::ClassState(state))).await?;
+            }
+        }
+        anyhow::Ok(())
+    })
+    .await;
+    for student in &students {
+        student.abort();
+    }
+    counted.context("the presenter was not told every round's count within 120 s")??;
+    waits.sort();
+    let p = |q: f64| waits[((waits.len() - 1) as f64 * q).round() as usize];
+    let ms = |d: Duration| d.as_secs_f64() * 1e3;
+    eprintln!(
+        "class votes students={STUDENTS} rounds={VOTE_ROUNDS} last_vote_to_count_p50_ms={:.2} \
+         last_vote_to_count_p99_ms={:.2} max_ms={:.2}  (from the last vote's send to the \
+         presenter's socket)",
+        ms(p(0.5)),
+        ms(p(0.99)),
+        ms(*waits.last().unwrap()),
+    );
+    assert!(p(0.99) < FOLLOW_WITHIN, "the presenter waited over a second for the count");
+    Ok(())
+}
+
+/// The value of `attribute` of the first element `selector` finds on `client`, if any.
+async fn attr_of(client: &Client, selector: &str, attribute: &str) -> Option<String> {
+    let element = client.find(css(selector)).await.ok()?;
+    element.attr(attribute).await.ok()?
+}
+
+/// Waits (up to 10 s) until `client` shows an element `selector` finds.
+async fn shows(client: &Client, selector: &str, who: &str) -> Result<()> {
+    client
+        .wait()
+        .at_most(Duration::from_secs(10))
+        .for_element(css(selector))
+        .await
+        .with_context(|| format!("{who}'s page shows no {selector}"))?;
+    Ok(())
+}
+
+/// The count each choice got in round `round` on `client`'s page, by choice.
+async fn counts_in(client: &Client, round: u32) -> Result<Vec<u32>> {
+    let selector =
+        format!("[data-testid=class-round][data-round='{round}'] [data-testid=class-count]");
+    let mut counts = Vec::new();
+    for row in client.find_all(css(&selector)).await? {
+        counts.push(row.attr("data-count").await?.unwrap_or_default().parse()?);
+    }
+    Ok(counts)
+}
+
+/// Peer instruction with a presenter and three students, each its own browser: the students
+/// vote, the presenter's page counts them without showing what they chose, the reveal shows
+/// every page the counts beside the answer, and "vote again" clears every choice and counts
+/// afresh, both rounds then shown.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_class_votes_then_votes_again() -> Result<()> {
+    let (_class, presenter_url, student_url) = start_class_with(&["--lesson", "forty-ms"])?;
+    let (_d0, presenter, _p0) = start_browser().await?;
+    let mut students = Vec::new();
+    for _ in 0..3 {
+        students.push(start_browser().await?);
+    }
+    let names = ["alice", "bob", "carol"];
+    let result = tokio::time::timeout(Duration::from_secs(180), async {
+        presenter.goto(&presenter_url).await?;
+        for (_, client, _) in &students {
+            client.goto(&student_url).await?;
+        }
+        // forty-ms's first step: "how long does one request take?", the third choice right.
+        let before_any = "[data-testid=class-answers][data-students='3'][data-answered='0']";
+        shows(&presenter, before_any, "the presenter").await?;
+        for ((_, client, _), who) in students.iter().zip(names) {
+            shows(client, "[data-testid=lesson-step][data-step='1']", who).await?;
+            let runs = client.find_all(css("[data-testid=lesson-run]")).await?;
+            for run in runs {
+                assert!(!run.is_displayed().await?, "{who}'s page shows a Run control");
+            }
+        }
+        // Alice and Carol choose the right answer, Bob the second choice.
+        for ((_, client, _), choice) in students.iter().zip([2, 1, 2]) {
+            let radio = format!("[data-testid=lesson-choice][data-choice='{choice}']");
+            client.find(css(&radio)).await?.click().await?;
+        }
+        shows(&presenter, "[data-testid=class-answers][data-answered='3']", "the presenter")
+            .await?;
+        assert!(counts_in(&presenter, 0).await?.is_empty(), "counts shown before the reveal");
+        for ((_, client, _), who) in students.iter().zip(names) {
+            assert!(counts_in(client, 0).await?.is_empty(), "{who} sees counts before the reveal");
+        }
+
+        presenter.find(css("[data-testid=lesson-reveal]")).await?.click().await?;
+        for (client, who) in std::iter::once((&presenter, "the presenter"))
+            .chain(students.iter().map(|s| &s.1).zip(names))
+        {
+            shows(client, "[data-testid=class-round][data-round='0']", who).await?;
+            assert_eq!(counts_in(client, 0).await?, vec![0, 1, 2], "{who}'s first vote");
+            shows(client, "[data-testid=lesson-answer]", who).await?;
+        }
+
+        // After discussing, the class votes again: every choice is cleared, and the count starts
+        // from nothing.
+        presenter.find(css("[data-testid=lesson-vote-again]")).await?.click().await?;
+        let again = "[data-testid=class-answers][data-round='1'][data-answered='0']";
+        shows(&presenter, again, "the presenter").await?;
+        for ((_, client, _), who) in students.iter().zip(names) {
+            let deadline = Instant::now() + Duration::from_secs(10);
+            loop {
+                let mut checked = 0;
+                for radio in client.find_all(css("[data-testid=lesson-choice]")).await? {
+                    checked += usize::from(radio.prop("checked").await?.as_deref() == Some("true"));
+                }
+                let enabled = attr_of(client, "[data-testid=lesson-choice]", "disabled").await;
+                if checked == 0 && enabled.is_none() {
+                    break;
+                }
+                if Instant::now() > deadline {
+                    bail!("{who}'s choice was not cleared for the second vote");
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+        for (_, client, _) in &students {
+            let right = "[data-testid=lesson-choice][data-choice='2']";
+            client.find(css(right)).await?.click().await?;
+        }
+        shows(&presenter, "[data-testid=class-answers][data-answered='3']", "the presenter")
+            .await?;
+        presenter.find(css("[data-testid=lesson-reveal]")).await?.click().await?;
+        for (client, who) in std::iter::once((&presenter, "the presenter"))
+            .chain(students.iter().map(|s| &s.1).zip(names))
+        {
+            shows(client, "[data-testid=class-round][data-round='1']", who).await?;
+            assert_eq!(counts_in(client, 0).await?, vec![0, 1, 2], "{who} keeps the first vote");
+            assert_eq!(counts_in(client, 1).await?, vec![0, 0, 3], "{who}'s second vote");
+        }
+        if let Some(dir) = std::env::var_os("ACKSCOPE_SCREENSHOT_DIR") {
+            let png = presenter.screenshot().await?;
+            std::fs::write(std::path::Path::new(&dir).join("class-votes.png"), png)?;
+        }
+        anyhow::Ok(())
+    })
+    .await
+    .unwrap_or_else(|_| Err(anyhow::anyhow!("a page stopped answering within 180 s")));
+    let _ = tokio::time::timeout(Duration::from_secs(10), presenter.close()).await;
+    for (_, client, _) in students {
+        let _ = tokio::time::timeout(Duration::from_secs(10), client.close()).await;
+    }
+    result
 }

@@ -39,6 +39,9 @@ const MAX_INCOMING_MESSAGE_BYTES: usize = 64 * 1024;
 /// A page sends a message per click or key press; more than this in a second is not a person,
 /// and the connection is closed.
 const MAX_INCOMING_PER_SECOND: u32 = 50;
+/// Votes a page may send in a second: a student changing their mind, not a script. Past it a
+/// vote is refused (the page is told) and the one before stands.
+const MAX_VOTES_PER_SECOND: u32 = 4;
 /// How long a page that finds its class full has to show it is the presenter's (its page sends
 /// the secret as soon as it connects) before it is told the room is full.
 const PRESENT_WITHIN: std::time::Duration = std::time::Duration::from_secs(2);
@@ -366,6 +369,14 @@ async fn stream_session(mut socket: WebSocket, app: Arc<App>, resume: Option<Res
         }
     };
     let mut room_changed = app.room.as_ref().map(|room| room.subscribe());
+    // The class's votes: the presenter's page hears of every vote, a student's only of what its
+    // page shows (the question, its round, the revealed counts).
+    let mut votes_changed =
+        app.room.as_ref().map(|room| (room.subscribe_votes(), room.subscribe_shown_votes()));
+    // A page is told the room's state and its votes when it joins (and the votes again when it
+    // becomes the presenter's), then as they change.
+    let (mut state_due, mut votes_due) = (true, true);
+    let mut vote_window = (std::time::Instant::now(), 0u32);
     let mut window = (std::time::Instant::now(), 0u32);
     let mut changed = app.session.subscribe();
     // A page whose stream was cut gets only what it has not had, if it was this stream.
@@ -398,11 +409,23 @@ async fn stream_session(mut socket: WebSocket, app: Arc<App>, resume: Option<Res
                 return;
             }
         }
-        // The room's state follows the session's messages, once they are all sent.
+        // The room's state follows the session's messages, once they are all sent: when the
+        // page joins and whenever the presenter moves (not at every batch of a live run).
         if let Some(watch) = room_changed.as_mut().filter(|_| !more) {
+            let due = std::mem::take(&mut state_due) || watch.has_changed().unwrap_or(false);
             let state = watch.borrow_and_update().clone();
-            if let Some(state) = state {
+            if let Some(state) = state.filter(|_| due) {
                 if send(&mut socket, &ToBrowser::ClassState(state)).await.is_err() {
+                    return;
+                }
+            }
+        }
+        if let Some((all, shown)) = votes_changed.as_mut().filter(|_| !more) {
+            let votes = if presenter { all } else { shown };
+            let due = std::mem::take(&mut votes_due) || votes.has_changed().unwrap_or(false);
+            let votes = votes.borrow_and_update().clone();
+            if let Some(votes) = votes.filter(|_| due) {
+                if send(&mut socket, &ToBrowser::ClassVotes(votes)).await.is_err() {
                     return;
                 }
             }
@@ -410,6 +433,13 @@ async fn stream_session(mut socket: WebSocket, app: Arc<App>, resume: Option<Res
         let room_moved = async {
             match room_changed.as_mut() {
                 Some(watch) => watch.changed().await,
+                None => std::future::pending().await,
+            }
+        };
+        let room_voted = async {
+            match votes_changed.as_mut() {
+                Some((all, _)) if presenter => all.changed().await,
+                Some((_, shown)) => shown.changed().await,
                 None => std::future::pending().await,
             }
         };
@@ -421,8 +451,19 @@ async fn stream_session(mut socket: WebSocket, app: Arc<App>, resume: Option<Res
                 Ok(()) => continue,
                 Err(_) => return,
             },
+            // `changed` marks the new value seen: it is due for sending all the same.
             moved = room_moved => match moved {
-                Ok(()) => continue,
+                Ok(()) => {
+                    state_due = true;
+                    continue;
+                }
+                Err(_) => return,
+            },
+            voted = room_voted => match voted {
+                Ok(()) => {
+                    votes_due = true;
+                    continue;
+                }
                 Err(_) => return,
             },
         };
@@ -487,7 +528,24 @@ async fn stream_session(mut socket: WebSocket, app: Arc<App>, resume: Option<Res
             (Ok(ToProbe::ClassState(_)), Some(_)) => {
                 Some("only the presenter moves the room; follow it or explore freely".into())
             }
-            (Ok(ToProbe::Present { .. } | ToProbe::ClassState(_)), None) => {
+            (Ok(ToProbe::Vote { .. }), Some(_)) if presenter => {
+                Some("the presenter's page does not vote; the students' pages do".into())
+            }
+            (Ok(ToProbe::Vote { lesson, step, round, choice }), Some(room)) => {
+                if vote_window.0.elapsed() >= std::time::Duration::from_secs(1) {
+                    vote_window = (std::time::Instant::now(), 0);
+                }
+                vote_window.1 += 1;
+                match (vote_window.1 > MAX_VOTES_PER_SECOND, &_seat) {
+                    (true, _) => Some(format!(
+                        "more than {MAX_VOTES_PER_SECOND} votes in a second: this one was not \
+                         taken; your last one counts"
+                    )),
+                    (false, Some(seat)) => room.vote(seat.page, &lesson, step, round, choice).err(),
+                    (false, None) => Some("this page has no place in the room".into()),
+                }
+            }
+            (Ok(ToProbe::Present { .. } | ToProbe::ClassState(_) | ToProbe::Vote { .. }), None) => {
                 Some("this probe is not serving a class; start one with `ackscope class`".into())
             }
             (Err(e), _) => Some(format!("could not read the request ({e}); reload the page")),
@@ -497,8 +555,11 @@ async fn stream_session(mut socket: WebSocket, app: Arc<App>, resume: Option<Res
                 return;
             }
         }
-        if presenter != was_presenter && send(&mut socket, &rights(presenter)).await.is_err() {
-            return;
+        if presenter != was_presenter {
+            votes_due = true;
+            if send(&mut socket, &rights(presenter)).await.is_err() {
+                return;
+            }
         }
     }
 }

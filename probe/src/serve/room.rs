@@ -5,10 +5,18 @@
 //! server or proxy log sees it) and sends over the WebSocket; students need only the short room
 //! code in the link; the room keeps the last state, so a late joiner catches up at once; and the
 //! room, its messages and their rate are bounded.
+//!
+//! The room also counts the class's votes on the presenter's question (peer instruction: the
+//! class answers, sees how it answered once the answer is shown, discusses, and answers again).
+//! A vote is held against the page's place for as long as its round is open, and only counts
+//! leave the room: no page, file or log learns who chose what.
 
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::Mutex;
 
-use ackscope_shared::wire::ClassState;
+use ackscope_shared::lesson;
+use ackscope_shared::wire::{ClassState, ClassVotes, MAX_VOTE_ROUNDS};
 use tokio::sync::watch;
 
 /// Pages in one room at most: a large lecture hall, with the presenter's.
@@ -29,19 +37,82 @@ pub struct Room {
     pages: AtomicUsize,
     /// The place kept for the presenter is taken.
     presenter_seated: AtomicBool,
+    /// Numbers the pages' places, so that a vote is the place's.
+    next_page: AtomicU64,
+    /// The question of the presenter's step and the votes on it.
+    ballot: Mutex<Ballot>,
+    /// The ballot, for the presenter's page: changed by every vote (`None` until the presenter
+    /// is on a lesson).
+    votes: watch::Sender<Option<ClassVotes>>,
+    /// The ballot as the students' pages see it: changed only when the question, its round or
+    /// the revealed counts change, so that a vote wakes the presenter's page, not the room's.
+    shown: watch::Sender<Option<ClassVotes>>,
+    /// How many choices each step of each bundled lesson asks for (0: no question): a vote is
+    /// checked against the lesson the room is on, not against what a page says it has.
+    questions: HashMap<&'static str, Vec<usize>>,
 }
 
 /// A page's place in the room, given back when it leaves.
 pub struct Seat<'a> {
     room: &'a Room,
     presenter: bool,
+    /// The place's number: its vote is held under it.
+    pub page: u64,
 }
 
 impl Drop for Seat<'_> {
     fn drop(&mut self) {
         match self.presenter {
             true => self.room.presenter_seated.store(false, Ordering::SeqCst),
-            false => _ = self.room.pages.fetch_sub(1, Ordering::SeqCst),
+            false => {
+                self.room.pages.fetch_sub(1, Ordering::SeqCst);
+                // A student who leaves takes their vote on an open round with them (they may
+                // come back and vote again); a revealed round's counts stay as shown.
+                self.room.update_ballot(|ballot| {
+                    if !ballot.revealed {
+                        ballot.open.remove(&self.page);
+                    }
+                });
+            }
+        }
+    }
+}
+
+/// The votes on one step's question.
+#[derive(Default)]
+struct Ballot {
+    lesson: String,
+    step: u32,
+    /// The question's choices; 0 when the step asks none.
+    choices: usize,
+    round: u32,
+    /// The presenter shows the answer: the round is closed.
+    revealed: bool,
+    /// The open round's vote of each page, by its place's number.
+    open: HashMap<u64, u8>,
+    /// The closed rounds' counts, oldest first.
+    closed: Vec<Vec<u32>>,
+}
+
+impl Ballot {
+    fn counts(&self) -> Vec<u32> {
+        let mut counts = vec![0u32; self.choices];
+        for &choice in self.open.values() {
+            if let Some(count) = counts.get_mut(choice as usize) {
+                *count += 1;
+            }
+        }
+        counts
+    }
+
+    fn public(&self, students: usize) -> ClassVotes {
+        ClassVotes {
+            lesson: self.lesson.clone(),
+            step: self.step,
+            round: self.round,
+            students: students as u32,
+            answered: self.open.len() as u32,
+            rounds: self.closed.clone(),
         }
     }
 }
@@ -66,6 +137,20 @@ impl Room {
             state: watch::channel(None).0,
             pages: AtomicUsize::new(0),
             presenter_seated: AtomicBool::new(false),
+            next_page: AtomicU64::new(0),
+            ballot: Mutex::new(Ballot::default()),
+            votes: watch::channel(None).0,
+            shown: watch::channel(None).0,
+            questions: lesson::BUNDLED
+                .iter()
+                .filter_map(|(id, text)| {
+                    let parsed = lesson::parse(id, text).ok()?;
+                    let steps = parsed.steps.iter().map(|step| {
+                        step.question.as_ref().map_or(0, |question| question.choices.len())
+                    });
+                    Some((*id, steps.collect()))
+                })
+                .collect(),
         }
     }
 
@@ -84,13 +169,15 @@ impl Room {
     /// student; the presenter moves to its own place when it presents), or why not.
     pub fn enter(&self) -> Result<Seat<'_>, String> {
         let before = self.pages.fetch_add(1, Ordering::SeqCst);
-        let seat = Seat { room: self, presenter: false };
+        let page = self.next_page.fetch_add(1, Ordering::Relaxed);
+        let seat = Seat { room: self, presenter: false, page };
         if before >= MAX_STUDENTS {
             return Err(format!(
                 "the room is full ({MAX_STUDENTS} pages and the presenter's); ask the presenter \
                  to start a second one"
             ));
         }
+        self.update_ballot(|_| {});
         Ok(seat)
     }
 
@@ -100,7 +187,8 @@ impl Room {
     pub fn seat_presenter(&self) -> Option<Seat<'_>> {
         let free =
             self.presenter_seated.compare_exchange(false, true, Ordering::SeqCst, Ordering::SeqCst);
-        free.is_ok().then_some(Seat { room: self, presenter: true })
+        let page = self.next_page.fetch_add(1, Ordering::Relaxed);
+        free.is_ok().then_some(Seat { room: self, presenter: true, page })
     }
 
     /// The presenter moved: every page gets the new state (the last one, if they come later).
@@ -110,12 +198,104 @@ impl Room {
         if state.lesson.len() > MAX_LESSON_ID_BYTES || state.step > 1000 {
             return Err("that is not a lesson's state".into());
         }
+        self.update_ballot(|ballot| {
+            if (ballot.lesson.as_str(), ballot.step) != (state.lesson.as_str(), state.step) {
+                let choices = self
+                    .questions
+                    .get(state.lesson.as_str())
+                    .and_then(|steps| steps.get(state.step as usize).copied());
+                *ballot = Ballot {
+                    lesson: state.lesson.clone(),
+                    step: state.step,
+                    choices: choices.unwrap_or(0),
+                    ..Ballot::default()
+                };
+            } else if state.revealed && !ballot.revealed {
+                // The answer is shown: the round closes, and its counts are shown with it.
+                let counts = ballot.counts();
+                ballot.closed.push(counts);
+                if ballot.closed.len() > MAX_VOTE_ROUNDS {
+                    ballot.closed.remove(0);
+                }
+            } else if !state.revealed && ballot.revealed {
+                // Hidden again on the same step: "vote again", after the class discussed.
+                ballot.round += 1;
+                ballot.open.clear();
+            }
+            ballot.revealed = state.revealed;
+        });
         self.state.send_replace(Some(state));
         Ok(())
     }
 
     pub fn subscribe(&self) -> watch::Receiver<Option<ClassState>> {
         self.state.subscribe()
+    }
+
+    /// The class's votes for the presenter's page: whenever they change.
+    pub fn subscribe_votes(&self) -> watch::Receiver<Option<ClassVotes>> {
+        self.votes.subscribe()
+    }
+
+    /// The class's votes for a student's page: whenever what it shows changes (the question, its
+    /// round, the revealed counts); how many have answered is as of that change.
+    pub fn subscribe_shown_votes(&self) -> watch::Receiver<Option<ClassVotes>> {
+        self.shown.subscribe()
+    }
+
+    /// A student's page (the place numbered `page`) answers the question of `step` of `lesson`
+    /// in round `round`, or why the vote is not taken.
+    pub fn vote(
+        &self,
+        page: u64,
+        lesson: &str,
+        step: u32,
+        round: u32,
+        choice: u8,
+    ) -> Result<(), String> {
+        let mut refusal = None;
+        self.update_ballot(|ballot| {
+            refusal = if (ballot.lesson.as_str(), ballot.step) != (lesson, step) {
+                Some("the presenter is on another step now: vote on the question shown".into())
+            } else if ballot.choices == 0 {
+                Some("this step asks no question".into())
+            } else if round != ballot.round {
+                Some("the presenter asked again: choose your answer again".into())
+            } else if ballot.revealed {
+                Some("the answer is shown: votes are taken until the presenter reveals it".into())
+            } else if usize::from(choice) >= ballot.choices {
+                Some(format!("this question has {} choices", ballot.choices))
+            } else {
+                ballot.open.insert(page, choice);
+                None
+            };
+        });
+        refusal.map_or(Ok(()), Err)
+    }
+
+    /// Changes the ballot, then tells every page its counts if they changed.
+    fn update_ballot(&self, change: impl FnOnce(&mut Ballot)) {
+        let mut ballot = self.ballot.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        change(&mut ballot);
+        if ballot.lesson.is_empty() {
+            return; // the presenter has not opened a lesson yet
+        }
+        let now = ballot.public(self.pages.load(Ordering::SeqCst));
+        self.shown.send_if_modified(|shown| {
+            let changed = shown.as_ref().is_none_or(|shown| {
+                (&shown.lesson, shown.step, shown.round, &shown.rounds)
+                    != (&now.lesson, now.step, now.round, &now.rounds)
+            });
+            if changed {
+                *shown = Some(now.clone());
+            }
+            changed
+        });
+        self.votes.send_if_modified(|votes| {
+            let changed = votes.as_ref() != Some(&now);
+            *votes = Some(now);
+            changed
+        });
     }
 }
 
@@ -182,5 +362,98 @@ mod tests {
         assert_eq!(early.borrow_and_update().as_ref().map(|s| s.step), Some(2), "one message");
         let too_long = ClassState { lesson: "x".repeat(65), ..state(1) };
         assert!(room.set(too_long).is_err());
+    }
+
+    /// The votes the room publishes now.
+    fn votes(room: &Room) -> ClassVotes {
+        room.subscribe_votes().borrow().clone().expect("the room is on a lesson")
+    }
+
+    fn at(step: u32, revealed: bool) -> ClassState {
+        ClassState { revealed, ..state(step) }
+    }
+
+    #[test]
+    fn votes_are_counted_one_per_page_and_shown_only_once_revealed() {
+        let room = Room::with("ABC234".into(), "x".repeat(32));
+        assert!(room.subscribe_votes().borrow().is_none(), "no lesson, no ballot");
+        let (alice, bob, carol) =
+            (room.enter().unwrap(), room.enter().unwrap(), room.enter().unwrap());
+        // forty-ms's first step asks a question of three choices.
+        room.set(at(0, false)).unwrap();
+        room.vote(alice.page, "forty-ms", 0, 0, 1).unwrap();
+        room.vote(bob.page, "forty-ms", 0, 0, 0).unwrap();
+        room.vote(bob.page, "forty-ms", 0, 0, 1).unwrap();
+        let open = votes(&room);
+        assert_eq!(
+            (open.students, open.answered),
+            (3, 2),
+            "a page's second vote replaces its first"
+        );
+        let shown = room.subscribe_shown_votes();
+        assert_eq!(shown.borrow().as_ref().map(|v| v.answered), Some(0), "as of the question");
+        assert!(open.rounds.is_empty(), "an open round's counts are shown to no one");
+        // Carol leaves before voting; the room is two now.
+        drop(carol);
+        assert_eq!(votes(&room).students, 2);
+        room.set(at(0, true)).unwrap();
+        let shown = votes(&room);
+        assert_eq!(shown.rounds, vec![vec![0, 2, 0]]);
+        let late = room.vote(alice.page, "forty-ms", 0, 0, 2).unwrap_err();
+        assert!(late.contains("the answer is shown"), "{late}");
+        // Bob leaves after the reveal: what was shown stays.
+        drop(bob);
+        assert_eq!(votes(&room).rounds, vec![vec![0, 2, 0]]);
+        drop(alice);
+    }
+
+    #[test]
+    fn vote_again_opens_a_round_and_keeps_the_ones_before() {
+        let room = Room::with("ABC234".into(), "x".repeat(32));
+        let alice = room.enter().unwrap();
+        room.set(at(0, false)).unwrap();
+        room.vote(alice.page, "forty-ms", 0, 0, 0).unwrap();
+        room.set(at(0, true)).unwrap();
+        // The view moving (the same state again) changes nothing.
+        room.set(at(0, true)).unwrap();
+        room.set(at(0, false)).unwrap();
+        let again = votes(&room);
+        assert_eq!((again.round, again.answered), (1, 0));
+        let stale = room.vote(alice.page, "forty-ms", 0, 0, 2).unwrap_err();
+        assert!(stale.contains("asked again"), "{stale}");
+        room.vote(alice.page, "forty-ms", 0, 1, 2).unwrap();
+        room.set(at(0, true)).unwrap();
+        assert_eq!(votes(&room).rounds, vec![vec![1, 0, 0], vec![0, 0, 1]]);
+        // Another step starts afresh.
+        room.set(at(1, false)).unwrap();
+        let next = votes(&room);
+        assert_eq!((next.step, next.round, next.rounds.len()), (1, 0, 0));
+        let old = room.vote(alice.page, "forty-ms", 0, 1, 0).unwrap_err();
+        assert!(old.contains("another step"), "{old}");
+    }
+
+    #[test]
+    fn a_vote_must_answer_the_rooms_question() {
+        let room = Room::with("ABC234".into(), "x".repeat(32));
+        let alice = room.enter().unwrap();
+        room.set(at(0, false)).unwrap();
+        let beyond = room.vote(alice.page, "forty-ms", 0, 0, 3).unwrap_err();
+        assert!(beyond.contains("3 choices"), "{beyond}");
+        room.set(ClassState { lesson: "not-bundled".into(), ..at(0, false) }).unwrap();
+        let none = room.vote(alice.page, "not-bundled", 0, 0, 0).unwrap_err();
+        assert!(none.contains("asks no question"), "{none}");
+        assert_eq!(votes(&room).answered, 0);
+    }
+
+    #[test]
+    fn a_room_keeps_a_bounded_number_of_rounds() {
+        let room = Room::with("ABC234".into(), "x".repeat(32));
+        for _ in 0..MAX_VOTE_ROUNDS + 3 {
+            room.set(at(0, false)).unwrap();
+            room.set(at(0, true)).unwrap();
+        }
+        let kept = votes(&room);
+        assert_eq!(kept.rounds.len(), MAX_VOTE_ROUNDS);
+        assert_eq!(kept.round as usize, MAX_VOTE_ROUNDS + 2);
     }
 }

@@ -24,8 +24,9 @@ mod run_start;
 /// `RunDelay` event kind and `ToProbe::StopRun`; version 4 the `ClockSync` event kind of runs
 /// against a remote server and `ToProbe::StartRemoteRun`; version 5 the `DelayedAck` event kind
 /// of a watch as root; version 6 the `OptionsTried` message of a watch that tries an option,
-/// with the live stream's `TryRights` and `ToProbe::TryOnWatch`.
-pub const PROTOCOL_VERSION: u16 = 6;
+/// with the live stream's `TryRights` and `ToProbe::TryOnWatch`; version 7 a class's votes
+/// (`ClassVotes`, `ToProbe::Vote`), live only.
+pub const PROTOCOL_VERSION: u16 = 7;
 
 /// The oldest version this build still reads: every version since only appended messages, so
 /// an older stream is a valid newer one.
@@ -90,6 +91,10 @@ pub enum ToBrowser {
     /// an option on the programs a page's watch watches ([`ToProbe::TryOnWatch`]): `None` if it
     /// may, else what it lacks and how to get it (version 6).
     TryRights { refused: Option<String> },
+    /// The live stream only, in a class: how the room voted on the presenter's question, sent
+    /// to every page when it changes and to a page when it joins (version 7). Anonymous: counts,
+    /// never who chose what.
+    ClassVotes(ClassVotes),
 }
 
 /// The presenter's place in the lessons, as the room's pages follow it.
@@ -107,6 +112,30 @@ pub struct ClassState {
     /// What the presenter's timeline shows of that run: the pages that follow show the same.
     pub view: ClassView,
 }
+
+/// How a class voted on the question of the presenter's step ([`ToBrowser::ClassVotes`]).
+/// A round is open until the presenter reveals the answer; "vote again" (the presenter hiding
+/// the answer of the same step) opens the next, and the rounds before stay, so the class sees how
+/// its answers moved. An open round's counts are shown to no one, the presenter included: only
+/// how many have answered.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClassVotes {
+    /// The lesson and step voted on (as in [`ClassState`]).
+    pub lesson: String,
+    pub step: u32,
+    /// The round open or last closed, from 0.
+    pub round: u32,
+    /// Pages in the students' places now.
+    pub students: u32,
+    /// Students who have voted in the current round.
+    pub answered: u32,
+    /// Each closed round's count of each choice, oldest first (at most [`MAX_VOTE_ROUNDS`]):
+    /// the current round's last, once it is revealed.
+    pub rounds: Vec<Vec<u32>>,
+}
+
+/// Rounds of one question a room keeps: "vote again" past it forgets the oldest.
+pub const MAX_VOTE_ROUNDS: usize = 8;
 
 /// The presenter's view of the timeline, as the class follows it. Times are the timeline's:
 /// from each request's start in the aligned view, on the run's clock in the run-clock view.
@@ -264,6 +293,15 @@ pub enum ToProbe {
         run: RunId,
         option: crate::tried::TriedOption,
         sides: crate::tried::Sides,
+    },
+    /// In a class, from a student's page: its answer (`choice`, from 0) to the question of step
+    /// `step` of `lesson`, in vote round `round` ([`ClassVotes`]). A later vote of the same page
+    /// in the same round replaces it; none is taken once the answer is shown (version 7).
+    Vote {
+        lesson: String,
+        step: u32,
+        round: u32,
+        choice: u8,
     },
 }
 
@@ -620,19 +658,22 @@ mod tests {
 
     #[test]
     fn a_newer_hello_that_no_longer_decodes_is_still_refused_by_version() {
-        // Version 7's Hello: tag 0, version 7, then fields this build does not know.
-        let newer = [0u8, 7, 0xff, 0xff, 0xff];
-        assert_eq!(peek_version(&newer), Some(7));
+        // The next version's Hello: tag 0, the version, then fields this build does not know.
+        let next = PROTOCOL_VERSION + 1;
+        assert!(next < 0x80, "one byte as a varint");
+        let newer = [0u8, next as u8, 0xff, 0xff, 0xff];
+        assert_eq!(peek_version(&newer), Some(next));
         assert_eq!(
             decode_first(&newer).unwrap_err(),
-            WireError::Version { found: 7, supported: PROTOCOL_VERSION }
+            WireError::Version { found: next, supported: PROTOCOL_VERSION }
         );
         let mut file = Vec::new();
         file.extend_from_slice(&(newer.len() as u32).to_le_bytes());
         file.extend_from_slice(&newer);
         let mut reader = FrameStream::new();
         reader.push(&file);
-        assert!(matches!(reader.next_message(), Some(Err(WireError::Version { found: 7, .. }))));
+        let refused = reader.next_message();
+        assert!(matches!(refused, Some(Err(WireError::Version { found, .. })) if found == next));
         let current = encode(&sample_stream()[0]);
         assert_eq!(peek_version(&current), Some(PROTOCOL_VERSION));
         assert!(decode_first(&current).is_ok());

@@ -15,6 +15,7 @@ use crate::classroom::ClassRole;
 use crate::files::{carried_recording, open_blob, open_url};
 use crate::js::Debounce;
 use crate::lessons::{self, recording_name, recording_url};
+use crate::panels::class_answers::ClassAnswers;
 use crate::state::{AppState, Run, RunKey};
 use crate::store::Store;
 use crate::timeline::model::PLOT_WIDTH;
@@ -116,6 +117,7 @@ pub fn LessonPanel(
     // Parsed once for the page (lessons::playable); nothing here copies them.
     let list = StoredValue::new(lessons::playable());
     let student = class.as_ref().is_some_and(|role| !role.is_presenter());
+    let in_class = class.is_some();
     let presenting = class.as_ref().is_some_and(ClassRole::is_presenter);
     // A student follows the presenter until it moves on its own.
     let follow = RwSignal::new(student);
@@ -312,7 +314,9 @@ pub fn LessonPanel(
                 return;
             };
             lesson.update(|s| {
-                if (s.lesson, s.step) != (Some(index), room.step as usize) {
+                // Another step, or the same one asked again ("vote again"): choose afresh.
+                let asked_again = s.revealed && !room.revealed;
+                if (s.lesson, s.step) != (Some(index), room.step as usize) || asked_again {
                     s.chosen = None;
                 }
                 s.lesson = Some(index);
@@ -340,6 +344,34 @@ pub fn LessonPanel(
         });
     }
 
+    // A student's answer goes to the room while the presenter's question on that step is open
+    // (a student exploring another step answers only for themselves).
+    let vote = move |id: &str, step: usize, choice: usize| {
+        let open = store.read_untracked(|s| {
+            s.class.as_ref().is_some_and(|room| {
+                room.lesson == id && room.step as usize == step && !room.revealed
+            })
+        });
+        if !student || !open {
+            return;
+        }
+        let round = store.read_untracked(|s| {
+            let votes = s.class_votes.as_ref();
+            votes.filter(|v| v.lesson == id && v.step as usize == step).map_or(0, |v| v.round)
+        });
+        let message = ToProbe::Vote {
+            lesson: id.to_string(),
+            step: step as u32,
+            round,
+            choice: choice.min(u8::MAX.into()) as u8,
+        };
+        outbox.with_value(|o| o.as_ref().map(|send| send(&message)));
+    };
+    // The room's votes on the step this page shows, if the room is on it.
+    let votes_here = move |id: &str, step: usize| {
+        store.read(|s| s.class_votes.clone()).filter(|v| v.lesson == id && v.step as usize == step)
+    };
+
     let picker = move |ev: leptos::ev::Event| {
         let value = event_target_value(&ev);
         follow.set(false);
@@ -365,7 +397,8 @@ pub fn LessonPanel(
         let count = lesson_now.steps.len();
         let id = lesson_now.id.clone();
         let state = lesson.get();
-        let must_choose = step.question.is_some() && state.chosen.is_none();
+        // The presenter of a class does not answer: the class does.
+        let must_choose = step.question.is_some() && state.chosen.is_none() && !presenting;
         let busy = move || store.read(|s| s.is_running() || s.start_pending);
         // Read in the closures below, not here: the step's DOM is not rebuilt on every batch of
         // a live run, only the numbers are.
@@ -395,7 +428,13 @@ pub fn LessonPanel(
                                 data-choice=i.to_string()
                                 prop:checked={state.chosen == Some(i)}
                                 prop:disabled=state.revealed
-                                on:change=move |_| lesson.update(|s| s.chosen = Some(i))
+                                on:change={
+                                    let id = id.clone();
+                                    move |_| {
+                                        lesson.update(|s| s.chosen = Some(i));
+                                        vote(&id, index, i);
+                                    }
+                                }
                             />
                             {choice.clone()}
                         </label>
@@ -410,11 +449,50 @@ pub fn LessonPanel(
                     </div>
                 }
             });
+            // In a class: how the room answered (the presenter's page also sees, before the
+            // reveal, how many have), and the presenter's reveal and "vote again".
+            let answers = in_class.then(|| {
+                let (id, question, revealed) = (id.clone(), question.clone(), state.revealed);
+                move || {
+                    votes_here(&id, index)
+                        .filter(|votes| presenting || !votes.rounds.is_empty())
+                        .map(|votes| {
+                            let question = question.clone();
+                            view! { <ClassAnswers votes question revealed presenter=presenting /> }
+                        })
+                }
+            });
+            let room_controls = presenting.then(|| match state.revealed {
+                false => view! {
+                    <button
+                        type="button"
+                        data-testid="lesson-reveal"
+                        title="show every page the answer and how the class voted"
+                        on:click=move |_| lesson.update(|s| s.revealed = true)
+                    >"Reveal the answer"</button>
+                }
+                .into_any(),
+                true => view! {
+                    <button
+                        type="button"
+                        data-testid="lesson-vote-again"
+                        title="hide the answer and let the class vote again, after discussing; both votes stay shown"
+                        on:click=move |_| lesson.update(|s| {
+                            s.revealed = false;
+                            s.recording = false;
+                            s.chosen = None;
+                        })
+                    >"Vote again"</button>
+                }
+                .into_any(),
+            });
             view! {
                 <fieldset class="lesson-question" data-testid="lesson-question">
                     <legend>{question.ask.clone()}</legend>
                     {choices}
                 </fieldset>
+                {answers}
+                {room_controls.map(|button| view! { <div class="lesson-actions">{button}</div> })}
                 {revealed}
             }
         });
@@ -492,6 +570,9 @@ pub fn LessonPanel(
                         />
                         " follow the presenter (off: explore freely)"
                     </label>
+                    {move || store.read(|s| s.rejected.clone()).map(|reason| view! {
+                        <span class="error" data-testid="class-refused" role="status">{reason}</span>
+                    })}
                     <button type="button" data-testid="class-back" prop:disabled=move || follow.get() on:click=move |_| follow.set(true)>
                         "Back to the presenter"
                     </button>

@@ -3,6 +3,7 @@
 //! that also act on the state (the run form, the watch source, the run lists, the lessons) get
 //! the store.
 
+pub mod class_answers;
 pub mod compare;
 pub mod exports;
 pub mod kernel;

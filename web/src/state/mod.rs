@@ -24,7 +24,7 @@ pub use stream::Stream;
 
 use ackscope_shared::overview::Overview;
 use ackscope_shared::tried::Sides;
-use ackscope_shared::wire::{ClassState, ResumePoint, ToBrowser, WireError};
+use ackscope_shared::wire::{ClassState, ClassVotes, ResumePoint, ToBrowser, WireError};
 use ackscope_shared::{RunId, Scenario};
 
 use crate::session_file::SessionDecoder;
@@ -114,6 +114,8 @@ pub struct AppState {
     compared: Vec<RunKey>,
     /// In a class: where the presenter is, as the room last said.
     pub class: Option<ClassState>,
+    /// In a class: how the room voted on the presenter's question, as the room last said.
+    pub class_votes: Option<ClassVotes>,
     /// Why the probe refused the last run the user asked for; cleared by the next request.
     pub rejected: Option<String>,
     /// The user asked for a run and the probe has not answered yet: keeps Run from being pressed
@@ -150,6 +152,7 @@ impl Default for AppState {
             selected: None,
             compared: Vec::new(),
             class: None,
+            class_votes: None,
             rejected: None,
             start_pending: false,
             follow: None,
@@ -489,6 +492,8 @@ pub fn apply(state: &mut AppState, message: ToBrowser) {
         }
         // The room's state is the page's business, not the session's (files never hold it).
         ToBrowser::ClassState(class) => state.class = Some(class),
+        // Counts only, never who voted; kept off the session like the room's state.
+        ToBrowser::ClassVotes(votes) => state.class_votes = Some(votes),
         // The probe's, not the session's: a file never holds it.
         ToBrowser::TryRights { refused } => state.try_rights = Some(refused.map_or(Ok(()), Err)),
         message => {

@@ -110,7 +110,8 @@ impl Stream {
             | ToBrowser::Trailer(_)
             | ToBrowser::ClassState(_)
             | ToBrowser::Stream { .. }
-            | ToBrowser::TryRights { .. } => None,
+            | ToBrowser::TryRights { .. }
+            | ToBrowser::ClassVotes(_) => None,
             ToBrowser::RunStarted { run, spec, instruments } => {
                 // An id started again (only a crafted file does that) replaces its run where it
                 // was.
