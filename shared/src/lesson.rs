@@ -6,6 +6,10 @@
 //! The parser is strict: an unknown key, a preset that does not exist or a question without a
 //! right answer is an error naming the line and saying what would be right.
 
+mod claim;
+
+pub use claim::{Bound, Claim, Figure};
+
 use crate::attribution::StallClass;
 use crate::presets;
 use crate::spec::Scenario;
@@ -38,6 +42,9 @@ pub struct Step {
     /// What to look at once the run is shown.
     pub look: Vec<Look>,
     pub question: Option<Question>,
+    /// What the step's run shows, as figures its recording is checked against
+    /// (`ackscope lesson check`).
+    pub expect: Vec<Claim>,
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -113,12 +120,21 @@ pub struct LessonError {
 /// `(id, text)` of each lesson ackscope carries, in the order of the stories: every file of
 /// `lessons/` at the repository's root, compiled in (the page plays them with no probe; `class
 /// --lesson ID` opens a room on one). A test of the web crate checks that this is every file.
-pub const BUNDLED: [(&str, &str); 4] = [
+pub const BUNDLED: [(&str, &str); 7] = [
     ("forty-ms", include_str!("../../lessons/forty-ms.lesson")),
     ("reconnect", include_str!("../../lessons/reconnect.lesson")),
     ("split-writes", include_str!("../../lessons/split-writes.lesson")),
     ("buffers", include_str!("../../lessons/buffers.lesson")),
+    ("loss", include_str!("../../lessons/loss.lesson")),
+    ("slow-start", include_str!("../../lessons/slow-start.lesson")),
+    ("bbr", include_str!("../../lessons/bbr.lesson")),
 ];
+
+/// The recording of step `index` (from 0) of lesson `id`: the file `record-lesson` writes and
+/// the page plays, in `lessons/recordings/`.
+pub fn recording_name(id: &str, index: usize) -> String {
+    format!("{id}-{}.ackscope", index + 1)
+}
 
 /// Parses a lesson file named `id` (its file name without `.lesson`).
 pub fn parse(id: &str, text: &str) -> Result<Lesson, LessonError> {
@@ -181,13 +197,13 @@ pub fn parse(id: &str, text: &str) -> Result<Lesson, LessonError> {
                 continue;
             }
             "text" | "run" | "spec" | "requests" | "look" | "ask" | "choice" | "choice*"
-            | "reveal" => {}
+            | "reveal" | "expect" => {}
             _ => {
                 return Err(fail(
                     line,
                     format!(
                         "unknown key {key:?}; a lesson has lesson, about, step, text, run, \
-                         spec, requests, look, ask, choice, choice*, reveal"
+                         spec, requests, look, ask, choice, choice*, reveal, expect"
                     ),
                 ))
             }
@@ -241,6 +257,17 @@ pub fn parse(id: &str, text: &str) -> Result<Lesson, LessonError> {
                 run.requests = Some(count);
             }
             "look" => step.look.push(look(value).map_err(|p| fail(line, p))?),
+            "expect" => {
+                if step.run.is_none() {
+                    return Err(fail(
+                        line,
+                        "`expect:` says what the step's run shows: put it after `run:` or \
+                         `spec:`"
+                            .into(),
+                    ));
+                }
+                step.expect.push(Claim::parse(value, line).map_err(|p| fail(line, p))?);
+            }
             "ask" => {
                 step.question = Some(Question {
                     ask: value.to_string(),

@@ -25,9 +25,7 @@ pub fn recording_url(id: &str, step: usize) -> String {
 }
 
 /// The recording's file name (also the name the opened file is listed under).
-pub fn recording_name(id: &str, step: usize) -> String {
-    format!("{id}-{}.ackscope", step + 1)
-}
+pub use ackscope_shared::lesson::recording_name;
 
 #[cfg(test)]
 mod tests {

@@ -2,6 +2,10 @@
 //! something, with this probe, as the session files the web app plays when no probe is there
 //! (docs/LESSONS.md). `cargo xtask record-lessons` calls it for the lessons of the repository.
 //!
+//! `ackscope lesson check FILE...`: reads each lesson as the page does, then reads each step's
+//! recording (`recordings/ID-K.ackscope` beside the lesson) through the same reducer as `show`,
+//! and holds its figures to the lesson's claims (`expect:`).
+//!
 //! Each step is recorded by running `ackscope run PRESET [--count N] -o DIR/ID-K.ackscope` as a
 //! child process: exactly what a person would type, and a fresh process per step (the emulated
 //! link needs a single-threaded process to enter its namespace).
@@ -10,7 +14,10 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use ackscope_shared::lesson::{self, RunWhat, MAX_LESSON_BYTES};
+use ackscope_shared::lesson::{self, recording_name, RunWhat, MAX_LESSON_BYTES};
+use ackscope_shared::reduce::{Output, SessionReducer};
+use ackscope_shared::report::{LiveFacts, RunReport};
+use ackscope_shared::Scenario;
 
 use super::terminal::Printable;
 use super::{Ended, Failure};
@@ -82,11 +89,6 @@ pub fn record(args: &RecordLessonArgs) -> Result<Ended, Failure> {
     Ok(Ended::Ok)
 }
 
-/// The recording of step `index` (from 0) of lesson `id`, as the web app looks for it.
-fn recording_name(id: &str, index: usize) -> String {
-    format!("{id}-{}.ackscope", index + 1)
-}
-
 /// Removes the recordings of `lesson` in `dir` that no step of it makes any more (a step taken
 /// out, or one that no longer runs anything): otherwise they would be bundled with the app and
 /// played for a step they are not of.
@@ -117,15 +119,172 @@ fn remove_stale(dir: &Path, lesson: &lesson::Lesson) -> Result<(), Failure> {
     Ok(())
 }
 
+#[derive(Debug, clap::Subcommand)]
+pub enum LessonCommand {
+    /// Check lessons before class: every key known, one right choice a question, every step
+    /// runnable or recorded, and each recording's figures keeping the lesson's claims
+    /// (`expect:`); each problem with its file and line, exit status 2
+    Check {
+        /// Lesson files (lessons/*.lesson); recordings are looked for in recordings/ beside them
+        #[arg(required = true, value_name = "FILE")]
+        lessons: Vec<PathBuf>,
+    },
+}
+
+pub fn lesson(command: &LessonCommand) -> Result<Ended, Failure> {
+    match command {
+        LessonCommand::Check { lessons } => check(lessons),
+    }
+}
+
+/// `lesson check`: every file is checked, each problem is printed, and the exit status says
+/// whether there was any.
+fn check(paths: &[PathBuf]) -> Result<Ended, Failure> {
+    let mut problems = 0;
+    for path in paths {
+        let mut out = Printable::terminal(std::io::stdout().lock());
+        let mut err = Printable::terminal(std::io::stderr().lock());
+        match check_one(path) {
+            Ok(held) => {
+                let _ = writeln!(out, "{}: ok ({held})", path.display());
+            }
+            Err(found) => {
+                problems += found.len();
+                for problem in found {
+                    let _ = writeln!(err, "{problem}");
+                }
+            }
+        }
+    }
+    match problems {
+        0 => Ok(Ended::Ok),
+        n => Err(Failure::Usage(format!(
+            "{n} problem{} in the lessons above: fix each at its line, then check again",
+            if n == 1 { "" } else { "s" }
+        ))),
+    }
+}
+
+/// One lesson's problems, each `FILE line N: what, and what would be right`; else what held.
+fn check_one(path: &Path) -> Result<String, Vec<String>> {
+    let lesson = read(path).map_err(|failure| match failure {
+        Failure::Usage(message) | Failure::Run(message) => {
+            // The parser names the file by its id; the teacher gave a path.
+            let file = format!("{}.lesson", lesson_id(path).unwrap_or_default());
+            vec![message.replacen(&file, &path.display().to_string(), 1)]
+        }
+    })?;
+    let at = |line: usize, problem: String| format!("{} line {line}: {problem}", path.display());
+    let recordings = path.parent().unwrap_or(Path::new(".")).join("recordings");
+    let (mut problems, mut recorded, mut held) = (Vec::new(), 0, 0);
+    for (index, step) in lesson.steps.iter().enumerate() {
+        let Some(run) = &step.run else { continue };
+        let k = index + 1;
+        let first_line = step.expect.first().map_or(0, |claim| claim.line);
+        let file = recordings.join(recording_name(&lesson.id, index));
+        if !file.is_file() {
+            if let Some(claim) = step.expect.first() {
+                problems.push(at(
+                    claim.line,
+                    format!(
+                        "step {k} claims `{claim}`, but has no recording to check it against \
+                         ({}): record it with `ackscope record-lesson {} --out {}`",
+                        file.display(),
+                        path.display(),
+                        recordings.display()
+                    ),
+                ));
+            }
+            continue;
+        }
+        recorded += 1;
+        let (scenario, report) = match first_report(&file) {
+            Ok(found) => found,
+            Err(problem) => {
+                problems.push(at(first_line, format!("step {k}'s recording: {problem}")));
+                continue;
+            }
+        };
+        if Some(&scenario) != run.scenario().as_ref() {
+            problems.push(at(
+                first_line,
+                format!(
+                    "step {k}'s recording ({}) ran another experiment than the step's `{}`: \
+                     record it again with `ackscope record-lesson {} --out {}`",
+                    file.display(),
+                    run.name(),
+                    path.display(),
+                    recordings.display()
+                ),
+            ));
+            continue;
+        }
+        for claim in &step.expect {
+            match claim.check(&report) {
+                Ok(_) => held += 1,
+                Err(shows) => problems.push(at(
+                    claim.line,
+                    format!("step {k} claims `{claim}`: {shows}; change the claim or the step"),
+                )),
+            }
+        }
+    }
+    match problems.is_empty() {
+        true => Ok(format!(
+            "{} steps, {recorded} recordings, {held} claims held by them",
+            lesson.steps.len()
+        )),
+        false => Err(problems),
+    }
+}
+
+/// The first run of a session file: the experiment it ran and its report, as `show` makes it.
+fn first_report(file: &Path) -> Result<(Scenario, RunReport), String> {
+    let mut reader = crate::record::SessionReader::open(file)?;
+    let mut reducer = SessionReducer::new();
+    let (mut steps, mut error) = (Vec::new(), None);
+    let mut first = None;
+    while first.is_none() {
+        let Some(()) =
+            reader.with_next_into(&mut error, |message| reducer.handle(message, &mut steps))
+        else {
+            reducer.finish(&mut steps);
+            first = ended_run(&mut steps);
+            break;
+        };
+        first = ended_run(&mut steps);
+    }
+    if let Some(error) = error {
+        return Err(format!("{error}"));
+    }
+    first.ok_or_else(|| "the file holds no run".to_string())
+}
+
+/// The first run `steps` says ended, with its report.
+fn ended_run(steps: &mut Vec<Output>) -> Option<(Scenario, RunReport)> {
+    steps.drain(..).find_map(|step| match step {
+        Output::Ended(run, _) => {
+            let outcome = run
+                .outcome
+                .clone()
+                .unwrap_or_else(ackscope_shared::export_json::unfinished_outcome);
+            let report = RunReport::of(&run.tally, &run.scenario, &outcome, LiveFacts::default());
+            Some((run.scenario, report))
+        }
+        _ => None,
+    })
+}
+
+/// A lesson's id: its file name without `.lesson`.
+fn lesson_id(path: &Path) -> Option<&str> {
+    path.file_name()?.to_str()?.strip_suffix(".lesson")
+}
+
 fn read(path: &Path) -> Result<lesson::Lesson, Failure> {
     let usage = |message: String| Failure::Usage(message);
-    let id = path
-        .file_name()
-        .and_then(|name| name.to_str())
-        .and_then(|name| name.strip_suffix(".lesson"))
-        .ok_or_else(|| {
-            usage(format!("{}: a lesson file's name ends in .lesson", path.display()))
-        })?;
+    let id = lesson_id(path).ok_or_else(|| {
+        usage(format!("{}: a lesson file's name ends in .lesson", path.display()))
+    })?;
     let size =
         std::fs::metadata(path).map_err(|e| usage(format!("{}: {e}", path.display())))?.len();
     if size > MAX_LESSON_BYTES as u64 {

@@ -99,6 +99,11 @@ enum Command {
     /// Record every step of lessons (lessons/*.lesson) that runs something, for the web app to
     /// play without a probe
     RecordLesson(lesson::RecordLessonArgs),
+    /// Lessons (lessons/*.lesson): `lesson check FILE...` checks them before class
+    Lesson {
+        #[command(subcommand)]
+        command: lesson::LessonCommand,
+    },
 }
 
 /// How a command ended, for the exit code.
@@ -148,6 +153,7 @@ pub fn main() -> ExitCode {
         Some(Command::Import(args)) => import::import(&args),
         Some(Command::Watch(args)) => watch::watch(&args),
         Some(Command::RecordLesson(args)) => lesson::record(&args),
+        Some(Command::Lesson { command }) => lesson::lesson(&command),
         Some(Command::Class(args)) => classroom::class(&args),
     };
     // An error may quote what a file or a remote host said (a refusal's reason, a version): it
