@@ -125,21 +125,7 @@ fn a_page_sending_faster_than_a_person_is_disconnected() {
         // The probe may close the connection before the last ones are written.
         let _ = page.send(secret.clone());
     }
-    page.get_ref().set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-    // The messages the probe sent before it closed, then the end of the connection; a read
-    // that times out is an open connection.
-    let closed = loop {
-        match page.read() {
-            Ok(_) => continue,
-            Err(tungstenite::Error::Io(e))
-                if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) =>
-            {
-                break false
-            }
-            Err(_) => break true,
-        }
-    };
-    assert!(closed, "more than 50 messages in a second closed the connection");
+    assert!(closed(&mut page), "more than 50 messages in a second closed the connection");
 }
 
 /// Students fill the room; the next page is told so, but the presenter's page still gets in
@@ -184,7 +170,8 @@ fn vote(step: u32, round: u32, choice: u8) -> ToProbe {
     ToProbe::Vote { lesson: "forty-ms".into(), step, round, choice }
 }
 
-/// Whether the probe closed `page` (within 5 s): a read that times out is an open connection.
+/// Whether the probe closed `page` (within 5 s): the messages it sent before it closed, then
+/// the end of the connection; a read that times out is an open connection.
 fn closed(page: &mut Page) -> bool {
     page.get_ref().set_read_timeout(Some(Duration::from_secs(5))).unwrap();
     loop {

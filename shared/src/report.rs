@@ -74,6 +74,28 @@ pub struct LiveFacts {
 }
 
 impl RunReport {
+    /// A report of `scenario` with only these figures: for tests of what reads reports.
+    #[cfg(test)]
+    pub(crate) fn with_figures(scenario: &str, figures: ReportFigures) -> RunReport {
+        RunReport {
+            scenario: scenario.into(),
+            config: serde_json::json!({}),
+            outcome: ReportOutcome::Completed,
+            error: None,
+            events: 3,
+            ackscope_version: "0.1.0".into(),
+            figures,
+            clients: None,
+            stalls: None,
+            capture: None,
+            clock: None,
+            remote: None,
+            server_netns: None,
+            tried: Vec::new(),
+            before: None,
+        }
+    }
+
     /// The report of a run from the reducer's `tally` of its events, the `scenario` it ran and
     /// how it ended, with what only a live run knows (`live`; the default for a file's run).
     pub fn of(
@@ -279,23 +301,7 @@ mod tests {
     #[test]
     fn a_bulk_report_and_an_imported_one_are_told_apart_by_their_fields() {
         let bulk = BulkSummary { bytes: 10, ..BulkSummary::default() };
-        let report = RunReport {
-            scenario: "bulk".into(),
-            config: serde_json::json!({}),
-            outcome: ReportOutcome::Completed,
-            error: None,
-            events: 3,
-            ackscope_version: "0.1.0".into(),
-            figures: ReportFigures::Bulk(bulk.clone()),
-            clients: None,
-            stalls: None,
-            capture: None,
-            clock: None,
-            remote: None,
-            server_netns: None,
-            tried: Vec::new(),
-            before: None,
-        };
+        let report = RunReport::with_figures("bulk", ReportFigures::Bulk(bulk.clone()));
         let text = serde_json::to_string(&report).unwrap();
         assert!(text.contains("\"bytes\":10") && !text.contains("\"stalls\""), "{text}");
         assert!(!text.contains("\"tried\""), "only a watch that tried an option has it: {text}");

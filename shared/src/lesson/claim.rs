@@ -194,31 +194,16 @@ mod tests {
 
     /// A request/response run's report with this p50 and these stalled reads.
     fn report(p50_ms: f64, stalled_reads: u32) -> RunReport {
-        RunReport {
-            scenario: "rr".into(),
-            config: serde_json::Value::Null,
-            outcome: crate::report::ReportOutcome::Completed,
-            error: None,
-            events: 100,
-            ackscope_version: "0.1.0".into(),
-            figures: ReportFigures::Rr(crate::report::RrFigures {
-                requests: 20,
-                duration_s: 1.0,
-                rps: 20.0,
-                p50_ms: Some(p50_ms),
-                p99_ms: Some(p50_ms),
-                max_ms: Some(p50_ms),
-                stalled_reads: Some(stalled_reads),
-            }),
-            clients: None,
-            stalls: None,
-            capture: None,
-            clock: None,
-            remote: None,
-            server_netns: None,
-            tried: Vec::new(),
-            before: None,
-        }
+        let figures = ReportFigures::Rr(crate::report::RrFigures {
+            requests: 20,
+            duration_s: 1.0,
+            rps: 20.0,
+            p50_ms: Some(p50_ms),
+            p99_ms: Some(p50_ms),
+            max_ms: Some(p50_ms),
+            stalled_reads: Some(stalled_reads),
+        });
+        RunReport::with_figures("rr", figures)
     }
 
     #[test]
