@@ -29,17 +29,23 @@ pub enum StallClass {
     NotRunning,
     /// None of the above fits the evidence.
     Unexplained,
+    /// The write waited for room in its send buffer, which stayed full because the congestion
+    /// window was: as many segments in flight as it allowed, the rest not sent (a new
+    /// connection's slow start, or a window cut after a loss). Last, so that the classes
+    /// before it keep their place in every order already written down.
+    CongestionWindowLimited,
 }
 
 impl StallClass {
     /// Every class, in a fixed order.
-    pub const ALL: [StallClass; 8] = [
+    pub const ALL: [StallClass; 9] = [
         StallClass::NagleDelayedAck,
         StallClass::NagleRoundTrip,
         StallClass::ConnectionSetup,
         StallClass::ServerThinkTime,
         StallClass::ReceiveWindowLimited,
         StallClass::SendBufferLimited,
+        StallClass::CongestionWindowLimited,
         StallClass::NotRunning,
         StallClass::Unexplained,
     ];
@@ -52,6 +58,7 @@ impl StallClass {
             StallClass::ServerThinkTime => "server think time",
             StallClass::ReceiveWindowLimited => "receive-window limited",
             StallClass::SendBufferLimited => "send-buffer limited",
+            StallClass::CongestionWindowLimited => "congestion-window limited",
             StallClass::NotRunning => "thread not running",
             StallClass::Unexplained => "unexplained",
         }
@@ -66,6 +73,7 @@ impl StallClass {
             StallClass::ServerThinkTime => "server_think_time",
             StallClass::ReceiveWindowLimited => "receive_window_limited",
             StallClass::SendBufferLimited => "send_buffer_limited",
+            StallClass::CongestionWindowLimited => "congestion_window_limited",
             StallClass::NotRunning => "not_running",
             StallClass::Unexplained => "unexplained",
         }
@@ -120,6 +128,11 @@ impl StallClass {
             StallClass::SendBufferLimited => vec![
                 format!("a larger SO_SNDBUF on the {w} (or leave auto-tuning on)"),
                 "a faster path or peer: the buffer drains at the connection's rate".into(),
+            ],
+            StallClass::CongestionWindowLimited => vec![
+                "keep the connection open: a warm connection's congestion window has grown, a new one starts at ten segments and doubles each round trip".into(),
+                format!("a larger initial congestion window on the {w}'s route (`ip route change ... initcwnd N`)"),
+                "fewer bytes per answer, or a shorter path: the window opens by round trips".into(),
             ],
             StallClass::NotRunning => vec![
                 "fewer busy threads on the machine, or more CPUs: the thread was ready and had none".into(),

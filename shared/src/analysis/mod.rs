@@ -275,6 +275,7 @@ impl RunAnalysis {
                         ato_us: info.ato_us,
                         snd_mss: info.snd_mss,
                         snd_wnd: info.snd_wnd,
+                        snd_cwnd: info.snd_cwnd,
                     };
                     if let Some(view) = self.request_mut(event.req) {
                         let thinned = push_capped(&mut view.evidence_mut().kernel, sample);

@@ -103,6 +103,8 @@ pub struct KernelSample {
     pub snd_mss: u32,
     /// The window the peer advertises.
     pub snd_wnd: Option<u32>,
+    /// The congestion window, in segments.
+    pub snd_cwnd: u32,
 }
 
 impl KernelSample {

@@ -425,8 +425,11 @@ fn round_trip_on_the_wire(
 /// A write that blocked. Two causes leave evidence in TCP_INFO taken during the wait: a peer
 /// window under two segments (receive-window limited), or a send queue (bytes not sent, plus
 /// bytes sent and not acknowledged) as large as a send buffer holds (send-buffer limited: the
-/// write waits for the queue to drain). A write that blocked with less queued, or with no
-/// TCP_INFO during the wait, was held by something else (the scheduler, see [`not_running`]):
+/// write waits for the queue to drain). A full queue that could not drain because the
+/// congestion window was full (as many segments in flight as it allows, bytes waiting unsent)
+/// is the congestion window's (slow start, or a window cut after a loss): the buffer only held
+/// what the window would not send. A write that blocked with less queued, or with no TCP_INFO
+/// during the wait, was held by something else (the scheduler, see [`not_running`]):
 /// unexplained, never guessed by elimination.
 fn write_stall(
     view: &RequestView,
@@ -449,11 +452,31 @@ fn write_stall(
         .any(|(wnd, mss)| wnd < 2 * mss.max(MIN_MSS));
     let full = full_queue_bytes(spec.and_then(|spec| *spec.sndbuf.get(writer)));
     let queued = during.iter().filter_map(|k| Some((k.queued_bytes()?, *k))).max_by_key(|q| q.0);
+    // A sample with the congestion window full (segments in flight at the window, which is
+    // known) and bytes waiting unsent: the window, not the buffer, held them.
+    let cwnd_full = during
+        .iter()
+        .find(|k| k.snd_cwnd > 0 && k.unacked >= k.snd_cwnd && k.notsent_bytes.unwrap_or(0) > 0)
+        .copied();
     let (class, evidence) = match queued {
         _ if small_window => (
             StallClass::ReceiveWindowLimited,
             format!("write() blocked {blocked:.1} ms while the {r} advertised a window under two segments"),
         ),
+        Some((bytes, _)) if bytes >= full && cwnd_full.is_some() => {
+            let k = cwnd_full.expect("matched as some");
+            (
+                StallClass::CongestionWindowLimited,
+                format!(
+                    "write() blocked {blocked:.1} ms with the send buffer full ({bytes} bytes \
+                     queued) and the congestion window full: TCP_INFO on the {w} during the \
+                     wait showed {} segments in flight of a window of {}, and {} bytes not sent",
+                    k.unacked,
+                    k.snd_cwnd,
+                    k.notsent_bytes.unwrap_or(0)
+                ),
+            )
+        }
         Some((bytes, k)) if bytes >= full => (
             StallClass::SendBufferLimited,
             format!(
@@ -838,6 +861,37 @@ mod tests {
         assert!(classes.contains(&StallClass::SendBufferLimited), "{classes:?}");
         let think = stalls.iter().find(|s| s.class == StallClass::ServerThinkTime).unwrap();
         assert!((29 * MS..31 * MS).contains(&think.wait_ns), "{}", think.wait_ns);
+    }
+
+    /// The blocked write of [`think_time_exchange`] with its TCP_INFO's congestion window set:
+    /// full (as many segments in flight as the window, bytes unsent), the window held the send
+    /// buffer full; with room in the window, the buffer was the limit.
+    #[test]
+    fn a_full_send_buffer_behind_a_full_congestion_window_is_the_windows() {
+        let with_cwnd = |snd_cwnd: u32| {
+            let mut events = think_time_exchange();
+            for event in &mut events {
+                if let EventKind::TcpInfo(info) = &mut event.kind {
+                    info.snd_cwnd = snd_cwnd;
+                }
+            }
+            let stalls = attribute(&analysed(&events), None);
+            stalls.into_iter().find(|s| s.side == Side::Server && !s.is_held_read()).unwrap()
+        };
+        let slow_start = with_cwnd(10);
+        assert_eq!(
+            slow_start.class,
+            StallClass::CongestionWindowLimited,
+            "{}",
+            slow_start.evidence
+        );
+        assert!(
+            slow_start.evidence.contains("10 segments in flight of a window of 10"),
+            "{}",
+            slow_start.evidence
+        );
+        let roomy = with_cwnd(40);
+        assert_eq!(roomy.class, StallClass::SendBufferLimited, "{}", roomy.evidence);
     }
 
     /// Feeds `batches` to an analysis and an [`Incremental`] and checks, after every batch, that

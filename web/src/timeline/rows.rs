@@ -17,10 +17,12 @@ use ackscope_shared::Side;
 /// Every class, in a fixed order: bit `i` of a class mask is `CLASSES[i]`.
 pub const CLASSES: [StallClass; StallClass::ALL.len()] = StallClass::ALL;
 
-// A class mask is a u8: one bit per class.
-const _: () = assert!(CLASSES.len() <= 8, "more classes than bits in a class mask");
+/// One bit per class of a request's stalls.
+type ClassMask = u16;
+const _: () =
+    assert!(CLASSES.len() <= ClassMask::BITS as usize, "more classes than bits in a class mask");
 
-fn class_bit(class: StallClass) -> u8 {
+fn class_bit(class: StallClass) -> ClassMask {
     let index = CLASSES.iter().position(|&c| c == class).unwrap_or(CLASSES.len() - 1);
     1 << index
 }
@@ -100,7 +102,7 @@ pub struct Facts {
     pub extent_ns: Vec<u64>,
     pub done: Vec<bool>,
     /// Bits of [`CLASSES`] for the waits the attribution named in the request.
-    pub classes: Vec<u8>,
+    pub classes: Vec<ClassMask>,
     /// The worst wait of the request.
     pub worst: Vec<Priority>,
     /// The overview of the first `settled_rows` requests, every one a row (no filter): those
