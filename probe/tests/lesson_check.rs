@@ -99,6 +99,7 @@ fn claims_are_held_to_the_recordings_figures() {
     let (status, said) =
         check(&dir, "forty-ms.lesson", &step("story1", "stalls nagle_delayed_ack = 0"));
     assert_eq!(status, Some(2), "story 1 stalls: {said}");
+    assert!(said.contains("the recording shows stalls nagle_delayed_ack 38.00"), "{said}");
 
     let (status, said) = check(&dir, "forty-ms.lesson", &step("story1-nodelay", "p50_ms < 5"));
     assert_eq!(status, Some(2));

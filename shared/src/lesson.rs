@@ -34,6 +34,8 @@ pub struct Lesson {
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Step {
     pub title: String,
+    /// The line of its `step:`, from 1, for what is said about the step.
+    pub line: usize,
     /// Paragraphs of narrative.
     pub text: Vec<String>,
     /// The preset this step runs, if it runs one, with its request count changed if the lesson
@@ -152,8 +154,6 @@ pub fn parse(id: &str, text: &str) -> Result<Lesson, LessonError> {
         about: String::new(),
         steps: Vec::new(),
     };
-    // Where each step began, for errors found when it ends.
-    let mut step_lines = Vec::new();
     for (index, raw) in text.lines().enumerate() {
         let line = index + 1;
         let trimmed = raw.trim();
@@ -192,8 +192,7 @@ pub fn parse(id: &str, text: &str) -> Result<Lesson, LessonError> {
                         format!("more than {MAX_STEPS} steps: split the lesson"),
                     ));
                 }
-                lesson.steps.push(Step { title: value.to_string(), ..Step::default() });
-                step_lines.push(line);
+                lesson.steps.push(Step { title: value.to_string(), line, ..Step::default() });
                 continue;
             }
             "text" | "run" | "spec" | "requests" | "look" | "ask" | "choice" | "choice*"
@@ -315,7 +314,8 @@ pub fn parse(id: &str, text: &str) -> Result<Lesson, LessonError> {
     if lesson.steps.is_empty() {
         return Err(fail(1, "a lesson has at least one `step:`".into()));
     }
-    for (step, &line) in lesson.steps.iter_mut().zip(&step_lines) {
+    for step in &mut lesson.steps {
+        let line = step.line;
         step.text.retain(|paragraph| !paragraph.is_empty());
         if let Some(question) = &step.question {
             if question.choices.len() < 2 || question.answer == usize::MAX {

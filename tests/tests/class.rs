@@ -8,7 +8,7 @@ use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use ackscope_shared::wire::{self, ClassState, ClassView, ToBrowser, ToProbe, MAX_VOTE_ROUNDS};
+use ackscope_shared::wire::{self, ClassState, ClassView, ToBrowser, ToProbe};
 use ackscope_tests::{ackscope_bin, start_browser, Reaped};
 use anyhow::{bail, Context, Result};
 use fantoccini::{Client, Locator};
@@ -363,29 +363,31 @@ async fn two_hundred_students_vote_and_the_presenter_counts_them() -> Result<()>
         let last_vote = last_vote.clone();
         students.push(tokio::spawn(async move {
             // Each round, once the room says it is open: one vote.
-            let mut voted = 0;
+            let mut voted = None;
             while let Some(message) = socket.next().await {
                 let Message::Binary(bytes) = message? else { continue };
                 let Ok(ToBrowser::ClassVotes(votes)) = wire::decode::<ToBrowser>(&bytes) else {
                     continue;
                 };
-                let open = votes.rounds.len() as u32 == votes.round.min(MAX_VOTE_ROUNDS as u32);
-                if votes.round != voted || !open {
+                // The question's rounds from 0 (the round's id is the room's).
+                let asked = votes.asked as usize - 1;
+                if votes.revealed || voted == Some(votes.round) || asked >= VOTE_ROUNDS as usize {
                     continue;
                 }
-                let choice = ((student + votes.round as usize) % 3) as u8;
-                let message = ToProbe::Vote { lesson: votes.lesson, step: 0, round: voted, choice };
+                let choice = ((student + asked) % 3) as u8;
+                let round = votes.round;
+                let message = ToProbe::Vote { lesson: votes.lesson, step: 0, round, choice };
                 // Noted before it leaves: the presenter may be told before this task runs on.
                 let sent = Instant::now();
                 {
                     let mut last = last_vote.lock().unwrap();
-                    let slot = &mut last[voted as usize];
+                    let slot = &mut last[asked];
                     *slot = Some(slot.map_or(sent, |before| before.max(sent)));
                 }
                 socket.send(Message::Binary(wire::encode(&message).into())).await?;
                 // The page stays (a student who leaves takes their open vote with them) until
                 // the test ends and aborts this task.
-                voted += 1;
+                voted = Some(round);
             }
             anyhow::Ok(())
         }));
@@ -397,13 +399,16 @@ async fn two_hundred_students_vote_and_the_presenter_counts_them() -> Result<()>
                 let message = presenter.next().await.context("the room closed")??;
                 let Message::Binary(bytes) = message else { continue };
                 if let Ok(ToBrowser::ClassVotes(votes)) = wire::decode::<ToBrowser>(&bytes) {
-                    if votes.round == round && votes.answered as usize == STUDENTS {
+                    if votes.asked == round + 1 && votes.answered as usize == STUDENTS {
                         break Instant::now();
                     }
                 }
             };
             let last = last_vote.lock().unwrap()[round as usize].context("no vote")?;
             waits.push(counted_at.saturating_duration_since(last));
+            if round + 1 == VOTE_ROUNDS {
+                break;
+            }
             // A presenter talks between rounds; here long enough that no student votes more
             // than the 4 times a second a page may.
             tokio::time::sleep(Duration::from_millis(300)).await;
@@ -496,6 +501,8 @@ async fn the_class_votes_then_votes_again() -> Result<()> {
             for run in runs {
                 assert!(!run.is_displayed().await?, "{who}'s page shows a Run control");
             }
+            let hint = client.find(css("[data-testid=runs-empty]")).await?.text().await?;
+            assert!(hint.contains("the presenter's runs appear here"), "{who}: {hint}");
         }
         // Alice and Carol choose the right answer, Bob the second choice.
         for ((_, client, _), choice) in students.iter().zip([2, 1, 2]) {
@@ -557,6 +564,8 @@ async fn the_class_votes_then_votes_again() -> Result<()> {
         if let Some(dir) = std::env::var_os("ACKSCOPE_SCREENSHOT_DIR") {
             let png = presenter.screenshot().await?;
             std::fs::write(std::path::Path::new(&dir).join("class-votes.png"), png)?;
+            let png = students[1].1.screenshot().await?;
+            std::fs::write(std::path::Path::new(&dir).join("class-votes-student.png"), png)?;
         }
         anyhow::Ok(())
     })

@@ -170,7 +170,7 @@ pub fn Page(
                         <RunForm store link_status outbox watch_asked />
                         <WatchSource store link_status outbox asked=watch_asked />
                     })}
-                    <RunList store />
+                    <RunList store student />
                     <OpenedFiles store />
                 </aside>
                 <section class="main">

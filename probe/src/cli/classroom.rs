@@ -23,7 +23,8 @@ pub struct ClassArgs {
     #[arg(long, value_name = "ADDR", default_value = DEFAULT_LISTEN)]
     listen: SocketAddr,
     /// Open the room on this lesson (its file name without .lesson: forty-ms, reconnect,
-    /// split-writes, buffers): every page, the presenter's too, starts on its first step
+    /// split-writes, buffers, loss, slow-start, bbr): every page, the presenter's too, starts on
+    /// its first step
     #[arg(long, value_name = "ID")]
     lesson: Option<String>,
 }

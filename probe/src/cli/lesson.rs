@@ -180,7 +180,6 @@ fn check_one(path: &Path) -> Result<String, Vec<String>> {
     for (index, step) in lesson.steps.iter().enumerate() {
         let Some(run) = &step.run else { continue };
         let k = index + 1;
-        let first_line = step.expect.first().map_or(0, |claim| claim.line);
         let file = recordings.join(recording_name(&lesson.id, index));
         if !file.is_file() {
             if let Some(claim) = step.expect.first() {
@@ -201,13 +200,13 @@ fn check_one(path: &Path) -> Result<String, Vec<String>> {
         let (scenario, report) = match first_report(&file) {
             Ok(found) => found,
             Err(problem) => {
-                problems.push(at(first_line, format!("step {k}'s recording: {problem}")));
+                problems.push(at(step.line, format!("step {k}'s recording: {problem}")));
                 continue;
             }
         };
         if Some(&scenario) != run.scenario().as_ref() {
             problems.push(at(
-                first_line,
+                step.line,
                 format!(
                     "step {k}'s recording ({}) ran another experiment than the step's `{}`: \
                      record it again with `ackscope record-lesson {} --out {}`",

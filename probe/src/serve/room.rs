@@ -12,7 +12,7 @@
 //! leave the room: no page, file or log learns who chose what.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Mutex;
 
 use ackscope_shared::lesson;
@@ -39,6 +39,8 @@ pub struct Room {
     presenter_seated: AtomicBool,
     /// Numbers the pages' places, so that a vote is the place's.
     next_page: AtomicU64,
+    /// The next round's id: rounds are numbered across the room, never twice.
+    next_round: AtomicU32,
     /// The question of the presenter's step and the votes on it.
     ballot: Mutex<Ballot>,
     /// The ballot, for the presenter's page: changed by every vote (`None` until the presenter
@@ -85,7 +87,10 @@ struct Ballot {
     step: u32,
     /// The question's choices; 0 when the step asks none.
     choices: usize,
+    /// The open or last round's id, unique in the room.
     round: u32,
+    /// Rounds of this question opened so far.
+    asked: u32,
     /// The presenter shows the answer: the round is closed.
     revealed: bool,
     /// The open round's vote of each page, by its place's number.
@@ -110,6 +115,8 @@ impl Ballot {
             lesson: self.lesson.clone(),
             step: self.step,
             round: self.round,
+            asked: self.asked,
+            revealed: self.revealed,
             students: students as u32,
             answered: self.open.len() as u32,
             rounds: self.closed.clone(),
@@ -138,6 +145,7 @@ impl Room {
             pages: AtomicUsize::new(0),
             presenter_seated: AtomicBool::new(false),
             next_page: AtomicU64::new(0),
+            next_round: AtomicU32::new(0),
             ballot: Mutex::new(Ballot::default()),
             votes: watch::channel(None).0,
             shown: watch::channel(None).0,
@@ -198,33 +206,40 @@ impl Room {
         if state.lesson.len() > MAX_LESSON_ID_BYTES || state.step > 1000 {
             return Err("that is not a lesson's state".into());
         }
+        // The state first: a page told the counts of a revealed round is told the answer is
+        // shown first.
+        let key = (state.lesson.clone(), state.step, state.revealed);
+        self.state.send_replace(Some(state));
+        let (lesson, step, revealed) = key;
         self.update_ballot(|ballot| {
-            if (ballot.lesson.as_str(), ballot.step) != (state.lesson.as_str(), state.step) {
+            if (ballot.lesson.as_str(), ballot.step) != (lesson.as_str(), step) {
                 let choices = self
                     .questions
-                    .get(state.lesson.as_str())
-                    .and_then(|steps| steps.get(state.step as usize).copied());
+                    .get(lesson.as_str())
+                    .and_then(|steps| steps.get(step as usize).copied());
                 *ballot = Ballot {
-                    lesson: state.lesson.clone(),
-                    step: state.step,
+                    lesson: lesson.clone(),
+                    step,
                     choices: choices.unwrap_or(0),
+                    round: self.next_round.fetch_add(1, Ordering::Relaxed),
+                    asked: 1,
                     ..Ballot::default()
                 };
-            } else if state.revealed && !ballot.revealed {
+            } else if revealed && !ballot.revealed {
                 // The answer is shown: the round closes, and its counts are shown with it.
                 let counts = ballot.counts();
                 ballot.closed.push(counts);
                 if ballot.closed.len() > MAX_VOTE_ROUNDS {
                     ballot.closed.remove(0);
                 }
-            } else if !state.revealed && ballot.revealed {
+            } else if !revealed && ballot.revealed {
                 // Hidden again on the same step: "vote again", after the class discussed.
-                ballot.round += 1;
+                ballot.round = self.next_round.fetch_add(1, Ordering::Relaxed);
+                ballot.asked += 1;
                 ballot.open.clear();
             }
-            ballot.revealed = state.revealed;
+            ballot.revealed = revealed;
         });
-        self.state.send_replace(Some(state));
         Ok(())
     }
 
@@ -260,7 +275,7 @@ impl Room {
             } else if ballot.choices == 0 {
                 Some("this step asks no question".into())
             } else if round != ballot.round {
-                Some("the presenter asked again: choose your answer again".into())
+                Some("that vote was for a round that has ended: choose your answer again".into())
             } else if ballot.revealed {
                 Some("the answer is shown: votes are taken until the presenter reveals it".into())
             } else if usize::from(choice) >= ballot.choices {
@@ -418,18 +433,25 @@ mod tests {
         room.set(at(0, true)).unwrap();
         room.set(at(0, false)).unwrap();
         let again = votes(&room);
-        assert_eq!((again.round, again.answered), (1, 0));
+        assert_eq!((again.round, again.asked, again.answered, again.revealed), (1, 2, 0, false));
         let stale = room.vote(alice.page, "forty-ms", 0, 0, 2).unwrap_err();
-        assert!(stale.contains("asked again"), "{stale}");
+        assert!(stale.contains("a round that has ended"), "{stale}");
         room.vote(alice.page, "forty-ms", 0, 1, 2).unwrap();
         room.set(at(0, true)).unwrap();
         assert_eq!(votes(&room).rounds, vec![vec![1, 0, 0], vec![0, 0, 1]]);
+        assert!(votes(&room).revealed);
         // Another step starts afresh.
         room.set(at(1, false)).unwrap();
         let next = votes(&room);
-        assert_eq!((next.step, next.round, next.rounds.len()), (1, 0, 0));
+        assert_eq!((next.step, next.asked, next.rounds.len()), (1, 1, 0));
         let old = room.vote(alice.page, "forty-ms", 0, 1, 0).unwrap_err();
         assert!(old.contains("another step"), "{old}");
+        // Back on the first step: a new round, which a late vote of its first visit is not.
+        room.set(at(0, false)).unwrap();
+        let back = votes(&room);
+        assert!(back.round > next.round, "{back:?}");
+        let late = room.vote(alice.page, "forty-ms", 0, 1, 0).unwrap_err();
+        assert!(late.contains("a round that has ended"), "{late}");
     }
 
     #[test]
@@ -454,6 +476,6 @@ mod tests {
         }
         let kept = votes(&room);
         assert_eq!(kept.rounds.len(), MAX_VOTE_ROUNDS);
-        assert_eq!(kept.round as usize, MAX_VOTE_ROUNDS + 2);
+        assert_eq!(kept.asked as usize, MAX_VOTE_ROUNDS + 3);
     }
 }

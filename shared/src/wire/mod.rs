@@ -123,14 +123,21 @@ pub struct ClassVotes {
     /// The lesson and step voted on (as in [`ClassState`]).
     pub lesson: String,
     pub step: u32,
-    /// The round open or last closed, from 0.
+    /// The round open or last closed: an id the room never gives twice, so that a vote sent
+    /// for a round that has ended (the class moved on, or came back to the step) is refused,
+    /// never counted in another.
     pub round: u32,
+    /// How many rounds of this question the room has opened: 1 for the first vote, 2 after
+    /// "vote again".
+    pub asked: u32,
+    /// The answer is shown: the round is closed, its counts are the last of `rounds`.
+    pub revealed: bool,
     /// Pages in the students' places now.
     pub students: u32,
     /// Students who have voted in the current round.
     pub answered: u32,
-    /// Each closed round's count of each choice, oldest first (at most [`MAX_VOTE_ROUNDS`]):
-    /// the current round's last, once it is revealed.
+    /// Each closed round's count of each choice, oldest first (at most [`MAX_VOTE_ROUNDS`],
+    /// the newest): the current round's last, once it is revealed.
     pub rounds: Vec<Vec<u32>>,
 }
 

@@ -24,22 +24,18 @@ pub fn round_name(round: usize) -> String {
     }
 }
 
-/// The room's votes on `question` (already matched to the page's step), its answer shown or not
-/// (`revealed`): `presenter` pages also see how many have answered while the round is open.
+/// The room's votes on `question` (already matched to the page's step): `presenter` pages also
+/// see how many have answered while the round is open.
 #[component]
-pub fn ClassAnswers(
-    votes: ClassVotes,
-    question: Question,
-    revealed: bool,
-    presenter: bool,
-) -> impl IntoView {
-    let answered = (presenter && !revealed).then(|| {
+pub fn ClassAnswers(votes: ClassVotes, question: Question, presenter: bool) -> impl IntoView {
+    let answered = (presenter && !votes.revealed).then(|| {
         let text = format!("{} of {} answered", votes.answered, votes.students);
         view! { <p class="class-answered" data-testid="class-answered">{text}</p> }
     });
     // The rounds shown are the closed ones (the current one too once revealed), the oldest
     // first; the room keeps the last few.
-    let closed = votes.round as usize + usize::from(revealed);
+    let asked = votes.asked as usize;
+    let closed = if votes.revealed { asked } else { asked.saturating_sub(1) };
     let first_round = closed.saturating_sub(votes.rounds.len());
     let rounds = votes
         .rounds
@@ -80,7 +76,7 @@ pub fn ClassAnswers(
             data-testid="class-answers"
             data-answered=votes.answered.to_string()
             data-students=votes.students.to_string()
-            data-round=votes.round.to_string()
+            data-round=votes.asked.saturating_sub(1).to_string()
         >
             {answered}
             {rounds}

@@ -5,7 +5,7 @@
 
 use ackscope_shared::lesson::{Lesson, Look, Step};
 use ackscope_shared::overview::extent_ns;
-use ackscope_shared::wire::{ClassState, ToProbe};
+use ackscope_shared::wire::{ClassState, ClassVotes, ToProbe};
 use ackscope_shared::Scenario;
 use leptos::ev::KeyboardEvent;
 use leptos::prelude::*;
@@ -38,6 +38,9 @@ pub struct LessonState {
     pub step: usize,
     /// The choice made for the step's question.
     pub chosen: Option<usize>,
+    /// In a class: the vote round the choice was sent in ([`ClassVotes::round`]); a choice of
+    /// an ended round is cleared.
+    pub vote_round: Option<u32>,
     /// The step's answer is shown (its run started or its recording opened).
     pub revealed: bool,
     /// It was shown by opening the step's recording (not a live run).
@@ -51,6 +54,7 @@ impl LessonState {
     pub fn go(&mut self, step: usize, steps: usize) {
         self.step = step.min(steps.saturating_sub(1));
         self.chosen = None;
+        self.vote_round = None;
         self.revealed = false;
         self.recording = false;
     }
@@ -314,10 +318,11 @@ pub fn LessonPanel(
                 return;
             };
             lesson.update(|s| {
-                // Another step, or the same one asked again ("vote again"): choose afresh.
-                let asked_again = s.revealed && !room.revealed;
-                if (s.lesson, s.step) != (Some(index), room.step as usize) || asked_again {
+                // Another step: choose afresh ("vote again" on the same step clears the choice
+                // by its round, below).
+                if (s.lesson, s.step) != (Some(index), room.step as usize) {
                     s.chosen = None;
+                    s.vote_round = None;
                 }
                 s.lesson = Some(index);
                 s.step = room.step as usize;
@@ -344,21 +349,20 @@ pub fn LessonPanel(
         });
     }
 
-    // A student's answer goes to the room while the presenter's question on that step is open
-    // (a student exploring another step answers only for themselves).
+    // A student's answer goes to the room while the room's round on that step is open (a
+    // student exploring another step answers only for themselves).
+    let open_round = move |id: &str, step: usize| {
+        store.read_untracked(|s| {
+            let votes = s.class_votes.as_ref()?;
+            (votes.lesson == id && votes.step as usize == step && !votes.revealed)
+                .then_some(votes.round)
+        })
+    };
     let vote = move |id: &str, step: usize, choice: usize| {
-        let open = store.read_untracked(|s| {
-            s.class.as_ref().is_some_and(|room| {
-                room.lesson == id && room.step as usize == step && !room.revealed
-            })
-        });
-        if !student || !open {
-            return;
-        }
-        let round = store.read_untracked(|s| {
-            let votes = s.class_votes.as_ref();
-            votes.filter(|v| v.lesson == id && v.step as usize == step).map_or(0, |v| v.round)
-        });
+        let Some(round) = open_round(id, step).filter(|_| student) else { return };
+        lesson.update(|s| s.vote_round = Some(round));
+        // A refusal of an earlier vote no longer stands.
+        store.update(|s| s.rejected = None);
         let message = ToProbe::Vote {
             lesson: id.to_string(),
             step: step as u32,
@@ -367,6 +371,40 @@ pub fn LessonPanel(
         };
         outbox.with_value(|o| o.as_ref().map(|send| send(&message)));
     };
+    if student {
+        let votes_now = Memo::new(move |_| store.read(|s| s.class_votes.clone()));
+        let id_of = move |index: usize| list.with_value(|l| l.get(index).map(|l| l.id.clone()));
+        // A new round of the question this page shows ("vote again", or the room back on the
+        // step): a choice sent in another round is cleared, to be made again.
+        Effect::new(move |_| {
+            let Some(ClassVotes { lesson: id, step, round, .. }) = votes_now.get() else { return };
+            let (index, here, sent) = lesson.with_untracked(|s| (s.lesson, s.step, s.vote_round));
+            let on_it = index.and_then(id_of).is_some_and(|i| i == id) && here == step as usize;
+            if on_it && sent.is_some_and(|sent| sent != round) {
+                lesson.update(|s| {
+                    s.chosen = None;
+                    s.vote_round = None;
+                });
+            }
+        });
+        // A page that reconnects has a new place in the room, without its vote: it sends its
+        // choice again while its round is open.
+        Effect::new(move |_| {
+            if !connected() {
+                return;
+            }
+            let state = lesson.get_untracked();
+            let (Some(index), Some(choice), Some(sent)) =
+                (state.lesson, state.chosen, state.vote_round)
+            else {
+                return;
+            };
+            let Some(id) = id_of(index) else { return };
+            if open_round(&id, state.step) == Some(sent) {
+                vote(&id, state.step, choice);
+            }
+        });
+    }
     // The room's votes on the step this page shows, if the room is on it.
     let votes_here = move |id: &str, step: usize| {
         store.read(|s| s.class_votes.clone()).filter(|v| v.lesson == id && v.step as usize == step)
@@ -452,13 +490,13 @@ pub fn LessonPanel(
             // In a class: how the room answered (the presenter's page also sees, before the
             // reveal, how many have), and the presenter's reveal and "vote again".
             let answers = in_class.then(|| {
-                let (id, question, revealed) = (id.clone(), question.clone(), state.revealed);
+                let (id, question) = (id.clone(), question.clone());
                 move || {
                     votes_here(&id, index)
                         .filter(|votes| presenting || !votes.rounds.is_empty())
                         .map(|votes| {
                             let question = question.clone();
-                            view! { <ClassAnswers votes question revealed presenter=presenting /> }
+                            view! { <ClassAnswers votes question presenter=presenting /> }
                         })
                 }
             });

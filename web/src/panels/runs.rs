@@ -129,7 +129,11 @@ fn compare_toggle(store: Store, key: RunKey) -> impl IntoView {
 
 /// The live session's runs, and the session-file actions: open one, save this one.
 #[component]
-pub fn RunList(store: Store) -> impl IntoView {
+pub fn RunList(
+    store: Store,
+    /// A student's page in a class: it starts no runs, the presenter's come to it.
+    student: bool,
+) -> impl IntoView {
     let download_error = RwSignal::new(None::<String>);
     let can_download = move || store.read(|state| state.live.file_bytes().is_some());
     let download = move |_| {
@@ -183,11 +187,14 @@ pub fn RunList(store: Store) -> impl IntoView {
             }}
             <Show
                 when=move || store.read(|state| !state.live.runs().is_empty())
-                fallback=|| {
+                fallback=move || {
+                    let how = match student {
+                        true => "the presenter's runs appear here as they run",
+                        false => "press Run",
+                    };
                     view! {
-                        <p class="hint">
-                            "No runs from the probe yet: press Run, or open a session file (or "
-                            "drop one on the page)."
+                        <p class="hint" data-testid="runs-empty">
+                            {format!("No runs from the probe yet: {how}, or open a session file (or drop one on the page).")}
                         </p>
                     }
                 }
