@@ -357,17 +357,24 @@ async fn two_hundred_students_vote_and_the_presenter_counts_them() -> Result<()>
     // When each round's last vote left its student's socket.
     let last_vote: Arc<Mutex<Vec<Option<Instant>>>> =
         Arc::new(Mutex::new(vec![None; VOTE_ROUNDS as usize]));
+    // What the room refused a student, for the failure's message (none is expected).
+    let refusals: Arc<Mutex<Vec<String>>> = Arc::default();
     let mut students = Vec::new();
     for student in 0..STUDENTS {
         let mut socket = connect().await?;
-        let last_vote = last_vote.clone();
+        let (last_vote, refusals) = (last_vote.clone(), refusals.clone());
         students.push(tokio::spawn(async move {
             // Each round, once the room says it is open: one vote.
             let mut voted = None;
             while let Some(message) = socket.next().await {
                 let Message::Binary(bytes) = message? else { continue };
-                let Ok(ToBrowser::ClassVotes(votes)) = wire::decode::<ToBrowser>(&bytes) else {
-                    continue;
+                let votes = match wire::decode::<ToBrowser>(&bytes) {
+                    Ok(ToBrowser::ClassVotes(votes)) => votes,
+                    Ok(ToBrowser::Rejected { reason }) => {
+                        refusals.lock().unwrap().push(format!("student {student}: {reason}"));
+                        continue;
+                    }
+                    _ => continue,
                 };
                 // The question's rounds from 0 (the round's id is the room's).
                 let asked = votes.asked as usize - 1;
@@ -430,7 +437,11 @@ async fn two_hundred_students_vote_and_the_presenter_counts_them() -> Result<()>
     for student in &students {
         student.abort();
     }
-    counted.context("the presenter was not told every round's count within 120 s")??;
+    let refused = refusals.lock().unwrap().clone();
+    counted.with_context(|| {
+        format!("the presenter was not told every round's count within 120 s; refused: {refused:?}")
+    })??;
+    assert!(refused.is_empty(), "the room refused votes: {refused:?}");
     waits.sort();
     let p = |q: f64| waits[((waits.len() - 1) as f64 * q).round() as usize];
     let ms = |d: Duration| d.as_secs_f64() * 1e3;

@@ -39,9 +39,6 @@ const MAX_INCOMING_MESSAGE_BYTES: usize = 64 * 1024;
 /// A page sends a message per click or key press; more than this in a second is not a person,
 /// and the connection is closed.
 const MAX_INCOMING_PER_SECOND: u32 = 50;
-/// Votes a page may send in a second: a student changing their mind, not a script. Past it a
-/// vote is refused (the page is told) and the one before stands.
-const MAX_VOTES_PER_SECOND: u32 = 4;
 /// How long a page that finds its class full has to show it is the presenter's (its page sends
 /// the secret as soon as it connects) before it is told the room is full.
 const PRESENT_WITHIN: std::time::Duration = std::time::Duration::from_secs(2);
@@ -376,7 +373,7 @@ async fn stream_session(mut socket: WebSocket, app: Arc<App>, resume: Option<Res
     // A page is told the room's state and its votes when it joins (and the votes again when it
     // becomes the presenter's), then as they change.
     let (mut state_due, mut votes_due) = (true, true);
-    let mut vote_window = (std::time::Instant::now(), 0u32);
+    let mut vote_rate = room::VoteRate::new(std::time::Instant::now());
     let mut window = (std::time::Instant::now(), 0u32);
     let mut changed = app.session.subscribe();
     // A page whose stream was cut gets only what it has not had, if it was this stream.
@@ -412,8 +409,7 @@ async fn stream_session(mut socket: WebSocket, app: Arc<App>, resume: Option<Res
         // The room's state follows the session's messages, once they are all sent: when the
         // page joins and whenever the presenter moves (not at every batch of a live run).
         if let Some(watch) = room_changed.as_mut().filter(|_| !more) {
-            let due = std::mem::take(&mut state_due) || watch.has_changed().unwrap_or(false);
-            let state = watch.borrow_and_update().clone();
+            let (state, due) = newest(watch, &mut state_due);
             if let Some(state) = state.filter(|_| due) {
                 if send(&mut socket, &ToBrowser::ClassState(state)).await.is_err() {
                     return;
@@ -421,9 +417,7 @@ async fn stream_session(mut socket: WebSocket, app: Arc<App>, resume: Option<Res
             }
         }
         if let Some((all, shown)) = votes_changed.as_mut().filter(|_| !more) {
-            let votes = if presenter { all } else { shown };
-            let due = std::mem::take(&mut votes_due) || votes.has_changed().unwrap_or(false);
-            let votes = votes.borrow_and_update().clone();
+            let (votes, due) = newest(if presenter { all } else { shown }, &mut votes_due);
             if let Some(votes) = votes.filter(|_| due) {
                 if send(&mut socket, &ToBrowser::ClassVotes(votes)).await.is_err() {
                     return;
@@ -532,14 +526,11 @@ async fn stream_session(mut socket: WebSocket, app: Arc<App>, resume: Option<Res
                 Some("the presenter's page does not vote; the students' pages do".into())
             }
             (Ok(ToProbe::Vote { lesson, step, round, choice }), Some(room)) => {
-                if vote_window.0.elapsed() >= std::time::Duration::from_secs(1) {
-                    vote_window = (std::time::Instant::now(), 0);
-                }
-                vote_window.1 += 1;
-                match (vote_window.1 > MAX_VOTES_PER_SECOND, &_seat) {
+                match (!vote_rate.take(std::time::Instant::now()), &_seat) {
                     (true, _) => Some(format!(
-                        "more than {MAX_VOTES_PER_SECOND} votes in a second: this one was not \
-                         taken; your last one counts"
+                        "more than {} votes in a second: this one was not taken; your last one \
+                         counts",
+                        room::VOTES_PER_SECOND
                     )),
                     (false, Some(seat)) => room.vote(seat.page, &lesson, step, round, choice).err(),
                     (false, None) => Some("this page has no place in the room".into()),
@@ -566,6 +557,16 @@ async fn stream_session(mut socket: WebSocket, app: Arc<App>, resume: Option<Res
 
 async fn send(socket: &mut WebSocket, message: &ToBrowser) -> Result<(), axum::Error> {
     send_encoded(socket, wire::encode(message).into()).await
+}
+
+/// A room's newest value, and whether the page is due it: it was `due` (the page joined, or a
+/// wait for a change took the change), or the value is one the page has not seen. Whether it
+/// was seen is read in the same borrow that marks it seen: a value sent between a check and a
+/// borrow would be marked seen and never sent.
+fn newest<T: Clone>(watch: &mut tokio::sync::watch::Receiver<T>, due: &mut bool) -> (T, bool) {
+    let value = watch.borrow_and_update();
+    let due = std::mem::take(due) || value.has_changed();
+    (value.clone(), due)
 }
 
 /// Sends an encoded message; returns once the page's socket took it, so a page that does not

@@ -24,6 +24,36 @@ pub const MAX_PAGES: usize = 301;
 /// The pages other than the presenter's: one place is always kept for the presenter, so that
 /// students (or anyone with the room code) filling the room cannot lock the presenter out.
 pub const MAX_STUDENTS: usize = MAX_PAGES - 1;
+/// Votes a page may send in a second: a student changing their mind, not a script.
+pub const VOTES_PER_SECOND: f64 = 4.0;
+
+/// A page's votes, bounded to [`VOTES_PER_SECOND`] on average with bursts of as many: a token
+/// bucket, so that votes spaced a little under a quarter of a second apart by the network's
+/// jitter are all taken, where a count per calendar second would refuse some. Past it a vote
+/// is refused (the page is told) and the one before stands.
+pub struct VoteRate {
+    tokens: f64,
+    at: std::time::Instant,
+}
+
+impl VoteRate {
+    pub fn new(now: std::time::Instant) -> VoteRate {
+        VoteRate { tokens: VOTES_PER_SECOND, at: now }
+    }
+
+    /// Whether a vote at `now` is taken.
+    pub fn take(&mut self, now: std::time::Instant) -> bool {
+        let refill = now.saturating_duration_since(self.at).as_secs_f64() * VOTES_PER_SECOND;
+        self.tokens = (self.tokens + refill).min(VOTES_PER_SECOND);
+        self.at = now;
+        let taken = self.tokens >= 1.0;
+        if taken {
+            self.tokens -= 1.0;
+        }
+        taken
+    }
+}
+
 /// A lesson id longer than this is not one of ours.
 const MAX_LESSON_ID_BYTES: usize = 64;
 
@@ -297,9 +327,10 @@ impl Room {
         }
         let now = ballot.public(self.pages.load(Ordering::SeqCst));
         self.shown.send_if_modified(|shown| {
+            // All but the count of pages and of answers, which only the presenter's shows.
             let changed = shown.as_ref().is_none_or(|shown| {
-                (&shown.lesson, shown.step, shown.round, &shown.rounds)
-                    != (&now.lesson, now.step, now.round, &now.rounds)
+                ClassVotes { students: now.students, answered: now.answered, ..shown.clone() }
+                    != now
             });
             if changed {
                 *shown = Some(now.clone());
@@ -468,11 +499,33 @@ mod tests {
     }
 
     #[test]
+    fn a_page_votes_four_times_a_second_with_room_for_jitter() {
+        use std::time::{Duration, Instant};
+        let start = Instant::now();
+        let mut rate = VoteRate::new(start);
+        let burst = (0..6).filter(|_| rate.take(start)).count();
+        assert_eq!(burst, 4, "a burst of as many as a second's");
+        assert!(rate.take(start + Duration::from_millis(250)), "one more a quarter second on");
+        // Votes 0.3 s apart on average, some closer (jitter), are all taken.
+        let mut rate = VoteRate::new(start);
+        let gaps = [300, 150, 450, 100, 300, 300, 120, 480];
+        let mut at = start;
+        for gap in gaps {
+            at += Duration::from_millis(gap);
+            assert!(rate.take(at), "a vote {gap} ms after the last");
+        }
+    }
+
+    #[test]
     fn a_room_keeps_a_bounded_number_of_rounds() {
         let room = Room::with("ABC234".into(), "x".repeat(32));
         for _ in 0..MAX_VOTE_ROUNDS + 3 {
             room.set(at(0, false)).unwrap();
             room.set(at(0, true)).unwrap();
+            // Past the kept rounds the counts shown can stay the same (nobody voted): the
+            // students' pages are still told the answer is shown.
+            let shown = room.subscribe_shown_votes().borrow().clone().unwrap();
+            assert!(shown.revealed, "{shown:?}");
         }
         let kept = votes(&room);
         assert_eq!(kept.rounds.len(), MAX_VOTE_ROUNDS);
