@@ -10,9 +10,9 @@
 use std::io::{self, Write};
 
 use crate::reduce::{FollowedRun, Output, RunAnalyses, SessionReducer};
-use crate::report::{LiveFacts, RunReport};
+use crate::report::RunReport;
 use crate::spec::Scenario;
-use crate::wire::{RunOutcome, ToBrowser, WireError, PROTOCOL_VERSION};
+use crate::wire::{ToBrowser, WireError, PROTOCOL_VERSION};
 
 /// Runs whose summaries the export keeps for the end of its document (each a few KB); a
 /// session with more has the rest counted in `runs_not_summarized` (`show` prints them all).
@@ -151,24 +151,20 @@ fn run_summary(run: FollowedRun) -> serde_json::Value {
             "imported": { "connections": connections, "stalls": stalls },
         });
     }
-    let outcome = run.outcome.unwrap_or_else(unfinished_outcome);
-    let report = RunReport::of(&run.tally, &run.scenario, &outcome, LiveFacts::default());
+    let report = RunReport::of_file_run(&run);
     // Through a `Value`: its fields in the order `run --json` prints them (sorted by name).
     let report = serde_json::to_value(report).expect("a report is plain data");
     serde_json::json!({ "run": id.0, "summary": report })
-}
-
-/// The outcome of a run the session ends in (its `RunFinished` never came), for its summary.
-pub fn unfinished_outcome() -> RunOutcome {
-    RunOutcome::Failed { error: "the file ends before the run did".into() }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::event::RunId;
+    use crate::report::LiveFacts;
     use crate::spec::RrSpec;
     use crate::synthetic::{nagle_run, MS};
+    use crate::wire::RunOutcome;
     use crate::wire::{Hello, HostFacts, Instruments};
 
     fn session(requests: u32, finished: bool) -> Vec<ToBrowser> {

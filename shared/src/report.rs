@@ -14,7 +14,7 @@ use crate::analysis::Summary;
 use crate::attribution::ClassSummary;
 use crate::bulk::BulkSummary;
 use crate::control::ClockSync;
-use crate::reduce::{Figures, RunTally};
+use crate::reduce::{Figures, FollowedRun, RunTally};
 use crate::spec::Scenario;
 use crate::tried::OptionTried;
 use crate::wire::RunOutcome;
@@ -73,7 +73,19 @@ pub struct LiveFacts {
     pub server_netns: Option<NetnsPlace>,
 }
 
+/// The outcome of a run the session ends in (its `RunFinished` never came), for its summary.
+pub fn unfinished_outcome() -> RunOutcome {
+    RunOutcome::Failed { error: "the file ends before the run did".into() }
+}
+
 impl RunReport {
+    /// The report of a run read from a file (`export --json`'s summary, `lesson check`): only
+    /// what the file holds, and a run the file ends in as failed.
+    pub fn of_file_run(run: &FollowedRun) -> RunReport {
+        let outcome = run.outcome.clone().unwrap_or_else(unfinished_outcome);
+        RunReport::of(&run.tally, &run.scenario, &outcome, LiveFacts::default())
+    }
+
     /// A report of `scenario` with only these figures: for tests of what reads reports.
     #[cfg(test)]
     pub(crate) fn with_figures(scenario: &str, figures: ReportFigures) -> RunReport {

@@ -16,7 +16,7 @@ use std::process::Command;
 
 use ackscope_shared::lesson::{self, recording_name, RunWhat, MAX_LESSON_BYTES};
 use ackscope_shared::reduce::{Output, SessionReducer};
-use ackscope_shared::report::{LiveFacts, RunReport};
+use ackscope_shared::report::RunReport;
 use ackscope_shared::Scenario;
 
 use super::terminal::Printable;
@@ -168,11 +168,7 @@ fn check(paths: &[PathBuf]) -> Result<Ended, Failure> {
 /// One lesson's problems, each `FILE line N: what, and what would be right`; else what held.
 fn check_one(path: &Path) -> Result<String, Vec<String>> {
     let lesson = read(path).map_err(|failure| match failure {
-        Failure::Usage(message) | Failure::Run(message) => {
-            // The parser names the file by its id; the teacher gave a path.
-            let file = format!("{}.lesson", lesson_id(path).unwrap_or_default());
-            vec![message.replacen(&file, &path.display().to_string(), 1)]
-        }
+        Failure::Usage(message) | Failure::Run(message) => vec![message],
     })?;
     let at = |line: usize, problem: String| format!("{} line {line}: {problem}", path.display());
     let recordings = path.parent().unwrap_or(Path::new(".")).join("recordings");
@@ -242,17 +238,19 @@ fn first_report(file: &Path) -> Result<(Scenario, RunReport), String> {
     let mut reader = crate::record::SessionReader::open(file)?;
     let mut reducer = SessionReducer::new();
     let (mut steps, mut error) = (Vec::new(), None);
-    let mut first = None;
-    while first.is_none() {
-        let Some(()) =
-            reader.with_next_into(&mut error, |message| reducer.handle(message, &mut steps))
-        else {
+    let first = loop {
+        let more = reader
+            .with_next_into(&mut error, |message| reducer.handle(message, &mut steps))
+            .is_some();
+        if !more {
             reducer.finish(&mut steps);
-            first = ended_run(&mut steps);
-            break;
-        };
-        first = ended_run(&mut steps);
-    }
+        }
+        match ended_run(&mut steps) {
+            Some(found) => break Some(found),
+            None if !more => break None,
+            None => {}
+        }
+    };
     if let Some(error) = error {
         return Err(format!("{error}"));
     }
@@ -263,11 +261,7 @@ fn first_report(file: &Path) -> Result<(Scenario, RunReport), String> {
 fn ended_run(steps: &mut Vec<Output>) -> Option<(Scenario, RunReport)> {
     steps.drain(..).find_map(|step| match step {
         Output::Ended(run, _) => {
-            let outcome = run
-                .outcome
-                .clone()
-                .unwrap_or_else(ackscope_shared::export_json::unfinished_outcome);
-            let report = RunReport::of(&run.tally, &run.scenario, &outcome, LiveFacts::default());
+            let report = RunReport::of_file_run(&run);
             Some((run.scenario, report))
         }
         _ => None,
@@ -291,5 +285,7 @@ fn read(path: &Path) -> Result<lesson::Lesson, Failure> {
     }
     let text =
         std::fs::read_to_string(path).map_err(|e| usage(format!("{}: {e}", path.display())))?;
-    lesson::parse(id, &text).map_err(|e| usage(e.to_string()))
+    // Named by the path it was given, not by its id: the file a teacher opens to fix.
+    let file = path.display().to_string();
+    lesson::parse(id, &text).map_err(|e| usage(lesson::LessonError { file, ..e }.to_string()))
 }

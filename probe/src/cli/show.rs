@@ -3,12 +3,13 @@
 use std::io::{self, Read, Seek, Write};
 use std::path::Path;
 
-use ackscope_shared::export_json::{unfinished_outcome, JsonExport};
+use ackscope_shared::export_json::JsonExport;
 use ackscope_shared::import::unnamed_note;
 use ackscope_shared::pcapng_export::{self, MAX_KEPT_STALLS};
 use ackscope_shared::reduce::{
     FollowedRun, ImportedTally, Output, RunAnalyses, SessionReducer, MAX_OPEN_RUNS,
 };
+use ackscope_shared::report::unfinished_outcome;
 use ackscope_shared::wire::{ToBrowser, WireError};
 use ackscope_shared::{ImportedConnection, Scenario};
 

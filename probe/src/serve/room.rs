@@ -238,9 +238,8 @@ impl Room {
         }
         // The state first: a page told the counts of a revealed round is told the answer is
         // shown first.
-        let key = (state.lesson.clone(), state.step, state.revealed);
+        let (lesson, step, revealed) = (state.lesson.clone(), state.step, state.revealed);
         self.state.send_replace(Some(state));
-        let (lesson, step, revealed) = key;
         self.update_ballot(|ballot| {
             if (ballot.lesson.as_str(), ballot.step) != (lesson.as_str(), step) {
                 let choices = self

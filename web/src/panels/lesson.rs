@@ -371,8 +371,10 @@ pub fn LessonPanel(
         };
         outbox.with_value(|o| o.as_ref().map(|send| send(&message)));
     };
+    // The room's votes, as a memo: what shows them is redrawn when they change, not at every
+    // batch of a live run.
+    let votes_now = Memo::new(move |_| store.read(|s| s.class_votes.clone()));
     if student {
-        let votes_now = Memo::new(move |_| store.read(|s| s.class_votes.clone()));
         let id_of = move |index: usize| list.with_value(|l| l.get(index).map(|l| l.id.clone()));
         // A new round of the question this page shows ("vote again", or the room back on the
         // step): a choice sent in another round is cleared, to be made again.
@@ -407,7 +409,7 @@ pub fn LessonPanel(
     }
     // The room's votes on the step this page shows, if the room is on it.
     let votes_here = move |id: &str, step: usize| {
-        store.read(|s| s.class_votes.clone()).filter(|v| v.lesson == id && v.step as usize == step)
+        votes_now.get().filter(|v| v.lesson == id && v.step as usize == step)
     };
 
     let picker = move |ev: leptos::ev::Event| {
