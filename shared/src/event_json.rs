@@ -459,9 +459,20 @@ impl WriteJson for RrSpec {
 
 impl WriteJson for BulkSpec {
     fn write_json(&self, json: &mut Vec<u8>) {
-        let BulkSpec { bytes, duration_ms, app_buffer_bytes, sndbuf, rcvbuf, congestion, link } =
-            self;
-        object!(json, bytes, duration_ms, app_buffer_bytes, sndbuf, rcvbuf, congestion, link);
+        fields!(
+            json,
+            self,
+            BulkSpec {
+                bytes,
+                duration_ms,
+                app_buffer_bytes,
+                read_pause_us,
+                sndbuf,
+                rcvbuf,
+                congestion,
+                link,
+            }
+        );
     }
 }
 
@@ -722,6 +733,7 @@ pub(crate) mod tests {
             bytes: draw(rng, u64::MAX),
             duration_ms: maybe(rng, U32).map(|v| v as u32),
             app_buffer_bytes: draw(rng, U32) as u32,
+            read_pause_us: if rng.below(2) == 1 { draw(rng, U32) as u32 } else { 0 },
             sndbuf: per_side(|| maybe(rng, U32).map(|v| v as u32)),
             rcvbuf: per_side(|| maybe(rng, U32).map(|v| v as u32)),
             congestion: per_side(|| (rng.below(2) == 1).then(|| text(rng))),

@@ -32,9 +32,11 @@ pub const MAX_SOCKET_BUFFER_BYTES: u32 = 1 << 30;
 pub const MAX_BULK_BYTES: u64 = 1 << 40;
 pub const MAX_APP_BUFFER_BYTES: u32 = 64 * 1024 * 1024;
 
-/// What to run.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
+mod encoding;
+
+/// What to run. In JSON a kind of run is named (`{"rr": {...}}`); the session's binary encoding
+/// is in `encoding`.
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Scenario {
     /// Request/response over the echo protocol.
     Rr(RrSpec),
@@ -384,6 +386,10 @@ pub struct BulkSpec {
     pub duration_ms: Option<u32>,
     /// The application's buffer for each `write()` and `read()`.
     pub app_buffer_bytes: u32,
+    /// The server's pause before each `read()` after the first: a slow reader, whose receive
+    /// window fills and closes. 0 reads as fast as the data comes.
+    #[serde(default)]
+    pub read_pause_us: u32,
     #[serde(default)]
     pub sndbuf: PerSide<Option<u32>>,
     #[serde(default)]
@@ -424,6 +430,7 @@ impl Default for BulkSpec {
             bytes: 100 * 1024 * 1024,
             duration_ms: None,
             app_buffer_bytes: 64 * 1024,
+            read_pause_us: 0,
             sndbuf: PerSide::default(),
             rcvbuf: PerSide::default(),
             congestion: PerSide::default(),
@@ -642,6 +649,7 @@ impl BulkSpec {
             in_range("duration_ms", ms, 1, MAX_DURATION_MS, " ms")?;
         }
         in_range("app_buffer_bytes", self.app_buffer_bytes, 1, MAX_APP_BUFFER_BYTES, " bytes")?;
+        in_range("read_pause_us", self.read_pause_us, 0, MAX_THINK_US, " us")?;
         check_buffers(&self.sndbuf, &self.rcvbuf)?;
         check_congestion(&self.congestion)?;
         self.link.as_ref().map_or(Ok(()), LinkSpec::validate)
@@ -653,6 +661,9 @@ impl BulkSpec {
             None => format!("bulk {} bytes", self.bytes),
         }];
         parts.push(format!("{} B application buffer", self.app_buffer_bytes));
+        if self.read_pause_us > 0 {
+            parts.push(format!("the server pauses {} us before each read", self.read_pause_us));
+        }
         parts.extend(describe_buffers(&self.sndbuf, &self.rcvbuf, &self.congestion));
         parts.extend(self.link.map(|link| link.describe()));
         parts.join(", ")
@@ -834,12 +845,23 @@ impl Changes {
 
     fn bulk(&mut self, from: &BulkSpec, to: &BulkSpec) {
         // As in `rr`: every field, so that a new one must be added here.
-        let BulkSpec { bytes, duration_ms, app_buffer_bytes, sndbuf, rcvbuf, congestion, link } =
-            from;
+        let BulkSpec {
+            bytes,
+            duration_ms,
+            app_buffer_bytes,
+            read_pause_us,
+            sndbuf,
+            rcvbuf,
+            congestion,
+            link,
+        } = from;
         self.field("bytes", bytes, &to.bytes, |bytes| format!("{bytes} B"));
         self.duration(duration_ms, &to.duration_ms);
         self.field("application buffer", app_buffer_bytes, &to.app_buffer_bytes, |bytes| {
             format!("{bytes} B")
+        });
+        self.field("server's pause before each read", read_pause_us, &to.read_pause_us, |us| {
+            format!("{us} us")
         });
         self.buffers_and_path(
             (sndbuf, rcvbuf, congestion, link),

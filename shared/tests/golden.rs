@@ -12,8 +12,8 @@ use ackscope_shared::wire::{
     OLDEST_READABLE_VERSION, PROTOCOL_VERSION,
 };
 use ackscope_shared::{
-    ConnId, Event, EventKind, ReqId, RrSpec, RunId, Scenario, Side, SockOpt, TcpInfoSample,
-    WatchSpec,
+    BulkSpec, ConnId, Event, EventKind, PerSide, ReqId, RrSpec, RunId, Scenario, Side, SockOpt,
+    TcpInfoSample, WatchSpec,
 };
 
 fn golden(version: u16) -> std::path::PathBuf {
@@ -107,6 +107,28 @@ fn session(version: u16) -> Vec<ToBrowser> {
     }
     // Version 7 added only live messages (a class's votes): its files are version 6's, but
     // for the version in their Hello.
+    if version >= 8 {
+        // A bulk run whose server pauses before each read (a slow reader), and one that does
+        // not, which is written as every version before wrote it.
+        for (id, read_pause_us) in [(3, 250_000), (4, 0)] {
+            let run = RunId(id);
+            let spec = BulkSpec {
+                bytes: 1 << 20,
+                app_buffer_bytes: 4096,
+                read_pause_us,
+                rcvbuf: PerSide { client: None, server: Some(8192) },
+                ..BulkSpec::default()
+            };
+            messages.extend([
+                ToBrowser::RunStarted {
+                    run,
+                    spec: Scenario::Bulk(spec),
+                    instruments: Instruments::default(),
+                },
+                ToBrowser::RunFinished { run, outcome: RunOutcome::Completed },
+            ]);
+        }
+    }
     if version >= 2 {
         // The file's end: the run's overview behind the trailer that finds it.
         let overview = Overview::of([
@@ -123,7 +145,7 @@ fn session(version: u16) -> Vec<ToBrowser> {
 
 #[test]
 fn the_session_format_is_frozen() {
-    assert_eq!(PROTOCOL_VERSION, 7, "a new version needs a new golden file beside these");
+    assert_eq!(PROTOCOL_VERSION, 8, "a new version needs a new golden file beside these");
     for version in OLDEST_READABLE_VERSION..=PROTOCOL_VERSION {
         let mut encoded = Vec::new();
         for message in session(version) {

@@ -103,6 +103,10 @@ pub struct BulkKnobs {
     /// The application's buffer for each write and read [default: 65536]
     #[arg(long, value_name = "BYTES")]
     pub app_buffer: Option<u32>,
+    /// A slow reader: the server pauses this long before each read, in microseconds
+    /// [default: 0]
+    #[arg(long, value_name = "MICROSECONDS")]
+    pub read_pause_us: Option<u32>,
 }
 
 #[derive(Debug, Default, clap::Args)]
@@ -176,6 +180,9 @@ pub fn apply(
             if bulk.app_buffer.is_some() {
                 return Err(NotApplicable("--app-buffer"));
             }
+            if bulk.read_pause_us.is_some() {
+                return Err(NotApplicable("--read-pause-us"));
+            }
             spec.requests = rr.count.unwrap_or(spec.requests);
             spec.size_bytes = rr.size.unwrap_or(spec.size_bytes);
             spec.response_bytes = rr.response_size.or(spec.response_bytes);
@@ -221,6 +228,7 @@ pub fn apply(
             }
             spec.bytes = bulk.bytes.unwrap_or(spec.bytes);
             spec.app_buffer_bytes = bulk.app_buffer.unwrap_or(spec.app_buffer_bytes);
+            spec.read_pause_us = bulk.read_pause_us.unwrap_or(spec.read_pause_us);
             spec.duration_ms = common.duration.or(spec.duration_ms);
             spec.link = common.link.or(spec.link);
             apply_buffers(&mut spec.sndbuf, &mut spec.rcvbuf, &mut spec.congestion, common, some);
@@ -252,6 +260,7 @@ pub fn flag_of(field: &str) -> String {
         "duration_ms" => "duration",
         "think_us" => "think-us",
         "app_buffer_bytes" => "app-buffer",
+        "read_pause_us" => "read-pause-us",
         "sndbuf.client" => "client-sndbuf",
         "sndbuf.server" => "server-sndbuf",
         "rcvbuf.client" => "client-rcvbuf",

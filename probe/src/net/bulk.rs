@@ -5,7 +5,8 @@
 use std::io::{self, Read};
 use std::net::{Ipv4Addr, Shutdown, SocketAddr, SocketAddrV4, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Instant;
+use std::thread;
+use std::time::{Duration, Instant};
 
 use ackscope_shared::{BulkSpec, ConnId, EventKind, ReqId, Side};
 use socket2::{Domain, Protocol, Socket, Type};
@@ -39,6 +40,7 @@ pub fn serve(
     instruments: Instruments,
     listener: TcpListener,
     client_port: u16,
+    stop: &AtomicBool,
     rec: &mut Recorder,
 ) -> io::Result<u64> {
     let stream = loop {
@@ -47,14 +49,16 @@ pub fn serve(
             break stream;
         }
     };
-    serve_accepted(spec, instruments, stream, rec)
+    serve_accepted(spec, instruments, stream, stop, rec)
 }
 
-/// Reads the transfer from its accepted connection until the client closes.
+/// Reads the transfer from its accepted connection until the client closes. Once `stop` is
+/// set, a slow reader stops pausing, so that the rest is read at once and the run ends.
 pub fn serve_accepted(
     spec: &BulkSpec,
     instruments: Instruments,
     mut stream: TcpStream,
+    stop: &AtomicBool,
     rec: &mut Recorder,
 ) -> io::Result<u64> {
     let opts = SideOptions::bulk(spec, Side::Server);
@@ -64,7 +68,13 @@ pub fn serve_accepted(
     let mut end = Endpoint::new(&mut stream, CONN, &opts, rec, &kernel);
     end.record_buffers(TRANSFER)?;
     let mut received = 0u64;
+    let pause = Duration::from_micros(u64::from(spec.read_pause_us));
     loop {
+        // A slow reader: the data waits in the receive buffer meanwhile, and the window the
+        // server advertises shrinks, to zero once the buffer is full.
+        if received > 0 && !pause.is_zero() {
+            pause_unless_stopped(pause, stop);
+        }
         match end.read(TRANSFER, &mut buffer) {
             Ok(0) => break,
             Ok(n) => received += n as u64,
@@ -75,6 +85,20 @@ pub fn serve_accepted(
     let _ = end.stream.shutdown(Shutdown::Both);
     end.note(TRANSFER, EventKind::Closed);
     Ok(received)
+}
+
+/// Sleeps for `pause`, or until `stop` is set: checked every 20 ms, so that Ctrl-C ends a run
+/// whose reader pauses for seconds.
+fn pause_unless_stopped(pause: Duration, stop: &AtomicBool) {
+    const SLICE: Duration = Duration::from_millis(20);
+    let until = Instant::now() + pause;
+    while !stop.load(Ordering::Relaxed) {
+        let left = until.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            break;
+        }
+        thread::sleep(left.min(SLICE));
+    }
 }
 
 /// A client socket bound to `ip`, not yet connected: its port tells the server which

@@ -495,6 +495,8 @@ struct BulkServer {
     listener: TcpListener,
     /// A clone of the accepted connection, to end a read that would wait for ever.
     accepted: Arc<Mutex<Option<TcpStream>>>,
+    /// Set when the run ends: a reader that pauses stops pausing.
+    stop: Arc<AtomicBool>,
     thread: std::thread::JoinHandle<()>,
 }
 
@@ -517,8 +519,13 @@ impl RunServer {
                 let listener = bulk::listen(bulk, ip)?;
                 let port = listener.local_addr()?.port();
                 let (watch, accepted) = (listener.try_clone()?, Arc::new(Mutex::new(None)));
-                let (spec, slot, introductions) =
-                    (bulk.clone(), Arc::clone(&accepted), Arc::clone(introductions));
+                let stop = Arc::new(AtomicBool::new(false));
+                let (spec, slot, introductions, stopping) = (
+                    bulk.clone(),
+                    Arc::clone(&accepted),
+                    Arc::clone(introductions),
+                    Arc::clone(&stop),
+                );
                 let thread =
                     std::thread::Builder::new().name("bulk-remote".into()).spawn(move || {
                         let mut rec = match sink {
@@ -539,11 +546,13 @@ impl RunServer {
                         };
                         lock(&introductions).push((bulk::CONN, peer.port()));
                         *lock(&slot) = stream.try_clone().ok();
-                        if let Err(e) = bulk::serve_accepted(&spec, instruments, stream, &mut rec) {
+                        let served =
+                            bulk::serve_accepted(&spec, instruments, stream, &stopping, &mut rec);
+                        if let Err(e) = served {
                             tracing::warn!("remote bulk run from {peer}: {e}");
                         }
                     })?;
-                Ok(RunServer::Bulk(BulkServer { port, listener: watch, accepted, thread }))
+                Ok(RunServer::Bulk(BulkServer { port, listener: watch, accepted, stop, thread }))
             }
             Scenario::Rr(rr) => {
                 let config = EchoConfig::for_run(rr, instruments);
@@ -572,6 +581,7 @@ impl RunServer {
         match self {
             RunServer::Rr(server) => server.shutdown(),
             RunServer::Bulk(bulk) => {
+                bulk.stop.store(true, Ordering::Relaxed);
                 // Shutting a listening socket down wakes a thread blocked in its accept(), as
                 // the echo server's stop does.
                 let _ = socket2::SockRef::from(&bulk.listener).shutdown(Shutdown::Both);

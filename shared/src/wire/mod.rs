@@ -25,8 +25,9 @@ mod run_start;
 /// against a remote server and `ToProbe::StartRemoteRun`; version 5 the `DelayedAck` event kind
 /// of a watch as root; version 6 the `OptionsTried` message of a watch that tries an option,
 /// with the live stream's `TryRights` and `ToProbe::TryOnWatch`; version 7 a class's votes
-/// (`ClassVotes`, `ToProbe::Vote`), live only.
-pub const PROTOCOL_VERSION: u16 = 7;
+/// (`ClassVotes`, `ToProbe::Vote`), live only; version 8 a bulk run whose reader pauses, as a
+/// kind of run of its own (`spec::encoding`).
+pub const PROTOCOL_VERSION: u16 = 8;
 
 /// The oldest version this build still reads: every version since only appended messages, so
 /// an older stream is a valid newer one.

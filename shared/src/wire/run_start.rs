@@ -130,7 +130,7 @@ impl Bytes<'_> {
         let kind = self.u32()?;
         let reusable = matches!(
             start,
-            Some(ToBrowser::RunStarted { spec, .. }) if scenario_index(spec) == kind
+            Some(ToBrowser::RunStarted { spec, .. }) if Some(kind_of(spec)) == kind_at(kind)
         );
         if !reusable {
             let spec = empty_scenario(kind)?;
@@ -143,7 +143,8 @@ impl Bytes<'_> {
         *run = run_id;
         match spec {
             Scenario::Rr(rr) | Scenario::Server(rr) => self.rr(rr)?,
-            Scenario::Bulk(bulk) => self.bulk(bulk)?,
+            // A bulk run's pause comes last, and only in the kind of run of version 8.
+            Scenario::Bulk(bulk) => self.bulk(bulk, kind == BULK_SLOW_READER)?,
             Scenario::Import(import) => self.import(import)?,
             Scenario::Watch(watch) => self.watch(watch)?,
         }
@@ -216,12 +217,23 @@ impl Bytes<'_> {
         Some(())
     }
 
-    fn bulk(&mut self, spec: &mut BulkSpec) -> Option<()> {
-        let BulkSpec { bytes, duration_ms, app_buffer_bytes, sndbuf, rcvbuf, congestion, link } =
-            spec;
+    /// A bulk spec in the order `serde` encodes it (`spec::encoding`): the fields of versions
+    /// 1-7, then, for a reader that pauses, its pause.
+    fn bulk(&mut self, spec: &mut BulkSpec, pauses: bool) -> Option<()> {
+        let BulkSpec {
+            bytes,
+            duration_ms,
+            app_buffer_bytes,
+            read_pause_us,
+            sndbuf,
+            rcvbuf,
+            congestion,
+            link,
+        } = spec;
         *bytes = self.u64()?;
         *duration_ms = self.optional_u32()?;
         *app_buffer_bytes = self.u32()?;
+        *read_pause_us = if pauses { self.u32()? } else { 0 };
         *sndbuf = self.per_side(Self::optional_u32)?;
         *rcvbuf = self.per_side(Self::optional_u32)?;
         *congestion = self.per_side(Self::optional_string)?;
@@ -252,8 +264,11 @@ impl Bytes<'_> {
     }
 }
 
-/// The index `serde` encodes `spec`'s kind of run with.
-fn scenario_index(spec: &Scenario) -> u32 {
+/// The index `serde` encodes a bulk run whose reader pauses with (`spec::encoding`).
+const BULK_SLOW_READER: u32 = 5;
+
+/// Which of `Scenario`'s variants `spec` is, by its position.
+fn kind_of(spec: &Scenario) -> usize {
     match spec {
         Scenario::Rr(_) => 0,
         Scenario::Bulk(_) => 1,
@@ -263,15 +278,24 @@ fn scenario_index(spec: &Scenario) -> u32 {
     }
 }
 
+/// Which of `Scenario`'s variants `serde` encodes with `index`: both kinds of bulk run are
+/// `Scenario::Bulk`.
+fn kind_at(index: u32) -> Option<usize> {
+    match index {
+        0..=4 => Some(index as usize),
+        BULK_SLOW_READER => Some(1),
+        _ => None,
+    }
+}
+
 /// A spec of the kind of run `serde` encodes with `index`, its fields to be read into it.
 fn empty_scenario(index: u32) -> Option<Scenario> {
-    Some(match index {
+    Some(match kind_at(index)? {
         0 => Scenario::Rr(RrSpec::default()),
         1 => Scenario::Bulk(BulkSpec::default()),
         2 => Scenario::Server(RrSpec::default()),
         3 => Scenario::Import(ImportSpec::default()),
-        4 => Scenario::Watch(WatchSpec::default()),
-        _ => return None,
+        _ => Scenario::Watch(WatchSpec::default()),
     })
 }
 
