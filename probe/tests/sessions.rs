@@ -140,6 +140,78 @@ fn bulk_reports_goodput_and_the_buffers_the_kernel_set() {
     assert_eq!(v.config["rcvbuf"]["server"], 65_536);
 }
 
+/// A slow reader (`--read-pause-us`): the server's window closes, the client's sending waits
+/// on it (TCP_INFO's rwnd_limited) and it probes the closed window, while the same copy read
+/// as fast as it comes takes a few milliseconds and never waits the 200 ms minimum
+/// retransmission timeout that a probe needs.
+#[test]
+fn a_slow_reader_closes_the_window_and_the_client_probes_it() {
+    let file = temp("slow-reader.ackscope");
+    let copy = ["run", "bulk", "--bytes", "131072", "--app-buffer", "16384"];
+    let buffer = ["--server-rcvbuf", "32768", "--json"];
+    let slow =
+        ackscope(&[&copy[..], &buffer, &["--read-pause-us", "300000", "-o", s(&file)]].concat());
+    assert!(slow.status.success(), "{}", text(&slow.stderr));
+    let slow = common::report_of(&slow);
+    assert_eq!(slow.config["read_pause_us"], 300_000, "the spec says the reader paused");
+    let fast = common::report_of(&ackscope(&[&copy[..], &buffer].concat()));
+    let (slow, fast) = (slow.bulk().unwrap().clone(), fast.bulk().unwrap().clone());
+    // Seven pauses of 300 ms: at least 2.1 s, against milliseconds.
+    assert!(slow.duration_s > 2.0, "{slow:?}");
+    assert!(fast.goodput_mbps > 10.0 * slow.goodput_mbps, "{fast:?} against {slow:?}");
+    let waited_ms = f64::from(slow.client_rwnd_limited_ms.expect("TCP_INFO sampled"));
+    assert!(waited_ms > slow.duration_s * 1000.0 / 2.0, "most of the copy: {slow:?}");
+    assert!(slow.zero_window_probes.is_some_and(|probes| probes >= 1), "{slow:?}");
+    assert_eq!(fast.zero_window_probes, Some(0), "{fast:?}");
+    // The file says the same, and names the pause.
+    let shown = ackscope(&["show", s(&file)]);
+    let shown = text(&shown.stdout);
+    assert!(shown.contains("the server pauses 300000 us before each read"), "{shown}");
+    assert!(shown.contains("zero-window probes from the client"), "{shown}");
+}
+
+/// A reader that pauses 10 s before each read does not hold Ctrl-C: the pause ends at once.
+#[test]
+fn ctrl_c_ends_a_slow_readers_pause_within_2_s() {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_ackscope"))
+        .args(["run", "bulk", "--bytes", "1048576", "--app-buffer", "16384"])
+        .args(["--read-pause-us", "10000000", "--json"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The reader is in its pause when one of the threads sleeps.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !sleeping(child.id()) {
+        assert!(Instant::now() < deadline, "the reader never paused");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let asked = Instant::now();
+    interrupt(child.id());
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if asked.elapsed() > Duration::from_secs(2) {
+            let _ = child.kill();
+            panic!("still running 2 s after Ctrl-C");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    assert_eq!(status.code(), Some(130));
+    let mut stdout = String::new();
+    child.stdout.take().unwrap().read_to_string(&mut stdout).unwrap();
+    assert_eq!(common::report(stdout.as_bytes()).outcome, ReportOutcome::Interrupted);
+}
+
+/// Whether a thread of `pid` sleeps in `nanosleep` (its `wchan`).
+fn sleeping(pid: u32) -> bool {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else { return false };
+    tasks.flatten().any(|task| {
+        std::fs::read_to_string(task.path().join("wchan")).is_ok_and(|w| w.contains("nanosleep"))
+    })
+}
+
 fn interrupt(pid: u32) {
     let status = Command::new("kill").args(["-INT", &pid.to_string()]).status().unwrap();
     assert!(status.success());

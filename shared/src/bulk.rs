@@ -36,6 +36,17 @@ pub struct BulkSummary {
     pub client_snd_wnd_bytes: Option<u32>,
     /// The smallest RTT the client measured (TCP_INFO min_rtt), if sampled.
     pub min_rtt_us: Option<u32>,
+    /// How long the client had data to send and the server's window would not take it
+    /// (TCP_INFO `tcpi_rwnd_limited`, its newest sample), if sampled.
+    #[serde(default)]
+    pub client_rwnd_limited_ms: Option<u32>,
+    /// Segments the client sent without data, less its handshake's two (SYN and ACK), by its
+    /// TCP_INFO (`segs_out - data_segs_out`, the most a sample showed while bytes waited to be
+    /// sent). A bulk client receives no data and so has no ACK to send: what else it sends
+    /// empty while it has bytes to send are its probes of a closed window (RFC 9293's
+    /// zero-window probes, Linux's persist timer).
+    #[serde(default)]
+    pub zero_window_probes: Option<u32>,
 }
 
 #[derive(Debug, Default)]
@@ -49,6 +60,9 @@ pub struct BulkAnalysis {
     rcv_wnd: Vec<u32>,
     snd_wnd: Vec<u32>,
     min_rtt_us: Option<u32>,
+    client_rwnd_limited_us: Option<u64>,
+    /// The most segments without data the client had sent, by any of its samples.
+    client_empty_segments: Option<u32>,
     /// The connection the server read from (a bulk run has one).
     conn: Option<ConnId>,
     reads: Reads,
@@ -235,6 +249,21 @@ impl BulkAnalysis {
                 if let Some(rtt) = info.min_rtt_us.filter(|&rtt| rtt > 0) {
                     self.min_rtt_us = Some(self.min_rtt_us.map_or(rtt, |m| m.min(rtt)));
                 }
+                // Both only grow over a connection's life: the most is the newest.
+                if let Some(limited) = info.rwnd_limited_us {
+                    self.client_rwnd_limited_us =
+                        Some(self.client_rwnd_limited_us.map_or(limited, |m| m.max(limited)));
+                }
+                // Counted only while bytes wait to be sent, as probes are: the client's FIN
+                // goes out alone only once nothing is left to send, and is not a probe.
+                if let (Some(segs), Some(data)) = (info.segs_out, info.data_segs_out) {
+                    let empty = match info.notsent_bytes {
+                        Some(waiting) if waiting > 0 => segs.saturating_sub(data),
+                        _ => HANDSHAKE_EMPTY_SEGMENTS,
+                    };
+                    self.client_empty_segments =
+                        Some(self.client_empty_segments.map_or(empty, |m| m.max(empty)));
+                }
             }
             _ => {}
         }
@@ -272,9 +301,18 @@ impl BulkAnalysis {
             server_rcv_wnd_bytes: median(&self.rcv_wnd),
             client_snd_wnd_bytes: median(&self.snd_wnd),
             min_rtt_us: self.min_rtt_us,
+            client_rwnd_limited_ms: self
+                .client_rwnd_limited_us
+                .map(|us| u32::try_from(us / 1000).unwrap_or(u32::MAX)),
+            zero_window_probes: self
+                .client_empty_segments
+                .map(|empty| empty.saturating_sub(HANDSHAKE_EMPTY_SEGMENTS)),
         }
     }
 }
+
+/// A client's segments without data in its handshake: its SYN and the ACK of the server's.
+const HANDSHAKE_EMPTY_SEGMENTS: u32 = 2;
 
 fn median(values: &[u32]) -> Option<u32> {
     let mut sorted = values.to_vec();

@@ -122,7 +122,7 @@ pub struct LessonError {
 /// `(id, text)` of each lesson ackscope carries, in the order of the stories: every file of
 /// `lessons/` at the repository's root, compiled in (the page plays them with no probe; `class
 /// --lesson ID` opens a room on one). A test of the web crate checks that this is every file.
-pub const BUNDLED: [(&str, &str); 7] = [
+pub const BUNDLED: [(&str, &str); 8] = [
     ("forty-ms", include_str!("../../lessons/forty-ms.lesson")),
     ("reconnect", include_str!("../../lessons/reconnect.lesson")),
     ("split-writes", include_str!("../../lessons/split-writes.lesson")),
@@ -130,6 +130,7 @@ pub const BUNDLED: [(&str, &str); 7] = [
     ("loss", include_str!("../../lessons/loss.lesson")),
     ("slow-start", include_str!("../../lessons/slow-start.lesson")),
     ("bbr", include_str!("../../lessons/bbr.lesson")),
+    ("slow-reader", include_str!("../../lessons/slow-reader.lesson")),
 ];
 
 /// The recording of step `index` (from 0) of lesson `id`: the file `record-lesson` writes and

@@ -55,7 +55,17 @@ impl BulkText {
             ("server window (median)", summary.server_rcv_wnd_bytes, " B"),
             ("client send window (median)", summary.client_snd_wnd_bytes, " B"),
             ("min RTT", summary.min_rtt_us, " µs"),
+            (
+                "client limited by the server's window",
+                nonzero(summary.client_rwnd_limited_ms),
+                " ms",
+            ),
+            ("zero-window probes", nonzero(summary.zero_window_probes), ""),
         ];
+        // A window that never closed is not news: said only when it did.
+        fn nonzero(value: Option<u32>) -> Option<u32> {
+            value.filter(|&v| v > 0)
+        }
         let kernel = facts
             .into_iter()
             .filter_map(|(name, value, unit)| Some(format!("{name} {}{unit}", value?)))

@@ -623,7 +623,23 @@ fn print_bulk(out: &mut impl Write, s: &BulkSummary) -> io::Result<()> {
         out,
         "  window         {} advertised by the server (TCP_INFO, median)",
         bytes(s.server_rcv_wnd_bytes)
-    )
+    )?;
+    if let Some(ms) = s.client_rwnd_limited_ms.filter(|&ms| ms > 0) {
+        writeln!(
+            out,
+            "  window-limited {:.2} s of the client's sending waited for the server's window \
+             (TCP_INFO rwnd_limited)",
+            f64::from(ms) / 1e3
+        )?;
+    }
+    match s.zero_window_probes {
+        Some(probes) if probes > 0 => writeln!(
+            out,
+            "  probes         {probes} zero-window probes from the client (TCP_INFO: segments \
+             without data)"
+        ),
+        _ => Ok(()),
+    }
 }
 
 /// `[#########.....................]`: how much of `total` is done.

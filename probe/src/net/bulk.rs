@@ -2,7 +2,7 @@
 //! discards them. Every write and read is recorded, so goodput over time and the windows can be
 //! read from the events.
 
-use std::io::{self, Read};
+use std::io;
 use std::net::{Ipv4Addr, Shutdown, SocketAddr, SocketAddrV4, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread;
@@ -155,11 +155,19 @@ pub fn send(
         end.recorder().hand_over();
     }
     // Half-close, then wait for the server's close: the transfer is done when it has read all.
+    // The wait is a recorded read, so TCP_INFO is sampled while it blocks: what the send buffer
+    // still held went out meanwhile, and a slow reader's closed window and the probes of it
+    // are seen to the end.
     end.stream.shutdown(Shutdown::Write).map_err(|e| context(e, "bulk client shutdown"))?;
     let mut rest = [0u8; 64];
-    while end.stream.read(&mut rest).map_err(|e| context(e, "bulk client waiting for the close"))?
-        > 0
-    {}
+    loop {
+        match end.read(TRANSFER, &mut rest) {
+            Ok(0) => break,
+            Ok(_) => {}
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(context(e, "bulk client waiting for the close")),
+        }
+    }
     end.note(TRANSFER, EventKind::RequestDone);
     end.note(TRANSFER, EventKind::Closed);
     Ok(sent)

@@ -46,10 +46,9 @@ pub fn run(
     drop(collector);
     let link = &link;
     let (sent, received, relayed) = thread::scope(|scope| {
-        let receiver = scope
-            .spawn(move || {
-                bulk::serve(spec, instruments, listener, client_port, stop, &mut server_rec)
-            });
+        let receiver = scope.spawn(move || {
+            bulk::serve(spec, instruments, listener, client_port, stop, &mut server_rec)
+        });
         let sender = scope.spawn(move || {
             bulk::send(spec, instruments, socket, server, deadline, stop, &mut client_rec)
         });

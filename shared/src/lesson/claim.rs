@@ -23,6 +23,9 @@ pub enum Figure {
     StalledReads,
     Requests,
     GoodputMbps,
+    /// A bulk run's time the client waited for the server's window, and its zero-window probes.
+    RwndLimitedMs,
+    ZeroWindowProbes,
     /// Stalls of one class, every direction together.
     Stalls(StallClass),
 }
@@ -38,7 +41,8 @@ pub enum Bound {
 
 /// How an `expect:` line is written, for errors.
 pub const USAGE: &str = "expect: FIGURE < N | > N | = N | LOW..HIGH, FIGURE one of p50_ms, \
-                         p99_ms, max_ms, stalled_reads, requests, goodput_mbps, stalls CLASS";
+                         p99_ms, max_ms, stalled_reads, requests, goodput_mbps, \
+                         client_rwnd_limited_ms, zero_window_probes, stalls CLASS";
 
 impl Claim {
     /// `p50_ms > 80`, `stalls nagle_delayed_ack > 10`, `goodput_mbps 25..80`.
@@ -61,6 +65,8 @@ impl Claim {
                     "stalled_reads" => Figure::StalledReads,
                     "requests" => Figure::Requests,
                     "goodput_mbps" => Figure::GoodputMbps,
+                    "client_rwnd_limited_ms" => Figure::RwndLimitedMs,
+                    "zero_window_probes" => Figure::ZeroWindowProbes,
                     _ => return Err(format!("no figure {name:?}; {USAGE}")),
                 };
                 (figure, rest)
@@ -96,16 +102,16 @@ impl Claim {
             ReportFigures::Rr(rr) => Some(rr),
             _ => None,
         };
+        let bulk = report.bulk();
         match self.figure {
             Figure::P50Ms => rr?.p50_ms,
             Figure::P99Ms => rr?.p99_ms,
             Figure::MaxMs => rr?.max_ms,
             Figure::StalledReads => rr?.stalled_reads.map(f64::from),
             Figure::Requests => rr.map(|rr| f64::from(rr.requests)),
-            Figure::GoodputMbps => match &report.figures {
-                ReportFigures::Bulk(bulk) => Some(bulk.goodput_mbps),
-                _ => None,
-            },
+            Figure::GoodputMbps => bulk.map(|bulk| bulk.goodput_mbps),
+            Figure::RwndLimitedMs => bulk?.client_rwnd_limited_ms.map(f64::from),
+            Figure::ZeroWindowProbes => bulk?.zero_window_probes.map(f64::from),
             Figure::Stalls(class) => {
                 let stalls = report.stalls.as_ref()?;
                 let count =
@@ -148,6 +154,8 @@ impl Figure {
             Figure::StalledReads => "stalled_reads".into(),
             Figure::Requests => "requests".into(),
             Figure::GoodputMbps => "goodput_mbps".into(),
+            Figure::RwndLimitedMs => "client_rwnd_limited_ms".into(),
+            Figure::ZeroWindowProbes => "zero_window_probes".into(),
             Figure::Stalls(class) => format!("stalls {}", class.code()),
         }
     }
