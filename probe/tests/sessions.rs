@@ -166,7 +166,7 @@ fn a_slow_reader_closes_the_window_and_the_client_probes_it() {
     // The file says the same, and names the pause.
     let shown = ackscope(&["show", s(&file)]);
     let shown = text(&shown.stdout);
-    assert!(shown.contains("the server pauses 300000 us before each read"), "{shown}");
+    assert!(shown.contains("the server pauses 300 ms before each read"), "{shown}");
     assert!(shown.contains("zero-window probes from the client"), "{shown}");
 }
 

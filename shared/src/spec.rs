@@ -661,8 +661,12 @@ impl BulkSpec {
             None => format!("bulk {} bytes", self.bytes),
         }];
         parts.push(format!("{} B application buffer", self.app_buffer_bytes));
-        if self.read_pause_us > 0 {
-            parts.push(format!("the server pauses {} us before each read", self.read_pause_us));
+        match self.read_pause_us {
+            0 => {}
+            us if us % 1000 == 0 => {
+                parts.push(format!("the server pauses {} ms before each read", us / 1000))
+            }
+            us => parts.push(format!("the server pauses {us} us before each read")),
         }
         parts.extend(describe_buffers(&self.sndbuf, &self.rcvbuf, &self.congestion));
         parts.extend(self.link.map(|link| link.describe()));
@@ -1088,16 +1092,27 @@ mod tests {
         let bigger = BulkSpec {
             bytes: 1024,
             app_buffer_bytes: 4096,
+            read_pause_us: 300_000,
             congestion: PerSide::both(Some("reno".into())),
             ..bulk.clone()
         };
         assert_eq!(
-            changes(&Scenario::Bulk(bulk), &Scenario::Bulk(bigger)),
+            changes(&Scenario::Bulk(bulk), &Scenario::Bulk(bigger.clone())),
             [
                 "bytes: 104857600 B -> 1024 B",
                 "application buffer: 65536 B -> 4096 B",
+                "server's pause before each read: 0 us -> 300000 us",
                 "congestion control: both sides default -> reno",
             ]
         );
+        assert!(bigger.describe().contains("the server pauses 300 ms before each read"));
+    }
+
+    #[test]
+    fn a_readers_pause_is_bounded_like_a_think_time() {
+        let slow = BulkSpec { read_pause_us: MAX_THINK_US, ..BulkSpec::default() };
+        assert!(slow.validate().is_ok());
+        let slower = BulkSpec { read_pause_us: MAX_THINK_US + 1, ..BulkSpec::default() };
+        assert_eq!(slower.validate().unwrap_err().field, "read_pause_us");
     }
 }

@@ -92,10 +92,15 @@ async fn every_lesson_plays_from_the_static_build_with_no_probe() -> Result<()> 
                     let answer = text(&client, "[data-testid=lesson-answer]").await?;
                     assert!(answer.starts_with("The answer:"), "{answer}");
                 }
-                if (lesson.id.as_str(), k) == ("forty-ms", 1) {
-                    // Give the timeline its frame, then keep the page for the README.
+                let keep = match (lesson.id.as_str(), k) {
+                    ("forty-ms", 1) => Some("lesson.png"),
+                    ("slow-reader", 2) => Some("lesson-slow-reader.png"),
+                    _ => None,
+                };
+                if let Some(name) = keep {
+                    // Give the timeline its frame, then keep the page for the docs.
                     tokio::time::sleep(Duration::from_millis(500)).await;
-                    screenshot(&client, "lesson.png").await?;
+                    screenshot(&client, name).await?;
                 }
                 answers.push((lesson.id.clone(), k, kernel));
             }
