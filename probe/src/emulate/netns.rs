@@ -192,14 +192,16 @@ fn configure(local: Ipv4Addr, peer: Ipv4Addr, mtu: u32) -> io::Result<()> {
     Ok(())
 }
 
+/// `request` is a `SIOC*` constant, whose type (`c_ulong`) is not the type `ioctl` takes on
+/// every libc (musl's is `c_int`): it is converted here, once.
 fn ioctl(
     fd: libc::c_int,
-    request: libc::Ioctl,
+    request: libc::c_ulong,
     req: &mut libc::ifreq,
     name: &str,
 ) -> io::Result<()> {
     // SAFETY: every request passed here reads or writes one `ifreq`, which we own.
-    if unsafe { libc::ioctl(fd, request, req as *mut libc::ifreq) } != 0 {
+    if unsafe { libc::ioctl(fd, request as libc::Ioctl, req as *mut libc::ifreq) } != 0 {
         return Err(op(&format!("ioctl({name}) on {}", TUN_NAME.to_string_lossy())));
     }
     Ok(())
