@@ -17,12 +17,20 @@ fn serve(listener: TcpListener, nodelay: bool) {
             s.set_nodelay(nodelay).unwrap();
             std::thread::spawn(move || loop {
                 let mut len = [0u8; 4];
-                if s.read_exact(&mut len).is_err() { return; }
+                if s.read_exact(&mut len).is_err() {
+                    return;
+                }
                 let n = u32::from_le_bytes(len) as usize;
                 let mut body = vec![0u8; n];
-                if s.read_exact(&mut body).is_err() { return; }
-                if s.write_all(&len).is_err() { return; }
-                if s.write_all(&body).is_err() { return; }
+                if s.read_exact(&mut body).is_err() {
+                    return;
+                }
+                if s.write_all(&len).is_err() {
+                    return;
+                }
+                if s.write_all(&body).is_err() {
+                    return;
+                }
             });
         }
     });
@@ -53,12 +61,20 @@ fn run(name: &str, count: usize, nodelay: bool, reconnect: bool) {
         }
         exchange(conn.as_mut().unwrap(), &body);
         times.push(start.elapsed().as_secs_f64() * 1000.0);
-        if reconnect { conn = None; }
+        if reconnect {
+            conn = None;
+        }
     }
     let all = times.clone();
     times.sort_by(|a, b| a.partial_cmp(b).unwrap());
     let at = |q: f64| times[((times.len() - 1) as f64 * q) as usize];
-    println!("STORY1 {name} n={count} p50={:.2} p90={:.2} max={:.2} min={:.2}", at(0.5), at(0.9), at(1.0), at(0.0));
+    println!(
+        "STORY1 {name} n={count} p50={:.2} p90={:.2} max={:.2} min={:.2}",
+        at(0.5),
+        at(0.9),
+        at(1.0),
+        at(0.0)
+    );
     let list: Vec<String> = all.iter().map(|t| format!("{t:.1}")).collect();
     println!("STORY1-ALL {name} {}", list.join(" "));
 }
