@@ -417,7 +417,7 @@ pub struct FrameStream {
     failed: bool,
     /// The last run start decoded by [`FrameStream::with_next_message`], whose place the next
     /// one is decoded in.
-    run_start: Option<ToBrowser>,
+    run_start: run_start::RunStartPlace,
 }
 
 impl FrameStream {
@@ -486,7 +486,7 @@ impl FrameStream {
         if payload.first() == Some(&run_start::RUN_STARTED)
             && run_start::run_started_into(payload, &mut self.run_start)
         {
-            if let Some(start) = &self.run_start {
+            if let Some(start) = &self.run_start.start {
                 return Some(take(Ok(start)));
             }
         }
