@@ -639,3 +639,63 @@ fn a_bulk_run_reads_on_the_remote_server_with_its_buffer_set_there() {
     assert!(summary.clock.is_some(), "{summary:?}");
     assert_eq!(remote(&summary).server_outcome, ReportOutcome::Completed);
 }
+
+/// Ctrl-C on a run whose remote reader pauses 10 s before each read ends within 2 s, and the
+/// server is free for the next run at once: its reader stops pausing when told the run
+/// stopped, instead of draining the buffers a read every 10 s.
+#[test]
+fn ctrl_c_ends_a_remote_slow_readers_run_and_frees_the_server() {
+    let (server, addr, token) = server(&[]);
+    let server_pid = server.0.as_ref().unwrap().id();
+    let mut run = Command::new(BIN)
+        .args(["run", "bulk", "--bytes", "104857600", "--app-buffer", "16384"])
+        .args(["--read-pause-us", "10000000", "--json", "--remote", &addr, "--token", &token])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !sleeping(server_pid) {
+        assert!(Instant::now() < deadline, "the remote reader never paused");
+        assert!(run.try_wait().unwrap().is_none(), "the run ended before its reader paused");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let asked = Instant::now();
+    interrupt(run.id());
+    let status = loop {
+        if let Some(status) = run.try_wait().unwrap() {
+            break status;
+        }
+        if asked.elapsed() > Duration::from_secs(2) {
+            let _ = run.kill();
+            panic!("still running 2 s after Ctrl-C");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    let mut err = String::new();
+    run.stderr.take().unwrap().read_to_string(&mut err).unwrap();
+    assert_eq!(status.code(), Some(130), "{err}");
+    // The server is free again within 5 s, not after a read every 10 s of what the buffers
+    // hold (megabytes, 16 KiB a read: hours).
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let next = ackscope(&["run", "rr", "--count", "5", "--remote", &addr, "--token", &token]);
+        if next.status.success() {
+            break;
+        }
+        let said = text(&next.stderr);
+        assert!(said.contains("another remote run is going"), "{said}");
+        assert!(Instant::now() < deadline, "the server still held the stopped run: {said}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    stop(server);
+}
+
+/// Whether a thread of `pid` sleeps in `nanosleep` (its `wchan`): a bulk server's reader in
+/// its pause (the server's other threads wait in `poll`, `accept` or a futex).
+fn sleeping(pid: u32) -> bool {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else { return false };
+    tasks.flatten().any(|task| {
+        std::fs::read_to_string(task.path().join("wchan")).is_ok_and(|w| w.contains("nanosleep"))
+    })
+}

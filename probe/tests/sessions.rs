@@ -204,6 +204,38 @@ fn ctrl_c_ends_a_slow_readers_pause_within_2_s() {
     assert_eq!(common::report(stdout.as_bytes()).outcome, ReportOutcome::Interrupted);
 }
 
+/// `--duration` holds for a slow reader too: a 500 ms run whose reader pauses 10 s ends long
+/// before one pause would.
+#[test]
+fn a_slow_readers_run_ends_at_its_duration() {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_ackscope"))
+        .args(["run", "bulk", "--bytes", "104857600", "--app-buffer", "16384"])
+        .args(["--read-pause-us", "10000000", "--duration", "500ms", "--json"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let started = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if started.elapsed() > Duration::from_secs(8) {
+            let _ = child.kill();
+            panic!("still running 8 s into a 500 ms run: the reader's 10 s pause held it");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    assert!(status.success(), "{status:?}");
+    let mut stdout = String::new();
+    child.stdout.take().unwrap().read_to_string(&mut stdout).unwrap();
+    let report = common::report(stdout.as_bytes());
+    assert_eq!(report.outcome, ReportOutcome::Completed);
+    // What the buffers held when the client stopped, not the 100 MiB asked for.
+    let bulk = report.bulk().expect("a bulk report");
+    assert!(bulk.bytes > 0 && bulk.bytes < 100 << 20, "{bulk:?}");
+}
+
 /// Whether a thread of `pid` sleeps in `nanosleep` (its `wchan`).
 fn sleeping(pid: u32) -> bool {
     let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else { return false };

@@ -6,8 +6,10 @@
 #
 #   spike/in-browser/run.sh [BOOTS]
 #
-# Needs: rustup, npm, apt-get (Debian), chromium, python3, gzip. Adds dpkg's i386 architecture
-# only for the download and removes it after. Works in target/in-browser-spike.
+# Needs: root on an x86-64 Debian host that runs 32-bit binaries (the guest's busybox packs
+# the initramfs), rustup, npm, apt-get, chromium, python3, gzip. Adds dpkg's i386 architecture
+# only for the download and removes it after, also on failure. Works in
+# target/in-browser-spike.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 work=$(cd "$here/../.." && pwd)/target/in-browser-spike
@@ -25,14 +27,22 @@ cp package/build/libv86.js package/build/v86.wasm site/
 echo "== Debian's 686 kernel, busybox-static (i386) and SeaBIOS"
 if ! ls debs/linux-image-*-686-unsigned_*.deb >/dev/null 2>&1; then
     added=no
-    if ! dpkg --print-foreign-architectures | grep -qx i386; then
-        dpkg --add-architecture i386 && added=yes
+    if ! dpkg --print-foreign-architectures | grep -x i386 >/dev/null; then
+        dpkg --add-architecture i386
+        added=yes
+        trap 'dpkg --remove-architecture i386; apt-get update -qq || true' EXIT
     fi
     apt-get update -qq || true
     kernel=$(apt-cache depends linux-image-686:i386 | awk '/Depends: linux-image-[0-9]/ {print $2; exit}')
+    if [ -z "$kernel" ]; then
+        echo "no linux-image-*-686 behind linux-image-686:i386 in apt's lists" >&2
+        exit 1
+    fi
     (cd debs && apt-get download -qq "${kernel%:i386}-unsigned:i386" busybox-static:i386 seabios)
     if [ "$added" = yes ]; then
-        dpkg --remove-architecture i386 && apt-get update -qq || true
+        dpkg --remove-architecture i386
+        apt-get update -qq || true
+        trap - EXIT
     fi
 fi
 for deb in debs/*.deb; do dpkg-deb -x "$deb" root; done
@@ -55,11 +65,11 @@ for f in site/*; do printf '%-22s %9d bytes, %9d gzipped\n' "${f#site/}" "$(stat
 echo "total gzipped: $(for f in site/*; do gzip -9c "$f" | wc -c; done | awk '{s+=$1} END {printf "%.1f MB", s/1e6}')"
 
 echo "== the host, for comparison"
-./story1-host 100 nagle,nodelay,reconnect,nodelay | grep '^STORY1 '
+./story1-host 100 nagle,nodelay,reconnect,nodelay | grep '^STORY1 ' || echo "the host printed no figures"
 
 python3 -m http.server --bind 127.0.0.1 --directory site 8792 >/dev/null 2>&1 &
 server=$!
-trap 'kill $server 2>/dev/null' EXIT
+trap 'kill $server 2>/dev/null || true' EXIT
 query=$(python3 -c 'import sys, urllib.parse; print(urllib.parse.quote(sys.argv[1]))' "$cmdline")
 for boot in $(seq 1 "$boots"); do
     echo "== boot $boot"
@@ -71,8 +81,9 @@ for boot in $(seq 1 "$boots"); do
         "http://127.0.0.1:8792/index.html?cmdline=$query&use-scheduling-api" 2>"$log" &
     browser=$!
     for _ in $(seq 1 480); do grep -q GUEST-DONE "$log" && break; sleep 0.5; done
-    kill $browser 2>/dev/null; wait $browser 2>/dev/null || true
+    kill $browser 2>/dev/null || true
+    wait $browser 2>/dev/null || true
     grep -E '"(SERIAL|SPIKE) ' "$log" | sed 's/.*"SERIAL //; s/.*"SPIKE //; s/", source.*//' |
-        grep -E 'ready|BOOTED|KERNEL|STORY1 |PROBE|GUEST-DONE'
+        grep -E 'ready|BOOTED|KERNEL|STORY1 |PROBE|GUEST-DONE' || echo "boot $boot: the guest said nothing"
     rm -rf "$log" "$profile"
 done

@@ -17,6 +17,9 @@ use super::options::SideOptions;
 use super::record::Recorder;
 use ackscope_shared::wire::Instruments;
 
+/// How long the client's wait for the server's close blocks before it looks at `stop` again.
+const CLOSE_WAIT_SLICE: Duration = Duration::from_millis(200);
+
 /// The whole transfer is one "request" of the run.
 pub const TRANSFER: ReqId = ReqId(0);
 pub const CONN: ConnId = ConnId(0);
@@ -53,7 +56,8 @@ pub fn serve(
 }
 
 /// Reads the transfer from its accepted connection until the client closes. Once `stop` is
-/// set, a slow reader stops pausing, so that the rest is read at once and the run ends.
+/// set, or the spec's duration has passed since the connection was accepted, a slow reader
+/// stops pausing, so that the rest is read at once and the run ends when it should.
 pub fn serve_accepted(
     spec: &BulkSpec,
     instruments: Instruments,
@@ -69,11 +73,12 @@ pub fn serve_accepted(
     end.record_buffers(TRANSFER)?;
     let mut received = 0u64;
     let pause = Duration::from_micros(u64::from(spec.read_pause_us));
+    let deadline = spec.duration_ms.map(|ms| Instant::now() + Duration::from_millis(u64::from(ms)));
     loop {
         // A slow reader: the data waits in the receive buffer meanwhile, and the window the
         // server advertises shrinks, to zero once the buffer is full.
         if received > 0 && !pause.is_zero() {
-            pause_unless_stopped(pause, stop);
+            pause_unless_stopped(pause, stop, deadline);
         }
         match end.read(TRANSFER, &mut buffer) {
             Ok(0) => break,
@@ -87,11 +92,12 @@ pub fn serve_accepted(
     Ok(received)
 }
 
-/// Sleeps for `pause`, or until `stop` is set: checked every 20 ms, so that Ctrl-C ends a run
-/// whose reader pauses for seconds.
-fn pause_unless_stopped(pause: Duration, stop: &AtomicBool) {
+/// Sleeps for `pause`, or until `stop` is set or `deadline` passes: checked every 20 ms, so
+/// that Ctrl-C or `--duration` ends a run whose reader pauses for seconds.
+fn pause_unless_stopped(pause: Duration, stop: &AtomicBool, deadline: Option<Instant>) {
     const SLICE: Duration = Duration::from_millis(20);
     let until = Instant::now() + pause;
+    let until = deadline.map_or(until, |deadline| until.min(deadline));
     while !stop.load(Ordering::Relaxed) {
         let left = until.saturating_duration_since(Instant::now());
         if left.is_zero() {
@@ -158,13 +164,22 @@ pub fn send(
     // The wait is a recorded read, so TCP_INFO is sampled while it blocks: what the send buffer
     // still held went out meanwhile, and a slow reader's closed window and the probes of it
     // are seen to the end.
+    // Each wait is bounded, so that Ctrl-C is seen while a slow reader across hosts drains
+    // what the buffers hold (a remote server stops pausing only when told the run stopped).
     end.stream.shutdown(Shutdown::Write).map_err(|e| context(e, "bulk client shutdown"))?;
+    end.stream.set_read_timeout(Some(CLOSE_WAIT_SLICE))?;
     let mut rest = [0u8; 64];
     loop {
         match end.read(TRANSFER, &mut rest) {
             Ok(0) => break,
             Ok(_) => {}
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) => {
+                if stop.load(Ordering::Relaxed) {
+                    // Interrupted: the outcome says so; what was read is all recorded.
+                    return Ok(sent);
+                }
+            }
             Err(e) => return Err(context(e, "bulk client waiting for the close")),
         }
     }

@@ -32,7 +32,8 @@ enum Positional {
     Server(RrSpec),
     Import(ImportSpec),
     Watch(WatchSpec),
-    /// Version 8: a bulk run whose server pauses before its reads.
+    /// Version 8: a bulk run whose server pauses before its reads, every field of `BulkSpec`
+    /// in its order (the pause fourth).
     BulkSlowReader(BulkSpec),
 }
 

@@ -174,7 +174,7 @@ impl Bytes<'_> {
         *run = run_id;
         match spec {
             Scenario::Rr(rr) | Scenario::Server(rr) => self.rr(rr)?,
-            // A bulk run's pause comes last, and only in the kind of run of version 8.
+            // A bulk run's pause is only in the kind of run of version 8.
             Scenario::Bulk(bulk) => self.bulk(bulk, kind == BULK_SLOW_READER)?,
             Scenario::Import(import) => self.import(import)?,
             Scenario::Watch(watch) => self.watch(watch)?,
@@ -249,7 +249,8 @@ impl Bytes<'_> {
     }
 
     /// A bulk spec in the order `serde` encodes it (`spec::encoding`): the fields of versions
-    /// 1-7, then, for a reader that pauses, its pause.
+    /// 1-7 with, for a reader that pauses, its pause fourth (after the application buffer, in
+    /// `BulkSpec`'s order).
     fn bulk(&mut self, spec: &mut BulkSpec, pauses: bool) -> Option<()> {
         let BulkSpec {
             bytes,
