@@ -655,23 +655,13 @@ fn ctrl_c_ends_a_remote_slow_readers_run_and_frees_the_server() {
         .spawn()
         .unwrap();
     let deadline = Instant::now() + Duration::from_secs(30);
-    while !sleeping(server_pid) {
+    while !common::pausing(server_pid) {
         assert!(Instant::now() < deadline, "the remote reader never paused");
         assert!(run.try_wait().unwrap().is_none(), "the run ended before its reader paused");
         std::thread::sleep(Duration::from_millis(20));
     }
-    let asked = Instant::now();
     interrupt(run.id());
-    let status = loop {
-        if let Some(status) = run.try_wait().unwrap() {
-            break status;
-        }
-        if asked.elapsed() > Duration::from_secs(2) {
-            let _ = run.kill();
-            panic!("still running 2 s after Ctrl-C");
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    };
+    let status = common::ends_within(&mut run, Duration::from_secs(2), "Ctrl-C in a remote pause");
     let mut err = String::new();
     run.stderr.take().unwrap().read_to_string(&mut err).unwrap();
     assert_eq!(status.code(), Some(130), "{err}");
@@ -689,13 +679,4 @@ fn ctrl_c_ends_a_remote_slow_readers_run_and_frees_the_server() {
         std::thread::sleep(Duration::from_millis(50));
     }
     stop(server);
-}
-
-/// Whether a thread of `pid` sleeps in `nanosleep` (its `wchan`): a bulk server's reader in
-/// its pause (the server's other threads wait in `poll`, `accept` or a futex).
-fn sleeping(pid: u32) -> bool {
-    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else { return false };
-    tasks.flatten().any(|task| {
-        std::fs::read_to_string(task.path().join("wchan")).is_ok_and(|w| w.contains("nanosleep"))
-    })
 }

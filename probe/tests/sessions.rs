@@ -9,7 +9,7 @@ use ackscope_shared::report::ReportOutcome;
 
 mod common;
 
-use common::{ackscope, s, text};
+use common::{ackscope, interrupt, s, text};
 
 fn temp(name: &str) -> common::Scratch {
     common::temp("test", name)
@@ -180,24 +180,13 @@ fn ctrl_c_ends_a_slow_readers_pause_within_2_s() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    // The reader is in its pause when one of the threads sleeps.
     let deadline = Instant::now() + Duration::from_secs(30);
-    while !sleeping(child.id()) {
+    while !common::pausing(child.id()) {
         assert!(Instant::now() < deadline, "the reader never paused");
         std::thread::sleep(Duration::from_millis(20));
     }
-    let asked = Instant::now();
     interrupt(child.id());
-    let status = loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            break status;
-        }
-        if asked.elapsed() > Duration::from_secs(2) {
-            let _ = child.kill();
-            panic!("still running 2 s after Ctrl-C");
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    };
+    let status = common::ends_within(&mut child, Duration::from_secs(2), "Ctrl-C in a pause");
     assert_eq!(status.code(), Some(130));
     let mut stdout = String::new();
     child.stdout.take().unwrap().read_to_string(&mut stdout).unwrap();
@@ -215,17 +204,7 @@ fn a_slow_readers_run_ends_at_its_duration() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let started = Instant::now();
-    let status = loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            break status;
-        }
-        if started.elapsed() > Duration::from_secs(8) {
-            let _ = child.kill();
-            panic!("still running 8 s into a 500 ms run: the reader's 10 s pause held it");
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    };
+    let status = common::ends_within(&mut child, Duration::from_secs(8), "a 500 ms run");
     assert!(status.success(), "{status:?}");
     let mut stdout = String::new();
     child.stdout.take().unwrap().read_to_string(&mut stdout).unwrap();
@@ -234,19 +213,6 @@ fn a_slow_readers_run_ends_at_its_duration() {
     // What the buffers held when the client stopped, not the 100 MiB asked for.
     let bulk = report.bulk().expect("a bulk report");
     assert!(bulk.bytes > 0 && bulk.bytes < 100 << 20, "{bulk:?}");
-}
-
-/// Whether a thread of `pid` sleeps in `nanosleep` (its `wchan`).
-fn sleeping(pid: u32) -> bool {
-    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else { return false };
-    tasks.flatten().any(|task| {
-        std::fs::read_to_string(task.path().join("wchan")).is_ok_and(|w| w.contains("nanosleep"))
-    })
-}
-
-fn interrupt(pid: u32) {
-    let status = Command::new("kill").args(["-INT", &pid.to_string()]).status().unwrap();
-    assert!(status.success());
 }
 
 #[test]

@@ -397,3 +397,35 @@ pub fn stop_watch(child: &mut std::process::Child) -> String {
     assert_eq!(status.code(), Some(130), "a watch ended with Ctrl-C exits 130: {stdout}");
     stdout
 }
+
+/// Waits for `child` to end, polling every 10 ms; past `limit` it is killed and the test fails,
+/// saying `what` held it. Its exit status.
+#[allow(dead_code)]
+pub fn ends_within(
+    child: &mut std::process::Child,
+    limit: std::time::Duration,
+    what: &str,
+) -> std::process::ExitStatus {
+    let asked = std::time::Instant::now();
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return status;
+        }
+        if asked.elapsed() > limit {
+            let _ = child.kill();
+            panic!("still running {limit:?} later: {what}");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+}
+
+/// Whether a thread of `pid` sleeps in `nanosleep` (its `wchan`): a bulk server's reader in its
+/// pause (`--read-pause-us`); the probe's other threads wait in `poll`, `accept`, a read or a
+/// futex.
+#[allow(dead_code)]
+pub fn pausing(pid: u32) -> bool {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else { return false };
+    tasks.flatten().any(|task| {
+        std::fs::read_to_string(task.path().join("wchan")).is_ok_and(|w| w.contains("nanosleep"))
+    })
+}
