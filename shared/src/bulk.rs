@@ -311,6 +311,16 @@ impl BulkAnalysis {
     }
 }
 
+impl BulkSummary {
+    /// How long the client waited for the server's window, and its zero-window probes, each
+    /// only if there was any: what the summaries say of a window that closed (one that never
+    /// did is not news).
+    pub fn closed_window(&self) -> (Option<u32>, Option<u32>) {
+        let some = |value: Option<u32>| value.filter(|&value| value > 0);
+        (some(self.client_rwnd_limited_ms), some(self.zero_window_probes))
+    }
+}
+
 /// A client's segments without data in its handshake: its SYN and the ACK of the server's.
 const HANDSHAKE_EMPTY_SEGMENTS: u32 = 2;
 

@@ -49,23 +49,16 @@ pub struct BulkText {
 
 impl BulkText {
     pub fn of(summary: &BulkSummary, events: u64) -> BulkText {
+        let (waited_ms, probes) = summary.closed_window();
         let facts = [
             ("client SO_SNDBUF", summary.client_sndbuf_bytes, " B"),
             ("server SO_RCVBUF", summary.server_rcvbuf_bytes, " B"),
             ("server window (median)", summary.server_rcv_wnd_bytes, " B"),
             ("client send window (median)", summary.client_snd_wnd_bytes, " B"),
             ("min RTT", summary.min_rtt_us, " µs"),
-            (
-                "client limited by the server's window",
-                nonzero(summary.client_rwnd_limited_ms),
-                " ms",
-            ),
-            ("zero-window probes", nonzero(summary.zero_window_probes), ""),
+            ("client limited by the server's window", waited_ms, " ms"),
+            ("zero-window probes", probes, ""),
         ];
-        // A window that never closed is not news: said only when it did.
-        fn nonzero(value: Option<u32>) -> Option<u32> {
-            value.filter(|&v| v > 0)
-        }
         let kernel = facts
             .into_iter()
             .filter_map(|(name, value, unit)| Some(format!("{name} {}{unit}", value?)))

@@ -624,7 +624,8 @@ fn print_bulk(out: &mut impl Write, s: &BulkSummary) -> io::Result<()> {
         "  window         {} advertised by the server (TCP_INFO, median)",
         bytes(s.server_rcv_wnd_bytes)
     )?;
-    if let Some(ms) = s.client_rwnd_limited_ms.filter(|&ms| ms > 0) {
+    let (waited_ms, probes) = s.closed_window();
+    if let Some(ms) = waited_ms {
         writeln!(
             out,
             "  window-limited {:.2} s of the client's sending waited for the server's window \
@@ -632,13 +633,13 @@ fn print_bulk(out: &mut impl Write, s: &BulkSummary) -> io::Result<()> {
             f64::from(ms) / 1e3
         )?;
     }
-    match s.zero_window_probes {
-        Some(probes) if probes > 0 => writeln!(
+    match probes {
+        Some(probes) => writeln!(
             out,
             "  probes         {probes} zero-window probes from the client (TCP_INFO: segments \
              without data)"
         ),
-        _ => Ok(()),
+        None => Ok(()),
     }
 }
 

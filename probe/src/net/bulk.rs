@@ -161,11 +161,10 @@ pub fn send(
         end.recorder().hand_over();
     }
     // Half-close, then wait for the server's close: the transfer is done when it has read all.
-    // The wait is a recorded read, so TCP_INFO is sampled while it blocks: what the send buffer
-    // still held went out meanwhile, and a slow reader's closed window and the probes of it
-    // are seen to the end.
-    // Each wait is bounded, so that Ctrl-C is seen while a slow reader across hosts drains
-    // what the buffers hold (a remote server stops pausing only when told the run stopped).
+    // The wait is recorded reads, so TCP_INFO is sampled while they block (what the send buffer
+    // still held goes out meanwhile, and a slow reader's closed window and the probes of it are
+    // seen to the end), each bounded so that Ctrl-C is seen while a slow reader across hosts
+    // drains the buffers (a remote server stops pausing only when told the run stopped).
     end.stream.shutdown(Shutdown::Write).map_err(|e| context(e, "bulk client shutdown"))?;
     end.stream.set_read_timeout(Some(CLOSE_WAIT_SLICE))?;
     let mut rest = [0u8; 64];

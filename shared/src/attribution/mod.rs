@@ -458,26 +458,23 @@ fn write_stall(
         .iter()
         .find(|k| k.snd_cwnd > 0 && k.unacked >= k.snd_cwnd && k.notsent_bytes.unwrap_or(0) > 0)
         .copied();
-    let (class, evidence) = match queued {
+    let (class, evidence) = match (queued, cwnd_full) {
         _ if small_window => (
             StallClass::ReceiveWindowLimited,
             format!("write() blocked {blocked:.1} ms while the {r} advertised a window under two segments"),
         ),
-        Some((bytes, _)) if bytes >= full && cwnd_full.is_some() => {
-            let k = cwnd_full.expect("matched as some");
-            (
-                StallClass::CongestionWindowLimited,
-                format!(
-                    "write() blocked {blocked:.1} ms with the send buffer full ({bytes} bytes \
-                     queued) and the congestion window full: TCP_INFO on the {w} during the \
-                     wait showed {} segments in flight of a window of {}, and {} bytes not sent",
-                    k.unacked,
-                    k.snd_cwnd,
-                    k.notsent_bytes.unwrap_or(0)
-                ),
-            )
-        }
-        Some((bytes, k)) if bytes >= full => (
+        (Some((bytes, _)), Some(k)) if bytes >= full => (
+            StallClass::CongestionWindowLimited,
+            format!(
+                "write() blocked {blocked:.1} ms with the send buffer full ({bytes} bytes queued) \
+                 and the congestion window full: TCP_INFO on the {w} during the wait showed {} \
+                 segments in flight of a window of {}, and {} bytes not sent",
+                k.unacked,
+                k.snd_cwnd,
+                k.notsent_bytes.unwrap_or(0)
+            ),
+        ),
+        (Some((bytes, k)), _) if bytes >= full => (
             StallClass::SendBufferLimited,
             format!(
                 "write() blocked {blocked:.1} ms with the send buffer full: TCP_INFO on the {w} \
@@ -486,7 +483,7 @@ fn write_stall(
                 k.notsent_bytes.unwrap_or(0)
             ),
         ),
-        Some((bytes, _)) => (
+        (Some((bytes, _)), _) => (
             StallClass::Unexplained,
             format!(
                 "write() blocked {blocked:.1} ms, but TCP_INFO on the {w} during the wait showed \
@@ -494,7 +491,7 @@ fn write_stall(
                  send buffer"
             ),
         ),
-        None => (
+        (None, _) => (
             StallClass::Unexplained,
             format!(
                 "write() blocked {blocked:.1} ms with no TCP_INFO during the wait to say why (the \

@@ -2,7 +2,7 @@
 //! step's recording by `ackscope lesson check` and the tests, so that a lesson's words and its
 //! recordings cannot drift apart unseen.
 
-use crate::report::{ReportFigures, RunReport};
+use crate::report::RunReport;
 use crate::stall::StallClass;
 
 /// One `expect:` line: a figure of the run's report and the bound it must keep.
@@ -98,11 +98,7 @@ impl Claim {
 
     /// The figure's value in `report`, if the report has it (a bulk run has no p50).
     pub fn value(&self, report: &RunReport) -> Option<f64> {
-        let rr = match &report.figures {
-            ReportFigures::Rr(rr) => Some(rr),
-            _ => None,
-        };
-        let bulk = report.bulk();
+        let (rr, bulk) = (report.rr(), report.bulk());
         match self.figure {
             Figure::P50Ms => rr?.p50_ms,
             Figure::P99Ms => rr?.p99_ms,
@@ -176,6 +172,7 @@ impl std::fmt::Display for Claim {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::report::{ReportFigures, RrFigures};
 
     #[test]
     fn claims_read_as_written_and_say_what_is_wrong() {
@@ -202,7 +199,7 @@ mod tests {
 
     /// A request/response run's report with this p50 and these stalled reads.
     fn report(p50_ms: f64, stalled_reads: u32) -> RunReport {
-        let figures = ReportFigures::Rr(crate::report::RrFigures {
+        let figures = ReportFigures::Rr(RrFigures {
             requests: 20,
             duration_s: 1.0,
             rps: 20.0,

@@ -23,19 +23,24 @@ enum Named {
     Watch(WatchSpec),
 }
 
-/// The binary form: by position. Only appended to.
+/// The binary form: by position. Only appended to. Generic so that one declaration gives the
+/// order both ways: decoded into owned specs ([`Decoded`]), encoded from borrowed ones
+/// ([`Encoded`]: an encoding copies nothing but a bulk spec's few fields).
 #[derive(Serialize, Deserialize)]
-enum Positional {
-    Rr(RrSpec),
+enum Positional<Rr, Import, Watch, Bulk> {
+    Rr(Rr),
     /// A bulk run as versions 1-7 encoded it: a reader that does not pause.
     Bulk(BulkWithoutPause),
-    Server(RrSpec),
-    Import(ImportSpec),
-    Watch(WatchSpec),
+    Server(Rr),
+    Import(Import),
+    Watch(Watch),
     /// Version 8: a bulk run whose server pauses before its reads, every field of `BulkSpec`
     /// in its order (the pause fourth).
-    BulkSlowReader(BulkSpec),
+    BulkSlowReader(Bulk),
 }
+
+type Decoded = Positional<RrSpec, ImportSpec, WatchSpec, BulkSpec>;
+type Encoded<'a> = Positional<&'a RrSpec, &'a ImportSpec, &'a WatchSpec, &'a BulkSpec>;
 
 /// The fields of [`BulkSpec`] that versions 1-7 encoded, in their order.
 #[derive(Serialize, Deserialize)]
@@ -49,60 +54,63 @@ struct BulkWithoutPause {
     link: Option<LinkSpec>,
 }
 
-impl Positional {
-    fn of(scenario: &Scenario) -> Positional {
-        match scenario.clone() {
+impl BulkWithoutPause {
+    fn of(spec: &BulkSpec) -> BulkWithoutPause {
+        // Every field named: one added to `BulkSpec` does not build until placed here.
+        let BulkSpec {
+            bytes,
+            duration_ms,
+            app_buffer_bytes,
+            read_pause_us: _,
+            sndbuf,
+            rcvbuf,
+            congestion,
+            link,
+        } = spec.clone();
+        BulkWithoutPause { bytes, duration_ms, app_buffer_bytes, sndbuf, rcvbuf, congestion, link }
+    }
+
+    fn spec(self) -> BulkSpec {
+        let BulkWithoutPause {
+            bytes,
+            duration_ms,
+            app_buffer_bytes,
+            sndbuf,
+            rcvbuf,
+            congestion,
+            link,
+        } = self;
+        BulkSpec {
+            bytes,
+            duration_ms,
+            app_buffer_bytes,
+            read_pause_us: 0,
+            sndbuf,
+            rcvbuf,
+            congestion,
+            link,
+        }
+    }
+}
+
+impl<'a> Encoded<'a> {
+    fn of(scenario: &'a Scenario) -> Encoded<'a> {
+        match scenario {
             Scenario::Rr(spec) => Positional::Rr(spec),
             Scenario::Bulk(spec) if spec.read_pause_us > 0 => Positional::BulkSlowReader(spec),
-            Scenario::Bulk(spec) => {
-                // Every field named: one added to `BulkSpec` does not build until placed here.
-                let BulkSpec {
-                    bytes,
-                    duration_ms,
-                    app_buffer_bytes,
-                    read_pause_us: _,
-                    sndbuf,
-                    rcvbuf,
-                    congestion,
-                    link,
-                } = spec;
-                Positional::Bulk(BulkWithoutPause {
-                    bytes,
-                    duration_ms,
-                    app_buffer_bytes,
-                    sndbuf,
-                    rcvbuf,
-                    congestion,
-                    link,
-                })
-            }
+            Scenario::Bulk(spec) => Positional::Bulk(BulkWithoutPause::of(spec)),
             Scenario::Server(spec) => Positional::Server(spec),
             Scenario::Import(spec) => Positional::Import(spec),
             Scenario::Watch(spec) => Positional::Watch(spec),
         }
     }
+}
 
+impl Decoded {
     fn scenario(self) -> Scenario {
         match self {
             Positional::Rr(spec) => Scenario::Rr(spec),
-            Positional::Bulk(BulkWithoutPause {
-                bytes,
-                duration_ms,
-                app_buffer_bytes,
-                sndbuf,
-                rcvbuf,
-                congestion,
-                link,
-            }) => Scenario::Bulk(BulkSpec {
-                bytes,
-                duration_ms,
-                app_buffer_bytes,
-                read_pause_us: 0,
-                sndbuf,
-                rcvbuf,
-                congestion,
-                link,
-            }),
+            Positional::Bulk(spec) => Scenario::Bulk(spec.spec()),
             Positional::BulkSlowReader(spec) => Scenario::Bulk(spec),
             Positional::Server(spec) => Scenario::Server(spec),
             Positional::Import(spec) => Scenario::Import(spec),
@@ -116,7 +124,7 @@ impl Serialize for Scenario {
         if serializer.is_human_readable() {
             Named::serialize(self, serializer)
         } else {
-            Positional::of(self).serialize(serializer)
+            Encoded::of(self).serialize(serializer)
         }
     }
 }
@@ -126,7 +134,7 @@ impl<'de> Deserialize<'de> for Scenario {
         if deserializer.is_human_readable() {
             Named::deserialize(deserializer)
         } else {
-            Positional::deserialize(deserializer).map(Positional::scenario)
+            Decoded::deserialize(deserializer).map(Decoded::scenario)
         }
     }
 }

@@ -90,11 +90,11 @@ pub fn key_step(key: &str, step: usize, steps: usize) -> Option<usize> {
 pub fn kernel_answer(run: &Run) -> String {
     if let Some(bulk) = run.bulk_summary() {
         let mut answer = format!("goodput {:.1} Mbit/s", bulk.goodput_mbps);
-        // Said only when the client met a closed window (a slow reader, a small buffer).
-        if let Some(ms) = bulk.client_rwnd_limited_ms.filter(|&ms| ms > 0) {
+        let (waited_ms, probes) = bulk.closed_window();
+        if let Some(ms) = waited_ms {
             answer += &format!(", the client waited {ms} ms for the server's window");
         }
-        if let Some(probes) = bulk.zero_window_probes.filter(|&probes| probes > 0) {
+        if let Some(probes) = probes {
             answer += &format!(", zero-window probes {probes}");
         }
         return answer;
