@@ -248,15 +248,43 @@ impl<T> StallFinder<T> {
 
 /// One connection's segments from its oldest undecided candidate on, and the times its
 /// delayed-ACK timers fired since then (at most [`MAX_TIMERS`]).
+///
+/// The segments are `samples[start..]` (and their tags `tags[start..]`): decided ones are
+/// passed over by moving `start`, and dropped when they are half of what is held, so the held
+/// segments are always one slice for [`hold_so_far`] and each is moved at most once on
+/// average (a ring that wrapped had to be made one slice again, and that was a tenth of the
+/// CPU of reading a capture).
 struct Window<T> {
-    samples: std::collections::VecDeque<SegmentSample>,
-    tags: std::collections::VecDeque<(ReqId, T)>,
+    samples: Vec<SegmentSample>,
+    tags: Vec<(ReqId, T)>,
+    start: usize,
     timers: std::collections::VecDeque<(Side, u64)>,
 }
 
 impl<T> Default for Window<T> {
     fn default() -> Self {
-        Window { samples: Default::default(), tags: Default::default(), timers: Default::default() }
+        Window {
+            samples: Vec::new(),
+            tags: Vec::new(),
+            start: 0,
+            timers: Default::default(),
+        }
+    }
+}
+
+impl<T> Window<T> {
+    /// The segments held.
+    fn held(&self) -> &[SegmentSample] {
+        &self.samples[self.start..]
+    }
+
+    /// Drops the segments before `start` once they are at least half of those kept.
+    fn drop_passed(&mut self) {
+        if self.start > 0 && self.start * 2 >= self.samples.len() {
+            self.samples.drain(..self.start);
+            self.tags.drain(..self.start);
+            self.start = 0;
+        }
     }
 }
 
@@ -294,8 +322,8 @@ impl<T: Clone> StallFinder<T> {
             None if segment.len == 0 => return,
             None => self.windows.entry(event.conn).or_default(),
         };
-        window.samples.push_back(SegmentSample::new(event.side, event.at_ns, segment));
-        window.tags.push_back((event.req, tag));
+        window.samples.push(SegmentSample::new(event.side, event.at_ns, segment));
+        window.tags.push((event.req, tag));
         let found = Found { stalls: &mut self.found, evidence: self.evidence };
         decide(event.conn, window, false, found, &mut self.confirmed_by_timer);
     }
@@ -307,7 +335,7 @@ impl<T: Clone> StallFinder<T> {
 
     /// Segments held, all connections together: what the finder costs in memory.
     pub fn held_segments(&self) -> usize {
-        self.windows.values().map(|w| w.samples.len()).sum()
+        self.windows.values().map(|w| w.held().len()).sum()
     }
 
     /// The stalls decided so far, taken.
@@ -356,28 +384,29 @@ fn decide<T: Clone>(
     found: Found<'_, T>,
     confirmed_by_timer: &mut u64,
 ) {
-    let newest = window.samples.back().map_or(0, |s| s.at_ns);
+    let newest = window.samples.last().map_or(0, |s| s.at_ns);
     loop {
-        let Some(small) = window.samples.iter().position(|s| s.len > 0) else {
+        let Some(small) = window.held().iter().position(|s| s.len > 0) else {
             window.samples.clear();
             window.tags.clear();
+            window.start = 0;
             return;
         };
-        window.samples.drain(..small);
-        window.tags.drain(..small);
-        let first = window.samples[0];
+        window.start += small;
+        let first = window.samples[window.start];
         // A timer that fired before this candidate's segment sent no ACK of it.
         while window.timers.front().is_some_and(|&(_, at)| at < first.at_ns) {
             window.timers.pop_front();
         }
-        let over = window.samples.len() > MAX_WINDOW;
+        let samples = window.held();
+        let over = samples.len() > MAX_WINDOW;
         let final_ = at_end || over || newest > first.at_ns.saturating_add(DECIDED_AFTER_NS);
-        let samples = window.samples.make_contiguous();
         match hold_so_far(samples, 0, 0) {
             Ok(hold) => {
                 let (ack, held) = (samples[hold.ack], samples[hold.held]);
-                let (req, _) = &window.tags[0];
-                let ended_by = window.tags[hold.held].1.clone();
+                let tags = &window.tags[window.start..];
+                let (req, _) = &tags[0];
+                let ended_by = tags[hold.held].1.clone();
                 // The reader's timer, fired as its ACK left.
                 let timer = window.timers.iter().find(|&&(side, at)| {
                     side == ack.side && at.abs_diff(ack.at_ns) <= TIMER_TO_ACK_NS
@@ -390,12 +419,14 @@ fn decide<T: Clone>(
                 }
                 found.stalls.push((stall, ended_by));
             }
-            Err(Miss::NotYet(_)) if !final_ => return,
+            Err(Miss::NotYet(_)) if !final_ => {
+                window.drop_passed();
+                return;
+            }
             Err(_) => {}
         }
         // This candidate is decided: the next data segment is the next candidate.
-        window.samples.pop_front();
-        window.tags.pop_front();
+        window.start += 1;
     }
 }
 

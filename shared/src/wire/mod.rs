@@ -418,6 +418,48 @@ pub struct FrameStream {
     /// The last run start decoded by [`FrameStream::with_next_message`], whose place the next
     /// one is decoded in.
     run_start: run_start::RunStartPlace,
+    /// The last batch of events decoded by [`FrameStream::with_next_message`], whose place
+    /// (and whose samples' boxes) the next one is decoded in.
+    events: EventsPlace,
+}
+
+/// The first byte of an encoded `ToBrowser::Events`: its variant's index.
+const EVENTS: u8 = 2;
+
+/// Where batches of events are decoded, in place: the last one, kept until the next comes so
+/// that its list and its samples' boxes are used again (`compact::recycle`), and the boxes
+/// put back.
+#[derive(Debug)]
+struct EventsPlace {
+    batch: ToBrowser,
+    spare: Vec<Box<crate::event::TcpInfoSample>>,
+}
+
+impl Default for EventsPlace {
+    fn default() -> Self {
+        EventsPlace {
+            batch: ToBrowser::Events { run: RunId(0), events: Vec::new() },
+            spare: Vec::new(),
+        }
+    }
+}
+
+impl EventsPlace {
+    /// Decodes the batch of events encoded in `payload` into `self.batch`: true if it did,
+    /// false (the batch left in any state) for `serde` to decode it, and say why not.
+    fn decode(&mut self, payload: &[u8]) -> bool {
+        let ToBrowser::Events { run, events } = &mut self.batch else {
+            unreachable!("an events place holds a batch of events")
+        };
+        crate::compact::recycle(events, &mut self.spare);
+        // A batch over the usual size (a hostile file's) is not kept in full once read.
+        events.shrink_to(EVENTS_PER_MESSAGE);
+        let Some((&EVENTS, rest)) = payload.split_first() else { return false };
+        let mut decoder = postcard::Deserializer::from_bytes(rest);
+        let Ok(id) = u32::deserialize(&mut decoder) else { return false };
+        *run = RunId(id);
+        crate::compact::deserialize_into(&mut decoder, events, &mut self.spare).is_ok()
+    }
 }
 
 impl FrameStream {
@@ -489,6 +531,10 @@ impl FrameStream {
             if let Some(start) = &self.run_start.start {
                 return Some(take(Ok(start)));
             }
+        }
+        // A batch of events into the place of the last one, its samples into their boxes.
+        if payload.first() == Some(&EVENTS) && self.events.decode(payload) {
+            return Some(take(Ok(&self.events.batch)));
         }
         // `decode` without its result moved out, nor into another `Result` (a copy of the
         // message): the frame's length is already checked.
@@ -756,7 +802,7 @@ mod tests {
     }
 
     /// `with_next_message` hands over by reference what `next_message` returns, a run's start
-    /// decoded by hand among them, in any pieces, to the same errors.
+    /// and batches of events decoded in place among them, in any pieces, to the same errors.
     #[test]
     fn a_message_looked_at_in_place_is_the_message_returned() {
         let mut bytes = Vec::new();
