@@ -167,7 +167,7 @@ impl TcpInfoSample {
     fn from_values(
         during_block: bool,
         v: &[u64; FIELDS],
-        spare: &mut Vec<Box<TcpInfoSample>>,
+        spare: &mut SpareSamples,
     ) -> Option<Box<TcpInfoSample>> {
         const U8: u64 = u8::MAX as u64;
         const U32: u64 = u32::MAX as u64;
@@ -213,7 +213,7 @@ impl TcpInfoSample {
             rwnd_limited_us: o64(v[28]),
             sndbuf_limited_us: o64(v[29]),
         };
-        Some(match spare.pop() {
+        Some(match spare.0.pop() {
             Some(mut kept) => {
                 *kept = sample;
                 kept
@@ -300,7 +300,7 @@ struct Expander {
     /// ([`deserialize_into`]): a message of samples allocated a box for each and freed them
     /// all together, more than the allocator keeps at hand, and allocating and freeing them
     /// was a quarter of the CPU of reading a file of samples.
-    spare: Vec<Box<TcpInfoSample>>,
+    spare: SpareSamples,
 }
 
 const OUTSIDE_COMPACT_FORM: &str = "a TCP_INFO sample outside its compact form";
@@ -367,7 +367,7 @@ const PREALLOCATE_EVENTS: usize = 16_384;
 /// gigabytes of memory traffic). Its samples are put in `spare`'s boxes first.
 struct EventsVisitor<'a> {
     events: &'a mut Vec<Event>,
-    spare: &'a mut Vec<Box<TcpInfoSample>>,
+    spare: &'a mut SpareSamples,
 }
 
 impl<'de> Visitor<'de> for EventsVisitor<'_> {
@@ -540,7 +540,7 @@ pub fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Vec<Eve
         Vec::<Event>::deserialize(deserializer)
     } else {
         let mut events = Vec::new();
-        deserialize_into(deserializer, &mut events, &mut Vec::new())?;
+        deserialize_into(deserializer, &mut events, &mut SpareSamples::default())?;
         Ok(events)
     }
 }
@@ -552,19 +552,34 @@ pub fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Vec<Eve
 pub(crate) fn deserialize_into<'de, D: Deserializer<'de>>(
     deserializer: D,
     events: &mut Vec<Event>,
-    spare: &mut Vec<Box<TcpInfoSample>>,
+    spare: &mut SpareSamples,
 ) -> Result<(), D::Error> {
     events.clear();
     deserializer.deserialize_seq(EventsVisitor { events, spare })
 }
 
-/// Empties `events`, keeping the boxes of their samples in `spare` for [`deserialize_into`],
-/// at most as many as a message holds.
-pub(crate) fn recycle(events: &mut Vec<Event>, spare: &mut Vec<Box<TcpInfoSample>>) {
+/// Boxes of TCP_INFO samples a reader let go, for the next message's samples
+/// ([`deserialize_into`]): at most as many as a message holds.
+#[derive(Debug, Default)]
+pub(crate) struct SpareSamples(
+    // The boxes themselves are what is kept: each becomes an event's sample again as it is.
+    #[allow(clippy::vec_box)] Vec<Box<TcpInfoSample>>,
+);
+
+impl SpareSamples {
+    /// Boxes kept.
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.0.len()
+    }
+}
+
+/// Empties `events`, keeping the boxes of their samples in `spare` for [`deserialize_into`].
+pub(crate) fn recycle(events: &mut Vec<Event>, spare: &mut SpareSamples) {
     for event in events.drain(..) {
         if let EventKind::TcpInfo(sample) = event.kind {
-            if spare.len() < crate::wire::EVENTS_PER_MESSAGE {
-                spare.push(sample);
+            if spare.0.len() < crate::wire::EVENTS_PER_MESSAGE {
+                spare.0.push(sample);
             }
         }
     }
@@ -746,14 +761,15 @@ mod tests {
                 let mut values = [0; FIELDS];
                 values[field] = value;
                 let sample =
-                    TcpInfoSample::from_values(false, &values, &mut Vec::new()).expect("fits");
+                    TcpInfoSample::from_values(false, &values, &mut SpareSamples::default())
+                        .expect("fits");
                 assert_eq!(sample.to_values(), values, "field {field}: {value}");
             }
             if max < u64::MAX {
                 let mut values = [0; FIELDS];
                 values[field] = max + 1;
                 assert_eq!(
-                    TcpInfoSample::from_values(false, &values, &mut Vec::new()),
+                    TcpInfoSample::from_values(false, &values, &mut SpareSamples::default()),
                     None,
                     "field {field}"
                 );
@@ -779,7 +795,7 @@ mod tests {
         let encode = |events: &Vec<Event>| {
             postcard::to_allocvec(&wire_events(events).collect::<Vec<_>>()).unwrap()
         };
-        let (mut events, mut spare) = (Vec::new(), Vec::new());
+        let (mut events, mut spare) = (Vec::new(), SpareSamples::default());
         let (first_bytes, second_bytes) = (encode(&first), encode(&second));
         let mut decoder = postcard::Deserializer::from_bytes(&first_bytes);
         deserialize_into(&mut decoder, &mut events, &mut spare).unwrap();

@@ -263,12 +263,7 @@ struct Window<T> {
 
 impl<T> Default for Window<T> {
     fn default() -> Self {
-        Window {
-            samples: Vec::new(),
-            tags: Vec::new(),
-            start: 0,
-            timers: Default::default(),
-        }
+        Window { samples: Vec::new(), tags: Vec::new(), start: 0, timers: Default::default() }
     }
 }
 

@@ -432,14 +432,14 @@ const EVENTS: u8 = 2;
 #[derive(Debug)]
 struct EventsPlace {
     batch: ToBrowser,
-    spare: Vec<Box<crate::event::TcpInfoSample>>,
+    spare: crate::compact::SpareSamples,
 }
 
 impl Default for EventsPlace {
     fn default() -> Self {
         EventsPlace {
             batch: ToBrowser::Events { run: RunId(0), events: Vec::new() },
-            spare: Vec::new(),
+            spare: Default::default(),
         }
     }
 }
