@@ -267,15 +267,20 @@ impl<T> Default for Window<T> {
     }
 }
 
+/// Decided segments a window may keep before it drops them (see [`Window::drop_passed`]).
+const PASSED_KEPT: usize = 32;
+
 impl<T> Window<T> {
     /// The segments held.
     fn held(&self) -> &[SegmentSample] {
         &self.samples[self.start..]
     }
 
-    /// Drops the segments before `start` once they are at least half of those kept.
+    /// Drops the segments before `start` once they are at least half of those kept, and at
+    /// least [`PASSED_KEPT`] (a connection holds two or three segments most of the time:
+    /// dropped one at a time, they were moved at every segment).
     fn drop_passed(&mut self) {
-        if self.start > 0 && self.start * 2 >= self.samples.len() {
+        if self.start >= PASSED_KEPT.max(self.samples.len() / 2) {
             self.samples.drain(..self.start);
             self.tags.drain(..self.start);
             self.start = 0;

@@ -451,14 +451,17 @@ impl EventsPlace {
         let ToBrowser::Events { run, events } = &mut self.batch else {
             unreachable!("an events place holds a batch of events")
         };
-        crate::compact::recycle(events, &mut self.spare);
+        // At most a usual batch's boxes are kept.
+        crate::compact::recycle(events, &mut self.spare, EVENTS_PER_MESSAGE);
         // A batch over the usual size (a hostile file's) is not kept in full once read.
         events.shrink_to(EVENTS_PER_MESSAGE);
-        let Some((&EVENTS, rest)) = payload.split_first() else { return false };
-        let mut decoder = postcard::Deserializer::from_bytes(rest);
-        let Ok(id) = u32::deserialize(&mut decoder) else { return false };
+        let mut bytes = crate::varint::Bytes(payload);
+        if bytes.u32() != Some(EVENTS.into()) {
+            return false;
+        }
+        let Some(id) = bytes.u32() else { return false };
         *run = RunId(id);
-        crate::compact::deserialize_into(&mut decoder, events, &mut self.spare).is_ok()
+        crate::compact::decode_into_by_hand(&mut bytes, events, &mut self.spare).is_some()
     }
 }
 

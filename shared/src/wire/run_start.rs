@@ -15,6 +15,7 @@ use crate::spec::{
     BulkSpec, ImportSpec, ImportedConnection, LinkSpec, PerSide, RrSpec, Scenario, WatchSpec,
     WritePattern,
 };
+use crate::varint::Bytes;
 
 /// The first byte of an encoded `ToBrowser::RunStarted`: its variant's index.
 pub(crate) const RUN_STARTED: u8 = 1;
@@ -55,68 +56,10 @@ pub(crate) fn run_started_into(payload: &[u8], place: &mut RunStartPlace) -> boo
     decoded
 }
 
-/// The bytes not yet read. Each reader takes a value as postcard encodes it, or `None`.
-struct Bytes<'a>(&'a [u8]);
-
 impl Bytes<'_> {
     #[inline]
-    fn byte(&mut self) -> Option<u8> {
-        let (&byte, rest) = self.0.split_first()?;
-        self.0 = rest;
-        Some(byte)
-    }
-
-    /// An unsigned LEB128 varint of at most `max_bytes` bytes, the last of them at most
-    /// `max_last` (postcard's `try_take_varint_*`: wider values are refused).
-    #[inline]
-    fn varint(&mut self, max_bytes: u32, max_last: u8) -> Option<u64> {
-        let mut value = 0u64;
-        for i in 0..max_bytes {
-            let byte = self.byte()?;
-            value |= u64::from(byte & 0x7f) << (7 * i);
-            if byte & 0x80 == 0 {
-                return (i < max_bytes - 1 || byte <= max_last).then_some(value);
-            }
-        }
-        None
-    }
-
-    #[inline]
-    fn u16(&mut self) -> Option<u16> {
-        self.varint(3, 0b11).and_then(|value| u16::try_from(value).ok())
-    }
-
-    #[inline]
-    fn u32(&mut self) -> Option<u32> {
-        self.varint(5, 0b1111).and_then(|value| u32::try_from(value).ok())
-    }
-
-    #[inline]
-    fn u64(&mut self) -> Option<u64> {
-        self.varint(10, 1)
-    }
-
-    #[inline]
-    fn bool(&mut self) -> Option<bool> {
-        match self.byte()? {
-            0 => Some(false),
-            1 => Some(true),
-            _ => None,
-        }
-    }
-
-    #[inline]
-    fn option<T>(&mut self, value: impl FnOnce(&mut Self) -> Option<T>) -> Option<Option<T>> {
-        match self.byte()? {
-            0 => Some(None),
-            1 => value(self).map(Some),
-            _ => None,
-        }
-    }
-
-    #[inline]
     fn string(&mut self) -> Option<String> {
-        let len = usize::try_from(self.u64()?).ok()?;
+        let len = self.usize()?;
         let text = self.0.get(..len)?;
         self.0 = &self.0[len..];
         std::str::from_utf8(text).ok().map(str::to_owned)
@@ -125,7 +68,7 @@ impl Bytes<'_> {
     /// A sequence: its length, then its items. Each item takes a byte at least, so the bytes
     /// left bound what is allocated ahead.
     fn vec<T>(&mut self, mut item: impl FnMut(&mut Self) -> Option<T>) -> Option<Vec<T>> {
-        let len = usize::try_from(self.u64()?).ok()?;
+        let len = self.usize()?;
         let mut items = Vec::with_capacity(len.min(self.0.len()));
         for _ in 0..len {
             items.push(item(self)?);
