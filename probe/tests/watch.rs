@@ -391,8 +391,8 @@ fn without_privileges_the_watch_records_tcp_info_and_names_what_it_lacks() {
 
     let (_server, port) = common::start_pair_server("server", &["--split"]);
     let (watch, said) = Watch::start_as(as_nobody, port, &[]);
-    let measured = run_client("client", port, &["--requests", "5", "--split"]);
-    assert_eq!(measured.requests, 5);
+    let measured = run_client("client", port, &["--requests", "10", "--split"]);
+    assert_eq!(measured.requests, 10);
     let report = watch.stop();
 
     let said = said.join("\n");
@@ -405,6 +405,17 @@ fn without_privileges_the_watch_records_tcp_info_and_names_what_it_lacks() {
     assert_eq!(report.rr(), None, "{report:?}");
     assert!(report.capture.is_none(), "{report:?}");
     assert!(report.events > 0, "TCP_INFO samples of the pair's sockets: {report:?}");
+    // The exchanges bounded from the sockets' counters: 10 requests and 10 answers, each a
+    // length and a body (104 bytes) in two segments. Sampled every 100 ms, the watch may miss
+    // what a side sent before its connection's first sample and after its last (about a
+    // request at each end, at 88 ms a request), so at least 16 of the 20 data segments each
+    // side sent are seen: at least the 10 exchanges, at most the 20 segments.
+    let estimated = report.estimated.as_ref().expect("an estimate from the counters");
+    assert!((10..=20).contains(&estimated.exchanges_at_most), "{estimated:?}");
+    assert_eq!(estimated.connections, 1, "{estimated:?}");
+    for bytes in [estimated.bytes_to_server, estimated.bytes_to_client] {
+        assert!((520..=1040).contains(&bytes), "{estimated:?}");
+    }
     let spec = report.spec().expect("a watch's spec");
     let ackscope_shared::Scenario::Watch(spec) = spec else { panic!("{spec:?}") };
     assert!(spec.evidence.starts_with("TCP_INFO only"), "{spec:?}");

@@ -8,7 +8,8 @@
 //!   and [`tcp_info`]; [`budget`] (what a run's buffers may take, and the limits on it);
 //! - [`analysis`]: a run's events as requests, their spans and evidence, the summary;
 //! - [`packet_stalls`] (the packet rule), [`exchange`] (requests found from packets' direction,
-//!   for watched programs and imported captures) and [`attribution`] (why each wait happened);
+//!   for watched programs and imported captures), [`estimate`] (a watch's exchanges bounded
+//!   from the kernel's counters, without packets) and [`attribution`] (why each wait happened);
 //! - [`overview`]: a run's requests in a bounded number of columns, each keeping its worst;
 //! - [`wire`] (the versioned messages between probe and browser, and their framing: a session
 //!   file is the same framed stream written to disk; `wire::run_start`, a run's start decoded by
@@ -32,6 +33,7 @@ mod compact;
 pub mod control;
 #[cfg(any(test, feature = "synthetic"))]
 pub mod crafted;
+pub mod estimate;
 pub mod event;
 pub mod event_json;
 pub mod exchange;

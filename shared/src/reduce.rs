@@ -19,6 +19,7 @@ use crate::analysis::{RequestView, RunAnalysis, Summary, MAX_HELD};
 use crate::attribution::{self, ClassSummary, Stall, StallTally};
 use crate::bulk::{BulkAnalysis, BulkSummary};
 use crate::control::ClockSync;
+use crate::estimate::{CounterEstimate, EstimatedExchanges};
 use crate::event::{ConnId, Event, EventKind, ReqId, RunId, Side};
 use crate::exchange::ExchangeTally;
 use crate::keyed_hash::KeyedMap;
@@ -293,6 +294,8 @@ pub struct WatchTally {
     /// Each stall found since [`WatchTally::drain_stalls`], once a reader asked for them
     /// ([`WatchTally::hand_out_stalls`]: a watch's metrics, which count them by port).
     found: Option<Vec<Stall>>,
+    /// The exchanges bounded from the sockets' counters, for a watch that read no packet.
+    counters: CounterEstimate,
 }
 
 impl std::fmt::Debug for WatchTally {
@@ -309,6 +312,10 @@ impl WatchTally {
         for e in events {
             match e.kind {
                 EventKind::Segment(_) => {}
+                EventKind::TcpInfo(_) | EventKind::Connected | EventKind::Accepted => {
+                    self.counters.push(e);
+                    continue;
+                }
                 EventKind::DelayedAck => {
                     self.delayed_acks += 1;
                     self.finder.push(e, ());
@@ -377,9 +384,18 @@ impl WatchTally {
         self.stalls.summaries_with(&[])
     }
 
+    /// A watch that read no packet: the exchanges bounded from its sockets' counters
+    /// (`crate::estimate`), if any moved. `None` once a packet was read: they are counted.
+    pub fn estimated(&self) -> Option<EstimatedExchanges> {
+        if self.segments > 0 {
+            return None;
+        }
+        self.counters.estimate()
+    }
+
     /// The exchanges as requests; the stalled count is the waits the packets named. `None`
     /// when no packet was seen (a watch without CAP_NET_RAW): no figures, rather than zeros
-    /// that read as measured.
+    /// that read as measured ([`WatchTally::estimated`] bounds them instead).
     pub fn summary(&self) -> Option<Summary> {
         if self.segments == 0 {
             return None;
@@ -464,6 +480,14 @@ impl RunTally {
         match &self.analysis {
             RunAnalyses::Rr(rr) => Some(rr.stall_classes()),
             RunAnalyses::Watched(watched) => Some(watched.classes()),
+            _ => None,
+        }
+    }
+
+    /// A watch that read no packet: its exchanges bounded from the sockets' counters.
+    pub fn estimated_exchanges(&self) -> Option<EstimatedExchanges> {
+        match &self.analysis {
+            RunAnalyses::Watched(watched) => watched.estimated(),
             _ => None,
         }
     }

@@ -14,6 +14,7 @@ use crate::analysis::Summary;
 use crate::attribution::ClassSummary;
 use crate::bulk::BulkSummary;
 use crate::control::ClockSync;
+use crate::estimate::EstimatedExchanges;
 use crate::reduce::{Figures, FollowedRun, RunTally};
 use crate::spec::Scenario;
 use crate::tried::OptionTried;
@@ -50,6 +51,9 @@ pub struct RunReport {
     pub remote: Option<RemoteFigures>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub server_netns: Option<NetnsPlace>,
+    /// A watch that read no packet: its exchanges bounded from the sockets' counters.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub estimated: Option<EstimatedExchanges>,
     /// A watch's run after `--try`: the socket options it tried, on which process.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub tried: Vec<OptionTried>,
@@ -103,6 +107,7 @@ impl RunReport {
             clock: None,
             remote: None,
             server_netns: None,
+            estimated: None,
             tried: Vec::new(),
             before: None,
         }
@@ -157,6 +162,7 @@ impl RunReport {
             clock: tally.clock,
             remote,
             server_netns,
+            estimated: tally.estimated_exchanges(),
             tried: tally.tried.entries().to_vec(),
             before: None,
         }

@@ -1069,6 +1069,86 @@ async fn a_watch_that_tried_an_option_is_compared_before_and_after_on_the_page()
     result
 }
 
+/// A watch without privileges (run as the user nobody: no packets) bounds the exchanges of
+/// a program ackscope did not start from its sockets' counters; the page shows, for the
+/// watch's file, the line `ackscope show` prints for it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs root (running the watch as the user nobody): cargo xtask test runs it as root"]
+async fn an_unprivileged_watchs_estimate_reads_on_the_page_as_show_prints_it() -> Result<()> {
+    use std::io::BufRead;
+    use std::os::unix::fs::PermissionsExt;
+    ackscope_tests::require_root("running the watch as the user nobody");
+    let (_server, _pid, port) = split_pair_server()?;
+
+    // The user nobody runs a copy of the binary from a folder it may write the file in.
+    let dir = ackscope_tests::scratch_dir()?;
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o777))?;
+    let binary = dir.path().join("ackscope");
+    std::fs::copy(ackscope_tests::ackscope_bin()?, &binary)?;
+    let file = dir.path().join("unprivileged.ackscope");
+    let mut watch = std::process::Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
+        .arg(&binary)
+        .args(["watch", "--port", &port, "-o"])
+        .arg(&file)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .context("starting ackscope watch as nobody (setpriv)")?;
+    let stderr = std::io::BufReader::new(watch.stderr.take().context("its stderr")?);
+    let mut lines = stderr.lines();
+    let mut said = Vec::new();
+    while !said.last().is_some_and(|line: &String| line.contains("watching port")) {
+        said.push(lines.next().context("the watch ended before it watched")??);
+    }
+    ensure!(said.join("\n").contains("TCP_INFO only"), "not unprivileged: {said:?}");
+    let mut watch = ackscope_tests::Reaped(watch);
+    let client_ran = pair_py(&["client", "--port", &port, "--requests", "10", "--split"])
+        .output()
+        .context("pair.py client")?;
+    ensure!(client_ran.status.success(), "pair.py client failed");
+    std::process::Command::new("kill")
+        .args(["-INT", &watch.0.id().to_string()])
+        .status()
+        .context("kill -INT")?;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while watch.0.try_wait()?.is_none() {
+        ensure!(Instant::now() < deadline, "the watch did not end within 10 s of Ctrl-C");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let shown = std::process::Command::new(ackscope_tests::ackscope_bin()?)
+        .arg("show")
+        .arg(&file)
+        .output()
+        .context("ackscope show")?;
+    let shown = String::from_utf8_lossy(&shown.stdout).into_owned();
+    let line = shown
+        .lines()
+        .find_map(|line| line.trim().strip_prefix("exchanges"))
+        .map(str::trim)
+        .with_context(|| format!("show printed no exchanges line:\n{shown}"))?;
+    ensure!(line.starts_with("at most "), "show's exchanges line is not an estimate: {line}");
+
+    let (_probe, url) = start_probe()?;
+    let (_driver, client, _profile) = start_browser().await?;
+    let result = async {
+        client.goto(&url).await?;
+        open_file(&client, &file).await?;
+        let estimate = client
+            .wait()
+            .at_most(Duration::from_secs(30))
+            .for_element(css("[data-testid=watch-estimate]"))
+            .await
+            .context("the page shows no estimate for the watch's file")?
+            .text()
+            .await?;
+        ensure!(estimate.trim() == format!("exchanges: {line}"), "the page says {estimate:?}");
+        element_screenshot(&client, "section.summary", "watch-estimate.png").await
+    }
+    .await;
+    close_keeping_a_failure(client, result, "watch-estimate").await
+}
+
 /// The page tries a stall's fix on a program ackscope did not start, live: while its watch
 /// runs, the Nagle x delayed ACK stall of the server's answers offers "try TCP_NODELAY on the
 /// server's sockets"; pressing it changes the running server's socket, the watch goes on in a

@@ -637,15 +637,25 @@ fn memory_in(steps: &mut Steps, count: u32, dir: &Path) -> Result<(), String> {
     steps.done(&format!("{} files", cases.len()));
 
     steps.start(&format!(
-        "show and export --json of each under /usr/bin/time -v, {READER_RUNS} times"
+        "show and export --json of each under /usr/bin/time -v, in {READER_RUNS} rounds"
     ));
+    // Each round reads every session once, so that a slow spell of the machine falls on every
+    // session alike, not on the ones read during it; each keeps its least CPU.
     let mut rows = Vec::new();
     for case in &cases {
         for args in [&["show"][..], &["export", "--json"][..]] {
-            let cost = cost_of(args, &case.file)?;
-            rows.push((case, args.join(" "), cost));
+            rows.push((case, args, Cost { peak_rss_kb: 0.0, cpu_s: f64::MAX }));
         }
     }
+    for _ in 0..READER_RUNS {
+        for (case, args, best) in &mut rows {
+            let cost = cost_of(args, &case.file)?;
+            best.cpu_s = best.cpu_s.min(cost.cpu_s);
+            best.peak_rss_kb = best.peak_rss_kb.max(cost.peak_rss_kb);
+        }
+    }
+    let rows: Vec<_> =
+        rows.into_iter().map(|(case, args, cost)| (case, args.join(" "), cost)).collect();
     steps.done("read");
     println!(
         "\n{:<40} {:<14} {:>10} {:>10} {:>10} {:>14}",
@@ -722,23 +732,17 @@ struct Cost {
     cpu_s: f64,
 }
 
-/// Times each reader runs on each session: the least CPU of them is kept (other processes on a
-/// shared machine only ever add to a run's CPU time, through the caches and the CPUs' other
-/// threads), and the largest peak.
-const READER_RUNS: usize = 3;
+/// Rounds in which each reader runs on each session: the least CPU of them is kept (other
+/// processes on a shared machine only ever add to a run's CPU time, through the caches and the
+/// CPUs' other threads), and the largest peak.
+const READER_RUNS: usize = 5;
 
 /// The cost of `ackscope ARGS... FILE` (the file goes after the first argument), its standard
-/// output thrown away, over [`READER_RUNS`] runs.
+/// output thrown away.
 fn cost_of(args: &[&str], file: &Path) -> Result<Cost, String> {
-    let mut best = Cost { peak_rss_kb: 0.0, cpu_s: f64::MAX };
-    for _ in 0..READER_RUNS {
-        let mut command = Command::new("/usr/bin/time");
-        command.arg("-v").arg(setup::probe_binary()).arg(args[0]).arg(file).args(&args[1..]);
-        let cost = timed_cost(&mut command)?;
-        best.cpu_s = best.cpu_s.min(cost.cpu_s);
-        best.peak_rss_kb = best.peak_rss_kb.max(cost.peak_rss_kb);
-    }
-    Ok(best)
+    let mut command = Command::new("/usr/bin/time");
+    command.arg("-v").arg(setup::probe_binary()).arg(args[0]).arg(file).args(&args[1..]);
+    timed_cost(&mut command)
 }
 
 /// Runs `command`, a program under `/usr/bin/time -v` (its standard output thrown away): its

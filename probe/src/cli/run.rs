@@ -531,7 +531,13 @@ impl Tally {
             Some(Figures::Rr(summary)) => print_rr(out, &summary, &RUN_WORDS)?,
             Some(Figures::Bulk(summary)) => print_bulk(out, &summary)?,
             None if matches!(scenario, Scenario::Watch(_)) => {
-                writeln!(out, "  exchanges      none: no packet of the watched ports was read")?
+                match self.run.estimated_exchanges() {
+                    Some(estimated) => writeln!(out, "  exchanges      {}", estimated.line())?,
+                    None => writeln!(
+                        out,
+                        "  exchanges      none: no packet of the watched ports was read"
+                    )?,
+                }
             }
             None => {}
         }

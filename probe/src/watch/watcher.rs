@@ -178,6 +178,8 @@ pub struct Watcher {
     discovered: Option<Instant>,
     /// Each followed socket's counters at its last sample, to sample only what moved.
     last_sample: HashMap<(ConnId, Side), Moved>,
+    /// The ports' sockets were listed once: a connection found after it opened while watched.
+    listed_once: bool,
     /// When `/proc` was last walked for owners, and the inodes sought so far: each is sought
     /// once (another user's process stays unnamed without root), at most two per named
     /// connection.
@@ -245,6 +247,7 @@ impl Watcher {
             sampled: None,
             discovered: None,
             last_sample: HashMap::new(),
+            listed_once: false,
             owners_sought: None,
             inodes_sought: HashSet::new(),
             counts: WatchCounts::default(),
@@ -433,6 +436,17 @@ impl Watcher {
                             if self.taps.is_some() {
                                 self.note_ipv6();
                             }
+                            // Opened while watched (not there at the first listing): its
+                            // counters count from zero (`ackscope_shared::estimate`).
+                            if self.listed_once {
+                                let (conn, req) = (found.0, found.2);
+                                for (side, kind) in [
+                                    (Side::Client, EventKind::Connected),
+                                    (Side::Server, EventKind::Accepted),
+                                ] {
+                                    out.push(Event { at_ns, side, conn, req, kind });
+                                }
+                            }
                         }
                         found
                     }
@@ -455,6 +469,7 @@ impl Watcher {
             self.counts.samples += 1;
             out.push(Event { at_ns, side, conn, req, kind: EventKind::TcpInfo(Box::new(info)) });
         }
+        self.listed_once = true;
         self.counts.connections_left_out = self.conversations.left_out;
     }
 

@@ -97,6 +97,9 @@ enum Numbers {
     Imported(Vec<String>, Vec<ClassText>),
     /// A scenario the browser has no analysis for (the echo server alone).
     Events(u64),
+    /// A watch that read no packet: its event count, and its exchanges bounded from the
+    /// sockets' counters, in the words `ackscope watch` prints.
+    Estimated(u64, String),
 }
 
 impl SelectedRun {
@@ -137,7 +140,7 @@ impl SelectedRun {
 }
 
 /// A watch's exchanges as requests and its stall classes, as `ackscope watch` and `show` print
-/// them; only its event count when it read no packet.
+/// them; its event count and the exchanges its counters bound when it read no packet.
 fn watch_numbers(run: &crate::state::Run) -> Numbers {
     let Some(watch) = &run.watch else { return Numbers::Events(run.events) };
     match watch.summary() {
@@ -146,7 +149,10 @@ fn watch_numbers(run: &crate::state::Run) -> Numbers {
             watch.classes().iter().map(ClassText::of).collect(),
             (watch.delayed_acks > 0).then(|| watch.timer_words()),
         ),
-        None => Numbers::Events(run.events),
+        None => match watch.estimated() {
+            Some(estimated) => Numbers::Estimated(run.events, estimated.line()),
+            None => Numbers::Events(run.events),
+        },
     }
 }
 
@@ -385,6 +391,11 @@ pub fn SummaryPanel(
                         imported_lines(connections, classes).into_any()
                     }
                     Numbers::Events(events) => event_count(events).into_any(),
+                    Numbers::Estimated(events, line) => view! {
+                        {event_count(events)}
+                        <p class="estimate" data-testid="watch-estimate">"exchanges: " {line}</p>
+                    }
+                    .into_any(),
                 }}
             </section>
         }
