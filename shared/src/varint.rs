@@ -39,6 +39,19 @@ impl Bytes<'_> {
     /// `max_last` (postcard's `try_take_varint_*`: wider values are refused).
     #[inline]
     pub(crate) fn varint(&mut self, max_bytes: u32, max_last: u8) -> Option<u64> {
+        // Most values of an event (its side, its kind, small differences) are one byte.
+        if let Some((&byte, rest)) = self.0.split_first() {
+            if byte < 0x80 {
+                self.0 = rest;
+                return Some(u64::from(byte));
+            }
+        }
+        self.longer_varint(max_bytes, max_last)
+    }
+
+    /// [`Bytes::varint`] of more than one byte (a segment's sequence numbers, most times).
+    #[inline]
+    fn longer_varint(&mut self, max_bytes: u32, max_last: u8) -> Option<u64> {
         let mut value = 0u64;
         for i in 0..max_bytes {
             let byte = self.byte()?;
