@@ -802,6 +802,51 @@ async fn the_page_shows_the_numbers_the_command_line_prints_for_each_source() ->
     result
 }
 
+/// Starts `watch` (an `ackscope watch` command line), and once it says it watches, pair.py's
+/// client for `requests` requests with each message in two writes; then Ctrl-C ends the watch
+/// (within 10 s). What the watch said on standard error before it watched.
+async fn watch_a_client(
+    watch: &mut std::process::Command,
+    port: &str,
+    requests: u32,
+) -> Result<Vec<String>> {
+    use std::io::BufRead;
+    let mut watch = watch
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .context("starting ackscope watch")?;
+    let stderr = std::io::BufReader::new(watch.stderr.take().context("its stderr")?);
+    let mut watch = ackscope_tests::Reaped(watch);
+    // The watch says when it watches: the client starts after that.
+    let mut said = Vec::new();
+    for line in stderr.lines() {
+        let line = line?;
+        let watching = line.contains("watching port");
+        said.push(line);
+        if watching {
+            break;
+        }
+    }
+    ensure!(said.last().is_some_and(|line| line.contains("watching port")), "{said:?}");
+    let requests = requests.to_string();
+    let client_ran = pair_py(&["client", "--port", port, "--requests", &requests, "--split"])
+        .output()
+        .context("pair.py client")?;
+    ensure!(client_ran.status.success(), "pair.py client failed");
+    // Ctrl-C ends the watch and finishes its file.
+    std::process::Command::new("kill")
+        .args(["-INT", &watch.0.id().to_string()])
+        .status()
+        .context("kill -INT")?;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while watch.0.try_wait()?.is_none() {
+        ensure!(Instant::now() < deadline, "the watch did not end within 10 s of Ctrl-C");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    Ok(said)
+}
+
 /// `pair.py server --split` (each answer in two writes, Nagle on): the running server, its pid
 /// and its port.
 fn split_pair_server() -> Result<(ackscope_tests::Reaped, u32, String)> {
@@ -978,45 +1023,16 @@ async fn the_page_watches_another_programs_port_live_and_names_its_stalls() -> R
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs root (pidfd_getfd on another program's socket): cargo xtask test runs it as root"]
 async fn a_watch_that_tried_an_option_is_compared_before_and_after_on_the_page() -> Result<()> {
-    use std::io::BufRead;
     ackscope_tests::require_root("changing another program's socket");
     let (_server, server_pid, port) = split_pair_server()?;
 
     let dir = ackscope_tests::scratch_dir()?;
     let file = dir.path().join("tried.ackscope");
-    let mut watch = std::process::Command::new(ackscope_tests::ackscope_bin()?)
-        .args(["watch", "--port", &port, "--try", "nodelay=server", "--try-after", "1500ms", "-o"])
-        .arg(&file)
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .context("starting ackscope watch")?;
-    let stderr = std::io::BufReader::new(watch.stderr.take().context("its stderr")?);
-    let mut lines = stderr.lines();
-    // The watch says when it takes packets: the client starts after that.
-    loop {
-        let said = lines.next().context("the watch ended before it watched")??;
-        if said.contains("watching port") {
-            break;
-        }
-    }
-    let mut watch = ackscope_tests::Reaped(watch);
+    let mut watch = std::process::Command::new(ackscope_tests::ackscope_bin()?);
+    watch.args(["watch", "--port", &port, "--try", "nodelay=server", "--try-after", "1500ms"]);
     // About 88 ms a request before the change (two delayed ACKs), 44 after (the client's):
     // 40 requests outlast the 1.5 s the programs are watched as they are.
-    let client_ran = pair_py(&["client", "--port", &port, "--requests", "40", "--split"])
-        .output()
-        .context("pair.py client")?;
-    ensure!(client_ran.status.success(), "pair.py client failed");
-    // Ctrl-C ends the watch and finishes its file.
-    std::process::Command::new("kill")
-        .args(["-INT", &watch.0.id().to_string()])
-        .status()
-        .context("kill -INT")?;
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while watch.0.try_wait()?.is_none() {
-        ensure!(Instant::now() < deadline, "the watch did not end within 10 s of Ctrl-C");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    watch_a_client(watch.arg("-o").arg(&file), &port, 40).await?;
 
     let (_probe, url) = start_probe()?;
     let (_driver, client, _profile) = start_browser().await?;
@@ -1075,7 +1091,6 @@ async fn a_watch_that_tried_an_option_is_compared_before_and_after_on_the_page()
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs root (running the watch as the user nobody): cargo xtask test runs it as root"]
 async fn an_unprivileged_watchs_estimate_reads_on_the_page_as_show_prints_it() -> Result<()> {
-    use std::io::BufRead;
     use std::os::unix::fs::PermissionsExt;
     ackscope_tests::require_root("running the watch as the user nobody");
     let (_server, _pid, port) = split_pair_server()?;
@@ -1086,36 +1101,11 @@ async fn an_unprivileged_watchs_estimate_reads_on_the_page_as_show_prints_it() -
     let binary = dir.path().join("ackscope");
     std::fs::copy(ackscope_tests::ackscope_bin()?, &binary)?;
     let file = dir.path().join("unprivileged.ackscope");
-    let mut watch = std::process::Command::new("setpriv")
-        .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
-        .arg(&binary)
-        .args(["watch", "--port", &port, "-o"])
-        .arg(&file)
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .context("starting ackscope watch as nobody (setpriv)")?;
-    let stderr = std::io::BufReader::new(watch.stderr.take().context("its stderr")?);
-    let mut lines = stderr.lines();
-    let mut said = Vec::new();
-    while !said.last().is_some_and(|line: &String| line.contains("watching port")) {
-        said.push(lines.next().context("the watch ended before it watched")??);
-    }
+    let mut watch = std::process::Command::new("setpriv");
+    watch.args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"]).arg(&binary);
+    watch.args(["watch", "--port", &port, "-o"]).arg(&file);
+    let said = watch_a_client(&mut watch, &port, 10).await?;
     ensure!(said.join("\n").contains("TCP_INFO only"), "not unprivileged: {said:?}");
-    let mut watch = ackscope_tests::Reaped(watch);
-    let client_ran = pair_py(&["client", "--port", &port, "--requests", "10", "--split"])
-        .output()
-        .context("pair.py client")?;
-    ensure!(client_ran.status.success(), "pair.py client failed");
-    std::process::Command::new("kill")
-        .args(["-INT", &watch.0.id().to_string()])
-        .status()
-        .context("kill -INT")?;
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while watch.0.try_wait()?.is_none() {
-        ensure!(Instant::now() < deadline, "the watch did not end within 10 s of Ctrl-C");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
     let shown = std::process::Command::new(ackscope_tests::ackscope_bin()?)
         .arg("show")
         .arg(&file)
