@@ -20,8 +20,8 @@
 use crate::event::{ConnId, Event, EventKind, Side, TcpInfoSample};
 use crate::keyed_hash::KeyedMap;
 
-/// Connections whose counters are held at once.
-pub const MAX_CONNECTIONS: usize = 8192;
+/// Connections whose counters are held at once: as many as a watch follows.
+pub const MAX_CONNECTIONS: usize = crate::exchange::MAX_OPEN_CONNECTIONS;
 
 /// What [`CounterEstimate`] found, for the summary.
 #[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -56,19 +56,30 @@ impl EstimatedExchanges {
 #[derive(Clone, Copy, Debug, Default)]
 struct Reading {
     data_segs_out: u64,
+    bytes_sent: u64,
     bytes_acked: u64,
     bytes_received: u64,
 }
 
 impl Reading {
-    /// `None` from a kernel without these counters (before Linux 4.6).
+    /// `None` from a kernel without these counters (before Linux 4.19).
     fn of(sample: &TcpInfoSample) -> Option<Reading> {
         Some(Reading {
             data_segs_out: u64::from(sample.data_segs_out?),
+            bytes_sent: sample.bytes_sent?,
             bytes_acked: sample.bytes_acked?,
             bytes_received: sample.bytes_received?,
         })
     }
+}
+
+/// How a sender's bytes were counted: by itself as sent (retransmissions too) and as
+/// acknowledged (its SYN and FIN too, one each), and by its peer as received (the FIN too).
+#[derive(Clone, Copy, Debug, Default)]
+struct Counted {
+    sent: u64,
+    acked: u64,
+    received_by_peer: u64,
 }
 
 /// One connection's counters: each side's last reading, and what each side was seen to send
@@ -77,9 +88,8 @@ impl Reading {
 struct Connection {
     last: [Option<Reading>; 2],
     segments_sent: [Option<u64>; 2],
-    /// Bytes each side sent: as its own count of bytes acknowledged says, and as its peer's
-    /// count of bytes received says.
-    bytes_sent_seen: [[u64; 2]; 2],
+    bytes: [Counted; 2],
+    /// The last time this connection was counted, to fold the quietest first.
     last_ns: u64,
 }
 
@@ -92,16 +102,18 @@ impl Connection {
         }
     }
 
-    /// Bytes the client sent and the server sent: as the receiver counted them, when it was
-    /// sampled (the sender's count of bytes acknowledged also counts its FIN), else as the
-    /// sender did.
+    /// Bytes the client sent and the server sent: the least of the counts of the sides that
+    /// were sampled (each counts something more than the payload: a retransmission, a SYN, a
+    /// FIN; only data still in flight at the last sample is counted by none of them).
     fn bytes(&self) -> [u64; 2] {
         [0, 1].map(|sender| {
-            let [acked, received] = self.bytes_sent_seen[sender];
-            if self.segments_sent[1 - sender].is_some() {
-                received
-            } else {
-                acked
+            let counted = self.bytes[sender];
+            let by_sender = self.segments_sent[sender].map(|_| counted.sent.min(counted.acked));
+            let by_receiver = self.segments_sent[1 - sender].map(|_| counted.received_by_peer);
+            match (by_sender, by_receiver) {
+                (Some(a), Some(b)) => a.min(b),
+                (Some(one), None) | (None, Some(one)) => one,
+                (None, None) => 0,
             }
         })
     }
@@ -130,6 +142,7 @@ impl CounterEstimate {
             // The watch saw this socket's connection open: it counts from zero.
             EventKind::Connected | EventKind::Accepted => {
                 let connection = self.connection(event.conn);
+                connection.last_ns = connection.last_ns.max(event.at_ns);
                 connection.last[side].get_or_insert_with(Reading::default);
             }
             EventKind::TcpInfo(sample) => {
@@ -144,9 +157,10 @@ impl CounterEstimate {
                 let grew = |now: u64, before: u64| now.saturating_sub(before);
                 let segments = connection.segments_sent[side].get_or_insert(0);
                 *segments += grew(now.data_segs_out, before.data_segs_out);
-                connection.bytes_sent_seen[side][0] += grew(now.bytes_acked, before.bytes_acked);
-                let peer = 1 - side;
-                connection.bytes_sent_seen[peer][1] +=
+                let mine = &mut connection.bytes[side];
+                mine.sent += grew(now.bytes_sent, before.bytes_sent);
+                mine.acked += grew(now.bytes_acked, before.bytes_acked);
+                connection.bytes[1 - side].received_by_peer +=
                     grew(now.bytes_received, before.bytes_received);
             }
             _ => {}
@@ -160,15 +174,17 @@ impl CounterEstimate {
         self.open.entry(conn).or_default()
     }
 
-    /// Folds the half of the held connections quiet for longest (at least) into the totals:
-    /// O(n) once every n/2 new connections.
+    /// Folds the half of the held connections quiet for longest into the totals (by their
+    /// last time, then their id: a listing stamps all its samples alike): O(n) once every n/2
+    /// new connections.
     fn fold_quietest_half(&mut self) {
-        let mut quiet: Vec<u64> = self.open.values().map(|c| c.last_ns).collect();
+        let mut quiet: Vec<(u64, ConnId)> =
+            self.open.iter().map(|(&conn, c)| (c.last_ns, conn)).collect();
         let middle = quiet.len() / 2;
         let (_, &mut cut, _) = quiet.select_nth_unstable(middle);
         let folded = &mut self.folded;
-        self.open.retain(|_, connection| {
-            let fold = connection.last_ns <= cut;
+        self.open.retain(|&conn, connection| {
+            let fold = (connection.last_ns, conn) < cut;
             if fold {
                 add(folded, connection);
             }
@@ -204,10 +220,12 @@ mod tests {
     use super::*;
     use crate::event::ReqId;
 
-    fn sample(data_segs_out: u32, bytes_acked: u64, bytes_received: u64) -> TcpInfoSample {
+    /// A socket's sample; it sent `bytes_sent`, which counts as acknowledged too.
+    fn sample(data_segs_out: u32, bytes_sent: u64, bytes_received: u64) -> TcpInfoSample {
         TcpInfoSample {
             data_segs_out: Some(data_segs_out),
-            bytes_acked: Some(bytes_acked),
+            bytes_sent: Some(bytes_sent),
+            bytes_acked: Some(bytes_sent),
             bytes_received: Some(bytes_received),
             ..TcpInfoSample::default()
         }
@@ -222,8 +240,9 @@ mod tests {
     }
 
     /// Both ends sampled: the fewer data segments either side sent bound the exchanges; the
-    /// bytes each way are counted once, as their receiver counted them (the sender's count of
-    /// bytes acknowledged has its FIN too).
+    /// bytes each way are counted once, the least of what the counters say (the client's
+    /// count of bytes acknowledged has its SYN and FIN, the server's of bytes received the
+    /// client's FIN).
     #[test]
     fn both_ends_bound_the_exchanges_by_the_fewer_segments_and_count_each_byte_once() {
         let mut estimate = CounterEstimate::default();
@@ -231,10 +250,12 @@ mod tests {
         // then a body: 104 bytes), 10 answers of 1 (100 bytes).
         estimate.push(&event(0, 1, Side::Client, EventKind::Connected));
         estimate.push(&event(0, 1, Side::Server, EventKind::Accepted));
-        estimate.push(&info(100, 1, Side::Client, sample(8, 832, 700)));
-        estimate.push(&info(100, 1, Side::Server, sample(7, 700, 832)));
-        estimate.push(&info(200, 1, Side::Client, sample(20, 1041, 1000)));
-        estimate.push(&info(200, 1, Side::Server, sample(10, 1001, 1040)));
+        estimate.push(&info(100, 1, Side::Client, sample(8, 416, 300)));
+        estimate.push(&info(100, 1, Side::Server, sample(3, 300, 416)));
+        let mut closing = sample(20, 1040, 1000);
+        closing.bytes_acked = Some(1042);
+        estimate.push(&info(200, 1, Side::Client, closing));
+        estimate.push(&info(200, 1, Side::Server, sample(10, 1000, 1041)));
         let found = estimate.estimate().expect("counted");
         assert_eq!(
             found,
@@ -262,18 +283,20 @@ mod tests {
         assert_eq!((found.bytes_to_server, found.bytes_to_client), (90, 300));
     }
 
-    /// Past the bound, the quietest half is folded into the totals: nothing counted is lost,
-    /// and what is held stays bounded.
+    /// Past the bound, the quietest half is folded into the totals, even when a listing
+    /// stamped them all alike: nothing counted is lost, and what is held stays bounded.
     #[test]
     fn past_the_bound_the_quietest_half_is_folded_and_nothing_counted_is_lost() {
         let mut estimate = CounterEstimate::default();
         let connections = MAX_CONNECTIONS as u32 * 3;
         for conn in 0..connections {
-            let at = u64::from(conn) * 10;
+            // Ten connections to a listing, all stamped with its time.
+            let at = u64::from(conn / 10) * 100;
             estimate.push(&event(at, conn, Side::Client, EventKind::Connected));
-            estimate.push(&info(at + 1, conn, Side::Client, sample(2, 20, 10)));
+            estimate.push(&info(at, conn, Side::Client, sample(2, 20, 10)));
             assert!(estimate.open.len() <= MAX_CONNECTIONS);
         }
+        assert!(estimate.open.len() >= MAX_CONNECTIONS / 2, "half kept: {}", estimate.open.len());
         let found = estimate.estimate().expect("counted");
         assert_eq!(found.connections, u64::from(connections));
         assert_eq!(found.exchanges_at_most, 2 * u64::from(connections));

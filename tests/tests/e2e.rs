@@ -820,15 +820,13 @@ async fn watch_a_client(
     let mut watch = ackscope_tests::Reaped(watch);
     // The watch says when it watches: the client starts after that.
     let mut said = Vec::new();
-    for line in stderr.lines() {
-        let line = line?;
-        let watching = line.contains("watching port");
-        said.push(line);
-        if watching {
-            break;
-        }
+    let mut lines = stderr.lines();
+    while !said.last().is_some_and(|line: &String| line.contains("watching port")) {
+        said.push(lines.next().context("the watch ended before it watched")??);
     }
-    ensure!(said.last().is_some_and(|line| line.contains("watching port")), "{said:?}");
+    // The rest of what it says is read (and dropped) to its end, so that it never writes to a
+    // closed pipe.
+    std::thread::spawn(move || lines.for_each(drop));
     let requests = requests.to_string();
     let client_ran = pair_py(&["client", "--port", port, "--requests", &requests, "--split"])
         .output()

@@ -178,8 +178,13 @@ pub struct Watcher {
     discovered: Option<Instant>,
     /// Each followed socket's counters at its last sample, to sample only what moved.
     last_sample: HashMap<(ConnId, Side), Moved>,
-    /// The ports' sockets were listed once: a connection found after it opened while watched.
-    listed_once: bool,
+    /// The ports whose sockets a complete listing has read: a connection found on one of them
+    /// later opened while watched (when no listing since left sockets out).
+    listed_ports: HashSet<u16>,
+    /// The connections that opened while watched, and which of their sides were announced
+    /// (`Connected`, `Accepted`) before their first sample: their counters count from zero
+    /// (`ackscope_shared::estimate`).
+    opened_while_watched: HashMap<ConnId, [bool; 2]>,
     /// When `/proc` was last walked for owners, and the inodes sought so far: each is sought
     /// once (another user's process stays unnamed without root), at most two per named
     /// connection.
@@ -247,7 +252,8 @@ impl Watcher {
             sampled: None,
             discovered: None,
             last_sample: HashMap::new(),
-            listed_once: false,
+            listed_ports: HashSet::new(),
+            opened_while_watched: HashMap::new(),
             owners_sought: None,
             inodes_sought: HashSet::new(),
             counts: WatchCounts::default(),
@@ -318,6 +324,7 @@ impl Watcher {
             self.count_kernel_packets();
             self.sample(out);
             for conn in self.conversations.retire(self.clock.now_ns()) {
+                self.opened_while_watched.remove(&conn);
                 self.last_sample.remove(&(conn, Side::Client));
                 self.last_sample.remove(&(conn, Side::Server));
                 self.trials.forget_connection(conn);
@@ -436,16 +443,12 @@ impl Watcher {
                             if self.taps.is_some() {
                                 self.note_ipv6();
                             }
-                            // Opened while watched (not there at the first listing): its
-                            // counters count from zero (`ackscope_shared::estimate`).
-                            if self.listed_once {
-                                let (conn, req) = (found.0, found.2);
-                                for (side, kind) in [
-                                    (Side::Client, EventKind::Connected),
-                                    (Side::Server, EventKind::Accepted),
-                                ] {
-                                    out.push(Event { at_ns, side, conn, req, kind });
-                                }
+                            // Not in a complete listing of its port before: it opened
+                            // while watched.
+                            let complete = self.counts.sockets_left_out == 0
+                                && self.conversations.left_out == 0;
+                            if complete && self.listed_ports.contains(&server.1) {
+                                self.opened_while_watched.insert(found.0, [false; 2]);
                             }
                         }
                         found
@@ -466,10 +469,23 @@ impl Watcher {
             if self.last_sample.insert((conn, side), moved) == Some(moved) {
                 continue;
             }
+            if let Some(announced) = self.opened_while_watched.get_mut(&conn) {
+                let index = usize::from(side == Side::Server);
+                if !announced[index] {
+                    announced[index] = true;
+                    let kind = match side {
+                        Side::Client => EventKind::Connected,
+                        Side::Server => EventKind::Accepted,
+                    };
+                    out.push(Event { at_ns, side, conn, req, kind });
+                }
+            }
             self.counts.samples += 1;
             out.push(Event { at_ns, side, conn, req, kind: EventKind::TcpInfo(Box::new(info)) });
         }
-        self.listed_once = true;
+        if found.listed.is_some() && found.left_out == 0 {
+            self.listed_ports.extend(self.ports.iter().copied());
+        }
         self.counts.connections_left_out = self.conversations.left_out;
     }
 
