@@ -55,7 +55,7 @@ done
 cp root/usr/share/seabios/bios.bin root/usr/share/seabios/vgabios-stdvga.bin site/
 if [ "$kernel_kind" = debian ]; then
     cp root/boot/vmlinuz-*-686 site/bzImage
-    cmdline="console=ttyS0 quiet cryptomgr.notests noisapnp pnpbios=off mitigations=off"
+    cmdline="console=ttyS0 quiet 8250.nr_uarts=2 cryptomgr.notests noisapnp pnpbios=off mitigations=off"
 else
     echo "== the guest's kernel: tinyconfig and kernel.options, HZ=1000"
     command -v flex >/dev/null && command -v bison >/dev/null || apt-get install -y -qq flex bison
@@ -77,7 +77,7 @@ else
         make -j"$(nproc)" ARCH=i386 bzImage >/dev/null
     )
     cp ksrc/linux/arch/x86/boot/bzImage site/bzImage
-    cmdline="console=ttyS0 quiet"
+    cmdline="console=ttyS0 quiet 8250.nr_uarts=2"
 fi
 
 echo "== story 1 in miniature, for the guest (i686 musl) and for the host"
@@ -115,6 +115,14 @@ for boot in $(seq 1 "$boots"); do
     kill $browser 2>/dev/null || true
     wait $browser 2>/dev/null || true
     grep -E '"(SERIAL|SPIKE) ' "$log" | sed 's/.*"SERIAL //; s/.*"SPIKE //; s/", source.*//' |
-        grep -E 'ready|BOOTED|KERNEL|STORY1 |PROBE|GUEST-DONE' || echo "boot $boot: the guest said nothing"
+        grep -E 'ready|BOOTED|KERNEL|STORY1 |PROBE|SESSION-' || echo "boot $boot: the guest said nothing"
+    # The session the guest sent over its second serial port, read by the host's ackscope.
+    session=$(grep -o 'SPIKE SESSION [^"]*' "$log" | head -1 || true)
+    if [ -n "$session" ] && command -v "${ACKSCOPE_HOST:-$work/../release/ackscope}" >/dev/null; then
+        echo "SESSION ${session#SPIKE SESSION }" | sed 's/ b64=.*//'
+        echo "${session#*b64=}" | base64 -d >"$work/session-$boot.ackscope"
+        "${ACKSCOPE_HOST:-$work/../release/ackscope}" show "$work/session-$boot.ackscope" | grep -E 'requests|latency'
+    fi
+    grep -E '"SERIAL ' "$log" | grep -o 'GUEST-DONE.*' | sed 's/", source.*//' || true
     rm -rf "$log" "$profile"
 done
