@@ -12,8 +12,8 @@
 //!   from the kernel's counters, without packets) and [`attribution`] (why each wait happened);
 //! - [`overview`]: a run's requests in a bounded number of columns, each keeping its worst;
 //! - [`wire`] (the versioned messages between probe and browser, and their framing: a session
-//!   file is the same framed stream written to disk; `wire::run_start`, a run's start decoded by
-//!   hand), [`event_json`] (its messages as JSON, the events and run starts written by hand) and
+//!   file is the same framed stream written to disk; `wire::run_start` and `wire::events`, a run's
+//!   start and a batch of events decoded by hand in place), [`event_json`] (its messages as JSON, the events and run starts written by hand) and
 //!   [`control`] (between two probes);
 //! - [`reduce`]: the one path from a stream of messages to runs, their tally and their stalls,
 //!   with every reader's bounds; [`report`] (a run's `--json` report) and the exports over it

@@ -14,6 +14,9 @@
 //! The page keeps every request of a run to draw it, so it reads the same [`RunAnalysis`] and
 //! attribution without retiring ([`crate::attribution::Incremental`]); which classes a spec
 //! rules out is decided for both by [`stall_spec`].
+//!
+//! One file, though long: the reducer and the tallies of each kind of run it keeps are one
+//! set of bounds, read together.
 
 use crate::analysis::{RequestView, RunAnalysis, Summary, MAX_HELD};
 use crate::attribution::{self, ClassSummary, Stall, StallTally};

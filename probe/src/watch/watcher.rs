@@ -21,6 +21,9 @@
 //! Nothing here can hold the watched program up: packets are read from a ring the kernel
 //! fills without waiting (a full ring drops, counted), and sock_diag answers from the kernel's
 //! tables.
+//!
+//! One file, though long: the packets, the samples and the connections' processes share the
+//! watch's connections and its clock, and each step reads them in one order.
 
 use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;

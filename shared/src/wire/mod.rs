@@ -17,6 +17,7 @@ use crate::overview::Overview;
 use crate::spec::Scenario;
 use crate::varint::varint;
 
+mod events;
 mod run_start;
 
 /// Bumped whenever the encoding changes (docs/FORMAT.md, "Versions"). Version 2 appended the
@@ -420,49 +421,7 @@ pub struct FrameStream {
     run_start: run_start::RunStartPlace,
     /// The last batch of events decoded by [`FrameStream::with_next_message`], whose place
     /// (and whose samples' boxes) the next one is decoded in.
-    events: EventsPlace,
-}
-
-/// The first byte of an encoded `ToBrowser::Events`: its variant's index.
-const EVENTS: u8 = 2;
-
-/// Where batches of events are decoded, in place: the last one, kept until the next comes so
-/// that its list and its samples' boxes are used again (`compact::recycle`), and the boxes
-/// put back.
-#[derive(Debug)]
-struct EventsPlace {
-    batch: ToBrowser,
-    spare: crate::compact::SpareSamples,
-}
-
-impl Default for EventsPlace {
-    fn default() -> Self {
-        EventsPlace {
-            batch: ToBrowser::Events { run: RunId(0), events: Vec::new() },
-            spare: Default::default(),
-        }
-    }
-}
-
-impl EventsPlace {
-    /// Decodes the batch of events encoded in `payload` into `self.batch`: true if it did,
-    /// false (the batch left in any state) for `serde` to decode it, and say why not.
-    fn decode(&mut self, payload: &[u8]) -> bool {
-        let ToBrowser::Events { run, events } = &mut self.batch else {
-            unreachable!("an events place holds a batch of events")
-        };
-        // At most a usual batch's boxes are kept.
-        crate::compact::recycle(events, &mut self.spare, EVENTS_PER_MESSAGE);
-        // A batch over the usual size (a hostile file's) is not kept in full once read.
-        events.shrink_to(EVENTS_PER_MESSAGE);
-        let mut bytes = crate::varint::Bytes(payload);
-        if bytes.u32() != Some(EVENTS.into()) {
-            return false;
-        }
-        let Some(id) = bytes.u32() else { return false };
-        *run = RunId(id);
-        crate::compact::decode_into_by_hand(&mut bytes, events, &mut self.spare).is_some()
-    }
+    events: events::EventsPlace,
 }
 
 impl FrameStream {
@@ -536,7 +495,7 @@ impl FrameStream {
             }
         }
         // A batch of events into the place of the last one, its samples into their boxes.
-        if payload.first() == Some(&EVENTS) && self.events.decode(payload) {
+        if payload.first() == Some(&events::EVENTS) && self.events.decode(payload) {
             return Some(take(Ok(&self.events.batch)));
         }
         // `decode` without its result moved out, nor into another `Result` (a copy of the

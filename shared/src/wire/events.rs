@@ -1,0 +1,49 @@
+//! A batch of events (`ToBrowser::Events`) decoded in the place of the last one, for the
+//! readers that look at each message and let it go (`FrameStream::with_next_message`): its
+//! list and its TCP_INFO samples' boxes are used again, and the batch is decoded by hand
+//! (`crate::compact::decode_into_by_hand`), `serde` deciding what that does not take.
+
+use super::{ToBrowser, EVENTS_PER_MESSAGE};
+use crate::event::RunId;
+
+/// The first byte of an encoded `ToBrowser::Events`: its variant's index.
+pub(super) const EVENTS: u8 = 2;
+
+/// Where batches of events are decoded, in place: the last one, kept until the next comes so
+/// that its list and its samples' boxes are used again (`compact::recycle`), and the boxes
+/// put back.
+#[derive(Debug)]
+pub(super) struct EventsPlace {
+    pub(super) batch: ToBrowser,
+    spare: crate::compact::SpareSamples,
+}
+
+impl Default for EventsPlace {
+    fn default() -> Self {
+        EventsPlace {
+            batch: ToBrowser::Events { run: RunId(0), events: Vec::new() },
+            spare: Default::default(),
+        }
+    }
+}
+
+impl EventsPlace {
+    /// Decodes the batch of events encoded in `payload` into `self.batch`: true if it did,
+    /// false (the batch left in any state) for `serde` to decode it, and say why not.
+    pub(super) fn decode(&mut self, payload: &[u8]) -> bool {
+        let ToBrowser::Events { run, events } = &mut self.batch else {
+            unreachable!("an events place holds a batch of events")
+        };
+        // At most a usual batch's boxes are kept.
+        crate::compact::recycle(events, &mut self.spare, EVENTS_PER_MESSAGE);
+        // A batch over the usual size (a hostile file's) is not kept in full once read.
+        events.shrink_to(EVENTS_PER_MESSAGE);
+        let mut bytes = crate::varint::Bytes(payload);
+        if bytes.u32() != Some(EVENTS.into()) {
+            return false;
+        }
+        let Some(id) = bytes.u32() else { return false };
+        *run = RunId(id);
+        crate::compact::decode_into_by_hand(&mut bytes, events, &mut self.spare).is_some()
+    }
+}
