@@ -660,14 +660,16 @@ mod tests {
             ack: number(u64::from(u32::MAX)) as u32,
             len: number(65_535) as u32,
             window: number(65_535) as u16,
-            mss: Some(number(65_535) as u16),
-            wscale: None,
-            sack_permitted: true,
+            // Each option present or absent, drawn.
+            mss: (number(1) == 1).then(|| number(65_535) as u16),
+            wscale: (number(1) == 1).then(|| number(14) as u8),
+            sack_permitted: number(1) == 1,
             sack_blocks: number(4) as u8,
-            timestamps: Some((number(u64::from(u32::MAX)) as u32, 7)),
+            timestamps: (number(1) == 1).then(|| (number(u64::from(u32::MAX)) as u32, 7)),
         };
+        let action = [LinkAction::Enqueued, LinkAction::Delivered, LinkAction::Dropped];
         let link = LinkEvent {
-            action: LinkAction::Delivered,
+            action: action[number(2) as usize],
             packet: number(1000) as u32,
             bytes: 1448,
             queued_bytes: number(1 << 20) as u32,
@@ -684,6 +686,7 @@ mod tests {
             EventKind::ReadStart { len_bytes: number(1 << 20) as u32 },
             EventKind::ReadDone { bytes: number(1 << 20) as u32 },
             EventKind::SockOpt { opt: SockOpt::QuickAck, value: 1 },
+            EventKind::SockOpt { opt: SockOpt::Cork, value: number(1) as u32 },
             EventKind::Buffers { sndbuf_bytes: 4096, rcvbuf_bytes: number(1 << 30) as u32 },
             EventKind::Segment(segment),
             EventKind::Link(link),
