@@ -9,7 +9,7 @@ use std::cell::RefCell;
 use std::rc::{Rc, Weak};
 use std::time::Duration;
 
-use ackscope_shared::wire::{decode, encode, ToBrowser, ToProbe, WireError};
+use ackscope_shared::wire::{decode_message, encode, ToBrowser, ToProbe, WireError};
 use leptos::prelude::set_timeout;
 use wasm_bindgen::closure::Closure;
 use wasm_bindgen::JsCast;
@@ -156,7 +156,7 @@ fn connect(inner: &Rc<Inner>) {
             return;
         };
         let bytes = js_sys::Uint8Array::new(&buffer).to_vec();
-        (inner.on_message)(decode::<ToBrowser>(&bytes));
+        (inner.on_message)(decode_message(&bytes));
     });
     let weak = Rc::downgrade(inner);
     let on_close = Closure::<dyn FnMut(CloseEvent)>::new(move |_: CloseEvent| {

@@ -1,7 +1,7 @@
-//! A batch of events (`ToBrowser::Events`) decoded in the place of the last one, for the
-//! readers that look at each message and let it go (`FrameStream::with_next_message`): its
-//! list and its TCP_INFO samples' boxes are used again, and the batch is decoded by hand
-//! (`crate::compact::decode_into_by_hand`), `serde` deciding what that does not take.
+//! A batch of events (`ToBrowser::Events`) decoded by hand (`crate::compact::decode_into_by_hand`),
+//! `serde` deciding what that does not take: in the place of the last one for the readers that
+//! look at each message and let it go (`FrameStream::with_next_message`: its list and its
+//! TCP_INFO samples' boxes are used again), or into a list of its own (`decode_message`).
 
 use super::{ToBrowser, EVENTS_PER_MESSAGE};
 use crate::event::RunId;
@@ -39,11 +39,28 @@ impl EventsPlace {
         // A batch over the usual size (a hostile file's) is not kept in full once read.
         events.shrink_to(EVENTS_PER_MESSAGE);
         let mut bytes = crate::varint::Bytes(payload);
-        if bytes.u32() != Some(EVENTS.into()) {
-            return false;
-        }
-        let Some(id) = bytes.u32() else { return false };
-        *run = RunId(id);
+        let Some(id) = run_of_batch(&mut bytes) else { return false };
+        *run = id;
         crate::compact::decode_into_by_hand(&mut bytes, events, &mut self.spare).is_some()
     }
+}
+
+/// The batch of events encoded in `payload`, decoded by hand into a list of its own (for the
+/// readers that keep each message: the page, the exports); `None` where that does not take it
+/// whole, for `serde` to decode it, or say why not.
+pub(super) fn decode_owned(payload: &[u8]) -> Option<ToBrowser> {
+    let mut bytes = crate::varint::Bytes(payload);
+    let run = run_of_batch(&mut bytes)?;
+    let mut events = Vec::new();
+    let mut spare = crate::compact::SpareSamples::default();
+    crate::compact::decode_into_by_hand(&mut bytes, &mut events, &mut spare)?;
+    Some(ToBrowser::Events { run, events })
+}
+
+/// A batch's variant index and run id, if `bytes` start with them.
+fn run_of_batch(bytes: &mut crate::varint::Bytes<'_>) -> Option<RunId> {
+    if bytes.u32()? != u32::from(EVENTS) {
+        return None;
+    }
+    bytes.u32().map(RunId)
 }

@@ -343,6 +343,20 @@ pub fn decode<'a, T: Deserialize<'a>>(bytes: &'a [u8]) -> Result<T, WireError> {
     postcard::from_bytes(bytes).map_err(|e| WireError::Malformed(e.to_string()))
 }
 
+/// Decodes one message of a stream, not its first ([`decode_first`] checks that one): a batch
+/// of events by hand, every other message (and a batch that does not decode whole by hand) by
+/// `serde`, which decodes it or says why not. The page's stream and every reader that keeps
+/// its messages decode through here.
+pub fn decode_message(bytes: &[u8]) -> Result<ToBrowser, WireError> {
+    if bytes.len() > MAX_MESSAGE_BYTES {
+        return Err(WireError::TooLarge { len: bytes.len(), max: MAX_MESSAGE_BYTES });
+    }
+    match events::decode_owned(bytes) {
+        Some(batch) => Ok(batch),
+        None => decode(bytes),
+    }
+}
+
 /// Checks that a stream's first message is a Hello this build can read.
 pub fn check_hello(message: &ToBrowser) -> Result<(), WireError> {
     match message {
@@ -459,7 +473,7 @@ impl FrameStream {
             Ok(payload) => &self.buf[payload],
             Err(e) => return Some(Err(e)),
         };
-        let decoded = if first { decode_first(payload) } else { decode(payload) };
+        let decoded = if first { decode_first(payload) } else { decode_message(payload) };
         if decoded.is_err() {
             self.failed = true;
         }
@@ -799,6 +813,32 @@ mod tests {
                 assert!(messages >= 2, "{messages} messages in pieces of {piece}");
             }
         }
+    }
+
+    /// A message decoded by `decode_message` (its batches of events by hand) is what `serde`
+    /// decodes, and a damaged one is refused by both, with `serde`'s error.
+    #[test]
+    fn a_message_decoded_by_hand_is_what_serde_decodes_even_damaged() {
+        let mut rng = crate::analysis::batches::Rng(5);
+        let (mut took, mut refused) = (0, 0);
+        for message in &sample_stream()[1..] {
+            let bytes = encode(message);
+            assert_eq!(decode_message(&bytes).as_ref(), Ok(message));
+            for _ in 0..300 {
+                let mut damaged = bytes.clone();
+                let at = rng.below(damaged.len());
+                damaged[at] = rng.below(256) as u8;
+                damaged.truncate(damaged.len() - rng.below(3).min(damaged.len()));
+                let by_serde = decode::<ToBrowser>(&damaged);
+                assert_eq!(decode_message(&damaged), by_serde, "{damaged:x?}");
+                if by_serde.is_ok() {
+                    took += 1;
+                } else {
+                    refused += 1;
+                }
+            }
+        }
+        assert!(took > 0 && refused > 0, "{took} damaged messages taken, {refused} refused");
     }
 
     #[test]
