@@ -17,7 +17,7 @@
 //! connections quiet for longest are folded into the totals (a later sample of one starts it
 //! again from that sample, and it counts as a connection again).
 
-use crate::event::{ConnId, Event, EventKind, Side, TcpInfoSample};
+use crate::event::{ConnId, Event, EventKind, TcpInfoSample};
 use crate::keyed_hash::KeyedMap;
 
 /// Connections whose counters are held at once: as many as a watch follows.
@@ -128,16 +128,9 @@ pub struct CounterEstimate {
     folded: EstimatedExchanges,
 }
 
-fn index(side: Side) -> usize {
-    match side {
-        Side::Client => 0,
-        Side::Server => 1,
-    }
-}
-
 impl CounterEstimate {
     pub fn push(&mut self, event: &Event) {
-        let side = index(event.side);
+        let side = event.side.index();
         match &event.kind {
             // The watch saw this socket's connection open: it counts from zero.
             EventKind::Connected | EventKind::Accepted => {
@@ -218,7 +211,7 @@ fn add(total: &mut EstimatedExchanges, connection: &Connection) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::event::ReqId;
+    use crate::event::{ReqId, Side};
 
     /// A socket's sample; it sent `bytes_sent`, which counts as acknowledged too.
     fn sample(data_segs_out: u32, bytes_sent: u64, bytes_received: u64) -> TcpInfoSample {

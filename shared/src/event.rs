@@ -36,6 +36,14 @@ impl Side {
             Side::Server => "server",
         }
     }
+
+    /// 0 for the client, 1 for the server: where a side's entry is in a pair kept per side.
+    pub fn index(self) -> usize {
+        match self {
+            Side::Client => 0,
+            Side::Server => 1,
+        }
+    }
 }
 
 /// One recorded step.

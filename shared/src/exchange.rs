@@ -81,7 +81,7 @@ impl ExchangeRule {
     /// end). Data bytes only: a SYN's or a FIN's sequence number is not data.
     fn carries_new_bytes(&mut self, side: Side, segment: &Segment) -> bool {
         let end = segment.seq.wrapping_add(segment.len);
-        let sent_to = &mut self.sent_to[usize::from(side == Side::Server)];
+        let sent_to = &mut self.sent_to[side.index()];
         match *sent_to {
             Some(before) if seq_ge(before, end) => false,
             _ => {
@@ -263,7 +263,7 @@ impl Conversations {
         let segment = &packet.segment;
         let req = conversation.rule.on_segment(side, segment);
         if segment.has(tcp_flags::FIN) {
-            conversation.fins[usize::from(side == Side::Server)] = true;
+            conversation.fins[side.index()] = true;
         }
         let closed = segment.has(tcp_flags::RST) || conversation.fins == [true, true];
         if closed && conversation.closed_at_ns.is_none() {
@@ -434,7 +434,7 @@ impl ExchangeTally {
             }
         }
         if segment.has(tcp_flags::FIN) {
-            open.fins[usize::from(event.side == Side::Server)] = true;
+            open.fins[event.side.index()] = true;
         }
         let closed = segment.has(tcp_flags::RST) || open.fins == [true, true];
         // The exchange this event ended first, then the connection's last if it closed.

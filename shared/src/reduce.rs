@@ -23,7 +23,7 @@ use crate::attribution::{self, ClassSummary, Stall, StallTally};
 use crate::bulk::{BulkAnalysis, BulkSummary};
 use crate::control::ClockSync;
 use crate::estimate::{CounterEstimate, EstimatedExchanges};
-use crate::event::{ConnId, Event, EventKind, ReqId, RunId, Side};
+use crate::event::{ConnId, Event, EventKind, ReqId, RunId};
 use crate::exchange::ExchangeTally;
 use crate::keyed_hash::KeyedMap;
 use crate::overview::{self, Overview};
@@ -235,7 +235,7 @@ impl ImportedTally {
                 }
             };
             self.rows[i].1 += 1;
-            self.rows[i].2[usize::from(e.side == Side::Server)] += u64::from(s.len);
+            self.rows[i].2[e.side.index()] += u64::from(s.len);
             self.finder.push(e, ());
         }
         self.finder.take_found().iter().for_each(|(stall, ())| self.stalls.add(stall));
@@ -699,6 +699,7 @@ mod tests {
         assert_eq!(watched.summary().map(|s| s.requests), Some(connections));
     }
     use super::*;
+    use crate::event::Side;
     use crate::wire::Instruments;
 
     fn started(run: u32) -> ToBrowser {

@@ -24,7 +24,7 @@ impl<V> Default for SideMap<V> {
 }
 
 fn slot((conn, side): (ConnId, Side)) -> Option<usize> {
-    (conn.0 < DENSE_CONNS).then(|| conn.0 as usize * 2 + usize::from(side == Side::Server))
+    (conn.0 < DENSE_CONNS).then(|| conn.0 as usize * 2 + side.index())
 }
 
 impl<V> SideMap<V> {

@@ -184,10 +184,10 @@ pub struct Watcher {
     /// The ports whose sockets a complete listing has read: a connection found on one of them
     /// later opened while watched (when no listing since left sockets out).
     listed_ports: HashSet<u16>,
-    /// The connections that opened while watched, and which of their sides were announced
-    /// (`Connected`, `Accepted`) before their first sample: their counters count from zero
+    /// The connections that opened while watched: each side's first sample is announced
+    /// (`Connected`, `Accepted`), so that its counters count from zero
     /// (`ackscope_shared::estimate`).
-    opened_while_watched: HashMap<ConnId, [bool; 2]>,
+    opened_while_watched: HashSet<ConnId>,
     /// When `/proc` was last walked for owners, and the inodes sought so far: each is sought
     /// once (another user's process stays unnamed without root), at most two per named
     /// connection.
@@ -256,7 +256,7 @@ impl Watcher {
             discovered: None,
             last_sample: HashMap::new(),
             listed_ports: HashSet::new(),
-            opened_while_watched: HashMap::new(),
+            opened_while_watched: HashSet::new(),
             owners_sought: None,
             inodes_sought: HashSet::new(),
             counts: WatchCounts::default(),
@@ -451,7 +451,7 @@ impl Watcher {
                             let complete = self.counts.sockets_left_out == 0
                                 && self.conversations.left_out == 0;
                             if complete && self.listed_ports.contains(&server.1) {
-                                self.opened_while_watched.insert(found.0, [false; 2]);
+                                self.opened_while_watched.insert(found.0);
                             }
                         }
                         found
@@ -469,19 +469,16 @@ impl Watcher {
                 (info.segs_out.unwrap_or(0), info.segs_in.unwrap_or(0)),
                 (info.unacked, info.total_retrans, info.state),
             );
-            if self.last_sample.insert((conn, side), moved) == Some(moved) {
+            let before = self.last_sample.insert((conn, side), moved);
+            if before == Some(moved) {
                 continue;
             }
-            if let Some(announced) = self.opened_while_watched.get_mut(&conn) {
-                let index = usize::from(side == Side::Server);
-                if !announced[index] {
-                    announced[index] = true;
-                    let kind = match side {
-                        Side::Client => EventKind::Connected,
-                        Side::Server => EventKind::Accepted,
-                    };
-                    out.push(Event { at_ns, side, conn, req, kind });
-                }
+            if before.is_none() && self.opened_while_watched.contains(&conn) {
+                let kind = match side {
+                    Side::Client => EventKind::Connected,
+                    Side::Server => EventKind::Accepted,
+                };
+                out.push(Event { at_ns, side, conn, req, kind });
             }
             self.counts.samples += 1;
             out.push(Event { at_ns, side, conn, req, kind: EventKind::TcpInfo(Box::new(info)) });

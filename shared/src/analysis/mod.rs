@@ -696,7 +696,7 @@ fn min_some(a: Option<u64>, b: Option<u64>) -> Option<u64> {
 /// Random batches of a run's events, for the property tests of what is kept incrementally.
 #[cfg(test)]
 pub(crate) mod batches {
-    use crate::event::{Event, EventKind, Side};
+    use crate::event::{Event, EventKind};
 
     /// xorshift64*: deterministic, no dependency.
     pub struct Rng(pub u64);
@@ -715,10 +715,8 @@ pub(crate) mod batches {
     fn stream(event: &Event) -> usize {
         match &event.kind {
             EventKind::Segment(_) => 4,
-            EventKind::TcpInfo(info) if info.during_block => {
-                2 + usize::from(event.side == Side::Server)
-            }
-            _ => usize::from(event.side == Side::Server),
+            EventKind::TcpInfo(info) if info.during_block => 2 + event.side.index(),
+            _ => event.side.index(),
         }
     }
 

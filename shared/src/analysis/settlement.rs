@@ -56,11 +56,7 @@ impl Settlement {
 
     /// A segment `event` was captured.
     pub(super) fn segment(&mut self, event: &Event) {
-        let side = match event.side {
-            Side::Client => 0,
-            Side::Server => 1,
-        };
-        let latest = &mut self.segments_ns[side];
+        let latest = &mut self.segments_ns[event.side.index()];
         *latest = Some(latest.map_or(event.at_ns, |at| at.max(event.at_ns)));
     }
 

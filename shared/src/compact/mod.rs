@@ -300,7 +300,7 @@ struct Expander {
     previous: Previous,
     at_ns: u64,
     /// Boxes of samples a reader has let go, taken before new ones are allocated
-    /// ([`deserialize_into`]): a message of samples allocated a box for each and freed them
+    /// ([`decode_into_by_hand`]): a message of samples allocated a box for each and freed them
     /// all together, more than the allocator keeps at hand, and allocating and freeing them
     /// was a quarter of the CPU of reading a file of samples.
     spare: SpareSamples,
@@ -365,30 +365,24 @@ fn expand(wire: Vec<WireEvent>) -> Result<Vec<Event>, String> {
 /// Events allocated ahead of a message's declared count: a hostile count costs no more.
 const PREALLOCATE_EVENTS: usize = 16_384;
 
-/// Reads a message's events into `events` (after those it holds) and expands each as it is
-/// read: no intermediate list of wire events (on a million-request file that list alone was
-/// gigabytes of memory traffic). Its samples are put in `spare`'s boxes first.
-struct EventsVisitor<'a> {
-    events: &'a mut Vec<Event>,
-    spare: &'a mut SpareSamples,
-}
+/// Reads a message's events and expands each as it is read: no intermediate list of wire
+/// events (on a million-request file that list alone was gigabytes of memory traffic).
+struct EventsVisitor;
 
-impl<'de> Visitor<'de> for EventsVisitor<'_> {
-    type Value = ();
+impl<'de> Visitor<'de> for EventsVisitor {
+    type Value = Vec<Event>;
 
     fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
         f.write_str("a sequence of compact events")
     }
 
-    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
-        self.events.reserve(seq.size_hint().unwrap_or(0).min(PREALLOCATE_EVENTS));
-        let spare = std::mem::take(self.spare);
-        let mut expander = Expander { spare, ..Expander::default() };
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Vec<Event>, A::Error> {
+        let mut events = Vec::with_capacity(seq.size_hint().unwrap_or(0).min(PREALLOCATE_EVENTS));
+        let mut expander = Expander::default();
         while let Some(event) = seq.next_element_seed(EventSeed(&mut expander))? {
-            self.events.push(event);
+            events.push(event);
         }
-        *self.spare = expander.spare;
-        Ok(())
+        Ok(events)
     }
 }
 
@@ -542,27 +536,12 @@ pub fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Vec<Eve
     if deserializer.is_human_readable() {
         Vec::<Event>::deserialize(deserializer)
     } else {
-        let mut events = Vec::new();
-        deserialize_into(deserializer, &mut events, &mut SpareSamples::default())?;
-        Ok(events)
+        deserializer.deserialize_seq(EventsVisitor)
     }
 }
 
-/// [`deserialize`] of the compact form into `events` (emptied first, its allocation kept), its
-/// samples put in the boxes of `spare` before new ones are allocated: a reader that lets each
-/// message go before the next hands its boxes back ([`recycle`]). `events` is left in any
-/// state on an error.
-pub(crate) fn deserialize_into<'de, D: Deserializer<'de>>(
-    deserializer: D,
-    events: &mut Vec<Event>,
-    spare: &mut SpareSamples,
-) -> Result<(), D::Error> {
-    events.clear();
-    deserializer.deserialize_seq(EventsVisitor { events, spare })
-}
-
 /// Boxes of TCP_INFO samples a reader let go, for the next message's samples
-/// ([`deserialize_into`]): at most as many as a message holds.
+/// ([`decode_into_by_hand`]): at most [`PREALLOCATE_EVENTS`], what a batch is given ahead.
 #[derive(Debug, Default)]
 pub(crate) struct SpareSamples(
     // The boxes themselves are what is kept: each becomes an event's sample again as it is.
@@ -577,12 +556,12 @@ impl SpareSamples {
     }
 }
 
-/// Empties `events`, keeping the boxes of their samples in `spare` for [`deserialize_into`],
-/// up to `keep_at_most` boxes.
-pub(crate) fn recycle(events: &mut Vec<Event>, spare: &mut SpareSamples, keep_at_most: usize) {
+/// Empties `events`, keeping the boxes of their samples in `spare` for
+/// [`decode_into_by_hand`].
+pub(crate) fn recycle(events: &mut Vec<Event>, spare: &mut SpareSamples) {
     for event in events.drain(..) {
         if let EventKind::TcpInfo(sample) = event.kind {
-            if spare.0.len() < keep_at_most {
+            if spare.0.len() < PREALLOCATE_EVENTS {
                 spare.0.push(sample);
             }
         }
@@ -594,6 +573,7 @@ mod tests {
     use super::*;
     use crate::event::{LinkAction, LinkEvent, Segment, SockOpt};
     use crate::synthetic::{nagle_run, MS};
+    use crate::varint::Bytes;
 
     fn sample(bytes_acked: u64, rtt_us: u32, notsent: Option<u32>) -> TcpInfoSample {
         TcpInfoSample {
@@ -717,9 +697,9 @@ mod tests {
     /// The same by [`decode_into_by_hand`] (`None`: refused), its boxes handed back to `spare`.
     fn decoded_by_hand(bytes: &[u8], spare: &mut SpareSamples) -> Option<Vec<Event>> {
         let mut events = Vec::new();
-        let taken = decode_into_by_hand(&mut crate::varint::Bytes(bytes), &mut events, spare);
+        let taken = decode_into_by_hand(&mut Bytes(bytes), &mut events, spare);
         let copy = taken.map(|()| events.clone());
-        recycle(&mut events, spare, usize::MAX);
+        recycle(&mut events, spare);
         copy
     }
 
@@ -819,14 +799,12 @@ mod tests {
         };
         let (mut events, mut spare) = (Vec::new(), SpareSamples::default());
         let (first_bytes, second_bytes) = (encode(&first), encode(&second));
-        let mut decoder = postcard::Deserializer::from_bytes(&first_bytes);
-        deserialize_into(&mut decoder, &mut events, &mut spare).unwrap();
+        decode_into_by_hand(&mut Bytes(&first_bytes), &mut events, &mut spare).unwrap();
         assert_eq!(events, first);
-        recycle(&mut events, &mut spare, usize::MAX);
+        recycle(&mut events, &mut spare);
         let samples = first.iter().filter(|e| matches!(e.kind, EventKind::TcpInfo(_))).count();
         assert!(samples > 0 && spare.len() == samples, "{} of {samples}", spare.len());
-        let mut decoder = postcard::Deserializer::from_bytes(&second_bytes);
-        deserialize_into(&mut decoder, &mut events, &mut spare).unwrap();
+        decode_into_by_hand(&mut Bytes(&second_bytes), &mut events, &mut spare).unwrap();
         assert_eq!(events, second);
         assert_eq!(decoded(&second_bytes).unwrap(), second);
     }

@@ -34,8 +34,7 @@ impl EventsPlace {
         let ToBrowser::Events { run, events } = &mut self.batch else {
             unreachable!("an events place holds a batch of events")
         };
-        // At most a usual batch's boxes are kept.
-        crate::compact::recycle(events, &mut self.spare, EVENTS_PER_MESSAGE);
+        crate::compact::recycle(events, &mut self.spare);
         // A batch over the usual size (a hostile file's) is not kept in full once read.
         events.shrink_to(EVENTS_PER_MESSAGE);
         let mut bytes = crate::varint::Bytes(payload);
