@@ -149,8 +149,19 @@ fn a_story1_session_exports_threads_syscalls_stalls_and_counters() {
 fn a_cut_session_exports_what_it_holds_and_says_where_it_ends() {
     let file = story1("cut-source.ackscope", "3");
     let bytes = std::fs::read(&file).unwrap();
+    // Cut inside the frame after the first that holds events (a block of them: a reader opens
+    // a cut file up to its last whole block).
+    let mut frames = Vec::new();
+    let mut at = 0;
+    while at + 4 <= bytes.len() {
+        let len = u32::from_le_bytes(bytes[at..at + 4].try_into().unwrap()) as usize;
+        frames.push((at, bytes[at + 4]));
+        at += 4 + len;
+    }
+    let events = frames.iter().position(|&(_, tag)| tag == 2 || tag == 12).unwrap();
+    let (next, _) = frames[events + 1];
     let cut = temp("cut.ackscope");
-    std::fs::write(&cut, &bytes[..bytes.len() * 2 / 3]).unwrap();
+    std::fs::write(&cut, &bytes[..next + 6]).unwrap();
     let out = temp("cut.json");
     let exported = export(&cut, &out);
     assert_eq!(exported.status.code(), Some(1));

@@ -23,6 +23,22 @@ pub(crate) fn put_varint(out: &mut Vec<u8>, mut value: u64) {
     out.push(value as u8);
 }
 
+/// Appends `value` zigzagged (0, -1, 1, -2, ... as 0, 1, 2, 3, ...), then as a LEB128 varint:
+/// postcard's signed integers.
+pub(crate) fn put_zigzag(out: &mut Vec<u8>, value: i64) {
+    put_varint(out, zigzag(value));
+}
+
+/// 0, -1, 1, -2, ... as 0, 1, 2, 3, ...: small either way.
+pub(crate) fn zigzag(value: i64) -> u64 {
+    ((value << 1) ^ (value >> 63)) as u64
+}
+
+/// What [`zigzag`] made, back.
+pub(crate) fn unzigzag(zigzag: u64) -> i64 {
+    (zigzag >> 1) as i64 ^ -((zigzag & 1) as i64)
+}
+
 /// The bytes not yet read. Each reader takes a value as postcard encodes it, or `None` where
 /// postcard refuses it.
 pub(crate) struct Bytes<'a>(pub(crate) &'a [u8]);
@@ -91,8 +107,7 @@ impl Bytes<'_> {
     /// A signed integer: zigzag, then a varint.
     #[inline]
     pub(crate) fn i64(&mut self) -> Option<i64> {
-        let zigzag = self.u64()?;
-        Some((zigzag >> 1) as i64 ^ -((zigzag & 1) as i64))
+        self.u64().map(unzigzag)
     }
 
     #[inline]

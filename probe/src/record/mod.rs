@@ -7,6 +7,7 @@
 use std::fs::File;
 use std::io::{self, BufWriter, Read, Write};
 use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
 use ackscope_shared::overview::Overview;
 use ackscope_shared::wire::{self, FrameStream, ToBrowser, Trailer, WireError};
@@ -15,10 +16,26 @@ use ackscope_shared::{Event, RunId};
 /// Session files larger than this are refused before reading (16 GiB: far beyond a long run).
 pub const MAX_FILE_BYTES: u64 = 16 << 30;
 
+/// A run's events are gathered into a block for at most this long before it is written: what
+/// a crash or a kill may lose.
+pub const BLOCK_GATHERING: Duration = Duration::from_secs(1);
+
 pub struct SessionWriter {
     path: PathBuf,
     out: BufWriter<File>,
     frame: Vec<u8>,
+    /// Events not yet written, gathered into blocks of columns (docs/FORMAT.md, "Blocks"): a
+    /// block is written when it holds [`wire::BLOCK_EVENTS`] events (those of every run
+    /// together), when its first event is [`BLOCK_GATHERING`] old, and before any other
+    /// message, which keeps the file in the order the messages came.
+    gathering: Vec<Gathering>,
+}
+
+/// A run's events not yet written.
+struct Gathering {
+    run: RunId,
+    events: Vec<Event>,
+    since: Instant,
 }
 
 impl SessionWriter {
@@ -26,15 +43,26 @@ impl SessionWriter {
         let file = File::create(path).map_err(|e| {
             io::Error::new(e.kind(), format!("cannot create {}: {e}", path.display()))
         })?;
-        Ok(SessionWriter { path: path.to_owned(), out: BufWriter::new(file), frame: Vec::new() })
+        Ok(SessionWriter {
+            path: path.to_owned(),
+            out: BufWriter::new(file),
+            frame: Vec::new(),
+            gathering: Vec::new(),
+        })
     }
 
     /// Appends one message and hands it to the kernel. A message over
     /// [`wire::MAX_MESSAGE_BYTES`] is refused, not written: no reader could take it, and the
     /// file would end there for them.
     pub fn write(&mut self, message: &ToBrowser) -> io::Result<()> {
+        self.write_blocks()?;
         self.frame.clear();
         wire::write_frame(message, &mut self.frame);
+        self.write_frame()
+    }
+
+    /// Writes the frame in `frame`, which must be one a reader takes.
+    fn write_frame(&mut self) -> io::Result<()> {
         let len = self.frame.len() - 4;
         if len > wire::MAX_MESSAGE_BYTES {
             return Err(io::Error::new(
@@ -55,14 +83,31 @@ impl SessionWriter {
 }
 
 impl SessionWriter {
-    /// Appends a run's events as `Events` messages of at most [`wire::EVENTS_PER_MESSAGE`]
-    /// events each, as docs/PROTOCOL.md says (a recorder hands over up to twice that at once).
-    pub fn write_events(&mut self, run: RunId, events: Vec<Event>) -> io::Result<()> {
-        if events.len() <= wire::EVENTS_PER_MESSAGE {
-            return self.write(&ToBrowser::Events { run, events });
+    /// Appends a run's events, gathered into blocks (see [`SessionWriter::gathering`]).
+    pub fn write_events(&mut self, run: RunId, mut events: Vec<Event>) -> io::Result<()> {
+        match self.gathering.iter_mut().find(|gathering| gathering.run == run) {
+            Some(gathering) => gathering.events.append(&mut events),
+            None => self.gathering.push(Gathering { run, events, since: Instant::now() }),
         }
-        for chunk in events.chunks(wire::EVENTS_PER_MESSAGE) {
-            self.write(&ToBrowser::Events { run, events: chunk.to_vec() })?;
+        let gathered: usize = self.gathering.iter().map(|gathering| gathering.events.len()).sum();
+        let oldest = self.gathering.iter().map(|gathering| gathering.since).min();
+        if gathered >= wire::BLOCK_EVENTS || oldest.is_some_and(|t| t.elapsed() >= BLOCK_GATHERING)
+        {
+            self.write_blocks()?;
+        }
+        Ok(())
+    }
+
+    /// Writes every run's gathered events as blocks, in the order the runs first had events.
+    fn write_blocks(&mut self) -> io::Result<()> {
+        for Gathering { run, events, .. } in std::mem::take(&mut self.gathering) {
+            for block in wire::encode_blocks(run, &events, &mut compress) {
+                self.frame.clear();
+                let len = u32::try_from(block.len()).expect("a block is a few MB at most");
+                self.frame.extend_from_slice(&len.to_le_bytes());
+                self.frame.extend_from_slice(&block);
+                self.write_frame()?;
+            }
         }
         Ok(())
     }
@@ -72,6 +117,7 @@ impl SessionWriter {
     /// decoded the events (docs/FORMAT.md, "The end of a file"). A file without them (cut short
     /// by a crash) still reads whole.
     pub fn finish(mut self, overviews: Vec<(RunId, Overview)>) -> io::Result<()> {
+        self.write_blocks()?;
         let mut bytes = 0;
         for (run, overview) in overviews {
             self.write(&ToBrowser::Overview { run, overview })?;
@@ -80,6 +126,19 @@ impl SessionWriter {
         }
         self.write(&ToBrowser::Trailer(Trailer::new(bytes)))
     }
+}
+
+/// A writer let go without [`SessionWriter::finish`] (its command failed, or stopped) still
+/// writes the events it gathered: the file keeps everything it was handed.
+impl Drop for SessionWriter {
+    fn drop(&mut self) {
+        let _ = self.write_blocks();
+    }
+}
+
+/// A column of a block compressed: zstd's frame of it (docs/FORMAT.md, "Blocks").
+fn compress(raw: &[u8]) -> Vec<u8> {
+    ruzstd::encoding::compress_to_vec(raw, ruzstd::encoding::CompressionLevel::Fastest)
 }
 
 /// A session file several threads write runs to (a standalone server's own run and the runs

@@ -68,7 +68,15 @@ fn event_by_hand(bytes: &mut Bytes<'_>, expander: &mut Expander) -> Option<Event
 /// at the end is left to `serde`, through the whole message, until it is).
 #[inline]
 fn plain_kind_by_hand(bytes: &mut Bytes<'_>) -> Option<EventKind> {
-    Some(match bytes.u32()? {
+    let variant = bytes.u32()?;
+    kind_by_hand(variant, bytes)
+}
+
+/// The kind of [`EventKind`]'s variant `variant` (its index, as `serde` numbers them), its
+/// fields read from `bytes`; `None` for a sample (never in this form) or an unknown variant.
+#[inline]
+pub(super) fn kind_by_hand(variant: u32, bytes: &mut Bytes<'_>) -> Option<EventKind> {
+    Some(match variant {
         0 => EventKind::ConnectStart,
         1 => EventKind::Connected,
         2 => EventKind::Accepted,

@@ -19,6 +19,7 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use crate::event::{ConnId, Event, EventKind, ReqId, Side, TcpInfoSample};
 
 mod by_hand;
+pub(crate) mod columns;
 pub(crate) use by_hand::decode_into_by_hand;
 
 /// As it is encoded, decoded whole: the reference the tests hold the reader's decoding
@@ -258,6 +259,27 @@ impl Previous {
     }
 }
 
+impl Previous {
+    /// How `sample` differs from the previous sample of its connection and side (which it then
+    /// becomes): a bit set in the mask for each field that changed, and the differences of
+    /// those fields, in field order.
+    fn differences(&mut self, key: (ConnId, Side), sample: &TcpInfoSample) -> (u32, Deltas) {
+        let values = sample.to_values();
+        let before = self.get(key);
+        let mut changed = 0u32;
+        let mut deltas = Deltas { values: [0; FIELDS], len: 0 };
+        for (i, (now, then)) in values.iter().zip(before.iter()).enumerate() {
+            if now != then {
+                changed |= 1 << i;
+                deltas.values[deltas.len] = now.wrapping_sub(*then) as i64;
+                deltas.len += 1;
+            }
+        }
+        *before = values;
+        (changed, deltas)
+    }
+}
+
 /// The wire form of each event of a message, in order, made as they are written.
 fn wire_events(events: &[Event]) -> impl ExactSizeIterator<Item = WireEventRef<'_>> {
     let mut previous = Previous::default();
@@ -267,18 +289,7 @@ fn wire_events(events: &[Event]) -> impl ExactSizeIterator<Item = WireEventRef<'
         last_ns = event.at_ns;
         let kind = match &event.kind {
             EventKind::TcpInfo(sample) => {
-                let values = sample.to_values();
-                let before = previous.get((event.conn, event.side));
-                let mut changed = 0u32;
-                let mut deltas = Deltas { values: [0; FIELDS], len: 0 };
-                for (i, (now, then)) in values.iter().zip(before.iter()).enumerate() {
-                    if now != then {
-                        changed |= 1 << i;
-                        deltas.values[deltas.len] = now.wrapping_sub(*then) as i64;
-                        deltas.len += 1;
-                    }
-                }
-                *before = values;
+                let (changed, deltas) = previous.differences((event.conn, event.side), sample);
                 WireKindRef::TcpInfo { during_block: sample.during_block, changed, deltas }
             }
             other => WireKindRef::Plain(other),
@@ -589,7 +600,7 @@ mod tests {
         }
     }
 
-    fn with_samples() -> Vec<Event> {
+    pub(super) fn with_samples() -> Vec<Event> {
         let mut events = nagle_run(3, 44 * MS);
         let at = |i: usize| events[i].at_ns;
         let samples = [
@@ -628,7 +639,7 @@ mod tests {
     }
 
     /// Every kind of event, TCP_INFO samples of two connections and sides among them.
-    fn every_kind(rng: &mut crate::analysis::batches::Rng) -> Vec<Event> {
+    pub(super) fn every_kind(rng: &mut crate::analysis::batches::Rng) -> Vec<Event> {
         let mut number = |max: u64| match rng.below(4) {
             0 => 0,
             1 => max,

@@ -28,6 +28,22 @@ impl Default for EventsPlace {
 }
 
 impl EventsPlace {
+    /// Puts `events` of `run` in the place of the last batch (whose samples' boxes are kept):
+    /// a batch of a block of events, handed on.
+    pub(super) fn hand_on(&mut self, run: RunId, events: Vec<crate::event::Event>) {
+        let ToBrowser::Events { run: place_run, events: place } = &mut self.batch else {
+            unreachable!("an events place holds a batch of events")
+        };
+        crate::compact::recycle(place, &mut self.spare);
+        *place_run = run;
+        *place = events;
+    }
+
+    /// The boxes of samples let go, for a block's samples to be decoded into.
+    pub(super) fn spare(&mut self) -> &mut crate::compact::SpareSamples {
+        &mut self.spare
+    }
+
     /// Decodes the batch of events encoded in `payload` into `self.batch`: true if it did,
     /// false (the batch left in any state) for `serde` to decode it, and say why not.
     pub(super) fn decode(&mut self, payload: &[u8]) -> bool {

@@ -12,6 +12,8 @@
 
 use serde::{Deserialize, Serialize};
 
+pub use crate::compact::columns::{encode_blocks, Compress, BLOCK_COLUMN_BYTES, BLOCK_EVENTS};
+use crate::compact::columns::{Unpacked, BLOCK};
 use crate::event::{Event, RunId};
 use crate::overview::Overview;
 use crate::spec::Scenario;
@@ -27,8 +29,9 @@ mod run_start;
 /// of a watch as root; version 6 the `OptionsTried` message of a watch that tries an option,
 /// with the live stream's `TryRights` and `ToProbe::TryOnWatch`; version 7 a class's votes
 /// (`ClassVotes`, `ToProbe::Vote`), live only; version 8 a bulk run whose reader pauses, as a
-/// kind of run of its own (`spec::encoding`).
-pub const PROTOCOL_VERSION: u16 = 8;
+/// kind of run of its own (`spec::encoding`); version 9 a file's events in blocks of columns,
+/// compressed (`compact::columns`), files only.
+pub const PROTOCOL_VERSION: u16 = 9;
 
 /// The oldest version this build still reads: every version since only appended messages, so
 /// an older stream is a valid newer one.
@@ -351,6 +354,13 @@ pub fn decode_message(bytes: &[u8]) -> Result<ToBrowser, WireError> {
     if bytes.len() > MAX_MESSAGE_BYTES {
         return Err(WireError::TooLarge { len: bytes.len(), max: MAX_MESSAGE_BYTES });
     }
+    if bytes.first() == Some(&BLOCK) {
+        // A block of a file's events, as the one batch of all its events.
+        let mut block = Unpacked::default();
+        block.decode(bytes, &mut Default::default(), BLOCK_EVENTS).map_err(WireError::Malformed)?;
+        let events = block.batches.into_iter().flatten().collect();
+        return Ok(ToBrowser::Events { run: block.run, events });
+    }
     match events::decode_owned(bytes) {
         Some(batch) => Ok(batch),
         None => decode(bytes),
@@ -436,6 +446,8 @@ pub struct FrameStream {
     /// The last batch of events decoded by [`FrameStream::with_next_message`], whose place
     /// (and whose samples' boxes) the next one is decoded in.
     events: events::EventsPlace,
+    /// The last block of a file's events: its batches not yet handed on.
+    block: Unpacked,
 }
 
 impl FrameStream {
@@ -468,11 +480,23 @@ impl FrameStream {
     /// reading in those copies). [`FrameStream::with_next_message`] copies it nowhere.
     #[inline]
     pub fn next_message(&mut self) -> Option<Result<ToBrowser, WireError>> {
+        if let Some(events) = self.block.batches.pop_front() {
+            return Some(Ok(ToBrowser::Events { run: self.block.run, events }));
+        }
         let first = self.taken == 0;
         let payload = match self.take_frame()? {
             Ok(payload) => &self.buf[payload],
             Err(e) => return Some(Err(e)),
         };
+        if !first && payload.first() == Some(&BLOCK) {
+            let decoded = self.block.decode(payload, &mut Default::default(), EVENTS_PER_MESSAGE);
+            if let Err(why) = decoded {
+                self.failed = true;
+                return Some(Err(WireError::Malformed(why)));
+            }
+            let events = self.block.batches.pop_front().expect("a block holds an event");
+            return Some(Ok(ToBrowser::Events { run: self.block.run, events }));
+        }
         let decoded = if first { decode_first(payload) } else { decode_message(payload) };
         if decoded.is_err() {
             self.failed = true;
@@ -490,6 +514,10 @@ impl FrameStream {
         &mut self,
         take: impl FnOnce(Result<&ToBrowser, WireError>) -> T,
     ) -> Option<T> {
+        if let Some(events) = self.block.batches.pop_front() {
+            self.events.hand_on(self.block.run, events);
+            return Some(take(Ok(&self.events.batch)));
+        }
         let first = self.taken == 0;
         let payload = match self.take_frame()? {
             Ok(payload) => &self.buf[payload],
@@ -507,6 +535,18 @@ impl FrameStream {
             if let Some(start) = &self.run_start.start {
                 return Some(take(Ok(start)));
             }
+        }
+        // A block of a file's events, its batches handed on one by one in the place of the
+        // last batch, its samples in the boxes the batches before let go.
+        if payload.first() == Some(&BLOCK) {
+            let decoded = self.block.decode(payload, self.events.spare(), EVENTS_PER_MESSAGE);
+            if let Err(why) = decoded {
+                self.failed = true;
+                return Some(take(Err(WireError::Malformed(why))));
+            }
+            let events = self.block.batches.pop_front().expect("a block holds an event");
+            self.events.hand_on(self.block.run, events);
+            return Some(take(Ok(&self.events.batch)));
         }
         // A batch of events into the place of the last one, its samples into their boxes.
         if payload.first() == Some(&events::EVENTS) && self.events.decode(payload) {
