@@ -42,6 +42,51 @@ fn a_session_file_is_written_shown_and_exported() {
     assert_eq!(doc["error"], serde_json::Value::Null);
 }
 
+/// The frames of a session file: each one's first byte (its message's tag; 12 for a block).
+fn frame_tags(bytes: &[u8]) -> Vec<u8> {
+    let mut tags = Vec::new();
+    let mut at = 0;
+    while at + 4 < bytes.len() {
+        let len = u32::from_le_bytes(bytes[at..at + 4].try_into().unwrap()) as usize;
+        tags.push(bytes[at + 4]);
+        at += 4 + len;
+    }
+    assert_eq!(at, bytes.len(), "the file ends on a frame's end");
+    tags
+}
+
+/// A run's events are written in compressed blocks of columns (version 9); `export --rows`
+/// writes the same session as version 8 did, for builds that read rows only, and both show the
+/// same.
+#[test]
+fn a_file_of_blocks_is_exported_as_rows_for_older_readers_and_shows_the_same() {
+    let file = temp("blocks.ackscope");
+    let rows = temp("rows.ackscope");
+    assert!(ackscope(&["run", "story1", "--count", "6", "-o", s(&file)]).status.success());
+    let blocks = std::fs::read(&file).unwrap();
+    let tags = frame_tags(&blocks);
+    assert!(tags.contains(&12) && !tags.contains(&2), "events in blocks, none in rows: {tags:?}");
+
+    let exported = ackscope(&["export", s(&file), "--rows", s(&rows)]);
+    assert!(exported.status.success(), "{}", text(&exported.stderr));
+    assert!(text(&exported.stdout).contains("as rows (protocol version 8)"));
+    let old = std::fs::read(&rows).unwrap();
+    let tags = frame_tags(&old);
+    assert!(tags.contains(&2) && !tags.contains(&12), "events in rows, no block: {tags:?}");
+    // The Hello's version, the varint after its tag: 8.
+    assert_eq!(old[4..6], [0, 8], "a version 8 Hello");
+    assert!(
+        old.len() > blocks.len() * 2,
+        "{} bytes of rows, {} of blocks",
+        old.len(),
+        blocks.len()
+    );
+
+    let shown = |path: &common::Scratch| text(&ackscope(&["show", s(path)]).stdout);
+    assert_eq!(shown(&rows), shown(&file));
+    assert!(shown(&file).contains("requests       6"), "{}", shown(&file));
+}
+
 /// A finished file ends with its run's overview behind a fixed-size trailer, so a viewer can
 /// paint the whole run from the file's last bytes: the probe's overview counts every request
 /// and marks story 1's Nagle stalls (~40 ms each, against well under a millisecond of work).

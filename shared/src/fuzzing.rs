@@ -16,9 +16,10 @@ pub type Target = fn(&[u8]);
 /// Every target, by name: the fuzz crate's binaries and the corpus folders are named alike.
 /// (The eighth, `show_pipeline`, runs the probe's own `show` and `export --json`:
 /// `ackscope_probe::fuzzing`.)
-pub const TARGETS: [(&str, Target); 7] = [
+pub const TARGETS: [(&str, Target); 8] = [
     ("session_frames", session_frames),
     ("compact_events", compact_events),
+    ("event_blocks", event_blocks),
     ("websocket_to_probe", websocket_to_probe),
     ("control_messages", control_messages),
     ("pcap_import", pcap_import),
@@ -58,6 +59,27 @@ pub fn compact_events(data: &[u8]) {
         match wire::decode::<ToBrowser>(&again) {
             Ok(ToBrowser::Events { events: back, .. }) => assert_eq!(back, events),
             other => panic!("re-encoded events do not decode: {other:?}"),
+        }
+    }
+}
+
+/// A block of a file's events (version 9), as every reader decodes it: what decodes encodes
+/// again, its columns compressed or stored, and decodes to the same events.
+pub fn event_blocks(data: &[u8]) {
+    if data.first() != Some(&12) {
+        return;
+    }
+    if let Ok(ToBrowser::Events { run, events }) = wire::decode_message(data) {
+        let stored: wire::Compress<'_> = &mut |raw| raw.to_vec();
+        for compress in [stored, &mut wire::zstd] {
+            let mut back = Vec::new();
+            for block in wire::encode_blocks(run, &events, compress) {
+                match wire::decode_message(&block) {
+                    Ok(ToBrowser::Events { events, .. }) => back.extend(events),
+                    other => panic!("a block encoded again does not decode: {other:?}"),
+                }
+            }
+            assert_eq!(back, events);
         }
     }
 }

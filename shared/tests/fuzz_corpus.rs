@@ -38,6 +38,17 @@ fn seeds() -> Vec<(&'static str, &'static str, Vec<u8>)> {
     ] {
         wire::write_frame(&message, &mut session);
     }
+    // The same session as version 9 writes it: its events in a block of compressed columns.
+    let mut blocks = Vec::new();
+    let hello = wire::Hello::current("0.1.0", wire::HostFacts::default());
+    wire::write_frame(&ToBrowser::Hello(hello), &mut blocks);
+    let start =
+        ToBrowser::RunStarted { run, spec: spec.clone(), instruments: Instruments::default() };
+    wire::write_frame(&start, &mut blocks);
+    let block = wire::encode_blocks(run, &events, &mut wire::zstd).remove(0);
+    blocks.extend_from_slice(&(block.len() as u32).to_le_bytes());
+    blocks.extend_from_slice(&block);
+    wire::write_frame(&ToBrowser::RunFinished { run, outcome: RunOutcome::Completed }, &mut blocks);
     let packet = Packet {
         src: IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1)),
         dst: IpAddr::V4(Ipv4Addr::new(10, 0, 0, 2)),
@@ -74,6 +85,9 @@ fn seeds() -> Vec<(&'static str, &'static str, Vec<u8>)> {
     vec![
         ("session_frames", "seed-session", session.clone()),
         ("show_pipeline", "seed-session", session),
+        ("session_frames", "seed-session-blocks", blocks.clone()),
+        ("show_pipeline", "seed-session-blocks", blocks),
+        ("event_blocks", "seed-block", block),
         ("compact_events", "seed-events", wire::encode(&ToBrowser::Events { run, events })),
         (
             "websocket_to_probe",

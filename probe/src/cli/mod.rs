@@ -8,6 +8,7 @@
 //! ackscope export FILE --json            a session file as plain JSON
 //! ackscope export FILE --pcapng OUT      its captured segments as pcapng, stalls as comments
 //! ackscope export FILE --perfetto OUT    a Chrome trace-event JSON for ui.perfetto.dev
+//! ackscope export FILE --rows OUT        a session file older builds read (version 8)
 //! ackscope import CAPTURE [-o FILE]      a pcap/pcapng capture as a session, with its stalls
 //! ackscope watch --port PORT [-o FILE]   another program's connections on a port, explained live
 //! ```
@@ -71,7 +72,7 @@ enum Command {
     },
     /// Write a session file in another format
     #[command(group(
-        clap::ArgGroup::new("format").required(true).args(["json", "pcapng", "perfetto"])
+        clap::ArgGroup::new("format").required(true).args(["json", "pcapng", "perfetto", "rows"])
     ))]
     Export {
         /// A session file written with -o
@@ -88,6 +89,10 @@ enum Command {
         /// TCP_INFO as counters (docs/CLI.md)
         #[arg(long, value_name = "OUT.json")]
         perfetto: Option<PathBuf>,
+        /// As a session file of protocol version 8, its events as rows instead of compressed
+        /// blocks: for ackscope builds older than version 9, which cannot read blocks
+        #[arg(long, value_name = "OUT")]
+        rows: Option<PathBuf>,
     },
     /// Turn a pcap or pcapng capture of TCP connections into a session file, with its stalls
     Import(import::ImportArgs),
@@ -149,6 +154,7 @@ pub fn main() -> ExitCode {
         Some(Command::Show { file }) => show::show(&file),
         Some(Command::Export { file, pcapng: Some(out), .. }) => show::export_pcapng(&file, &out),
         Some(Command::Export { file, perfetto: Some(out), .. }) => perfetto::export(&file, &out),
+        Some(Command::Export { file, rows: Some(out), .. }) => show::export_rows(&file, &out),
         Some(Command::Export { file, .. }) => show::export_json(&file),
         Some(Command::Import(args)) => import::import(&args),
         Some(Command::Watch(args)) => watch::watch(&args),

@@ -10,7 +10,7 @@ use ackscope_shared::reduce::{
     FollowedRun, ImportedTally, Output, RunAnalyses, SessionReducer, MAX_OPEN_RUNS,
 };
 use ackscope_shared::report::unfinished_outcome;
-use ackscope_shared::wire::{ToBrowser, WireError};
+use ackscope_shared::wire::{self, ToBrowser, WireError};
 use ackscope_shared::{ImportedConnection, Scenario};
 
 use super::run::Tally;
@@ -176,6 +176,51 @@ fn print_imported(
 /// interface per run, each stall's explanation as the comment of the packet that ended it
 /// (`ackscope_shared::pcapng_export`, which reads the file three times: it keeps the stalls, not
 /// the segments).
+/// `ackscope export FILE --rows OUT`: the session as version 8 wrote it, for builds older than
+/// version 9 (docs/FORMAT.md, "Versions"): its Hello says version 8 and its events are rows,
+/// each batch as a reader hands it on. Every other message is written as it is: version 9 added
+/// only blocks, so a version 8 reader takes all of them. Read and written a message at a time.
+pub fn export_rows(path: &Path, out_path: &Path) -> Result<Ended, Failure> {
+    let mut reader = record::SessionReader::open(path)?;
+    let write_error = |e: io::Error| format!("cannot write {}: {e}", out_path.display());
+    let mut file = io::BufWriter::new(std::fs::File::create(out_path).map_err(write_error)?);
+    let (mut frame, mut events, mut file_error) = (Vec::new(), 0u64, None);
+    while let Some(message) = reader.next_message() {
+        let message = match message {
+            Ok(ToBrowser::Hello(hello)) => {
+                ToBrowser::Hello(wire::Hello { protocol_version: ROWS_VERSION, ..hello })
+            }
+            Ok(message) => message,
+            Err(e) => {
+                file_error = Some(e);
+                break;
+            }
+        };
+        if let ToBrowser::Events { events: batch, .. } = &message {
+            events += batch.len() as u64;
+        }
+        frame.clear();
+        wire::write_frame(&message, &mut frame);
+        file.write_all(&frame).map_err(write_error)?;
+    }
+    file.flush().map_err(write_error)?;
+    let _ = writeln!(
+        Printable::terminal(io::stdout().lock()),
+        "wrote {events} events as rows (protocol version {ROWS_VERSION}) to {}",
+        out_path.display()
+    );
+    match file_error {
+        None => Ok(Ended::Ok),
+        Some(error) => Err(Failure::Run(format!(
+            "{}: {error}; everything before that point was exported",
+            path.display()
+        ))),
+    }
+}
+
+/// The last version whose files hold their events as rows only.
+const ROWS_VERSION: u16 = 8;
+
 pub fn export_pcapng(path: &Path, out_path: &Path) -> Result<Ended, Failure> {
     // The file is checked as every reader checks it (its size, its Hello) before OUT is made.
     drop(record::SessionReader::open(path)?);

@@ -101,7 +101,7 @@ impl SessionWriter {
     /// Writes every run's gathered events as blocks, in the order the runs first had events.
     fn write_blocks(&mut self) -> io::Result<()> {
         for Gathering { run, events, .. } in std::mem::take(&mut self.gathering) {
-            for block in wire::encode_blocks(run, &events, &mut compress) {
+            for block in wire::encode_blocks(run, &events, &mut wire::zstd) {
                 self.frame.clear();
                 let len = u32::try_from(block.len()).expect("a block is a few MB at most");
                 self.frame.extend_from_slice(&len.to_le_bytes());
@@ -134,11 +134,6 @@ impl Drop for SessionWriter {
     fn drop(&mut self) {
         let _ = self.write_blocks();
     }
-}
-
-/// A column of a block compressed: zstd's frame of it (docs/FORMAT.md, "Blocks").
-fn compress(raw: &[u8]) -> Vec<u8> {
-    ruzstd::encoding::compress_to_vec(raw, ruzstd::encoding::CompressionLevel::Fastest)
 }
 
 /// A session file several threads write runs to (a standalone server's own run and the runs

@@ -12,7 +12,9 @@
 
 use serde::{Deserialize, Serialize};
 
-pub use crate::compact::columns::{encode_blocks, Compress, BLOCK_COLUMN_BYTES, BLOCK_EVENTS};
+pub use crate::compact::columns::{
+    encode_blocks, zstd, Compress, BLOCK_COLUMN_BYTES, BLOCK_EVENTS,
+};
 use crate::compact::columns::{Unpacked, BLOCK};
 use crate::event::{Event, RunId};
 use crate::overview::Overview;
