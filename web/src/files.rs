@@ -24,7 +24,7 @@ use web_sys::{Blob, BlobPropertyBag, FileList, HtmlAnchorElement, Response, Url}
 
 use crate::js::{describe, settle, sleep};
 use crate::session_file::{capture_to_session, is_capture, name_of_url, refuse_size};
-use crate::state::{FileId, Source};
+use crate::state::{AppState, FileId, Source};
 use crate::store::Store;
 
 /// Opens every file of a picker's or a drop's list.
@@ -45,6 +45,9 @@ const READ_CHUNK_BYTES: f64 = 8.0 * 1024.0 * 1024.0;
 /// without the file's overview, in the first slices; most likely the first pieces run before
 /// the browser has finished optimizing the app's code, slower than later ones.)
 const DECODE_PIECE_BYTES: u32 = 16 * 1024;
+/// Events applied between two looks at the clock: a piece of a file of blocks may complete a
+/// block of 65,536 events, which applied at once was a task of 50-80 ms.
+const FEED_EVENTS: usize = 8192;
 /// The page's thread is given back after this long, so input and painting go on while a big
 /// file loads (a task over 50 ms is one a person notices).
 const SLICE_MS: f64 = 20.0;
@@ -105,14 +108,22 @@ pub fn open_blob(store: Store, name: String, blob: Blob) {
                 let bytes = &mut piece[..(to - from) as usize];
                 chunk.subarray(from, to).copy_to(bytes);
                 from = to;
-                if store.try_update_quietly(|state| state.feed_file(id, bytes)).is_none() {
-                    return; // the page is gone
-                }
-                if now_ms() - slice_start > SLICE_MS {
-                    // Show the progress, then let the page paint and take input.
-                    store.try_update(|_| {});
-                    sleep(0).await;
-                    slice_start = now_ms();
+                let mut fed: &[u8] = bytes;
+                loop {
+                    let feed = |state: &mut AppState| state.feed_file_some(id, fed, FEED_EVENTS);
+                    let Some(more) = store.try_update_quietly(feed) else {
+                        return; // the page is gone
+                    };
+                    if now_ms() - slice_start > SLICE_MS {
+                        // Show the progress, then let the page paint and take input.
+                        store.try_update(|_| {});
+                        sleep(0).await;
+                        slice_start = now_ms();
+                    }
+                    if !more {
+                        break;
+                    }
+                    fed = &[];
                 }
             }
             at = end;

@@ -18,12 +18,23 @@ pub const DOWNLOAD_NAME: &str = "ackscope-session.ackscope";
 /// few such files would fill.
 pub const MAX_FILE_BYTES: u64 = 512 * 1024 * 1024;
 
+/// At most this many events are decoded from one file: what the page holds of them takes about
+/// 13.5 bytes an event (a million-request session's 15 million events, 204 MB; docs/BENCHMARKS.md),
+/// so this is about 650 MB. [`MAX_FILE_BYTES`] bounds a file of rows before it is read; a file of
+/// compressed blocks (version 9) holds about 8 times its size once read, so its events are
+/// counted as they are decoded.
+pub const MAX_FILE_EVENTS: u64 = 48_000_000;
+
 /// Why a file's messages end before its last byte.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum FileError {
     Empty,
     /// A bad frame, or a first message that is not a Hello this build reads.
     Wire(WireError),
+    /// More events than the page holds ([`MAX_FILE_EVENTS`]): those before are kept.
+    TooManyEvents {
+        kept: u64,
+    },
 }
 
 impl fmt::Display for FileError {
@@ -33,6 +44,13 @@ impl fmt::Display for FileError {
                 f.write_str("the file is empty; a session file starts with a Hello")
             }
             FileError::Wire(error) => error.fmt(f),
+            FileError::TooManyEvents { kept } => write!(
+                f,
+                "the page holds a file's first {kept} events (about {} MB of its memory) and \
+                 this file has more: read it whole with `ackscope show FILE`, or record a \
+                 shorter run (a smaller --count or --duration)",
+                kept * 27 / 2_000_000
+            ),
         }
     }
 }
@@ -41,32 +59,79 @@ impl fmt::Display for FileError {
 /// decoded chunk by chunk, so it never has to be held whole. Stops at the first bad frame; a
 /// file of another protocol version yields no messages (its later frames could decode as
 /// valid-looking garbage).
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct SessionDecoder {
     stream: FrameStream,
     messages: u64,
+    events: u64,
+    max_events: u64,
     error: Option<FileError>,
 }
 
+impl Default for SessionDecoder {
+    fn default() -> Self {
+        SessionDecoder::with_max_events(MAX_FILE_EVENTS)
+    }
+}
+
 impl SessionDecoder {
+    /// A decoder that stops after `max_events` events ([`MAX_FILE_EVENTS`] by default).
+    pub fn with_max_events(max_events: u64) -> SessionDecoder {
+        SessionDecoder {
+            stream: FrameStream::default(),
+            messages: 0,
+            events: 0,
+            max_events,
+            error: None,
+        }
+    }
+
     /// Hands every whole message in `bytes` (with what came before) to `apply`.
-    pub fn feed(&mut self, bytes: &[u8], mut apply: impl FnMut(ToBrowser)) {
+    pub fn feed(&mut self, bytes: &[u8], apply: impl FnMut(ToBrowser)) {
+        self.feed_some(bytes, usize::MAX, apply);
+    }
+
+    /// [`SessionDecoder::feed`], stopping once `events` events have been handed to `apply` in
+    /// this call: true if whole messages are left, for the next call (with no bytes, or more).
+    /// A block of a file's events is up to 65,536 of them, and handed on whole it made a task
+    /// of 50-80 ms in the page.
+    pub fn feed_some(
+        &mut self,
+        bytes: &[u8],
+        events: usize,
+        mut apply: impl FnMut(ToBrowser),
+    ) -> bool {
         if self.error.is_some() {
-            return;
+            return false;
         }
         self.stream.push(bytes);
-        while let Some(next) = self.stream.next_message() {
+        let mut handed = 0;
+        while handed < events {
+            let Some(next) = self.stream.next_message() else { return false };
+            if let Ok(ToBrowser::Events { events, .. }) = &next {
+                handed += events.len();
+            }
             match next {
+                Ok(ToBrowser::Events { events, .. })
+                    if self.events + events.len() as u64 > self.max_events =>
+                {
+                    self.error = Some(FileError::TooManyEvents { kept: self.events });
+                    return false;
+                }
                 Ok(message) => {
+                    if let ToBrowser::Events { events, .. } = &message {
+                        self.events += events.len() as u64;
+                    }
                     self.messages += 1;
                     apply(message);
                 }
                 Err(error) => {
                     self.error = Some(FileError::Wire(error));
-                    return;
+                    return false;
                 }
             }
         }
+        true
     }
 
     /// The file ended: what was wrong with it, if anything.
@@ -232,6 +297,45 @@ mod tests {
 
         assert_eq!(decode_session(&[]), (vec![], Some(FileError::Empty)));
         assert!(FileError::Empty.to_string().contains("empty"));
+    }
+
+    /// A file of more events than the page holds keeps those before the bound and says how
+    /// to read the rest; the bound is on events decoded, whatever the file's bytes (a file of
+    /// compressed blocks is a fraction of what it decodes to).
+    #[test]
+    fn a_file_past_the_events_the_page_holds_keeps_those_before_and_says_so() {
+        use ackscope_shared::wire::{self, Hello, HostFacts};
+        use ackscope_shared::{ConnId, Event, EventKind, ReqId, RunId, Side};
+        let event = |i: u64| Event {
+            at_ns: i,
+            side: Side::Client,
+            conn: ConnId(0),
+            req: ReqId(i as u32),
+            kind: EventKind::RequestStart,
+        };
+        let mut file = Vec::new();
+        wire::write_frame(
+            &ToBrowser::Hello(Hello::current("0.1.0", HostFacts::default())),
+            &mut file,
+        );
+        for batch in 0..5 {
+            let events: Vec<Event> = (batch * 100..batch * 100 + 100).map(event).collect();
+            for block in wire::encode_blocks(RunId(1), &events, &mut wire::zstd) {
+                file.extend_from_slice(&(block.len() as u32).to_le_bytes());
+                file.extend_from_slice(&block);
+            }
+        }
+        let mut decoder = SessionDecoder::with_max_events(250);
+        let mut events = 0;
+        decoder.feed(&file, |message| {
+            if let ToBrowser::Events { events: batch, .. } = message {
+                events += batch.len();
+            }
+        });
+        assert_eq!(events, 200, "the whole batches before the bound");
+        let error = decoder.finish().expect("the file is not taken whole");
+        assert_eq!(error, FileError::TooManyEvents { kept: 200 });
+        assert!(error.to_string().contains("ackscope show FILE"), "{error}");
     }
 
     #[test]

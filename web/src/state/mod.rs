@@ -79,8 +79,10 @@ pub struct OpenedFile {
 /// or a day of runs from the page hold, and at most a few tens of MB however small the runs.
 pub const MAX_FILE_RUNS: usize = 1000;
 
-/// No request takes fewer bytes of a session file than this (its start and end events alone
-/// take more; a recorded one takes hundreds): what bounds a file's claim of how many it holds.
+/// No request takes fewer bytes of a session file of rows than this (its start and end events
+/// alone take more; a recorded one takes hundreds): what bounds a file's claim of how many it
+/// holds, for the room made for them up front. In compressed blocks (version 9) a request may
+/// take fewer (a recorded one about 24): room is then made as they come.
 const MIN_FILE_BYTES_PER_REQUEST: u64 = 16;
 
 /// A file being read chunk by chunk.
@@ -300,13 +302,23 @@ impl AppState {
     /// The next piece of a file begun with [`AppState::begin_file`]: its whole messages are
     /// applied to the file's session now, so its runs fill in as it loads.
     pub fn feed_file(&mut self, id: FileId, bytes: &[u8]) {
-        let Some(file) = self.files.iter_mut().find(|file| file.id == id) else { return };
-        let Some(loading) = &mut file.loading else { return };
+        let mut more = self.feed_file_some(id, bytes, usize::MAX);
+        while more {
+            more = self.feed_file_some(id, &[], usize::MAX);
+        }
+    }
+
+    /// [`AppState::feed_file`], stopping once `events` events are applied: true if whole
+    /// messages are left for the next call (`SessionDecoder::feed_some`), which the page makes
+    /// in a slice of its own.
+    pub fn feed_file_some(&mut self, id: FileId, bytes: &[u8], events: usize) -> bool {
+        let Some(file) = self.files.iter_mut().find(|file| file.id == id) else { return false };
+        let Some(loading) = &mut file.loading else { return false };
         let session = &mut file.session;
         let (newest, overviews) = (&mut loading.newest, &loading.overviews);
         // Believed only as far as the file could hold that many requests.
         let most = usize::try_from(loading.total_bytes / MIN_FILE_BYTES_PER_REQUEST).unwrap_or(0);
-        loading.decoder.feed(bytes, |message| {
+        let more = loading.decoder.feed_some(bytes, events, |message| {
             let started = session.apply(message);
             if let Some(run) = started.and_then(|run| session.run_mut(run)) {
                 // The file's end said how many requests this run has: room for them at once.
@@ -322,6 +334,7 @@ impl AppState {
             *newest = started.or(*newest);
         });
         loading.read_bytes += bytes.len() as u64;
+        more
     }
 
     /// The overviews written at the end of a file being read (`wire::read_overviews`): shown

@@ -1,5 +1,5 @@
 use ackscope_shared::wire::{
-    write_frame, Hello, HostFacts, Instruments, RunOutcome, ToBrowser, PROTOCOL_VERSION,
+    self, write_frame, Hello, HostFacts, Instruments, RunOutcome, ToBrowser, PROTOCOL_VERSION,
 };
 use ackscope_shared::{BulkSpec, Event, EventKind, RrSpec, Scenario, Side};
 
@@ -434,6 +434,63 @@ fn a_file_fed_in_pieces_opens_as_the_same_runs_and_reports_its_progress() {
         assert_eq!(a.summary(), b.summary());
     }
     assert_eq!(state.selected_key(), Some(RunKey { source: Source::File(id), run: RunId(2) }));
+}
+
+/// A file of compressed blocks (version 9) opens as the same run as its rows, fed a batch of
+/// events at a time: the page applies a block of 65,536 events over several slices.
+#[test]
+fn a_file_of_blocks_is_applied_a_batch_at_a_time_and_opens_as_its_rows_do() {
+    let mut live = AppState::default();
+    started(&mut live, 1);
+    let nagle = nagle_run(3000, 44 * MS);
+    for batch in nagle.chunks(8192) {
+        apply(&mut live, events(1, batch.to_vec()));
+    }
+    apply(&mut live, finished(1, RunOutcome::Completed));
+    let rows = live.live.file_bytes().expect("recorded").to_vec();
+    // The same messages, the events as one block.
+    let mut blocks = Vec::new();
+    let (messages, _) = decode_session(&rows);
+    for message in messages {
+        match message {
+            ToBrowser::Events { .. } => {}
+            ToBrowser::RunFinished { .. } => {
+                for block in wire::encode_blocks(RunId(1), &nagle, &mut wire::zstd) {
+                    blocks.extend_from_slice(&(block.len() as u32).to_le_bytes());
+                    blocks.extend_from_slice(&block);
+                }
+                write_frame(&message, &mut blocks);
+            }
+            other => write_frame(&other, &mut blocks),
+        }
+    }
+    assert!(
+        blocks.len() * 3 < rows.len(),
+        "{} bytes of blocks, {} of rows",
+        blocks.len(),
+        rows.len()
+    );
+
+    let mut state = AppState::default();
+    let id = state.begin_file("blocks.ackscope", blocks.len() as u64);
+    let mut calls = 1;
+    let mut more = state.feed_file_some(id, &blocks, 8192);
+    while more {
+        let run = &state.file(id).expect("opened").session.runs()[0];
+        assert!(run.events <= calls * 8192, "{} events after {calls} calls", run.events);
+        more = state.feed_file_some(id, &[], 8192);
+        calls += 1;
+    }
+    assert_eq!(calls as usize, nagle.len().div_ceil(8192), "a batch of events a call");
+    state.end_file(id);
+    let mut whole = AppState::default();
+    let whole_id = whole.open_file("rows.ackscope", &rows);
+    let (a, b) = (state.file(id).unwrap(), whole.file(whole_id).unwrap());
+    assert_eq!(a.error, None);
+    let (a, b) = (&a.session.runs()[0], &b.session.runs()[0]);
+    assert_eq!((a.events, &a.status), (b.events, &b.status));
+    assert_eq!(a.summary(), b.summary());
+    assert_eq!(a.attribution(), b.attribution());
 }
 
 #[test]
