@@ -13,7 +13,6 @@
 //! block (the first from zero), and its TCP_INFO samples from the previous sample of the same
 //! connection and side in the block. Only files hold blocks; the live stream keeps its batches.
 
-use std::collections::VecDeque;
 use std::io::Read;
 
 use super::by_hand::kind_by_hand;
@@ -202,46 +201,55 @@ fn pack(run: RunId, events: usize, columns: &[Vec<u8>], compress: Compress<'_>) 
 }
 
 /// A block's events as a reader hands them on: in batches of at most the events of one `Events`
-/// message, the messages a file of rows would have held.
+/// message (the messages a file of rows would have held), each made when it is asked for. The
+/// block's columns are decompressed when it is read; its events are made a batch at a time, so
+/// that a reader (the page) can give its thread back between batches.
 pub(crate) struct Unpacked {
     pub(crate) run: RunId,
-    pub(crate) batches: VecDeque<Vec<Event>>,
-    /// The columns decompressed, kept for the next block.
-    buffers: Vec<Vec<u8>>,
+    /// The block's columns, decompressed (a stored one copied): kept for the next block.
+    columns: Vec<Vec<u8>>,
+    /// How far each column has been read.
+    read: [usize; column::COUNT],
+    /// Events not yet made.
+    left: usize,
+    /// The previous event of each side, and the previous sample of each connection side.
+    last: [Last; 2],
+    expander: Expander,
     decoder: Option<Box<ruzstd::decoding::FrameDecoder>>,
 }
 
 impl Default for Unpacked {
     fn default() -> Self {
-        Unpacked { run: RunId(0), batches: VecDeque::new(), buffers: Vec::new(), decoder: None }
+        Unpacked {
+            run: RunId(0),
+            columns: Vec::new(),
+            read: [0; column::COUNT],
+            left: 0,
+            last: Default::default(),
+            expander: Expander::default(),
+            decoder: None,
+        }
     }
 }
 
 impl std::fmt::Debug for Unpacked {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let events: usize = self.batches.iter().map(Vec::len).sum();
-        write!(f, "Unpacked {{ run: {:?}, events left: {events} }}", self.run)
+        write!(f, "Unpacked {{ run: {:?}, events left: {} }}", self.run, self.left)
     }
 }
 
 impl Unpacked {
-    /// Decodes the block in `payload` (a frame's, its first byte [`BLOCK`]) into `batches` of
-    /// at most `batch_events` (emptied first), the samples in `spare`'s boxes first. Everything
-    /// the directory says is checked before a column is decoded; the error says what does not
-    /// hold.
-    pub(crate) fn decode(
-        &mut self,
-        payload: &[u8],
-        spare: &mut SpareSamples,
-        batch_events: usize,
-    ) -> Result<(), String> {
-        self.batches.clear();
+    /// Reads the block in `payload` (a frame's, its first byte [`BLOCK`]): its directory, every
+    /// claim of which is checked before a column is decompressed, then its columns. Its events
+    /// are then made by [`Unpacked::next_batch`]. The error says what does not hold.
+    pub(crate) fn read(&mut self, payload: &[u8]) -> Result<(), String> {
+        self.left = 0;
         let mut bytes = Bytes(payload);
         if bytes.byte() != Some(BLOCK) {
             return Err("not a block of events".into());
         }
         let cut = || "a block of events ends inside its directory".to_string();
-        self.run = RunId(bytes.u32().ok_or_else(cut)?);
+        let run = RunId(bytes.u32().ok_or_else(cut)?);
         let count = bytes.usize().ok_or_else(cut)?;
         if count == 0 || count > BLOCK_EVENTS {
             return Err(format!("a block of {count} events (1 to {BLOCK_EVENTS})"));
@@ -278,31 +286,65 @@ impl Unpacked {
                 bytes.0.len()
             ));
         }
-        // Each packed column decompressed into a buffer of its own; a stored one read in place.
-        self.buffers.resize_with(column::COUNT, Vec::new);
+        self.columns.resize_with(column::COUNT, Vec::new);
         let mut rest = bytes.0;
-        let mut stored: [&[u8]; column::COUNT] = [&[]; column::COUNT];
-        for number in (0..column::COUNT).filter(|&n| present[n]) {
+        for (number, column) in self.columns.iter_mut().enumerate() {
+            column.clear();
+            if !present[number] {
+                continue;
+            }
             let (raw, packed) = directory[number];
-            let (column, after) = rest.split_at(packed);
+            let (bytes, after) = rest.split_at(packed);
             rest = after;
-            self.buffers[number].clear();
             if packed == raw {
-                stored[number] = column;
+                column.extend_from_slice(bytes);
             } else {
                 let decoder = self.decoder.get_or_insert_with(Default::default);
-                unpack(column, raw, decoder, &mut self.buffers[number])
+                unpack(bytes, raw, decoder, column)
                     .map_err(|why| format!("a block's column {number}: {why}"))?;
             }
         }
-        let columns: [&[u8]; column::COUNT] = std::array::from_fn(|number| {
-            if present[number] && directory[number].0 != directory[number].1 {
-                &self.buffers[number][..]
-            } else {
-                stored[number]
+        self.run = run;
+        self.read = [0; column::COUNT];
+        self.left = count;
+        self.last = Default::default();
+        self.expander =
+            Expander { spare: std::mem::take(&mut self.expander.spare), ..Expander::default() };
+        Ok(())
+    }
+
+    /// The block's next `batch_events` events (fewer at its end), the samples in `spare`'s
+    /// boxes first; `None` once all are made. An error ends the block (the batches before it
+    /// were whole).
+    pub(crate) fn next_batch(
+        &mut self,
+        spare: &mut SpareSamples,
+        batch_events: usize,
+    ) -> Option<Result<Vec<Event>, String>> {
+        if self.left == 0 {
+            return None;
+        }
+        let count = self.left.min(batch_events);
+        let mut columns: [Bytes<'_>; column::COUNT] =
+            std::array::from_fn(|i| Bytes(self.columns.get(i).map_or(&[], |c| &c[self.read[i]..])));
+        std::mem::swap(&mut self.expander.spare, spare);
+        let made = make_events(&mut columns, count, &mut self.last, &mut self.expander);
+        std::mem::swap(&mut self.expander.spare, spare);
+        for (read, (column, left)) in self.read.iter_mut().zip(self.columns.iter().zip(&columns)) {
+            *read = column.len() - left.0.len();
+        }
+        self.left -= count;
+        let made = made.map_err(String::from).and_then(|events| {
+            let ended = self.left == 0;
+            if ended && columns.iter().any(|column| !column.0.is_empty()) {
+                return Err("a column holds more than the block's events".to_string());
             }
+            Ok(events)
         });
-        decode_events(&columns, count, spare, batch_events, &mut self.batches)
+        if made.is_err() {
+            self.left = 0;
+        }
+        Some(made)
     }
 }
 
@@ -359,37 +401,31 @@ fn frame_window(frame: &[u8]) -> Option<u64> {
     Some(size)
 }
 
-/// The `count` events of a block's `columns`, in batches.
-fn decode_events(
-    columns: &[&[u8]; column::COUNT],
+/// The next `count` events of a block's `columns`, read from where they were left.
+fn make_events(
+    columns: &mut [Bytes<'_>; column::COUNT],
     count: usize,
-    spare: &mut SpareSamples,
-    batch_events: usize,
-    batches: &mut VecDeque<Vec<Event>>,
-) -> Result<(), String> {
-    let mut sides = Bytes(columns[column::SIDES]);
-    let mut samples = Bytes(columns[column::SAMPLES]);
-    let mut by_kind: [Bytes<'_>; column::COUNT] = std::array::from_fn(|i| Bytes(columns[i]));
-    let mut last = [Last::default(); 2];
-    let mut expander = Expander { spare: std::mem::take(spare), ..Expander::default() };
-    let mut batch = Vec::with_capacity(count.min(batch_events).min(PREALLOCATE_EVENTS));
-    let decoded = (0..count).try_for_each(|at| {
-        let side = match sides.byte() {
+    last: &mut [Last; 2],
+    expander: &mut Expander,
+) -> Result<Vec<Event>, &'static str> {
+    let mut events = Vec::with_capacity(count.min(PREALLOCATE_EVENTS));
+    for _ in 0..count {
+        let side = match columns[column::SIDES].byte() {
             Some(side @ (0 | 1)) => usize::from(side),
             Some(_) => return Err("a side other than 0 and 1"),
             None => return Err("the sides column ends early"),
         };
-        let kind = by_kind[column::KINDS + side].byte().ok_or("a kinds column ends early")?;
+        let kind = columns[column::KINDS + side].byte().ok_or("a kinds column ends early")?;
         if usize::from(kind) >= KINDS_OF_EVENT {
             return Err("an unknown kind of event");
         }
-        let mut next = |which: usize| by_kind[column::of(kind, side, which)].i64();
         let cut = "a column of a kind of event ends early";
-        let conn = next(column::CONN).ok_or(cut)? as u32;
-        let req = next(column::REQ).ok_or(cut)? as u32;
-        let mut time_byte = |which| by_kind[column::of(kind, side, which)].byte().ok_or(cut);
-        let (low, second) = (time_byte(column::TIME_LOW)?, time_byte(column::TIME_SECOND)?);
-        let rest = by_kind[column::of(kind, side, column::TIME_REST)].u64().ok_or(cut)?;
+        let of = |which| column::of(kind, side, which);
+        let conn = columns[of(column::CONN)].i64().ok_or(cut)? as u32;
+        let req = columns[of(column::REQ)].i64().ok_or(cut)? as u32;
+        let low = columns[of(column::TIME_LOW)].byte().ok_or(cut)?;
+        let second = columns[of(column::TIME_SECOND)].byte().ok_or(cut)?;
+        let rest = columns[of(column::TIME_REST)].u64().ok_or(cut)?;
         let time = unzigzag((rest << 16) | u64::from(second) << 8 | u64::from(low));
         let before = &mut last[side];
         let (conn, req) = (before.conn.wrapping_add(conn), before.req.wrapping_add(req));
@@ -397,6 +433,7 @@ fn decode_events(
         *before = Last { at_ns, conn, req };
         let (side, conn) = (if side == 0 { Side::Client } else { Side::Server }, ConnId(conn));
         let kind = if kind == SAMPLE {
+            let samples = &mut columns[column::SAMPLES];
             let during_block = samples.bool().ok_or("the samples end early")?;
             let changed = samples.u32().ok_or("the samples end early")?;
             let mut deltas = [0; FIELDS];
@@ -407,27 +444,12 @@ fn decode_events(
             }
             EventKind::TcpInfo(expander.sample((conn, side), during_block, changed, deltas)?)
         } else {
-            let fields = &mut by_kind[column::of(kind, side.index(), column::FIELDS)];
+            let fields = &mut columns[column::of(kind, side.index(), column::FIELDS)];
             kind_by_hand(kind.into(), fields).ok_or("a kind's fields do not decode")?
         };
-        batch.push(Event { at_ns, side, conn, req: ReqId(req), kind });
-        if batch.len() == batch_events && at + 1 < count {
-            let next = Vec::with_capacity((count - at - 1).min(batch_events));
-            batches.push_back(std::mem::replace(&mut batch, next));
-        }
-        Ok::<(), &'static str>(())
-    });
-    *spare = expander.spare;
-    decoded?;
-    batches.push_back(batch);
-    // `sides` and `samples` were read apart from the rest.
-    let apart = [column::SIDES, column::SAMPLES];
-    let left = by_kind.iter().enumerate().filter(|(number, _)| !apart.contains(number));
-    if [&sides, &samples].into_iter().chain(left.map(|(_, column)| column)).any(|c| !c.0.is_empty())
-    {
-        return Err("a column holds more than the block's events".into());
+        events.push(Event { at_ns, side, conn, req: ReqId(req), kind });
     }
-    Ok(())
+    Ok(events)
 }
 
 #[cfg(test)]
@@ -462,8 +484,11 @@ mod tests {
 
     fn decoded(payload: &[u8], batch_events: usize) -> Result<(RunId, Vec<Vec<Event>>), String> {
         let mut unpacked = Unpacked::default();
-        unpacked.decode(payload, &mut SpareSamples::default(), batch_events)?;
-        Ok((unpacked.run, unpacked.batches.into_iter().collect()))
+        unpacked.read(payload)?;
+        let mut spare = SpareSamples::default();
+        let batches = std::iter::from_fn(|| unpacked.next_batch(&mut spare, batch_events));
+        let batches = batches.collect::<Result<Vec<_>, _>>()?;
+        Ok((unpacked.run, batches))
     }
 
     #[test]
@@ -567,6 +592,27 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// A block's events are made a batch at a time: one whose columns go wrong only at its end
+    /// hands on its whole batches before it says what is wrong.
+    #[test]
+    fn a_block_that_goes_wrong_at_its_end_hands_on_its_batches_before() {
+        let events = nagle_run(30, 44 * MS);
+        assert!(events.len() > 300, "{} events", events.len());
+        let mut columns = columns_of(&events);
+        columns[column::SIDES].push(0);
+        let block = pack(RunId(1), events.len(), &columns, &mut zstd);
+        let mut unpacked = Unpacked::default();
+        unpacked.read(&block).expect("its directory holds");
+        let mut spare = SpareSamples::default();
+        let batches: Vec<_> = std::iter::from_fn(|| unpacked.next_batch(&mut spare, 100)).collect();
+        let (last, whole) = batches.split_last().unwrap();
+        let error = last.as_ref().expect_err("the last batch finds the extra byte");
+        assert!(error.contains("more than the block's events"), "{error}");
+        let whole: Vec<Event> = whole.iter().flat_map(|b| b.clone().unwrap()).collect();
+        assert_eq!(whole.len(), events.len() / 100 * 100);
+        assert_eq!(whole, events[..whole.len()]);
     }
 
     fn directory(count: u64, columns: &[(u64, u64, u64)]) -> Vec<u8> {
