@@ -149,7 +149,13 @@ pub fn run(args: &ServerArgs) -> Result<Ended, Failure> {
                     let _ = writeln!(stderr, "ackscope: {error}; stopping");
                 }
             }
-            Err(RecvTimeoutError::Timeout) => {}
+            // Between clients: what the file gathered is written once it is a second old.
+            Err(RecvTimeoutError::Timeout) => {
+                if let Some(error) = file.write_due() {
+                    let mut stderr = Printable::terminal(std::io::stderr().lock());
+                    let _ = writeln!(stderr, "ackscope: {error}; stopping");
+                }
+            }
             Err(RecvTimeoutError::Disconnected) => break,
         }
         // A recording server whose recording fails (a full disk; its own write or a remote

@@ -90,9 +90,18 @@ impl SessionWriter {
             None => self.gathering.push(Gathering { run, events, since: Instant::now() }),
         }
         let gathered: usize = self.gathering.iter().map(|gathering| gathering.events.len()).sum();
+        if gathered >= wire::BLOCK_EVENTS {
+            return self.write_blocks();
+        }
+        self.write_due()
+    }
+
+    /// Writes the gathered events once the first of them is [`BLOCK_GATHERING`] old: for a
+    /// writer's owner that wakes when no events come (a server between its clients), so that
+    /// what it gathered does not wait for the next.
+    pub fn write_due(&mut self) -> io::Result<()> {
         let oldest = self.gathering.iter().map(|gathering| gathering.since).min();
-        if gathered >= wire::BLOCK_EVENTS || oldest.is_some_and(|t| t.elapsed() >= BLOCK_GATHERING)
-        {
+        if oldest.is_some_and(|t| t.elapsed() >= BLOCK_GATHERING) {
             self.write_blocks()?;
         }
         Ok(())
@@ -152,6 +161,11 @@ impl SharedWriter {
     /// Writes `message` unless an earlier write failed; returns this write's error, once.
     pub fn write(&self, message: &ToBrowser) -> Option<String> {
         self.with(|writer| writer.write(message))
+    }
+
+    /// [`SessionWriter::write_due`], as [`SharedWriter::write`].
+    pub fn write_due(&self) -> Option<String> {
+        self.with(SessionWriter::write_due)
     }
 
     /// [`SessionWriter::write_events`], as [`SharedWriter::write`].
@@ -490,6 +504,37 @@ mod tests {
         assert!(err.to_string().contains("over the 16777216-byte limit"), "{err}");
         drop(writer);
         assert_eq!(read(&path).unwrap().messages, session()[..1], "the file reads whole");
+    }
+
+    /// A run's events are gathered into a block, not written at once; a writer that wakes with
+    /// no events to hand (a server between clients) writes them once they are a second old,
+    /// and the file then reads back whole.
+    #[test]
+    fn gathered_events_are_written_once_they_are_a_second_old() {
+        let path = temp("gathered.ackscope");
+        let mut writer = SessionWriter::create(&path).unwrap();
+        let messages = session();
+        writer.write(&messages[0]).unwrap();
+        writer.write(&messages[1]).unwrap();
+        let ToBrowser::Events { run, events } = messages[2].clone() else { unreachable!() };
+        writer.write_events(run, events).unwrap();
+        let written = || std::fs::metadata(&path).unwrap().len();
+        let before = written();
+        let started = Instant::now();
+        writer.write_due().unwrap();
+        if started.elapsed() < BLOCK_GATHERING {
+            assert_eq!(written(), before, "gathered, not yet written");
+        }
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while written() == before {
+            assert!(Instant::now() < deadline, "the block was never written");
+            std::thread::sleep(Duration::from_millis(10));
+            writer.write_due().unwrap();
+        }
+        assert!(started.elapsed() >= BLOCK_GATHERING / 2, "written early: {:?}", started.elapsed());
+        let file = read(&path).unwrap();
+        assert_eq!(file.messages, messages[..3], "the block reads back as the batch it was");
+        drop(writer);
     }
 
     #[test]
