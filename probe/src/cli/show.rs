@@ -209,13 +209,7 @@ pub fn export_rows(path: &Path, out_path: &Path) -> Result<Ended, Failure> {
         "wrote {events} events as rows (protocol version {ROWS_VERSION}) to {}",
         out_path.display()
     );
-    match file_error {
-        None => Ok(Ended::Ok),
-        Some(error) => Err(Failure::Run(format!(
-            "{}: {error}; everything before that point was exported",
-            path.display()
-        ))),
-    }
+    ended(path, file_error, "everything before that point was exported")
 }
 
 /// The last version whose files hold their events as rows only.
@@ -261,11 +255,5 @@ pub fn export_pcapng(path: &Path, out_path: &Path) -> Result<Ended, Failure> {
         written.comments,
         out_path.display()
     );
-    match file_error {
-        None => Ok(Ended::Ok),
-        Some(error) => Err(Failure::Run(format!(
-            "{}: {error}; everything before that point was exported",
-            path.display()
-        ))),
-    }
+    ended(path, file_error, "everything before that point was exported")
 }
