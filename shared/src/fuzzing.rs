@@ -69,12 +69,12 @@ pub fn event_blocks(data: &[u8]) {
     if data.first() != Some(&12) {
         return;
     }
-    if let Ok(ToBrowser::Events { run, events }) = wire::decode_message(data) {
+    if let Ok(ToBrowser::Events { run, events }) = wire::decode_block(data) {
         let stored: wire::Compress<'_> = &mut |raw| raw.to_vec();
         for compress in [stored, &mut wire::zstd] {
             let mut back = Vec::new();
             for block in wire::encode_blocks(run, &events, compress) {
-                match wire::decode_message(&block) {
+                match wire::decode_block(&block) {
                     Ok(ToBrowser::Events { events, .. }) => back.extend(events),
                     other => panic!("a block encoded again does not decode: {other:?}"),
                 }

@@ -149,13 +149,7 @@ pub fn run(args: &ServerArgs) -> Result<Ended, Failure> {
                     let _ = writeln!(stderr, "ackscope: {error}; stopping");
                 }
             }
-            // Between clients: what the file gathered is written once it is a second old.
-            Err(RecvTimeoutError::Timeout) => {
-                if let Some(error) = file.write_due() {
-                    let mut stderr = Printable::terminal(std::io::stderr().lock());
-                    let _ = writeln!(stderr, "ackscope: {error}; stopping");
-                }
-            }
+            Err(RecvTimeoutError::Timeout) => {}
             Err(RecvTimeoutError::Disconnected) => break,
         }
         // A recording server whose recording fails (a full disk; its own write or a remote

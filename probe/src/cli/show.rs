@@ -172,10 +172,6 @@ fn print_imported(
     super::import::print_summaries(out, &run.classes());
 }
 
-/// `ackscope export FILE --pcapng OUT`: the captured segments of every run as pcapng, one
-/// interface per run, each stall's explanation as the comment of the packet that ended it
-/// (`ackscope_shared::pcapng_export`, which reads the file three times: it keeps the stalls, not
-/// the segments).
 /// `ackscope export FILE --rows OUT`: the session as version 8 wrote it, for builds older than
 /// version 9 (docs/FORMAT.md, "Versions"): its Hello says version 8 and its events are rows,
 /// each batch as a reader hands it on. Every other message is written as it is: version 9 added
@@ -215,6 +211,10 @@ pub fn export_rows(path: &Path, out_path: &Path) -> Result<Ended, Failure> {
 /// The last version whose files hold their events as rows only.
 const ROWS_VERSION: u16 = 8;
 
+/// `ackscope export FILE --pcapng OUT`: the captured segments of every run as pcapng, one
+/// interface per run, each stall's explanation as the comment of the packet that ended it
+/// (`ackscope_shared::pcapng_export`, which reads the file three times: it keeps the stalls, not
+/// the segments).
 pub fn export_pcapng(path: &Path, out_path: &Path) -> Result<Ended, Failure> {
     // The file is checked as every reader checks it (its size, its Hello) before OUT is made.
     drop(record::SessionReader::open(path)?);

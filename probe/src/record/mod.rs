@@ -1,8 +1,9 @@
 //! Session files: the probe's stream of messages written to disk as it happens (the framing of
 //! docs/FORMAT.md), and read back for `ackscope show` and `ackscope export`.
 //!
-//! The writer appends each message as soon as it exists and flushes every batch, so a crash or a
-//! kill loses at most the batch in flight; a reader keeps every message before a bad frame.
+//! The writer appends each message as soon as it exists; a run's events are gathered into
+//! blocks (docs/FORMAT.md, "Blocks") for at most [`BLOCK_GATHERING`], so a crash or a kill loses
+//! at most that last second of events. A reader keeps every message before a bad frame.
 
 use std::fs::File;
 use std::io::{self, BufWriter, Read, Write};
@@ -16,11 +17,24 @@ use ackscope_shared::{Event, RunId};
 /// Session files larger than this are refused before reading (16 GiB: far beyond a long run).
 pub const MAX_FILE_BYTES: u64 = 16 << 30;
 
-/// A run's events are gathered into a block for at most this long before it is written: what
-/// a crash or a kill may lose.
+/// A run's events are gathered into a block for at most this long before it is written (give
+/// or take [`FLUSH_EVERY`]): what a crash or a kill may lose.
 pub const BLOCK_GATHERING: Duration = Duration::from_secs(1);
 
+/// How often a writer's own thread looks at the age of what it gathered: a run or a watch whose
+/// events stop (an idle service, a long wait) has what it gathered written all the same.
+const FLUSH_EVERY: Duration = Duration::from_millis(100);
+
+/// A session file being written: its messages in order, its events gathered into blocks. A
+/// thread of its own writes what was gathered once it is [`BLOCK_GATHERING`] old, whether or not
+/// more events come; its failure is the next write's error.
 pub struct SessionWriter {
+    writing: std::sync::Arc<std::sync::Mutex<Writing>>,
+    /// Dropped to stop the flushing thread, which is then joined.
+    flusher: Option<(std::sync::mpsc::Sender<()>, std::thread::JoinHandle<()>)>,
+}
+
+struct Writing {
     path: PathBuf,
     out: BufWriter<File>,
     frame: Vec<u8>,
@@ -29,6 +43,8 @@ pub struct SessionWriter {
     /// together), when its first event is [`BLOCK_GATHERING`] old, and before any other
     /// message, which keeps the file in the order the messages came.
     gathering: Vec<Gathering>,
+    /// What the flushing thread's last write failed with, for the next write to return.
+    flush_error: Option<io::Error>,
 }
 
 /// A run's events not yet written.
@@ -43,18 +59,65 @@ impl SessionWriter {
         let file = File::create(path).map_err(|e| {
             io::Error::new(e.kind(), format!("cannot create {}: {e}", path.display()))
         })?;
-        Ok(SessionWriter {
+        let writing = std::sync::Arc::new(std::sync::Mutex::new(Writing {
             path: path.to_owned(),
             out: BufWriter::new(file),
             frame: Vec::new(),
             gathering: Vec::new(),
-        })
+            flush_error: None,
+        }));
+        let (stop, stopped) = std::sync::mpsc::channel::<()>();
+        let flushed = std::sync::Arc::clone(&writing);
+        let flusher = std::thread::Builder::new().name("session-file".into()).spawn(move || {
+            // Until the writer is dropped (its sender with it).
+            while let Err(std::sync::mpsc::RecvTimeoutError::Timeout) =
+                stopped.recv_timeout(FLUSH_EVERY)
+            {
+                let mut writing = flushed.lock().unwrap_or_else(|p| p.into_inner());
+                if writing.flush_error.is_none() {
+                    writing.flush_error = writing.write_due().err();
+                }
+            }
+        })?;
+        Ok(SessionWriter { writing, flusher: Some((stop, flusher)) })
+    }
+
+    fn writing(&self) -> std::sync::MutexGuard<'_, Writing> {
+        self.writing.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Appends one message and hands it to the kernel. A message over
     /// [`wire::MAX_MESSAGE_BYTES`] is refused, not written: no reader could take it, and the
     /// file would end there for them.
     pub fn write(&mut self, message: &ToBrowser) -> io::Result<()> {
+        self.writing().write(message)
+    }
+
+    /// Appends a run's events, gathered into blocks (see [`Writing::gathering`]).
+    pub fn write_events(&mut self, run: RunId, events: Vec<Event>) -> io::Result<()> {
+        self.writing().write_events(run, events)
+    }
+
+    /// Ends the file: each run's overview, then the fixed-size trailer that says where they
+    /// start, so a viewer paints a long run's overview from the file's last bytes before it has
+    /// decoded the events (docs/FORMAT.md, "The end of a file"). A file without them (cut short
+    /// by a crash) still reads whole.
+    pub fn finish(mut self, overviews: Vec<(RunId, Overview)>) -> io::Result<()> {
+        self.stop_flushing();
+        self.writing().finish(overviews)
+    }
+
+    /// Stops the flushing thread and waits for it.
+    fn stop_flushing(&mut self) {
+        if let Some((stop, flusher)) = self.flusher.take() {
+            drop(stop);
+            let _ = flusher.join();
+        }
+    }
+}
+
+impl Writing {
+    fn write(&mut self, message: &ToBrowser) -> io::Result<()> {
         self.write_blocks()?;
         self.frame.clear();
         wire::write_frame(message, &mut self.frame);
@@ -82,9 +145,8 @@ impl SessionWriter {
     }
 }
 
-impl SessionWriter {
-    /// Appends a run's events, gathered into blocks (see [`SessionWriter::gathering`]).
-    pub fn write_events(&mut self, run: RunId, mut events: Vec<Event>) -> io::Result<()> {
+impl Writing {
+    fn write_events(&mut self, run: RunId, mut events: Vec<Event>) -> io::Result<()> {
         match self.gathering.iter_mut().find(|gathering| gathering.run == run) {
             Some(gathering) => gathering.events.append(&mut events),
             None => self.gathering.push(Gathering { run, events, since: Instant::now() }),
@@ -96,10 +158,8 @@ impl SessionWriter {
         self.write_due()
     }
 
-    /// Writes the gathered events once the first of them is [`BLOCK_GATHERING`] old: for a
-    /// writer's owner that wakes when no events come (a server between its clients), so that
-    /// what it gathered does not wait for the next.
-    pub fn write_due(&mut self) -> io::Result<()> {
+    /// Writes the gathered events once the first of them is [`BLOCK_GATHERING`] old.
+    fn write_due(&mut self) -> io::Result<()> {
         let oldest = self.gathering.iter().map(|gathering| gathering.since).min();
         if oldest.is_some_and(|t| t.elapsed() >= BLOCK_GATHERING) {
             self.write_blocks()?;
@@ -107,8 +167,12 @@ impl SessionWriter {
         Ok(())
     }
 
-    /// Writes every run's gathered events as blocks, in the order the runs first had events.
+    /// Writes every run's gathered events as blocks, in the order the runs first had events;
+    /// first, the flushing thread's failure, if it had one.
     fn write_blocks(&mut self) -> io::Result<()> {
+        if let Some(error) = self.flush_error.take() {
+            return Err(error);
+        }
         for Gathering { run, events, .. } in std::mem::take(&mut self.gathering) {
             for block in wire::encode_blocks(run, &events, &mut wire::zstd) {
                 self.frame.clear();
@@ -121,11 +185,7 @@ impl SessionWriter {
         Ok(())
     }
 
-    /// Ends the file: each run's overview, then the fixed-size trailer that says where they
-    /// start, so a viewer paints a long run's overview from the file's last bytes before it has
-    /// decoded the events (docs/FORMAT.md, "The end of a file"). A file without them (cut short
-    /// by a crash) still reads whole.
-    pub fn finish(mut self, overviews: Vec<(RunId, Overview)>) -> io::Result<()> {
+    fn finish(&mut self, overviews: Vec<(RunId, Overview)>) -> io::Result<()> {
         self.write_blocks()?;
         let mut bytes = 0;
         for (run, overview) in overviews {
@@ -141,7 +201,8 @@ impl SessionWriter {
 /// writes the events it gathered: the file keeps everything it was handed.
 impl Drop for SessionWriter {
     fn drop(&mut self) {
-        let _ = self.write_blocks();
+        self.stop_flushing();
+        let _ = self.writing().write_blocks();
     }
 }
 
@@ -161,11 +222,6 @@ impl SharedWriter {
     /// Writes `message` unless an earlier write failed; returns this write's error, once.
     pub fn write(&self, message: &ToBrowser) -> Option<String> {
         self.with(|writer| writer.write(message))
-    }
-
-    /// [`SessionWriter::write_due`], as [`SharedWriter::write`].
-    pub fn write_due(&self) -> Option<String> {
-        self.with(SessionWriter::write_due)
     }
 
     /// [`SessionWriter::write_events`], as [`SharedWriter::write`].
@@ -506,9 +562,9 @@ mod tests {
         assert_eq!(read(&path).unwrap().messages, session()[..1], "the file reads whole");
     }
 
-    /// A run's events are gathered into a block, not written at once; a writer that wakes with
-    /// no events to hand (a server between clients) writes them once they are a second old,
-    /// and the file then reads back whole.
+    /// A run's events are gathered into a block, not written at once; when no more come (an
+    /// idle watch, a server between clients) the writer's own thread writes them once they are
+    /// a second old, and the file then reads back whole.
     #[test]
     fn gathered_events_are_written_once_they_are_a_second_old() {
         let path = temp("gathered.ackscope");
@@ -521,15 +577,10 @@ mod tests {
         let written = || std::fs::metadata(&path).unwrap().len();
         let before = written();
         let started = Instant::now();
-        writer.write_due().unwrap();
-        if started.elapsed() < BLOCK_GATHERING {
-            assert_eq!(written(), before, "gathered, not yet written");
-        }
-        let deadline = Instant::now() + Duration::from_secs(30);
+        let deadline = started + Duration::from_secs(30);
         while written() == before {
             assert!(Instant::now() < deadline, "the block was never written");
             std::thread::sleep(Duration::from_millis(10));
-            writer.write_due().unwrap();
         }
         assert!(started.elapsed() >= BLOCK_GATHERING / 2, "written early: {:?}", started.elapsed());
         let file = read(&path).unwrap();

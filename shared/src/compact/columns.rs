@@ -206,8 +206,12 @@ fn pack(run: RunId, events: usize, columns: &[Vec<u8>], compress: Compress<'_>) 
 /// that a reader (the page) can give its thread back between batches.
 pub(crate) struct Unpacked {
     pub(crate) run: RunId,
-    /// The block's columns, decompressed (a stored one copied): kept for the next block.
-    columns: Vec<Vec<u8>>,
+    /// The block's columns, decompressed (a stored one copied), one after the other: one
+    /// buffer, kept for the next block, so that what a reader holds is bounded by the largest
+    /// block ([`BLOCK_COLUMN_BYTES`]), not by the largest of each column over a file.
+    columns: Vec<u8>,
+    /// Where each column is in `columns`.
+    ranges: [std::ops::Range<usize>; column::COUNT],
     /// How far each column has been read.
     read: [usize; column::COUNT],
     /// Events not yet made.
@@ -223,6 +227,7 @@ impl Default for Unpacked {
         Unpacked {
             run: RunId(0),
             columns: Vec::new(),
+            ranges: std::array::from_fn(|_| 0..0),
             read: [0; column::COUNT],
             left: 0,
             last: Default::default(),
@@ -286,23 +291,23 @@ impl Unpacked {
                 bytes.0.len()
             ));
         }
-        self.columns.resize_with(column::COUNT, Vec::new);
+        self.columns.clear();
         let mut rest = bytes.0;
-        for (number, column) in self.columns.iter_mut().enumerate() {
-            column.clear();
-            if !present[number] {
-                continue;
+        for (number, range) in self.ranges.iter_mut().enumerate() {
+            let start = self.columns.len();
+            if present[number] {
+                let (raw, packed) = directory[number];
+                let (bytes, after) = rest.split_at(packed);
+                rest = after;
+                if packed == raw {
+                    self.columns.extend_from_slice(bytes);
+                } else {
+                    let decoder = self.decoder.get_or_insert_with(Default::default);
+                    unpack(bytes, raw, decoder, &mut self.columns)
+                        .map_err(|why| format!("a block's column {number}: {why}"))?;
+                }
             }
-            let (raw, packed) = directory[number];
-            let (bytes, after) = rest.split_at(packed);
-            rest = after;
-            if packed == raw {
-                column.extend_from_slice(bytes);
-            } else {
-                let decoder = self.decoder.get_or_insert_with(Default::default);
-                unpack(bytes, raw, decoder, column)
-                    .map_err(|why| format!("a block's column {number}: {why}"))?;
-            }
+            *range = start..self.columns.len();
         }
         self.run = run;
         self.read = [0; column::COUNT];
@@ -325,13 +330,14 @@ impl Unpacked {
             return None;
         }
         let count = self.left.min(batch_events);
-        let mut columns: [Bytes<'_>; column::COUNT] =
-            std::array::from_fn(|i| Bytes(self.columns.get(i).map_or(&[], |c| &c[self.read[i]..])));
+        let mut columns: [Bytes<'_>; column::COUNT] = std::array::from_fn(|i| {
+            Bytes(&self.columns[self.ranges[i].start + self.read[i]..self.ranges[i].end])
+        });
         std::mem::swap(&mut self.expander.spare, spare);
         let made = make_events(&mut columns, count, &mut self.last, &mut self.expander);
         std::mem::swap(&mut self.expander.spare, spare);
-        for (read, (column, left)) in self.read.iter_mut().zip(self.columns.iter().zip(&columns)) {
-            *read = column.len() - left.0.len();
+        for (read, (range, left)) in self.read.iter_mut().zip(self.ranges.iter().zip(&columns)) {
+            *read = range.len() - left.0.len();
         }
         self.left -= count;
         let made = made.map_err(String::from).and_then(|events| {
@@ -348,8 +354,13 @@ impl Unpacked {
     }
 }
 
-/// Decompresses the zstd frame `packed` into `out`, which must come to `raw` bytes. The frame's
-/// header is checked first: the decoder sets aside the window the header names.
+/// The largest zstd window a column's frame may name: what `ruzstd`'s encoder writes. The
+/// decoder sets the window aside as it reads the frame's header, before anything is decoded,
+/// so a larger one would cost its size for a few bytes of header.
+pub const MAX_WINDOW_BYTES: u64 = 128 * 1024;
+
+/// Decompresses the zstd frame `packed` onto the end of `out`, where it must come to `raw`
+/// bytes. The frame's header is checked first (its window: [`MAX_WINDOW_BYTES`]).
 fn unpack(
     packed: &[u8],
     raw: usize,
@@ -357,9 +368,10 @@ fn unpack(
     out: &mut Vec<u8>,
 ) -> Result<(), String> {
     let window = frame_window(packed).ok_or("not a zstd frame of a column's size")?;
-    if window > BLOCK_COLUMN_BYTES as u64 {
-        return Err(format!("a zstd window of {window} bytes"));
+    if window > MAX_WINDOW_BYTES {
+        return Err(format!("a zstd window of {window} bytes (at most {MAX_WINDOW_BYTES})"));
     }
+    let start = out.len();
     let mut source = packed;
     {
         let stream = ruzstd::decoding::StreamingDecoder::new_with_decoder(&mut source, decoder)
@@ -367,8 +379,9 @@ fn unpack(
         // Grown as it decodes, never past one byte more than the directory says.
         stream.take(raw as u64 + 1).read_to_end(out).map_err(|e| format!("zstd: {e}"))?;
     }
-    if out.len() != raw || !source.is_empty() {
-        return Err(format!("decodes to {} bytes, not the {raw} its directory says", out.len()));
+    let decoded = out.len() - start;
+    if decoded != raw || !source.is_empty() {
+        return Err(format!("decodes to {decoded} bytes, not the {raw} its directory says"));
     }
     Ok(())
 }
@@ -613,6 +626,17 @@ mod tests {
         let whole: Vec<Event> = whole.iter().flat_map(|b| b.clone().unwrap()).collect();
         assert_eq!(whole.len(), events.len() / 100 * 100);
         assert_eq!(whole, events[..whole.len()]);
+    }
+
+    /// The frames the probe writes name a window the reader takes, however long the column
+    /// (a block's columns reach 4 MiB together).
+    #[test]
+    fn the_encoders_frames_name_a_window_the_reader_takes() {
+        for len in [10, 1000, 200_000, BLOCK_COLUMN_BYTES] {
+            let column: Vec<u8> = (0..len).map(|i| (i * 7 % 251) as u8).collect();
+            let window = frame_window(&zstd(&column)).expect("a zstd frame");
+            assert!(window <= MAX_WINDOW_BYTES, "{window} for {len} bytes");
+        }
     }
 
     fn directory(count: u64, columns: &[(u64, u64, u64)]) -> Vec<u8> {

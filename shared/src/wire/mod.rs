@@ -357,17 +357,26 @@ pub fn decode_message(bytes: &[u8]) -> Result<ToBrowser, WireError> {
         return Err(WireError::TooLarge { len: bytes.len(), max: MAX_MESSAGE_BYTES });
     }
     if bytes.first() == Some(&BLOCK) {
-        // A block of a file's events, as the one batch of all its events.
-        let mut block = Unpacked::default();
-        block.read(bytes).map_err(WireError::Malformed)?;
-        let events = block.next_batch(&mut Default::default(), BLOCK_EVENTS);
-        let events = events.expect("a block holds an event").map_err(WireError::Malformed)?;
-        return Ok(ToBrowser::Events { run: block.run, events });
+        // Only a file holds blocks, and its reader ([`FrameStream`]) hands them on in batches.
+        return Err(WireError::Malformed(
+            "a block of a file's events, which only a file holds".into(),
+        ));
     }
     match events::decode_owned(bytes) {
         Some(batch) => Ok(batch),
         None => decode(bytes),
     }
+}
+
+/// A block of a file's events (a frame's payload, its first byte the block's tag) decoded
+/// whole, as the one batch of all its events (up to [`BLOCK_EVENTS`]): for tests and the fuzz
+/// target; a file's reader takes a block a batch at a time ([`FrameStream`]).
+pub fn decode_block(bytes: &[u8]) -> Result<ToBrowser, WireError> {
+    let mut block = Unpacked::default();
+    block.read(bytes).map_err(WireError::Malformed)?;
+    let events = block.next_batch(&mut Default::default(), BLOCK_EVENTS);
+    let events = events.expect("a block holds an event").map_err(WireError::Malformed)?;
+    Ok(ToBrowser::Events { run: block.run, events })
 }
 
 /// Checks that a stream's first message is a Hello this build can read.
@@ -617,7 +626,8 @@ impl FrameStream {
         Some(Ok(payload))
     }
 
-    /// At the end of the stream: the error if it stopped inside a frame.
+    /// At the end of the stream: the error if it stopped inside a frame. (A block's batches
+    /// not yet taken are not an error: they are whole, for the next calls.)
     pub fn finish(&self) -> Option<WireError> {
         let cut = !self.failed && self.start < self.buf.len();
         cut.then(|| WireError::Truncated { offset: self.offset() as usize })
@@ -734,6 +744,30 @@ mod tests {
         // A read of 2048 bytes at 43.6 ms: varints keep it near a dozen bytes.
         let ToBrowser::Events { events, .. } = &sample_stream()[2] else { unreachable!() };
         assert!(encode(&events[0]).len() <= 12, "{} bytes", encode(&events[0]).len());
+    }
+
+    /// A block's frame has the tag after `ToBrowser`'s last variant. The match names every
+    /// variant, so one added does not build until it is counted here, where the count must
+    /// stay below the block's tag (else the blocks move to another tag, with a new version).
+    #[test]
+    fn no_message_takes_the_tag_of_a_block() {
+        let variants = |message: &ToBrowser| match message {
+            ToBrowser::Hello(_)
+            | ToBrowser::RunStarted { .. }
+            | ToBrowser::Events { .. }
+            | ToBrowser::RunFinished { .. }
+            | ToBrowser::Rejected { .. }
+            | ToBrowser::Overview { .. }
+            | ToBrowser::Trailer(_)
+            | ToBrowser::ClassState(_)
+            | ToBrowser::Stream { .. }
+            | ToBrowser::OptionsTried { .. }
+            | ToBrowser::TryRights { .. }
+            | ToBrowser::ClassVotes(_) => 12,
+        };
+        assert!(variants(&sample_stream()[0]) <= BLOCK);
+        let last = ToBrowser::ClassVotes(ClassVotes::default());
+        assert_eq!(encode(&last)[0], BLOCK - 1, "the last variant's tag");
     }
 
     #[test]
