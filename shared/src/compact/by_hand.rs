@@ -74,7 +74,7 @@ fn plain_kind_by_hand(bytes: &mut Bytes<'_>) -> Option<EventKind> {
 
 /// The kind of [`EventKind`]'s variant `variant` (its index, as `serde` numbers them), its
 /// fields read from `bytes`; `None` for a sample (never in this form) or an unknown variant.
-#[inline]
+#[inline(always)]
 pub(super) fn kind_by_hand(variant: u32, bytes: &mut Bytes<'_>) -> Option<EventKind> {
     Some(match variant {
         0 => EventKind::ConnectStart,

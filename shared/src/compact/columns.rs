@@ -318,6 +318,11 @@ impl Unpacked {
         Ok(())
     }
 
+    /// Whether the block read last has events not yet made.
+    pub(crate) fn has_events_left(&self) -> bool {
+        self.left > 0
+    }
+
     /// The block's next `batch_events` events (fewer at its end), the samples in `spare`'s
     /// boxes first; `None` once all are made. An error ends the block (the batches before it
     /// were whole).
@@ -326,26 +331,39 @@ impl Unpacked {
         spare: &mut SpareSamples,
         batch_events: usize,
     ) -> Option<Result<Vec<Event>, String>> {
+        let mut events = Vec::new();
+        Some(self.next_batch_into(spare, batch_events, &mut events)?.map(|()| events))
+    }
+
+    /// [`Unpacked::next_batch`] into `events` (emptied first, its allocation kept): a reader
+    /// that lets each batch go makes the next in the same list.
+    pub(crate) fn next_batch_into(
+        &mut self,
+        spare: &mut SpareSamples,
+        batch_events: usize,
+        events: &mut Vec<Event>,
+    ) -> Option<Result<(), String>> {
         if self.left == 0 {
             return None;
         }
+        events.clear();
         let count = self.left.min(batch_events);
         let mut columns: [Bytes<'_>; column::COUNT] = std::array::from_fn(|i| {
             Bytes(&self.columns[self.ranges[i].start + self.read[i]..self.ranges[i].end])
         });
         std::mem::swap(&mut self.expander.spare, spare);
-        let made = make_events(&mut columns, count, &mut self.last, &mut self.expander);
+        let made = make_events(&mut columns, count, &mut self.last, &mut self.expander, events);
         std::mem::swap(&mut self.expander.spare, spare);
         for (read, (range, left)) in self.read.iter_mut().zip(self.ranges.iter().zip(&columns)) {
             *read = range.len() - left.0.len();
         }
         self.left -= count;
-        let made = made.map_err(String::from).and_then(|events| {
+        let made = made.map_err(String::from).and_then(|()| {
             let ended = self.left == 0;
             if ended && columns.iter().any(|column| !column.0.is_empty()) {
                 return Err("a column holds more than the block's events".to_string());
             }
-            Ok(events)
+            Ok(())
         });
         if made.is_err() {
             self.left = 0;
@@ -420,8 +438,9 @@ fn make_events(
     count: usize,
     last: &mut [Last; 2],
     expander: &mut Expander,
-) -> Result<Vec<Event>, &'static str> {
-    let mut events = Vec::with_capacity(count.min(PREALLOCATE_EVENTS));
+    events: &mut Vec<Event>,
+) -> Result<(), &'static str> {
+    events.reserve(count.min(PREALLOCATE_EVENTS));
     for _ in 0..count {
         let side = match columns[column::SIDES].byte() {
             Some(side @ (0 | 1)) => usize::from(side),
@@ -462,7 +481,7 @@ fn make_events(
         };
         events.push(Event { at_ns, side, conn, req: ReqId(req), kind });
     }
-    Ok(events)
+    Ok(())
 }
 
 #[cfg(test)]

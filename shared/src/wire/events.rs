@@ -28,20 +28,21 @@ impl Default for EventsPlace {
 }
 
 impl EventsPlace {
-    /// Puts `events` of `run` in the place of the last batch (whose samples' boxes are kept):
-    /// a batch of a block of events, handed on.
-    pub(super) fn hand_on(&mut self, run: RunId, events: Vec<crate::event::Event>) {
-        let ToBrowser::Events { run: place_run, events: place } = &mut self.batch else {
+    /// The next batch of `block` made in the place of the last one, its samples in the boxes
+    /// the last let go (`None` when the block has no events left, the last batch kept).
+    pub(super) fn next_of_block(
+        &mut self,
+        block: &mut crate::compact::columns::Unpacked,
+    ) -> Option<Result<(), String>> {
+        if !block.has_events_left() {
+            return None;
+        }
+        let ToBrowser::Events { run, events } = &mut self.batch else {
             unreachable!("an events place holds a batch of events")
         };
-        crate::compact::recycle(place, &mut self.spare);
-        *place_run = run;
-        *place = events;
-    }
-
-    /// The boxes of samples let go, for a block's samples to be decoded into.
-    pub(super) fn spare(&mut self) -> &mut crate::compact::SpareSamples {
-        &mut self.spare
+        crate::compact::recycle(events, &mut self.spare);
+        *run = block.run;
+        block.next_batch_into(&mut self.spare, EVENTS_PER_MESSAGE, events)
     }
 
     /// Decodes the batch of events encoded in `payload` into `self.batch`: true if it did,

@@ -526,17 +526,8 @@ impl FrameStream {
         &mut self,
         take: impl FnOnce(Result<&ToBrowser, WireError>) -> T,
     ) -> Option<T> {
-        let mut spare = std::mem::take(self.events.spare());
-        let batch = self.next_batch_of_block(&mut spare);
-        *self.events.spare() = spare;
-        if let Some(batch) = batch {
-            return Some(match batch {
-                Ok(events) => {
-                    self.events.hand_on(self.block.run, events);
-                    take(Ok(&self.events.batch))
-                }
-                Err(e) => take(Err(e)),
-            });
+        if let Some(made) = self.events.next_of_block(&mut self.block) {
+            return Some(self.hand_on_batch_of_block(made, take));
         }
         let first = self.taken == 0;
         let payload = match self.take_frame()? {
@@ -563,16 +554,8 @@ impl FrameStream {
                 self.failed = true;
                 return Some(take(Err(WireError::Malformed(why))));
             }
-            let mut spare = std::mem::take(self.events.spare());
-            let batch = self.next_batch_of_block(&mut spare).expect("a block holds an event");
-            *self.events.spare() = spare;
-            return Some(match batch {
-                Ok(events) => {
-                    self.events.hand_on(self.block.run, events);
-                    take(Ok(&self.events.batch))
-                }
-                Err(e) => take(Err(e)),
-            });
+            let made = self.events.next_of_block(&mut self.block).expect("a block holds an event");
+            return Some(self.hand_on_batch_of_block(made, take));
         }
         // A batch of events into the place of the last one, its samples into their boxes.
         if payload.first() == Some(&events::EVENTS) && self.events.decode(payload) {
@@ -586,6 +569,22 @@ impl FrameStream {
             Err(e) => {
                 self.failed = true;
                 Some(take(Err(WireError::Malformed(e.to_string()))))
+            }
+        }
+    }
+
+    /// The batch of a block just made in the place of the last (`made`), handed to `take`; an
+    /// error ends the stream.
+    fn hand_on_batch_of_block<T>(
+        &mut self,
+        made: Result<(), String>,
+        take: impl FnOnce(Result<&ToBrowser, WireError>) -> T,
+    ) -> T {
+        match made {
+            Ok(()) => take(Ok(&self.events.batch)),
+            Err(why) => {
+                self.failed = true;
+                take(Err(WireError::Malformed(why)))
             }
         }
     }
