@@ -22,11 +22,6 @@ fn read(bytes: &[u8]) -> (Vec<ToBrowser>, Option<WireError>) {
     (messages, stream.finish())
 }
 
-fn frame(payload: &[u8], out: &mut Vec<u8>) {
-    out.extend_from_slice(&(payload.len() as u32).to_le_bytes());
-    out.extend_from_slice(payload);
-}
-
 /// `messages` as version 9 writes them: the Hello of version 9, and the events of each run
 /// gathered into blocks until another message comes (the probe also writes a block once its
 /// first event is a second old).
@@ -35,9 +30,7 @@ fn as_blocks(messages: &[ToBrowser]) -> Vec<u8> {
     let mut gathered: Vec<(RunId, Vec<Event>)> = Vec::new();
     let write_gathered = |gathered: &mut Vec<(RunId, Vec<Event>)>, out: &mut Vec<u8>| {
         for (run, events) in gathered.drain(..) {
-            for block in wire::encode_blocks(run, &events, &mut wire::zstd) {
-                frame(&block, out);
-            }
+            wire::write_blocks(run, &events, &mut wire::zstd, out);
         }
     };
     for message in messages {
@@ -148,9 +141,7 @@ fn a_file_cut_inside_a_block_opens_up_to_its_last_whole_block() {
     let mut third_starts = 0;
     for third in &thirds {
         third_starts = file.len();
-        for block in wire::encode_blocks(*run, third, &mut wire::zstd) {
-            frame(&block, &mut file);
-        }
+        wire::write_blocks(*run, third, &mut wire::zstd, &mut file);
     }
     let cut = third_starts + (file.len() - third_starts) / 2;
     let (read_back, error) = read(&file[..cut]);

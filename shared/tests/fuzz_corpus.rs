@@ -46,8 +46,7 @@ fn seeds() -> Vec<(&'static str, &'static str, Vec<u8>)> {
         ToBrowser::RunStarted { run, spec: spec.clone(), instruments: Instruments::default() };
     wire::write_frame(&start, &mut blocks);
     let block = wire::encode_blocks(run, &events, &mut wire::zstd).remove(0);
-    blocks.extend_from_slice(&(block.len() as u32).to_le_bytes());
-    blocks.extend_from_slice(&block);
+    wire::write_payload(&block, &mut blocks);
     wire::write_frame(&ToBrowser::RunFinished { run, outcome: RunOutcome::Completed }, &mut blocks);
     let packet = Packet {
         src: IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1)),

@@ -154,10 +154,7 @@ fn the_session_format_is_frozen() {
                 // its columns stored as they are: it freezes their layout, not zstd's choices
                 // (the blocks' tests and every recorded file decode compressed columns).
                 ToBrowser::Events { run, events } if version >= 9 => {
-                    for block in wire::encode_blocks(run, &events, &mut |raw| raw.to_vec()) {
-                        encoded.extend_from_slice(&(block.len() as u32).to_le_bytes());
-                        encoded.extend_from_slice(&block);
-                    }
+                    wire::write_blocks(run, &events, &mut |raw| raw.to_vec(), &mut encoded);
                 }
                 message => wire::write_frame(&message, &mut encoded),
             }

@@ -107,29 +107,26 @@ impl SessionDecoder {
         self.stream.push(bytes);
         let mut handed = 0;
         while handed < events {
-            let Some(next) = self.stream.next_message() else { return false };
-            if let Ok(ToBrowser::Events { events, .. }) = &next {
-                handed += events.len();
-            }
-            match next {
-                Ok(ToBrowser::Events { events, .. })
-                    if self.events + events.len() as u64 > self.max_events =>
-                {
-                    self.error = Some(FileError::TooManyEvents { kept: self.events });
-                    return false;
-                }
-                Ok(message) => {
-                    if let ToBrowser::Events { events, .. } = &message {
-                        self.events += events.len() as u64;
-                    }
-                    self.messages += 1;
-                    apply(message);
-                }
-                Err(error) => {
+            let message = match self.stream.next_message() {
+                None => return false,
+                Some(Ok(message)) => message,
+                Some(Err(error)) => {
                     self.error = Some(FileError::Wire(error));
                     return false;
                 }
+            };
+            let batch = match &message {
+                ToBrowser::Events { events, .. } => events.len(),
+                _ => 0,
+            };
+            if self.events + batch as u64 > self.max_events {
+                self.error = Some(FileError::TooManyEvents { kept: self.events });
+                return false;
             }
+            self.events += batch as u64;
+            handed += batch;
+            self.messages += 1;
+            apply(message);
         }
         true
     }
@@ -320,10 +317,7 @@ mod tests {
         );
         for batch in 0..5 {
             let events: Vec<Event> = (batch * 100..batch * 100 + 100).map(event).collect();
-            for block in wire::encode_blocks(RunId(1), &events, &mut wire::zstd) {
-                file.extend_from_slice(&(block.len() as u32).to_le_bytes());
-                file.extend_from_slice(&block);
-            }
+            wire::write_blocks(RunId(1), &events, &mut wire::zstd, &mut file);
         }
         let mut decoder = SessionDecoder::with_max_events(250);
         let mut events = 0;

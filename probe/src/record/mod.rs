@@ -176,9 +176,7 @@ impl Writing {
         for Gathering { run, events, .. } in std::mem::take(&mut self.gathering) {
             for block in wire::encode_blocks(run, &events, &mut wire::zstd) {
                 self.frame.clear();
-                let len = u32::try_from(block.len()).expect("a block is a few MB at most");
-                self.frame.extend_from_slice(&len.to_le_bytes());
-                self.frame.extend_from_slice(&block);
+                wire::write_payload(&block, &mut self.frame);
                 self.write_frame()?;
             }
         }

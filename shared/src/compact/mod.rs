@@ -257,9 +257,7 @@ impl Previous {
         };
         &mut self.few[at].1
     }
-}
 
-impl Previous {
     /// How `sample` differs from the previous sample of its connection and side (which it then
     /// becomes): a bit set in the mask for each field that changed, and the differences of
     /// those fields, in field order.

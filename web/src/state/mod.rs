@@ -302,10 +302,8 @@ impl AppState {
     /// The next piece of a file begun with [`AppState::begin_file`]: its whole messages are
     /// applied to the file's session now, so its runs fill in as it loads.
     pub fn feed_file(&mut self, id: FileId, bytes: &[u8]) {
-        let mut more = self.feed_file_some(id, bytes, usize::MAX);
-        while more {
-            more = self.feed_file_some(id, &[], usize::MAX);
-        }
+        // No budget: every whole message is applied, and none is left for a next call.
+        self.feed_file_some(id, bytes, usize::MAX);
     }
 
     /// [`AppState::feed_file`], stopping once `events` events are applied: true if whole

@@ -455,10 +455,7 @@ fn a_file_of_blocks_is_applied_a_batch_at_a_time_and_opens_as_its_rows_do() {
         match message {
             ToBrowser::Events { .. } => {}
             ToBrowser::RunFinished { .. } => {
-                for block in wire::encode_blocks(RunId(1), &nagle, &mut wire::zstd) {
-                    blocks.extend_from_slice(&(block.len() as u32).to_le_bytes());
-                    blocks.extend_from_slice(&block);
-                }
+                wire::write_blocks(RunId(1), &nagle, &mut wire::zstd, &mut blocks);
                 write_frame(&message, &mut blocks);
             }
             other => write_frame(&other, &mut blocks),
