@@ -66,6 +66,7 @@ fn a_file_of_blocks_is_exported_as_rows_for_older_readers_and_shows_the_same() {
     let blocks = std::fs::read(&file).unwrap();
     let tags = frame_tags(&blocks);
     assert!(tags.contains(&12) && !tags.contains(&2), "events in blocks, none in rows: {tags:?}");
+    assert!(tags.contains(&13), "the blocks' index at the end: {tags:?}");
 
     let exported = ackscope(&["export", s(&file), "--rows", s(&rows)]);
     assert!(exported.status.success(), "{}", text(&exported.stderr));
@@ -73,6 +74,11 @@ fn a_file_of_blocks_is_exported_as_rows_for_older_readers_and_shows_the_same() {
     let old = std::fs::read(&rows).unwrap();
     let tags = frame_tags(&old);
     assert!(tags.contains(&2) && !tags.contains(&12), "events in rows, no block: {tags:?}");
+    assert!(!tags.contains(&13), "no block, no index: {tags:?}");
+    // Its trailer counts the overview alone, which a viewer still finds.
+    let range = ackscope_shared::wire::Trailer::file_end_in(&old, old.len() as u64).unwrap();
+    let end = ackscope_shared::wire::read_file_end(&old[range.start as usize..], range.start);
+    assert_eq!((end.overviews.len(), end.indexes.len(), end.error), (1, 0, None));
     // The Hello's version, the varint after its tag: 8.
     assert_eq!(old[4..6], [0, 8], "a version 8 Hello");
     assert!(
@@ -87,18 +93,56 @@ fn a_file_of_blocks_is_exported_as_rows_for_older_readers_and_shows_the_same() {
     assert!(shown(&file).contains("requests       6"), "{}", shown(&file));
 }
 
-/// A finished file ends with its run's overview behind a fixed-size trailer, so a viewer can
-/// paint the whole run from the file's last bytes: the probe's overview counts every request
-/// and marks story 1's Nagle stalls (~40 ms each, against well under a millisecond of work).
+/// `show --request N` prints one request's events through the file's block index: story 1's
+/// request waits for two delayed ACKs (~40 ms each, against well under a millisecond of work),
+/// and the same file as rows, which has no index, is read whole for the same lines.
 #[test]
-fn a_finished_file_ends_with_its_overview_behind_a_trailer() {
-    use ackscope_shared::wire::{read_overviews, Trailer};
+fn show_request_prints_one_requests_events_through_the_index() {
+    let file = temp("request.ackscope");
+    let rows = temp("request-rows.ackscope");
+    assert!(ackscope(&["run", "story1", "--count", "8", "-o", s(&file)]).status.success());
+    let shown = ackscope(&["show", s(&file), "--request", "5"]);
+    assert!(shown.status.success(), "{}", text(&shown.stderr));
+    let out = text(&shown.stdout);
+    let (head, lines) = out.split_once('\n').unwrap();
+    assert!(head.starts_with("run 1, request 5: ") && head.contains("through the file's index"));
+    let done = lines.lines().find(|l| l.ends_with("RequestDone")).expect("the request's end");
+    let done_ms: f64 = done.split_whitespace().nth(1).unwrap().parse().unwrap();
+    assert!(done_ms > 60.0, "two delayed ACKs of ~40 ms: {out}");
+    for kind in ["RequestStart", "WriteStart", "ReadDone", "TCP_INFO while blocked"] {
+        assert!(lines.contains(kind), "{kind} in {out}");
+    }
+
+    assert!(ackscope(&["export", s(&file), "--rows", s(&rows)]).status.success());
+    let whole = ackscope(&["show", s(&rows), "--request", "5"]);
+    let whole = text(&whole.stdout);
+    let (whole_head, whole_lines) = whole.split_once('\n').unwrap();
+    assert!(whole_head.contains("no block index"), "{whole_head}");
+    assert_eq!(whole_lines, lines, "the same events, indexed or read whole");
+
+    let missing = ackscope(&["show", s(&file), "--request", "800"]);
+    assert_eq!(missing.status.code(), Some(1));
+    assert!(text(&missing.stderr).contains("holds no event of request 800"));
+}
+
+/// A finished file ends with its run's overview and block index behind a fixed-size trailer, so
+/// a viewer can paint the whole run from the file's last bytes: the probe's overview counts
+/// every request and marks story 1's Nagle stalls (~40 ms each, against well under a
+/// millisecond of work), and the index says where its requests' events are.
+#[test]
+fn a_finished_file_ends_with_its_overview_and_index_behind_a_trailer() {
+    use ackscope_shared::wire::{read_file_end, Trailer};
     let file = temp("overview.ackscope");
     assert!(ackscope(&["run", "story1", "--count", "8", "-o", s(&file)]).status.success());
     let bytes = std::fs::read(&file).unwrap();
-    let range = Trailer::overviews_in(&bytes, bytes.len() as u64).expect("a trailer at the end");
-    let overviews = read_overviews(&bytes[range.start as usize..range.end as usize]);
+    let range = Trailer::file_end_in(&bytes, bytes.len() as u64).expect("a trailer at the end");
+    let end = read_file_end(&bytes[range.start as usize..range.end as usize], range.start);
+    assert_eq!(end.error, None);
+    let overviews = end.overviews;
     assert_eq!(overviews.len(), 1, "one run, one overview");
+    assert_eq!(end.indexes.len(), 1, "one run, one index");
+    assert_eq!(end.indexes[0].run, overviews[0].0);
+    assert!(end.indexes[0].requests() >= 8, "every request is indexed: {:?}", end.indexes[0]);
     let overview = &overviews[0].1;
     assert_eq!(overview.rows, 8, "every request is a row");
     assert!(overview.stalled() >= 6, "story 1 stalls nearly every request: {overview:?}");

@@ -14,12 +14,13 @@ use crate::wire::{self, FrameStream, ToBrowser, ToProbe};
 pub type Target = fn(&[u8]);
 
 /// Every target, by name: the fuzz crate's binaries and the corpus folders are named alike.
-/// (The eighth, `show_pipeline`, runs the probe's own `show` and `export --json`:
+/// (The tenth, `show_pipeline`, runs the probe's own `show` and `export --json`:
 /// `ackscope_probe::fuzzing`.)
-pub const TARGETS: [(&str, Target); 8] = [
+pub const TARGETS: [(&str, Target); 9] = [
     ("session_frames", session_frames),
     ("compact_events", compact_events),
     ("event_blocks", event_blocks),
+    ("seek_request", seek_request),
     ("websocket_to_probe", websocket_to_probe),
     ("control_messages", control_messages),
     ("pcap_import", pcap_import),
@@ -74,12 +75,38 @@ pub fn event_blocks(data: &[u8]) {
         for compress in [stored, &mut wire::zstd] {
             let mut back = Vec::new();
             for block in wire::encode_blocks(run, &events, compress) {
-                match wire::decode_block(&block) {
+                match wire::decode_block(&block.payload) {
                     Ok(ToBrowser::Events { events, .. }) => back.extend(events),
                     other => panic!("a block encoded again does not decode: {other:?}"),
                 }
             }
             assert_eq!(back, events);
+        }
+    }
+}
+
+/// A whole file, as `show --request` reads it (version 10): its trailer, its end, then the
+/// blocks its index names for a few requests of every run indexed. Whatever the index claims,
+/// what is read stays within the file and what it says is checked.
+pub fn seek_request(data: &[u8]) {
+    let mut read_at = |at: u64, len: usize| {
+        let at = usize::try_from(at).map_err(|e| e.to_string())?;
+        let end = at.checked_add(len).ok_or("past the end")?;
+        data.get(at..end).map(<[u8]>::to_vec).ok_or_else(|| "past the end".to_string())
+    };
+    let Ok(Some(seeker)) = wire::seek::Seeker::open(data.len() as u64, &mut read_at) else {
+        return;
+    };
+    let runs: Vec<(RunId, u64)> =
+        seeker.runs().map(|index| (index.run, index.requests())).collect();
+    for (run, requests) in runs {
+        for request in [0, requests / 2, requests.saturating_sub(1)] {
+            let request = u32::try_from(request).unwrap_or(u32::MAX);
+            if let Some(Ok(found)) = seeker.request(Some(run), request, 1000, &mut read_at) {
+                assert!(found.events.iter().all(|event| event.req.0 == request));
+                assert!(found.events.len() <= 1000);
+                assert!(found.blocks_read <= found.blocks);
+            }
         }
     }
 }

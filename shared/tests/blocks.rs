@@ -1,6 +1,8 @@
-//! Version 9 writes a file's events in blocks of columns where every version before wrote rows:
-//! every file an earlier version wrote (the golden files) and every lesson's recording, its
-//! events rewritten as blocks, reads back to the same messages and the same analysis.
+//! Version 9 writes a file's events in blocks of columns where every version before wrote rows,
+//! and version 10 indexes them at the file's end: every file an earlier version wrote (the
+//! golden files) and every lesson's recording, its events rewritten as blocks, reads back to the
+//! same messages and the same analysis, and each request read through the index alone is the
+//! request the whole file holds.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -22,17 +24,20 @@ fn read(bytes: &[u8]) -> (Vec<ToBrowser>, Option<WireError>) {
     (messages, stream.finish())
 }
 
-/// `messages` as version 9 writes them: the Hello of version 9, and the events of each run
+/// `messages` as this version writes them: the Hello of this version, the events of each run
 /// gathered into blocks until another message comes (the probe also writes a block once its
-/// first event is a second old).
+/// first event is a second old), and a finished file's end with each run's block index.
 fn as_blocks(messages: &[ToBrowser]) -> Vec<u8> {
     let mut out = Vec::new();
     let mut gathered: Vec<(RunId, Vec<Event>)> = Vec::new();
-    let write_gathered = |gathered: &mut Vec<(RunId, Vec<Event>)>, out: &mut Vec<u8>| {
-        for (run, events) in gathered.drain(..) {
-            wire::write_blocks(run, &events, &mut wire::zstd, out);
-        }
-    };
+    let mut index = wire::Indexer::default();
+    let mut overviews = Vec::new();
+    let write_gathered =
+        |gathered: &mut Vec<(RunId, Vec<Event>)>, out: &mut Vec<u8>, index: &mut wire::Indexer| {
+            for (run, events) in gathered.drain(..) {
+                wire::write_blocks(run, &events, &mut wire::zstd, out, index);
+            }
+        };
     for message in messages {
         match message {
             ToBrowser::Events { run, events } => {
@@ -42,21 +47,30 @@ fn as_blocks(messages: &[ToBrowser]) -> Vec<u8> {
                 }
             }
             ToBrowser::Hello(hello) => {
-                write_gathered(&mut gathered, &mut out);
+                write_gathered(&mut gathered, &mut out, &mut index);
                 let hello = wire::Hello { protocol_version: PROTOCOL_VERSION, ..hello.clone() };
                 wire::write_frame(&ToBrowser::Hello(hello), &mut out);
             }
+            ToBrowser::Overview { run, overview } => {
+                write_gathered(&mut gathered, &mut out, &mut index);
+                overviews.push((*run, overview.clone()));
+            }
+            ToBrowser::Trailer(_) => {
+                write_gathered(&mut gathered, &mut out, &mut index);
+                wire::write_file_end(std::mem::take(&mut overviews), &index, &mut out);
+            }
             other => {
-                write_gathered(&mut gathered, &mut out);
+                write_gathered(&mut gathered, &mut out, &mut index);
                 wire::write_frame(other, &mut out);
             }
         }
     }
-    write_gathered(&mut gathered, &mut out);
+    write_gathered(&mut gathered, &mut out, &mut index);
     out
 }
 
-/// Each run's events, and the other messages in order (the Hello without its version).
+/// Each run's events, and the other messages in order (the Hello without its version, the
+/// trailer without the count of bytes it ends, which the index adds to).
 fn contents(messages: &[ToBrowser]) -> (BTreeMap<RunId, Vec<Event>>, Vec<ToBrowser>) {
     let mut events: BTreeMap<RunId, Vec<Event>> = BTreeMap::new();
     let mut others = Vec::new();
@@ -68,6 +82,7 @@ fn contents(messages: &[ToBrowser]) -> (BTreeMap<RunId, Vec<Event>>, Vec<ToBrows
             ToBrowser::Hello(hello) => {
                 others.push(ToBrowser::Hello(wire::Hello { protocol_version: 0, ..hello.clone() }))
             }
+            ToBrowser::Trailer(_) => others.push(ToBrowser::Trailer(wire::Trailer::new(0))),
             other => others.push(other.clone()),
         }
     }
@@ -122,6 +137,47 @@ fn every_older_file_and_lesson_recording_reads_the_same_from_blocks() {
     }
 }
 
+/// Every finished file's runs, rewritten as this version writes them, are indexed: their first,
+/// middle and last requests read through the index are the events the whole file holds for
+/// them, from fewer blocks than the run has where it has more than two.
+#[test]
+fn every_request_read_through_the_index_is_the_one_the_file_holds() {
+    let mut runs_indexed = 0;
+    for file in files() {
+        let (messages, _) = read(&std::fs::read(&file).unwrap());
+        if !messages.iter().any(|m| matches!(m, ToBrowser::Trailer(_))) {
+            continue;
+        }
+        let blocks = as_blocks(&messages);
+        let mut read_at = |at: u64, len: usize| {
+            let at = at as usize;
+            blocks.get(at..at + len).map(<[u8]>::to_vec).ok_or_else(|| "past the end".into())
+        };
+        let seeker = wire::seek::Seeker::open(blocks.len() as u64, &mut read_at)
+            .unwrap_or_else(|e| panic!("{}: {e}", file.display()))
+            .unwrap_or_else(|| panic!("{}: a finished file of blocks is indexed", file.display()));
+        let events = contents(&messages).0;
+        let indexed: Vec<(RunId, u64)> =
+            seeker.runs().map(|index| (index.run, index.requests())).collect();
+        assert_eq!(indexed.len(), events.len(), "{}: every run with events", file.display());
+        for (run, requests) in indexed {
+            runs_indexed += 1;
+            for request in [0, requests / 2, requests - 1] {
+                let request = request as u32;
+                let found =
+                    seeker.request(Some(run), request, usize::MAX, &mut read_at).unwrap().unwrap();
+                let expected: Vec<&Event> =
+                    events[&run].iter().filter(|e| e.req.0 == request).collect();
+                assert_eq!(found.events.iter().collect::<Vec<_>>(), expected, "{}", file.display());
+                if found.blocks > 2 {
+                    assert!(found.blocks_read < found.blocks, "{}: {found:?}", file.display());
+                }
+            }
+        }
+    }
+    assert!(runs_indexed > 20, "{runs_indexed} runs indexed");
+}
+
 #[test]
 fn a_file_cut_inside_a_block_opens_up_to_its_last_whole_block() {
     let recording =
@@ -141,7 +197,7 @@ fn a_file_cut_inside_a_block_opens_up_to_its_last_whole_block() {
     let mut third_starts = 0;
     for third in &thirds {
         third_starts = file.len();
-        wire::write_blocks(*run, third, &mut wire::zstd, &mut file);
+        wire::write_blocks(*run, third, &mut wire::zstd, &mut file, &mut Default::default());
     }
     let cut = third_starts + (file.len() - third_starts) / 2;
     let (read_back, error) = read(&file[..cut]);

@@ -46,8 +46,14 @@ fn seeds() -> Vec<(&'static str, &'static str, Vec<u8>)> {
         ToBrowser::RunStarted { run, spec: spec.clone(), instruments: Instruments::default() };
     wire::write_frame(&start, &mut blocks);
     let block = wire::encode_blocks(run, &events, &mut wire::zstd).remove(0);
-    wire::write_payload(&block, &mut blocks);
+    let mut index = wire::Indexer::default();
+    index.note(run, blocks.len() as u64, block.payload.len(), block.contents);
+    wire::write_payload(&block.payload, &mut blocks);
     wire::write_frame(&ToBrowser::RunFinished { run, outcome: RunOutcome::Completed }, &mut blocks);
+    // Version 10 ends a finished file with the run's block index.
+    let mut indexed = blocks.clone();
+    wire::write_file_end(Vec::new(), &index, &mut indexed);
+    let block = block.payload;
     let packet = Packet {
         src: IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1)),
         dst: IpAddr::V4(Ipv4Addr::new(10, 0, 0, 2)),
@@ -87,6 +93,8 @@ fn seeds() -> Vec<(&'static str, &'static str, Vec<u8>)> {
         ("session_frames", "seed-session-blocks", blocks.clone()),
         ("show_pipeline", "seed-session-blocks", blocks),
         ("event_blocks", "seed-block", block),
+        ("session_frames", "seed-session-indexed", indexed.clone()),
+        ("seek_request", "seed-session-indexed", indexed),
         ("compact_events", "seed-events", wire::encode(&ToBrowser::Events { run, events })),
         (
             "websocket_to_probe",

@@ -106,7 +106,8 @@ fn session(version: u16) -> Vec<ToBrowser> {
         ]);
     }
     // Version 7 added only live messages (a class's votes): its files are version 6's, but
-    // for the version in their Hello. Version 9 wrote the same messages, its events in blocks.
+    // for the version in their Hello. Version 9 wrote the same messages, its events in blocks,
+    // and version 10 the blocks' index at the end.
     if version >= 8 {
         // A bulk run whose server pauses before each read (a slow reader), and one that does
         // not, which is written as every version before wrote it.
@@ -145,16 +146,28 @@ fn session(version: u16) -> Vec<ToBrowser> {
 
 #[test]
 fn the_session_format_is_frozen() {
-    assert_eq!(PROTOCOL_VERSION, 9, "a new version needs a new golden file beside these");
+    assert_eq!(PROTOCOL_VERSION, 10, "a new version needs a new golden file beside these");
     for version in OLDEST_READABLE_VERSION..=PROTOCOL_VERSION {
         let mut encoded = Vec::new();
+        let mut index = wire::Indexer::default();
+        let mut overviews = Vec::new();
         for message in session(version) {
             match message {
                 // Version 9 writes a file's events in blocks of columns. The golden file keeps
                 // its columns stored as they are: it freezes their layout, not zstd's choices
                 // (the blocks' tests and every recorded file decode compressed columns).
                 ToBrowser::Events { run, events } if version >= 9 => {
-                    wire::write_blocks(run, &events, &mut |raw| raw.to_vec(), &mut encoded);
+                    wire::write_blocks(run, &events, &mut |raw| raw.to_vec(), &mut encoded, {
+                        &mut index
+                    });
+                }
+                // Version 10 ends a file with each run's block index after the overviews,
+                // which the trailer counts too.
+                ToBrowser::Overview { run, overview } if version >= 10 => {
+                    overviews.push((run, overview));
+                }
+                ToBrowser::Trailer(_) if version >= 10 => {
+                    wire::write_file_end(std::mem::take(&mut overviews), &index, &mut encoded);
                 }
                 message => wire::write_frame(&message, &mut encoded),
             }
@@ -170,7 +183,18 @@ fn the_session_format_is_frozen() {
             decoded.push(message.expect("the golden file decodes"));
         }
         assert_eq!(reader.finish(), None, "version {version} ends on a frame boundary");
-        assert_eq!(decoded, session(version), "version {version} decodes to its session");
+        let mut expected = session(version);
+        if version >= 10 {
+            // The index is not a message: readers of every message pass it by, and the trailer
+            // counts its bytes with the overview's.
+            let range = Trailer::file_end_in(&golden, golden.len() as u64).expect("a trailer");
+            let end = wire::read_file_end(&golden[range.start as usize..], range.start);
+            assert_eq!(end.indexes, index.indexes(), "version {version}: the index reads back");
+            assert_eq!(end.indexes.len(), 1, "the one run with events has an index");
+            let bytes = range.end - range.start;
+            *expected.last_mut().unwrap() = ToBrowser::Trailer(Trailer::new(bytes));
+        }
+        assert_eq!(decoded, expected, "version {version} decodes to its session");
         assert_eq!(encoded, golden, "version {version}: encoding gives the checked-in bytes");
     }
 }

@@ -317,7 +317,13 @@ mod tests {
         );
         for batch in 0..5 {
             let events: Vec<Event> = (batch * 100..batch * 100 + 100).map(event).collect();
-            wire::write_blocks(RunId(1), &events, &mut wire::zstd, &mut file);
+            wire::write_blocks(
+                RunId(1),
+                &events,
+                &mut wire::zstd,
+                &mut file,
+                &mut Default::default(),
+            );
         }
         let mut decoder = SessionDecoder::with_max_events(250);
         let mut events = 0;

@@ -19,10 +19,11 @@ const USAGE: &str = "usage: cargo xtask fuzz [--seconds N | --runs N] [--target 
 
 /// The fuzz crate's binaries: the names of `ackscope_shared::fuzzing::TARGETS` and the probe's
 /// `show_pipeline` (`ackscope_probe::fuzzing`), which xtask does not build.
-const TARGETS: [&str; 9] = [
+const TARGETS: [&str; 10] = [
     "session_frames",
     "compact_events",
     "event_blocks",
+    "seek_request",
     "websocket_to_probe",
     "control_messages",
     "pcap_import",

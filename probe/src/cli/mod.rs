@@ -22,6 +22,7 @@ mod knobs;
 mod lesson;
 mod link;
 mod perfetto;
+mod request;
 mod run;
 mod serve_ui;
 mod server;
@@ -65,10 +66,17 @@ enum Command {
     /// Hold an emulated link between two network namespaces that other processes join (e.g. a
     /// server and a `run --remote` across a real delay on one machine), until Ctrl-C
     Link(link::LinkArgs),
-    /// Print the summary of a session file
+    /// Print the summary of a session file, or one request's events
     Show {
         /// A session file written with -o
         file: PathBuf,
+        /// Print this request's events instead (every syscall, TCP_INFO sample and segment, in
+        /// order), read through the file's block index without decoding the rest
+        #[arg(long, value_name = "N")]
+        request: Option<u32>,
+        /// The run of that request (a session of several runs); the first run by default
+        #[arg(long, value_name = "R", requires = "request")]
+        run: Option<u32>,
     },
     /// Write a session file in another format
     #[command(group(
@@ -151,7 +159,10 @@ pub fn main() -> ExitCode {
         Some(Command::Run(args)) => run::run(&args),
         Some(Command::Server(args)) => server::run(&args),
         Some(Command::Link(args)) => link::link(&args),
-        Some(Command::Show { file }) => show::show(&file),
+        Some(Command::Show { file, request: Some(request), run }) => {
+            request::show_request(&file, run, request)
+        }
+        Some(Command::Show { file, .. }) => show::show(&file),
         Some(Command::Export { file, pcapng: Some(out), .. }) => show::export_pcapng(&file, &out),
         Some(Command::Export { file, perfetto: Some(out), .. }) => perfetto::export(&file, &out),
         Some(Command::Export { file, rows: Some(out), .. }) => show::export_rows(&file, &out),

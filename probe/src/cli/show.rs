@@ -181,11 +181,15 @@ pub fn export_rows(path: &Path, out_path: &Path) -> Result<Ended, Failure> {
     let write_error = |e: io::Error| format!("cannot write {}: {e}", out_path.display());
     let mut file = io::BufWriter::new(std::fs::File::create(out_path).map_err(write_error)?);
     let (mut frame, mut events, mut file_error) = (Vec::new(), 0u64, None);
+    // The bytes of the overviews just written: the trailer counts those (the block indexes
+    // after them are not written, there being no blocks).
+    let mut end_bytes = 0u64;
     while let Some(message) = reader.next_message() {
         let message = match message {
             Ok(ToBrowser::Hello(hello)) => {
                 ToBrowser::Hello(wire::Hello { protocol_version: ROWS_VERSION, ..hello })
             }
+            Ok(ToBrowser::Trailer(_)) => ToBrowser::Trailer(wire::Trailer::new(end_bytes)),
             Ok(message) => message,
             Err(e) => {
                 file_error = Some(e);
@@ -198,6 +202,10 @@ pub fn export_rows(path: &Path, out_path: &Path) -> Result<Ended, Failure> {
         frame.clear();
         wire::write_frame(&message, &mut frame);
         file.write_all(&frame).map_err(write_error)?;
+        match message {
+            ToBrowser::Overview { .. } => end_bytes += frame.len() as u64,
+            _ => end_bytes = 0,
+        }
     }
     file.flush().map_err(write_error)?;
     let _ = writeln!(

@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use ackscope_shared::overview::Overview;
-use ackscope_shared::wire::{self, FrameStream, ToBrowser, Trailer, WireError};
+use ackscope_shared::wire::{self, FrameStream, Indexer, ToBrowser, WireError};
 use ackscope_shared::{Event, RunId};
 
 /// Session files larger than this are refused before reading (16 GiB: far beyond a long run).
@@ -43,6 +43,10 @@ struct Writing {
     /// together), when its first event is [`BLOCK_GATHERING`] old, and before any other
     /// message, which keeps the file in the order the messages came.
     gathering: Vec<Gathering>,
+    /// Bytes written so far: where the next frame starts.
+    written: u64,
+    /// Where each run's blocks went, for the indexes at the file's end.
+    index: Indexer,
     /// What the flushing thread's last write failed with, for the next write to return.
     flush_error: Option<io::Error>,
 }
@@ -64,6 +68,8 @@ impl SessionWriter {
             out: BufWriter::new(file),
             frame: Vec::new(),
             gathering: Vec::new(),
+            written: 0,
+            index: Indexer::default(),
             flush_error: None,
         }));
         let (stop, stopped) = std::sync::mpsc::channel::<()>();
@@ -98,10 +104,11 @@ impl SessionWriter {
         self.writing().write_events(run, events)
     }
 
-    /// Ends the file: each run's overview, then the fixed-size trailer that says where they
-    /// start, so a viewer paints a long run's overview from the file's last bytes before it has
-    /// decoded the events (docs/FORMAT.md, "The end of a file"). A file without them (cut short
-    /// by a crash) still reads whole.
+    /// Ends the file: each run's overview and block index, then the fixed-size trailer that
+    /// says where they start, so a viewer paints a long run's overview from the file's last
+    /// bytes before it has decoded the events, and a reader finds one request's blocks without
+    /// reading the rest (docs/FORMAT.md, "The end of a file"). A file without them (cut short by
+    /// a crash) still reads whole.
     pub fn finish(mut self, overviews: Vec<(RunId, Overview)>) -> io::Result<()> {
         self.stop_flushing();
         self.writing().finish(overviews)
@@ -138,10 +145,11 @@ impl Writing {
                 ),
             ));
         }
-        self.out
-            .write_all(&self.frame)
-            .and_then(|()| self.out.flush())
-            .map_err(|e| io::Error::new(e.kind(), format!("writing {}: {e}", self.path.display())))
+        self.out.write_all(&self.frame).and_then(|()| self.out.flush()).map_err(|e| {
+            io::Error::new(e.kind(), format!("writing {}: {e}", self.path.display()))
+        })?;
+        self.written += self.frame.len() as u64;
+        Ok(())
     }
 }
 
@@ -176,8 +184,10 @@ impl Writing {
         for Gathering { run, events, .. } in std::mem::take(&mut self.gathering) {
             for block in wire::encode_blocks(run, &events, &mut wire::zstd) {
                 self.frame.clear();
-                wire::write_payload(&block, &mut self.frame);
+                wire::write_payload(&block.payload, &mut self.frame);
+                let at = self.written;
                 self.write_frame()?;
+                self.index.note(run, at, block.payload.len(), block.contents);
             }
         }
         Ok(())
@@ -185,13 +195,16 @@ impl Writing {
 
     fn finish(&mut self, overviews: Vec<(RunId, Overview)>) -> io::Result<()> {
         self.write_blocks()?;
-        let mut bytes = 0;
-        for (run, overview) in overviews {
-            self.write(&ToBrowser::Overview { run, overview })?;
-            // `frame` holds the frame just written, length prefix included.
-            bytes += self.frame.len() as u64;
-        }
-        self.write(&ToBrowser::Trailer(Trailer::new(bytes)))
+        self.frame.clear();
+        wire::write_file_end(overviews, &self.index, &mut self.frame);
+        // Each frame of the end is within what a reader takes (an overview is some tens of KB,
+        // an index at most MAX_INDEXED_BLOCKS entries of at most 47 bytes). An end of more
+        // than `wire::MAX_END_BYTES` (thousands of runs) is not believed: its readers read the
+        // file whole, as they read one cut short.
+        self.out
+            .write_all(&self.frame)
+            .and_then(|()| self.out.flush())
+            .map_err(|e| io::Error::new(e.kind(), format!("writing {}: {e}", self.path.display())))
     }
 }
 

@@ -16,6 +16,7 @@
 use std::io::Read;
 
 use super::by_hand::kind_by_hand;
+use super::index::BlockContents;
 use super::{Expander, Previous, SpareSamples, FIELDS, PREALLOCATE_EVENTS};
 use crate::event::{ConnId, Event, EventKind, ReqId, RunId, Side};
 use crate::varint::{put_varint, put_zigzag, unzigzag, zigzag, Bytes};
@@ -86,9 +87,15 @@ pub fn zstd(raw: &[u8]) -> Vec<u8> {
     ruzstd::encoding::compress_to_vec(raw, ruzstd::encoding::CompressionLevel::Fastest)
 }
 
-/// `events` of `run` as the frames' payloads of blocks: one, or more where the events are more
-/// than a block holds.
-pub fn encode_blocks(run: RunId, events: &[Event], compress: Compress<'_>) -> Vec<Vec<u8>> {
+/// A block as a file holds it: its frame's payload, and what its run's index says of it.
+#[derive(Debug)]
+pub struct EncodedBlock {
+    pub payload: Vec<u8>,
+    pub contents: BlockContents,
+}
+
+/// `events` of `run` as blocks: one, or more where the events are more than a block holds.
+pub fn encode_blocks(run: RunId, events: &[Event], compress: Compress<'_>) -> Vec<EncodedBlock> {
     let mut blocks = Vec::new();
     for chunk in events.chunks(BLOCK_EVENTS) {
         encode_within_bounds(run, chunk, compress, &mut blocks);
@@ -102,7 +109,7 @@ fn encode_within_bounds(
     run: RunId,
     events: &[Event],
     compress: Compress<'_>,
-    blocks: &mut Vec<Vec<u8>>,
+    blocks: &mut Vec<EncodedBlock>,
 ) {
     let columns = columns_of(events);
     let bytes: usize = columns.iter().map(Vec::len).sum();
@@ -113,7 +120,8 @@ fn encode_within_bounds(
         return;
     }
     assert!(bytes <= BLOCK_COLUMN_BYTES, "one event takes a few hundred bytes at most");
-    blocks.push(pack(run, events.len(), &columns, compress));
+    let payload = pack(run, events.len(), &columns, compress);
+    blocks.push(EncodedBlock { payload, contents: BlockContents::of(events) });
 }
 
 /// What the previous event of a side in the block was.
@@ -530,8 +538,10 @@ mod tests {
         for compress in [zstd as fn(&[u8]) -> Vec<u8>, stored] {
             let blocks = encode_blocks(RunId(7), &events, &mut { compress });
             assert_eq!(blocks.len(), 1);
-            let (run, batches) = decoded(&blocks[0], 100).expect("the block decodes");
+            let (run, batches) = decoded(&blocks[0].payload, 100).expect("the block decodes");
             assert_eq!(run, RunId(7));
+            assert_eq!(blocks[0].contents, BlockContents::of(&events));
+            assert_eq!(blocks[0].contents.events as usize, events.len());
             assert!(batches.iter().all(|batch| !batch.is_empty() && batch.len() <= 100));
             assert_eq!(batches.len(), events.len().div_ceil(100));
             assert_eq!(batches.concat(), events);
@@ -546,9 +556,9 @@ mod tests {
             events: events.clone(),
         });
         let blocks = encode_blocks(RunId(1), &events, &mut zstd);
-        let packed: usize = blocks.iter().map(Vec::len).sum();
+        let packed: usize = blocks.iter().map(|block| block.payload.len()).sum();
         assert!(packed * 3 < rows.len(), "{packed} bytes in blocks, {} in rows", rows.len());
-        let (_, batches) = decoded(&blocks[0], BLOCK_EVENTS).unwrap();
+        let (_, batches) = decoded(&blocks[0].payload, BLOCK_EVENTS).unwrap();
         assert_eq!(batches.concat(), events);
     }
 
@@ -560,9 +570,11 @@ mod tests {
         assert_eq!(blocks.len(), 3);
         let mut back = Vec::new();
         for block in &blocks {
-            back.extend(decoded(block, BLOCK_EVENTS).unwrap().1.concat());
+            back.extend(decoded(&block.payload, BLOCK_EVENTS).unwrap().1.concat());
         }
         assert_eq!(back, events);
+        let counts: Vec<u32> = blocks.iter().map(|block| block.contents.events).collect();
+        assert_eq!(counts, [BLOCK_EVENTS as u32, BLOCK_EVENTS as u32, 5]);
     }
 
     /// Samples whose every field changes by the most each time take hundreds of bytes each:
@@ -599,8 +611,8 @@ mod tests {
         assert!(blocks.len() > 1, "{} block", blocks.len());
         let mut back = Vec::new();
         for block in &blocks {
-            assert!(block.len() <= BLOCK_COLUMN_BYTES + 1024);
-            back.extend(decoded(block, BLOCK_EVENTS).unwrap().1.concat());
+            assert!(block.payload.len() <= BLOCK_COLUMN_BYTES + 1024);
+            back.extend(decoded(&block.payload, BLOCK_EVENTS).unwrap().1.concat());
         }
         assert_eq!(back, wide);
     }
@@ -612,7 +624,7 @@ mod tests {
         let mut rng = Rng(11);
         let events: Vec<Event> = events(&mut rng).into_iter().take(300).collect();
         for compress in [zstd as fn(&[u8]) -> Vec<u8>, stored] {
-            let block = encode_blocks(RunId(1), &events, &mut { compress }).remove(0);
+            let block = encode_blocks(RunId(1), &events, &mut { compress }).remove(0).payload;
             for len in 0..block.len() {
                 assert!(decoded(&block[..len], 64).is_err(), "cut at {len} of {}", block.len());
             }

@@ -20,6 +20,7 @@ use crate::event::{ConnId, Event, EventKind, ReqId, Side, TcpInfoSample};
 
 mod by_hand;
 pub(crate) mod columns;
+pub(crate) mod index;
 pub(crate) use by_hand::decode_into_by_hand;
 
 /// As it is encoded, decoded whole: the reference the tests hold the reader's decoding

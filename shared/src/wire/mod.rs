@@ -13,9 +13,13 @@
 use serde::{Deserialize, Serialize};
 
 pub use crate::compact::columns::{
-    encode_blocks, zstd, Compress, BLOCK_COLUMN_BYTES, BLOCK_EVENTS,
+    encode_blocks, zstd, Compress, EncodedBlock, BLOCK_COLUMN_BYTES, BLOCK_EVENTS,
 };
 use crate::compact::columns::{Unpacked, BLOCK};
+use crate::compact::index::BLOCK_INDEX;
+pub use crate::compact::index::{
+    BlockContents, BlockIndex, IndexedBlock, Indexer, MAX_INDEXED_BLOCKS,
+};
 use crate::event::{Event, RunId};
 use crate::overview::Overview;
 use crate::spec::Scenario;
@@ -23,6 +27,7 @@ use crate::varint::varint;
 
 mod events;
 mod run_start;
+pub mod seek;
 
 /// Bumped whenever the encoding changes (docs/FORMAT.md, "Versions"). Version 2 appended the
 /// `Overview` and `Trailer` messages of a file's end and the class's messages; version 3 the
@@ -32,8 +37,9 @@ mod run_start;
 /// with the live stream's `TryRights` and `ToProbe::TryOnWatch`; version 7 a class's votes
 /// (`ClassVotes`, `ToProbe::Vote`), live only; version 8 a bulk run whose reader pauses, as a
 /// kind of run of its own (`spec::encoding`); version 9 a file's events in blocks of columns,
-/// compressed (`compact::columns`), files only.
-pub const PROTOCOL_VERSION: u16 = 9;
+/// compressed (`compact::columns`), files only; version 10 each run's block index at a file's
+/// end (`compact::index`).
+pub const PROTOCOL_VERSION: u16 = 10;
 
 /// The oldest version this build still reads: every version since only appended messages, so
 /// an older stream is a valid newer one.
@@ -72,9 +78,9 @@ pub enum ToBrowser {
     /// them while it recorded. A viewer reads it first (see [`Trailer`]) and paints the whole
     /// run's overview before decoding its events; it adds nothing the events do not hold.
     Overview { run: RunId, overview: Overview },
-    /// Files only, the last frame of a file that was finished: how many bytes of `Overview`
-    /// frames come just before it. Fixed size ([`TRAILER_FRAME_BYTES`]), so a reader finds it
-    /// by reading the file's last bytes.
+    /// Files only, the last frame of a file that was finished: how many bytes of the file's end
+    /// (`Overview` frames, then each run's block index) come just before it. Fixed size
+    /// ([`TRAILER_FRAME_BYTES`]), so a reader finds it by reading the file's last bytes.
     Trailer(Trailer),
     /// In a class (`ackscope class`): where the presenter is, sent to every page of the room
     /// when it changes and to a page when it joins. Carries the whole state, so a page that
@@ -168,7 +174,8 @@ pub struct ClassView {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Trailer {
     pub magic: [u8; 8],
-    /// Little-endian: the bytes of the `Overview` frames between the events and this frame.
+    /// Little-endian: the bytes of the file's end, the `Overview` frames and the block indexes
+    /// between the events and this frame.
     pub overview_bytes: [u8; 8],
 }
 
@@ -176,19 +183,21 @@ pub struct Trailer {
 const TRAILER_MAGIC: [u8; 8] = *b"ACKSCOPE";
 /// A trailer frame: the 4-byte length, the variant's tag, the magic and the count.
 pub const TRAILER_FRAME_BYTES: usize = 4 + 1 + 8 + 8;
-/// More `Overview` bytes than this in a trailer is not believed (a run's overview is at most
-/// [`crate::overview::MAX_COLUMNS`] columns, some tens of kilobytes).
-pub const MAX_OVERVIEW_BYTES: u64 = 4 << 20;
+/// A file's end of more bytes than this is not believed: a run's overview is at most
+/// [`crate::overview::MAX_COLUMNS`] columns, some tens of kilobytes, and the indexes of a file
+/// at most [`MAX_INDEXED_BLOCKS`] blocks, a few bytes each.
+pub const MAX_END_BYTES: u64 = 16 << 20;
 
 impl Trailer {
     pub fn new(overview_bytes: u64) -> Trailer {
         Trailer { magic: TRAILER_MAGIC, overview_bytes: overview_bytes.to_le_bytes() }
     }
 
-    /// The byte range of the `Overview` frames of a file of `file_bytes` that ends in `tail`
-    /// (its last [`TRAILER_FRAME_BYTES`]), or `None` when the file has no trailer (it was cut
-    /// short, or written by a build without one): then a reader decodes the whole file.
-    pub fn overviews_in(tail: &[u8], file_bytes: u64) -> Option<std::ops::Range<u64>> {
+    /// The byte range of the end of a file of `file_bytes` that ends in `tail` (its last
+    /// [`TRAILER_FRAME_BYTES`]): its `Overview` frames and block indexes ([`read_file_end`]), or
+    /// `None` when the file has no trailer (it was cut short, or written by a build without
+    /// one): then a reader decodes the whole file.
+    pub fn file_end_in(tail: &[u8], file_bytes: u64) -> Option<std::ops::Range<u64>> {
         let frame = tail.get(tail.len().checked_sub(TRAILER_FRAME_BYTES)?..)?;
         let (len, payload) = frame.split_at(4);
         if u32::from_le_bytes(len.try_into().ok()?) as usize != TRAILER_FRAME_BYTES - 4 {
@@ -197,7 +206,7 @@ impl Trailer {
         let Ok(ToBrowser::Trailer(trailer)) = decode(payload) else { return None };
         let bytes = u64::from_le_bytes(trailer.overview_bytes);
         let end = file_bytes.checked_sub(TRAILER_FRAME_BYTES as u64)?;
-        (trailer.magic == TRAILER_MAGIC && bytes <= MAX_OVERVIEW_BYTES && bytes <= end)
+        (trailer.magic == TRAILER_MAGIC && bytes <= MAX_END_BYTES && bytes <= end)
             .then(|| end - bytes..end)
     }
 }
@@ -369,8 +378,9 @@ pub fn decode_message(bytes: &[u8]) -> Result<ToBrowser, WireError> {
 }
 
 /// A block of a file's events (a frame's payload, its first byte the block's tag) decoded
-/// whole, as the one batch of all its events (up to [`BLOCK_EVENTS`]): for tests and the fuzz
-/// target; a file's reader takes a block a batch at a time ([`FrameStream`]).
+/// whole, as the one batch of all its events (up to [`BLOCK_EVENTS`]): for a reader that seeks
+/// ([`seek`]), tests and the fuzz target; a file's reader takes a block a batch at a time
+/// ([`FrameStream`]).
 pub fn decode_block(bytes: &[u8]) -> Result<ToBrowser, WireError> {
     let mut block = Unpacked::default();
     block.read(bytes).map_err(WireError::Malformed)?;
@@ -424,31 +434,79 @@ pub fn write_payload(payload: &[u8], out: &mut Vec<u8>) {
     out.extend_from_slice(payload);
 }
 
-/// Appends `events` of `run` as a file of version 9 holds them: the frames of their blocks
-/// ([`encode_blocks`]).
-pub fn write_blocks(run: RunId, events: &[Event], compress: Compress<'_>, out: &mut Vec<u8>) {
+/// Appends `events` of `run` as a file of version 9 and later holds them: the frames of their
+/// blocks ([`encode_blocks`]), each noted in `index` where it lands (`out` holds the file from
+/// its first byte).
+pub fn write_blocks(
+    run: RunId,
+    events: &[Event],
+    compress: Compress<'_>,
+    out: &mut Vec<u8>,
+    index: &mut Indexer,
+) {
     for block in encode_blocks(run, events, compress) {
-        write_payload(&block, out);
+        index.note(run, out.len() as u64, block.payload.len(), block.contents);
+        write_payload(&block.payload, out);
     }
 }
 
-/// The `Overview` messages among the frames of `bytes` (a file's range that
-/// [`Trailer::overviews_in`] named), in order. Frames that are not overviews are skipped; a bad
-/// frame ends the list (what a viewer paints early is only ever a preview of the events).
-pub fn read_overviews(bytes: &[u8]) -> Vec<(RunId, Overview)> {
-    let mut found = Vec::new();
+/// Appends a finished file's end (docs/FORMAT.md, "The end of a file"): each run's overview,
+/// each run's block index, then the fixed-size trailer that says how many bytes they take.
+pub fn write_file_end(overviews: Vec<(RunId, Overview)>, index: &Indexer, out: &mut Vec<u8>) {
+    let start = out.len();
+    for (run, overview) in overviews {
+        write_frame(&ToBrowser::Overview { run, overview }, out);
+    }
+    for run in index.indexes() {
+        write_payload(&run.encode(), out);
+    }
+    let bytes = (out.len() - start) as u64;
+    write_frame(&ToBrowser::Trailer(Trailer::new(bytes)), out);
+}
+
+/// What a finished file's end holds ([`read_file_end`]).
+#[derive(Debug, Default, PartialEq)]
+pub struct FileEnd {
+    pub overviews: Vec<(RunId, Overview)>,
+    pub indexes: Vec<BlockIndex>,
+    /// Why the end was not read whole, if it was not: what was read before it is kept (what a
+    /// viewer reads here only ever saves it work; the events say the same).
+    pub error: Option<String>,
+}
+
+/// Reads the frames of `bytes`, a file's end that [`Trailer::file_end_in`] found at `start`:
+/// its overviews and block indexes, each index checked against `start` (where the blocks end).
+/// Other messages are skipped; a bad frame or a lying index ends it.
+pub fn read_file_end(bytes: &[u8], start: u64) -> FileEnd {
+    let mut end = FileEnd::default();
     let mut rest = bytes;
     while let Some((len, after)) = rest.split_first_chunk::<4>() {
         let len = u32::from_le_bytes(*len) as usize;
-        let Some(payload) = after.get(..len) else { break };
-        match decode(payload) {
-            Ok(ToBrowser::Overview { run, overview }) => found.push((run, overview)),
-            Ok(_) => {}
-            Err(_) => break,
+        let Some(payload) = after.get(..len) else {
+            end.error = Some("the file's end is cut inside a frame".into());
+            break;
+        };
+        if payload.first() == Some(&BLOCK_INDEX) {
+            match BlockIndex::read(payload, start) {
+                Ok(index) => end.indexes.push(index),
+                Err(why) => {
+                    end.error = Some(why);
+                    break;
+                }
+            }
+        } else {
+            match decode(payload) {
+                Ok(ToBrowser::Overview { run, overview }) => end.overviews.push((run, overview)),
+                Ok(_) => {}
+                Err(e) => {
+                    end.error = Some(format!("the file's end: {e}"));
+                    break;
+                }
+            }
         }
         rest = &after[len..];
     }
-    found
+    end
 }
 
 /// Frames that arrive in pieces (a file read in chunks, a socket): push bytes as they come and
@@ -618,23 +676,30 @@ impl FrameStream {
     /// `None` until all of it has arrived, or the error of a length over the limit.
     #[inline]
     fn take_frame(&mut self) -> Option<Result<std::ops::Range<usize>, WireError>> {
-        if self.failed {
-            return None;
+        loop {
+            if self.failed {
+                return None;
+            }
+            let rest = &self.buf[self.start..];
+            let len_bytes = rest.get(..4)?;
+            let len = u32::from_le_bytes(len_bytes.try_into().expect("slice of 4")) as usize;
+            if len > MAX_MESSAGE_BYTES {
+                self.failed = true;
+                return Some(Err(WireError::TooLarge { len, max: MAX_MESSAGE_BYTES }));
+            }
+            if rest.len() < 4 + len {
+                return None;
+            }
+            let payload = self.start + 4..self.start + 4 + len;
+            self.start += 4 + len;
+            self.taken += 1;
+            // A block index repeats what the blocks say, for a reader that seeks
+            // ([`read_file_end`]): one that reads every message passes it by.
+            let index = self.taken > 1 && self.buf.get(payload.start) == Some(&BLOCK_INDEX);
+            if !index {
+                return Some(Ok(payload));
+            }
         }
-        let rest = &self.buf[self.start..];
-        let len_bytes = rest.get(..4)?;
-        let len = u32::from_le_bytes(len_bytes.try_into().expect("slice of 4")) as usize;
-        if len > MAX_MESSAGE_BYTES {
-            self.failed = true;
-            return Some(Err(WireError::TooLarge { len, max: MAX_MESSAGE_BYTES }));
-        }
-        if rest.len() < 4 + len {
-            return None;
-        }
-        let payload = self.start + 4..self.start + 4 + len;
-        self.start += 4 + len;
-        self.taken += 1;
-        Some(Ok(payload))
     }
 
     /// At the end of the stream: the error if it stopped inside a frame. (A block's batches
@@ -701,19 +766,19 @@ mod tests {
         let bytes = (file.len() - start) as u64;
         write_frame(&ToBrowser::Trailer(Trailer::new(bytes)), &mut file);
         assert_eq!(file.len() - start - bytes as usize, TRAILER_FRAME_BYTES, "fixed size");
-        let range = Trailer::overviews_in(&file, file.len() as u64).expect("a trailer");
+        let range = Trailer::file_end_in(&file, file.len() as u64).expect("a trailer");
         assert_eq!(range, start as u64..start as u64 + bytes);
-        let found = read_overviews(&file[range.start as usize..range.end as usize]);
-        assert_eq!(found, vec![(RunId(1), overview)]);
+        let found = read_file_end(&file[range.start as usize..range.end as usize], range.start);
+        assert_eq!(found.overviews, vec![(RunId(1), overview)]);
         // A file cut anywhere, or one without a trailer, has none.
         for cut in [1, 5, TRAILER_FRAME_BYTES] {
             let short = &file[..file.len() - cut];
-            assert_eq!(Trailer::overviews_in(short, short.len() as u64), None);
+            assert_eq!(Trailer::file_end_in(short, short.len() as u64), None);
         }
         // A trailer claiming more than the file holds is not believed.
         let mut lying = Vec::new();
         write_frame(&ToBrowser::Trailer(Trailer::new(1000)), &mut lying);
-        assert_eq!(Trailer::overviews_in(&lying, lying.len() as u64), None);
+        assert_eq!(Trailer::file_end_in(&lying, lying.len() as u64), None);
     }
 
     use super::*;
@@ -757,11 +822,13 @@ mod tests {
         assert!(encode(&events[0]).len() <= 12, "{} bytes", encode(&events[0]).len());
     }
 
-    /// A block's frame has the tag after `ToBrowser`'s last variant: a variant appended would
-    /// take it (and the blocks would have to move to another tag, with a new version). `serde`
-    /// lists the variants it knows when it refuses one it does not.
+    /// A block's frame has the tag after `ToBrowser`'s last variant, a block index's the one
+    /// after it: a variant appended would take it (a new message must first take both places
+    /// with variants no one sends). `serde` lists the variants it knows when it refuses one it
+    /// does not.
     #[test]
     fn no_message_takes_the_tag_of_a_block() {
+        assert_eq!(BLOCK_INDEX, BLOCK + 1);
         let refused = serde_json::from_str::<ToBrowser>("\"NoSuchMessage\"").unwrap_err();
         let listed = refused.to_string().matches('`').count() / 2;
         let variants = listed - 1; // the refused name is quoted too

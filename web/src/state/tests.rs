@@ -455,7 +455,13 @@ fn a_file_of_blocks_is_applied_a_batch_at_a_time_and_opens_as_its_rows_do() {
         match message {
             ToBrowser::Events { .. } => {}
             ToBrowser::RunFinished { .. } => {
-                wire::write_blocks(RunId(1), &nagle, &mut wire::zstd, &mut blocks);
+                wire::write_blocks(
+                    RunId(1),
+                    &nagle,
+                    &mut wire::zstd,
+                    &mut blocks,
+                    &mut Default::default(),
+                );
                 write_frame(&message, &mut blocks);
             }
             other => write_frame(&other, &mut blocks),
