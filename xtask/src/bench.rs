@@ -727,9 +727,9 @@ pub(crate) fn met_or_missed(met: bool) -> &'static str {
 }
 
 /// What one reader cost: its peak RSS and its CPU time (user and system).
-struct Cost {
-    peak_rss_kb: f64,
-    cpu_s: f64,
+pub(crate) struct Cost {
+    pub(crate) peak_rss_kb: f64,
+    pub(crate) cpu_s: f64,
 }
 
 /// Rounds in which each reader runs on each session: the least CPU of them is kept (other
@@ -739,7 +739,7 @@ const READER_RUNS: usize = 5;
 
 /// The cost of `ackscope ARGS... FILE` (the file goes after the first argument), its standard
 /// output thrown away.
-fn cost_of(args: &[&str], file: &Path) -> Result<Cost, String> {
+pub(crate) fn cost_of(args: &[&str], file: &Path) -> Result<Cost, String> {
     let mut command = Command::new("/usr/bin/time");
     command.arg("-v").arg(setup::probe_binary()).arg(args[0]).arg(file).args(&args[1..]);
     timed_cost(&mut command)

@@ -10,7 +10,8 @@ use std::fs;
 use crate::steps::{RunExt, Steps};
 use crate::{cli, setup};
 
-pub(crate) const USAGE: &str = "usage: cargo xtask bench viewer [--count N] [--seconds S]";
+pub(crate) const USAGE: &str =
+    "usage: cargo xtask bench viewer [--requests N] [--seconds S]   (--count N: the same)";
 const LOAD_TARGET_MS: f64 = 2000.0;
 const FRAME_TARGET_MS: f64 = 16.7;
 /// The page's memory for a file's requests. (It was 1.5 times the file's size while files were
@@ -18,6 +19,11 @@ const FRAME_TARGET_MS: f64 = 16.7;
 const WASM_MB_PER_MILLION_REQUESTS: f64 = 250.0;
 /// A million requests in at most 25 MB: a file a chat or an issue takes.
 const BYTES_PER_REQUEST_TARGET: f64 = 25.0;
+/// `show` and `export --json` of ten million requests in at most this much memory.
+const READER_PEAK_TARGET_MB: f64 = 200.0;
+/// The page stops reading a file at 48 million events (`MAX_FILE_EVENTS`), about three million
+/// requests of this run: a larger session is measured from the command line alone.
+const PAGE_MAX_REQUESTS: u32 = 3_000_000;
 
 /// `bench viewer FLAGS...`.
 pub fn run(args: &[String]) -> Result<(), String> {
@@ -26,22 +32,28 @@ pub fn run(args: &[String]) -> Result<(), String> {
 
 /// `bench viewer`'s flags: (requests recorded, seconds of zooming and panning).
 fn options(args: &[String]) -> Result<(u32, u32), String> {
-    let (mut count, mut seconds) = (1_000_000, 5);
-    cli::numbers(args, USAGE, &mut [("--count", &mut count), ("--seconds", &mut seconds)])?;
-    if count == 0 || seconds == 0 {
-        return Err(format!("--count and --seconds must be at least 1\n{USAGE}"));
+    let (mut requests, mut count, mut seconds) = (u32::MAX, u32::MAX, 5);
+    cli::numbers(
+        args,
+        USAGE,
+        &mut [("--requests", &mut requests), ("--count", &mut count), ("--seconds", &mut seconds)],
+    )?;
+    let requests = [requests, count].into_iter().find(|&n| n != u32::MAX).unwrap_or(1_000_000);
+    if requests == 0 || seconds == 0 {
+        return Err(format!("--requests and --seconds must be at least 1\n{USAGE}"));
     }
-    Ok((count, seconds))
+    Ok((requests, seconds))
 }
 
 fn bench(count: u32, seconds: u32) -> Result<(), String> {
-    let mut steps = Steps::new(11);
+    let mut steps = Steps::new(12);
     setup::ensure_build_tools(&mut steps)?;
     setup::ensure_browser(&mut steps)?;
     crate::build_web(&mut steps)?;
     crate::build_probe(&mut steps)?;
-    steps.start("zstd, the peer the file's size is compared with");
-    setup::ensure_apt_packages(&mut steps, &["zstd"])?;
+    steps
+        .start("zstd, the peer the file's size is compared with, and time, which measures readers");
+    setup::ensure_apt_packages(&mut steps, &["zstd", "time"])?;
 
     steps.start("the measuring program (tests/src/bin/bench_viewer.rs)");
     setup::cargo()
@@ -70,6 +82,27 @@ fn bench(count: u32, seconds: u32) -> Result<(), String> {
     steps.done("measured");
 
     steps.start(&format!(
+        "`show --request {}` against `show` of the whole file, and `export --json`",
+        count - 1
+    ));
+    let readers = reader_costs(&file, count)?;
+    steps.done("measured");
+    let reader_peaks = [figure(&readers, "show_peak_mb"), figure(&readers, "export_json_peak_mb")];
+
+    if count > PAGE_MAX_REQUESTS {
+        println!("\n{sizes}\n{readers}");
+        println!(
+            "  show and export --json peak_mb <= {READER_PEAK_TARGET_MB}: {}",
+            verdict(reader_peaks.iter().all(|p| p.is_some_and(|p| p <= READER_PEAK_TARGET_MB)))
+        );
+        println!(
+            "  the page: not opened. It reads at most 48 million events of a file (about \
+             {PAGE_MAX_REQUESTS} requests of this run) and says so; {count} requests are past it"
+        );
+        return Ok(());
+    }
+
+    steps.start(&format!(
         "opening it in headless Chromium, then {seconds} s of zooming and panning"
     ));
     let output = std::process::Command::new(target_binary("bench-viewer"))
@@ -87,6 +120,11 @@ fn bench(count: u32, seconds: u32) -> Result<(), String> {
 
     println!("\n{line}");
     println!("{sizes}");
+    println!("{readers}");
+    println!(
+        "  show and export --json peak_mb <= {READER_PEAK_TARGET_MB}: {}",
+        verdict(reader_peaks.iter().all(|p| p.is_some_and(|p| p <= READER_PEAK_TARGET_MB)))
+    );
     let field = |name: &str| figure(&line, name);
     if let Some(full_load_ms) = field("full_load_ms") {
         println!(
@@ -157,6 +195,39 @@ fn file_sizes(file: &std::path::Path, file_bytes: u64, count: u32) -> Result<Str
     ))
 }
 
+/// Rounds of `show` and `show --request`: the least CPU of them is kept (other processes only
+/// ever add to it), and the largest peak.
+const SEEK_ROUNDS: usize = 3;
+
+/// One request read through the file's block index against the whole file read by `show` (the
+/// like-for-like peer: the same file, the same binary, this run), CPU and peak memory, and
+/// `export --json`'s peak once: `readers show_request_cpu_ms=S show_cpu_ms=W seek_vs_show=R
+/// show_request_peak_mb=P show_peak_mb=Q export_json_peak_mb=E`.
+fn reader_costs(file: &std::path::Path, count: u32) -> Result<String, String> {
+    let last = (count - 1).to_string();
+    let mut seek = crate::bench::Cost { peak_rss_kb: 0.0, cpu_s: f64::MAX };
+    let mut show = crate::bench::Cost { peak_rss_kb: 0.0, cpu_s: f64::MAX };
+    for _ in 0..SEEK_ROUNDS {
+        for (args, best) in [(&["show", "--request", &last][..], &mut seek), (&["show"], &mut show)]
+        {
+            let cost = crate::bench::cost_of(args, file)?;
+            best.cpu_s = best.cpu_s.min(cost.cpu_s);
+            best.peak_rss_kb = best.peak_rss_kb.max(cost.peak_rss_kb);
+        }
+    }
+    let export = crate::bench::cost_of(&["export", "--json"], file)?;
+    Ok(format!(
+        "readers show_request_cpu_ms={:.1} show_cpu_ms={:.0} seek_vs_show={:.4} \
+         show_request_peak_mb={:.1} show_peak_mb={:.1} export_json_peak_mb={:.1}",
+        seek.cpu_s * 1e3,
+        show.cpu_s * 1e3,
+        seek.cpu_s / show.cpu_s,
+        seek.peak_rss_kb / 1024.0,
+        show.peak_rss_kb / 1024.0,
+        export.peak_rss_kb / 1024.0,
+    ))
+}
+
 /// `name=VALUE` from the program's line.
 fn figure(line: &str, name: &str) -> Option<f64> {
     line.split_whitespace()
@@ -184,7 +255,8 @@ mod tests {
     fn viewer_flags() {
         assert_eq!(options(&[]), Ok((1_000_000, 5)));
         assert_eq!(options(&args("--count 1000 --seconds 2")), Ok((1000, 2)));
-        assert!(options(&args("--count 0")).unwrap_err().contains("must be at least 1"));
+        assert_eq!(options(&args("--requests 10000000")), Ok((10_000_000, 5)));
+        assert!(options(&args("--requests 0")).unwrap_err().contains("must be at least 1"));
         let error = options(&args("--seconds 1.5")).unwrap_err();
         assert_eq!(error, format!("--seconds needs a whole number, not `1.5`\n{USAGE}"));
         let error = options(&args("--rounds 2")).unwrap_err();

@@ -33,6 +33,10 @@ pub const BLOCK_EVENTS: usize = 65_536;
 /// decodes anything. A writer splits a block that would take more.
 pub const BLOCK_COLUMN_BYTES: usize = 4 << 20;
 
+/// A block's frame is at most its columns (packed no longer than raw) and its directory (a few
+/// bytes for each of at most [`column::COUNT`] columns): what an index may say a block takes.
+pub(crate) const MAX_BLOCK_FRAME_BYTES: usize = BLOCK_COLUMN_BYTES + 4096;
+
 /// [`EventKind`]'s variants, each numbered as `serde` numbers it (its index).
 const KINDS_OF_EVENT: usize = 18;
 /// The variant index of `EventKind::TcpInfo`.

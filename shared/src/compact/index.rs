@@ -7,6 +7,7 @@
 //! and a file without one (cut short, a run with more blocks than [`MAX_INDEXED_BLOCKS`]) is
 //! read whole.
 
+use super::columns::{BLOCK_EVENTS, MAX_BLOCK_FRAME_BYTES};
 use crate::event::{Event, RunId};
 use crate::varint::{put_varint, put_zigzag, Bytes};
 
@@ -139,9 +140,9 @@ impl BlockIndex {
                      blocks' end at {blocks_end}"
                 ));
             }
-            if frame_bytes as usize > crate::wire::MAX_MESSAGE_BYTES
+            if frame_bytes as usize > MAX_BLOCK_FRAME_BYTES
                 || events == 0
-                || events as usize > crate::wire::BLOCK_EVENTS
+                || events as usize > BLOCK_EVENTS
             {
                 return Err(format!(
                     "a block index names a block of {events} events in {frame_bytes} bytes"
@@ -177,7 +178,7 @@ impl BlockIndex {
 }
 
 /// The indexes of a file being written: each block noted where it was written, each run's
-/// index written at the file's end ([`crate::wire::write_file_end`]). Bounded by
+/// index written at the file's end (`wire::write_file_end`). Bounded by
 /// [`MAX_INDEXED_BLOCKS`], all runs together: a run that would go over it gets no index.
 #[derive(Debug, Default)]
 pub struct Indexer {
