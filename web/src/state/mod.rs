@@ -335,7 +335,7 @@ impl AppState {
         more
     }
 
-    /// The overviews written at the end of a file being read (`wire::read_overviews`): shown
+    /// The overviews written at the end of a file being read (`wire::read_file_end`): shown
     /// while the events are decoded.
     pub fn preview_file(&mut self, id: FileId, overviews: Vec<(RunId, Overview)>) {
         let file = self.files.iter_mut().find(|file| file.id == id);
