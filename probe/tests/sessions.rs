@@ -95,9 +95,11 @@ fn a_file_of_blocks_is_exported_as_rows_for_older_readers_and_shows_the_same() {
 
 /// `show --request N` prints one request's events through the file's block index: story 1's
 /// request waits for two delayed ACKs (~40 ms each, against well under a millisecond of work),
-/// and the same file as rows, which has no index, is read whole for the same lines.
+/// and the same file as rows, which has no index, or with an index that lies, is read whole for
+/// the same lines.
 #[test]
 fn show_request_prints_one_requests_events_through_the_index() {
+    use ackscope_shared::wire;
     let file = temp("request.ackscope");
     let rows = temp("request-rows.ackscope");
     assert!(ackscope(&["run", "story1", "--count", "8", "-o", s(&file)]).status.success());
@@ -119,6 +121,30 @@ fn show_request_prints_one_requests_events_through_the_index() {
     let (whole_head, whole_lines) = whole.split_once('\n').unwrap();
     assert!(whole_head.contains("no block index"), "{whole_head}");
     assert_eq!(whole_lines, lines, "the same events, indexed or read whole");
+
+    // An index whose first block is said to start a byte early: refused when the block is read,
+    // and the file read whole for the same lines.
+    let lying = temp("request-lying.ackscope");
+    let bytes = std::fs::read(&file).unwrap();
+    let range = wire::Trailer::file_end_in(&bytes, bytes.len() as u64).unwrap();
+    let mut end = wire::read_file_end(&bytes[range.start as usize..], range.start);
+    end.indexes[0].blocks[0].offset -= 1;
+    let mut damaged = bytes[..range.start as usize].to_vec();
+    let mut index = Vec::new();
+    for (run, overview) in end.overviews {
+        wire::write_frame(&wire::ToBrowser::Overview { run, overview }, &mut index);
+    }
+    wire::write_payload(&end.indexes[0].encode(), &mut index);
+    wire::write_frame(
+        &wire::ToBrowser::Trailer(wire::Trailer::new(index.len() as u64)),
+        &mut index,
+    );
+    damaged.extend(index);
+    std::fs::write(&lying, damaged).unwrap();
+    let refused = text(&ackscope(&["show", s(&lying), "--request", "5"]).stdout);
+    let (refused_head, refused_lines) = refused.split_once('\n').unwrap();
+    assert!(refused_head.contains("is not a frame of that length: read whole"), "{refused_head}");
+    assert_eq!(refused_lines, lines);
 
     let missing = ackscope(&["show", s(&file), "--request", "800"]);
     assert_eq!(missing.status.code(), Some(1));

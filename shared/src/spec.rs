@@ -16,8 +16,10 @@ use crate::event::Side;
 
 /// The largest body the echo protocol accepts by default (the server's length-prefix cap).
 pub const MAX_BODY_BYTES: u32 = 64 * 1024 * 1024;
-/// The most requests one run may make: bounds the memory a run can take.
-pub const MAX_REQUESTS: u32 = 1_000_000;
+/// The most requests one run may make: a soak run of ten million, hunting the one slow request,
+/// is a real use. A run's memory does not follow it (its readers retire what they summarized,
+/// and its file is written as it goes); a reader ignores request ids past it.
+pub const MAX_REQUESTS: u32 = 10_000_000;
 /// The most requests of a run started from the browser: keeps a browser session's memory modest
 /// (the probe keeps every run's events for tabs that connect later).
 pub const MAX_BROWSER_REQUESTS: u32 = 100_000;

@@ -1,5 +1,8 @@
 //! `cargo xtask bench viewer`: a real session of a million requests, recorded by the release
-//! probe, opened in the real app in headless Chromium, then zoomed and panned for 5 s.
+//! probe, opened in the real app in headless Chromium, then zoomed and panned for 5 s; and from
+//! the command line, the file's size against its rows, one request through its block index
+//! against `show` of the whole, and the readers' peak memory (`--requests 10000000`: those
+//! alone, past what the page opens).
 //!
 //! The measuring is done from outside the app, with the page's own clock, by the `bench-viewer`
 //! program of the tests crate (tests/src/bin/bench_viewer.rs), which prints

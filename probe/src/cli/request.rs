@@ -35,28 +35,31 @@ pub fn show_request(path: &Path, run: Option<u32>, request: u32) -> Result<Ended
         Ok(bytes)
     };
     let run = run.map(RunId);
-    let seeker = Seeker::open(size, &mut read_at).map_err(|e| format!("{name}: {e}"))?;
-    let found =
-        seeker.as_ref().and_then(|s| s.request(run, request, MAX_PRINTED_EVENTS, &mut read_at));
+    // Through the index when the file has one that holds; else (none, the run not in it, or a
+    // claim of it refused) the file read whole, the first line saying which and why.
+    let indexed = match Seeker::open(size, &mut read_at) {
+        Ok(Some(seeker)) => match seeker.request(run, request, MAX_PRINTED_EVENTS, &mut read_at) {
+            Some(found) => Ok(found),
+            None => Err("the run has no block index".to_string()),
+        },
+        Ok(None) => {
+            Err("the file has no block index (cut short, or written before version 10)".into())
+        }
+        Err(why) => Err(why),
+    };
     let mut out = Printable::terminal(io::stdout().lock());
     let mut file_error = None;
-    let (mut found, how) = match found {
-        Some(found) => {
-            let found =
-                found.map_err(|e| format!("{name}: {e}; `ackscope show {name}` reads it whole"))?;
+    let (mut found, how) = match indexed {
+        Ok(Ok(found)) => {
             let how = format!(
                 "read from {} of the run's {} blocks through the file's index",
                 found.blocks_read, found.blocks
             );
             (found, how)
         }
-        None => {
-            let why = match seeker {
-                Some(_) => "the run has no block index",
-                None => "the file has no block index (cut short, or written before version 10)",
-            };
+        Ok(Err(refused)) | Err(refused) => {
             let found = read_whole(reader, run, request, &mut file_error);
-            (found, format!("{why}: read whole"))
+            (found, format!("{refused}: read whole"))
         }
     };
     let damaged =
