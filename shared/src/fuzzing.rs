@@ -102,7 +102,7 @@ pub fn seek_request(data: &[u8]) {
     for (run, requests) in runs {
         for request in [0, requests / 2, requests.saturating_sub(1)] {
             let request = u32::try_from(request).unwrap_or(u32::MAX);
-            if let Some(Ok(found)) = seeker.request(Some(run), request, 1000, &mut read_at) {
+            if let Some(Ok(found)) = seeker.request(run, request, 1000, &mut read_at) {
                 assert!(found.events.iter().all(|event| event.req.0 == request));
                 assert!(found.events.len() <= 1000);
                 assert!(found.blocks_read <= found.blocks);

@@ -165,7 +165,7 @@ fn every_request_read_through_the_index_is_the_one_the_file_holds() {
             for request in [0, requests / 2, requests - 1] {
                 let request = request as u32;
                 let found =
-                    seeker.request(Some(run), request, usize::MAX, &mut read_at).unwrap().unwrap();
+                    seeker.request(run, request, usize::MAX, &mut read_at).unwrap().unwrap();
                 let expected: Vec<&Event> =
                     events[&run].iter().filter(|e| e.req.0 == request).collect();
                 assert_eq!(found.events.iter().collect::<Vec<_>>(), expected, "{}", file.display());

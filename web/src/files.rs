@@ -277,7 +277,7 @@ async fn read_overviews(blob: &Blob, size: f64) -> Vec<(RunId, Overview)> {
     let Some(tail) = read_range(blob, size - tail_bytes, size).await else { return Vec::new() };
     let Some(range) = Trailer::file_end_in(&tail, size as u64) else { return Vec::new() };
     match read_range(blob, range.start as f64, range.end as f64).await {
-        Some(bytes) => wire::read_file_end(&bytes, range.start).overviews,
+        Some(bytes) => wire::read_file_overviews(&bytes),
         None => Vec::new(),
     }
 }

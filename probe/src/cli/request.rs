@@ -22,8 +22,14 @@ const MAX_PRINTED_EVENTS: usize = 10_000;
 
 pub fn show_request(path: &Path, run: Option<u32>, request: u32) -> Result<Ended, Failure> {
     // The file is checked as every reader checks it (its size, its Hello) before it is seeked.
-    let reader = record::SessionReader::open(path)?;
+    let mut reader = record::SessionReader::open(path)?;
     let name = path.display().to_string();
+    // The run asked for, or the file's first (read from its start, not taken from its index:
+    // a first run without an index must not make another run's request N answer).
+    let run = match run {
+        Some(run) => RunId(run),
+        None => first_run(&mut reader).ok_or_else(|| format!("{name} holds no run"))?,
+    };
     let file = File::open(path).map_err(|e| format!("cannot read {name}: {e}"))?;
     let size = file.metadata().map_err(|e| format!("cannot read {name}: {e}"))?.len();
     let mut read_at = |at: u64, len: usize| {
@@ -34,17 +40,20 @@ pub fn show_request(path: &Path, run: Option<u32>, request: u32) -> Result<Ended
             .map_err(|e| format!("cannot read {name} at byte {at}: {e}"))?;
         Ok(bytes)
     };
-    let run = run.map(RunId);
     // Through the index when the file has one that holds; else (none, the run not in it, or a
     // claim of it refused) the file read whole, the first line saying which and why.
     let indexed = match Seeker::open(size, &mut read_at) {
         Ok(Some(seeker)) => match seeker.request(run, request, MAX_PRINTED_EVENTS, &mut read_at) {
             Some(found) => Ok(found),
-            None => Err("the run has no block index".to_string()),
+            None => Err(format!(
+                "run {} has no block index (its events are rows, or more blocks than an index \
+                 lists)",
+                run.0
+            )),
         },
-        Ok(None) => {
-            Err("the file has no block index (cut short, or written before version 10)".into())
-        }
+        Ok(None) => Err("the file has no block index (its events are rows, it was cut short, \
+                         written before version 10, or its end is too large to believe)"
+            .into()),
         Err(why) => Err(why),
     };
     let mut out = Printable::terminal(io::stdout().lock());
@@ -90,25 +99,16 @@ pub fn show_request(path: &Path, run: Option<u32>, request: u32) -> Result<Ended
 /// `None`) kept, at most [`MAX_PRINTED_EVENTS`].
 fn read_whole(
     mut reader: record::SessionReader,
-    run: Option<RunId>,
+    run: RunId,
     request: u32,
     file_error: &mut Option<ackscope_shared::wire::WireError>,
 ) -> Found {
-    let mut found = Found {
-        run: run.unwrap_or(RunId(0)),
-        events: Vec::new(),
-        beyond: 0,
-        blocks_read: 0,
-        blocks: 0,
-    };
-    let mut chosen = run;
+    let mut found = Found { run, events: Vec::new(), beyond: 0, blocks_read: 0, blocks: 0 };
     while let Some(()) = reader.with_next_into(file_error, |message| {
-        let ToBrowser::Events { run, events } = message else { return };
-        let chosen = *chosen.get_or_insert(*run);
-        if *run != chosen {
+        let ToBrowser::Events { run: of, events } = message else { return };
+        if *of != run {
             return;
         }
-        found.run = chosen;
         for event in events.iter().filter(|event| event.req.0 == request) {
             if found.events.len() < MAX_PRINTED_EVENTS {
                 found.events.push(event.clone());
@@ -118,6 +118,21 @@ fn read_whole(
         }
     }) {}
     found
+}
+
+/// The run the file starts first, read from its start (its first messages); `None` if it
+/// starts none before its end or a bad frame.
+fn first_run(reader: &mut record::SessionReader) -> Option<RunId> {
+    let mut error = None;
+    loop {
+        let started = reader.with_next_into(&mut error, |message| match message {
+            ToBrowser::RunStarted { run, .. } => Some(*run),
+            _ => None,
+        })?;
+        if started.is_some() {
+            return started;
+        }
+    }
 }
 
 /// One line an event, in the order of their times: its time on the run's clock and from the

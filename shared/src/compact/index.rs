@@ -9,25 +9,33 @@
 
 use super::columns::{BLOCK_EVENTS, MAX_BLOCK_FRAME_BYTES};
 use crate::event::{Event, RunId};
+use crate::spec::MAX_REQUESTS;
 use crate::varint::{put_varint, put_zigzag, Bytes};
 
 /// The first byte of an index's frame: the tag after a block's. Like a block, not a message.
 pub(crate) const BLOCK_INDEX: u8 = 13;
 
-/// At most this many blocks indexed in a file, all runs together (about 3 MB of index, 40 bytes
-/// each in memory while writing): a run of ten million requests takes about 4,000 blocks, a
-/// week's idle watch (a block a second) 600,000. Past it, the run that would go over it gets
-/// no index and is read whole.
+/// At most this many blocks indexed in a file, all runs together (a few MB of index, 48 bytes
+/// each in memory): a run of ten million requests takes about 4,000 blocks, a week's idle
+/// watch (a block a second) 600,000. Past it, the run that would go over it gets no index and
+/// is read whole; a reader refuses a file's end that lists more.
 pub const MAX_INDEXED_BLOCKS: usize = 1 << 18;
 
-/// The least an entry of the index takes: seven varints of a byte each.
-const MIN_ENTRY_BYTES: usize = 7;
+/// The least an entry of the index takes: eight varints of a byte each.
+const MIN_ENTRY_BYTES: usize = 8;
 
 /// What a block holds, as its index lists it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct BlockContents {
     pub events: u32,
-    /// The lowest and the highest request number of its events.
+    /// Whether it holds events of request 0, which is also the number of the events that
+    /// belong to no request (a connection accepted, its buffers, a packet through the emulated
+    /// link, a segment not matched): were 0 in the range below, nearly every block of such a run
+    /// would seem to hold every request.
+    pub request_zero: bool,
+    /// The lowest and the highest request number of its events, of those from 1 to
+    /// [`MAX_REQUESTS`] - 1 (a server's event it could match to no request carries `u32::MAX`);
+    /// both 0 when it holds none.
     pub first_request: u32,
     pub last_request: u32,
     /// The earliest and the latest time of its events (nanoseconds since the run started).
@@ -40,16 +48,26 @@ impl BlockContents {
     pub(crate) fn of(events: &[Event]) -> BlockContents {
         let mut contents = BlockContents {
             events: events.len() as u32,
+            request_zero: false,
             first_request: u32::MAX,
             last_request: 0,
             first_ns: u64::MAX,
             last_ns: 0,
         };
         for event in events {
-            contents.first_request = contents.first_request.min(event.req.0);
-            contents.last_request = contents.last_request.max(event.req.0);
+            match event.req.0 {
+                0 => contents.request_zero = true,
+                req if req < MAX_REQUESTS => {
+                    contents.first_request = contents.first_request.min(req);
+                    contents.last_request = contents.last_request.max(req);
+                }
+                _ => {}
+            }
             contents.first_ns = contents.first_ns.min(event.at_ns);
             contents.last_ns = contents.last_ns.max(event.at_ns);
+        }
+        if contents.first_request > contents.last_request {
+            (contents.first_request, contents.last_request) = (0, 0);
         }
         contents
     }
@@ -73,12 +91,12 @@ pub struct BlockIndex {
 }
 
 impl BlockIndex {
-    /// The frame's payload:
-    /// `13  run  blocks  (gap  frame_bytes  events  first_request  requests  first_ns  span_ns)*`,
-    /// each a varint, `gap` being the bytes between the end of the previous block's frame (or the
-    /// file's start) and this one's, so that blocks in order and apart are the only ones it can
-    /// say; `requests` is `last_request - first_request`, `first_ns` the zigzagged difference from
-    /// the previous block's and `span_ns` `last_ns - first_ns`.
+    /// The frame's payload: `13  run  blocks  (gap  frame_bytes  events  request_zero
+    /// first_request  requests  first_ns  span_ns)*`, each a varint, `gap` being the bytes
+    /// between the end of the previous block's frame (or the file's start) and this one's, so
+    /// that blocks in order and apart are the only ones it can say; `request_zero` 0 or 1;
+    /// `requests` is `last_request - first_request`, `first_ns` the zigzagged difference from
+    /// the previous block's (the first's from 0) and `span_ns` `last_ns - first_ns`.
     pub fn encode(&self) -> Vec<u8> {
         let mut out = vec![BLOCK_INDEX];
         put_varint(&mut out, self.run.0.into());
@@ -89,6 +107,7 @@ impl BlockIndex {
             put_varint(&mut out, block.offset - end);
             put_varint(&mut out, block.frame_bytes.into());
             put_varint(&mut out, contents.events.into());
+            put_varint(&mut out, u64::from(contents.request_zero));
             put_varint(&mut out, contents.first_request.into());
             put_varint(&mut out, (contents.last_request - contents.first_request).into());
             put_zigzag(&mut out, contents.first_ns.wrapping_sub(first_ns) as i64);
@@ -125,6 +144,8 @@ impl BlockIndex {
             let gap = bytes.u64().ok_or_else(cut)?;
             let frame_bytes = bytes.u32().ok_or_else(cut)?;
             let events = bytes.u32().ok_or_else(cut)?;
+            let request_zero =
+                bytes.bool().ok_or("a block index's flag of request 0 not 0 or 1")?;
             let first_request = bytes.u32().ok_or_else(cut)?;
             let requests = bytes.u32().ok_or_else(cut)?;
             let first = first_ns.wrapping_add(bytes.i64().ok_or_else(cut)? as u64);
@@ -153,8 +174,17 @@ impl BlockIndex {
             else {
                 return Err("a block index names requests or times past their range".into());
             };
-            let contents =
-                BlockContents { events, first_request, last_request, first_ns: first, last_ns };
+            if last_request >= MAX_REQUESTS {
+                return Err(format!("a block index names request {last_request}"));
+            }
+            let contents = BlockContents {
+                events,
+                request_zero,
+                first_request,
+                last_request,
+                first_ns: first,
+                last_ns,
+            };
             blocks.push(IndexedBlock { offset, frame_bytes, contents });
             (end, first_ns) = (frame_end, first);
         }
@@ -167,7 +197,11 @@ impl BlockIndex {
     /// The blocks that may hold events of request `request`, in file order.
     pub fn holding_request(&self, request: u32) -> impl Iterator<Item = &IndexedBlock> {
         self.blocks.iter().filter(move |block| {
-            (block.contents.first_request..=block.contents.last_request).contains(&request)
+            let contents = &block.contents;
+            match request {
+                0 => contents.request_zero,
+                _ => (contents.first_request..=contents.last_request).contains(&request),
+            }
         })
     }
 
@@ -223,6 +257,7 @@ mod tests {
     fn contents(first_request: u32) -> BlockContents {
         BlockContents {
             events: 100,
+            request_zero: first_request == 0,
             first_request,
             last_request: first_request + 9,
             first_ns: u64::from(first_request) * 1000,
@@ -249,6 +284,8 @@ mod tests {
         assert_eq!(read, index);
         let holding: Vec<u64> = read.holding_request(23).map(|b| b.offset).collect();
         assert_eq!(holding, [2100]);
+        let holding: Vec<u64> = read.holding_request(0).map(|b| b.offset).collect();
+        assert_eq!(holding, [100], "only the block that holds request 0");
         assert_eq!(read.holding_request(50).count(), 0);
         assert_eq!(read.requests(), 50);
     }
@@ -277,6 +314,35 @@ mod tests {
         for cut in 1..encoded.len() {
             assert!(BlockIndex::read(&encoded[..cut], 5100).is_err(), "cut at {cut}");
         }
+    }
+
+    /// The events of no request (numbered 0, or `u32::MAX` on a server that could not match
+    /// them) leave a block's range of requests alone: a run through the emulated link has them
+    /// in every block.
+    #[test]
+    fn events_of_no_request_leave_the_range_alone() {
+        use crate::event::{ConnId, EventKind, ReqId, Side};
+        let event = |req, at_ns| Event {
+            at_ns,
+            side: Side::Server,
+            conn: ConnId(1),
+            req: ReqId(req),
+            kind: EventKind::Accepted,
+        };
+        let events = [event(0, 10), event(7, 20), event(u32::MAX, 5), event(9, 30)];
+        let contents = BlockContents::of(&events);
+        assert!(contents.request_zero);
+        assert_eq!((contents.first_request, contents.last_request), (7, 9));
+        assert_eq!((contents.first_ns, contents.last_ns), (5, 30));
+        let none = BlockContents::of(&[event(0, 1), event(u32::MAX, 2)]);
+        assert_eq!((none.first_request, none.last_request, none.request_zero), (0, 0, true));
+        let index = BlockIndex {
+            run: RunId(1),
+            blocks: vec![IndexedBlock { offset: 0, frame_bytes: 10, contents: none }],
+        };
+        let read = BlockIndex::read(&index.encode(), 14).unwrap();
+        assert_eq!(read.holding_request(0).count(), 1);
+        assert_eq!(read.holding_request(1).count(), 0, "no request but 0 in it");
     }
 
     /// Past the bound, the run that would go over it loses its index; the others keep theirs.

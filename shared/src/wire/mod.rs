@@ -475,10 +475,23 @@ pub struct FileEnd {
 }
 
 /// Reads the frames of `bytes`, a file's end that [`Trailer::file_end_in`] found at `start`:
-/// its overviews and block indexes, each index checked against `start` (where the blocks end).
-/// Other messages are skipped; a bad frame or a lying index ends it.
+/// its overviews and block indexes, each index checked against `start` (where the blocks end),
+/// at most [`MAX_INDEXED_BLOCKS`] blocks in all. Other messages are skipped; a bad frame or a
+/// lying index ends it.
 pub fn read_file_end(bytes: &[u8], start: u64) -> FileEnd {
+    read_end(bytes, Some(start))
+}
+
+/// The overviews of a file's end ([`read_file_end`] without its indexes, passed by unread):
+/// what a viewer paints first.
+pub fn read_file_overviews(bytes: &[u8]) -> Vec<(RunId, Overview)> {
+    read_end(bytes, None).overviews
+}
+
+/// [`read_file_end`]; the indexes only with `start`.
+fn read_end(bytes: &[u8], start: Option<u64>) -> FileEnd {
     let mut end = FileEnd::default();
+    let mut indexed = 0usize;
     let mut rest = bytes;
     while let Some((len, after)) = rest.split_first_chunk::<4>() {
         let len = u32::from_le_bytes(*len) as usize;
@@ -487,8 +500,20 @@ pub fn read_file_end(bytes: &[u8], start: u64) -> FileEnd {
             break;
         };
         if payload.first() == Some(&BLOCK_INDEX) {
+            let Some(start) = start else {
+                rest = &after[len..];
+                continue;
+            };
             match BlockIndex::read(payload, start) {
-                Ok(index) => end.indexes.push(index),
+                Ok(index) if indexed + index.blocks.len() <= MAX_INDEXED_BLOCKS => {
+                    indexed += index.blocks.len();
+                    end.indexes.push(index);
+                }
+                Ok(_) => {
+                    end.error =
+                        Some(format!("the file's end indexes over {MAX_INDEXED_BLOCKS} blocks"));
+                    break;
+                }
                 Err(why) => {
                     end.error = Some(why);
                     break;
@@ -695,7 +720,8 @@ impl FrameStream {
             self.taken += 1;
             // A block index repeats what the blocks say, for a reader that seeks
             // ([`read_file_end`]): one that reads every message passes it by.
-            let index = self.taken > 1 && self.buf.get(payload.start) == Some(&BLOCK_INDEX);
+            // (An empty frame has no first byte: the next frame's is not its.)
+            let index = self.taken > 1 && len > 0 && self.buf[payload.start] == BLOCK_INDEX;
             if !index {
                 return Some(Ok(payload));
             }

@@ -52,21 +52,17 @@ impl Seeker {
         self.indexes.iter()
     }
 
-    /// The events of request `request` of `run` (the first run indexed when `None`), at most
-    /// `limit` of them, read from the blocks its index names: each checked to be the block the
-    /// index says (its length, its run, its events) before its events are taken. `None` when
-    /// the run has no index.
+    /// The events of request `request` of `run`, at most `limit` of them, read from the blocks
+    /// its index names: each checked to be the block the index says (its length, its run, its
+    /// events) before its events are taken. `None` when the run has no index.
     pub fn request(
         &self,
-        run: Option<RunId>,
+        run: RunId,
         request: u32,
         limit: usize,
         read_at: ReadAt<'_>,
     ) -> Option<Result<Found, String>> {
-        let index = match run {
-            Some(run) => self.indexes.iter().find(|index| index.run == run)?,
-            None => self.indexes.first()?,
-        };
+        let index = self.indexes.iter().find(|index| index.run == run)?;
         let blocks = index.blocks.len();
         let mut found =
             Found { run: index.run, events: Vec::new(), beyond: 0, blocks_read: 0, blocks };
@@ -147,8 +143,7 @@ mod tests {
         let seeker = Seeker::open(file.len() as u64, &mut reader(&file)).unwrap().unwrap();
         assert_eq!(seeker.runs().count(), 2);
         for request in [0, 9_999, 19_999] {
-            let found =
-                seeker.request(Some(RunId(2)), request, usize::MAX, &mut reader(&file)).unwrap();
+            let found = seeker.request(RunId(2), request, usize::MAX, &mut reader(&file)).unwrap();
             let found = found.unwrap();
             let expected: Vec<Event> =
                 events.iter().filter(|e| e.req.0 == request).cloned().collect();
@@ -156,7 +151,7 @@ mod tests {
             assert_eq!(found.events, expected, "request {request}");
             assert!(found.blocks_read <= 2 && found.blocks >= 3, "{found:?}");
         }
-        assert!(seeker.request(Some(RunId(3)), 0, 10, &mut reader(&file)).is_none());
+        assert!(seeker.request(RunId(3), 0, 10, &mut reader(&file)).is_none());
     }
 
     /// A file cut short has no index; one whose index names a place that holds no such block
@@ -178,7 +173,7 @@ mod tests {
         let bytes = lying.len() as u64 - range.start;
         write_frame(&ToBrowser::Trailer(Trailer::new(bytes)), &mut lying);
         let seeker = Seeker::open(lying.len() as u64, &mut reader(&lying)).unwrap().unwrap();
-        let refused = seeker.request(Some(RunId(1)), 0, 10, &mut reader(&lying)).unwrap();
+        let refused = seeker.request(RunId(1), 0, 10, &mut reader(&lying)).unwrap();
         assert!(refused.unwrap_err().contains("is not a frame of that length"));
     }
 }
