@@ -71,14 +71,17 @@ fn bench(count: u32, seconds: u32) -> Result<(), String> {
         "recording {count} requests with the release probe (NODELAY on both sides)"
     ));
     steps.note("about a minute for a million requests on 2 cores");
-    std::process::Command::new(setup::probe_binary())
-        .args(["run", "rr", "--count", &count.to_string(), "--nodelay", "both", "-o"])
+    let output = std::process::Command::new(setup::probe_binary())
+        .args(["run", "rr", "--count", &count.to_string(), "--nodelay", "both", "--json", "-o"])
         .arg(&file)
-        .stdout(std::process::Stdio::null())
-        .run()?;
+        .stderr(std::process::Stdio::inherit())
+        .output()
+        .map_err(|e| format!("could not start the probe: {e}"))?;
+    let report = crate::json::summary(&output)?;
     let file_bytes = fs::metadata(&file).map_err(|e| e.to_string())?.len();
     let file_mb = file_bytes as f64 / 1e6;
     steps.done(&format!("{} ({file_mb:.0} MB)", file.display()));
+    let recording = recording(&report, count, &file)?;
 
     steps.start("the same session as rows (`export --rows`, version 8), and zstd -3 of that");
     let sizes = file_sizes(&file, file_bytes, count)?;
@@ -93,7 +96,7 @@ fn bench(count: u32, seconds: u32) -> Result<(), String> {
     let reader_peaks = [figure(&readers, "show_peak_mb"), figure(&readers, "export_json_peak_mb")];
 
     if count > PAGE_MAX_REQUESTS {
-        println!("\n{sizes}\n{readers}");
+        println!("\n{recording}\n{sizes}\n{readers}");
         println!(
             "  show and export --json peak_mb <= {READER_PEAK_TARGET_MB}: {}",
             verdict(reader_peaks.iter().all(|p| p.is_some_and(|p| p <= READER_PEAK_TARGET_MB)))
@@ -122,6 +125,7 @@ fn bench(count: u32, seconds: u32) -> Result<(), String> {
     steps.done("measured");
 
     println!("\n{line}");
+    println!("{recording}");
     println!("{sizes}");
     println!("{readers}");
     println!(
@@ -195,6 +199,40 @@ fn file_sizes(file: &std::path::Path, file_bytes: u64, count: u32) -> Result<Str
         per(zstd_bytes),
         file_bytes as f64 / rows_bytes as f64,
         file_bytes as f64 / zstd_bytes as f64,
+    ))
+}
+
+/// What the recording did and what its file holds: the run's own count of completed requests
+/// and its rate (its `--json` report), and the requests the file's blocks hold (its block index,
+/// read from its end), which must be the `count` asked for (the writer kept up, nothing was
+/// lost): `recording requests=N rps=R file_requests=M`, and whether the file holds them all.
+fn recording(
+    report: &ackscope_shared::report::RunReport,
+    count: u32,
+    file: &std::path::Path,
+) -> Result<String, String> {
+    use ackscope_shared::wire::{read_file_end, Trailer, TRAILER_FRAME_BYTES};
+    let figures = crate::json::rr(report)?;
+    let bytes = |from: u64, len: usize| -> Result<Vec<u8>, String> {
+        use std::os::unix::fs::FileExt;
+        let mut out = vec![0; len];
+        let opened = fs::File::open(file).map_err(|e| format!("{}: {e}", file.display()))?;
+        opened.read_exact_at(&mut out, from).map_err(|e| format!("{}: {e}", file.display()))?;
+        Ok(out)
+    };
+    let size = fs::metadata(file).map_err(|e| e.to_string())?.len();
+    let tail = bytes(size - TRAILER_FRAME_BYTES as u64, TRAILER_FRAME_BYTES)?;
+    let range = Trailer::file_end_in(&tail, size)
+        .ok_or_else(|| format!("{} ends without a trailer", file.display()))?;
+    let end = read_file_end(&bytes(range.start, (range.end - range.start) as usize)?, range.start);
+    let file_requests: u64 = end.indexes.iter().map(|index| index.requests()).sum();
+    let kept = file_requests == u64::from(count);
+    Ok(format!(
+        "recording requests={} rps={:.0} file_requests={file_requests}\n  the file holds every \
+         request the run made: {}",
+        figures.requests,
+        figures.rps,
+        verdict(kept)
     ))
 }
 
