@@ -47,8 +47,9 @@ impl fmt::Display for FileError {
             FileError::TooManyEvents { kept } => write!(
                 f,
                 "the page holds a file's first {kept} events (about {} MB of its memory) and \
-                 this file has more: read it whole with `ackscope show FILE`, or record a \
-                 shorter run (a smaller --count or --duration)",
+                 this file has more: read it whole with `ackscope show FILE`, one request of it \
+                 with `ackscope show FILE --request N`, or record a shorter run (a smaller \
+                 --count or --duration)",
                 kept * 27 / 2_000_000
             ),
         }

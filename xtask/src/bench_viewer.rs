@@ -211,21 +211,18 @@ fn recording(
     count: u32,
     file: &std::path::Path,
 ) -> Result<String, String> {
-    use ackscope_shared::wire::{read_file_end, Trailer, TRAILER_FRAME_BYTES};
+    use std::os::unix::fs::FileExt;
     let figures = crate::json::rr(report)?;
-    let bytes = |from: u64, len: usize| -> Result<Vec<u8>, String> {
-        use std::os::unix::fs::FileExt;
-        let mut out = vec![0; len];
-        let opened = fs::File::open(file).map_err(|e| format!("{}: {e}", file.display()))?;
-        opened.read_exact_at(&mut out, from).map_err(|e| format!("{}: {e}", file.display()))?;
-        Ok(out)
+    let opened = fs::File::open(file).map_err(|e| format!("{}: {e}", file.display()))?;
+    let size = opened.metadata().map_err(|e| e.to_string())?.len();
+    let mut read_at = |at: u64, len: usize| {
+        let mut bytes = vec![0; len];
+        opened.read_exact_at(&mut bytes, at).map_err(|e| format!("{}: {e}", file.display()))?;
+        Ok(bytes)
     };
-    let size = fs::metadata(file).map_err(|e| e.to_string())?.len();
-    let tail = bytes(size - TRAILER_FRAME_BYTES as u64, TRAILER_FRAME_BYTES)?;
-    let range = Trailer::file_end_in(&tail, size)
-        .ok_or_else(|| format!("{} ends without a trailer", file.display()))?;
-    let end = read_file_end(&bytes(range.start, (range.end - range.start) as usize)?, range.start);
-    let file_requests: u64 = end.indexes.iter().map(|index| index.requests()).sum();
+    let seeker = ackscope_shared::wire::seek::Seeker::open(size, &mut read_at)?
+        .ok_or_else(|| format!("{} ends without a block index", file.display()))?;
+    let file_requests: u64 = seeker.runs().map(|index| index.requests()).sum();
     let kept = file_requests == u64::from(count);
     Ok(format!(
         "recording requests={} rps={:.0} file_requests={file_requests}\n  the file holds every \

@@ -43,14 +43,15 @@ pub fn show_request(path: &Path, run: Option<u32>, request: u32) -> Result<Ended
     // Through the index when the file has one that holds; else (none, the run not in it, or a
     // claim of it refused) the file read whole, the first line saying which and why.
     let indexed = match Seeker::open(size, &mut read_at) {
-        Ok(Some(seeker)) => match seeker.request(run, request, MAX_PRINTED_EVENTS, &mut read_at) {
-            Some(found) => Ok(found),
-            None => Err(format!(
-                "run {} has no block index (its events are rows, or more blocks than an index \
-                 lists)",
-                run.0
-            )),
-        },
+        Ok(Some(seeker)) => {
+            seeker.request(run, request, MAX_PRINTED_EVENTS, &mut read_at).unwrap_or_else(|| {
+                Err(format!(
+                    "run {} has no block index (its events are rows, or more blocks than an \
+                     index lists)",
+                    run.0
+                ))
+            })
+        }
         Ok(None) => Err("the file has no block index (its events are rows, it was cut short, \
                          written before version 10, or its end is too large to believe)"
             .into()),
@@ -59,14 +60,14 @@ pub fn show_request(path: &Path, run: Option<u32>, request: u32) -> Result<Ended
     let mut out = Printable::terminal(io::stdout().lock());
     let mut file_error = None;
     let (mut found, how) = match indexed {
-        Ok(Ok(found)) => {
+        Ok(found) => {
             let how = format!(
                 "read from {} of the run's {} blocks through the file's index",
                 found.blocks_read, found.blocks
             );
             (found, how)
         }
-        Ok(Err(refused)) | Err(refused) => {
+        Err(refused) => {
             let found = read_whole(reader, run, request, &mut file_error);
             (found, format!("{refused}: read whole"))
         }
@@ -95,26 +96,22 @@ pub fn show_request(path: &Path, run: Option<u32>, request: u32) -> Result<Ended
 }
 
 /// [`Seeker::request`] of a file without an index: every message read up to a bad frame (whose
-/// error is put in `file_error`), the request's events of `run` (the first run with events when
-/// `None`) kept, at most [`MAX_PRINTED_EVENTS`].
+/// error is put in `file_error`), the request's events of `run` kept, at most
+/// [`MAX_PRINTED_EVENTS`].
 fn read_whole(
     mut reader: record::SessionReader,
     run: RunId,
     request: u32,
     file_error: &mut Option<ackscope_shared::wire::WireError>,
 ) -> Found {
-    let mut found = Found { run, events: Vec::new(), beyond: 0, blocks_read: 0, blocks: 0 };
+    let mut found = Found::of(run);
     while let Some(()) = reader.with_next_into(file_error, |message| {
         let ToBrowser::Events { run: of, events } = message else { return };
         if *of != run {
             return;
         }
         for event in events.iter().filter(|event| event.req.0 == request) {
-            if found.events.len() < MAX_PRINTED_EVENTS {
-                found.events.push(event.clone());
-            } else {
-                found.beyond += 1;
-            }
+            found.keep(event.clone(), MAX_PRINTED_EVENTS);
         }
     }) {}
     found
@@ -136,9 +133,9 @@ fn first_run(reader: &mut record::SessionReader) -> Option<RunId> {
 }
 
 /// One line an event, in the order of their times: its time on the run's clock and from the
-/// request's start (or its first event), its side, its connection and what it was. A TCP_INFO sample that reads
-/// as the one before it on its side (a blocked call sampled every millisecond) is counted, not
-/// printed.
+/// request's start (or its first event), its side, its connection and what it was. A TCP_INFO
+/// sample that reads as the one before it on its side (a blocked call sampled every
+/// millisecond) is counted, not printed.
 fn print_events(events: &mut [Event], out: &mut impl Write) {
     events.sort_by_key(|event| event.at_ns);
     // From the request's start where the client marked it; the server's wait for it before.

@@ -145,6 +145,11 @@ impl Writing {
                 ),
             ));
         }
+        self.put_frame()
+    }
+
+    /// Writes what `frame` holds and counts its bytes.
+    fn put_frame(&mut self) -> io::Result<()> {
         self.out.write_all(&self.frame).and_then(|()| self.out.flush()).map_err(|e| {
             io::Error::new(e.kind(), format!("writing {}: {e}", self.path.display()))
         })?;
@@ -195,21 +200,11 @@ impl Writing {
 
     fn finish(&mut self, overviews: Vec<(RunId, Overview)>) -> io::Result<()> {
         self.write_blocks()?;
-        self.frame.clear();
-        wire::write_file_end(overviews.clone(), &self.index, &mut self.frame);
         // Each frame of the end is within what a reader takes (an overview is some tens of KB,
-        // an index at most MAX_INDEXED_BLOCKS entries of at most 48 bytes). An end of more than
-        // `wire::MAX_END_BYTES` is not believed: then the overviews go without the indexes, and
-        // if they are still too many (thousands of runs), readers read the file whole, as they
-        // read one cut short.
-        if self.frame.len() as u64 > wire::MAX_END_BYTES + wire::TRAILER_FRAME_BYTES as u64 {
-            self.frame.clear();
-            wire::write_file_end(overviews, &Indexer::default(), &mut self.frame);
-        }
-        self.out
-            .write_all(&self.frame)
-            .and_then(|()| self.out.flush())
-            .map_err(|e| io::Error::new(e.kind(), format!("writing {}: {e}", self.path.display())))
+        // an index at most MAX_INDEXED_BLOCKS entries of at most 48 bytes).
+        self.frame.clear();
+        wire::write_file_end(overviews, &self.index, &mut self.frame);
+        self.put_frame()
     }
 }
 

@@ -451,14 +451,21 @@ pub fn write_blocks(
 }
 
 /// Appends a finished file's end (docs/FORMAT.md, "The end of a file"): each run's overview,
-/// each run's block index, then the fixed-size trailer that says how many bytes they take.
+/// each run's block index, then the fixed-size trailer that says how many bytes they take. An
+/// end past [`MAX_END_BYTES`] is not believed by readers: the indexes are left out of one, so
+/// that the overviews stay (and if those alone pass it, with thousands of runs, readers read
+/// the file whole, as they read one cut short).
 pub fn write_file_end(overviews: Vec<(RunId, Overview)>, index: &Indexer, out: &mut Vec<u8>) {
     let start = out.len();
     for (run, overview) in overviews {
         write_frame(&ToBrowser::Overview { run, overview }, out);
     }
+    let overviews_end = out.len();
     for run in index.indexes() {
         write_payload(&run.encode(), out);
+    }
+    if (out.len() - start) as u64 > MAX_END_BYTES {
+        out.truncate(overviews_end);
     }
     let bytes = (out.len() - start) as u64;
     write_frame(&ToBrowser::Trailer(Trailer::new(bytes)), out);

@@ -28,6 +28,22 @@ pub struct Found {
     pub blocks: usize,
 }
 
+impl Found {
+    /// Nothing yet of `run`'s request.
+    pub fn of(run: RunId) -> Found {
+        Found { run, events: Vec::new(), beyond: 0, blocks_read: 0, blocks: 0 }
+    }
+
+    /// Keeps `event` while fewer than `limit` are kept, else counts it.
+    pub fn keep(&mut self, event: Event, limit: usize) {
+        if self.events.len() < limit {
+            self.events.push(event);
+        } else {
+            self.beyond += 1;
+        }
+    }
+}
+
 impl Seeker {
     /// Reads the indexes at the end of a file of `file_bytes`: `Ok(None)` when it has none (it
     /// was cut short, its events are rows, or a build before version 10 wrote it), an error
@@ -63,9 +79,7 @@ impl Seeker {
         read_at: ReadAt<'_>,
     ) -> Option<Result<Found, String>> {
         let index = self.indexes.iter().find(|index| index.run == run)?;
-        let blocks = index.blocks.len();
-        let mut found =
-            Found { run: index.run, events: Vec::new(), beyond: 0, blocks_read: 0, blocks };
+        let mut found = Found { blocks: index.blocks.len(), ..Found::of(index.run) };
         for block in index.holding_request(request) {
             let events = match read_block(index.run, block, read_at) {
                 Ok(events) => events,
@@ -73,11 +87,7 @@ impl Seeker {
             };
             found.blocks_read += 1;
             for event in events.into_iter().filter(|event| event.req.0 == request) {
-                if found.events.len() < limit {
-                    found.events.push(event);
-                } else {
-                    found.beyond += 1;
-                }
+                found.keep(event, limit);
             }
         }
         Some(Ok(found))
