@@ -77,7 +77,7 @@ pub(crate) fn build_web(steps: &mut Steps) -> Result<(), String> {
         steps.done("up to date");
         return Ok(());
     }
-    steps.note("a clean build takes a few minutes on 2 cores; a rebuild after an edit 20 to 45 s");
+    steps.note("a clean build takes a few minutes on 2 cores; a rebuild after an edit 20 to 60 s");
     web_build::build()?;
     steps.done("built into dist/");
     Ok(())
