@@ -132,6 +132,9 @@ pub struct RunAnalysis {
     /// connection per request otherwise allocates and frees each side's write log once a
     /// request (a fifth of reading such a run went to the allocator).
     spare_sides: Vec<SideState>,
+    /// Where [`RunAnalysis::pack_settled`] encodes a request's spans before they are boxed at
+    /// their exact size.
+    pack_scratch: Vec<u8>,
     /// Every completed request's latency, retired ones included, for the summary's exact
     /// percentiles: ordered when the summary is asked for, not on every request.
     latencies: SortedMultiset,
@@ -411,8 +414,13 @@ impl RunAnalysis {
         let held = self.base..self.base + self.requests.len() as u32;
         let from = self.packed_until.clamp(held.start, held.end);
         let to = before.clamp(from, held.end);
+        let (scratch, spare) = (&mut self.pack_scratch, &mut self.spare);
         for view in &mut self.requests[(from - held.start) as usize..(to - held.start) as usize] {
-            view.spans.pack();
+            // The list's allocation goes to a later request, in a spare view.
+            let list = view.spans.pack_reusing(scratch);
+            if spare.len() < MAX_SPARE_VIEWS {
+                spare.extend(list.and_then(RequestView::with_spans));
+            }
         }
         self.packed_until = self.packed_until.max(to);
     }

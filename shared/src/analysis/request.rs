@@ -2,6 +2,7 @@
 //! during a wait, captured segments, run-queue delays), each list bounded.
 
 use crate::event::{tcp_flags, ConnId, Segment, Side};
+use crate::span::Span;
 use crate::span_list::SpanList;
 pub use crate::span_list::Spans;
 
@@ -160,6 +161,14 @@ impl RequestView {
     /// This view with nothing in it but its lists' allocations, to be used for another
     /// request; `None` if a list grew large (a bulk transfer's thousands of writes), whose
     /// memory should not outlive it.
+    /// A view of no request yet, whose spans will go in `spans` (an emptied list's allocation),
+    /// if that list is small enough to be worth keeping.
+    pub(super) fn with_spans(spans: Vec<Span>) -> Option<RequestView> {
+        debug_assert!(spans.is_empty());
+        (spans.capacity() <= SPARE_LIST_CAPACITY)
+            .then(|| RequestView { spans: SpanList::Open(spans), ..RequestView::default() })
+    }
+
     pub(super) fn emptied(self) -> Option<RequestView> {
         // Every field named, so that a new one cannot be carried over to another request.
         let RequestView { conn: _, start_ns: _, done_ns: _, spans, evidence } = self;
