@@ -7,6 +7,8 @@
 //! moment); in chunks the log grows a chunk at a time, and moves at most a chunk's worth. Each
 //! write is kept as two 32-bit offsets from its chunk's first write: 8 bytes, not 16.
 
+use std::cell::Cell;
+
 /// Entries per chunk: 128 KiB, small enough that growing one is never a pause.
 const CHUNK: usize = 16 * 1024;
 
@@ -15,6 +17,11 @@ const CHUNK: usize = 16 * 1024;
 pub struct WriteLog {
     /// In stream order; only the last one grows, and only the first is ever partly forgotten.
     chunks: Vec<Chunk>,
+    /// Where the last carrier was found (chunk, entry): reads are looked up in stream order, so
+    /// the next read's carrier is almost always that write or one of the few after it. A
+    /// search of a page's log of millions of writes missed the caches at each step, a twelfth
+    /// of loading a file.
+    last_found: Cell<(usize, usize)>,
 }
 
 /// Writes as offsets from the chunk's first: 8 bytes each instead of 16. A write more than 4 GiB
@@ -48,6 +55,9 @@ impl Chunk {
 /// entries' room: a connection of a few writes' (one a request), not a long one's.
 const SPARE_ENTRIES: usize = 64;
 
+/// Writes after the last carrier found that are looked at before the log is searched.
+const LOOK_AHEAD: usize = 4;
+
 impl WriteLog {
     pub fn push(&mut self, stream_end: u64, done_ns: u64) {
         if let Some(chunk) = self.chunks.last_mut().filter(|chunk| chunk.entries.len() < CHUNK) {
@@ -73,6 +83,10 @@ impl WriteLog {
     /// When the first write whose end lies at or past `stream_end` was done: the write that
     /// carried the byte just before `stream_end`. `None` while no write has reached it.
     pub fn carrier_done_ns(&self, stream_end: u64) -> Option<u64> {
+        if let Some((at, index)) = self.carrier_near_last_found(stream_end) {
+            self.last_found.set((at, index));
+            return Some(self.chunks[at].done_ns(index));
+        }
         // The chunks are in order: the carrier is in the first whose last write reaches it.
         let at = self.chunks.partition_point(|chunk| {
             chunk.entries.len().checked_sub(1).is_some_and(|last| chunk.end(last) < stream_end)
@@ -80,7 +94,30 @@ impl WriteLog {
         let chunk = self.chunks.get(at)?;
         let index =
             chunk.entries.partition_point(|&(end, _)| chunk.base_end + u64::from(end) < stream_end);
+        if index < chunk.entries.len() {
+            self.last_found.set((at, index));
+        }
         (index < chunk.entries.len()).then(|| chunk.done_ns(index))
+    }
+
+    /// The carrier's place when it is the write found last or one of the [`LOOK_AHEAD`] after
+    /// it in its chunk; `None` when it may be elsewhere.
+    fn carrier_near_last_found(&self, stream_end: u64) -> Option<(usize, usize)> {
+        let (at, from) = self.last_found.get();
+        let chunk = self.chunks.get(at).filter(|chunk| from < chunk.entries.len())?;
+        // The write before the first looked at must end before `stream_end`.
+        let before_ends = match from.checked_sub(1) {
+            Some(before) => chunk.end(before),
+            None => {
+                let previous = at.checked_sub(1).and_then(|at| self.chunks.get(at));
+                previous.and_then(|p| p.entries.len().checked_sub(1).map(|last| p.end(last)))?
+            }
+        };
+        if before_ends >= stream_end {
+            return None;
+        }
+        let until = chunk.entries.len().min(from + LOOK_AHEAD);
+        (from..until).find(|&index| chunk.end(index) >= stream_end).map(|index| (at, index))
     }
 
     /// Forgets the writes done before `oldest_ns` (none is needed again: see
@@ -90,6 +127,7 @@ impl WriteLog {
             chunk.entries.len().checked_sub(1).is_some_and(|last| chunk.done_ns(last) < oldest_ns)
         });
         self.chunks.drain(..whole);
+        self.last_found.set((0, 0));
         if let Some(first) = self.chunks.first_mut() {
             let base = first.base_done_ns;
             let stale =
@@ -112,6 +150,7 @@ impl WriteLog {
         if let Some(chunk) = self.chunks.first_mut() {
             chunk.entries.clear();
         }
+        self.last_found.set((0, 0));
         Some(self)
     }
 
@@ -143,6 +182,54 @@ mod tests {
     fn carrier_in(all: &[(u64, u64)], stream_end: u64) -> Option<u64> {
         let index = all.partition_point(|&(end, _)| end < stream_end);
         all.get(index).map(|&(_, done)| done)
+    }
+
+    /// Every byte of a log of two chunks, asked in stream order (where the last carrier found
+    /// is the place to look), backwards, and in a scattered order: the answers are the sorted
+    /// list's whatever was asked before.
+    #[test]
+    fn the_carrier_of_every_byte_in_any_order_is_the_sorted_lists() {
+        for extra in [1, 3, LOOK_AHEAD as u64 + 1, 100] {
+            let (log, all) = log_of(CHUNK as u64 + extra);
+            assert_eq!(log.chunks.len(), 2);
+            let bytes: Vec<u64> = (0..=all.last().unwrap().0 + 2).collect();
+            let scattered = bytes.iter().map(|&b| b.wrapping_mul(7919) % bytes.len() as u64);
+            let orders: [Vec<u64>; 3] =
+                [bytes.clone(), bytes.iter().rev().copied().collect(), scattered.collect()];
+            for order in orders {
+                for &stream_end in &order {
+                    assert_eq!(
+                        log.carrier_done_ns(stream_end),
+                        carrier_in(&all, stream_end),
+                        "byte {stream_end} of {extra} writes past a chunk"
+                    );
+                }
+            }
+        }
+    }
+
+    /// Forgetting and emptying move or remove the writes the last carrier was found among: the
+    /// next answers are still the sorted list's, and nothing reads past the log.
+    #[test]
+    fn the_last_carrier_found_does_not_outlive_forgetting_or_emptying() {
+        let (mut log, all) = log_of(2 * CHUNK as u64 + 10);
+        let late = all[2 * CHUNK + 5].0;
+        assert_eq!(log.carrier_done_ns(late), carrier_in(&all, late));
+        let oldest = all[CHUNK + 100].1;
+        log.forget_before(oldest);
+        let kept: Vec<_> = all.iter().copied().filter(|&(_, done)| done >= oldest).collect();
+        for &(end, _) in kept.iter().rev().take(50).chain(kept.iter().take(50)) {
+            assert_eq!(log.carrier_done_ns(end), carrier_in(&kept, end), "byte {end}");
+        }
+
+        let (mut small, writes) = log_of(20);
+        assert_eq!(small.carrier_done_ns(writes[15].0), Some(writes[15].1));
+        let mut emptied = small.clone().emptied().expect("a small log is kept");
+        assert_eq!(emptied.carrier_done_ns(1), None);
+        emptied.push(3, 7);
+        assert_eq!(emptied.carrier_done_ns(2), Some(7));
+        small.push(writes[19].0 + 1, 999);
+        assert_eq!(small.carrier_done_ns(writes[19].0 + 1), Some(999));
     }
 
     #[test]
