@@ -479,6 +479,76 @@ async fn a_million_request_session_opens_and_its_slowest_request_is_one_click_aw
     result
 }
 
+/// A file read from a request through its block index: the run's blocks before the one that
+/// holds it are left unread, the page shows the run from there with that request selected, and
+/// "go to request" of a request it did not read reads the file again around it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_file_is_read_from_any_request_through_its_block_index() -> Result<()> {
+    const COUNT: u32 = 20_000;
+    const WANTED: u32 = 15_000;
+    let dir = ackscope_tests::scratch_dir()?;
+    let file = dir.path().join("soak.ackscope");
+    let recorded = std::process::Command::new(ackscope_tests::ackscope_bin()?)
+        .args(["run", "rr", "--count", &COUNT.to_string(), "--nodelay", "both", "-o"])
+        .arg(&file)
+        .output()
+        .context("recording the file")?;
+    assert!(recorded.status.success(), "{}", String::from_utf8_lossy(&recorded.stderr));
+
+    let (_probe, url) = start_probe()?;
+    let (_driver, client, _profile) = start_browser().await?;
+    let result = async {
+        client.goto(&url).await?;
+        open_and_wait(&client, &file, COUNT).await?;
+        client.find(css("[data-testid=file-read-from] summary")).await?.click().await?;
+        type_into(&client, "file-read-from-request", &WANTED.to_string()).await?;
+        client.find(css("[data-testid=file-read-from-go]")).await?.click().await?;
+        let selected = format!("[data-testid=selection][data-request='{WANTED}']");
+        client
+            .wait()
+            .at_most(Duration::from_secs(30))
+            .for_element(css(&selected))
+            .await
+            .context("the file read from the request did not show it selected")?;
+        let note = text_of(&client, "file-read-from-note").await?;
+        let first: u32 = note
+            .split("from request ")
+            .nth(1)
+            .and_then(|rest| rest.split(',').next())
+            .and_then(|first| first.parse().ok())
+            .with_context(|| format!("no first request in {note:?}"))?;
+        assert!(first > WANTED - 10_000 && first <= WANTED, "read from {first}: {note}");
+        assert!(note.contains("left unread"), "{note}");
+        let shown: u32 = text_of(&client, "summary-requests").await?.parse()?;
+        assert_eq!(shown, COUNT - first, "the requests from {first} on, and no earlier one");
+        client.find(css(&format!("[data-testid=request-row][data-req='{WANTED}']"))).await?;
+        screenshot(&client, "read-from-request.png").await?;
+
+        // A request before those read: "go to request" reads the file again, around it.
+        let goto = client.find(css("[data-testid=goto-request]")).await?;
+        goto.send_keys("100\u{E007}").await?;
+        client
+            .wait()
+            .at_most(Duration::from_secs(30))
+            .for_element(css("[data-testid=selection][data-request='100']"))
+            .await
+            .context("going to a request the page had not read did not read it")?;
+        let note = text_of(&client, "file-read-from-note").await?;
+        assert!(note.contains("to hold request 100"), "{note}");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while text_of(&client, "summary-requests").await? != COUNT.to_string() {
+            if Instant::now() > deadline {
+                bail!("the file read again around request 100 does not hold all its requests");
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        Ok(())
+    }
+    .await;
+    client.close().await?;
+    result
+}
+
 /// A tcpdump capture dropped on the page: it shows the conversation and names the same stalls
 /// as `ackscope import` of the same file, and exports what it shows as a Perfetto trace and as
 /// pcapng with each stall's explanation on its packet.

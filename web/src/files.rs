@@ -6,16 +6,15 @@
 
 use std::cell::RefCell;
 use std::collections::HashMap;
+use std::ops::Range;
 use std::time::Duration;
 
 use ackscope_shared::export_json::write_export_json;
-use ackscope_shared::overview::Overview;
 use ackscope_shared::pcapng_export::write_pcapng;
 use ackscope_shared::perfetto::{write_trace, TraceBuilder};
 use ackscope_shared::wire::{
-    self, FrameStream, ToBrowser, Trailer, WireError, TRAILER_FRAME_BYTES,
+    self, FileEnd, FrameStream, ToBrowser, Trailer, WireError, TRAILER_FRAME_BYTES,
 };
-use ackscope_shared::RunId;
 use js_sys::{Array, Uint8Array};
 use leptos::prelude::{set_timeout, RwSignal, Set};
 use leptos::task::spawn_local;
@@ -24,7 +23,7 @@ use web_sys::{Blob, BlobPropertyBag, FileList, HtmlAnchorElement, Response, Url}
 
 use crate::js::{describe, settle, yield_now};
 use crate::session_file::{capture_to_session, is_capture, name_of_url, refuse_size};
-use crate::state::{AppState, FileId, Source};
+use crate::state::{AppState, FileId, Reach, ReadPlan, Source};
 use crate::store::Store;
 
 /// Opens every file of a picker's or a drop's list.
@@ -70,75 +69,127 @@ pub fn open_blob(store: Store, name: String, blob: Blob) {
     spawn_local(async move {
         // A capture (tcpdump, Wireshark) becomes the session `ackscope import` writes for it.
         let Some(blob) = session_blob(store, &name, blob, size).await else { return };
-        let size = blob.size();
-        let Some(id) = store.try_update_with(|state| state.begin_file(&name, size as u64)) else {
-            return;
-        };
-        OPENED.with(|opened| opened.borrow_mut().insert(id, blob.clone()));
-        // The overview the probe wrote at the file's end comes first: a few kilobytes that paint
-        // the whole run before its events are decoded.
-        let overviews = read_overviews(&blob, size).await;
-        if !overviews.is_empty() {
-            store.try_update(|state| state.preview_file(id, overviews));
-            yield_now().await;
-        }
-        let mut at = 0.0;
-        let mut slice_start = now_ms();
-        // The one buffer pieces are copied into: the app's memory holds a piece, not a chunk.
-        let mut piece = vec![0u8; DECODE_PIECE_BYTES as usize];
-        while at < size {
-            let end = (at + READ_CHUNK_BYTES).min(size);
-            let chunk = match blob.slice_with_f64_and_f64(at, end) {
-                Ok(chunk) => settle(&chunk.array_buffer()).await,
-                Err(error) => Err(error),
-            };
-            let chunk = match chunk {
-                Ok(buffer) => Uint8Array::new(&buffer),
-                Err(error) => {
-                    store.try_update(|state| {
-                        state.end_file(id);
-                        state.refuse_file(
-                            &name,
-                            format!("could not read the file: {}", describe(&error)),
-                        );
-                    });
-                    return;
-                }
-            };
-            let mut from = 0;
-            while from < chunk.length() {
-                let to = chunk.length().min(from + DECODE_PIECE_BYTES);
-                let bytes = &mut piece[..(to - from) as usize];
-                chunk.subarray(from, to).copy_to(bytes);
-                from = to;
-                let mut fed: &[u8] = bytes;
-                loop {
-                    let feed = |state: &mut AppState| state.feed_file_some(id, fed, FEED_EVENTS);
-                    let Some(more) = store.try_update_quietly(feed) else {
-                        return; // the page is gone
-                    };
-                    if now_ms() - slice_start > SLICE_MS {
-                        // Show the progress, then let the page paint and take input.
-                        store.try_update(|_| {});
-                        yield_now().await;
-                        slice_start = now_ms();
-                    }
-                    if !more {
-                        break;
-                    }
-                    fed = &[];
-                }
-            }
-            at = end;
-        }
-        // The first whole view of the run is a task of its own, not the end of a decoding slice,
-        // and what it reads is made in one before it.
-        store.try_update(|_| {});
-        yield_now().await;
-        store.try_update_quietly(|state| state.prepare_file(id));
-        yield_now().await;
-        store.try_update(|state| state.end_file(id));
+        load(store, name, blob, None).await;
     });
+}
+
+/// Reads file `id` again from request `request` (its [`AppState::read_plan`]): the blocks
+/// wholly before it are left unread, so a file past what the page holds shows any part of it.
+/// The file takes the place of the one read before; a file that cannot be read so says why.
+pub fn read_from_request(store: Store, id: FileId, request: u32, reach: Reach) {
+    let blob = OPENED.with(|opened| opened.borrow().get(&id).cloned());
+    let plan = store.read_untracked(|state| state.read_plan(id, request, reach));
+    let name = store.read_untracked(|state| state.file(id).map(|file| file.name.clone()));
+    let (Some(blob), Some(name)) = (blob, name) else { return };
+    match plan {
+        Ok(plan) => {
+            store.update(|state| state.close_file(id));
+            OPENED.with(|opened| opened.borrow_mut().remove(&id));
+            spawn_local(load(store, name, blob, Some(plan)));
+        }
+        Err(reason) => store.update(|state| state.file_note(id, reason)),
+    }
+}
+
+/// Reads `blob`, a session file, as a session of its own, in chunks (leaving out the plan's
+/// byte ranges, if it has one): the file is listed at once with its progress, decoding yields
+/// to the page every [`SLICE_MS`], and nothing holds the whole file.
+async fn load(store: Store, name: String, blob: Blob, plan: Option<ReadPlan>) {
+    let size = blob.size();
+    let skipped = plan.as_ref().map_or(&[][..], |plan| &plan.skipped[..]);
+    let read = kept_ranges(size as u64, skipped);
+    let read_bytes = read.iter().map(|range| range.end - range.start).sum();
+    let from = plan.as_ref().map(|plan| plan.from);
+    let Some(id) = store.try_update_with(|state| state.begin_file_from(&name, read_bytes, from))
+    else {
+        return;
+    };
+    OPENED.with(|opened| opened.borrow_mut().insert(id, blob.clone()));
+    // The overview the probe wrote at the file's end comes first: a few kilobytes that paint
+    // the whole run before its events are decoded. Its block indexes come with it.
+    let end = read_end(&blob, size).await;
+    if let Some(end) = end {
+        store.try_update(|state| {
+            state.preview_file(id, end.overviews);
+            state.index_file(id, end.indexes);
+        });
+        yield_now().await;
+    }
+    let mut slice_start = now_ms();
+    // The one buffer pieces are copied into: the app's memory holds a piece, not a chunk.
+    let mut piece = vec![0u8; DECODE_PIECE_BYTES as usize];
+    let chunks = read.iter().flat_map(|range| {
+        let starts = (range.start..range.end).step_by(READ_CHUNK_BYTES as usize);
+        starts.map(move |at| (at as f64, (at + READ_CHUNK_BYTES as u64).min(range.end) as f64))
+    });
+    for (at, end) in chunks {
+        let chunk = match blob.slice_with_f64_and_f64(at, end) {
+            Ok(chunk) => settle(&chunk.array_buffer()).await,
+            Err(error) => Err(error),
+        };
+        let chunk = match chunk {
+            Ok(buffer) => Uint8Array::new(&buffer),
+            Err(error) => {
+                store.try_update(|state| {
+                    state.end_file(id);
+                    state.refuse_file(
+                        &name,
+                        format!("could not read the file: {}", describe(&error)),
+                    );
+                });
+                return;
+            }
+        };
+        let mut from = 0;
+        while from < chunk.length() {
+            let to = chunk.length().min(from + DECODE_PIECE_BYTES);
+            let bytes = &mut piece[..(to - from) as usize];
+            chunk.subarray(from, to).copy_to(bytes);
+            from = to;
+            let mut fed: &[u8] = bytes;
+            loop {
+                let feed = |state: &mut AppState| state.feed_file_some(id, fed, FEED_EVENTS);
+                let Some(more) = store.try_update_quietly(feed) else {
+                    return; // the page is gone
+                };
+                if now_ms() - slice_start > SLICE_MS {
+                    // Show the progress, then let the page paint and take input.
+                    store.try_update(|_| {});
+                    yield_now().await;
+                    slice_start = now_ms();
+                }
+                if !more {
+                    break;
+                }
+                fed = &[];
+            }
+        }
+    }
+    // The first whole view of the run is a task of its own, not the end of a decoding slice,
+    // and what it reads is made in one before it.
+    store.try_update(|_| {});
+    yield_now().await;
+    store.try_update_quietly(|state| state.prepare_file(id));
+    yield_now().await;
+    store.try_update(|state| state.end_file(id));
+}
+
+/// The byte ranges of a file of `size` bytes left once `skipped` (in order, not overlapping) are
+/// taken out.
+fn kept_ranges(size: u64, skipped: &[Range<u64>]) -> Vec<Range<u64>> {
+    let mut kept = Vec::new();
+    let mut at = 0;
+    for range in skipped {
+        let start = range.start.min(size);
+        if start > at {
+            kept.push(at..start);
+        }
+        at = at.max(range.end.min(size));
+    }
+    if at < size {
+        kept.push(at..size);
+    }
+    kept
 }
 
 thread_local! {
@@ -267,19 +318,18 @@ fn session_messages(bytes: &[u8]) -> impl Iterator<Item = Result<ToBrowser, Wire
     })
 }
 
-/// The overviews at the end of a finished session file (`wire::Trailer`); none when the file
-/// has no trailer (cut short, or older), or it cannot be read (then the full read says why).
-async fn read_overviews(blob: &Blob, size: f64) -> Vec<(RunId, Overview)> {
+/// The overviews and block indexes at the end of a finished session file (`wire::Trailer`);
+/// `None` when the file has no trailer (cut short, or older), or it cannot be read (then the
+/// full read says why).
+async fn read_end(blob: &Blob, size: f64) -> Option<FileEnd> {
     let tail_bytes = TRAILER_FRAME_BYTES as f64;
     if size < tail_bytes {
-        return Vec::new();
+        return None;
     }
-    let Some(tail) = read_range(blob, size - tail_bytes, size).await else { return Vec::new() };
-    let Some(range) = Trailer::file_end_in(&tail, size as u64) else { return Vec::new() };
-    match read_range(blob, range.start as f64, range.end as f64).await {
-        Some(bytes) => wire::read_file_overviews(&bytes),
-        None => Vec::new(),
-    }
+    let tail = read_range(blob, size - tail_bytes, size).await?;
+    let range = Trailer::file_end_in(&tail, size as u64)?;
+    let bytes = read_range(blob, range.start as f64, range.end as f64).await?;
+    Some(wire::read_file_end(&bytes, range.start))
 }
 
 /// Bytes `from .. to` of `blob`, or `None` if the browser cannot read them.

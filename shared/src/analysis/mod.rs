@@ -192,6 +192,15 @@ impl RunAnalysis {
         analysis
     }
 
+    /// Holds requests from id `first` on, for a reader that reads a run from its middle (a file's
+    /// blocks from the one that holds `first`): events of earlier requests are left out, as a
+    /// retired request's are. Only before any request is held; later it changes nothing.
+    pub fn start_at(&mut self, first: u32) {
+        if self.requests.is_empty() && self.base == 0 {
+            (self.base, self.packed_until) = (first, first);
+        }
+    }
+
     /// Room for `requests` requests in all, when a reader knows how many are coming (a file's
     /// overview says so): the list then never doubles, which for a million requests would copy
     /// a hundred megabytes at once. The caller bounds `requests` by what its input can hold.
@@ -808,6 +817,37 @@ mod tests {
         for (req, view) in folded.into_iter().chain(kept) {
             assert_eq!(content(&view), content(&whole.requests()[req.0 as usize]), "{req:?}");
         }
+    }
+
+    /// A run read from its 60th request, the events of earlier ones left out (a file's blocks
+    /// read from the one that holds it): those requests' times, spans and stalls are the whole
+    /// run's, though its byte offsets count from there.
+    #[test]
+    fn a_run_read_from_its_middle_holds_those_requests_as_the_whole_does() {
+        let events = nagle_run(100, 44 * MS);
+        let mut whole = RunAnalysis::new();
+        whole.push_all(&events);
+        let mut middle = RunAnalysis::new();
+        middle.start_at(60);
+        middle.push_all(events.iter().filter(|event| event.req.0 >= 60));
+        assert_eq!((middle.first_request(), middle.requests().len()), (60, 40));
+        assert_eq!(middle.ignored_events, 0);
+        let stalls = |analysis: &RunAnalysis, req: u32| {
+            let view = &analysis.requests()[(req - analysis.first_request()) as usize];
+            let stalls = crate::attribution::attribute_request(analysis, ReqId(req), view, None);
+            let waits: Vec<_> = stalls.iter().map(|s| (s.class, s.side, s.wait_ns)).collect();
+            let spans: Vec<_> =
+                view.spans().map(|s| (s.side, s.kind, s.start_ns, s.end_ns, s.bytes)).collect();
+            (view.start_ns, view.done_ns, spans, waits)
+        };
+        for req in 60..100 {
+            assert_eq!(stalls(&middle, req), stalls(&whole, req), "request {req}");
+        }
+        assert!(!stalls(&middle, 70).3.is_empty(), "a stalled request of the middle");
+        assert_eq!(middle.summary().requests, 40);
+        // Once requests are held, where it starts stays.
+        middle.start_at(10);
+        assert_eq!(middle.first_request(), 60);
     }
 
     #[test]

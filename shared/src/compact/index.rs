@@ -205,6 +205,40 @@ impl BlockIndex {
         })
     }
 
+    /// The blocks a reader of the run from request `first` on leaves unread: those that hold
+    /// no event of `first` or a later request (events of no request and of earlier ones only).
+    pub fn before_request(&self, first: u32) -> impl Iterator<Item = &IndexedBlock> {
+        self.blocks.iter().filter(move |block| block.contents.last_request < first)
+    }
+
+    /// Where a reader starts so that it holds request `request` and up to `before_events` of the
+    /// run's events before it (a page that holds a few million events: half of those, for the
+    /// requests around it; none, to read from the request itself): the first request wholly in
+    /// the blocks it reads from there (0 from the run's first). A request past the run's blocks
+    /// is treated as its last.
+    pub fn start_holding(&self, request: u32, before_events: u64) -> u32 {
+        let holding = self.blocks.iter().position(|block| block.contents.last_request >= request);
+        let Some(holding) = holding.or(self.blocks.len().checked_sub(1)) else { return 0 };
+        let mut before = 0u64;
+        let mut start = holding;
+        while let Some(earlier) = start.checked_sub(1) {
+            before += u64::from(self.blocks[earlier].contents.events);
+            if before > before_events {
+                break;
+            }
+            start = earlier;
+        }
+        match start.checked_sub(1) {
+            None => 0,
+            // A request whose events begin in the block before would need that block read too:
+            // the reader starts at the first request wholly in the blocks it reads.
+            Some(before) => {
+                let first = self.blocks[start].contents.first_request;
+                first.max(self.blocks[before].contents.last_request.saturating_add(1))
+            }
+        }
+    }
+
     /// How many requests the run holds: one past the highest request number of its blocks.
     pub fn requests(&self) -> u64 {
         self.blocks.iter().map(|b| u64::from(b.contents.last_request) + 1).max().unwrap_or(0)
@@ -288,6 +322,30 @@ mod tests {
         assert_eq!(holding, [100], "only the block that holds request 0");
         assert_eq!(read.holding_request(50).count(), 0);
         assert_eq!(read.requests(), 50);
+    }
+
+    /// A reader from a request leaves the blocks wholly before it, and starts far enough back to
+    /// hold up to half its events before the request it wants.
+    #[test]
+    fn a_reader_from_a_request_skips_the_blocks_before_it() {
+        let index = index();
+        let skipped: Vec<u64> = index.before_request(23).map(|b| b.offset).collect();
+        assert_eq!(skipped, [100, 1100], "requests 0-19");
+        assert_eq!(index.before_request(0).count(), 0);
+        assert_eq!(index.before_request(u32::MAX).count(), 5);
+        // Blocks of 100 events: room for 250 before it holds the two blocks before 43's.
+        assert_eq!(index.start_holding(43, 250), 20);
+        assert_eq!(index.start_holding(43, 0), 40, "from the request: its own block");
+        assert_eq!(index.start_holding(43, 10_000), 0, "room for the whole run");
+        assert_eq!(index.start_holding(5, 0), 0);
+        assert_eq!(index.start_holding(1_000, 0), 40, "past the end: the last block");
+        assert_eq!(BlockIndex { run: RunId(1), blocks: Vec::new() }.start_holding(7, 10), 0);
+        // A request in two blocks (its request in one, its answer in the next): the reader
+        // starts after it, and leaves the block before unread.
+        let mut shared = index;
+        shared.blocks[3].contents.last_request = 40;
+        assert_eq!(shared.start_holding(43, 0), 41);
+        assert_eq!(shared.before_request(41).count(), 4);
     }
 
     /// A block past where the blocks end, a count the bytes cannot hold, and a count past the

@@ -4,9 +4,9 @@ use leptos::ev::{Event, KeyboardEvent, MouseEvent};
 use leptos::prelude::*;
 use web_sys::HtmlInputElement;
 
-use crate::files::{blob_of, open_files, save};
+use crate::files::{blob_of, open_files, read_from_request, save};
 use crate::session_file::DOWNLOAD_NAME;
-use crate::state::{AppState, FileId, Run, RunKey, Source};
+use crate::state::{AppState, FileId, Reach, Run, RunKey, Source};
 use crate::store::Store;
 
 /// One line of a run list, everything it shows (and its key: any change re-creates it).
@@ -232,6 +232,29 @@ fn OpenedFile(store: Store, id: FileId) -> impl IntoView {
         })
     };
     let close = move |_| store.update(|state| state.close_file(id));
+    let read_from_note = move || store.read(|state| state.file(id)?.read_from_note());
+    // A file whose end indexes its blocks can be read from any request: the way into a file
+    // past what the page holds.
+    let readable = move || {
+        store.read(|state| {
+            state
+                .file(id)
+                .is_some_and(|file| file.reads_from_a_request() && file.progress().is_none())
+        })
+    };
+    let request = RwSignal::new(String::new());
+    let read_from = move |ev: leptos::ev::SubmitEvent| {
+        ev.prevent_default();
+        match request.get_untracked().trim().parse::<u32>() {
+            Ok(req) => read_from_request(store, id, req, Reach::From),
+            Err(_) => store.update(|state| {
+                state.file_note(
+                    id,
+                    format!("\"{}\" is not a request number", request.get_untracked()),
+                )
+            }),
+        }
+    };
     view! {
         <section class="card runs opened-file" data-testid="opened-file" data-file=name.clone()>
             <div class="runs-head">
@@ -249,6 +272,32 @@ fn OpenedFile(store: Store, id: FileId) -> impl IntoView {
             </div>
             {move || {
                 error().map(|error| view! { <p class="error" role="alert" data-testid="file-error">{error}</p> })
+            }}
+            {move || {
+                read_from_note().map(|note| view! { <p class="hint" data-testid="file-read-from-note">{note}</p> })
+            }}
+            {move || {
+                readable().then(|| view! {
+                    <details class="read-from" data-testid="file-read-from">
+                        <summary>"read from a request"</summary>
+                        <form on:submit=read_from>
+                            <input
+                                type="number"
+                                min="0"
+                                placeholder="request"
+                                aria-label="the request to read the file from"
+                                data-testid="file-read-from-request"
+                                bind:value=request
+                            />
+                            <button type="submit" class="button" data-testid="file-read-from-go">
+                                "read"
+                            </button>
+                        </form>
+                        <p class="hint">
+                            "Reads the run's blocks from the one that holds it, not the file's start: any part of a file past what the page holds."
+                        </p>
+                    </details>
+                })
             }}
             {move || {
                 progress().map(|(read, total)| {

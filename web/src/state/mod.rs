@@ -22,12 +22,43 @@ mod stream;
 pub use run::{Attribution, Run, RunStatus};
 pub use stream::Stream;
 
+use std::ops::Range;
+
 use ackscope_shared::overview::Overview;
 use ackscope_shared::tried::Sides;
-use ackscope_shared::wire::{ClassState, ClassVotes, ResumePoint, ToBrowser, WireError};
+use ackscope_shared::wire::{
+    BlockIndex, ClassState, ClassVotes, ResumePoint, ToBrowser, WireError,
+};
 use ackscope_shared::{RunId, Scenario};
 
-use crate::session_file::SessionDecoder;
+use crate::session_file::{FileError, SessionDecoder, MAX_FILE_EVENTS};
+
+/// Where the page reads a file's run from when it does not read the file from its start: its
+/// run `run` from request `first` on (the blocks wholly before it are left unread, the events of
+/// earlier requests in the blocks read are left out), chosen to hold request `wanted`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ReadFrom {
+    pub run: RunId,
+    pub first: u32,
+    pub wanted: u32,
+}
+
+/// What a read of a file for a request reads: from the request on (the block that holds it
+/// first), or around it (up to half of what the page holds before it, for the requests that
+/// led up to it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Reach {
+    From,
+    Around,
+}
+
+/// How to read a file from a request: where, and the byte ranges of the file left unread (in
+/// file order, each a block's frame).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ReadPlan {
+    pub from: ReadFrom,
+    pub skipped: Vec<Range<u64>>,
+}
 
 /// An opened session file, numbered in the order the user opened them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -73,6 +104,11 @@ pub struct OpenedFile {
     pub error: Option<String>,
     /// While the file is being read: its decoder, the bytes fed so far and the file's size.
     loading: Option<Loading>,
+    /// Its runs' block indexes, from its end (none for a file cut short or older than version
+    /// 10): what reading it from a request needs.
+    indexes: Vec<BlockIndex>,
+    /// Where it was read from, when not from its start.
+    pub read_from: Option<ReadFrom>,
 }
 
 /// The most runs a file's session keeps (see [`Stream::file`]): far more than a sweep, a lesson
@@ -100,6 +136,24 @@ impl OpenedFile {
     /// `(bytes read, bytes in the file)` while the file is being read.
     pub fn progress(&self) -> Option<(u64, u64)> {
         self.loading.as_ref().map(|loading| (loading.read_bytes, loading.total_bytes))
+    }
+
+    /// What a file read from a request holds, for people.
+    pub fn read_from_note(&self) -> Option<String> {
+        let ReadFrom { run, first, wanted } = self.read_from?;
+        Some(match first {
+            0 => format!("run {} read from its start, to hold request {wanted}", run.0),
+            _ => format!(
+                "run {} read from request {first}, to hold request {wanted}: the blocks before \
+                 it were left unread",
+                run.0
+            ),
+        })
+    }
+
+    /// Whether it can be read from any request (its end indexes its blocks).
+    pub fn reads_from_a_request(&self) -> bool {
+        !self.indexes.is_empty()
     }
 }
 
@@ -143,6 +197,8 @@ pub struct AppState {
     try_pending: bool,
     /// Why the probe refused the last fix asked for.
     pub try_refused: Option<String>,
+    /// The most events the page reads of a file ([`MAX_FILE_EVENTS`]; less in tests).
+    file_event_cap: u64,
 }
 
 impl Default for AppState {
@@ -164,11 +220,19 @@ impl Default for AppState {
             try_asked: Vec::new(),
             try_pending: false,
             try_refused: None,
+            file_event_cap: MAX_FILE_EVENTS,
         }
     }
 }
 
 impl AppState {
+    /// Reads at most `events` events of a file: a small file then stands for one past what
+    /// the page holds.
+    #[cfg(test)]
+    pub fn cap_file_events(&mut self, events: u64) {
+        self.file_event_cap = events;
+    }
+
     pub fn files(&self) -> &[OpenedFile] {
         &self.files
     }
@@ -285,9 +349,20 @@ impl AppState {
     /// Starts reading a file of `total_bytes` that arrives in pieces ([`AppState::feed_file`],
     /// then [`AppState::end_file`]). It is listed at once, with its progress.
     pub fn begin_file(&mut self, name: &str, total_bytes: u64) -> FileId {
+        self.begin_file_from(name, total_bytes, None)
+    }
+
+    /// [`AppState::begin_file`] of a file read from a request (`from`, of its
+    /// [`OpenedFile::read_plan`]): `total_bytes` are the bytes that will be read.
+    pub fn begin_file_from(
+        &mut self,
+        name: &str,
+        total_bytes: u64,
+        from: Option<ReadFrom>,
+    ) -> FileId {
         let id = self.add_file(name, Stream::file(), None);
         if let Some(file) = self.files.last_mut() {
-            let decoder = SessionDecoder::default();
+            let decoder = SessionDecoder::with_max_events(self.file_event_cap);
             file.loading = Some(Loading {
                 decoder,
                 read_bytes: 0,
@@ -295,6 +370,7 @@ impl AppState {
                 newest: None,
                 overviews: Vec::new(),
             });
+            file.read_from = from;
         }
         id
     }
@@ -314,15 +390,28 @@ impl AppState {
         let Some(loading) = &mut file.loading else { return false };
         let session = &mut file.session;
         let (newest, overviews) = (&mut loading.newest, &loading.overviews);
+        let from = file.read_from;
         // Believed only as far as the file could hold that many requests.
         let most = usize::try_from(loading.total_bytes / MIN_FILE_BYTES_PER_REQUEST).unwrap_or(0);
         let more = loading.decoder.feed_some(bytes, events, |message| {
+            let message = match (from, message) {
+                // Read from a request: the earlier requests' events in the blocks read are left
+                // out, as the blocks before them were.
+                (Some(from), ToBrowser::Events { run, mut events }) if run == from.run => {
+                    events.retain(|event| event.req.0 >= from.first);
+                    ToBrowser::Events { run, events }
+                }
+                (_, message) => message,
+            };
             let started = session.apply(message);
             if let Some(run) = started.and_then(|run| session.run_mut(run)) {
+                let first = from.filter(|from| from.run == run.id).map_or(0, |from| from.first);
+                run.analysis.start_at(first);
                 // The file's end said how many requests this run has: room for them at once.
                 let rows = overviews.iter().find(|(id, _)| *id == run.id).map(|(_, o)| o.rows);
                 if let Some(rows) = rows {
-                    run.analysis.reserve_requests((rows as usize).min(most));
+                    let rows = (rows as usize).saturating_sub(first as usize);
+                    run.analysis.reserve_requests(rows.min(most));
                 }
                 // A file's runs are what its reader came to see: each is attributed as its
                 // pieces arrive, so reading the last piece costs what any piece does (attributing
@@ -336,11 +425,75 @@ impl AppState {
     }
 
     /// The overviews written at the end of a file being read (`wire::read_file_end`): shown
-    /// while the events are decoded.
+    /// while the events are decoded. A file read from a request shows what it reads.
     pub fn preview_file(&mut self, id: FileId, overviews: Vec<(RunId, Overview)>) {
         let file = self.files.iter_mut().find(|file| file.id == id);
-        if let Some(loading) = file.and_then(|file| file.loading.as_mut()) {
-            loading.overviews = overviews;
+        if let Some(file) = file.filter(|file| file.read_from.is_none()) {
+            if let Some(loading) = file.loading.as_mut() {
+                loading.overviews = overviews;
+            }
+        }
+    }
+
+    /// How to read file `id` so that it holds request `request` ([`Reach`]): its first run that
+    /// holds that request. Refused, saying why, when its blocks are not indexed or no run holds
+    /// the request.
+    pub fn read_plan(&self, id: FileId, request: u32, reach: Reach) -> Result<ReadPlan, String> {
+        let file = self.file(id).ok_or("the file was closed")?;
+        let name = &file.name;
+        if file.indexes.is_empty() {
+            return Err(format!(
+                "{name} cannot be read from a request: its end does not index its blocks (it was \
+                 cut short, or written by a build before protocol version 10); it is read from \
+                 its start"
+            ));
+        }
+        let Some(index) = file.indexes.iter().find(|index| index.requests() > u64::from(request))
+        else {
+            let most = file.indexes.iter().map(BlockIndex::requests).max().unwrap_or(0);
+            return Err(format!(
+                "no run of {name} holds request {request}: its requests are numbered from 0 to {}",
+                most.saturating_sub(1)
+            ));
+        };
+        let before = match reach {
+            Reach::From => 0,
+            Reach::Around => self.file_event_cap / 2,
+        };
+        let first = index.start_holding(request, before);
+        let skipped = index
+            .before_request(first)
+            .map(|block| block.offset..block.offset + 4 + u64::from(block.frame_bytes))
+            .collect();
+        Ok(ReadPlan { from: ReadFrom { run: index.run, first, wanted: request }, skipped })
+    }
+
+    /// The request a file read from a request was read to hold, when `key` is that file's run:
+    /// the timeline selects it when it first shows the run.
+    pub fn wanted_request(&self, key: RunKey) -> Option<u32> {
+        let Source::File(id) = key.source else { return None };
+        let from = self.file(id)?.read_from?;
+        (from.run == key.run).then_some(from.wanted)
+    }
+
+    /// The file of a run of a file, if that file can be read from a request.
+    pub fn readable_file_of(&self, key: RunKey) -> Option<FileId> {
+        let Source::File(id) = key.source else { return None };
+        self.file(id).filter(|file| file.reads_from_a_request()).map(|file| file.id)
+    }
+
+    /// Says why something asked of file `id` could not be done, in place of its last note.
+    pub fn file_note(&mut self, id: FileId, note: String) {
+        if let Some(file) = self.files.iter_mut().find(|file| file.id == id) {
+            file.error = Some(note);
+        }
+    }
+
+    /// The block indexes at the end of a file (`wire::read_file_end`): it can then be read
+    /// from any request ([`OpenedFile::read_plan`]).
+    pub fn index_file(&mut self, id: FileId, indexes: Vec<BlockIndex>) {
+        if let Some(file) = self.files.iter_mut().find(|file| file.id == id) {
+            file.indexes = indexes;
         }
     }
 
@@ -365,10 +518,23 @@ impl AppState {
         let Some(mut loading) = file.loading.take() else { return };
         file.session.end();
         let name = &file.name;
-        let problem = loading.decoder.finish().map(|problem| match file.session.runs().len() {
-            0 => format!("{name}: {problem}"),
-            1 => format!("{name}: {problem}; the run read before it is shown"),
-            n => format!("{name}: {problem}; the {n} runs read before it are shown"),
+        // A file past what the page holds can be read from any request when its blocks are
+        // indexed: the note says so.
+        let readable_from_any = file.read_from.is_none() && file.reads_from_a_request();
+        let problem = loading.decoder.finish().map(|problem| {
+            let too_many = matches!(problem, FileError::TooManyEvents { .. });
+            let said = match file.session.runs().len() {
+                0 => format!("{name}: {problem}"),
+                1 => format!("{name}: {problem}; the run read before it is shown"),
+                n => format!("{name}: {problem}; the {n} runs read before it are shown"),
+            };
+            match too_many && readable_from_any {
+                true => format!(
+                    "{said}. Its blocks are indexed: \"read from a request\" reads it from the \
+                     part you want to see"
+                ),
+                false => said,
+            }
         });
         let not_kept = file.session.runs_not_kept;
         let too_many = (not_kept > 0).then(|| {
@@ -452,7 +618,9 @@ impl AppState {
     fn add_file(&mut self, name: &str, session: Stream, error: Option<String>) -> FileId {
         let id = FileId(self.next_file);
         self.next_file += 1;
-        self.files.push(OpenedFile { id, name: name.to_string(), session, error, loading: None });
+        let name = name.to_string();
+        let (loading, indexes, read_from) = (None, Vec::new(), None);
+        self.files.push(OpenedFile { id, name, session, error, loading, indexes, read_from });
         id
     }
 }

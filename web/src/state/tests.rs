@@ -802,3 +802,111 @@ fn a_run_started_again_replaces_itself_in_place() {
     apply(&mut state, events(2, nagle_run(2, 44 * MS)));
     assert_eq!(state.live.run(RunId(2)).map(|run| run.summary().requests), Some(2));
 }
+
+/// A session file as the probe writes one: its run's events in compressed blocks, and its end
+/// indexing them.
+fn indexed_file(requests: u32) -> Vec<u8> {
+    let mut live = AppState::default();
+    started(&mut live, 1);
+    apply(&mut live, finished(1, RunOutcome::Completed));
+    let (messages, _) = decode_session(live.live.file_bytes().expect("recorded"));
+    let mut file = Vec::new();
+    let mut indexer = wire::Indexer::default();
+    for message in messages {
+        if let ToBrowser::RunFinished { .. } = message {
+            let nagle = nagle_run(requests, 44 * MS);
+            wire::write_blocks(RunId(1), &nagle, &mut wire::zstd, &mut file, &mut indexer);
+        }
+        write_frame(&message, &mut file);
+    }
+    wire::write_file_end(Vec::new(), &indexer, &mut file);
+    file
+}
+
+/// The indexes at the end of `file`, as the page reads them before its events.
+fn indexes_of(file: &[u8]) -> Vec<wire::BlockIndex> {
+    let range = wire::Trailer::file_end_in(file, file.len() as u64).expect("an end");
+    let end = wire::read_file_end(&file[range.start as usize..range.end as usize], range.start);
+    end.indexes
+}
+
+/// Reads `file` as the page does, leaving out the plan's ranges.
+fn read_as_planned(
+    state: &mut AppState,
+    name: &str,
+    file: &[u8],
+    plan: Option<&ReadPlan>,
+) -> FileId {
+    let skipped = plan.map_or(&[][..], |plan| &plan.skipped[..]);
+    let mut kept = Vec::new();
+    let mut at = 0;
+    for range in skipped {
+        kept.extend_from_slice(&file[at..range.start as usize]);
+        at = range.end as usize;
+    }
+    kept.extend_from_slice(&file[at..]);
+    let id = state.begin_file_from(name, kept.len() as u64, plan.map(|plan| plan.from));
+    state.index_file(id, indexes_of(file));
+    for piece in kept.chunks(64 * 1024) {
+        state.feed_file(id, piece);
+    }
+    state.end_file(id);
+    id
+}
+
+/// A file of more events than the page holds says it can be read from a request; read from
+/// one, it holds that request (the blocks wholly before it unread), with the times and stalls
+/// the whole file gives it.
+#[test]
+fn a_file_past_what_the_page_holds_is_read_from_a_request() {
+    let file = indexed_file(20_000);
+    let mut whole = AppState::default();
+    let whole_id = read_as_planned(&mut whole, "soak.ackscope", &file, None);
+    let whole_run = &whole.file(whole_id).expect("opened").session.runs()[0];
+    assert_eq!(whole_run.summary().requests, 20_000, "the whole file fits the page's bound");
+    let events = whole_run.events;
+
+    let mut state = AppState::default();
+    // Room for a third of its events: two of its six blocks.
+    state.cap_file_events(events / 3);
+    let id = read_as_planned(&mut state, "soak.ackscope", &file, None);
+    let cut = state.file(id).expect("opened");
+    let note = cut.error.as_deref().expect("a note that the page holds only part of it");
+    assert!(note.contains("read from a request"), "{note}");
+    assert!(cut.session.runs()[0].summary().requests < 10_000, "a third of its events");
+
+    let plan = state.read_plan(id, 18_000, Reach::Around).expect("its blocks are indexed");
+    assert_eq!((plan.from.run, plan.from.wanted), (RunId(1), 18_000));
+    assert!(plan.from.first > 10_000 && plan.from.first <= 18_000, "{:?}", plan.from);
+    assert!(!plan.skipped.is_empty() && plan.skipped.windows(2).all(|w| w[0].end <= w[1].start));
+    let read = read_as_planned(&mut state, "soak.ackscope", &file, Some(&plan));
+    let read = state.file(read).expect("opened");
+    let note = read.read_from_note().expect("says where it was read from");
+    assert!(note.contains(&format!("from request {}", plan.from.first)), "{note}");
+    let run = &read.session.runs()[0];
+    assert_eq!(run.analysis.first_request(), plan.from.first);
+    assert_eq!(run.analysis.ignored_events, 0, "the earlier requests' events were left out");
+    assert_eq!(read.error, None, "from there the rest of the file fits");
+    let held = plan.from.first..plan.from.first + run.analysis.requests().len() as u32;
+    assert!(held.contains(&18_000) && held.contains(&19_999), "{held:?}");
+    let facts = |run: &Run, req: u32| {
+        let view = &run.analysis.requests()[(req - run.analysis.first_request()) as usize];
+        let stalls = run.attribution().of_request(req);
+        (
+            view.start_ns,
+            view.done_ns,
+            stalls.iter().map(|s| (s.class, s.wait_ns)).collect::<Vec<_>>(),
+        )
+    };
+    for req in [held.start, held.start + 1, 18_000, 19_999] {
+        assert_eq!(facts(run, req), facts(whole_run, req), "request {req}");
+    }
+    assert_eq!(facts(run, 18_000).2.len(), 2, "a Nagle request's two stalls");
+
+    let past = state.read_plan(id, 20_000, Reach::From).unwrap_err();
+    assert!(past.contains("no run of soak.ackscope holds request 20000"), "{past}");
+    assert!(past.contains("from 0 to 19999"), "{past}");
+    let rows = state.open_file("rows.ackscope", whole.live.file_bytes().unwrap_or_default());
+    let unindexed = state.read_plan(rows, 5, Reach::From).unwrap_err();
+    assert!(unindexed.contains("does not index its blocks"), "{unindexed}");
+}

@@ -13,6 +13,8 @@ use super::model::{RowList, RunFacts, PAGE_ROWS};
 use super::rows::{step_stall, Filter, CLASSES};
 use super::scale::Scale;
 use super::view::{Mode, ViewState};
+use crate::files::read_from_request;
+use crate::state::Reach;
 use crate::store::Store;
 
 /// Filters, go-to, next-slowest and the stall steps.
@@ -32,6 +34,7 @@ pub(super) fn FindBar(
         }
         let input: HtmlInputElement = event_target(&ev);
         match input.value().trim().parse::<u32>() {
+            Ok(req) if read_file_from(store, facts, req, message) => {}
             Ok(req) => select_req(req),
             Err(_) => message.set(Some(format!("\"{}\" is not a request number", input.value()))),
         }
@@ -152,10 +155,11 @@ pub(crate) fn select_request(
 ) {
     let known = facts.with_untracked(|f| f.as_ref().and_then(|f| f.facts.extent_of(req)));
     if known.is_none() {
-        let count = facts.with_untracked(|f| f.as_ref().map_or(0, |f| f.facts.len()));
+        let (first, count) =
+            facts.with_untracked(|f| f.as_ref().map_or((0, 0), |f| (f.facts.first, f.facts.len())));
         message.set(Some(format!(
-            "no request {req}: this run has requests 0-{}",
-            count.saturating_sub(1)
+            "no request {req}: this run has requests {first}-{}",
+            (first as usize + count).saturating_sub(1)
         )));
         return;
     }
@@ -174,6 +178,37 @@ pub(crate) fn select_request(
             }
         }
     });
+}
+
+/// "Go to request" of a request that a file's run holds and the page did not read (the file
+/// was past what the page holds, or read from another request): reads the file from it, and
+/// says so. False when the request is read, or the run is not of such a file.
+fn read_file_from(
+    store: Store,
+    facts: Memo<Option<RunFacts>>,
+    req: u32,
+    message: RwSignal<Option<String>>,
+) -> bool {
+    let Some((key, held)) =
+        facts.with_untracked(|f| f.as_ref().map(|f| (f.key, f.facts.extent_of(req).is_some())))
+    else {
+        return false;
+    };
+    let plan = store.read_untracked(|state| {
+        let file = state.readable_file_of(key)?;
+        Some((file, state.read_plan(file, req, Reach::Around).ok()?))
+    });
+    match plan {
+        Some((file, plan)) if !held && plan.from.run == key.run => {
+            message.set(Some(format!(
+                "request {req} was not read: reading the file from request {}",
+                plan.from.first
+            )));
+            read_from_request(store, file, req, Reach::Around);
+            true
+        }
+        _ => false,
+    }
 }
 
 /// Where `n` / `p` step from: the stall last stepped to while its request is still the selected

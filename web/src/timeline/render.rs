@@ -93,8 +93,23 @@ pub fn Timeline(
             if let Some(position) = position {
                 view.update(|v| v.reveal(position, total, PAGE_ROWS));
             }
-        } else if previous.is_some_and(|previous| previous != key) {
-            view.update(|v| *v = ViewState { mode: v.mode, ..ViewState::default() });
+        } else if previous.is_none_or(|previous| previous != key) {
+            if previous.is_some() {
+                view.update(|v| *v = ViewState { mode: v.mode, ..ViewState::default() });
+            }
+            // A file read from a request shows that request.
+            let wanted =
+                key.and_then(|key| store.read_untracked(|state| state.wanted_request(key)));
+            if let Some(req) = wanted {
+                let (position, total) =
+                    rows.with_untracked(|r| (r.rows.position(req), r.rows.len()));
+                view.update(|v| {
+                    v.selected = Some(req);
+                    if let Some(position) = position {
+                        v.reveal(position, total, PAGE_ROWS);
+                    }
+                });
+            }
         }
         key
     });
