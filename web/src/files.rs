@@ -83,12 +83,27 @@ pub fn read_from_request(store: Store, id: FileId, request: u32, reach: Reach) {
     let (Some(blob), Some(name)) = (blob, name) else { return };
     match plan {
         Ok(plan) => {
-            store.update(|state| state.close_file(id));
-            OPENED.with(|opened| opened.borrow_mut().remove(&id));
+            close_file(store, id);
             spawn_local(load(store, name, blob, Some(plan)));
         }
         Err(reason) => store.update(|state| state.file_note(id, reason)),
     }
+}
+
+/// Requests let go of between two turns of the page when a file is closed: a few milliseconds.
+const RELEASE_REQUESTS: usize = 100_000;
+
+/// Closes file `id`: it leaves the page at once, and its memory is given back a piece at a
+/// time (a file of millions of requests is millions of allocations: given back at once, a
+/// task of over 100 ms).
+pub fn close_file(store: Store, id: FileId) {
+    OPENED.with(|opened| opened.borrow_mut().remove(&id));
+    let Some(Some(mut file)) = store.try_update_with(|state| state.close_file(id)) else { return };
+    spawn_local(async move {
+        while file.release_some(RELEASE_REQUESTS) {
+            yield_now().await;
+        }
+    });
 }
 
 /// Reads `blob`, a session file, as a session of its own, in chunks (leaving out the plan's

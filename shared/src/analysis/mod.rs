@@ -201,6 +201,15 @@ impl RunAnalysis {
         }
     }
 
+    /// Lets up to `requests` of the held requests go, the newest first, for a reader giving a
+    /// big run's memory back a piece at a time (millions of requests are millions of
+    /// allocations, freed at once a task of over 100 ms in the browser). False once none is held.
+    pub fn release_some(&mut self, requests: usize) -> bool {
+        self.requests.truncate(self.requests.len().saturating_sub(requests));
+        self.spare.clear();
+        !self.requests.is_empty()
+    }
+
     /// Room for `requests` requests in all, when a reader knows how many are coming (a file's
     /// overview says so): the list then never doubles, which for a million requests would copy
     /// a hundred megabytes at once. The caller bounds `requests` by what its input can hold.

@@ -20,6 +20,12 @@
 //!   received (`data-events` of the run's entry) per second, and `live_vs_cli`, the CLI's
 //!   duration of the same run over the page's (1.0: the page kept up with the probe).
 //!
+//! A file of more than 3,000,000 requests is past what the page holds (48 million events); for
+//! it the program prints `viewer_past_cap overview_ms= cut_load_ms= requests_read= goto_last_ms=
+//! wasm_mb= longest_task_ms=`: the whole run's overview painted, the page holding what it holds,
+//! then "go to request" of the last request until it is shown (the page reads the file again
+//! from around it), its memory after, and the longest main-thread task of it all.
+//!
 //! Usage: `bench-viewer FILE REQUESTS [SECONDS]`, with ACKSCOPE_BIN naming the probe.
 
 use std::path::PathBuf;
@@ -68,6 +74,116 @@ new MutationObserver(() => {
 }).observe(document.body, { subtree: true, childList: true, characterData: true, attributes: true });
 window.__bench.t0 = performance.now();
 "#;
+
+/// For a file past what the page holds (more than [`PAGE_HOLDS`] requests): `__cap.overview`
+/// when the whole run's overview from the file's end is painted, `__cap.cut` when the page has
+/// read what it holds and says the rest can be read from a request, `__cap.goto` when "go to
+/// request" of the last request (asked at `__cap.gotoAt`) shows it selected.
+const PAST_CAP: &str = r#"
+const [requests] = arguments;
+window.__cap = { overview: null, cut: null, t0: null, gotoAt: null, goto: null, entries: [] };
+try {
+  new PerformanceObserver((list) => {
+    for (const entry of list.getEntries()) {
+      if (window.__cap.t0 !== null) window.__cap.entries.push([entry.startTime, entry.duration]);
+    }
+  }).observe({ type: "longtask" });
+} catch (e) { window.__cap.noLongTasks = String(e); }
+const previewed = () => {
+  const preview = document.querySelector("[data-testid=preview-overview]");
+  return preview && preview.getAttribute("data-painted") === "true"
+    && preview.getAttribute("data-requests") === String(requests);
+};
+const cut = () => {
+  const note = document.querySelector("[data-testid=file-error]");
+  return note && note.textContent.includes("read from a request")
+    && document.querySelector("[data-testid=summary-requests]");
+};
+const last = () => document.querySelector(`[data-testid=selection][data-request='${requests - 1}']`);
+new MutationObserver(() => {
+  const bench = window.__cap;
+  if (bench.t0 === null) return;
+  if (bench.overview === null && previewed()) {
+    requestAnimationFrame(() => { bench.overview = performance.now(); });
+  }
+  if (bench.cut === null && cut()) requestAnimationFrame(() => { bench.cut = performance.now(); });
+  if (bench.gotoAt !== null && bench.goto === null && last()) {
+    requestAnimationFrame(() => { bench.goto = performance.now(); });
+  }
+}).observe(document.body, { subtree: true, childList: true, characterData: true, attributes: true });
+window.__cap.t0 = performance.now();
+"#;
+
+/// Requests of a NODELAY run the page holds: 48 million events, about 3.2 million requests.
+const PAGE_HOLDS: u64 = 3_000_000;
+
+/// A file past what the page holds: from choosing it to its overview painted, to the page
+/// holding what it holds (and saying the rest is read from a request), then from "go to
+/// request" of the last request to it shown; the page's memory after, and the longest task.
+async fn measure_past_cap(
+    client: &Client,
+    url: &str,
+    file: &std::path::Path,
+    requests: u64,
+    file_mb: f64,
+) -> Result<()> {
+    client.goto(url).await?;
+    let css = Locator::Css;
+    client
+        .wait()
+        .at_most(Duration::from_secs(30))
+        .for_element(css("[data-testid=open-file]"))
+        .await
+        .context("the app did not mount")?;
+    client.execute(PAST_CAP, vec![json!(requests)]).await?;
+    let input = client.find(css("[data-testid=open-file]")).await?;
+    input.send_keys(&file.display().to_string()).await?;
+    let cap = |field: &'static str| async move {
+        let deadline = Instant::now() + Duration::from_secs(900);
+        loop {
+            let bench = client.execute("return window.__cap", vec![]).await?;
+            if !bench[field].is_null() {
+                return Ok::<Value, anyhow::Error>(bench);
+            }
+            if Instant::now() > deadline {
+                bail!("no {field} within 900 s: {bench}");
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    };
+    let bench = cap("cut").await?;
+    let number = |value: &Value| value.as_f64().unwrap_or(f64::NAN);
+    let read_text = client.find(css("[data-testid=summary-requests]")).await?.text().await?;
+    let requests_read: u64 = read_text.trim().parse().unwrap_or(0);
+    client.execute("window.__cap.gotoAt = performance.now()", vec![]).await?;
+    let goto = client.find(css("[data-testid=goto-request]")).await?;
+    goto.send_keys(&format!("{}\u{E007}", requests - 1)).await?;
+    let after = cap("goto").await?;
+    let longest = after["entries"]
+        .as_array()
+        .map(|entries| entries.iter().map(|e| number(&e[1])).fold(0.0, f64::max))
+        .unwrap_or(f64::NAN);
+    eprintln!(
+        "DBG t0 {} cut {} gotoAt {} goto {} long {:?}",
+        after["t0"], after["cut"], after["gotoAt"], after["goto"], after["entries"]
+    );
+    let wasm_bytes = client
+        .execute(
+            "return window.ackscopeWasmMemory ? window.ackscopeWasmMemory.buffer.byteLength : null",
+            vec![],
+        )
+        .await?;
+    println!(
+        "viewer_past_cap overview_ms={:.0} cut_load_ms={:.0} requests_read={requests_read} \
+         goto_last_ms={:.0} wasm_mb={:.0} longest_task_ms={longest:.0} file_mb={file_mb:.0} \
+         requests={requests}",
+        number(&bench["overview"]) - number(&bench["t0"]),
+        number(&bench["cut"]) - number(&bench["t0"]),
+        number(&after["goto"]) - number(&after["gotoAt"]),
+        number(&wasm_bytes) / 1e6,
+    );
+    Ok(())
+}
 
 /// The long tasks of `window[arguments[0]]` that began between its `t0` and the moment named
 /// `arguments[1]` (the load's `loaded`, the live run's `done`).
@@ -223,7 +339,10 @@ async fn main() -> Result<()> {
 
     let (_probe, url) = start_probe()?;
     let (_driver, client, _profile) = start_browser().await?;
-    let result = measure(&client, &url, &file, requests, seconds, file_mb).await;
+    let result = match requests > PAGE_HOLDS {
+        true => measure_past_cap(&client, &url, &file, requests, file_mb).await,
+        false => measure(&client, &url, &file, requests, seconds, file_mb).await,
+    };
     client.close().await?;
     result
 }

@@ -4,7 +4,7 @@ use leptos::ev::{Event, KeyboardEvent, MouseEvent};
 use leptos::prelude::*;
 use web_sys::HtmlInputElement;
 
-use crate::files::{blob_of, open_files, read_from_request, save};
+use crate::files::{blob_of, close_file, open_files, read_from_request, save};
 use crate::session_file::DOWNLOAD_NAME;
 use crate::state::{AppState, FileId, Reach, Run, RunKey, Source};
 use crate::store::Store;
@@ -231,7 +231,7 @@ fn OpenedFile(store: Store, id: FileId) -> impl IntoView {
             None => RunEntry::list(state, Source::File(id)),
         })
     };
-    let close = move |_| store.update(|state| state.close_file(id));
+    let close = move |_| close_file(store, id);
     let read_from_note = move || store.read(|state| state.file(id)?.read_from_note());
     // A file whose end indexes its blocks can be read from any request: the way into a file
     // past what the page holds.

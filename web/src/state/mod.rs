@@ -138,6 +138,12 @@ impl OpenedFile {
         self.loading.as_ref().map(|loading| (loading.read_bytes, loading.total_bytes))
     }
 
+    /// Lets up to `budget` of its runs' requests go; false once its runs are all gone. A file of
+    /// millions of requests is freed in steps of a few milliseconds, not one task of over 100.
+    pub fn release_some(&mut self, budget: usize) -> bool {
+        self.session.release_some(budget)
+    }
+
     /// What a file read from a request holds, for people.
     pub fn read_from_note(&self) -> Option<String> {
         let ReadFrom { run, first, wanted } = self.read_from?;
@@ -569,13 +575,16 @@ impl AppState {
         self.add_file(name, Stream::file(), Some(format!("{name}: {reason}")))
     }
 
-    /// Forgets an opened file (and stops showing or comparing its runs).
-    pub fn close_file(&mut self, id: FileId) {
-        self.files.retain(|file| file.id != id);
+    /// Forgets an opened file (and stops showing or comparing its runs): the file is handed
+    /// back, for its memory to be let go of a piece at a time ([`OpenedFile::release_some`]).
+    pub fn close_file(&mut self, id: FileId) -> Option<OpenedFile> {
+        let at = self.files.iter().position(|file| file.id == id);
+        let file = at.map(|at| self.files.remove(at));
         if self.selected.is_some_and(|key| key.source == Source::File(id)) {
             self.selected = None;
         }
         self.compared.retain(|key| key.source != Source::File(id));
+        file
     }
 
     /// Marks a request/response run for comparison, or unmarks it. Other runs have no

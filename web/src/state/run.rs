@@ -213,6 +213,19 @@ impl Run {
         }
     }
 
+    /// Lets up to `budget` of its requests, and as many of its stalls, go (the newest first):
+    /// a closed file's run gives its memory back a piece at a time. False once nothing big is
+    /// left.
+    pub(super) fn release_some(&mut self, budget: usize) -> bool {
+        let stalls = self.settled_stalls.get_mut();
+        if let Some(answer) = self.attribution.take() {
+            *stalls = answer.stalls;
+        }
+        stalls.truncate(stalls.len().saturating_sub(budget));
+        let stalls_left = !stalls.is_empty();
+        self.analysis.release_some(budget) || stalls_left
+    }
+
     /// The timeline's facts of every request (empty for other scenarios), up to date with the
     /// events so far: only the requests since the last call are built (and the last few again,
     /// [`Facts::update`]), in place unless a caller still holds the previous answer.

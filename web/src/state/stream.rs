@@ -34,6 +34,19 @@ pub struct Stream {
 }
 
 impl Stream {
+    /// Lets up to `budget` requests of its runs go, the newest run first (see
+    /// [`Run::release_some`]); false once they all went.
+    pub(super) fn release_some(&mut self, budget: usize) -> bool {
+        while let Some(run) = self.runs.last_mut() {
+            if run.release_some(budget) {
+                return true;
+            }
+            self.runs.pop();
+        }
+        self.index.clear();
+        false
+    }
+
     /// The probe's stream: recorded so that it can be downloaded.
     pub fn live() -> Stream {
         Stream { record: Some(Vec::new()), ..Stream::default() }

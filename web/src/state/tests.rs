@@ -910,3 +910,27 @@ fn a_file_past_what_the_page_holds_is_read_from_a_request() {
     let unindexed = state.read_plan(rows, 5, Reach::From).unwrap_err();
     assert!(unindexed.contains("does not index its blocks"), "{unindexed}");
 }
+
+/// A closed file goes from the page at once, and is handed back to be let go of a piece at a
+/// time: each step lets a bounded number of requests go, until none is left.
+#[test]
+fn a_closed_file_is_let_go_of_a_piece_at_a_time() {
+    let file = indexed_file(3_000);
+    let mut state = AppState::default();
+    let id = read_as_planned(&mut state, "soak.ackscope", &file, None);
+    state.select(RunKey { source: Source::File(id), run: RunId(1) });
+    let mut closed = state.close_file(id).expect("the file is handed back");
+    assert!(state.files().is_empty() && state.selected().is_none());
+    assert_eq!(closed.session.runs()[0].analysis.requests().len(), 3_000);
+    let stalls = closed.session.runs()[0].attribution().stalls.len();
+    assert_eq!(stalls, 2 * 2_999, "two stalls a request after the first");
+    let mut steps = 0;
+    while closed.release_some(1_000) {
+        steps += 1;
+        let held = closed.session.runs().first().map_or(0, |run| run.analysis.requests().len());
+        assert_eq!(held, 3_000usize.saturating_sub(1_000 * steps), "a thousand requests a step");
+    }
+    assert_eq!(steps, stalls.div_ceil(1_000) - 1, "as many steps as its stalls take, no more");
+    assert!(closed.session.runs().is_empty(), "every run went");
+    assert!(state.close_file(id).is_none(), "closed once");
+}
