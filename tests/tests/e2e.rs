@@ -522,9 +522,46 @@ async fn a_file_is_read_from_any_request_through_its_block_index() -> Result<()>
         let shown: u32 = text_of(&client, "summary-requests").await?.parse()?;
         assert_eq!(shown, COUNT - first, "the requests from {first} on, and no earlier one");
         client.find(css(&format!("[data-testid=request-row][data-req='{WANTED}']"))).await?;
+        // The whole run's strip, from the file's end, with the part held shaded.
+        let whole = client.find(css("[data-testid=whole-run]")).await?;
+        assert_eq!(whole.attr("data-requests").await?, Some(COUNT.to_string()));
+        assert_eq!(whole.attr("data-held-from").await?, Some(first.to_string()));
         screenshot(&client, "read-from-request.png").await?;
+        element_screenshot(&client, "[data-testid=whole-run]", "whole-run.png").await?;
+
+        // Its middle column's worst request is before those held: a click reads the file
+        // around it and selects it.
+        client.find(css("[data-testid=whole-run-strip]")).await?.click().await?;
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let clicked = loop {
+            let note = text_of(&client, "file-read-from-note").await.unwrap_or_default();
+            let wanted = note.split("to hold request ").nth(1).and_then(|w| w.parse::<u32>().ok());
+            if let Some(wanted) = wanted.filter(|&wanted| wanted != WANTED) {
+                break wanted;
+            }
+            if Instant::now() > deadline {
+                bail!("a click on the whole run's strip read nothing new: {note:?}");
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        };
+        assert!(clicked < first, "the middle of 0-{COUNT} is before {first}: {clicked}");
+        client
+            .wait()
+            .at_most(Duration::from_secs(30))
+            .for_element(css(&format!("[data-testid=selection][data-request='{clicked}']")))
+            .await
+            .context("the strip's request was not selected once read")?;
 
         // A request before those read: "go to request" reads the file again, around it.
+        client.find(css("[data-testid=file-read-from] summary")).await?.click().await?;
+        type_into(&client, "file-read-from-request", &WANTED.to_string()).await?;
+        client.find(css("[data-testid=file-read-from-go]")).await?.click().await?;
+        client
+            .wait()
+            .at_most(Duration::from_secs(30))
+            .for_element(css(&selected))
+            .await
+            .context("read from the request again")?;
         let goto = client.find(css("[data-testid=goto-request]")).await?;
         goto.send_keys("100\u{E007}").await?;
         client

@@ -109,6 +109,19 @@ pub struct OpenedFile {
     indexes: Vec<BlockIndex>,
     /// Where it was read from, when not from its start.
     pub read_from: Option<ReadFrom>,
+    /// Its runs' overviews from its end: shown while it is read, and for a run the page holds
+    /// only part of.
+    overviews: Vec<(RunId, Overview)>,
+}
+
+/// A run of which the page holds only part ([`AppState::whole_run`]).
+#[derive(Debug)]
+pub struct WholeRun<'a> {
+    pub file: FileId,
+    /// Its requests in order, from request 0, as the file's end has them.
+    pub overview: &'a Overview,
+    /// The requests the page holds.
+    pub held: Range<u32>,
 }
 
 /// The most runs a file's session keeps (see [`Stream::file`]): far more than a sweep, a lesson
@@ -128,8 +141,6 @@ struct Loading {
     read_bytes: u64,
     total_bytes: u64,
     newest: Option<RunId>,
-    /// The runs' overviews from the file's end, shown until the file is read.
-    overviews: Vec<(RunId, Overview)>,
 }
 
 impl OpenedFile {
@@ -369,13 +380,7 @@ impl AppState {
         let id = self.add_file(name, Stream::file(), None);
         if let Some(file) = self.files.last_mut() {
             let decoder = SessionDecoder::with_max_events(self.file_event_cap);
-            file.loading = Some(Loading {
-                decoder,
-                read_bytes: 0,
-                total_bytes,
-                newest: None,
-                overviews: Vec::new(),
-            });
+            file.loading = Some(Loading { decoder, read_bytes: 0, total_bytes, newest: None });
             file.read_from = from;
         }
         id
@@ -395,7 +400,7 @@ impl AppState {
         let Some(file) = self.files.iter_mut().find(|file| file.id == id) else { return false };
         let Some(loading) = &mut file.loading else { return false };
         let session = &mut file.session;
-        let (newest, overviews) = (&mut loading.newest, &loading.overviews);
+        let (newest, overviews) = (&mut loading.newest, &file.overviews);
         let from = file.read_from;
         // Believed only as far as the file could hold that many requests.
         let most = usize::try_from(loading.total_bytes / MIN_FILE_BYTES_PER_REQUEST).unwrap_or(0);
@@ -431,14 +436,25 @@ impl AppState {
     }
 
     /// The overviews written at the end of a file being read (`wire::read_file_end`): shown
-    /// while the events are decoded. A file read from a request shows what it reads.
+    /// while the events are decoded (not for a file read from a request, which shows what it
+    /// reads), and kept for the whole run's strip when the page holds part of it.
     pub fn preview_file(&mut self, id: FileId, overviews: Vec<(RunId, Overview)>) {
-        let file = self.files.iter_mut().find(|file| file.id == id);
-        if let Some(file) = file.filter(|file| file.read_from.is_none()) {
-            if let Some(loading) = file.loading.as_mut() {
-                loading.overviews = overviews;
-            }
+        if let Some(file) = self.files.iter_mut().find(|file| file.id == id) {
+            file.overviews = overviews;
         }
+    }
+
+    /// For a run of a file of which the page holds only part (past what it holds, or read from
+    /// a request): the whole run's overview from the file's end, and the requests held.
+    pub fn whole_run(&self, key: RunKey) -> Option<WholeRun<'_>> {
+        let Source::File(id) = key.source else { return None };
+        let file = self.file(id).filter(|file| file.loading.is_none())?;
+        let (_, overview) = file.overviews.iter().find(|(run, _)| *run == key.run)?;
+        let run = file.session.run(key.run)?;
+        let first = run.analysis.first_request();
+        let held = first..first.saturating_add(run.analysis.requests().len() as u32);
+        let partial = held.start > 0 || held.end < overview.rows;
+        partial.then_some(WholeRun { file: id, overview, held })
     }
 
     /// How to read file `id` so that it holds request `request` ([`Reach`]): its first run that
@@ -507,7 +523,8 @@ impl AppState {
     /// overview (the run it will show when read).
     pub fn loading_overview(&self) -> Option<(&str, &Overview)> {
         self.files.iter().rev().find_map(|file| {
-            let (_, overview) = file.loading.as_ref()?.overviews.last()?;
+            file.loading.as_ref().filter(|_| file.read_from.is_none())?;
+            let (_, overview) = file.overviews.last()?;
             Some((file.name.as_str(), overview))
         })
     }
@@ -628,8 +645,9 @@ impl AppState {
         let id = FileId(self.next_file);
         self.next_file += 1;
         let name = name.to_string();
-        let (loading, indexes, read_from) = (None, Vec::new(), None);
-        self.files.push(OpenedFile { id, name, session, error, loading, indexes, read_from });
+        let (loading, indexes, read_from, overviews) = (None, Vec::new(), None, Vec::new());
+        let file = OpenedFile { id, name, session, error, loading, indexes, read_from, overviews };
+        self.files.push(file);
         id
     }
 }

@@ -812,22 +812,23 @@ fn indexed_file(requests: u32) -> Vec<u8> {
     let (messages, _) = decode_session(live.live.file_bytes().expect("recorded"));
     let mut file = Vec::new();
     let mut indexer = wire::Indexer::default();
+    let nagle = nagle_run(requests, 44 * MS);
     for message in messages {
         if let ToBrowser::RunFinished { .. } = message {
-            let nagle = nagle_run(requests, 44 * MS);
             wire::write_blocks(RunId(1), &nagle, &mut wire::zstd, &mut file, &mut indexer);
         }
         write_frame(&message, &mut file);
     }
-    wire::write_file_end(Vec::new(), &indexer, &mut file);
+    let mut tally = ackscope_shared::reduce::RrTally::new(None);
+    tally.push(&nagle, None);
+    wire::write_file_end(vec![(RunId(1), tally.overview())], &indexer, &mut file);
     file
 }
 
-/// The indexes at the end of `file`, as the page reads them before its events.
-fn indexes_of(file: &[u8]) -> Vec<wire::BlockIndex> {
+/// The end of `file` (its overviews and block indexes), as the page reads it before its events.
+fn end_of(file: &[u8]) -> wire::FileEnd {
     let range = wire::Trailer::file_end_in(file, file.len() as u64).expect("an end");
-    let end = wire::read_file_end(&file[range.start as usize..range.end as usize], range.start);
-    end.indexes
+    wire::read_file_end(&file[range.start as usize..range.end as usize], range.start)
 }
 
 /// Reads `file` as the page does, leaving out the plan's ranges.
@@ -846,7 +847,9 @@ fn read_as_planned(
     }
     kept.extend_from_slice(&file[at..]);
     let id = state.begin_file_from(name, kept.len() as u64, plan.map(|plan| plan.from));
-    state.index_file(id, indexes_of(file));
+    let end = end_of(file);
+    state.preview_file(id, end.overviews);
+    state.index_file(id, end.indexes);
     for piece in kept.chunks(64 * 1024) {
         state.feed_file(id, piece);
     }
@@ -879,8 +882,8 @@ fn a_file_past_what_the_page_holds_is_read_from_a_request() {
     assert_eq!((plan.from.run, plan.from.wanted), (RunId(1), 18_000));
     assert!(plan.from.first > 10_000 && plan.from.first <= 18_000, "{:?}", plan.from);
     assert!(!plan.skipped.is_empty() && plan.skipped.windows(2).all(|w| w[0].end <= w[1].start));
-    let read = read_as_planned(&mut state, "soak.ackscope", &file, Some(&plan));
-    let read = state.file(read).expect("opened");
+    let read_id = read_as_planned(&mut state, "soak.ackscope", &file, Some(&plan));
+    let read = state.file(read_id).expect("opened");
     let note = read.read_from_note().expect("says where it was read from");
     assert!(note.contains(&format!("from request {}", plan.from.first)), "{note}");
     let run = &read.session.runs()[0];
@@ -902,6 +905,15 @@ fn a_file_past_what_the_page_holds_is_read_from_a_request() {
         assert_eq!(facts(run, req), facts(whole_run, req), "request {req}");
     }
     assert_eq!(facts(run, 18_000).2.len(), 2, "a Nagle request's two stalls");
+
+    // The whole run's strip: from the file's end, with the part held, for both holds.
+    let key = |id| RunKey { source: Source::File(id), run: RunId(1) };
+    let strip = state.whole_run(key(read_id)).expect("held in part");
+    assert_eq!((strip.overview.rows, strip.held.clone()), (20_000, held.clone()));
+    assert_eq!(Some(&strip.overview.slowest_ns()), whole_run.latencies_ns().last());
+    let cut_held = state.whole_run(key(id)).expect("the first hold, too").held;
+    assert_eq!(cut_held.start, 0);
+    assert!(whole.whole_run(key(whole_id)).is_none(), "a file held whole has no such strip");
 
     let past = state.read_plan(id, 20_000, Reach::From).unwrap_err();
     assert!(past.contains("no run of soak.ackscope holds request 20000"), "{past}");

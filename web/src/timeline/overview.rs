@@ -3,7 +3,7 @@
 //! file's end, before any event is decoded.
 
 use ackscope_shared::overview::Column;
-use leptos::ev::PointerEvent;
+use leptos::ev::{MouseEvent, PointerEvent};
 use leptos::html::Canvas;
 use leptos::prelude::*;
 
@@ -11,6 +11,8 @@ use super::canvas::{paint, Frame, Rect};
 use super::model::{RowList, RunFacts, CANVAS_WIDTH, GUTTER, PAGE_ROWS, PLOT_WIDTH};
 use super::scale::format_duration;
 use super::view::{Mode, ViewState};
+use crate::files::read_from_request;
+use crate::state::{FileId, Reach};
 use crate::store::Store;
 
 const OVERVIEW_HEIGHT: f64 = 42.0;
@@ -108,6 +110,93 @@ pub(super) fn Overview(
                 on:pointerleave=move |_| dragging.set(false)
             ></canvas>
         </div>
+    }
+}
+
+/// What the whole-run strip of a run held in part shows.
+#[derive(Clone, Debug, PartialEq)]
+struct Whole {
+    file: FileId,
+    rows: u32,
+    held: (u32, u32),
+    columns: Vec<Column>,
+}
+
+/// For a run of a file of which the page holds only part (past the events it holds, or read
+/// from a request): the whole run's strip from the file's end, where the part held is shaded.
+/// A click reads the file around the worst request of the column under it (the worst wait
+/// first, then the slowest), or selects it if it is held: any of ten million requests' worst,
+/// one click away.
+#[component]
+pub(super) fn WholeRunStrip(
+    store: Store,
+    facts: Memo<Option<RunFacts>>,
+    rows: Memo<RowList>,
+    view: RwSignal<ViewState>,
+    message: RwSignal<Option<String>>,
+) -> impl IntoView {
+    let whole: Memo<Option<Whole>> = Memo::new(move |_| {
+        let key = facts.with(|f| f.as_ref().map(|f| f.key))?;
+        store.read(|state| {
+            let whole = state.whole_run(key)?;
+            Some(Whole {
+                file: whole.file,
+                rows: whole.overview.rows,
+                held: (whole.held.start, whole.held.end),
+                columns: whole.overview.resample(PLOT_WIDTH as usize),
+            })
+        })
+    });
+    let canvas = NodeRef::<Canvas>::new();
+    Effect::new(move |_| {
+        let Some(canvas) = canvas.get() else { return };
+        whole.with(|whole| {
+            let Some(whole) = whole else { return };
+            let rows = f64::from(whole.rows.max(1));
+            let x = GUTTER + f64::from(whole.held.0) / rows * PLOT_WIDTH;
+            let width = f64::from(whole.held.1 - whole.held.0) / rows * PLOT_WIDTH;
+            paint(&canvas, &strip(&whole.columns, Some((x, width.max(2.0)))));
+        });
+    });
+    let go = move |ev: MouseEvent| {
+        let Some(whole) = whole.get_untracked() else { return };
+        let x = f64::from(ev.offset_x()) - GUTTER;
+        let count = whole.columns.len().max(1);
+        let index = ((x / PLOT_WIDTH).clamp(0.0, 1.0) * count as f64) as usize;
+        let Some(column) = whole.columns.get(index.min(count - 1)) else { return };
+        let req = column.worst_row;
+        if (whole.held.0..whole.held.1).contains(&req) {
+            let (position, total) = rows.with_untracked(|r| (r.rows.position(req), r.rows.len()));
+            message.set(None);
+            view.update(|v| {
+                v.selected = Some(req);
+                if let Some(position) = position {
+                    v.reveal(position, total, PAGE_ROWS);
+                }
+            });
+        } else {
+            message.set(Some(format!("reading the file around request {req}")));
+            read_from_request(store, whole.file, req, Reach::Around);
+        }
+    };
+    move || {
+        whole.get().map(|whole| {
+            let note = format!(
+                "The whole run: {} requests; the page holds {}-{} (shaded). Click a column to go to \
+                 its worst request: the file is read around it.",
+                whole.rows,
+                whole.held.0,
+                whole.held.1.saturating_sub(1)
+            );
+            view! {
+                <div class="whole-run" data-testid="whole-run" data-requests=whole.rows.to_string() data-held-from=whole.held.0.to_string() data-held-to=whole.held.1.to_string()>
+                    <p class="hint">{note}</p>
+                    <div class="overview">
+                        <canvas node_ref=canvas data-testid="whole-run-strip" on:click=go></canvas>
+                    </div>
+                </div>
+            }
+        })
     }
 }
 

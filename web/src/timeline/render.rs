@@ -26,7 +26,7 @@ use super::model::{
     Page, RowList, RunFacts, RunLanes, CANVAS_WIDTH, GUTTER, MAX_TICK_INTERVALS, PAGE_ROWS,
     PLOT_WIDTH,
 };
-use super::overview::Overview;
+use super::overview::{Overview, WholeRunStrip};
 use super::png::export_png;
 use super::rows::Filter;
 use super::scale::{format_duration, Scale};
@@ -164,6 +164,7 @@ pub fn Timeline(
                 </div>
                 <FindBar store facts rows view filter message />
                 <Legend view />
+                <WholeRunStrip store facts rows view message />
                 <Overview facts rows view />
                 <Plot page canvas view rows facts filter message store />
                 <Tables store facts rows view filter message />
