@@ -15,6 +15,7 @@ use ackscope_shared::perfetto::{write_trace, TraceBuilder};
 use ackscope_shared::wire::{
     self, FileEnd, FrameStream, ToBrowser, Trailer, WireError, TRAILER_FRAME_BYTES,
 };
+use ackscope_shared::RunId;
 use js_sys::{Array, Uint8Array};
 use leptos::prelude::{set_timeout, RwSignal, Set};
 use leptos::task::spawn_local;
@@ -76,9 +77,9 @@ pub fn open_blob(store: Store, name: String, blob: Blob) {
 /// Reads file `id` again from request `request` (its [`AppState::read_plan`]): the blocks
 /// wholly before it are left unread, so a file past what the page holds shows any part of it.
 /// The file takes the place of the one read before; a file that cannot be read so says why.
-pub fn read_from_request(store: Store, id: FileId, request: u32, reach: Reach) {
+pub fn read_from_request(store: Store, id: FileId, run: Option<RunId>, request: u32, reach: Reach) {
     let blob = OPENED.with(|opened| opened.borrow().get(&id).cloned());
-    let plan = store.read_untracked(|state| state.read_plan(id, request, reach));
+    let plan = store.read_untracked(|state| state.read_plan(id, run, request, reach));
     let name = store.read_untracked(|state| state.file(id).map(|file| file.name.clone()));
     let (Some(blob), Some(name)) = (blob, name) else { return };
     match plan {
@@ -163,9 +164,12 @@ async fn load(store: Store, name: String, blob: Blob, plan: Option<ReadPlan>) {
             from = to;
             let mut fed: &[u8] = bytes;
             loop {
-                let feed = |state: &mut AppState| state.feed_file_some(id, fed, FEED_EVENTS);
-                let Some(more) = store.try_update_quietly(feed) else {
-                    return; // the page is gone
+                let feed = |state: &mut AppState| {
+                    let open = state.file(id).is_some();
+                    open.then(|| state.feed_file_some(id, fed, FEED_EVENTS))
+                };
+                let Some(Some(more)) = store.try_update_quietly(feed) else {
+                    return; // the page is gone, or the file was closed
                 };
                 if now_ms() - slice_start > SLICE_MS {
                     // Show the progress, then let the page paint and take input.

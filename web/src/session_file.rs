@@ -8,6 +8,7 @@
 use std::fmt;
 
 use ackscope_shared::wire::{FrameStream, ToBrowser, WireError};
+use ackscope_shared::{Event, EventKind, RunId};
 
 /// The name Download gives the live session.
 pub const DOWNLOAD_NAME: &str = "ackscope-session.ackscope";
@@ -67,6 +68,8 @@ pub struct SessionDecoder {
     events: u64,
     max_events: u64,
     error: Option<FileError>,
+    /// A file read from a request: its run, and the first request held ([`Self::reading_from`]).
+    from: Option<(RunId, u32)>,
 }
 
 impl Default for SessionDecoder {
@@ -84,7 +87,16 @@ impl SessionDecoder {
             events: 0,
             max_events,
             error: None,
+            from: None,
         }
+    }
+
+    /// A decoder of a file read from request `first` of run `run` (the blocks before it left
+    /// unread): the run's events of earlier requests in the blocks read are left out, but the
+    /// clocks matched (`ClockSync`, which its analysis needs), and so are other runs' messages.
+    /// What is left out is not counted against `max_events`.
+    pub fn reading_from(max_events: u64, run: RunId, first: u32) -> SessionDecoder {
+        SessionDecoder { from: Some((run, first)), ..SessionDecoder::with_max_events(max_events) }
     }
 
     /// Hands every whole message in `bytes` (with what came before) to `apply`.
@@ -116,6 +128,7 @@ impl SessionDecoder {
                     return false;
                 }
             };
+            let Some(message) = self.held(message) else { continue };
             let batch = match &message {
                 ToBrowser::Events { events, .. } => events.len(),
                 _ => 0,
@@ -130,6 +143,23 @@ impl SessionDecoder {
             apply(message);
         }
         true
+    }
+
+    /// `message` as a file read from a request holds it (see [`Self::reading_from`]); `None`
+    /// when none of it is held.
+    fn held(&self, message: ToBrowser) -> Option<ToBrowser> {
+        let Some((from, first)) = self.from else { return Some(message) };
+        match message {
+            ToBrowser::Events { run, mut events } if run == from => {
+                let kept = |event: &Event| {
+                    event.req.0 >= first || matches!(event.kind, EventKind::ClockSync { .. })
+                };
+                events.retain(kept);
+                Some(ToBrowser::Events { run, events })
+            }
+            message if run_of(&message).is_some_and(|run| run != from) => None,
+            message => Some(message),
+        }
     }
 
     /// The file ended: what was wrong with it, if anything.
@@ -220,6 +250,18 @@ pub fn name_of_url(url: &str) -> String {
     match path.rsplit('/').next() {
         Some(last) if !last.is_empty() && path.contains('/') => last.to_string(),
         _ => url.to_string(),
+    }
+}
+
+/// The run a message is of, if it is of one.
+fn run_of(message: &ToBrowser) -> Option<RunId> {
+    match message {
+        ToBrowser::RunStarted { run, .. }
+        | ToBrowser::Events { run, .. }
+        | ToBrowser::RunFinished { run, .. }
+        | ToBrowser::Overview { run, .. }
+        | ToBrowser::OptionsTried { run, .. } => Some(*run),
+        _ => None,
     }
 }
 

@@ -246,7 +246,7 @@ fn OpenedFile(store: Store, id: FileId) -> impl IntoView {
     let read_from = move |ev: leptos::ev::SubmitEvent| {
         ev.prevent_default();
         match request.get_untracked().trim().parse::<u32>() {
-            Ok(req) => read_from_request(store, id, req, Reach::From),
+            Ok(req) => read_from_request(store, id, None, req, Reach::From),
             Err(_) => store.update(|state| {
                 state.file_note(
                     id,

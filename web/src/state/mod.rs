@@ -22,7 +22,7 @@ mod stream;
 pub use run::{Attribution, Run, RunStatus};
 pub use stream::Stream;
 
-use std::ops::Range;
+use std::ops::{Not, Range};
 
 use ackscope_shared::overview::Overview;
 use ackscope_shared::tried::Sides;
@@ -41,6 +41,8 @@ pub struct ReadFrom {
     pub run: RunId,
     pub first: u32,
     pub wanted: u32,
+    /// The timeline has selected `wanted` once.
+    pub wanted_shown: bool,
 }
 
 /// What a read of a file for a request reads: from the request on (the block that holds it
@@ -157,7 +159,7 @@ impl OpenedFile {
 
     /// What a file read from a request holds, for people.
     pub fn read_from_note(&self) -> Option<String> {
-        let ReadFrom { run, first, wanted } = self.read_from?;
+        let ReadFrom { run, first, wanted, .. } = self.read_from?;
         Some(match first {
             0 => format!("run {} read from its start, to hold request {wanted}", run.0),
             _ => format!(
@@ -379,7 +381,12 @@ impl AppState {
     ) -> FileId {
         let id = self.add_file(name, Stream::file(), None);
         if let Some(file) = self.files.last_mut() {
-            let decoder = SessionDecoder::with_max_events(self.file_event_cap);
+            let decoder = match from {
+                Some(from) => {
+                    SessionDecoder::reading_from(self.file_event_cap, from.run, from.first)
+                }
+                None => SessionDecoder::with_max_events(self.file_event_cap),
+            };
             file.loading = Some(Loading { decoder, read_bytes: 0, total_bytes, newest: None });
             file.read_from = from;
         }
@@ -405,15 +412,6 @@ impl AppState {
         // Believed only as far as the file could hold that many requests.
         let most = usize::try_from(loading.total_bytes / MIN_FILE_BYTES_PER_REQUEST).unwrap_or(0);
         let more = loading.decoder.feed_some(bytes, events, |message| {
-            let message = match (from, message) {
-                // Read from a request: the earlier requests' events in the blocks read are left
-                // out, as the blocks before them were.
-                (Some(from), ToBrowser::Events { run, mut events }) if run == from.run => {
-                    events.retain(|event| event.req.0 >= from.first);
-                    ToBrowser::Events { run, events }
-                }
-                (_, message) => message,
-            };
             let started = session.apply(message);
             if let Some(run) = started.and_then(|run| session.run_mut(run)) {
                 let first = from.filter(|from| from.run == run.id).map_or(0, |from| from.first);
@@ -460,7 +458,13 @@ impl AppState {
     /// How to read file `id` so that it holds request `request` ([`Reach`]): its first run that
     /// holds that request. Refused, saying why, when its blocks are not indexed or no run holds
     /// the request.
-    pub fn read_plan(&self, id: FileId, request: u32, reach: Reach) -> Result<ReadPlan, String> {
+    pub fn read_plan(
+        &self,
+        id: FileId,
+        run: Option<RunId>,
+        request: u32,
+        reach: Reach,
+    ) -> Result<ReadPlan, String> {
         let file = self.file(id).ok_or("the file was closed")?;
         let name = &file.name;
         if file.indexes.is_empty() {
@@ -470,11 +474,18 @@ impl AppState {
                  its start"
             ));
         }
-        let Some(index) = file.indexes.iter().find(|index| index.requests() > u64::from(request))
+        let holds = |index: &&BlockIndex| index.requests() > u64::from(request);
+        let Some(index) =
+            file.indexes.iter().filter(|i| run.is_none_or(|run| i.run == run)).find(holds)
         else {
-            let most = file.indexes.iter().map(BlockIndex::requests).max().unwrap_or(0);
+            let runs = file.indexes.iter().filter(|i| run.is_none_or(|run| i.run == run));
+            let most = runs.map(BlockIndex::requests).max().unwrap_or(0);
+            let which = match run {
+                Some(run) => format!("run {} of {name} does not hold", run.0),
+                None => format!("no run of {name} holds"),
+            };
             return Err(format!(
-                "no run of {name} holds request {request}: its requests are numbered from 0 to {}",
+                "{which} request {request}: its requests are numbered from 0 to {}",
                 most.saturating_sub(1)
             ));
         };
@@ -483,19 +494,31 @@ impl AppState {
             Reach::Around => self.file_event_cap / 2,
         };
         let first = index.start_holding(request, before);
-        let skipped = index
-            .before_request(first)
+        // Left unread: the run's blocks before `first` but its first (which opens the run: the
+        // clocks matched, `ClockSync`), and every other run's (a read from a request holds one
+        // run).
+        let first_block = index.blocks.first().map(|block| block.offset);
+        let before_first = index.before_request(first).filter(|b| Some(b.offset) != first_block);
+        let others = file.indexes.iter().filter(|other| other.run != index.run);
+        let mut skipped: Vec<Range<u64>> = before_first
+            .chain(others.flat_map(|other| other.blocks.iter()))
             .map(|block| block.offset..block.offset + 4 + u64::from(block.frame_bytes))
             .collect();
-        Ok(ReadPlan { from: ReadFrom { run: index.run, first, wanted: request }, skipped })
+        skipped.sort_unstable_by_key(|range| range.start);
+        let from = ReadFrom { run: index.run, first, wanted: request, wanted_shown: false };
+        Ok(ReadPlan { from, skipped })
     }
 
-    /// The request a file read from a request was read to hold, when `key` is that file's run:
-    /// the timeline selects it when it first shows the run.
-    pub fn wanted_request(&self, key: RunKey) -> Option<u32> {
+    /// The request a file read from a request was read to hold, when `key` is that file's run
+    /// and it was not shown yet: the timeline selects it when it first shows the run, once.
+    pub fn take_wanted_request(&mut self, key: RunKey) -> Option<u32> {
         let Source::File(id) = key.source else { return None };
-        let from = self.file(id)?.read_from?;
-        (from.run == key.run).then_some(from.wanted)
+        let file = self.files.iter_mut().find(|file| file.id == id)?;
+        let from = file.read_from.as_mut().filter(|from| from.run == key.run)?;
+        from.wanted_shown.not().then(|| {
+            from.wanted_shown = true;
+            from.wanted
+        })
     }
 
     /// The file of a run of a file, if that file can be read from a request.
@@ -571,7 +594,9 @@ impl AppState {
             (Some(problem), Some(too_many)) => Some(format!("{problem}. {too_many}")),
             (problem, too_many) => problem.or(too_many),
         };
-        if let Some(run) = loading.newest {
+        // A file read from a request shows the run it was read for.
+        let shown = file.read_from.map(|from| from.run).or(loading.newest);
+        if let Some(run) = shown {
             self.selected = Some(RunKey { source: Source::File(id), run });
         }
     }

@@ -803,25 +803,37 @@ fn a_run_started_again_replaces_itself_in_place() {
     assert_eq!(state.live.run(RunId(2)).map(|run| run.summary().requests), Some(2));
 }
 
-/// A session file as the probe writes one: its run's events in compressed blocks, and its end
-/// indexing them.
+/// A session file as the probe writes one: two runs of the same requests, each opened by its
+/// clocks matched (`ClockSync`, as a run against another host or namespace records it), their
+/// events in compressed blocks, and its end indexing them.
 fn indexed_file(requests: u32) -> Vec<u8> {
     let mut live = AppState::default();
-    started(&mut live, 1);
-    apply(&mut live, finished(1, RunOutcome::Completed));
+    for run in [1, 2] {
+        started(&mut live, run);
+        apply(&mut live, finished(run, RunOutcome::Completed));
+    }
     let (messages, _) = decode_session(live.live.file_bytes().expect("recorded"));
     let mut file = Vec::new();
     let mut indexer = wire::Indexer::default();
-    let nagle = nagle_run(requests, 44 * MS);
+    let clocks = Event {
+        at_ns: 0,
+        side: Side::Client,
+        conn: ackscope_shared::ConnId(0),
+        req: ackscope_shared::ReqId(0),
+        kind: EventKind::ClockSync { offset_ns: 0, uncertainty_ns: 1_000, rtt_ns: 200_000 },
+    };
+    let nagle: Vec<Event> = std::iter::once(clocks).chain(nagle_run(requests, 44 * MS)).collect();
+    let mut overviews = Vec::new();
     for message in messages {
-        if let ToBrowser::RunFinished { .. } = message {
-            wire::write_blocks(RunId(1), &nagle, &mut wire::zstd, &mut file, &mut indexer);
+        if let ToBrowser::RunFinished { run, .. } = message {
+            wire::write_blocks(run, &nagle, &mut wire::zstd, &mut file, &mut indexer);
+            let mut tally = ackscope_shared::reduce::RrTally::new(None);
+            tally.push(&nagle, None);
+            overviews.push((run, tally.overview()));
         }
         write_frame(&message, &mut file);
     }
-    let mut tally = ackscope_shared::reduce::RrTally::new(None);
-    tally.push(&nagle, None);
-    wire::write_file_end(vec![(RunId(1), tally.overview())], &indexer, &mut file);
+    wire::write_file_end(overviews, &indexer, &mut file);
     file
 }
 
@@ -878,17 +890,23 @@ fn a_file_past_what_the_page_holds_is_read_from_a_request() {
     assert!(note.contains("read from a request"), "{note}");
     assert!(cut.session.runs()[0].summary().requests < 10_000, "a third of its events");
 
-    let plan = state.read_plan(id, 18_000, Reach::Around).expect("its blocks are indexed");
+    let plan =
+        state.read_plan(id, Some(RunId(1)), 18_000, Reach::Around).expect("its blocks are indexed");
     assert_eq!((plan.from.run, plan.from.wanted), (RunId(1), 18_000));
     assert!(plan.from.first > 10_000 && plan.from.first <= 18_000, "{:?}", plan.from);
     assert!(!plan.skipped.is_empty() && plan.skipped.windows(2).all(|w| w[0].end <= w[1].start));
     let read_id = read_as_planned(&mut state, "soak.ackscope", &file, Some(&plan));
     let read = state.file(read_id).expect("opened");
+    assert_eq!(read.session.runs().len(), 1, "the run read for, not the other");
+    assert_eq!(state.selected_key().map(|key| key.run), Some(RunId(1)));
     let note = read.read_from_note().expect("says where it was read from");
     assert!(note.contains(&format!("from request {}", plan.from.first)), "{note}");
     let run = &read.session.runs()[0];
     assert_eq!(run.analysis.first_request(), plan.from.first);
     assert_eq!(run.analysis.ignored_events, 0, "the earlier requests' events were left out");
+    assert!(run.clock.is_some(), "the clocks matched, from the run's first block, are kept");
+    assert_eq!(run.analysis.path_delay_ns(), whole_run.analysis.path_delay_ns());
+    assert!(run.analysis.path_delay_ns() > 0);
     assert_eq!(read.error, None, "from there the rest of the file fits");
     let held = plan.from.first..plan.from.first + run.analysis.requests().len() as u32;
     assert!(held.contains(&18_000) && held.contains(&19_999), "{held:?}");
@@ -915,11 +933,23 @@ fn a_file_past_what_the_page_holds_is_read_from_a_request() {
     assert_eq!(cut_held.start, 0);
     assert!(whole.whole_run(key(whole_id)).is_none(), "a file held whole has no such strip");
 
-    let past = state.read_plan(id, 20_000, Reach::From).unwrap_err();
+    // The second run, read from a request: only it is read and shown.
+    let second = state.read_plan(id, Some(RunId(2)), 19_000, Reach::From).expect("indexed");
+    assert_eq!((second.from.run, second.from.wanted), (RunId(2), 19_000));
+    let second_id = read_as_planned(&mut state, "soak.ackscope", &file, Some(&second));
+    let runs = state.file(second_id).expect("opened").session.runs();
+    assert_eq!(runs.iter().map(|run| run.id).collect::<Vec<_>>(), [RunId(2)]);
+    assert!(runs[0].analysis.first_request() > 15_000, "read from its request's block");
+    assert_eq!(state.selected_key().map(|key| key.run), Some(RunId(2)));
+    let key2 = RunKey { source: Source::File(second_id), run: RunId(2) };
+    assert_eq!(state.take_wanted_request(key2), Some(19_000));
+    assert_eq!(state.take_wanted_request(key2), None, "selected once, not each time it shows");
+
+    let past = state.read_plan(id, None, 20_000, Reach::From).unwrap_err();
     assert!(past.contains("no run of soak.ackscope holds request 20000"), "{past}");
     assert!(past.contains("from 0 to 19999"), "{past}");
     let rows = state.open_file("rows.ackscope", whole.live.file_bytes().unwrap_or_default());
-    let unindexed = state.read_plan(rows, 5, Reach::From).unwrap_err();
+    let unindexed = state.read_plan(rows, None, 5, Reach::From).unwrap_err();
     assert!(unindexed.contains("does not index its blocks"), "{unindexed}");
 }
 
@@ -933,16 +963,20 @@ fn a_closed_file_is_let_go_of_a_piece_at_a_time() {
     state.select(RunKey { source: Source::File(id), run: RunId(1) });
     let mut closed = state.close_file(id).expect("the file is handed back");
     assert!(state.files().is_empty() && state.selected().is_none());
-    assert_eq!(closed.session.runs()[0].analysis.requests().len(), 3_000);
+    let held = |file: &OpenedFile| -> usize {
+        file.session.runs().iter().map(|run| run.analysis.requests().len()).sum()
+    };
+    assert_eq!(held(&closed), 2 * 3_000, "two runs of 3,000");
     let stalls = closed.session.runs()[0].attribution().stalls.len();
     assert_eq!(stalls, 2 * 2_999, "two stalls a request after the first");
-    let mut steps = 0;
+    let (mut steps, mut before) = (0, held(&closed));
     while closed.release_some(1_000) {
         steps += 1;
-        let held = closed.session.runs().first().map_or(0, |run| run.analysis.requests().len());
-        assert_eq!(held, 3_000usize.saturating_sub(1_000 * steps), "a thousand requests a step");
+        let now = held(&closed);
+        assert!(now <= before && before - now <= 1_000, "{before} then {now}: a thousand a step");
+        before = now;
     }
-    assert_eq!(steps, stalls.div_ceil(1_000) - 1, "as many steps as its stalls take, no more");
+    assert_eq!(steps, 2 * (stalls.div_ceil(1_000) - 1), "as many steps as the stalls take");
     assert!(closed.session.runs().is_empty(), "every run went");
     assert!(state.close_file(id).is_none(), "closed once");
 }

@@ -196,15 +196,15 @@ fn read_file_from(
     };
     let plan = store.read_untracked(|state| {
         let file = state.readable_file_of(key)?;
-        Some((file, state.read_plan(file, req, Reach::Around).ok()?))
+        Some((file, state.read_plan(file, Some(key.run), req, Reach::Around).ok()?))
     });
     match plan {
-        Some((file, plan)) if !held && plan.from.run == key.run => {
+        Some((file, plan)) if !held => {
             message.set(Some(format!(
                 "request {req} was not read: reading the file from request {}",
                 plan.from.first
             )));
-            read_from_request(store, file, req, Reach::Around);
+            read_from_request(store, file, Some(key.run), req, Reach::Around);
             true
         }
         _ => false,

@@ -3,6 +3,7 @@
 //! file's end, before any event is decoded.
 
 use ackscope_shared::overview::Column;
+use ackscope_shared::RunId;
 use leptos::ev::{MouseEvent, PointerEvent};
 use leptos::html::Canvas;
 use leptos::prelude::*;
@@ -117,6 +118,7 @@ pub(super) fn Overview(
 #[derive(Clone, Debug, PartialEq)]
 struct Whole {
     file: FileId,
+    run: RunId,
     rows: u32,
     held: (u32, u32),
     columns: Vec<Column>,
@@ -141,6 +143,7 @@ pub(super) fn WholeRunStrip(
             let whole = state.whole_run(key)?;
             Some(Whole {
                 file: whole.file,
+                run: key.run,
                 rows: whole.overview.rows,
                 held: (whole.held.start, whole.held.end),
                 columns: whole.overview.resample(PLOT_WIDTH as usize),
@@ -176,7 +179,7 @@ pub(super) fn WholeRunStrip(
             });
         } else {
             message.set(Some(format!("reading the file around request {req}")));
-            read_from_request(store, whole.file, req, Reach::Around);
+            read_from_request(store, whole.file, Some(whole.run), req, Reach::Around);
         }
     };
     move || {

@@ -98,8 +98,9 @@ pub fn Timeline(
                 view.update(|v| *v = ViewState { mode: v.mode, ..ViewState::default() });
             }
             // A file read from a request shows that request.
-            let wanted =
-                key.and_then(|key| store.read_untracked(|state| state.wanted_request(key)));
+            let wanted = key.and_then(|key| {
+                store.try_update_quietly(|state| state.take_wanted_request(key)).flatten()
+            });
             if let Some(req) = wanted {
                 let (position, total) =
                     rows.with_untracked(|r| (r.rows.position(req), r.rows.len()));
