@@ -117,6 +117,35 @@ window.__cap.t0 = performance.now();
 /// Requests of a NODELAY run the page holds: 48 million events, about 3.2 million requests.
 const PAGE_HOLDS: u64 = 3_000_000;
 
+/// Loads the app, starts the measuring `script` (with the request count), and chooses `file`.
+async fn open_observed(
+    client: &Client,
+    url: &str,
+    file: &std::path::Path,
+    script: &str,
+    requests: u64,
+) -> Result<()> {
+    client.goto(url).await?;
+    let css = Locator::Css;
+    client
+        .wait()
+        .at_most(Duration::from_secs(30))
+        .for_element(css("[data-testid=open-file]"))
+        .await
+        .context("the app did not mount")?;
+    client.execute(script, vec![json!(requests)]).await?;
+    let input = client.find(css("[data-testid=open-file]")).await?;
+    input.send_keys(&file.display().to_string()).await?;
+    Ok(())
+}
+
+/// The app's WebAssembly memory in bytes (`null` if the page does not say).
+async fn wasm_bytes(client: &Client) -> Result<Value> {
+    let script =
+        "return window.ackscopeWasmMemory ? window.ackscopeWasmMemory.buffer.byteLength : null";
+    Ok(client.execute(script, vec![]).await?)
+}
+
 /// A file past what the page holds: from choosing it to its overview painted, to the page
 /// holding what it holds (and saying the rest is read from a request), then from "go to
 /// request" of the last request to it shown; the page's memory after, and the longest task.
@@ -127,17 +156,8 @@ async fn measure_past_cap(
     requests: u64,
     file_mb: f64,
 ) -> Result<()> {
-    client.goto(url).await?;
+    open_observed(client, url, file, PAST_CAP, requests).await?;
     let css = Locator::Css;
-    client
-        .wait()
-        .at_most(Duration::from_secs(30))
-        .for_element(css("[data-testid=open-file]"))
-        .await
-        .context("the app did not mount")?;
-    client.execute(PAST_CAP, vec![json!(requests)]).await?;
-    let input = client.find(css("[data-testid=open-file]")).await?;
-    input.send_keys(&file.display().to_string()).await?;
     let cap = |field: &'static str| async move {
         let deadline = Instant::now() + Duration::from_secs(900);
         loop {
@@ -167,12 +187,7 @@ async fn measure_past_cap(
         "DBG t0 {} cut {} gotoAt {} goto {} long {:?}",
         after["t0"], after["cut"], after["gotoAt"], after["goto"], after["entries"]
     );
-    let wasm_bytes = client
-        .execute(
-            "return window.ackscopeWasmMemory ? window.ackscopeWasmMemory.buffer.byteLength : null",
-            vec![],
-        )
-        .await?;
+    let wasm_bytes = wasm_bytes(client).await?;
     println!(
         "viewer_past_cap overview_ms={:.0} cut_load_ms={:.0} requests_read={requests_read} \
          goto_last_ms={:.0} wasm_mb={:.0} longest_task_ms={longest:.0} file_mb={file_mb:.0} \
@@ -355,17 +370,7 @@ async fn measure(
     seconds: f64,
     file_mb: f64,
 ) -> Result<()> {
-    client.goto(url).await?;
-    let css = Locator::Css;
-    client
-        .wait()
-        .at_most(Duration::from_secs(30))
-        .for_element(css("[data-testid=open-file]"))
-        .await
-        .context("the app did not mount")?;
-    client.execute(OBSERVE, vec![json!(requests)]).await?;
-    let input = client.find(css("[data-testid=open-file]")).await?;
-    input.send_keys(&file.display().to_string()).await?;
+    open_observed(client, url, file, OBSERVE, requests).await?;
     let deadline = Instant::now() + Duration::from_secs(600);
     let bench = loop {
         let bench = client.execute("return window.__bench", vec![]).await?;
@@ -398,12 +403,7 @@ async fn measure(
     // A frame the page missed takes two display intervals (33 ms at 60 Hz): count those apart
     // from the p95, which a 60 Hz display pins at its own interval plus jitter.
     let missed = frames.iter().filter(|&&ms| ms > 25.0).count();
-    let wasm_bytes = client
-        .execute(
-            "return window.ackscopeWasmMemory ? window.ackscopeWasmMemory.buffer.byteLength : null",
-            vec![],
-        )
-        .await?;
+    let wasm_bytes = wasm_bytes(client).await?;
     let wasm_mb = number(&wasm_bytes) / 1e6;
     // Last, on the same page: the live run's memory is not the file's.
     let live = live(client).await?;
