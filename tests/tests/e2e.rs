@@ -500,10 +500,27 @@ async fn a_file_is_read_from_any_request_through_its_block_index() -> Result<()>
     let result = async {
         client.goto(&url).await?;
         open_and_wait(&client, &file, COUNT).await?;
+        // Held whole: the request "next slowest" goes to from the one wanted.
+        let goto = client.find(css("[data-testid=goto-request]")).await?;
+        goto.send_keys(&format!("{WANTED}\u{E007}")).await?;
+        let selected = format!("[data-testid=selection][data-request='{WANTED}']");
+        client.wait().at_most(Duration::from_secs(10)).for_element(css(&selected)).await?;
+        client.find(css("[data-testid=next-slowest]")).await?.click().await?;
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let after_wanted = loop {
+            let now = selected_request(&client).await?;
+            if now != WANTED {
+                break now;
+            }
+            if Instant::now() > deadline {
+                bail!("next slowest did not move from request {WANTED}");
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        };
+
         client.find(css("[data-testid=file-read-from] summary")).await?.click().await?;
         type_into(&client, "file-read-from-request", &WANTED.to_string()).await?;
         client.find(css("[data-testid=file-read-from-go]")).await?.click().await?;
-        let selected = format!("[data-testid=selection][data-request='{WANTED}']");
         client
             .wait()
             .at_most(Duration::from_secs(30))
@@ -529,8 +546,33 @@ async fn a_file_is_read_from_any_request_through_its_block_index() -> Result<()>
         screenshot(&client, "read-from-request.png").await?;
         element_screenshot(&client, "[data-testid=whole-run]", "whole-run.png").await?;
 
-        // Its middle column's worst request is before those held: a click reads the file
-        // around it and selects it.
+        // Every request ranked by a pass over the whole file: "next slowest" goes where it went
+        // with the whole run held, held now or not (then the file is read around it).
+        client
+            .wait()
+            .at_most(Duration::from_secs(60))
+            .for_element(css("[data-testid=whole-run][data-ranked=true]"))
+            .await
+            .context("the whole run was not ranked")?;
+        client.find(css("[data-testid=next-slowest]")).await?.click().await?;
+        client
+            .wait()
+            .at_most(Duration::from_secs(30))
+            .for_element(css(&format!("[data-testid=selection][data-request='{after_wanted}']")))
+            .await
+            .with_context(|| format!("next slowest from {WANTED} did not reach {after_wanted}"))?;
+
+        // Read from the request again, then its middle column's worst request is before those
+        // held: a click reads the file around it and selects it.
+        client.find(css("[data-testid=file-read-from] summary")).await?.click().await?;
+        type_into(&client, "file-read-from-request", &WANTED.to_string()).await?;
+        client.find(css("[data-testid=file-read-from-go]")).await?.click().await?;
+        client
+            .wait()
+            .at_most(Duration::from_secs(30))
+            .for_element(css(&selected))
+            .await
+            .context("read from the request again")?;
         client.find(css("[data-testid=whole-run-strip]")).await?.click().await?;
         let deadline = Instant::now() + Duration::from_secs(30);
         let clicked = loop {

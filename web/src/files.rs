@@ -7,6 +7,7 @@
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::ops::Range;
+use std::sync::Arc;
 use std::time::Duration;
 
 use ackscope_shared::export_json::write_export_json;
@@ -24,8 +25,9 @@ use web_sys::{Blob, BlobPropertyBag, FileList, HtmlAnchorElement, Response, Url}
 
 use crate::js::{describe, settle, yield_now};
 use crate::session_file::{capture_to_session, is_capture, name_of_url, refuse_size};
-use crate::state::{AppState, FileId, Reach, ReadPlan, Source};
+use crate::state::{AppState, FileId, Reach, ReadPlan, Source, WholePass};
 use crate::store::Store;
+use crate::timeline::rows::Facts;
 
 /// Opens every file of a picker's or a drop's list.
 pub fn open_files(store: Store, files: &FileList) {
@@ -70,7 +72,7 @@ pub fn open_blob(store: Store, name: String, blob: Blob) {
     spawn_local(async move {
         // A capture (tcpdump, Wireshark) becomes the session `ackscope import` writes for it.
         let Some(blob) = session_blob(store, &name, blob, size).await else { return };
-        load(store, name, blob, None).await;
+        load(store, name, blob, None, None, None).await;
     });
 }
 
@@ -84,8 +86,11 @@ pub fn read_from_request(store: Store, id: FileId, run: Option<RunId>, request: 
     let (Some(blob), Some(name)) = (blob, name) else { return };
     match plan {
         Ok(plan) => {
+            // The whole run's facts, or the pass making them, stay with the file read again.
+            let ranks = store.read_untracked(|state| state.file(id).and_then(|f| f.ranks()));
+            let ranking = store.try_update_quietly(|state| state.take_ranking(id)).flatten();
             close_file(store, id);
-            spawn_local(load(store, name, blob, Some(plan)));
+            spawn_local(load(store, name, blob, Some(plan), ranks, ranking));
         }
         Err(reason) => store.update(|state| state.file_note(id, reason)),
     }
@@ -110,7 +115,14 @@ pub fn close_file(store: Store, id: FileId) {
 /// Reads `blob`, a session file, as a session of its own, in chunks (leaving out the plan's
 /// byte ranges, if it has one): the file is listed at once with its progress, decoding yields
 /// to the page every [`SLICE_MS`], and nothing holds the whole file.
-async fn load(store: Store, name: String, blob: Blob, plan: Option<ReadPlan>) {
+async fn load(
+    store: Store,
+    name: String,
+    blob: Blob,
+    plan: Option<ReadPlan>,
+    ranks: Option<(RunId, Arc<Facts>)>,
+    ranking: Option<WholePass>,
+) {
     let size = blob.size();
     let skipped = plan.as_ref().map_or(&[][..], |plan| &plan.skipped[..]);
     let read = kept_ranges(size as u64, skipped);
@@ -190,7 +202,74 @@ async fn load(store: Store, name: String, blob: Blob, plan: Option<ReadPlan>) {
     yield_now().await;
     store.try_update_quietly(|state| state.prepare_file(id));
     yield_now().await;
-    store.try_update(|state| state.end_file(id));
+    store.try_update(|state| {
+        state.end_file(id);
+        state.give_ranks(id, ranks, ranking);
+    });
+    rank(store, id, blob).await;
+}
+
+/// For a file the page holds in part: a pass over the whole file, in slices as a read is, that
+/// gives every request of the run held in part its facts ([`crate::state::WholePass`]), so that
+/// "next slowest" and the steps from stall to stall reach all of them. Nothing if the page holds
+/// it whole, or the facts were made before.
+async fn rank(store: Store, id: FileId, blob: Blob) {
+    let size = blob.size();
+    let Some(Some(resume)) = store.try_update_with(|state| state.begin_ranking(id, size as u64))
+    else {
+        return;
+    };
+    let mut slice_start = now_ms();
+    // A pass carried from the file read before may have messages of the bytes it read left.
+    while store.try_update_quietly(|state| state.feed_ranking(id, &[], FEED_EVENTS)).flatten()
+        == Some(true)
+    {
+        if now_ms() - slice_start > SLICE_MS {
+            yield_now().await;
+            slice_start = now_ms();
+        }
+    }
+    let mut piece = vec![0u8; DECODE_PIECE_BYTES as usize];
+    let starts = (resume..size as u64).step_by(READ_CHUNK_BYTES as usize);
+    for at in starts {
+        let end = (at as f64 + READ_CHUNK_BYTES).min(size);
+        let Some(chunk) = read_range_js(&blob, at as f64, end).await else {
+            store.try_update(|state| state.end_ranking(id));
+            return;
+        };
+        let mut from = 0;
+        while from < chunk.length() {
+            let to = chunk.length().min(from + DECODE_PIECE_BYTES);
+            let bytes = &mut piece[..(to - from) as usize];
+            chunk.subarray(from, to).copy_to(bytes);
+            from = to;
+            let mut fed: &[u8] = bytes;
+            loop {
+                let feed = |state: &mut AppState| state.feed_ranking(id, fed, FEED_EVENTS);
+                let Some(Some(more)) = store.try_update_quietly(feed) else {
+                    return; // the page is gone, or the file was closed
+                };
+                if now_ms() - slice_start > SLICE_MS {
+                    store.try_update(|_| {});
+                    yield_now().await;
+                    slice_start = now_ms();
+                }
+                if !more {
+                    break;
+                }
+                fed = &[];
+            }
+        }
+    }
+    store.try_update(|state| state.end_ranking(id));
+}
+
+/// Bytes `from .. to` of `blob` as the browser's array (not copied into the app), or `None` if
+/// it cannot read them.
+async fn read_range_js(blob: &Blob, from: f64, to: f64) -> Option<Uint8Array> {
+    let slice = blob.slice_with_f64_and_f64(from, to).ok()?;
+    let buffer = settle(&slice.array_buffer()).await.ok()?;
+    Some(Uint8Array::new(&buffer))
 }
 
 /// The byte ranges of a file of `size` bytes left once `skipped` (in order, not overlapping) are

@@ -18,11 +18,14 @@
 
 mod run;
 mod stream;
+mod whole;
 
 pub use run::{Attribution, Run, RunStatus};
 pub use stream::Stream;
+pub use whole::WholePass;
 
 use std::ops::{Not, Range};
+use std::sync::Arc;
 
 use ackscope_shared::overview::Overview;
 use ackscope_shared::tried::Sides;
@@ -32,6 +35,7 @@ use ackscope_shared::wire::{
 use ackscope_shared::{RunId, Scenario};
 
 use crate::session_file::{FileError, SessionDecoder, MAX_FILE_EVENTS};
+use crate::timeline::rows::Facts;
 
 /// Where the page reads a file's run from when it does not read the file from its start: its
 /// run `run` from request `first` on (the blocks wholly before it are left unread, the events of
@@ -114,6 +118,11 @@ pub struct OpenedFile {
     /// Its runs' overviews from its end: shown while it is read, and for a run the page holds
     /// only part of.
     overviews: Vec<(RunId, Overview)>,
+    /// For a run it holds in part: the facts of every request of that run, once a pass over
+    /// the whole file has made them (kept when the file is read again from a request), and the
+    /// pass while it goes.
+    ranks: Option<(RunId, Arc<Facts>)>,
+    ranking: Option<WholePass>,
 }
 
 /// A run of which the page holds only part ([`AppState::whole_run`]).
@@ -168,6 +177,11 @@ impl OpenedFile {
                 run.0
             ),
         })
+    }
+
+    /// The facts of every request of the run it holds in part, if a pass made them.
+    pub fn ranks(&self) -> Option<(RunId, Arc<Facts>)> {
+        self.ranks.clone()
     }
 
     /// Whether it can be read from any request (its end indexes its blocks).
@@ -527,6 +541,80 @@ impl AppState {
         self.file(id).filter(|file| file.reads_from_a_request()).map(|file| file.id)
     }
 
+    /// Where the pass over the whole of file `id` (of `total_bytes`) goes on from: 0 for a pass
+    /// begun now (the file holds a run in part and has no facts of it yet), the bytes it had
+    /// read for one carried from the same file read before ([`AppState::take_ranking`]);
+    /// `None` when there is nothing to do.
+    pub fn begin_ranking(&mut self, id: FileId, total_bytes: u64) -> Option<u64> {
+        let file = self.file(id)?;
+        if let Some(pass) = &file.ranking {
+            return Some(pass.read_bytes);
+        }
+        if file.ranks.is_some() || file.loading.is_some() {
+            return None;
+        }
+        let partial = file
+            .session
+            .runs()
+            .iter()
+            .map(|run| run.id)
+            .find(|&run| self.whole_run(RunKey { source: Source::File(id), run }).is_some());
+        let file = self.files.iter_mut().find(|file| file.id == id)?;
+        file.ranking = Some(WholePass::new(partial?, total_bytes));
+        Some(0)
+    }
+
+    /// The pass going over file `id`, taken to go on for the same file read again from a
+    /// request ([`AppState::give_ranks`]).
+    pub fn take_ranking(&mut self, id: FileId) -> Option<WholePass> {
+        self.files.iter_mut().find(|file| file.id == id)?.ranking.take()
+    }
+
+    /// The next piece of the file for its pass: true if whole messages are left for the next
+    /// call; `None` once the file was closed or has no pass going.
+    pub fn feed_ranking(&mut self, id: FileId, bytes: &[u8], events: usize) -> Option<bool> {
+        let file = self.files.iter_mut().find(|file| file.id == id)?;
+        Some(file.ranking.as_mut()?.feed_some(bytes, events))
+    }
+
+    /// The file has been read for its pass: its run's facts are kept (none if it did not read).
+    pub fn end_ranking(&mut self, id: FileId) {
+        let Some(file) = self.files.iter_mut().find(|file| file.id == id) else { return };
+        if let Some(pass) = file.ranking.take() {
+            let run = pass.run;
+            file.ranks = pass.finish().map(|facts| (run, Arc::new(facts)));
+        }
+    }
+
+    /// Facts of every request of file `id`'s run made by a pass before, or the pass still going,
+    /// carried to the same file read again from a request.
+    pub fn give_ranks(
+        &mut self,
+        id: FileId,
+        ranks: Option<(RunId, Arc<Facts>)>,
+        ranking: Option<WholePass>,
+    ) {
+        if let Some(file) = self.files.iter_mut().find(|file| file.id == id) {
+            file.ranks = ranks;
+            file.ranking = ranking;
+        }
+    }
+
+    /// The facts of every request of `key`'s run, when the page holds it in part and a pass
+    /// made them.
+    pub fn ranks_of(&self, key: RunKey) -> Option<Arc<Facts>> {
+        let Source::File(id) = key.source else { return None };
+        let (run, facts) = self.file(id)?.ranks.as_ref()?;
+        (*run == key.run).then(|| Arc::clone(facts))
+    }
+
+    /// `(bytes read, bytes in the file)` of the pass over `key`'s run while it goes.
+    pub fn ranking_progress(&self, key: RunKey) -> Option<(u64, u64)> {
+        let Source::File(id) = key.source else { return None };
+        let pass = self.file(id)?.ranking.as_ref().filter(|pass| pass.run == key.run)?;
+        Some((pass.read_bytes, pass.total_bytes))
+    }
+
     /// Says why something asked of file `id` could not be done, in place of its last note.
     pub fn file_note(&mut self, id: FileId, note: String) {
         if let Some(file) = self.files.iter_mut().find(|file| file.id == id) {
@@ -671,7 +759,19 @@ impl AppState {
         self.next_file += 1;
         let name = name.to_string();
         let (loading, indexes, read_from, overviews) = (None, Vec::new(), None, Vec::new());
-        let file = OpenedFile { id, name, session, error, loading, indexes, read_from, overviews };
+        let (ranks, ranking) = (None, None);
+        let file = OpenedFile {
+            id,
+            name,
+            session,
+            error,
+            loading,
+            indexes,
+            read_from,
+            overviews,
+            ranks,
+            ranking,
+        };
         self.files.push(file);
         id
     }

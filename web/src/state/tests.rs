@@ -6,7 +6,7 @@ use ackscope_shared::{BulkSpec, Event, EventKind, RrSpec, Scenario, Side};
 use super::*;
 use crate::fixtures::{hello, host, nagle_run, rr_started, MS};
 use crate::session_file::decode_session;
-use crate::timeline::rows::Facts;
+use crate::timeline::rows::{Facts, Filter};
 
 fn started(state: &mut AppState, id: u32) {
     if !state.is_greeted() {
@@ -979,4 +979,58 @@ fn a_closed_file_is_let_go_of_a_piece_at_a_time() {
     assert_eq!(steps, 2 * (stalls.div_ceil(1_000) - 1), "as many steps as the stalls take");
     assert!(closed.session.runs().is_empty(), "every run went");
     assert!(state.close_file(id).is_none(), "closed once");
+}
+
+/// The pass over the whole run of a file held in part gives every request the facts the whole
+/// file read gives it: "next slowest" and the steps from stall to stall find the same requests.
+#[test]
+fn a_pass_over_the_whole_run_finds_what_the_whole_file_read_finds() {
+    let file = indexed_file(6_000);
+    let mut whole = AppState::default();
+    let whole_id = read_as_planned(&mut whole, "soak.ackscope", &file, None);
+    let run = &whole.file(whole_id).expect("opened").session.runs()[0];
+    let expected = run.facts();
+
+    let mut state = AppState::default();
+    state.cap_file_events(40_000);
+    let id = read_as_planned(&mut state, "soak.ackscope", &file, None);
+    let key = RunKey { source: Source::File(id), run: RunId(1) };
+    assert!(state.whole_run(key).is_some(), "held in part");
+    assert_eq!(state.begin_ranking(id, file.len() as u64), Some(0));
+    let (first_half, second_half) = file.split_at(file.len() / 2);
+    let feed = |state: &mut AppState, id, bytes: &[u8]| {
+        for piece in bytes.chunks(64 * 1024) {
+            let mut fed: &[u8] = piece;
+            while state.feed_ranking(id, fed, 8192) == Some(true) {
+                fed = &[];
+            }
+        }
+    };
+    feed(&mut state, id, first_half);
+    assert!(state.ranking_progress(key).is_some());
+    // The file read again from a request halfway: the pass goes on with it, from where it was.
+    let pass = state.take_ranking(id).expect("a pass going");
+    let plan = state.read_plan(id, Some(RunId(1)), 5_000, Reach::From).expect("indexed");
+    let id = read_as_planned(&mut state, "soak.ackscope", &file, Some(&plan));
+    let key = RunKey { source: Source::File(id), run: RunId(1) };
+    state.give_ranks(id, None, Some(pass));
+    assert_eq!(state.begin_ranking(id, file.len() as u64), Some(first_half.len() as u64));
+    feed(&mut state, id, second_half);
+    state.end_ranking(id);
+    let ranks = state.ranks_of(key).expect("every request ranked");
+    assert_eq!(ranks.len(), expected.len());
+    for req in (0..6_000).step_by(97).chain([5_999]) {
+        assert_eq!(ranks.extent_of(req), expected.extent_of(req), "request {req}");
+    }
+    let mut slowest = (None, None);
+    for _ in 0..5 {
+        slowest = (ranks.next_slowest(slowest.0), expected.next_slowest(slowest.1));
+        assert_eq!(slowest.0, slowest.1);
+    }
+    let filter = Filter { only_stalled: true, ..Filter::default() };
+    assert_eq!(ranks.next_stalled(Some(10), true, &filter), Some(11));
+    assert_eq!(ranks.next_stalled(Some(10), false, &filter), Some(9));
+    assert_eq!(ranks.next_stalled(None, true, &filter), Some(1), "request 0 is not stalled");
+    assert!(state.ranks_of(RunKey { run: RunId(2), ..key }).is_none(), "of the run passed");
+    assert_eq!(state.begin_ranking(id, file.len() as u64), None, "ranked already");
 }

@@ -1,6 +1,8 @@
 //! Finding things: the filters, "go to request", "next slowest" and the steps from stall to
 //! stall. Each ends by selecting a request and bringing it into view.
 
+use std::sync::Arc;
+
 use ackscope_shared::attribution::Stall;
 use leptos::ev::KeyboardEvent;
 use leptos::prelude::*;
@@ -10,7 +12,7 @@ use ackscope_shared::overview::extent_ns;
 
 use super::layout::class_word;
 use super::model::{RowList, RunFacts, PAGE_ROWS};
-use super::rows::{step_stall, Filter, CLASSES};
+use super::rows::{step_stall, Facts, Filter, CLASSES};
 use super::scale::Scale;
 use super::view::{Mode, ViewState};
 use crate::files::read_from_request;
@@ -40,9 +42,16 @@ pub(super) fn FindBar(
         }
     };
     let next_slowest = move |_| {
-        let next = facts.with_untracked(|f| {
-            f.as_ref().and_then(|f| f.facts.next_slowest(view.with_untracked(|v| v.selected)))
-        });
+        let selected = view.with_untracked(|v| v.selected);
+        // A run held in part, every request of it ranked: the next slowest of them all.
+        if let Some(ranks) = whole_ranks(store, facts) {
+            if let Some(req) = ranks.next_slowest(selected) {
+                go_anywhere(store, facts, rows, view, filter, req, message);
+            }
+            return;
+        }
+        let next =
+            facts.with_untracked(|f| f.as_ref().and_then(|f| f.facts.next_slowest(selected)));
         if let Some(req) = next {
             select_req(req);
         }
@@ -211,6 +220,28 @@ fn read_file_from(
     }
 }
 
+/// The facts of every request of the shown run, when the page holds it in part and a pass
+/// over the whole file made them.
+fn whole_ranks(store: Store, facts: Memo<Option<RunFacts>>) -> Option<Arc<Facts>> {
+    let key = facts.with_untracked(|f| f.as_ref().map(|f| f.key))?;
+    store.read_untracked(|state| state.ranks_of(key))
+}
+
+/// Selects request `req`, reading the file around it first if the page does not hold it.
+fn go_anywhere(
+    store: Store,
+    facts: Memo<Option<RunFacts>>,
+    rows: Memo<RowList>,
+    view: RwSignal<ViewState>,
+    filter: RwSignal<Filter>,
+    req: u32,
+    message: RwSignal<Option<String>>,
+) {
+    if !read_file_from(store, facts, req, message) {
+        select_request(facts, rows, view, filter, req, message);
+    }
+}
+
 /// Where `n` / `p` step from: the stall last stepped to while its request is still the selected
 /// one; else the selected request (the next stall after it, or the previous before it); else
 /// the start. `stalls` are in request order.
@@ -242,6 +273,18 @@ pub(super) fn step_to_stall(
 ) {
     let Some(key) = facts.with_untracked(|f| f.as_ref().map(|f| f.key)) else { return };
     let (stepped, selected) = view.with_untracked(|v| (v.stall, v.selected));
+    // A run held in part, every request of it ranked: from request to request with a stall,
+    // through all of them, reading the file where the next is not held.
+    if let Some(ranks) = whole_ranks(store, facts) {
+        match filter.with_untracked(|filter| ranks.next_stalled(selected, forward, filter)) {
+            Some(req) => go_anywhere(store, facts, rows, view, filter, req, message),
+            None => message.set(Some(match forward {
+                true => "no stall after this one in the whole run".into(),
+                false => "no stall before this one in the whole run".into(),
+            })),
+        }
+        return;
+    }
     let found = store.read_untracked(|state| {
         let run = state.run(key)?;
         let stalls = &run.attribution().stalls;

@@ -120,6 +120,7 @@ struct Whole {
     file: FileId,
     run: RunId,
     rows: u32,
+    slowest_ns: u64,
     held: (u32, u32),
     columns: Vec<Column>,
 }
@@ -145,9 +146,18 @@ pub(super) fn WholeRunStrip(
                 file: whole.file,
                 run: key.run,
                 rows: whole.overview.rows,
+                slowest_ns: whole.overview.slowest_ns(),
                 held: (whole.held.start, whole.held.end),
                 columns: whole.overview.resample(PLOT_WIDTH as usize),
             })
+        })
+    });
+    // The pass over the whole file that ranks every request: how far, or done.
+    let ranked: Memo<Option<Result<(), u32>>> = Memo::new(move |_| {
+        let key = facts.with(|f| f.as_ref().map(|f| f.key))?;
+        store.read(|state| match state.ranking_progress(key) {
+            Some((read, total)) => Some(Err((read * 100 / total.max(1)) as u32)),
+            None => state.ranks_of(key).map(|_| Ok(())),
         })
     });
     let canvas = NodeRef::<Canvas>::new();
@@ -191,9 +201,22 @@ pub(super) fn WholeRunStrip(
                 whole.held.0,
                 whole.held.1.saturating_sub(1)
             );
+            let status = move || match ranked.get() {
+                Some(Ok(())) => "Every request is ranked: next slowest and n/p reach them all.".to_string(),
+                Some(Err(percent)) => format!("Ranking every request for next slowest and n/p: {percent}%."),
+                None => String::new(),
+            };
             view! {
-                <div class="whole-run" data-testid="whole-run" data-requests=whole.rows.to_string() data-held-from=whole.held.0.to_string() data-held-to=whole.held.1.to_string()>
-                    <p class="hint">{note}</p>
+                <div
+                    class="whole-run"
+                    data-testid="whole-run"
+                    data-requests=whole.rows.to_string()
+                    data-slowest-ns=whole.slowest_ns.to_string()
+                    data-held-from=whole.held.0.to_string()
+                    data-held-to=whole.held.1.to_string()
+                    data-ranked=move || matches!(ranked.get(), Some(Ok(()))).to_string()
+                >
+                    <p class="hint">{note} " " {status}</p>
                     <div class="overview">
                         <canvas node_ref=canvas data-testid="whole-run-strip" on:click=go></canvas>
                     </div>

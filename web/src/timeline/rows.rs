@@ -8,7 +8,7 @@ use std::cmp::Reverse;
 use std::ops::Range;
 use std::sync::Arc;
 
-use ackscope_shared::analysis::RunAnalysis;
+use ackscope_shared::analysis::{RequestView, RunAnalysis};
 use ackscope_shared::attribution::{Stall, StallClass};
 
 use ackscope_shared::overview::{extent_ns, key, Overview, Priority};
@@ -318,6 +318,42 @@ impl Facts {
             (0..self.len()).filter(|&i| self.done[i]).max_by_key(|&i| self.rank(i))
         })
         .map(|index| self.first + index as u32)
+    }
+
+    /// Appends request `req`'s facts, from its view and its stalls, for facts made a request
+    /// at a time by a reader that lets requests go (a pass over the whole run of a file the
+    /// page holds in part): requests come in order, those skipped are held as never started,
+    /// and one already held is left as it is.
+    pub fn push_request(&mut self, req: u32, view: &RequestView, stalls: &[Stall]) {
+        let Some(index) = req.checked_sub(self.first).map(|index| index as usize) else { return };
+        if index < self.len() {
+            return;
+        }
+        while self.len() < index {
+            self.extent_ns.push(0);
+            self.done.push(false);
+            self.classes.push(0);
+            self.worst.push(Priority::Call);
+        }
+        self.extent_ns.push(extent_ns(view).unwrap_or(0));
+        self.done.push(view.done_ns.is_some());
+        self.classes.push(stalls.iter().fold(0, |mask, stall| mask | class_bit(stall.class)));
+        self.worst.push(Priority::worst_of(stalls));
+    }
+
+    /// The request after `from` (before it, `forward == false`; from the start or the end
+    /// without one) with a stall the filter keeps: for steps from stall to stall through
+    /// facts that hold no list of the stalls (a whole run's).
+    pub fn next_stalled(&self, from: Option<u32>, forward: bool, filter: &Filter) -> Option<u32> {
+        let stalled = |index: &usize| self.classes[*index] != 0 && self.keeps(*index, filter);
+        let at = from.map(|req| req.saturating_sub(self.first) as usize);
+        let found = match (at, forward) {
+            (None, true) => (0..self.len()).find(stalled),
+            (None, false) => (0..self.len()).rev().find(stalled),
+            (Some(at), true) => (at.saturating_add(1)..self.len()).find(stalled),
+            (Some(at), false) => (0..at.min(self.len())).rev().find(stalled),
+        };
+        found.map(|index| self.first + index as u32)
     }
 
     /// The overview of the rows ([`Facts::row`] each).
