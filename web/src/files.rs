@@ -25,9 +25,8 @@ use web_sys::{Blob, BlobPropertyBag, FileList, HtmlAnchorElement, Response, Url}
 
 use crate::js::{describe, settle, yield_now};
 use crate::session_file::{capture_to_session, is_capture, name_of_url, refuse_size};
-use crate::state::{AppState, FileId, Reach, ReadPlan, Source, WholePass};
+use crate::state::{AppState, FileId, OpenedFile, Ranks, Reach, ReadPlan, Source, WholePass};
 use crate::store::Store;
-use crate::timeline::rows::Facts;
 
 /// Opens every file of a picker's or a drop's list.
 pub fn open_files(store: Store, files: &FileList) {
@@ -89,8 +88,16 @@ pub fn read_from_request(store: Store, id: FileId, run: Option<RunId>, request: 
             // The whole run's facts, or the pass making them, stay with the file read again.
             let ranks = store.read_untracked(|state| state.file(id).and_then(|f| f.ranks()));
             let ranking = store.try_update_quietly(|state| state.take_ranking(id)).flatten();
-            close_file(store, id);
-            spawn_local(load(store, name, blob, Some(plan), ranks, ranking));
+            let before = take_file(store, id);
+            spawn_local(async move {
+                // What the page held goes first, so that the memory it gives back holds what
+                // is read next (ten million requests' holds, one after the other, stay in
+                // the memory of one).
+                if let Some(before) = before {
+                    let_go(before).await;
+                }
+                load(store, name, blob, Some(plan), ranks, ranking).await;
+            });
         }
         Err(reason) => store.update(|state| state.file_note(id, reason)),
     }
@@ -103,13 +110,23 @@ const RELEASE_REQUESTS: usize = 100_000;
 /// time (a file of millions of requests is millions of allocations: given back at once, a
 /// task of over 100 ms).
 pub fn close_file(store: Store, id: FileId) {
+    if let Some(file) = take_file(store, id) {
+        spawn_local(let_go(file));
+    }
+}
+
+/// File `id`, out of the page (closed), for its memory to be let go of.
+fn take_file(store: Store, id: FileId) -> Option<OpenedFile> {
     OPENED.with(|opened| opened.borrow_mut().remove(&id));
-    let Some(Some(mut file)) = store.try_update_with(|state| state.close_file(id)) else { return };
-    spawn_local(async move {
-        while file.release_some(RELEASE_REQUESTS) {
-            yield_now().await;
-        }
-    });
+    store.try_update_with(|state| state.close_file(id)).flatten()
+}
+
+/// Lets a closed file's memory go, [`RELEASE_REQUESTS`] at a time with a turn of the page
+/// between.
+async fn let_go(mut file: OpenedFile) {
+    while file.release_some(RELEASE_REQUESTS) {
+        yield_now().await;
+    }
 }
 
 /// Reads `blob`, a session file, as a session of its own, in chunks (leaving out the plan's
@@ -120,7 +137,7 @@ async fn load(
     name: String,
     blob: Blob,
     plan: Option<ReadPlan>,
-    ranks: Option<(RunId, Arc<Facts>)>,
+    ranks: Option<(RunId, Arc<Ranks>)>,
     ranking: Option<WholePass>,
 ) {
     let size = blob.size();

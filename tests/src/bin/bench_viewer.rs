@@ -78,10 +78,15 @@ window.__bench.t0 = performance.now();
 /// For a file past what the page holds (more than [`PAGE_HOLDS`] requests): `__cap.overview`
 /// when the whole run's overview from the file's end is painted, `__cap.cut` when the page has
 /// read what it holds and says the rest can be read from a request, `__cap.goto` when "go to
-/// request" of the last request (asked at `__cap.gotoAt`) shows it selected.
+/// request" of the last request (asked at `__cap.gotoAt`) shows it selected, `__cap.ranked`
+/// when every request of the run is ranked, and `__cap.next` when "next slowest" (pressed at
+/// `__cap.nextAt`) has selected another request.
 const PAST_CAP: &str = r#"
 const [requests] = arguments;
-window.__cap = { overview: null, cut: null, t0: null, gotoAt: null, goto: null, entries: [] };
+window.__cap = {
+  overview: null, cut: null, t0: null, gotoAt: null, goto: null, ranked: null,
+  nextAt: null, nextFrom: null, next: null, entries: [],
+};
 try {
   new PerformanceObserver((list) => {
     for (const entry of list.getEntries()) {
@@ -109,6 +114,14 @@ new MutationObserver(() => {
   if (bench.cut === null && cut()) requestAnimationFrame(() => { bench.cut = performance.now(); });
   if (bench.gotoAt !== null && bench.goto === null && last()) {
     requestAnimationFrame(() => { bench.goto = performance.now(); });
+  }
+  if (bench.ranked === null && document.querySelector("[data-testid=whole-run][data-ranked=true]")) {
+    bench.ranked = performance.now();
+  }
+  const selected = document.querySelector("[data-testid=selection]");
+  if (bench.nextAt !== null && bench.next === null && selected
+      && selected.getAttribute("data-request") !== bench.nextFrom) {
+    requestAnimationFrame(() => { bench.next = performance.now(); });
   }
 }).observe(document.body, { subtree: true, childList: true, characterData: true, attributes: true });
 window.__cap.t0 = performance.now();
@@ -179,7 +192,18 @@ async fn measure_past_cap(
     let goto = client.find(css("[data-testid=goto-request]")).await?;
     goto.send_keys(&format!("{}\u{E007}", requests - 1)).await?;
     let after = cap("goto").await?;
-    let longest = after["entries"]
+    let ranked = cap("ranked").await?;
+    client
+        .execute(
+            "const s = document.querySelector('[data-testid=selection]'); \
+             window.__cap.nextFrom = s ? s.getAttribute('data-request') : null; \
+             window.__cap.nextAt = performance.now()",
+            vec![],
+        )
+        .await?;
+    client.find(css("[data-testid=next-slowest]")).await?.click().await?;
+    let next = cap("next").await?;
+    let longest = next["entries"]
         .as_array()
         .map(|entries| entries.iter().map(|e| number(&e[1])).fold(0.0, f64::max))
         .unwrap_or(f64::NAN);
@@ -190,11 +214,13 @@ async fn measure_past_cap(
     let wasm_bytes = wasm_bytes(client).await?;
     println!(
         "viewer_past_cap overview_ms={:.0} cut_load_ms={:.0} requests_read={requests_read} \
-         goto_last_ms={:.0} wasm_mb={:.0} longest_task_ms={longest:.0} file_mb={file_mb:.0} \
-         requests={requests}",
+         goto_last_ms={:.0} ranked_ms={:.0} next_slowest_ms={:.0} wasm_mb={:.0} \
+         longest_task_ms={longest:.0} file_mb={file_mb:.0} requests={requests}",
         number(&bench["overview"]) - number(&bench["t0"]),
         number(&bench["cut"]) - number(&bench["t0"]),
         number(&after["goto"]) - number(&after["gotoAt"]),
+        number(&ranked["ranked"]) - number(&bench["cut"]),
+        number(&next["next"]) - number(&next["nextAt"]),
         number(&wasm_bytes) / 1e6,
     );
     Ok(())

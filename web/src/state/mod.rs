@@ -22,7 +22,7 @@ mod whole;
 
 pub use run::{Attribution, Run, RunStatus};
 pub use stream::Stream;
-pub use whole::WholePass;
+pub use whole::{Ranks, WholePass};
 
 use std::ops::{Not, Range};
 use std::sync::Arc;
@@ -35,7 +35,6 @@ use ackscope_shared::wire::{
 use ackscope_shared::{RunId, Scenario};
 
 use crate::session_file::{FileError, SessionDecoder, MAX_FILE_EVENTS};
-use crate::timeline::rows::Facts;
 
 /// Where the page reads a file's run from when it does not read the file from its start: its
 /// run `run` from request `first` on (the blocks wholly before it are left unread, the events of
@@ -121,7 +120,7 @@ pub struct OpenedFile {
     /// For a run it holds in part: the facts of every request of that run, once a pass over
     /// the whole file has made them (kept when the file is read again from a request), and the
     /// pass while it goes.
-    ranks: Option<(RunId, Arc<Facts>)>,
+    ranks: Option<(RunId, Arc<Ranks>)>,
     ranking: Option<WholePass>,
 }
 
@@ -180,7 +179,7 @@ impl OpenedFile {
     }
 
     /// The facts of every request of the run it holds in part, if a pass made them.
-    pub fn ranks(&self) -> Option<(RunId, Arc<Facts>)> {
+    pub fn ranks(&self) -> Option<(RunId, Arc<Ranks>)> {
         self.ranks.clone()
     }
 
@@ -560,7 +559,12 @@ impl AppState {
             .map(|run| run.id)
             .find(|&run| self.whole_run(RunKey { source: Source::File(id), run }).is_some());
         let file = self.files.iter_mut().find(|file| file.id == id)?;
-        file.ranking = Some(WholePass::new(partial?, total_bytes));
+        let run = partial?;
+        // Room for the run's requests as its file's end counts them, believed as far as the
+        // file's bytes could hold that many.
+        let rows = file.overviews.iter().find(|(id, _)| *id == run).map_or(0, |(_, o)| o.rows);
+        let most = usize::try_from(total_bytes / MIN_FILE_BYTES_PER_REQUEST).unwrap_or(0);
+        file.ranking = Some(WholePass::new(run, total_bytes, (rows as usize).min(most)));
         Some(0)
     }
 
@@ -582,7 +586,7 @@ impl AppState {
         let Some(file) = self.files.iter_mut().find(|file| file.id == id) else { return };
         if let Some(pass) = file.ranking.take() {
             let run = pass.run;
-            file.ranks = pass.finish().map(|facts| (run, Arc::new(facts)));
+            file.ranks = pass.finish().map(|ranks| (run, Arc::new(ranks)));
         }
     }
 
@@ -591,7 +595,7 @@ impl AppState {
     pub fn give_ranks(
         &mut self,
         id: FileId,
-        ranks: Option<(RunId, Arc<Facts>)>,
+        ranks: Option<(RunId, Arc<Ranks>)>,
         ranking: Option<WholePass>,
     ) {
         if let Some(file) = self.files.iter_mut().find(|file| file.id == id) {
@@ -602,7 +606,7 @@ impl AppState {
 
     /// The facts of every request of `key`'s run, when the page holds it in part and a pass
     /// made them.
-    pub fn ranks_of(&self, key: RunKey) -> Option<Arc<Facts>> {
+    pub fn ranks_of(&self, key: RunKey) -> Option<Arc<Ranks>> {
         let Source::File(id) = key.source else { return None };
         let (run, facts) = self.file(id)?.ranks.as_ref()?;
         (*run == key.run).then(|| Arc::clone(facts))

@@ -12,11 +12,11 @@ use ackscope_shared::overview::extent_ns;
 
 use super::layout::class_word;
 use super::model::{RowList, RunFacts, PAGE_ROWS};
-use super::rows::{step_stall, Facts, Filter, CLASSES};
+use super::rows::{step_stall, Filter, CLASSES};
 use super::scale::Scale;
 use super::view::{Mode, ViewState};
 use crate::files::read_from_request;
-use crate::state::Reach;
+use crate::state::{Ranks, Reach};
 use crate::store::Store;
 
 /// Filters, go-to, next-slowest and the stall steps.
@@ -222,7 +222,7 @@ fn read_file_from(
 
 /// The facts of every request of the shown run, when the page holds it in part and a pass
 /// over the whole file made them.
-fn whole_ranks(store: Store, facts: Memo<Option<RunFacts>>) -> Option<Arc<Facts>> {
+fn whole_ranks(store: Store, facts: Memo<Option<RunFacts>>) -> Option<Arc<Ranks>> {
     let key = facts.with_untracked(|f| f.as_ref().map(|f| f.key))?;
     store.read_untracked(|state| state.ranks_of(key))
 }

@@ -341,19 +341,18 @@ impl Facts {
         self.worst.push(Priority::worst_of(stalls));
     }
 
-    /// The request after `from` (before it, `forward == false`; from the start or the end
-    /// without one) with a stall the filter keeps: for steps from stall to stall through
-    /// facts that hold no list of the stalls (a whole run's).
-    pub fn next_stalled(&self, from: Option<u32>, forward: bool, filter: &Filter) -> Option<u32> {
-        let stalled = |index: &usize| self.classes[*index] != 0 && self.keeps(*index, filter);
-        let at = from.map(|req| req.saturating_sub(self.first) as usize);
-        let found = match (at, forward) {
-            (None, true) => (0..self.len()).find(stalled),
-            (None, false) => (0..self.len()).rev().find(stalled),
-            (Some(at), true) => (at.saturating_add(1)..self.len()).find(stalled),
-            (Some(at), false) => (0..at.min(self.len())).rev().find(stalled),
-        };
-        found.map(|index| self.first + index as u32)
+    /// Whether request `req` is held and the filter keeps it.
+    pub fn keeps_request(&self, req: u32, filter: &Filter) -> bool {
+        self.index(req).is_some_and(|index| self.keeps(index, filter))
+    }
+
+    /// Room for `requests` in all, at once.
+    pub fn reserve(&mut self, requests: usize) {
+        let more = requests.saturating_sub(self.len());
+        self.extent_ns.reserve_exact(more);
+        self.done.reserve_exact(more);
+        self.classes.reserve_exact(more);
+        self.worst.reserve_exact(more);
     }
 
     /// The overview of the rows ([`Facts::row`] each).
