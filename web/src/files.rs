@@ -85,9 +85,13 @@ pub fn read_from_request(store: Store, id: FileId, run: Option<RunId>, request: 
     let (Some(blob), Some(name)) = (blob, name) else { return };
     match plan {
         Ok(plan) => {
-            // The whole run's facts, or the pass making them, stay with the file read again.
+            // The whole run's facts, or the pass making them, stay with the file read again
+            // for the same run.
+            let run = plan.from.run;
             let ranks = store.read_untracked(|state| state.file(id).and_then(|f| f.ranks()));
+            let ranks = ranks.filter(|(ranked, _)| *ranked == run);
             let ranking = store.try_update_quietly(|state| state.take_ranking(id)).flatten();
+            let ranking = ranking.filter(|pass| pass.run == run);
             let before = take_file(store, id);
             spawn_local(async move {
                 // What the page held goes first, so that the memory it gives back holds what
@@ -160,57 +164,19 @@ async fn load(
         });
         yield_now().await;
     }
-    let mut slice_start = now_ms();
-    // The one buffer pieces are copied into: the app's memory holds a piece, not a chunk.
-    let mut piece = vec![0u8; DECODE_PIECE_BYTES as usize];
-    let chunks = read.iter().flat_map(|range| {
-        let starts = (range.start..range.end).step_by(READ_CHUNK_BYTES as usize);
-        starts.map(move |at| (at as f64, (at + READ_CHUNK_BYTES as u64).min(range.end) as f64))
-    });
-    for (at, end) in chunks {
-        let chunk = match blob.slice_with_f64_and_f64(at, end) {
-            Ok(chunk) => settle(&chunk.array_buffer()).await,
-            Err(error) => Err(error),
-        };
-        let chunk = match chunk {
-            Ok(buffer) => Uint8Array::new(&buffer),
-            Err(error) => {
-                store.try_update(|state| {
-                    state.end_file(id);
-                    state.refuse_file(
-                        &name,
-                        format!("could not read the file: {}", describe(&error)),
-                    );
-                });
-                return;
-            }
-        };
-        let mut from = 0;
-        while from < chunk.length() {
-            let to = chunk.length().min(from + DECODE_PIECE_BYTES);
-            let bytes = &mut piece[..(to - from) as usize];
-            chunk.subarray(from, to).copy_to(bytes);
-            from = to;
-            let mut fed: &[u8] = bytes;
-            loop {
-                let feed = |state: &mut AppState| {
-                    let open = state.file(id).is_some();
-                    open.then(|| state.feed_file_some(id, fed, FEED_EVENTS))
-                };
-                let Some(Some(more)) = store.try_update_quietly(feed) else {
-                    return; // the page is gone, or the file was closed
-                };
-                if now_ms() - slice_start > SLICE_MS {
-                    // Show the progress, then let the page paint and take input.
-                    store.try_update(|_| {});
-                    yield_now().await;
-                    slice_start = now_ms();
-                }
-                if !more {
-                    break;
-                }
-                fed = &[];
-            }
+    let feed = |state: &mut AppState, bytes: &[u8]| {
+        let open = state.file(id).is_some();
+        open.then(|| state.feed_file_some(id, bytes, FEED_EVENTS))
+    };
+    match feed_blob(store, &blob, read, feed).await {
+        Fed::All => {}
+        Fed::Stopped => return, // the page is gone, or the file was closed
+        Fed::Unreadable(error) => {
+            store.try_update(|state| {
+                state.end_file(id);
+                state.refuse_file(&name, format!("could not read the file: {}", describe(&error)));
+            });
+            return;
         }
     }
     // The first whole view of the run is a task of its own, not the end of a decoding slice,
@@ -246,13 +212,48 @@ async fn rank(store: Store, id: FileId, blob: Blob) {
             slice_start = now_ms();
         }
     }
+    let feed = |state: &mut AppState, bytes: &[u8]| state.feed_ranking(id, bytes, FEED_EVENTS);
+    match feed_blob(store, &blob, std::iter::once(resume..size as u64), feed).await {
+        Fed::All => store.try_update(|state| state.end_ranking(id)),
+        Fed::Unreadable(_) => store.try_update(|state| state.abandon_ranking(id)),
+        Fed::Stopped => {} // the page is gone, or the file was closed
+    }
+}
+
+/// How feeding a file's bytes to the page's state ended.
+enum Fed {
+    All,
+    /// The one fed is gone (the page, or the file closed).
+    Stopped,
+    Unreadable(JsValue),
+}
+
+/// Feeds the bytes of `ranges` of `blob` to `feed`, in order, a piece at a time: each piece is
+/// copied into the app's memory (the chunk read stays the browser's), and fed until `feed`
+/// says no whole message is left (it stops each call after a batch of events). The page gets
+/// its turn, its progress shown, every [`SLICE_MS`]. `feed` answers `None` when there is no one
+/// to feed any more.
+async fn feed_blob(
+    store: Store,
+    blob: &Blob,
+    ranges: impl IntoIterator<Item = Range<u64>>,
+    mut feed: impl FnMut(&mut AppState, &[u8]) -> Option<bool>,
+) -> Fed {
+    let mut slice_start = now_ms();
+    // The one buffer pieces are copied into: the app's memory holds a piece, not a chunk.
     let mut piece = vec![0u8; DECODE_PIECE_BYTES as usize];
-    let starts = (resume..size as u64).step_by(READ_CHUNK_BYTES as usize);
-    for at in starts {
-        let end = (at as f64 + READ_CHUNK_BYTES).min(size);
-        let Some(chunk) = read_range_js(&blob, at as f64, end).await else {
-            store.try_update(|state| state.end_ranking(id));
-            return;
+    let chunks = ranges.into_iter().flat_map(|range| {
+        let starts = (range.start..range.end).step_by(READ_CHUNK_BYTES as usize);
+        starts.map(move |at| (at as f64, (at + READ_CHUNK_BYTES as u64).min(range.end) as f64))
+    });
+    for (at, end) in chunks {
+        let chunk = match blob.slice_with_f64_and_f64(at, end) {
+            Ok(chunk) => settle(&chunk.array_buffer()).await,
+            Err(error) => Err(error),
+        };
+        let chunk = match chunk {
+            Ok(buffer) => Uint8Array::new(&buffer),
+            Err(error) => return Fed::Unreadable(error),
         };
         let mut from = 0;
         while from < chunk.length() {
@@ -262,11 +263,11 @@ async fn rank(store: Store, id: FileId, blob: Blob) {
             from = to;
             let mut fed: &[u8] = bytes;
             loop {
-                let feed = |state: &mut AppState| state.feed_ranking(id, fed, FEED_EVENTS);
-                let Some(Some(more)) = store.try_update_quietly(feed) else {
-                    return; // the page is gone, or the file was closed
+                let Some(Some(more)) = store.try_update_quietly(|state| feed(state, fed)) else {
+                    return Fed::Stopped;
                 };
                 if now_ms() - slice_start > SLICE_MS {
+                    // Show the progress, then let the page paint and take input.
                     store.try_update(|_| {});
                     yield_now().await;
                     slice_start = now_ms();
@@ -278,15 +279,7 @@ async fn rank(store: Store, id: FileId, blob: Blob) {
             }
         }
     }
-    store.try_update(|state| state.end_ranking(id));
-}
-
-/// Bytes `from .. to` of `blob` as the browser's array (not copied into the app), or `None` if
-/// it cannot read them.
-async fn read_range_js(blob: &Blob, from: f64, to: f64) -> Option<Uint8Array> {
-    let slice = blob.slice_with_f64_and_f64(from, to).ok()?;
-    let buffer = settle(&slice.array_buffer()).await.ok()?;
-    Some(Uint8Array::new(&buffer))
+    Fed::All
 }
 
 /// The byte ranges of a file of `size` bytes left once `skipped` (in order, not overlapping) are

@@ -28,6 +28,7 @@ use std::ops::{Not, Range};
 use std::sync::Arc;
 
 use ackscope_shared::overview::Overview;
+use ackscope_shared::spec::MAX_REQUESTS;
 use ackscope_shared::tried::Sides;
 use ackscope_shared::wire::{
     BlockIndex, ClassState, ClassVotes, ResumePoint, ToBrowser, WireError,
@@ -549,7 +550,8 @@ impl AppState {
         if let Some(pass) = &file.ranking {
             return Some(pass.read_bytes);
         }
-        if file.ranks.is_some() || file.loading.is_some() {
+        // Only where the page can read what it ranks (the file's blocks indexed).
+        if file.loading.is_some() || !file.reads_from_a_request() {
             return None;
         }
         let partial = file
@@ -558,13 +560,17 @@ impl AppState {
             .iter()
             .map(|run| run.id)
             .find(|&run| self.whole_run(RunKey { source: Source::File(id), run }).is_some());
-        let file = self.files.iter_mut().find(|file| file.id == id)?;
         let run = partial?;
+        if file.ranks.as_ref().is_some_and(|(ranked, _)| *ranked == run) {
+            return None;
+        }
+        let file = self.files.iter_mut().find(|file| file.id == id)?;
         // Room for the run's requests as its file's end counts them, believed as far as the
         // file's bytes could hold that many.
         let rows = file.overviews.iter().find(|(id, _)| *id == run).map_or(0, |(_, o)| o.rows);
         let most = usize::try_from(total_bytes / MIN_FILE_BYTES_PER_REQUEST).unwrap_or(0);
-        file.ranking = Some(WholePass::new(run, total_bytes, (rows as usize).min(most)));
+        let rows = (rows as usize).min(most).min(MAX_REQUESTS as usize);
+        file.ranking = Some(WholePass::new(run, total_bytes, rows));
         Some(0)
     }
 
@@ -572,6 +578,13 @@ impl AppState {
     /// request ([`AppState::give_ranks`]).
     pub fn take_ranking(&mut self, id: FileId) -> Option<WholePass> {
         self.files.iter_mut().find(|file| file.id == id)?.ranking.take()
+    }
+
+    /// The pass over file `id` stopped (the file could not be read): no ranks are made of it.
+    pub fn abandon_ranking(&mut self, id: FileId) {
+        if let Some(file) = self.files.iter_mut().find(|file| file.id == id) {
+            file.ranking = None;
+        }
     }
 
     /// The next piece of the file for its pass: true if whole messages are left for the next

@@ -142,6 +142,10 @@ impl WholePass {
 impl Ranked {
     /// One request's facts, and its place among the slowest and the stalled.
     fn add(&mut self, req: u32, view: &RequestView, stalls: &[Stall]) {
+        // A request ranked already (a crafted file starting the run again) stays as it was.
+        if req < self.facts.len() as u32 {
+            return;
+        }
         self.facts.push_request(req, view, stalls);
         if !stalls.is_empty() && self.stalled.last().is_none_or(|&last| last < req) {
             self.stalled.push(req);
