@@ -1027,6 +1027,11 @@ fn a_pass_over_the_whole_run_finds_what_the_whole_file_read_finds() {
         slowest = (ranks.next_slowest(slowest.0), expected.next_slowest(slowest.1));
         assert_eq!(slowest.0, slowest.1);
     }
+    // From any request, kept among the slowest or not (the scan past them), and past the
+    // fastest (back to the slowest).
+    for req in (0..6_000).step_by(61).chain([0, 5_999]) {
+        assert_eq!(ranks.next_slowest(Some(req)), expected.next_slowest(Some(req)), "{req}");
+    }
     let filter = Filter { only_stalled: true, ..Filter::default() };
     assert_eq!(ranks.next_stalled(Some(10), true, &filter), Some(11));
     assert_eq!(ranks.next_stalled(Some(10), false, &filter), Some(9));
