@@ -479,6 +479,18 @@ async fn a_million_request_session_opens_and_its_slowest_request_is_one_click_aw
     result
 }
 
+/// "Read from a request" on the file's card, opening its control if it is closed (it stays
+/// open on a card that was not replaced).
+async fn read_from(client: &Client, request: u32) -> Result<()> {
+    let control = client.find(css("[data-testid=file-read-from]")).await?;
+    if control.attr("open").await?.is_none() {
+        client.find(css("[data-testid=file-read-from] summary")).await?.click().await?;
+    }
+    type_into(client, "file-read-from-request", &request.to_string()).await?;
+    client.find(css("[data-testid=file-read-from-go]")).await?.click().await?;
+    Ok(())
+}
+
 /// A file read from a request through its block index: the run's blocks before the one that
 /// holds it are left unread, the page shows the run from there with that request selected, and
 /// "go to request" of a request it did not read reads the file again around it.
@@ -518,9 +530,7 @@ async fn a_file_is_read_from_any_request_through_its_block_index() -> Result<()>
             tokio::time::sleep(Duration::from_millis(100)).await;
         };
 
-        client.find(css("[data-testid=file-read-from] summary")).await?.click().await?;
-        type_into(&client, "file-read-from-request", &WANTED.to_string()).await?;
-        client.find(css("[data-testid=file-read-from-go]")).await?.click().await?;
+        read_from(&client, WANTED).await?;
         client
             .wait()
             .at_most(Duration::from_secs(30))
@@ -564,9 +574,7 @@ async fn a_file_is_read_from_any_request_through_its_block_index() -> Result<()>
 
         // Read from the request again, then its middle column's worst request is before those
         // held: a click reads the file around it and selects it.
-        client.find(css("[data-testid=file-read-from] summary")).await?.click().await?;
-        type_into(&client, "file-read-from-request", &WANTED.to_string()).await?;
-        client.find(css("[data-testid=file-read-from-go]")).await?.click().await?;
+        read_from(&client, WANTED).await?;
         client
             .wait()
             .at_most(Duration::from_secs(30))
@@ -595,9 +603,7 @@ async fn a_file_is_read_from_any_request_through_its_block_index() -> Result<()>
             .context("the strip's request was not selected once read")?;
 
         // A request before those read: "go to request" reads the file again, around it.
-        client.find(css("[data-testid=file-read-from] summary")).await?.click().await?;
-        type_into(&client, "file-read-from-request", &WANTED.to_string()).await?;
-        client.find(css("[data-testid=file-read-from-go]")).await?.click().await?;
+        read_from(&client, WANTED).await?;
         client
             .wait()
             .at_most(Duration::from_secs(30))
