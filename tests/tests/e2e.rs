@@ -398,20 +398,26 @@ async fn selected_request(client: &Client) -> Result<u32> {
     Ok(req.parse()?)
 }
 
+/// Records `count` requests with TCP_NODELAY on both sides into `file` with the release probe;
+/// its summary, as the command line printed it.
+fn record_nodelay(count: u32, file: &std::path::Path) -> Result<String> {
+    let recorded = std::process::Command::new(ackscope_tests::ackscope_bin()?)
+        .args(["run", "rr", "--count", &count.to_string(), "--nodelay", "both", "-o"])
+        .arg(file)
+        .output()
+        .with_context(|| format!("recording {count} requests"))?;
+    ensure!(recorded.status.success(), "{}", String::from_utf8_lossy(&recorded.stderr));
+    Ok(String::from_utf8_lossy(&recorded.stdout).to_string())
+}
+
 /// A million requests recorded by the probe open in the browser, and the slowest is reachable.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_million_request_session_opens_and_its_slowest_request_is_one_click_away() -> Result<()> {
     const COUNT: u32 = 1_000_000;
     let dir = ackscope_tests::scratch_dir()?;
     let file = dir.path().join("big.ackscope");
-    let recorded = std::process::Command::new(ackscope_tests::ackscope_bin()?)
-        .args(["run", "rr", "--count", &COUNT.to_string(), "--nodelay", "both", "-o"])
-        .arg(&file)
-        .output()
-        .context("recording a million requests")?;
-    assert!(recorded.status.success(), "{}", String::from_utf8_lossy(&recorded.stderr));
     // The slowest latency as the command line reports it: "max 8.35 ms".
-    let summary = String::from_utf8_lossy(&recorded.stdout).to_string();
+    let summary = record_nodelay(COUNT, &file)?;
     let max_ms: f64 = summary
         .split("max ")
         .nth(1)
@@ -500,12 +506,7 @@ async fn a_file_is_read_from_any_request_through_its_block_index() -> Result<()>
     const WANTED: u32 = 15_000;
     let dir = ackscope_tests::scratch_dir()?;
     let file = dir.path().join("soak.ackscope");
-    let recorded = std::process::Command::new(ackscope_tests::ackscope_bin()?)
-        .args(["run", "rr", "--count", &COUNT.to_string(), "--nodelay", "both", "-o"])
-        .arg(&file)
-        .output()
-        .context("recording the file")?;
-    assert!(recorded.status.success(), "{}", String::from_utf8_lossy(&recorded.stderr));
+    record_nodelay(COUNT, &file)?;
 
     let (_probe, url) = start_probe()?;
     let (_driver, client, _profile) = start_browser().await?;
@@ -565,12 +566,16 @@ async fn a_file_is_read_from_any_request_through_its_block_index() -> Result<()>
             .await
             .context("the whole run was not ranked")?;
         client.find(css("[data-testid=next-slowest]")).await?.click().await?;
-        client
+        let reached = client
             .wait()
             .at_most(Duration::from_secs(30))
             .for_element(css(&format!("[data-testid=selection][data-request='{after_wanted}']")))
-            .await
-            .with_context(|| format!("next slowest from {WANTED} did not reach {after_wanted}"))?;
+            .await;
+        if reached.is_err() {
+            let now = selected_request(&client).await.ok();
+            let said = text_of(&client, "find-message").await.unwrap_or_default();
+            bail!("next slowest from {WANTED} did not reach {after_wanted}: {now:?} ({said})");
+        }
 
         // Read from the request again, then its middle column's worst request is before those
         // held: a click reads the file around it and selects it.

@@ -7,7 +7,6 @@
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::ops::Range;
-use std::sync::Arc;
 use std::time::Duration;
 
 use ackscope_shared::export_json::write_export_json;
@@ -25,7 +24,7 @@ use web_sys::{Blob, BlobPropertyBag, FileList, HtmlAnchorElement, Response, Url}
 
 use crate::js::{describe, settle, yield_now};
 use crate::session_file::{capture_to_session, is_capture, name_of_url, refuse_size};
-use crate::state::{AppState, FileId, OpenedFile, Ranks, Reach, ReadPlan, Source, WholePass};
+use crate::state::{AppState, FileId, OpenedFile, Ranking, Reach, ReadPlan, Source};
 use crate::store::Store;
 
 /// Opens every file of a picker's or a drop's list.
@@ -71,7 +70,7 @@ pub fn open_blob(store: Store, name: String, blob: Blob) {
     spawn_local(async move {
         // A capture (tcpdump, Wireshark) becomes the session `ackscope import` writes for it.
         let Some(blob) = session_blob(store, &name, blob, size).await else { return };
-        load(store, name, blob, None, None, None).await;
+        load(store, name, blob, None, Ranking::default()).await;
     });
 }
 
@@ -85,13 +84,10 @@ pub fn read_from_request(store: Store, id: FileId, run: Option<RunId>, request: 
     let (Some(blob), Some(name)) = (blob, name) else { return };
     match plan {
         Ok(plan) => {
-            // The whole run's facts, or the pass making them, stay with the file read again
+            // The whole run's ranks, or the pass making them, stay with the file read again
             // for the same run.
             let run = plan.from.run;
-            let ranks = store.read_untracked(|state| state.file(id).and_then(|f| f.ranks()));
-            let ranks = ranks.filter(|(ranked, _)| *ranked == run);
-            let ranking = store.try_update_quietly(|state| state.take_ranking(id)).flatten();
-            let ranking = ranking.filter(|pass| pass.run == run);
+            let ranking = store.try_update_quietly(|state| state.take_ranks(id, run));
             let before = take_file(store, id);
             spawn_local(async move {
                 // What the page held goes first, so that the memory it gives back holds what
@@ -100,7 +96,7 @@ pub fn read_from_request(store: Store, id: FileId, run: Option<RunId>, request: 
                 if let Some(before) = before {
                     let_go(before).await;
                 }
-                load(store, name, blob, Some(plan), ranks, ranking).await;
+                load(store, name, blob, Some(plan), ranking.unwrap_or_default()).await;
             });
         }
         Err(reason) => store.update(|state| state.file_note(id, reason)),
@@ -136,14 +132,7 @@ async fn let_go(mut file: OpenedFile) {
 /// Reads `blob`, a session file, as a session of its own, in chunks (leaving out the plan's
 /// byte ranges, if it has one): the file is listed at once with its progress, decoding yields
 /// to the page every [`SLICE_MS`], and nothing holds the whole file.
-async fn load(
-    store: Store,
-    name: String,
-    blob: Blob,
-    plan: Option<ReadPlan>,
-    ranks: Option<(RunId, Arc<Ranks>)>,
-    ranking: Option<WholePass>,
-) {
+async fn load(store: Store, name: String, blob: Blob, plan: Option<ReadPlan>, ranking: Ranking) {
     let size = blob.size();
     let skipped = plan.as_ref().map_or(&[][..], |plan| &plan.skipped[..]);
     let read = kept_ranges(size as u64, skipped);
@@ -187,7 +176,7 @@ async fn load(
     yield_now().await;
     store.try_update(|state| {
         state.end_file(id);
-        state.give_ranks(id, ranks, ranking);
+        state.give_ranks(id, ranking);
     });
     rank(store, id, blob).await;
 }
@@ -202,16 +191,8 @@ async fn rank(store: Store, id: FileId, blob: Blob) {
     else {
         return;
     };
-    let mut slice_start = now_ms();
-    // A pass carried from the file read before may have messages of the bytes it read left.
-    while store.try_update_quietly(|state| state.feed_ranking(id, &[], FEED_EVENTS)).flatten()
-        == Some(true)
-    {
-        if now_ms() - slice_start > SLICE_MS {
-            yield_now().await;
-            slice_start = now_ms();
-        }
-    }
+    // A pass carried from the file read before hands on what it still holds of the bytes it
+    // read with the next piece, or when it finishes.
     let feed = |state: &mut AppState, bytes: &[u8]| state.feed_ranking(id, bytes, FEED_EVENTS);
     match feed_blob(store, &blob, std::iter::once(resume..size as u64), feed).await {
         Fed::All => store.try_update(|state| state.end_ranking(id)),

@@ -157,7 +157,7 @@ impl SessionDecoder {
                 events.retain(kept);
                 Some(ToBrowser::Events { run, events })
             }
-            message if run_of(&message).is_some_and(|run| run != from) => None,
+            message if message.run().is_some_and(|run| run != from) => None,
             message => Some(message),
         }
     }
@@ -250,18 +250,6 @@ pub fn name_of_url(url: &str) -> String {
     match path.rsplit('/').next() {
         Some(last) if !last.is_empty() && path.contains('/') => last.to_string(),
         _ => url.to_string(),
-    }
-}
-
-/// The run a message is of, if it is of one.
-fn run_of(message: &ToBrowser) -> Option<RunId> {
-    match message {
-        ToBrowser::RunStarted { run, .. }
-        | ToBrowser::Events { run, .. }
-        | ToBrowser::RunFinished { run, .. }
-        | ToBrowser::Overview { run, .. }
-        | ToBrowser::OptionsTried { run, .. } => Some(*run),
-        _ => None,
     }
 }
 

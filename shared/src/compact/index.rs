@@ -83,6 +83,13 @@ pub struct IndexedBlock {
     pub contents: BlockContents,
 }
 
+impl IndexedBlock {
+    /// The bytes of the file its frame takes, its 4-byte length first.
+    pub fn frame_range(&self) -> std::ops::Range<u64> {
+        self.offset..self.offset + 4 + u64::from(self.frame_bytes)
+    }
+}
+
 /// Where a run's blocks are, in the order the file holds them.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct BlockIndex {
@@ -112,7 +119,7 @@ impl BlockIndex {
             put_varint(&mut out, (contents.last_request - contents.first_request).into());
             put_zigzag(&mut out, contents.first_ns.wrapping_sub(first_ns) as i64);
             put_varint(&mut out, contents.last_ns - contents.first_ns);
-            end = block.offset + 4 + u64::from(block.frame_bytes);
+            end = block.frame_range().end;
             first_ns = contents.first_ns;
         }
         out

@@ -110,6 +110,26 @@ pub enum ToBrowser {
     ClassVotes(ClassVotes),
 }
 
+impl ToBrowser {
+    /// The run the message is of, if it is of one.
+    pub fn run(&self) -> Option<RunId> {
+        match self {
+            ToBrowser::RunStarted { run, .. }
+            | ToBrowser::Events { run, .. }
+            | ToBrowser::RunFinished { run, .. }
+            | ToBrowser::Overview { run, .. }
+            | ToBrowser::OptionsTried { run, .. } => Some(*run),
+            ToBrowser::Hello(_)
+            | ToBrowser::Rejected { .. }
+            | ToBrowser::Trailer(_)
+            | ToBrowser::ClassState(_)
+            | ToBrowser::Stream { .. }
+            | ToBrowser::TryRights { .. }
+            | ToBrowser::ClassVotes(_) => None,
+        }
+    }
+}
+
 /// The presenter's place in the lessons, as the room's pages follow it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ClassState {

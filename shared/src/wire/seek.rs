@@ -97,8 +97,8 @@ impl Seeker {
 /// The events of the block `block` of `run` names, refused unless the file holds that block
 /// there: a frame of its length, a block of its run and its count of events.
 fn read_block(run: RunId, block: &IndexedBlock, read_at: ReadAt<'_>) -> Result<Vec<Event>, String> {
-    let at = block.offset;
-    let frame = read_at(at, 4 + block.frame_bytes as usize)?;
+    let (at, frame) = (block.offset, block.frame_range());
+    let frame = read_at(at, (frame.end - frame.start) as usize)?;
     let lying = |what: &str| format!("the block index names a block at byte {at} that {what}");
     let Some((len, payload)) = frame.split_first_chunk::<4>() else {
         return Err(lying("the file does not hold"));

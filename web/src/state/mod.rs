@@ -31,7 +31,7 @@ use ackscope_shared::overview::Overview;
 use ackscope_shared::spec::MAX_REQUESTS;
 use ackscope_shared::tried::Sides;
 use ackscope_shared::wire::{
-    BlockIndex, ClassState, ClassVotes, ResumePoint, ToBrowser, WireError,
+    BlockIndex, ClassState, ClassVotes, IndexedBlock, ResumePoint, ToBrowser, WireError,
 };
 use ackscope_shared::{RunId, Scenario};
 
@@ -125,10 +125,12 @@ pub struct OpenedFile {
     ranking: Option<WholePass>,
 }
 
+/// What a file has of a run's ranks: made ([`AppState::ranks_of`]), or the pass making them.
+pub type Ranking = (Option<(RunId, Arc<Ranks>)>, Option<WholePass>);
+
 /// A run of which the page holds only part ([`AppState::whole_run`]).
 #[derive(Debug)]
 pub struct WholeRun<'a> {
-    pub file: FileId,
     /// Its requests in order, from request 0, as the file's end has them.
     pub overview: &'a Overview,
     /// The requests the page holds.
@@ -177,11 +179,6 @@ impl OpenedFile {
                 run.0
             ),
         })
-    }
-
-    /// The facts of every request of the run it holds in part, if a pass made them.
-    pub fn ranks(&self) -> Option<(RunId, Arc<Ranks>)> {
-        self.ranks.clone()
     }
 
     /// Whether it can be read from any request (its end indexes its blocks).
@@ -272,6 +269,10 @@ impl AppState {
 
     pub fn file(&self, id: FileId) -> Option<&OpenedFile> {
         self.files.iter().find(|file| file.id == id)
+    }
+
+    fn file_mut(&mut self, id: FileId) -> Option<&mut OpenedFile> {
+        self.files.iter_mut().find(|file| file.id == id)
     }
 
     pub fn session(&self, source: Source) -> Option<&Stream> {
@@ -386,7 +387,7 @@ impl AppState {
     }
 
     /// [`AppState::begin_file`] of a file read from a request (`from`, of its
-    /// [`OpenedFile::read_plan`]): `total_bytes` are the bytes that will be read.
+    /// [`AppState::read_plan`]): `total_bytes` are the bytes that will be read.
     pub fn begin_file_from(
         &mut self,
         name: &str,
@@ -418,7 +419,7 @@ impl AppState {
     /// messages are left for the next call (`SessionDecoder::feed_some`), which the page makes
     /// in a slice of its own.
     pub fn feed_file_some(&mut self, id: FileId, bytes: &[u8], events: usize) -> bool {
-        let Some(file) = self.files.iter_mut().find(|file| file.id == id) else { return false };
+        let Some(file) = self.file_mut(id) else { return false };
         let Some(loading) = &mut file.loading else { return false };
         let session = &mut file.session;
         let (newest, overviews) = (&mut loading.newest, &file.overviews);
@@ -451,7 +452,7 @@ impl AppState {
     /// while the events are decoded (not for a file read from a request, which shows what it
     /// reads), and kept for the whole run's strip when the page holds part of it.
     pub fn preview_file(&mut self, id: FileId, overviews: Vec<(RunId, Overview)>) {
-        if let Some(file) = self.files.iter_mut().find(|file| file.id == id) {
+        if let Some(file) = self.file_mut(id) {
             file.overviews = overviews;
         }
     }
@@ -466,7 +467,7 @@ impl AppState {
         let first = run.analysis.first_request();
         let held = first..first.saturating_add(run.analysis.requests().len() as u32);
         let partial = held.start > 0 || held.end < overview.rows;
-        partial.then_some(WholeRun { file: id, overview, held })
+        partial.then_some(WholeRun { overview, held })
     }
 
     /// How to read file `id` so that it holds request `request` ([`Reach`]): its first run that
@@ -516,7 +517,7 @@ impl AppState {
         let others = file.indexes.iter().filter(|other| other.run != index.run);
         let mut skipped: Vec<Range<u64>> = before_first
             .chain(others.flat_map(|other| other.blocks.iter()))
-            .map(|block| block.offset..block.offset + 4 + u64::from(block.frame_bytes))
+            .map(IndexedBlock::frame_range)
             .collect();
         skipped.sort_unstable_by_key(|range| range.start);
         let from = ReadFrom { run: index.run, first, wanted: request, wanted_shown: false };
@@ -527,7 +528,7 @@ impl AppState {
     /// and it was not shown yet: the timeline selects it when it first shows the run, once.
     pub fn take_wanted_request(&mut self, key: RunKey) -> Option<u32> {
         let Source::File(id) = key.source else { return None };
-        let file = self.files.iter_mut().find(|file| file.id == id)?;
+        let file = self.file_mut(id)?;
         let from = file.read_from.as_mut().filter(|from| from.run == key.run)?;
         from.wanted_shown.not().then(|| {
             from.wanted_shown = true;
@@ -543,7 +544,7 @@ impl AppState {
 
     /// Where the pass over the whole of file `id` (of `total_bytes`) goes on from: 0 for a pass
     /// begun now (the file holds a run in part and has no facts of it yet), the bytes it had
-    /// read for one carried from the same file read before ([`AppState::take_ranking`]);
+    /// read for one carried from the same file read before ([`AppState::take_ranks`]);
     /// `None` when there is nothing to do.
     pub fn begin_ranking(&mut self, id: FileId, total_bytes: u64) -> Option<u64> {
         let file = self.file(id)?;
@@ -564,7 +565,7 @@ impl AppState {
         if file.ranks.as_ref().is_some_and(|(ranked, _)| *ranked == run) {
             return None;
         }
-        let file = self.files.iter_mut().find(|file| file.id == id)?;
+        let file = self.file_mut(id)?;
         // Room for the run's requests as its file's end counts them, believed as far as the
         // file's bytes could hold that many.
         let rows = file.overviews.iter().find(|(id, _)| *id == run).map_or(0, |(_, o)| o.rows);
@@ -574,15 +575,17 @@ impl AppState {
         Some(0)
     }
 
-    /// The pass going over file `id`, taken to go on for the same file read again from a
-    /// request ([`AppState::give_ranks`]).
-    pub fn take_ranking(&mut self, id: FileId) -> Option<WholePass> {
-        self.files.iter_mut().find(|file| file.id == id)?.ranking.take()
+    /// What file `id` has ranked of run `run`, or the pass ranking it, taken to go on with the
+    /// same file read again from a request for that run ([`AppState::give_ranks`]).
+    pub fn take_ranks(&mut self, id: FileId, run: RunId) -> Ranking {
+        let Some(file) = self.file_mut(id) else { return (None, None) };
+        let ranks = file.ranks.take().filter(|(ranked, _)| *ranked == run);
+        (ranks, file.ranking.take().filter(|pass| pass.run == run))
     }
 
     /// The pass over file `id` stopped (the file could not be read): no ranks are made of it.
     pub fn abandon_ranking(&mut self, id: FileId) {
-        if let Some(file) = self.files.iter_mut().find(|file| file.id == id) {
+        if let Some(file) = self.file_mut(id) {
             file.ranking = None;
         }
     }
@@ -590,13 +593,13 @@ impl AppState {
     /// The next piece of the file for its pass: true if whole messages are left for the next
     /// call; `None` once the file was closed or has no pass going.
     pub fn feed_ranking(&mut self, id: FileId, bytes: &[u8], events: usize) -> Option<bool> {
-        let file = self.files.iter_mut().find(|file| file.id == id)?;
+        let file = self.file_mut(id)?;
         Some(file.ranking.as_mut()?.feed_some(bytes, events))
     }
 
     /// The file has been read for its pass: its run's facts are kept (none if it did not read).
     pub fn end_ranking(&mut self, id: FileId) {
-        let Some(file) = self.files.iter_mut().find(|file| file.id == id) else { return };
+        let Some(file) = self.file_mut(id) else { return };
         if let Some(pass) = file.ranking.take() {
             let run = pass.run;
             file.ranks = pass.finish().map(|ranks| (run, Arc::new(ranks)));
@@ -605,15 +608,9 @@ impl AppState {
 
     /// Facts of every request of file `id`'s run made by a pass before, or the pass still going,
     /// carried to the same file read again from a request.
-    pub fn give_ranks(
-        &mut self,
-        id: FileId,
-        ranks: Option<(RunId, Arc<Ranks>)>,
-        ranking: Option<WholePass>,
-    ) {
-        if let Some(file) = self.files.iter_mut().find(|file| file.id == id) {
-            file.ranks = ranks;
-            file.ranking = ranking;
+    pub fn give_ranks(&mut self, id: FileId, (ranks, ranking): Ranking) {
+        if let Some(file) = self.file_mut(id) {
+            (file.ranks, file.ranking) = (ranks, ranking);
         }
     }
 
@@ -634,15 +631,15 @@ impl AppState {
 
     /// Says why something asked of file `id` could not be done, in place of its last note.
     pub fn file_note(&mut self, id: FileId, note: String) {
-        if let Some(file) = self.files.iter_mut().find(|file| file.id == id) {
+        if let Some(file) = self.file_mut(id) {
             file.error = Some(note);
         }
     }
 
     /// The block indexes at the end of a file (`wire::read_file_end`): it can then be read
-    /// from any request ([`OpenedFile::read_plan`]).
+    /// from any request ([`AppState::read_plan`]).
     pub fn index_file(&mut self, id: FileId, indexes: Vec<BlockIndex>) {
-        if let Some(file) = self.files.iter_mut().find(|file| file.id == id) {
+        if let Some(file) = self.file_mut(id) {
             file.indexes = indexes;
         }
     }
@@ -665,7 +662,7 @@ impl AppState {
     /// The file has been read: runs still going never finished, the problem (if any) is named,
     /// and its newest run is shown.
     pub fn end_file(&mut self, id: FileId) {
-        let Some(file) = self.files.iter_mut().find(|file| file.id == id) else { return };
+        let Some(file) = self.file_mut(id) else { return };
         let Some(mut loading) = file.loading.take() else { return };
         file.session.end();
         let name = &file.name;

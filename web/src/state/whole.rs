@@ -34,33 +34,13 @@ pub struct Ranks {
 
 impl Ranks {
     /// The finished request after `after` in slowest-first order (the slowest with none), as
-    /// [`Facts::next_slowest`] finds it.
+    /// [`Facts::next_slowest`] finds it: among the slowest kept at once, past them by its loop.
     pub fn next_slowest(&self, after: Option<u32>) -> Option<u32> {
         let Some(after) = after else { return self.slowest.first().copied() };
         match self.slowest.iter().position(|&req| req == after) {
             Some(at) if at + 1 < self.slowest.len() => Some(self.slowest[at + 1]),
-            _ => self.next_slowest_by_scan(after).or_else(|| self.slowest.first().copied()),
+            _ => self.facts.next_slowest(Some(after)),
         }
-    }
-
-    /// [`Facts::next_slowest`] of a request past the slowest kept, as one plain loop over the
-    /// columns (ten million requests: a task of over 50 ms through the general one). `None`
-    /// past the fastest, or for a request not held.
-    fn next_slowest_by_scan(&self, after: u32) -> Option<u32> {
-        let facts = &self.facts;
-        let first = facts.first;
-        let bound = after.checked_sub(first)? as usize;
-        let bound_ns = *facts.extent_ns.get(bound)?;
-        let mut best: Option<(u64, usize)> = None;
-        for (index, (&extent, &done)) in facts.extent_ns.iter().zip(&facts.done).enumerate() {
-            // Slower-ranked than the bound: shorter, or as long and later.
-            let below = extent < bound_ns || (extent == bound_ns && index > bound);
-            // The slowest of those, the earliest of equals (indexes only grow).
-            if done && below && best.is_none_or(|(best_ns, _)| extent > best_ns) {
-                best = Some((extent, index));
-            }
-        }
-        best.map(|(_, index)| first + index as u32)
     }
 
     /// The request after `from` (before it, `forward == false`; from the start or the end
@@ -142,6 +122,9 @@ impl WholePass {
     /// short), the requests still held attributed as `show` attributes them at a file's end;
     /// `None` for a run of another kind.
     pub fn finish(mut self) -> Option<Ranks> {
+        // The messages of the bytes fed that are still whole in the decoder (each call stops
+        // after a batch of events).
+        self.feed_some(&[], usize::MAX);
         let stalls = self.stalls?;
         let held = stalls.held_stalls();
         let analysis = stalls.analysis();

@@ -228,7 +228,7 @@ fn whole_ranks(store: Store, facts: Memo<Option<RunFacts>>) -> Option<Arc<Ranks>
 }
 
 /// Selects request `req`, reading the file around it first if the page does not hold it.
-fn go_anywhere(
+pub(super) fn go_anywhere(
     store: Store,
     facts: Memo<Option<RunFacts>>,
     rows: Memo<RowList>,

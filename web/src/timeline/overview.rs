@@ -3,17 +3,16 @@
 //! file's end, before any event is decoded.
 
 use ackscope_shared::overview::Column;
-use ackscope_shared::RunId;
 use leptos::ev::{MouseEvent, PointerEvent};
 use leptos::html::Canvas;
 use leptos::prelude::*;
 
 use super::canvas::{paint, Frame, Rect};
+use super::find::go_anywhere;
 use super::model::{RowList, RunFacts, CANVAS_WIDTH, GUTTER, PAGE_ROWS, PLOT_WIDTH};
+use super::rows::Filter;
 use super::scale::format_duration;
 use super::view::{Mode, ViewState};
-use crate::files::read_from_request;
-use crate::state::{FileId, Reach};
 use crate::store::Store;
 
 const OVERVIEW_HEIGHT: f64 = 42.0;
@@ -117,8 +116,6 @@ pub(super) fn Overview(
 /// What the whole-run strip of a run held in part shows.
 #[derive(Clone, Debug, PartialEq)]
 struct Whole {
-    file: FileId,
-    run: RunId,
     rows: u32,
     slowest_ns: u64,
     held: (u32, u32),
@@ -136,6 +133,7 @@ pub(super) fn WholeRunStrip(
     facts: Memo<Option<RunFacts>>,
     rows: Memo<RowList>,
     view: RwSignal<ViewState>,
+    filter: RwSignal<Filter>,
     message: RwSignal<Option<String>>,
 ) -> impl IntoView {
     let whole: Memo<Option<Whole>> = Memo::new(move |_| {
@@ -143,8 +141,6 @@ pub(super) fn WholeRunStrip(
         store.read(|state| {
             let whole = state.whole_run(key)?;
             Some(Whole {
-                file: whole.file,
-                run: key.run,
                 rows: whole.overview.rows,
                 slowest_ns: whole.overview.slowest_ns(),
                 held: (whole.held.start, whole.held.end),
@@ -177,20 +173,7 @@ pub(super) fn WholeRunStrip(
         let count = whole.columns.len().max(1);
         let index = ((x / PLOT_WIDTH).clamp(0.0, 1.0) * count as f64) as usize;
         let Some(column) = whole.columns.get(index.min(count - 1)) else { return };
-        let req = column.worst_row;
-        if (whole.held.0..whole.held.1).contains(&req) {
-            let (position, total) = rows.with_untracked(|r| (r.rows.position(req), r.rows.len()));
-            message.set(None);
-            view.update(|v| {
-                v.selected = Some(req);
-                if let Some(position) = position {
-                    v.reveal(position, total, PAGE_ROWS);
-                }
-            });
-        } else {
-            message.set(Some(format!("reading the file around request {req}")));
-            read_from_request(store, whole.file, Some(whole.run), req, Reach::Around);
-        }
+        go_anywhere(store, facts, rows, view, filter, column.worst_row, message);
     };
     move || {
         whole.get().map(|whole| {

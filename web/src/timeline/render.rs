@@ -165,7 +165,7 @@ pub fn Timeline(
                 </div>
                 <FindBar store facts rows view filter message />
                 <Legend view />
-                <WholeRunStrip store facts rows view message />
+                <WholeRunStrip store facts rows view filter message />
                 <Overview facts rows view />
                 <Plot page canvas view rows facts filter message store />
                 <Tables store facts rows view filter message />

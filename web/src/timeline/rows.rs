@@ -146,23 +146,28 @@ const UNSETTLED: usize = 8;
 impl Facts {
     /// `stalls`: the run's, in request order ([`crate::state::Attribution::stalls`]).
     pub fn of(analysis: &RunAnalysis, stalls: &[Stall]) -> Facts {
-        Facts::default().updated(analysis, stalls)
+        Facts::default().updated(analysis, stalls, u32::MAX)
     }
 
     /// These facts brought up to date with `analysis`: the requests before the last
     /// [`UNSETTLED`] are kept, the rest rebuilt, so a live run's new batch costs in proportion to
     /// the batch, not to the run. (Everything is rebuilt if the analysis retired requests.)
-    pub fn updated(mut self, analysis: &RunAnalysis, stalls: &[Stall]) -> Facts {
-        self.update(analysis, stalls);
+    pub fn updated(mut self, analysis: &RunAnalysis, stalls: &[Stall], settled: u32) -> Facts {
+        self.update(analysis, stalls, settled);
         self
     }
 
-    /// [`Facts::updated`], in place.
-    pub fn update(&mut self, analysis: &RunAnalysis, stalls: &[Stall]) {
+    /// [`Facts::updated`], in place. `settled`: the first request whose facts may have changed
+    /// since they were last made (not settled then, or not now: the attribution's
+    /// `Incremental::next`, the lesser of the two); its facts and the later ones' are made again.
+    pub fn update(&mut self, analysis: &RunAnalysis, stalls: &[Stall], settled: u32) {
         let requests = analysis.requests();
         let first = analysis.first_request();
         let keep = if self.first == first { self.len().saturating_sub(UNSETTLED) } else { 0 };
-        let keep = keep.min(requests.len());
+        // Nor any request from `settled` on: in a file's blocks one side's events may come
+        // thousands of requests ahead of the other's, and a request whose client events were
+        // still to come kept an extent of 0 (a fortieth of a million-request file's requests).
+        let keep = keep.min(requests.len()).min(settled.saturating_sub(first) as usize);
         self.first = first;
         self.extent_ns.truncate(keep);
         self.done.truncate(keep);
@@ -306,18 +311,29 @@ impl Facts {
 
     /// The finished request that comes after `after` in slowest-first order (the slowest when
     /// `after` is `None` or the last): a scan, so no sorted copy of a million latencies is kept.
+    ///
+    /// One plain loop over the columns, the slowest of all found on the way: at ten million
+    /// requests (a whole run's, [`crate::state::Ranks`]) the chain of iterators it replaced was a
+    /// task of over 50 ms.
     pub fn next_slowest(&self, after: Option<u32>) -> Option<u32> {
         let bound = after.and_then(|req| self.index(req)).map(|index| self.rank(index));
-        let slower_than_bound = |index: &usize| bound.is_none_or(|bound| self.rank(*index) < bound);
-        let next = (0..self.len())
-            .filter(|&i| self.done[i])
-            .filter(slower_than_bound)
-            .max_by_key(|&i| self.rank(i));
-        next.or_else(|| {
-            // Past the fastest: start again from the slowest.
-            (0..self.len()).filter(|&i| self.done[i]).max_by_key(|&i| self.rank(i))
-        })
-        .map(|index| self.first + index as u32)
+        // The slowest ranked below the bound, and the slowest of all (past the fastest, the next
+        // is the slowest again); of equal extents the earliest, as indexes only grow.
+        let mut next: Option<(u64, usize)> = None;
+        let mut slowest: Option<(u64, usize)> = None;
+        for (index, (&extent, &done)) in self.extent_ns.iter().zip(&self.done).enumerate() {
+            if !done {
+                continue;
+            }
+            if slowest.is_none_or(|(ns, _)| extent > ns) {
+                slowest = Some((extent, index));
+            }
+            let below = bound.is_none_or(|bound| (extent, Reverse(index)) < bound);
+            if below && next.is_none_or(|(ns, _)| extent > ns) {
+                next = Some((extent, index));
+            }
+        }
+        next.or(slowest).map(|(_, index)| self.first + index as u32)
     }
 
     /// Appends request `req`'s facts, from its view and its stalls, for facts made a request
@@ -529,7 +545,7 @@ mod tests {
         for batch in events.chunks(13) {
             analysis.push_all(batch);
             let why = Attribution::of(&analysis, Some(&RrSpec::default()));
-            facts = facts.updated(&analysis, &why.stalls);
+            facts = facts.updated(&analysis, &why.stalls, u32::MAX);
             let whole = Facts::of(&analysis, &why.stalls);
             assert_eq!(facts.extent_ns, whole.extent_ns);
             assert_eq!(facts.done, whole.done);
