@@ -102,16 +102,7 @@ pub struct Run {
     /// The timeline's per-request facts ([`Run::facts`]) and the event count they are of. A
     /// watched run's are brought up to date with each batch while no view holds them (a file
     /// being read), so that showing the run reads them instead of building a million at once.
-    pub(super) facts: RefCell<FactsCell>,
-}
-
-/// The timeline's facts of a run, the event count they are of, and the first request that was
-/// not settled when they were made (its facts and the later ones' are made again).
-#[derive(Debug, Default)]
-pub(super) struct FactsCell {
-    pub(super) facts: Arc<Facts>,
-    pub(super) events: u64,
-    settled: u32,
+    pub(super) facts: RefCell<(Arc<Facts>, u64)>,
 }
 
 /// Every wait of a run with its class and evidence (shared's [`attribute`]), and the waits
@@ -170,7 +161,7 @@ impl Run {
             settled_stalls: RefCell::new(Vec::new()),
             attribution: OnceCell::new(),
             latencies: OnceCell::new(),
-            facts: RefCell::new(FactsCell::default()),
+            facts: RefCell::new((Arc::new(Facts::default()), 0)),
         }
     }
 
@@ -216,7 +207,7 @@ impl Run {
         self.bulk_summary = OnceCell::new();
         self.latencies = OnceCell::new();
         // Only while nothing else holds them: a view's copy would make this a copy of them all.
-        let unshared = Arc::get_mut(&mut self.facts.get_mut().facts).is_some();
+        let unshared = Arc::get_mut(&mut self.facts.get_mut().0).is_some();
         if self.watched.get() && unshared && self.is_rr() {
             self.facts();
         }
@@ -240,15 +231,12 @@ impl Run {
     /// [`Facts::update`]), in place unless a caller still holds the previous answer.
     pub fn facts(&self) -> Arc<Facts> {
         let mut cell = self.facts.borrow_mut();
-        if cell.events != self.events && self.is_rr() {
+        if cell.1 != self.events && self.is_rr() {
             let why = self.attribution();
-            // A request not settled when its facts were made, or not now, is made again.
-            let settled = self.attributed.next();
-            let since = cell.settled.min(settled);
-            Arc::make_mut(&mut cell.facts).update(&self.analysis, &why.stalls, since);
-            (cell.events, cell.settled) = (self.events, settled);
+            Arc::make_mut(&mut cell.0).update(&self.analysis, &why.stalls);
+            cell.1 = self.events;
         }
-        Arc::clone(&cell.facts)
+        Arc::clone(&cell.0)
     }
 
     /// From now on every batch is attributed as it arrives (see `attributed`): for a run that

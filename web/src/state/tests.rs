@@ -517,10 +517,7 @@ fn a_files_run_is_attributed_while_it_is_read_not_all_at_its_end() {
         "requests were attributed as their batches arrived: {} settled",
         run.attributed.next()
     );
-    let (facts, of_events) = {
-        let cell = run.facts.borrow();
-        (Arc::clone(&cell.facts), cell.events)
-    };
+    let (facts, of_events) = run.facts.borrow().clone();
     assert_eq!((facts.len(), of_events), (run.analysis.requests().len(), run.events));
     state.feed_file(id, rest);
     state.end_file(id);
@@ -1042,27 +1039,4 @@ fn a_pass_over_the_whole_run_finds_what_the_whole_file_read_finds() {
     assert_eq!(ranks.next_stalled(None, true, &filter), Some(1), "request 0 is not stalled");
     assert!(state.ranks_of(RunKey { run: RunId(2), ..key }).is_none(), "of the run passed");
     assert_eq!(state.begin_ranking(id, file.len() as u64), None, "ranked already");
-}
-
-/// One side's events far ahead of the other's (as a file's blocks may bring them): the facts of
-/// requests made before their client's events came are made again once they come, and equal
-/// the facts of the whole run.
-#[test]
-fn facts_made_before_a_requests_client_events_came_are_made_again() {
-    let nagle = nagle_run(200, 44 * MS);
-    let (server, client): (Vec<Event>, Vec<Event>) =
-        nagle.iter().cloned().partition(|event| event.side == Side::Server);
-    let mut state = AppState::default();
-    started(&mut state, 1);
-    state.select(RunKey::live(RunId(1)));
-    let _ = state.live.run(RunId(1)).expect("started").facts();
-    for batch in server.chunks(100).chain(client.chunks(100)) {
-        apply(&mut state, events(1, batch.to_vec()));
-        let _ = state.live.run(RunId(1)).expect("started").facts();
-    }
-    let run = state.live.run(RunId(1)).expect("started");
-    let whole = Facts::of(&run.analysis, &run.attribution().stalls);
-    assert_eq!(run.facts().extent_of(10), whole.extent_of(10));
-    assert!(whole.extent_of(10).is_some_and(|ns| ns > 0));
-    assert_eq!(*run.facts(), whole);
 }

@@ -146,28 +146,23 @@ const UNSETTLED: usize = 8;
 impl Facts {
     /// `stalls`: the run's, in request order ([`crate::state::Attribution::stalls`]).
     pub fn of(analysis: &RunAnalysis, stalls: &[Stall]) -> Facts {
-        Facts::default().updated(analysis, stalls, u32::MAX)
+        Facts::default().updated(analysis, stalls)
     }
 
     /// These facts brought up to date with `analysis`: the requests before the last
     /// [`UNSETTLED`] are kept, the rest rebuilt, so a live run's new batch costs in proportion to
     /// the batch, not to the run. (Everything is rebuilt if the analysis retired requests.)
-    pub fn updated(mut self, analysis: &RunAnalysis, stalls: &[Stall], settled: u32) -> Facts {
-        self.update(analysis, stalls, settled);
+    pub fn updated(mut self, analysis: &RunAnalysis, stalls: &[Stall]) -> Facts {
+        self.update(analysis, stalls);
         self
     }
 
-    /// [`Facts::updated`], in place. `settled`: the first request whose facts may have changed
-    /// since they were last made (not settled then, or not now: the attribution's
-    /// `Incremental::next`, the lesser of the two); its facts and the later ones' are made again.
-    pub fn update(&mut self, analysis: &RunAnalysis, stalls: &[Stall], settled: u32) {
+    /// [`Facts::updated`], in place.
+    pub fn update(&mut self, analysis: &RunAnalysis, stalls: &[Stall]) {
         let requests = analysis.requests();
         let first = analysis.first_request();
         let keep = if self.first == first { self.len().saturating_sub(UNSETTLED) } else { 0 };
-        // Nor any request from `settled` on: in a file's blocks one side's events may come
-        // thousands of requests ahead of the other's, and a request whose client events were
-        // still to come kept an extent of 0 (a fortieth of a million-request file's requests).
-        let keep = keep.min(requests.len()).min(settled.saturating_sub(first) as usize);
+        let keep = keep.min(requests.len());
         self.first = first;
         self.extent_ns.truncate(keep);
         self.done.truncate(keep);
@@ -545,7 +540,7 @@ mod tests {
         for batch in events.chunks(13) {
             analysis.push_all(batch);
             let why = Attribution::of(&analysis, Some(&RrSpec::default()));
-            facts = facts.updated(&analysis, &why.stalls, u32::MAX);
+            facts = facts.updated(&analysis, &why.stalls);
             let whole = Facts::of(&analysis, &why.stalls);
             assert_eq!(facts.extent_ns, whole.extent_ns);
             assert_eq!(facts.done, whole.done);
