@@ -54,6 +54,9 @@ pub struct Incremental {
     connections: KeyedMap<ConnId, Settled>,
     /// The path delay the settled requests were attributed with.
     path_delay_ns: u64,
+    /// The first request forgotten since [`Incremental::take_unsettled_from`] was last called:
+    /// for a caller that keeps something of each settled request (the page's facts of it).
+    unsettled_from: Option<u32>,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -125,6 +128,9 @@ impl Incremental {
             self.held_reads = self.held_reads.saturating_sub(u32::from(stall.is_held_read()));
         }
         self.settled_stalls = stalls.len();
+        if from < self.next {
+            self.unsettled_from = earliest(self.unsettled_from, Some(from));
+        }
         self.next = self.next.min(from);
         self.connections.retain(|_, settled| settled.first < from);
     }
@@ -160,6 +166,14 @@ impl Incremental {
     /// The first request not settled.
     pub fn next(&self) -> u32 {
         self.next
+    }
+
+    /// The first request that was settled and no longer is, since the last call (`None` if
+    /// none): what a caller kept of the settled requests from there on may have changed. The
+    /// settled requests may go back and forward again within one [`Incremental::push`], so
+    /// [`Incremental::next`] alone does not tell.
+    pub fn take_unsettled_from(&mut self) -> Option<u32> {
+        self.unsettled_from.take()
     }
 
     /// How many of the caller's stalls are settled.

@@ -14,7 +14,7 @@ use ackscope_shared::tried::TriedRecord;
 use ackscope_shared::wire::Instruments;
 use ackscope_shared::{Event, EventKind, RrSpec, RunId, Scenario};
 
-use crate::timeline::rows::Facts;
+use crate::timeline::rows::{Facts, Settled};
 
 /// Where a run is in its life.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -103,6 +103,10 @@ pub struct Run {
     /// watched run's are brought up to date with each batch while no view holds them (a file
     /// being read), so that showing the run reads them instead of building a million at once.
     pub(super) facts: RefCell<(Arc<Facts>, u64)>,
+    /// The first request that was settled when the facts were last brought up to date and
+    /// has been unsettled since (`u32::MAX` if none): its facts, and those after it, are made
+    /// again.
+    facts_unsettled_from: Cell<u32>,
 }
 
 /// Every wait of a run with its class and evidence (shared's [`attribute`]), and the waits
@@ -162,6 +166,7 @@ impl Run {
             attribution: OnceCell::new(),
             latencies: OnceCell::new(),
             facts: RefCell::new((Arc::new(Facts::default()), 0)),
+            facts_unsettled_from: Cell::new(u32::MAX),
         }
     }
 
@@ -193,6 +198,9 @@ impl Run {
             self.analysis.push_all(events);
             if self.watched.get() {
                 self.attributed.push(&self.analysis, spec, events, &mut stalls);
+                if let Some(from) = self.attributed.take_unsettled_from() {
+                    self.facts_unsettled_from.set(self.facts_unsettled_from.get().min(from));
+                }
                 // A settled request rarely changes again: its spans take a third of the memory
                 // packed (a million requests: about 150 MB less).
                 self.analysis.pack_settled(self.attributed.next());
@@ -227,13 +235,15 @@ impl Run {
     }
 
     /// The timeline's facts of every request (empty for other scenarios), up to date with the
-    /// events so far: only the requests since the last call are built (and the last few again,
-    /// [`Facts::update`]), in place unless a caller still holds the previous answer.
+    /// events so far: only the requests not settled at the last call are made again
+    /// ([`Facts::update`]), in place unless a caller still holds the previous answer.
     pub fn facts(&self) -> Arc<Facts> {
         let mut cell = self.facts.borrow_mut();
         if cell.1 != self.events && self.is_rr() {
             let why = self.attribution();
-            Arc::make_mut(&mut cell.0).update(&self.analysis, &why.stalls);
+            let changed_from = self.facts_unsettled_from.replace(u32::MAX);
+            let settled = Settled { below: self.attributed.next(), changed_from };
+            Arc::make_mut(&mut cell.0).update(&self.analysis, &why.stalls, settled);
             cell.1 = self.events;
         }
         Arc::clone(&cell.0)

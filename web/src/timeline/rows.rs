@@ -105,8 +105,8 @@ pub struct Facts {
     pub classes: Vec<ClassMask>,
     /// The worst wait of the request.
     pub worst: Vec<Priority>,
-    /// The overview of the first `settled_rows` requests, every one a row (no filter): those
-    /// are never rebuilt ([`UNSETTLED`]), so it grows with the run, a row at a time.
+    /// The overview of the first `settled_rows` requests, every one a row (no filter): their
+    /// facts no longer change ([`Settled`]), so it grows with the run, a row at a time.
     settled_overview: Overview,
     settled_rows: usize,
     /// Of those, the [`SLOWEST_KEPT`] slowest finished ones (slowest first, as
@@ -139,30 +139,48 @@ impl Wait {
 /// many needs no pass over the run.
 pub const SLOWEST_KEPT: usize = 64;
 
-/// Requests at the end of the previous facts that are rebuilt when more events come: their
-/// events (the other side's trail by about one exchange) or their attribution may still change.
-const UNSETTLED: usize = 8;
+/// Which requests' facts can no longer change: the attribution's settled requests
+/// (shared's `attribution::Incremental`). A settled request is done, and every event and
+/// TCP_INFO sample its attribution reads has arrived; one that arrives late unsettles it, and
+/// `changed_from` says so.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Settled {
+    /// Requests below this id are settled.
+    pub below: u32,
+    /// The first request that was settled at the previous update and may have changed since
+    /// (`u32::MAX` if none).
+    pub changed_from: u32,
+}
+
+impl Settled {
+    /// Every request: the facts of a run that has ended, made at once.
+    pub const ALL: Settled = Settled { below: u32::MAX, changed_from: u32::MAX };
+}
 
 impl Facts {
-    /// `stalls`: the run's, in request order ([`crate::state::Attribution::stalls`]).
+    /// The facts of every request of a run no more events come to. `stalls`: the run's, in
+    /// request order ([`crate::state::Attribution::stalls`]).
     pub fn of(analysis: &RunAnalysis, stalls: &[Stall]) -> Facts {
-        Facts::default().updated(analysis, stalls)
+        Facts::default().updated(analysis, stalls, Settled::ALL)
     }
 
-    /// These facts brought up to date with `analysis`: the requests before the last
-    /// [`UNSETTLED`] are kept, the rest rebuilt, so a live run's new batch costs in proportion to
-    /// the batch, not to the run. (Everything is rebuilt if the analysis retired requests.)
-    pub fn updated(mut self, analysis: &RunAnalysis, stalls: &[Stall]) -> Facts {
-        self.update(analysis, stalls);
+    /// These facts brought up to date with `analysis`: the settled requests' facts are kept
+    /// and only the rest are made again, so a live run's batch, or a file's, costs in proportion
+    /// to the requests not settled yet (about a hundred, in a file whose blocks bring one side's
+    /// events ahead of the other's), not to the run. Everything is made again if the analysis
+    /// retired requests.
+    pub fn updated(mut self, analysis: &RunAnalysis, stalls: &[Stall], settled: Settled) -> Facts {
+        self.update(analysis, stalls, settled);
         self
     }
 
     /// [`Facts::updated`], in place.
-    pub fn update(&mut self, analysis: &RunAnalysis, stalls: &[Stall]) {
+    pub fn update(&mut self, analysis: &RunAnalysis, stalls: &[Stall], settled: Settled) {
         let requests = analysis.requests();
         let first = analysis.first_request();
-        let keep = if self.first == first { self.len().saturating_sub(UNSETTLED) } else { 0 };
-        let keep = keep.min(requests.len());
+        let rows_below = |req: u32| (req.saturating_sub(first) as usize).min(requests.len());
+        let still_settled = rows_below(settled.changed_from.min(settled.below));
+        let keep = if self.first == first { self.settled_rows.min(still_settled) } else { 0 };
         self.first = first;
         self.extent_ns.truncate(keep);
         self.done.truncate(keep);
@@ -193,12 +211,13 @@ impl Facts {
             }
         }
         if self.settled_rows > keep {
-            // Requests it held were rebuilt (retired requests moved the first): start it again.
+            // Requests it held were made again (a late event unsettled them, or retired
+            // requests moved the first): start it again.
             (self.settled_overview, self.settled_rows) = (Overview::default(), 0);
             (self.settled_slowest, self.settled_longest_ns) = (Vec::new(), 0);
             self.settled_waits.clear();
         }
-        let settled = self.len().saturating_sub(UNSETTLED);
+        let settled = rows_below(settled.below);
         let stalls_of = |rows: usize| stalls.partition_point(|s| s.req.0 < first + rows as u32);
         for stall in &stalls[stalls_of(self.settled_rows)..stalls_of(settled)] {
             // After the equally long ones already kept: those are of earlier requests.
@@ -221,7 +240,7 @@ impl Facts {
                 }
             }
         }
-        self.settled_rows = self.settled_rows.max(settled);
+        self.settled_rows = settled;
     }
 
     /// The order of [`Facts::slowest`]: the larger, the slower (ties: the earlier request).
@@ -408,8 +427,9 @@ pub fn step_stall(
 
 #[cfg(test)]
 mod tests {
+    use ackscope_shared::attribution::{Incremental, SETTLE_AFTER};
     use ackscope_shared::overview::Overview;
-    use ackscope_shared::RrSpec;
+    use ackscope_shared::{Event, RrSpec};
 
     use super::*;
     use crate::fixtures::{nagle_run, MS, US};
@@ -532,16 +552,24 @@ mod tests {
         assert_eq!(step_stall(stalls, &facts, &only_slow, None, true), None);
     }
 
-    #[test]
-    fn facts_updated_batch_by_batch_equal_facts_of_the_whole_run() {
-        let events = nagle_run(150, 44 * MS);
+    /// Feeds `batches` to an analysis and its incremental attribution as the page does, and
+    /// checks after each that the facts kept up to date are those made from the whole analysis.
+    fn facts_kept_batch_by_batch(batches: &[Vec<Event>]) -> Facts {
+        let spec = RrSpec::default();
         let mut analysis = RunAnalysis::new();
+        let mut incremental = Incremental::new();
+        let mut settled_stalls = Vec::new();
         let mut facts = Facts::default();
-        for batch in events.chunks(13) {
+        for batch in batches {
             analysis.push_all(batch);
-            let why = Attribution::of(&analysis, Some(&RrSpec::default()));
-            facts = facts.updated(&analysis, &why.stalls);
-            let whole = Facts::of(&analysis, &why.stalls);
+            incremental.push(&analysis, Some(&spec), batch, &mut settled_stalls);
+            let mut stalls = settled_stalls.clone();
+            stalls.extend(incremental.tail(&analysis, Some(&spec)));
+            assert_eq!(stalls, Attribution::of(&analysis, Some(&spec)).stalls);
+            let changed_from = incremental.take_unsettled_from().unwrap_or(u32::MAX);
+            let settled = Settled { below: incremental.next(), changed_from };
+            facts = facts.updated(&analysis, &stalls, settled);
+            let whole = Facts::of(&analysis, &stalls);
             assert_eq!(facts.extent_ns, whole.extent_ns);
             assert_eq!(facts.done, whole.done);
             assert_eq!(facts.classes, whole.classes);
@@ -558,16 +586,45 @@ mod tests {
             }
             assert_eq!(facts.longest_ns(), whole.extent_ns.iter().copied().max().unwrap_or(0));
             // The longest waits: a sort of every stall, longest first, ties in request order.
-            let mut every: Vec<Wait> = why.stalls.iter().map(Wait::of).collect();
+            let mut every: Vec<Wait> = stalls.iter().map(Wait::of).collect();
             every.sort_by_key(|wait| Reverse(wait.wait_ns));
             for count in [1, 10, SLOWEST_KEPT, SLOWEST_KEPT + 1] {
                 let expected = &every[..count.min(every.len())];
-                assert_eq!(facts.longest_waits(&why.stalls, count), expected, "count {count}");
+                assert_eq!(facts.longest_waits(&stalls, count), expected, "count {count}");
             }
         }
+        facts
+    }
+
+    #[test]
+    fn facts_updated_batch_by_batch_equal_facts_of_the_whole_run() {
+        let events = nagle_run(150, 44 * MS);
+        let batches: Vec<Vec<Event>> = events.chunks(13).map(<[Event]>::to_vec).collect();
+        let facts = facts_kept_batch_by_batch(&batches);
         assert_eq!(facts.len(), 150);
-        assert_eq!(facts.settled_rows, 150 - UNSETTLED);
+        let settled = 150 - SETTLE_AFTER as usize;
+        assert_eq!(facts.settled_rows, settled, "all but the last requests settled");
         assert_eq!(facts.settled_slowest.len(), SLOWEST_KEPT, "more settled than kept");
         assert_eq!(facts.settled_waits.len(), SLOWEST_KEPT, "more waits settled than kept");
+    }
+
+    /// A file's blocks may bring one side's events far ahead of the other's: a request first
+    /// seen by its server's events, its client's (its start and end) coming batches later, gets
+    /// its extent then, not 0 for good.
+    #[test]
+    fn facts_follow_a_side_whose_events_come_far_behind_the_others() {
+        const BEHIND: u32 = 40;
+        for late in [Side::Client, Side::Server] {
+            let mut events = nagle_run(150, 44 * MS);
+            // Each side's events keep their order; the late side's come 40 requests behind.
+            events.sort_by_key(|event| {
+                let behind = if event.side == late { BEHIND } else { 0 };
+                (event.req.0 + behind, event.side == late)
+            });
+            let batches: Vec<Vec<Event>> = events.chunks(13).map(<[Event]>::to_vec).collect();
+            let facts = facts_kept_batch_by_batch(&batches);
+            assert_eq!(facts.len(), 150);
+            assert!(facts.extent_ns.iter().all(|&extent| extent > 0), "{late:?} late");
+        }
     }
 }
