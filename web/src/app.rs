@@ -11,7 +11,7 @@ use ackscope_shared::RunId;
 
 use crate::classroom::ClassRole;
 use crate::compare::Comparison;
-use crate::files::{open_files, open_url};
+use crate::files::{open_files, open_url, read_from_request};
 use crate::js::Debounce;
 use crate::panels::compare::ComparePanel;
 use crate::panels::exports::ExportButtons;
@@ -23,7 +23,7 @@ use crate::panels::selection::{Selected, SelectionPanel};
 use crate::panels::summary::{no_timeline_note, NoTimeline, SelectedRun, SummaryPanel};
 use crate::panels::watch_source::WatchSource;
 use crate::session_file::name_of_url;
-use crate::state::{AppState, RunKey, Source};
+use crate::state::{AppState, Reach, RunKey, Source};
 use crate::store::{FrameBatch, Store};
 use crate::timeline::overview::FilePreview;
 use crate::timeline::render::Timeline;
@@ -230,7 +230,8 @@ fn ProtocolError(error: Memo<Option<String>>) -> impl IntoView {
 mod tests;
 
 /// Shows the run a link names with the link's view: a live run as soon as the probe's replay
-/// brings it, a file's run once the file has been read.
+/// brings it, a file's run once the file has been read. A link to a request the page did not
+/// read (a file held in part) reads the file again around it first, once.
 fn follow_link(store: Store, link: UrlView, initial: RwSignal<Option<(RunKey, ViewState)>>) {
     let Some(run) = link.run else { return };
     let Some(url) = link.url.clone() else {
@@ -240,6 +241,7 @@ fn follow_link(store: Store, link: UrlView, initial: RwSignal<Option<(RunKey, Vi
         return;
     };
     let pending = StoredValue::new(true);
+    let read_again = StoredValue::new(false);
     Effect::new(move |_| {
         if !pending.get_value() {
             return;
@@ -253,6 +255,16 @@ fn follow_link(store: Store, link: UrlView, initial: RwSignal<Option<(RunKey, Vi
             state.run(key).map(|_| key)
         });
         if let Some(key) = key {
+            let unread = link.req.filter(|_| !read_again.get_value()).and_then(|req| {
+                let (file, _) = store.read_untracked(|state| state.read_to_show(key, req))?;
+                Some((file, req))
+            });
+            if let Some((file, req)) = unread {
+                // The file read from the request is followed as this one was.
+                read_again.set_value(true);
+                read_from_request(store, file, Some(key.run), req, Reach::Around);
+                return;
+            }
             pending.set_value(false);
             initial.set(Some((key, link.view_state())));
             store.update(|state| state.select(key));

@@ -542,6 +542,22 @@ impl AppState {
         self.file(id).filter(|file| file.reads_from_a_request()).map(|file| file.id)
     }
 
+    /// For run `key` to show request `req` when the page does not hold it (a file held in
+    /// part): its file, to read again around it, and the request that read would start from.
+    /// `None` when the run holds the request, or its file cannot be read from a request, or no
+    /// block of the run holds it.
+    pub fn read_to_show(&self, key: RunKey, req: u32) -> Option<(FileId, u32)> {
+        let analysis = &self.run(key)?.analysis;
+        let first = analysis.first_request();
+        let held = req >= first && ((req - first) as usize) < analysis.requests().len();
+        if held {
+            return None;
+        }
+        let file = self.readable_file_of(key)?;
+        let plan = self.read_plan(file, Some(key.run), req, Reach::Around).ok()?;
+        Some((file, plan.from.first))
+    }
+
     /// Where the pass over the whole of file `id` (of `total_bytes`) goes on from: 0 for a pass
     /// begun now (the file holds a run in part and has no facts of it yet), the bytes it had
     /// read for one carried from the same file read before ([`AppState::take_ranks`]);

@@ -897,6 +897,11 @@ fn a_file_past_what_the_page_holds_is_read_from_a_request() {
 
     let plan =
         state.read_plan(id, Some(RunId(1)), 18_000, Reach::Around).expect("its blocks are indexed");
+    // A link to request 18,000, or "go to request": the file is read again around it.
+    let cut_key = RunKey { source: Source::File(id), run: RunId(1) };
+    assert_eq!(state.read_to_show(cut_key, 18_000), Some((id, plan.from.first)));
+    assert_eq!(state.read_to_show(cut_key, 10), None, "held");
+    assert_eq!(state.read_to_show(cut_key, 20_000), None, "no block holds it");
     assert_eq!((plan.from.run, plan.from.wanted), (RunId(1), 18_000));
     assert!(plan.from.first > 10_000 && plan.from.first <= 18_000, "{:?}", plan.from);
     assert!(!plan.skipped.is_empty() && plan.skipped.windows(2).all(|w| w[0].end <= w[1].start));
@@ -915,6 +920,9 @@ fn a_file_past_what_the_page_holds_is_read_from_a_request() {
     assert_eq!(read.error, None, "from there the rest of the file fits");
     let held = plan.from.first..plan.from.first + run.analysis.requests().len() as u32;
     assert!(held.contains(&18_000) && held.contains(&19_999), "{held:?}");
+    let read_key = RunKey { source: Source::File(read_id), run: RunId(1) };
+    assert_eq!(state.read_to_show(read_key, 18_000), None, "held now");
+    assert_eq!(state.read_to_show(read_key, 10), Some((read_id, 0)), "not held any more");
     let facts = |run: &Run, req: u32| {
         let view = &run.analysis.requests()[(req - run.analysis.first_request()) as usize];
         let stalls = run.attribution().of_request(req);

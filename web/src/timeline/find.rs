@@ -198,25 +198,18 @@ fn read_file_from(
     req: u32,
     message: RwSignal<Option<String>>,
 ) -> bool {
-    let Some((key, held)) =
-        facts.with_untracked(|f| f.as_ref().map(|f| (f.key, f.facts.extent_of(req).is_some())))
-    else {
+    let Some(key) = facts.with_untracked(|f| f.as_ref().map(|f| f.key)) else {
         return false;
     };
-    let plan = store.read_untracked(|state| {
-        let file = state.readable_file_of(key)?;
-        Some((file, state.read_plan(file, Some(key.run), req, Reach::Around).ok()?))
-    });
-    match plan {
-        Some((file, plan)) if !held => {
+    match store.read_untracked(|state| state.read_to_show(key, req)) {
+        Some((file, first)) => {
             message.set(Some(format!(
-                "request {req} was not read: reading the file from request {}",
-                plan.from.first
+                "request {req} was not read: reading the file from request {first}"
             )));
             read_from_request(store, file, Some(key.run), req, Reach::Around);
             true
         }
-        _ => false,
+        None => false,
     }
 }
 
