@@ -49,6 +49,11 @@ fn collect(root: &Path, dir: &Path, files: &mut Vec<(String, String)>) {
         if entry.file_name().to_string_lossy().starts_with('.') {
             continue;
         }
+        // The in-browser Linux (`cargo xtask build-vm`) is the static site's: a page the probe
+        // serves has this machine's kernel to run on.
+        if dir == root && entry.file_name() == "vm" {
+            continue;
+        }
         if path.is_dir() {
             collect(root, &path, files);
         } else if let Ok(relative) = path.strip_prefix(root) {

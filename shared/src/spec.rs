@@ -677,6 +677,12 @@ impl BulkSpec {
 }
 
 impl Scenario {
+    /// The spec as one line of JSON: what `ackscope run --spec FILE` reads (and `--print-spec`
+    /// prints, spread over lines).
+    pub fn to_json_line(&self) -> String {
+        serde_json::to_string(self).unwrap_or_default()
+    }
+
     pub fn validate(&self) -> Result<(), SpecError> {
         match self {
             Scenario::Rr(spec) => spec.validate(),

@@ -7,7 +7,7 @@
 #   spike/in-browser/run.sh [BOOTS]
 #
 # KERNEL=tiny (the default) builds the guest's kernel from Debian's linux-source-6.1 with
-# tinyconfig and kernel.options (3 to 4 minutes on 2 cores, once); KERNEL=debian boots Debian's
+# tinyconfig and vm/kernel.options (3 to 4 minutes on 2 cores, once); KERNEL=debian boots Debian's
 # own 686 kernel instead.
 #
 # Needs: root on an x86-64 Debian host that runs 32-bit binaries (the guest's busybox packs
@@ -68,7 +68,7 @@ else
     (
         cd ksrc/linux
         make ARCH=i386 tinyconfig >/dev/null
-        grep -v '^#' "$here/kernel.options" | while read -r option; do scripts/config --enable "$option"; done
+        grep -v '^#' "$here/../../vm/kernel.options" | while read -r option; do scripts/config --enable "$option"; done
         for other in KERNEL_XZ KERNEL_LZMA KERNEL_BZIP2 KERNEL_LZO KERNEL_LZ4 KERNEL_ZSTD HZ_100 HZ_250 HZ_300 PREEMPT_NONE; do
             scripts/config --disable "$other"
         done

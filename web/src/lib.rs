@@ -32,6 +32,7 @@ pub mod text;
 pub mod timeline;
 pub mod tracks;
 pub mod url_state;
+pub mod vm;
 pub mod ws;
 
 #[cfg(test)]

@@ -6,6 +6,7 @@
 //! ```text
 //! cargo xtask run [-- ARGS]   install what is missing, build, serve (ARGS go to ackscope)
 //! cargo xtask build           install what is missing, build web app and probe (release)
+//! cargo xtask build-vm        the in-browser Linux into dist/vm/ (docs/IN-BROWSER.md)
 //! cargo xtask setup           only install what is missing
 //! cargo xtask test            everything CI checks: fmt, clippy, unit, browser, end-to-end
 //! cargo xtask record-lessons  record the lessons' steps into lessons/recordings/
@@ -19,6 +20,7 @@ mod bench_remote;
 mod bench_setup;
 mod bench_viewer;
 mod bench_watch;
+mod build_vm;
 mod cli;
 mod fuzz;
 mod json;
@@ -41,6 +43,7 @@ fn main() -> ExitCode {
     let result = match command {
         "setup" => setup::ensure_build_tools(&mut Steps::new(3)),
         "build" => build(),
+        "build-vm" => build_vm::run(),
         "run" => build().and_then(|()| run_probe(rest)),
         "test" => test(),
         "fuzz" => fuzz::run(rest),
@@ -195,8 +198,14 @@ fn test() -> Result<(), String> {
 
     // The tests that need root are `#[ignore = "needs root ..."]`: the pass above lists them as
     // ignored, by name. Here they run, on their own, when this is root (as in CI).
-    steps.start("root-only tests (packet capture, namespaces, SCHED_FIFO), the ignored ones above");
+    steps.start(
+        "root-only tests (packet capture, namespaces, SCHED_FIFO, the Linux in the tab), the \
+         ignored ones above",
+    );
     if setup::is_root() {
+        // The in-browser Linux's test boots it from dist/vm/ (about 7 minutes the first time:
+        // its kernel and the probe for i686; seconds after).
+        build_vm::run()?;
         workspace_tests()?.args(["--", "--ignored"]).run()?;
         steps.done("passed");
     } else {

@@ -291,6 +291,10 @@ fn base64(bytes: &[u8]) -> String {
     out
 }
 
+/// `dist/vm/`: the in-browser Linux (`cargo xtask build-vm`), which the app's build leaves in
+/// place.
+const VM_DIR: &str = "vm";
+
 /// Replaces the app in `dist` by the one in `stage`: files gone from the app go, changed ones
 /// move in, and a file whose bytes did not change is left as it was. That last rule is what
 /// keeps rebuilds short: the probe's build script lists the app's files again only when
@@ -303,7 +307,8 @@ fn replace_app(dist: &Path, stage: &Path) -> Result<(), String> {
     let staged = names(stage)?;
     for name in names(dist)? {
         let path = dist.join(&name);
-        if path != stage && !staged.contains(&name) {
+        // The in-browser Linux is `cargo xtask build-vm`'s, not the app's.
+        if path != stage && !staged.contains(&name) && name != VM_DIR {
             let removed =
                 if path.is_dir() { fs::remove_dir_all(&path) } else { fs::remove_file(&path) };
             removed.map_err(|e| format!("removing {}: {e}", path.display()))?;

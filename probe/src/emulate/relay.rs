@@ -262,7 +262,7 @@ fn wait_readable(files: [&File; 2], timeout_ns: u64) -> io::Result<[bool; 2]> {
     let mut fds =
         files.map(|f| libc::pollfd { fd: f.as_raw_fd(), events: libc::POLLIN, revents: 0 });
     let timeout = libc::timespec {
-        tv_sec: (timeout_ns / 1_000_000_000) as libc::time_t,
+        tv_sec: (timeout_ns / 1_000_000_000) as _,
         tv_nsec: (timeout_ns % 1_000_000_000) as libc::c_long,
     };
     // SAFETY: `fds` is a live array of two pollfd and `timeout` a live timespec; no signal mask.

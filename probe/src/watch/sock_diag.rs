@@ -506,8 +506,7 @@ impl DiagSocket {
         }
         // SAFETY: a descriptor the kernel has just returned to us and nothing else owns.
         let fd = unsafe { OwnedFd::from_raw_fd(fd) };
-        let timeout =
-            libc::timeval { tv_sec: RECEIVE_TIMEOUT.as_secs() as libc::time_t, tv_usec: 0 };
+        let timeout = libc::timeval { tv_sec: RECEIVE_TIMEOUT.as_secs() as _, tv_usec: 0 };
         // SAFETY: `timeout` is a `timeval` that outlives the call, and its size is the one
         // passed; the kernel only reads it.
         let rc = unsafe {

@@ -22,6 +22,7 @@ use crate::timeline::model::PLOT_WIDTH;
 use crate::timeline::rows::Filter;
 use crate::timeline::scale::Scale;
 use crate::timeline::view::{Mode, ViewState};
+use crate::vm::{Vm, VmStatus};
 use crate::ws::{LinkStatus, Outbox};
 
 /// How long the presenter's timeline must stay still before the room is told what it shows:
@@ -190,8 +191,14 @@ pub fn LessonPanel(
     // The kernel's answer: the numbers of the shown run, when it is a run of this step.
     let kernel_numbers = Memo::new(move |_| {
         let scenario = step_of()?.run.as_ref()?.scenario()?;
-        store.read(|s| run_of(s, &scenario).filter(|run| run.events > 0).map(kernel_answer))
+        store.read(|s| {
+            let run = run_of(s, &scenario).filter(|run| run.events > 0)?;
+            let emulated = s.selected_key().and_then(|key| s.emulated(key)).is_some();
+            Some((kernel_answer(run), emulated))
+        })
     });
+    // The Linux in this tab, when the site carries one (`cargo xtask build-vm`).
+    let vm = Vm::beside_page();
     let steps = move || current().map_or(1, |(l, _)| l.steps.len()).max(1);
     let go = move |to: usize| {
         // Read before the update: the signal cannot be read while it is being written.
@@ -450,11 +457,12 @@ pub fn LessonPanel(
         let busy = move || store.read(|s| s.is_running() || s.start_pending);
         // Read in the closures below, not here: the step's DOM is not rebuilt on every batch of
         // a live run, only the numbers are.
-        let numbers = move || {
-            kernel_numbers.get().map_or_else(
-                || "The kernel's numbers appear here once the run is shown.".to_string(),
-                |numbers| format!("What this kernel did: {numbers}."),
-            )
+        let numbers = move || match kernel_numbers.get() {
+            None => "The kernel's numbers appear here once the run is shown.".to_string(),
+            Some((numbers, false)) => format!("What this kernel did: {numbers}."),
+            Some((numbers, true)) => {
+                format!("What the Linux in this tab did (an emulated machine): {numbers}.")
+            }
         };
         let question = step.question.clone().map(|question| {
             let choices = question
@@ -549,6 +557,17 @@ pub fn LessonPanel(
         });
         let actions = step.run.clone().map(|_| {
             let (live_step, rec_id) = (step.clone(), id.clone());
+            let (vm_step, vm_name) = (step.clone(), format!("{id}-step-{} in this tab", index + 1));
+            let in_tab = move |_| {
+                let Some(spec) = vm_step.run.as_ref().and_then(|r| r.scenario()) else { return };
+                vm.run(store, &spec, vm_name.clone());
+                lesson.update(|s| {
+                    s.revealed = true;
+                    s.recording = false;
+                });
+            };
+            let vm_absent = move || vm.status.with(|s| *s == VmStatus::Absent);
+            let vm_busy = move || !vm.status.with(VmStatus::takes_runs);
             view! {
                 <div class="lesson-actions">
                     <button
@@ -566,7 +585,17 @@ pub fn LessonPanel(
                         title=move || if must_choose { "choose an answer first" } else { "the run recorded for this lesson by ackscope's probe" }
                         on:click=move |_| play(&rec_id, index)
                     >"Play the recording"</button>
+                    <button
+                        hidden=move || student || vm_absent()
+                        type="button"
+                        data-testid="lesson-run-vm"
+                        prop:disabled=move || must_choose || vm_busy()
+                        title="run this step on a Linux kernel emulated in this tab (v86): no probe needed"
+                        on:click=in_tab
+                    >"Run it on the Linux in this tab"</button>
                     {must_choose.then(|| view! { <span class="hint">"Predict first: choose an answer."</span> })}
+                    {move || vm.status.with(VmStatus::sentence).map(|s| view! { <span class="hint" data-testid="lesson-vm-status" role="status">{s}</span> })}
+                    {move || vm.note.get().map(|s| view! { <span class="error" data-testid="lesson-vm-note" role="status">{s}</span> })}
                 </div>
             }
         });

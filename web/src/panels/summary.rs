@@ -45,6 +45,8 @@ pub struct SelectedRun {
     host: Option<HostFacts>,
     /// A run against a remote server: its clock, as a sentence.
     clock: Option<String>,
+    /// A run of the Linux in this tab: what ran it, the emulated machine.
+    emulated: Option<String>,
     numbers: Numbers,
     /// A running watch of this probe's: the fixes it can try on the watched programs.
     live_try: Option<LiveTry>,
@@ -121,6 +123,7 @@ impl SelectedRun {
             },
             host: state.session(key.source).and_then(|s| s.host()).cloned(),
             clock: run.clock.map(|clock| clock_line(&clock)),
+            emulated: state.emulated(key).map(str::to_string),
             live_try: match key.source {
                 Source::Live => LiveTry::of(state, run),
                 Source::File(_) => None,
@@ -373,6 +376,7 @@ pub fn SummaryPanel(
                     <span class="status">{run.status}</span>
                 </h2>
                 <p class="instruments" data-testid="instruments">{run.instruments}</p>
+                {run.emulated.map(|label| view! { <p class="kernel-facts emulated" data-testid="summary-kernel">{label}</p> })}
                 {run.host.map(machine_line)}
                 {run.clock.map(|line| view! { <p class="clock" data-testid="summary-clock">{line}</p> })}
                 {match run.numbers {

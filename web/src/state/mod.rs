@@ -123,6 +123,9 @@ pub struct OpenedFile {
     /// pass while it goes.
     ranks: Option<(RunId, Arc<Ranks>)>,
     ranking: Option<WholePass>,
+    /// A session the Linux in this tab recorded (docs/IN-BROWSER.md): what ran it, said with
+    /// every figure of it ("in-browser Linux 6.1.192, emulated by v86 ...").
+    pub emulated: Option<String>,
 }
 
 /// What a file has of a run's ranks: made ([`AppState::ranks_of`]), or the pass making them.
@@ -380,6 +383,16 @@ impl AppState {
         id
     }
 
+    /// Opens the session the Linux in this tab recorded and sent (`bytes`, a session file),
+    /// with `emulated` saying what ran it; its run is shown.
+    pub fn open_emulated(&mut self, name: &str, bytes: &[u8], emulated: String) -> FileId {
+        let id = self.open_file(name, bytes);
+        if let Some(file) = self.file_mut(id) {
+            file.emulated = Some(emulated);
+        }
+        id
+    }
+
     /// Starts reading a file of `total_bytes` that arrives in pieces ([`AppState::feed_file`],
     /// then [`AppState::end_file`]). It is listed at once, with its progress.
     pub fn begin_file(&mut self, name: &str, total_bytes: u64) -> FileId {
@@ -534,6 +547,12 @@ impl AppState {
             from.wanted_shown = true;
             from.wanted
         })
+    }
+
+    /// What ran run `key`, when it was the Linux in this tab ([`OpenedFile::emulated`]).
+    pub fn emulated(&self, key: RunKey) -> Option<&str> {
+        let Source::File(id) = key.source else { return None };
+        self.file(id)?.emulated.as_deref()
     }
 
     /// The file of a run of a file, if that file can be read from a request.
@@ -789,7 +808,7 @@ impl AppState {
         self.next_file += 1;
         let name = name.to_string();
         let (loading, indexes, read_from, overviews) = (None, Vec::new(), None, Vec::new());
-        let (ranks, ranking) = (None, None);
+        let (ranks, ranking, emulated) = (None, None, None);
         let file = OpenedFile {
             id,
             name,
@@ -801,6 +820,7 @@ impl AppState {
             overviews,
             ranks,
             ranking,
+            emulated,
         };
         self.files.push(file);
         id
