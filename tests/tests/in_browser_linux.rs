@@ -122,7 +122,8 @@ async fn story_1_runs_on_the_linux_in_the_tab_with_no_probe() -> Result<()> {
         // TCP_NODELAY on both sides, on the guest that is already up.
         let nodelay = run_next_step_in_tab(&client, 3).await?;
         let fast = figure(&nodelay, "p50 ").with_context(|| format!("no p50 in {nodelay:?}"))?;
-        eprintln!("in the tab: Nagle p50 {p50} ms, NODELAY p50 {fast} ms");
+        let status = text(&client, "[data-testid=lesson-vm-status]").await.unwrap_or_default();
+        eprintln!("in the tab: Nagle p50 {p50} ms, NODELAY p50 {fast} ms; {status}");
         // What the lesson teaches, on any emulator speed: the 80 ms are gone. (The emulator adds
         // milliseconds of its own to each exchange: docs/IN-BROWSER.md.)
         assert!(fast < p50 / 4.0, "NODELAY p50 {fast} ms against Nagle's {p50} ms");
