@@ -711,6 +711,15 @@ impl Scenario {
     }
 
     /// A request/response run's own spec; `None` for every other scenario.
+    /// The emulated link a run goes over, if any (request/response and bulk runs).
+    pub fn link(&self) -> Option<&LinkSpec> {
+        match self {
+            Scenario::Rr(rr) => rr.link.as_ref(),
+            Scenario::Bulk(bulk) => bulk.link.as_ref(),
+            _ => None,
+        }
+    }
+
     pub fn rr(&self) -> Option<&RrSpec> {
         match self {
             Scenario::Rr(rr) => Some(rr),
