@@ -8,7 +8,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
-use fantoccini::{Client, ClientBuilder};
+use fantoccini::{Client, ClientBuilder, Locator};
 use tempfile::TempDir;
 
 /// A child process killed when the test ends, however it ends.
@@ -183,4 +183,19 @@ pub fn repo_root() -> PathBuf {
 /// when dropped.
 pub fn scratch_dir() -> std::io::Result<TempDir> {
     TempDir::with_prefix("ackscope-e2e-")
+}
+
+/// The elements `selector` (CSS) finds.
+pub fn css(selector: &str) -> Locator<'_> {
+    Locator::Css(selector)
+}
+
+/// The text of the first element `selector` finds.
+pub async fn text(client: &Client, selector: &str) -> Result<String> {
+    Ok(client.find(css(selector)).await?.text().await?)
+}
+
+/// The number after `label` in `text` ("p50 87.98 ms" with "p50 " -> 87.98).
+pub fn figure(text: &str, label: &str) -> Option<f64> {
+    text.split(label).nth(1)?.split_whitespace().next()?.trim_end_matches(',').parse().ok()
 }

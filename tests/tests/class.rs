@@ -9,9 +9,9 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use ackscope_shared::wire::{self, ClassState, ClassView, ToBrowser, ToProbe};
-use ackscope_tests::{ackscope_bin, start_browser, Reaped};
+use ackscope_tests::{ackscope_bin, css, start_browser, Reaped};
 use anyhow::{bail, Context, Result};
-use fantoccini::{Client, Locator};
+use fantoccini::Client;
 use futures_util::StreamExt;
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 use tokio_tungstenite::tungstenite::Message;
@@ -26,10 +26,6 @@ const ARROW_LEFT: &str = "\u{E012}";
 /// What "follows within 1 s" allows: a page that is a second behind the presenter has lost the
 /// class.
 const FOLLOW_WITHIN: Duration = Duration::from_secs(1);
-
-fn css(selector: &str) -> Locator<'_> {
-    Locator::Css(selector)
-}
 
 /// Starts `ackscope class` and returns it with the presenter's and the students' links.
 fn start_class() -> Result<(Reaped, String, String)> {

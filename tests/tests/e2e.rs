@@ -7,9 +7,9 @@
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use ackscope_tests::{downloads, screenshot, start_browser, start_probe};
+use ackscope_tests::{css, downloads, screenshot, start_browser, start_probe};
 use anyhow::{bail, ensure, Context, Result};
-use fantoccini::{elements::Element, Client, Locator};
+use fantoccini::{elements::Element, Client};
 
 /// Requests per run: with Nagle on both sides each takes ~88 ms, so a run lasts ~5 s, long enough
 /// to watch rows arrive while it goes.
@@ -24,10 +24,6 @@ async fn element_screenshot(client: &Client, selector: &str, name: &str) -> Resu
             .with_context(|| format!("writing {}", path.display()))?;
     }
     Ok(())
-}
-
-fn css(selector: &str) -> Locator<'_> {
-    Locator::Css(selector)
 }
 
 async fn text_of(client: &Client, testid: &str) -> Result<String> {

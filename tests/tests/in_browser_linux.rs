@@ -5,22 +5,11 @@
 
 use std::time::{Duration, Instant};
 
-use ackscope_tests::{is_root, repo_root, screenshot, serve_static, start_browser};
+use ackscope_tests::{
+    css, figure, is_root, repo_root, screenshot, serve_static, start_browser, text,
+};
 use anyhow::{bail, Context, Result};
-use fantoccini::{Client, Locator};
-
-fn css(selector: &str) -> Locator<'_> {
-    Locator::Css(selector)
-}
-
-async fn text(client: &Client, selector: &str) -> Result<String> {
-    Ok(client.find(css(selector)).await?.text().await?)
-}
-
-/// The number after `label ` in `text` ("p50 87.98 ms" -> 87.98).
-fn figure(text: &str, label: &str) -> Option<f64> {
-    text.split(label).nth(1)?.split_whitespace().next()?.trim_end_matches(',').parse().ok()
-}
+use fantoccini::Client;
 
 /// Polls `selector` until its text contains `what`, for up to `seconds`.
 async fn wait_for(client: &Client, selector: &str, what: &str, seconds: u64) -> Result<String> {

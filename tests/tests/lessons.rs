@@ -5,23 +5,10 @@
 use std::time::{Duration, Instant};
 
 use ackscope_shared::lesson;
-use ackscope_tests::{repo_root, screenshot, serve_static, start_browser};
+use ackscope_tests::{css, figure, repo_root, screenshot, serve_static, start_browser, text};
 use anyhow::{bail, Context, Result};
 use fantoccini::key::Key;
-use fantoccini::{Client, Locator};
-
-fn css(selector: &str) -> Locator<'_> {
-    Locator::Css(selector)
-}
-
-async fn text(client: &Client, selector: &str) -> Result<String> {
-    Ok(client.find(css(selector)).await?.text().await?)
-}
-
-/// The number after `label ` in `text` ("p50 87.98 ms" -> 87.98).
-fn figure(text: &str, label: &str) -> Option<f64> {
-    text.split(label).nth(1)?.split_whitespace().next()?.trim_end_matches(',').parse().ok()
-}
+use fantoccini::Client;
 
 async fn wait_for(client: &Client, selector: &str, what: &str) -> Result<String> {
     let deadline = Instant::now() + Duration::from_secs(30);
