@@ -113,9 +113,11 @@ async fn story_1_runs_on_the_linux_in_the_tab_with_no_probe() -> Result<()> {
         let fast = figure(&nodelay, "p50 ").with_context(|| format!("no p50 in {nodelay:?}"))?;
         let status = text(&client, "[data-testid=lesson-vm-status]").await.unwrap_or_default();
         eprintln!("in the tab: Nagle p50 {p50} ms, NODELAY p50 {fast} ms; {status}");
-        // What the lesson teaches, on any emulator speed: the 80 ms are gone. (The emulator adds
-        // milliseconds of its own to each exchange: docs/IN-BROWSER.md.)
-        assert!(fast < p50 / 4.0, "NODELAY p50 {fast} ms against Nagle's {p50} ms");
+        // What the lesson teaches, on any emulator speed: no request waits for a delayed ACK
+        // (40 ms) at the median any more. The emulator adds milliseconds of its own to each
+        // exchange, 4-7 ms at the median and over 20 ms at times (docs/IN-BROWSER.md), so the
+        // bound is the timer's, with room, not the 5 ms a host keeps far below.
+        assert!(fast < 30.0, "NODELAY p50 {fast} ms against Nagle's {p50} ms");
         let nagle_left =
             client.find(css("[data-testid=stall-class][data-class=nagle_delayed_ack]")).await;
         assert!(nagle_left.is_err(), "no Nagle x delayed ACK stall with TCP_NODELAY");

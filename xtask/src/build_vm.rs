@@ -19,6 +19,20 @@ const V86_VERSION: &str = "0.5.462";
 /// The kernel's source, as Debian packages it (the version the guest reports comes from it).
 const KERNEL_SOURCE: &str = "linux-source-6.1";
 const GUEST_TARGET: &str = "i686-unknown-linux-musl";
+/// Options tinyconfig or `vm/kernel.options` would leave on, turned off: the one compression
+/// (gzip), the one tick rate (1000 Hz), and a kernel that may be preempted.
+const KERNEL_OFF: [&str; 10] = [
+    "KERNEL_XZ",
+    "KERNEL_LZMA",
+    "KERNEL_BZIP2",
+    "KERNEL_LZO",
+    "KERNEL_LZ4",
+    "KERNEL_ZSTD",
+    "HZ_100",
+    "HZ_250",
+    "HZ_300",
+    "PREEMPT_NONE",
+];
 /// What building the kernel needs besides a C compiler and make.
 const KERNEL_TOOLS: [&str; 3] = ["flex", "bison", "bc"];
 
@@ -157,10 +171,12 @@ fn find_deb(debs: &Path, prefix: &str) -> Result<PathBuf, String> {
 fn build_kernel(steps: &mut Steps, root: &Path, work: &Path) -> Result<String, String> {
     let options = fs::read_to_string(root.join("vm/kernel.options"))
         .map_err(|e| format!("reading vm/kernel.options: {e}"))?;
+    // What the kernel was built with, in full: a change to either list builds it again.
+    let recipe = format!("{options}\n# off: {}\n", KERNEL_OFF.join(" "));
     let stamp = work.join("bzImage.options");
     let source = work.join("ksrc").join(KERNEL_SOURCE);
     let release_file = source.join("include/config/kernel.release");
-    let built = fs::read_to_string(&stamp).ok() == Some(options.clone());
+    let built = fs::read_to_string(&stamp).ok() == Some(recipe.clone());
     if !(built && work.join("bzImage").is_file() && release_file.is_file()) {
         steps.note("3 to 4 minutes on 2 cores, once");
         let missing: Vec<&str> =
@@ -190,19 +206,7 @@ fn build_kernel(steps: &mut Steps, root: &Path, work: &Path) -> Result<String, S
         {
             config(&["--enable", option])?;
         }
-        // The one compression, the one tick rate, and a kernel that may be preempted.
-        for other in [
-            "KERNEL_XZ",
-            "KERNEL_LZMA",
-            "KERNEL_BZIP2",
-            "KERNEL_LZO",
-            "KERNEL_LZ4",
-            "KERNEL_ZSTD",
-            "HZ_100",
-            "HZ_250",
-            "HZ_300",
-            "PREEMPT_NONE",
-        ] {
+        for other in KERNEL_OFF {
             config(&["--disable", other])?;
         }
         config(&["--set-val", "HZ", "1000"])?;
@@ -210,7 +214,7 @@ fn build_kernel(steps: &mut Steps, root: &Path, work: &Path) -> Result<String, S
         let jobs = format!("-j{}", std::thread::available_parallelism().map_or(2, |n| n.get()));
         make(&[&jobs, "bzImage"]).stdout(std::process::Stdio::null()).run()?;
         copy(&source.join("arch/x86/boot/bzImage"), &work.join("bzImage"))?;
-        fs::write(&stamp, &options).map_err(|e| format!("writing {}: {e}", stamp.display()))?;
+        fs::write(&stamp, &recipe).map_err(|e| format!("writing {}: {e}", stamp.display()))?;
     }
     let release = fs::read_to_string(&release_file)
         .map_err(|e| format!("reading {}: {e}", release_file.display()))?;
