@@ -33,8 +33,9 @@ const KERNEL_OFF: [&str; 10] = [
     "HZ_300",
     "PREEMPT_NONE",
 ];
-/// What building the kernel needs besides a C compiler and make.
-const KERNEL_TOOLS: [&str; 3] = ["flex", "bison", "bc"];
+/// What building the kernel needs besides the C compiler Rust links with: Debian's packages of
+/// the same names.
+const KERNEL_TOOLS: [&str; 4] = ["make", "flex", "bison", "bc"];
 
 /// The files the page fetches, all in `dist/vm/`.
 const SITE_FILES: [&str; 8] = [
