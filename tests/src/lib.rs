@@ -199,3 +199,24 @@ pub async fn text(client: &Client, selector: &str) -> Result<String> {
 pub fn figure(text: &str, label: &str) -> Option<f64> {
     text.split(label).nth(1)?.split_whitespace().next()?.trim_end_matches(',').parse().ok()
 }
+
+/// Polls `selector` until its text contains `what`, for up to `timeout`; its text then.
+pub async fn wait_for_text(
+    client: &Client,
+    selector: &str,
+    what: &str,
+    timeout: Duration,
+) -> Result<String> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Ok(found) = text(client, selector).await {
+            if found.contains(what) {
+                return Ok(found);
+            }
+        }
+        if Instant::now() > deadline {
+            bail!("{selector} never said {what:?}");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}

@@ -3,31 +3,25 @@
 //! Worker, and story 1 runs on that kernel's TCP stack. Its delayed-ACK timer is the guest's
 //! own, so Nagle's steps wait about 2 x 40 ms, and TCP_NODELAY takes that away.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use ackscope_tests::{
-    css, figure, is_root, repo_root, screenshot, serve_static, start_browser, text,
+    css, figure, is_root, repo_root, screenshot, serve_static, start_browser, text, wait_for_text,
 };
 use anyhow::{bail, Context, Result};
 use fantoccini::Client;
 
-/// Polls `selector` until its text contains `what`, for up to `seconds`.
+/// Polls `selector` until its text contains `what`, for up to `seconds`; on failure says
+/// where the tab's Linux was, and keeps a screenshot.
 async fn wait_for(client: &Client, selector: &str, what: &str, seconds: u64) -> Result<String> {
-    let deadline = Instant::now() + Duration::from_secs(seconds);
-    loop {
-        if let Ok(found) = text(client, selector).await {
-            if found.contains(what) {
-                return Ok(found);
-            }
-        }
-        if Instant::now() > deadline {
-            let status = text(client, "[data-testid=lesson-vm-status]").await.unwrap_or_default();
-            let note = text(client, "[data-testid=lesson-vm-note]").await.unwrap_or_default();
-            let _ = screenshot(client, "in-browser-linux-failed.png").await;
-            bail!("{selector} never said {what:?} (the tab's Linux: {status:?} {note:?})");
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
+    let waited = wait_for_text(client, selector, what, Duration::from_secs(seconds)).await;
+    if waited.is_err() {
+        let status = text(client, "[data-testid=lesson-vm-status]").await.unwrap_or_default();
+        let note = text(client, "[data-testid=lesson-vm-note]").await.unwrap_or_default();
+        let _ = screenshot(client, "in-browser-linux-failed.png").await;
+        return waited.with_context(|| format!("the tab's Linux: {status:?} {note:?}"));
     }
+    waited
 }
 
 /// Goes on to step `step` of the lesson shown (the page, and the guest booted in it, stay)

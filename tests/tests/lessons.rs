@@ -2,27 +2,18 @@
 //! something opens its recording, made by the real probe (`cargo xtask record-lessons`), and
 //! shows the kernel's answer; presenter mode moves with the keys.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use ackscope_shared::lesson;
-use ackscope_tests::{css, figure, repo_root, screenshot, serve_static, start_browser, text};
+use ackscope_tests::{
+    css, figure, repo_root, screenshot, serve_static, start_browser, text, wait_for_text,
+};
 use anyhow::{bail, Context, Result};
 use fantoccini::key::Key;
 use fantoccini::Client;
 
 async fn wait_for(client: &Client, selector: &str, what: &str) -> Result<String> {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        if let Ok(found) = text(client, selector).await {
-            if found.contains(what) {
-                return Ok(found);
-            }
-        }
-        if Instant::now() > deadline {
-            bail!("{selector} never said {what:?}");
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    wait_for_text(client, selector, what, Duration::from_secs(30)).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

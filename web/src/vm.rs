@@ -45,8 +45,9 @@ pub enum VmStatus {
         kernel: String,
         boot_ms: u32,
     },
-    /// The emulator stopped (or never started): why.
+    /// The emulator stopped (or never started): why. The next step asked boots it again.
     Failed {
+        kernel: String,
         reason: String,
     },
 }
@@ -54,7 +55,22 @@ pub enum VmStatus {
 impl VmStatus {
     /// Whether a step can be sent to it now (or to its boot).
     pub fn takes_runs(&self) -> bool {
-        matches!(self, VmStatus::Available { .. } | VmStatus::Ready { .. })
+        matches!(
+            self,
+            VmStatus::Available { .. } | VmStatus::Ready { .. } | VmStatus::Failed { .. }
+        )
+    }
+
+    /// The guest kernel's release (empty while none was found).
+    fn kernel(&self) -> String {
+        match self {
+            VmStatus::Absent => String::new(),
+            VmStatus::Available { kernel }
+            | VmStatus::Booting { kernel }
+            | VmStatus::Ready { kernel, .. }
+            | VmStatus::Running { kernel, .. }
+            | VmStatus::Failed { kernel, .. } => kernel.clone(),
+        }
     }
 
     /// For people, beside the button; `None` when there is nothing to say.
@@ -71,7 +87,9 @@ impl VmStatus {
             VmStatus::Running { kernel, .. } => {
                 Some(format!("Running the step on Linux {kernel} in this tab..."))
             }
-            VmStatus::Failed { reason } => Some(format!("The Linux in this tab stopped: {reason}")),
+            VmStatus::Failed { reason, .. } => Some(format!(
+                "The Linux in this tab stopped: {reason}. The next run boots it again."
+            )),
         }
     }
 }
@@ -133,6 +151,10 @@ impl Vm {
     /// Runs `scenario` in the guest, booting it first if need be; its session opens as a file
     /// named `name` once the run has ended.
     pub fn run(self, store: Store, scenario: &Scenario, name: String) {
+        let status = self.status.get_untracked();
+        if !status.takes_runs() {
+            return;
+        }
         let spec = scenario.to_json_line();
         let id = self.inner.try_update_value(|inner| {
             inner.next_id += 1;
@@ -140,8 +162,8 @@ impl Vm {
         });
         let Some(id) = id else { return };
         self.note.set(None);
-        match self.status.get_untracked() {
-            VmStatus::Available { kernel } => {
+        match status {
+            VmStatus::Available { kernel } | VmStatus::Failed { kernel, .. } => {
                 self.inner.update_value(|inner| inner.waiting = Some((id, spec, name)));
                 self.start(store, kernel);
             }
@@ -172,7 +194,7 @@ impl Vm {
             Ok(worker) => worker,
             Err(error) => {
                 let reason = format!("no worker: {}", crate::js::describe(&error));
-                self.status.set(VmStatus::Failed { reason });
+                self.status.set(VmStatus::Failed { kernel, reason });
                 return;
             }
         };
@@ -200,7 +222,8 @@ impl Vm {
             inner.waiting = None;
             inner.running = None;
         });
-        self.status.try_set(VmStatus::Failed { reason });
+        let kernel = self.status.with_untracked(VmStatus::kernel);
+        self.status.try_set(VmStatus::Failed { kernel, reason });
     }
 
     /// One message of the worker's (vm/worker.js says which).
@@ -226,15 +249,14 @@ impl Vm {
             let id = number(&session, "id") as u32;
             let bytes = Reflect::get(&session, &"bytes".into()).unwrap_or(JsValue::UNDEFINED);
             let bytes = Uint8Array::new(&bytes).to_vec();
-            self.ended(store, id, |store, name, kernel| {
-                let label = emulated_label(kernel);
+            if let Some((name, kernel)) = self.ended(id) {
                 store.update(|state| {
-                    state.open_emulated(name, &bytes, label);
+                    state.open_emulated(&name, &bytes, emulated_label(&kernel));
                 });
-            });
+            }
         } else if let Some(failed) = field("failed") {
             let (id, reason) = (number(&failed, "id") as u32, text(&failed, "reason"));
-            self.ended(store, id, |_, _, _| {});
+            self.ended(id);
             self.note.set(Some(format!("The run in this tab failed: {reason}")));
         } else if let Ok(error) = Reflect::get(data, &"error".into()) {
             if let Some(reason) = error.as_string() {
@@ -243,18 +265,18 @@ impl Vm {
         }
     }
 
-    /// The run `id` ended: `then` with its file's name and the guest's kernel, and the guest
-    /// takes the next step.
-    fn ended(self, store: Store, id: u32, then: impl FnOnce(Store, &str, &str)) {
-        // Only the run going on: one the guest answers late is not shown as another's.
+    /// The run `id` ended: its file's name and the guest's kernel, if it is the run going on
+    /// (one the guest answers late is not shown as another's); the guest takes the next step.
+    fn ended(self, id: u32) -> Option<(String, String)> {
         let running = self
             .inner
             .try_update_value(|inner| inner.running.take_if(|(running, _)| *running == id));
-        let Some(Some((_, name))) = running else { return };
-        if let VmStatus::Running { kernel, boot_ms } = self.status.get_untracked() {
-            then(store, &name, &kernel);
-            self.status.set(VmStatus::Ready { kernel, boot_ms });
-        }
+        let (_, name) = running.flatten()?;
+        let VmStatus::Running { kernel, boot_ms } = self.status.get_untracked() else {
+            return None;
+        };
+        self.status.set(VmStatus::Ready { kernel: kernel.clone(), boot_ms });
+        Some((name, kernel))
     }
 }
 

@@ -226,9 +226,7 @@ pub fn run(args: &RunArgs) -> Result<Ended, Failure> {
         let _ = writeln!(Printable::json(io::stdout().lock()), "{json}");
         return Ok(Ended::Ok);
     }
-    if let Scenario::Rr(RrSpec { link: Some(_), .. })
-    | Scenario::Bulk(BulkSpec { link: Some(_), .. }) = &scenario
-    {
+    if scenario.link().is_some() {
         // Before any thread exists: a user namespace is refused to a multithreaded process.
         emulate::privilege::ensure_link_privileges().map_err(|e| Failure::Run(e.to_string()))?;
     }
