@@ -94,19 +94,13 @@ impl VmStatus {
     }
 }
 
-/// Why `scenario` cannot run on the Linux in this tab, if it cannot. Its kernel has no network
-/// namespaces, which an emulated link (`--link`) puts each side in: with them built in, the
-/// client could not bind its side's address yet (docs/IN-BROWSER.md).
-pub fn cannot_run(scenario: &Scenario) -> Option<&'static str> {
-    scenario.link().map(|_| "this step's emulated link does not run on the Linux in this tab yet")
-}
-
 /// What every run of the guest is labelled with: the machine was emulated.
 pub fn emulated_label(kernel: &str) -> String {
     format!(
         "in-browser Linux {kernel}, emulated by v86 in this tab: the delayed-ACK timer is the \
          guest kernel's, the clock is the emulator's, and the one emulated CPU is shared by \
-         both sides and the recorder"
+         both sides, the recorder and an emulated link's relay, so a transfer goes no faster \
+         than that CPU allows"
     )
 }
 
@@ -291,26 +285,4 @@ async fn manifest_kernel() -> Option<String> {
     let text = settle(&response.text().ok()?).await.ok()?.as_string()?;
     let manifest = js_sys::JSON::parse(&text).ok()?;
     Reflect::get(&manifest, &"kernel".into()).ok()?.as_string()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use ackscope_shared::presets;
-
-    /// Story 1 runs in the tab; a step over an emulated link is refused with why, before the
-    /// guest is asked (its kernel has no network namespaces).
-    #[test]
-    fn a_step_over_an_emulated_link_is_not_offered_in_the_tab() {
-        let scenario = |name: &str| (presets::find(name).expect(name).build)();
-        assert_eq!(cannot_run(&scenario("story1")), None);
-        assert_eq!(cannot_run(&scenario("story1-nodelay")), None);
-        let linked = presets::PRESETS
-            .iter()
-            .map(|preset| (preset.build)())
-            .find(|scenario| scenario.link().is_some())
-            .expect("a preset over an emulated link");
-        let why = cannot_run(&linked).expect("refused");
-        assert!(why.contains("emulated link"), "{why}");
-    }
 }

@@ -22,7 +22,7 @@ use crate::timeline::model::PLOT_WIDTH;
 use crate::timeline::rows::Filter;
 use crate::timeline::scale::Scale;
 use crate::timeline::view::{Mode, ViewState};
-use crate::vm::{cannot_run, Vm, VmStatus};
+use crate::vm::{Vm, VmStatus};
 use crate::ws::{LinkStatus, Outbox};
 
 /// How long the presenter's timeline must stay still before the room is told what it shows:
@@ -567,7 +567,6 @@ pub fn LessonPanel(
                 });
             };
             let vm_absent = move || vm.status.with(|s| *s == VmStatus::Absent);
-            let vm_cannot = step.run.as_ref().and_then(|r| r.scenario()).as_ref().and_then(cannot_run);
             let vm_busy = move || !vm.status.with(VmStatus::takes_runs);
             view! {
                 <div class="lesson-actions">
@@ -590,8 +589,8 @@ pub fn LessonPanel(
                         hidden=move || student || vm_absent()
                         type="button"
                         data-testid="lesson-run-vm"
-                        prop:disabled=move || must_choose || vm_busy() || vm_cannot.is_some()
-                        title=vm_cannot.unwrap_or("run this step on a Linux kernel emulated in this tab (v86): no probe needed")
+                        prop:disabled=move || must_choose || vm_busy()
+                        title="run this step on a Linux kernel emulated in this tab (v86): no probe needed"
                         on:click=in_tab
                     >"Run it on the Linux in this tab"</button>
                     {must_choose.then(|| view! { <span class="hint">"Predict first: choose an answer."</span> })}
