@@ -7,7 +7,8 @@
 //!
 //! Why index.html is the one file watched: when this script runs again, cargo recompiles the
 //! whole library after it. The list of files changes only with index.html (it names the app's
-//! files, and xtask's web build leaves unchanged files untouched), while a changed wasm or
+//! files, xtask's web build leaves unchanged files untouched and writes index.html again when a
+//! file comes or goes), while a changed wasm or
 //! stylesheet reaches the binary through `include_bytes!`, which cargo tracks itself: a rebuilt
 //! web app then costs a relink of the binary, not a rebuild of the probe.
 

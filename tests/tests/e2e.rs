@@ -460,6 +460,10 @@ async fn a_million_request_session_opens_and_its_slowest_request_is_one_click_aw
             client.find(css("[data-testid=file-preview]")).await.is_err(),
             "the preview goes once the file is read"
         );
+        // Decoded beside the page, by a worker that said how much memory it held.
+        let worker_bytes = client.execute("return window.ackscopeWorkerWasmBytes || 0", vec![]);
+        let worker_bytes = worker_bytes.await?.as_f64().unwrap_or(0.0);
+        assert!(worker_bytes > 0.0, "the file was not decoded in the decoder's worker");
         client.find(css("[data-testid=next-slowest]")).await?.click().await?;
         tokio::time::sleep(Duration::from_millis(500)).await;
         let panel = client.find(css("[data-testid=selection]")).await?;
@@ -482,13 +486,26 @@ async fn a_million_request_session_opens_and_its_slowest_request_is_one_click_aw
 }
 
 /// "Read from a request" on the file's card, opening its control if it is closed (it stays
-/// open on a card that was not replaced).
+/// open on a card that was not replaced). A card replaced between the look and the typing (the
+/// file read again around a request) has its control closed again: tried until the field
+/// takes the number.
 async fn read_from(client: &Client, request: u32) -> Result<()> {
-    let control = client.find(css("[data-testid=file-read-from]")).await?;
-    if control.attr("open").await?.is_none() {
-        client.find(css("[data-testid=file-read-from] summary")).await?.click().await?;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let typed = async {
+            let control = client.find(css("[data-testid=file-read-from]")).await?;
+            if control.attr("open").await?.is_none() {
+                client.find(css("[data-testid=file-read-from] summary")).await?.click().await?;
+            }
+            type_into(client, "file-read-from-request", &request.to_string()).await
+        }
+        .await;
+        match typed {
+            Ok(()) => break,
+            Err(error) if Instant::now() > deadline => return Err(error),
+            Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+        }
     }
-    type_into(client, "file-read-from-request", &request.to_string()).await?;
     client.find(css("[data-testid=file-read-from-go]")).await?.click().await?;
     Ok(())
 }

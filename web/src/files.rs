@@ -5,7 +5,7 @@
 //! of the page.
 
 use std::cell::RefCell;
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::ops::Range;
 use std::time::Duration;
 
@@ -16,12 +16,14 @@ use ackscope_shared::wire::{
     self, FileEnd, FrameStream, ToBrowser, Trailer, WireError, TRAILER_FRAME_BYTES,
 };
 use ackscope_shared::RunId;
-use js_sys::{Array, Uint8Array};
+use js_sys::{Array, ArrayBuffer, Uint8Array};
 use leptos::prelude::{set_timeout, RwSignal, Set};
 use leptos::task::spawn_local;
 use wasm_bindgen::{JsCast, JsValue};
 use web_sys::{Blob, BlobPropertyBag, FileList, HtmlAnchorElement, Response, Url};
 
+use crate::decode_worker::{self, DecodeWorker, Problem, Reply};
+use crate::handoff::Messages;
 use crate::js::{describe, settle, yield_now};
 use crate::session_file::{capture_to_session, is_capture, name_of_url, refuse_size};
 use crate::state::{AppState, FileId, OpenedFile, Ranking, Reach, ReadPlan, Source};
@@ -52,7 +54,10 @@ const FEED_EVENTS: usize = 8192;
 /// file loads (a task over 50 ms is one a person notices). Each slice costs about 3.6 ms more
 /// (the progress shown, the browser's turn): a million-request file loaded in 2.9 s in slices of
 /// 20 ms, 2.7 s in slices of 40. A slice ends one feed (up to 8,192 events, a few ms) after it,
-/// so 30 keeps that margin below 50 while the code is still cold.
+/// so 30 keeps that margin below 50 while the code is still cold. (With the worker decoding,
+/// slices of 40 loaded the file in 1.41-1.49 s instead of 1.46-1.59, and made a task of 51-59
+/// ms one load in two; ending a slice early when the feed before it had been slow did not
+/// prevent that.)
 const SLICE_MS: f64 = 30.0;
 
 /// Reads `blob` (a `File` from the picker or a drop) and opens it as a session of its own, in
@@ -153,12 +158,31 @@ async fn load(store: Store, name: String, blob: Blob, plan: Option<ReadPlan>, ra
         });
         yield_now().await;
     }
-    let feed = |state: &mut AppState, bytes: &[u8]| {
-        let open = state.file(id).is_some();
-        open.then(|| state.feed_file_some(id, bytes, FEED_EVENTS))
+    // A big file's decoder starts beside the page once the overview is painted (started before,
+    // the compiling of its wasm delayed the painting).
+    let worker = match read_bytes >= WORKER_MIN_BYTES {
+        true => store.try_update_quietly(|state| state.file_event_cap()).and_then(|max_events| {
+            DecodeWorker::start(max_events, from.map(|from| (from.run, from.first)))
+        }),
+        false => None,
     };
-    match feed_blob(store, &blob, read, feed).await {
-        Fed::All => {}
+    let in_worker = match worker {
+        Some(worker) => decode_in_worker(store, id, &blob, &read, worker).await,
+        None => None,
+    };
+    let fed = match in_worker {
+        Some(fed) => fed,
+        None => {
+            let feed = |state: &mut AppState, bytes: &[u8]| {
+                let open = state.file(id).is_some();
+                open.then(|| state.feed_file_some(id, bytes, FEED_EVENTS))
+            };
+            feed_blob(store, &blob, read, feed).await
+        }
+    };
+    let decoded_elsewhere = match fed {
+        Fed::All => None,
+        Fed::Decoded(problem) => Some(problem),
         Fed::Stopped => return, // the page is gone, or the file was closed
         Fed::Unreadable(error) => {
             store.try_update(|state| {
@@ -167,7 +191,7 @@ async fn load(store: Store, name: String, blob: Blob, plan: Option<ReadPlan>, ra
             });
             return;
         }
-    }
+    };
     // The first whole view of the run is a task of its own, not the end of a decoding slice,
     // and what it reads is made in one before it.
     store.try_update(|_| {});
@@ -175,10 +199,92 @@ async fn load(store: Store, name: String, blob: Blob, plan: Option<ReadPlan>, ra
     store.try_update_quietly(|state| state.prepare_file(id));
     yield_now().await;
     store.try_update(|state| {
-        state.end_file(id);
+        match decoded_elsewhere {
+            Some(problem) => state.end_file_with(id, problem),
+            None => state.end_file(id),
+        }
         state.give_ranks(id, ranking);
     });
     rank(store, id, blob).await;
+}
+
+/// Files this big or bigger are decoded in a worker beside the page's thread
+/// ([`crate::decode_worker`]); smaller ones on the page's, where they take less than the
+/// worker's start (a second instance of the app's wasm, compiled again).
+const WORKER_MIN_BYTES: u64 = 4 * 1024 * 1024;
+
+/// Decodes `ranges` of `blob` in a worker and applies what it hands back, in slices as
+/// [`feed_blob`] does; `None` when no worker could decode it (none could start, or it failed
+/// before handing anything back), for the page to decode it itself.
+async fn decode_in_worker(
+    store: Store,
+    id: FileId,
+    blob: &Blob,
+    ranges: &[Range<u64>],
+    worker: DecodeWorker,
+) -> Option<Fed> {
+    let mut pieces = Pieces::new(blob, ranges);
+    // The length of each piece with the worker, oldest first: its batch comes back in order.
+    let mut with_worker = VecDeque::new();
+    let mut applied_any = false;
+    let mut ended = false;
+    let mut slice_start = now_ms();
+    let stopped = |reason: String| {
+        let text = format!("decoding stopped: {reason}");
+        Some(Fed::Decoded(Some(Problem { text, too_many: false })))
+    };
+    loop {
+        while with_worker.len() < decode_worker::IN_FLIGHT {
+            match pieces.next().await {
+                Some(Ok(piece)) => {
+                    with_worker.push_back(u64::from(piece.byte_length()));
+                    worker.send(&piece);
+                }
+                Some(Err(error)) => return Some(Fed::Unreadable(error)),
+                None => break,
+            }
+        }
+        if with_worker.is_empty() && !ended {
+            worker.end();
+            ended = true;
+        }
+        let batch = match worker.next().await {
+            Reply::Batch(batch) => batch.to_vec(),
+            Reply::Ended(problem) => return Some(Fed::Decoded(problem)),
+            // Nothing applied yet: the page decodes the file itself, from its start, as where
+            // no worker can start (a browser without module workers, a script not served).
+            Reply::Failed(_) if !applied_any => return None,
+            Reply::Failed(reason) => {
+                return stopped(format!("the decoder's worker failed: {reason}"))
+            }
+        };
+        let Some(piece_bytes) = with_worker.pop_front() else {
+            return stopped("the decoder's worker answered a piece never sent".into());
+        };
+        let mut messages = Messages::new(&batch);
+        loop {
+            let applied = store.try_update_quietly(|state| {
+                let open = state.file(id).is_some();
+                open.then(|| state.apply_file_messages(id, &mut messages, FEED_EVENTS))
+            });
+            let more = match applied {
+                Some(Some(Ok(more))) => more,
+                Some(Some(Err(reason))) => return stopped(reason),
+                _ => return Some(Fed::Stopped), // the page is gone, or the file was closed
+            };
+            applied_any = true;
+            if now_ms() - slice_start > SLICE_MS {
+                // Show the progress, then let the page paint and take input.
+                store.try_update(|_| {});
+                yield_now().await;
+                slice_start = now_ms();
+            }
+            if !more {
+                break;
+            }
+        }
+        store.try_update_quietly(|state| state.file_read(id, piece_bytes));
+    }
 }
 
 /// For a file the page holds in part: a pass over the whole file, in slices as a read is, that
@@ -195,15 +301,76 @@ async fn rank(store: Store, id: FileId, blob: Blob) {
     // read with the next piece, or when it finishes.
     let feed = |state: &mut AppState, bytes: &[u8]| state.feed_ranking(id, bytes, FEED_EVENTS);
     match feed_blob(store, &blob, std::iter::once(resume..size as u64), feed).await {
-        Fed::All => store.try_update(|state| state.end_ranking(id)),
+        Fed::All | Fed::Decoded(_) => store.try_update(|state| state.end_ranking(id)),
         Fed::Unreadable(_) => store.try_update(|state| state.abandon_ranking(id)),
         Fed::Stopped => {} // the page is gone, or the file was closed
     }
 }
 
+/// The pieces of [`decode_worker::PIECE_BYTES`] sent to the worker, each its own buffer (handed
+/// over with it), cut from chunks of [`READ_CHUNK_BYTES`] read from the file: a read of the
+/// file takes milliseconds, however small.
+struct Pieces<'a> {
+    blob: &'a Blob,
+    chunks: Box<dyn Iterator<Item = (f64, f64)> + 'a>,
+    chunk: Option<ArrayBuffer>,
+    at: u32,
+    /// The read of the chunk after, started when the one before was taken: the browser reads
+    /// it while the page applies.
+    reading: Option<Result<js_sys::Promise, JsValue>>,
+}
+
+impl<'a> Pieces<'a> {
+    fn new(blob: &'a Blob, ranges: &'a [Range<u64>]) -> Pieces<'a> {
+        let chunks = Box::new(chunks(ranges.iter().cloned()));
+        let mut pieces = Pieces { blob, chunks, chunk: None, at: 0, reading: None };
+        pieces.read_next();
+        pieces
+    }
+
+    fn read_next(&mut self) {
+        self.reading = self.chunks.next().map(|(at, end)| {
+            self.blob.slice_with_f64_and_f64(at, end).map(|chunk| chunk.array_buffer())
+        });
+    }
+
+    async fn next(&mut self) -> Option<Result<ArrayBuffer, JsValue>> {
+        loop {
+            if let Some(chunk) = &self.chunk {
+                if self.at < chunk.byte_length() {
+                    let end = chunk.byte_length().min(self.at + decode_worker::PIECE_BYTES);
+                    let piece = chunk.slice_with_end(self.at, end);
+                    self.at = end;
+                    return Some(Ok(piece));
+                }
+            }
+            let read = match self.reading.take()? {
+                Ok(reading) => settle(&reading).await,
+                Err(error) => Err(error),
+            };
+            match read.and_then(|buffer| buffer.dyn_into::<ArrayBuffer>()) {
+                Ok(chunk) => (self.chunk, self.at) = (Some(chunk), 0),
+                Err(error) => return Some(Err(error)),
+            }
+            self.read_next();
+        }
+    }
+}
+
+/// The chunks of [`READ_CHUNK_BYTES`] (at most) that `ranges` of a file are read in: `(start,
+/// end)`, as a `Blob` slices.
+fn chunks(ranges: impl IntoIterator<Item = Range<u64>>) -> impl Iterator<Item = (f64, f64)> {
+    ranges.into_iter().flat_map(|range| {
+        let starts = (range.start..range.end).step_by(READ_CHUNK_BYTES as usize);
+        starts.map(move |at| (at as f64, (at + READ_CHUNK_BYTES as u64).min(range.end) as f64))
+    })
+}
+
 /// How feeding a file's bytes to the page's state ended.
 enum Fed {
     All,
+    /// Decoded in the worker, which found this wrong with the file, if anything.
+    Decoded(Option<Problem>),
     /// The one fed is gone (the page, or the file closed).
     Stopped,
     Unreadable(JsValue),
@@ -223,11 +390,7 @@ async fn feed_blob(
     let mut slice_start = now_ms();
     // The one buffer pieces are copied into: the app's memory holds a piece, not a chunk.
     let mut piece = vec![0u8; DECODE_PIECE_BYTES as usize];
-    let chunks = ranges.into_iter().flat_map(|range| {
-        let starts = (range.start..range.end).step_by(READ_CHUNK_BYTES as usize);
-        starts.map(move |at| (at as f64, (at + READ_CHUNK_BYTES as u64).min(range.end) as f64))
-    });
-    for (at, end) in chunks {
+    for (at, end) in chunks(ranges) {
         let chunk = match blob.slice_with_f64_and_f64(at, end) {
             Ok(chunk) => settle(&chunk.array_buffer()).await,
             Err(error) => Err(error),

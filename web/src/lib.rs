@@ -19,8 +19,10 @@
 pub mod app;
 pub mod classroom;
 pub mod compare;
+pub mod decode_worker;
 pub mod files;
 pub mod form;
+pub mod handoff;
 pub mod js;
 pub mod ladder;
 pub mod lessons;

@@ -192,9 +192,12 @@ fn bench(count: u32, seconds: u32) -> Result<(), String> {
         verdict(frame.is_some_and(|f| f <= FRAME_TARGET_MS))
     );
     let wasm_target = WASM_MB_PER_MILLION_REQUESTS * f64::from(count) / 1e6;
+    // The decoder's worker holds its memory while the file loads, beside the page's: both count.
+    let memory = wasm.zip(field("worker_mb")).map(|(page, worker)| page + worker);
     println!(
-        "  wasm_mb <= {wasm_target:.0} ({WASM_MB_PER_MILLION_REQUESTS} MB a million requests): {}",
-        verdict(wasm.is_some_and(|w| w <= wasm_target))
+        "  wasm_mb + worker_mb <= {wasm_target:.0} ({WASM_MB_PER_MILLION_REQUESTS} MB a million \
+         requests): {}",
+        verdict(memory.is_some_and(|w| w <= wasm_target))
     );
     println!(
         "  peer: Perfetto's trace_processor_shell cannot be installed here (no Debian, PyPI or npm \

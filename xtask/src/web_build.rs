@@ -145,7 +145,13 @@ fn rewrite_html(html: &str, links: &[TrunkLink], bin: &str) -> String {
                 r#"<link rel="modulepreload" href="./{bin}.js" />
     <script type="module">
       import init from "./{bin}.js";
-      const wasm = await init({{ module_or_path: "./{bin}_bg.wasm" }});
+      // Compiled here and kept: the worker that decodes a big file runs the same module
+      // (web/src/decode_worker.rs), and takes it compiled instead of compiling it again.
+      const url = "./{bin}_bg.wasm";
+      const module = await WebAssembly.compileStreaming(fetch(url)).catch(async () =>
+        WebAssembly.compile(await (await fetch(url)).arrayBuffer()));
+      window.ackscopeWasmModule = module;
+      const wasm = await init({{ module_or_path: module }});
       // The app's memory, for `cargo xtask bench viewer` to read its size from outside.
       window.ackscopeWasmMemory = wasm.memory;
     </script>"#
@@ -215,10 +221,47 @@ pub fn build() -> Result<(), String> {
     }
     let page = rewrite_html(&html, &links, &plan.bin);
     write(&stage.join("index.html"), &page)?;
+    write(&stage.join(DECODE_WORKER), &decode_worker(&plan.bin))?;
 
     offline_page(&page_for_offline(&html, &links), &stage, &plan.bin, &root.join("offline"))?;
     replace_app(&dist, &stage)?;
     write(&root.join(setup::DIST_STAMP), "the web app was last built when this file was written\n")
+}
+
+/// The script of the Web Worker that decodes a big file beside the page (`web/src/
+/// decode_worker.rs`): a second instance of the app's wasm, whose `main` mounts nothing there.
+const DECODE_WORKER: &str = "decode-worker.js";
+
+/// [`DECODE_WORKER`]'s text. It takes `{start}` (with the page's compiled module, if it has one),
+/// then `{bytes}` pieces, then `{end}`, and answers
+/// each piece with `{batch}` and the end with `{end: {problem, tooMany}}`, in order (each
+/// message waits for the one before: they are handled one after the other), or `{failed}`.
+fn decode_worker(bin: &str) -> String {
+    format!(
+        r#"// Decodes a session file beside the page: web/src/decode_worker.rs. Written by `cargo xtask build`.
+import init, {{ WorkerDecoder }} from "./{bin}.js";
+
+let decoder = null;
+let memory = null;
+let queue = Promise.resolve();
+onmessage = ({{ data }}) => {{
+  queue = queue.then(async () => {{
+    if (data.start) {{
+      // The page's module, compiled already, or the app's wasm fetched and compiled here.
+      memory = (await init({{ module_or_path: data.start.module ?? "./{bin}_bg.wasm" }})).memory;
+      decoder = new WorkerDecoder(data.start.maxEvents, data.start.fromRun, data.start.fromFirst ?? 0);
+    }} else if (data.bytes) {{
+      const batch = decoder.feed(new Uint8Array(data.bytes));
+      postMessage({{ batch: batch.buffer }}, [batch.buffer]);
+    }} else if (data.end) {{
+      const problem = decoder.finish();
+      const memoryBytes = memory.buffer.byteLength;
+      postMessage({{ end: {{ problem: problem ?? null, tooMany: decoder.tooMany, memoryBytes }} }});
+    }}
+  }}).catch((error) => postMessage({{ failed: String(error) }}));
+}};
+"#
+    )
 }
 
 /// index.html with its module script and stylesheet left as markers for [`offline_page`].
@@ -305,10 +348,12 @@ fn replace_app(dist: &Path, stage: &Path) -> Result<(), String> {
         entries.map(|entry| entry.map(|e| e.file_name()).map_err(|e| e.to_string())).collect()
     };
     let staged = names(stage)?;
+    let mut listed_anew = false;
     for name in names(dist)? {
         let path = dist.join(&name);
         // The in-browser Linux is `cargo xtask build-vm`'s, not the app's.
         if path != stage && !staged.contains(&name) && name != VM_DIR {
+            listed_anew = true;
             let removed =
                 if path.is_dir() { fs::remove_dir_all(&path) } else { fs::remove_file(&path) };
             removed.map_err(|e| format!("removing {}: {e}", path.display()))?;
@@ -316,6 +361,7 @@ fn replace_app(dist: &Path, stage: &Path) -> Result<(), String> {
     }
     for name in staged {
         let (from, to) = (stage.join(&name), dist.join(&name));
+        listed_anew |= !to.exists();
         let same =
             to.is_file() && fs::read(&from).ok().is_some_and(|new| fs::read(&to).ok() == Some(new));
         if same {
@@ -328,6 +374,13 @@ fn replace_app(dist: &Path, stage: &Path) -> Result<(), String> {
         }
     }
     let _ = fs::remove_dir(stage);
+    // A file came or went: index.html is written again, however alike, so that the probe's
+    // build script (which watches it alone) lists the app's files again.
+    if listed_anew {
+        let index = dist.join("index.html");
+        let page = fs::read(&index).map_err(|e| format!("reading {}: {e}", index.display()))?;
+        fs::write(&index, page).map_err(|e| format!("writing {}: {e}", index.display()))?;
+    }
     Ok(())
 }
 
@@ -345,6 +398,13 @@ fn write(path: &Path, text: &str) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_decode_worker_loads_the_app_it_is_built_with() {
+        let script = decode_worker("app");
+        assert!(script.contains(r#"import init, { WorkerDecoder } from "./app.js";"#), "{script}");
+        assert!(script.contains(r#"data.start.module ?? "./app_bg.wasm""#), "{script}");
+    }
 
     #[test]
     fn base64_is_the_standard_one() {
@@ -387,7 +447,8 @@ mod tests {
         assert!(!html.contains("data-trunk"), "{html}");
         assert!(html.contains(r#"<link rel="stylesheet" href="./style.css" />"#), "{html}");
         assert!(html.contains(r#"import init from "./app.js";"#), "{html}");
-        assert!(html.contains(r#"await init({ module_or_path: "./app_bg.wasm" });"#), "{html}");
+        assert!(html.contains(r#"const url = "./app_bg.wasm";"#), "{html}");
+        assert!(html.contains("await init({ module_or_path: module });"), "{html}");
         assert!(html.contains(r#"<link rel="icon" href="x.png">"#), "other links stay");
         assert_eq!(html.matches("<script").count(), 1, "a folder adds nothing to the page");
         let offline = page_for_offline(PAGE, &links);

@@ -14,7 +14,9 @@
 //!   the display's interval), with `paint_p95_ms`, the 95th percentile of the time the page's
 //!   Canvas 2D calls for the plot took in a frame (the app writes it on the canvas), and
 //!   `marks_max`, the most marks one frame drew;
-//! - `wasm_mb`: the app's WebAssembly memory after loading, against the file's size;
+//! - `wasm_mb`: the app's WebAssembly memory after loading, against the file's size, and
+//!   `worker_mb`, the memory of the worker that decoded the file beside the page (stopped once
+//!   the file is read: its memory goes with it);
 //! - `live_events_per_s`: a 100,000-request run started from the page, with NODELAY on both
 //!   sides, from pressing Run to the page showing every request done: the events the page
 //!   received (`data-events` of the run's entry) per second, and `live_vs_cli`, the CLI's
@@ -157,6 +159,13 @@ async fn wasm_bytes(client: &Client) -> Result<Value> {
     let script =
         "return window.ackscopeWasmMemory ? window.ackscopeWasmMemory.buffer.byteLength : null";
     Ok(client.execute(script, vec![]).await?)
+}
+
+/// The most WebAssembly memory a worker that decoded a file beside the page held (0 if none
+/// did: a file decoded on the page's thread).
+async fn worker_wasm_bytes(client: &Client) -> Result<f64> {
+    let script = "return window.ackscopeWorkerWasmBytes || 0";
+    Ok(client.execute(script, vec![]).await?.as_f64().unwrap_or(f64::NAN))
 }
 
 /// A file past what the page holds: from choosing it to its overview painted, to the page
@@ -431,10 +440,11 @@ async fn measure(
     let missed = frames.iter().filter(|&&ms| ms > 25.0).count();
     let wasm_bytes = wasm_bytes(client).await?;
     let wasm_mb = number(&wasm_bytes) / 1e6;
+    let worker_mb = worker_wasm_bytes(client).await? / 1e6;
     // Last, on the same page: the live run's memory is not the file's.
     let live = live(client).await?;
     println!(
-        "viewer load_ms={load_ms:.0} full_load_ms={full_load_ms:.0} frame_p95_ms={p95:.1} wasm_mb={wasm_mb:.0} file_mb={file_mb:.0} \
+        "viewer load_ms={load_ms:.0} full_load_ms={full_load_ms:.0} frame_p95_ms={p95:.1} wasm_mb={wasm_mb:.0} worker_mb={worker_mb:.0} file_mb={file_mb:.0} \
          requests={requests} longest_task_ms={longest_task_ms:.0} long_tasks={long_tasks} frames={} \
          frames_over_25ms={missed} paint_p95_ms={paint_p95:.2} marks_max={marks_max:.0} \
          long_tasks_at_ms={long_tasks_at} {live}",

@@ -35,7 +35,8 @@ use ackscope_shared::wire::{
 };
 use ackscope_shared::{RunId, Scenario};
 
-use crate::session_file::{FileError, SessionDecoder, MAX_FILE_EVENTS};
+use crate::decode_worker::Problem;
+use crate::session_file::{SessionDecoder, MAX_FILE_EVENTS};
 
 /// Where the page reads a file's run from when it does not read the file from its start: its
 /// run `run` from request `first` on (the blocks wholly before it are left unread, the events of
@@ -157,6 +158,50 @@ struct Loading {
     read_bytes: u64,
     total_bytes: u64,
     newest: Option<RunId>,
+}
+
+/// Where a file's messages go as they are read: its session, and what each run it starts is
+/// given from the file's end (its room, where it was read from). One place for the page's own
+/// decoder and the worker's.
+struct FileInto<'a> {
+    session: &'a mut Stream,
+    newest: &'a mut Option<RunId>,
+    overviews: &'a [(RunId, Overview)],
+    from: Option<ReadFrom>,
+    /// Believed only as far as the file could hold that many requests.
+    most: usize,
+}
+
+impl<'a> FileInto<'a> {
+    fn new(
+        session: &'a mut Stream,
+        newest: &'a mut Option<RunId>,
+        total_bytes: u64,
+        overviews: &'a [(RunId, Overview)],
+        from: Option<ReadFrom>,
+    ) -> FileInto<'a> {
+        let most = usize::try_from(total_bytes / MIN_FILE_BYTES_PER_REQUEST).unwrap_or(0);
+        FileInto { session, newest, overviews, from, most }
+    }
+
+    fn apply(&mut self, message: ToBrowser) {
+        let started = self.session.apply(message);
+        if let Some(run) = started.and_then(|run| self.session.run_mut(run)) {
+            let first = self.from.filter(|from| from.run == run.id).map_or(0, |from| from.first);
+            run.analysis.start_at(first);
+            // The file's end said how many requests this run has: room for them at once.
+            let rows = self.overviews.iter().find(|(id, _)| *id == run.id).map(|(_, o)| o.rows);
+            if let Some(rows) = rows {
+                let rows = (rows as usize).saturating_sub(first as usize);
+                run.analysis.reserve_requests(rows.min(self.most));
+            }
+            // A file's runs are what its reader came to see: each is attributed as its pieces
+            // arrive, so reading the last piece costs what any piece does (attributing the
+            // million-request file whole at its end was most of a 390-620 ms task).
+            run.watch();
+        }
+        *self.newest = started.or(*self.newest);
+    }
 }
 
 impl OpenedFile {
@@ -393,6 +438,11 @@ impl AppState {
         id
     }
 
+    /// The most events a file read from now on may hand the page.
+    pub fn file_event_cap(&self) -> u64 {
+        self.file_event_cap
+    }
+
     /// Starts reading a file of `total_bytes` that arrives in pieces ([`AppState::feed_file`],
     /// then [`AppState::end_file`]). It is listed at once, with its progress.
     pub fn begin_file(&mut self, name: &str, total_bytes: u64) -> FileId {
@@ -434,31 +484,48 @@ impl AppState {
     pub fn feed_file_some(&mut self, id: FileId, bytes: &[u8], events: usize) -> bool {
         let Some(file) = self.file_mut(id) else { return false };
         let Some(loading) = &mut file.loading else { return false };
-        let session = &mut file.session;
-        let (newest, overviews) = (&mut loading.newest, &file.overviews);
-        let from = file.read_from;
-        // Believed only as far as the file could hold that many requests.
-        let most = usize::try_from(loading.total_bytes / MIN_FILE_BYTES_PER_REQUEST).unwrap_or(0);
-        let more = loading.decoder.feed_some(bytes, events, |message| {
-            let started = session.apply(message);
-            if let Some(run) = started.and_then(|run| session.run_mut(run)) {
-                let first = from.filter(|from| from.run == run.id).map_or(0, |from| from.first);
-                run.analysis.start_at(first);
-                // The file's end said how many requests this run has: room for them at once.
-                let rows = overviews.iter().find(|(id, _)| *id == run.id).map(|(_, o)| o.rows);
-                if let Some(rows) = rows {
-                    let rows = (rows as usize).saturating_sub(first as usize);
-                    run.analysis.reserve_requests(rows.min(most));
-                }
-                // A file's runs are what its reader came to see: each is attributed as its
-                // pieces arrive, so reading the last piece costs what any piece does (attributing
-                // the million-request file whole at its end was most of a 390-620 ms task).
-                run.watch();
-            }
-            *newest = started.or(*newest);
-        });
-        loading.read_bytes += bytes.len() as u64;
+        let Loading { decoder, read_bytes, total_bytes, newest } = loading;
+        let (overviews, from) = (&file.overviews, file.read_from);
+        let mut into = FileInto::new(&mut file.session, newest, *total_bytes, overviews, from);
+        let more = decoder.feed_some(bytes, events, |message| into.apply(message));
+        *read_bytes += bytes.len() as u64;
         more
+    }
+
+    /// Messages of a file decoded elsewhere (the decoder's worker: [`crate::decode_worker`]),
+    /// applied as [`AppState::feed_file_some`] applies its own, stopping once `events` events
+    /// are applied: `Ok(true)` if messages are left for the next call. A message that does not
+    /// read ends the batch with its error.
+    pub fn apply_file_messages(
+        &mut self,
+        id: FileId,
+        messages: &mut crate::handoff::Messages<'_>,
+        events: usize,
+    ) -> Result<bool, String> {
+        let Some(file) = self.file_mut(id) else { return Ok(false) };
+        let Some(loading) = &mut file.loading else { return Ok(false) };
+        let (overviews, from) = (&file.overviews, file.read_from);
+        let (newest, total_bytes) = (&mut loading.newest, loading.total_bytes);
+        let mut into = FileInto::new(&mut file.session, newest, total_bytes, overviews, from);
+        let mut applied = 0;
+        for message in messages.by_ref() {
+            let message = message?;
+            if let ToBrowser::Events { events, .. } = &message {
+                applied += events.len();
+            }
+            into.apply(message);
+            if applied >= events {
+                return Ok(true);
+            }
+        }
+        Ok(false)
+    }
+
+    /// `bytes` more of a file decoded elsewhere have been applied: its progress.
+    pub fn file_read(&mut self, id: FileId, bytes: u64) {
+        if let Some(loading) = self.file_mut(id).and_then(|file| file.loading.as_mut()) {
+            loading.read_bytes += bytes;
+        }
     }
 
     /// The overviews written at the end of a file being read (`wire::read_file_end`): shown
@@ -697,15 +764,23 @@ impl AppState {
     /// The file has been read: runs still going never finished, the problem (if any) is named,
     /// and its newest run is shown.
     pub fn end_file(&mut self, id: FileId) {
+        let problem = self
+            .file_mut(id)
+            .and_then(|file| file.loading.as_mut())
+            .and_then(|loading| loading.decoder.finish().map(Problem::from));
+        self.end_file_with(id, problem);
+    }
+
+    /// [`AppState::end_file`] of a file decoded elsewhere, which found `problem`.
+    pub fn end_file_with(&mut self, id: FileId, problem: Option<Problem>) {
         let Some(file) = self.file_mut(id) else { return };
-        let Some(mut loading) = file.loading.take() else { return };
+        let Some(loading) = file.loading.take() else { return };
         file.session.end();
         let name = &file.name;
         // A file past what the page holds can be read from any request when its blocks are
         // indexed: the note says so.
         let readable_from_any = file.read_from.is_none() && file.reads_from_a_request();
-        let problem = loading.decoder.finish().map(|problem| {
-            let too_many = matches!(problem, FileError::TooManyEvents { .. });
+        let problem = problem.map(|Problem { text: problem, too_many }| {
             let said = match file.session.runs().len() {
                 0 => format!("{name}: {problem}"),
                 1 => format!("{name}: {problem}; the run read before it is shown"),
