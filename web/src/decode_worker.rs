@@ -82,6 +82,13 @@ impl WorkerDecoder {
         std::mem::take(&mut self.batch)
     }
 
+    /// Whether the decoder has stopped (a bad frame, or a file past a page's events): the page
+    /// sends no more of the file.
+    #[wasm_bindgen(getter)]
+    pub fn stopped(&self) -> bool {
+        self.decoder.stopped()
+    }
+
     /// The file ended: what was wrong with it, if anything.
     pub fn finish(&mut self) -> Option<String> {
         let problem = self.decoder.finish().map(Problem::from)?;
@@ -98,8 +105,9 @@ impl WorkerDecoder {
 
 /// What the worker hands back, in the order the pieces went.
 pub enum Reply {
-    /// The messages of the next piece sent.
-    Batch(Uint8Array),
+    /// The messages of the next piece sent, and whether the decoder has stopped (it hands on
+    /// nothing more: the rest of the file need not be sent).
+    Batch { messages: Uint8Array, stopped: bool },
     /// The file ended (after [`DecodeWorker::end`]): what was wrong with it, if anything.
     Ended(Option<Problem>),
     /// The worker failed: it could not start, or threw.
@@ -223,11 +231,13 @@ impl Drop for DecodeWorker {
     }
 }
 
-/// A message from the worker: `{batch}`, `{end: {problem, tooMany}}` or `{failed}`.
+/// A message from the worker: `{batch, stopped}`, `{end: {problem, tooMany, memoryBytes}}` or
+/// `{failed}`.
 fn reply(data: &JsValue) -> Reply {
     let get = |name: &str| Reflect::get(data, &name.into()).ok().filter(|v| !v.is_undefined());
     if let Some(batch) = get("batch").and_then(|b| b.dyn_into::<ArrayBuffer>().ok()) {
-        return Reply::Batch(Uint8Array::new(&batch));
+        let stopped = get("stopped").and_then(|s| s.as_bool()).unwrap_or(false);
+        return Reply::Batch { messages: Uint8Array::new(&batch), stopped };
     }
     if let Some(end) = get("end") {
         let field = |name: &str| Reflect::get(&end, &name.into()).ok();

@@ -227,6 +227,8 @@ async fn decode_in_worker(
     // The length of each piece with the worker, oldest first: its batch comes back in order.
     let mut with_worker = VecDeque::new();
     let mut applied_any = false;
+    // Once the worker's decoder has stopped, the rest of the file is not read.
+    let mut stopped_decoding = false;
     let mut ended = false;
     let mut slice_start = now_ms();
     let stopped = |reason: String| {
@@ -234,7 +236,7 @@ async fn decode_in_worker(
         Some(Fed::Decoded(Some(Problem { text, too_many: false })))
     };
     loop {
-        while with_worker.len() < decode_worker::IN_FLIGHT {
+        while with_worker.len() < decode_worker::IN_FLIGHT && !stopped_decoding {
             match pieces.next().await {
                 Some(Ok(piece)) => {
                     with_worker.push_back(u64::from(piece.byte_length()));
@@ -249,7 +251,10 @@ async fn decode_in_worker(
             ended = true;
         }
         let batch = match worker.next().await {
-            Reply::Batch(batch) => batch.to_vec(),
+            Reply::Batch { messages, stopped } => {
+                stopped_decoding |= stopped;
+                messages.to_vec()
+            }
             Reply::Ended(problem) => return Some(Fed::Decoded(problem)),
             // Nothing applied yet: the page decodes the file itself, from its start, as where
             // no worker can start (a browser without module workers, a script not served).

@@ -162,6 +162,12 @@ impl SessionDecoder {
         }
     }
 
+    /// Whether it has stopped at a bad frame or at its events' bound: it hands on nothing more,
+    /// so the rest of the file need not be read.
+    pub fn stopped(&self) -> bool {
+        self.error.is_some()
+    }
+
     /// The file ended: what was wrong with it, if anything.
     pub fn finish(&mut self) -> Option<FileError> {
         self.error

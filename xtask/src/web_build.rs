@@ -252,7 +252,7 @@ onmessage = ({{ data }}) => {{
       decoder = new WorkerDecoder(data.start.maxEvents, data.start.fromRun, data.start.fromFirst ?? 0);
     }} else if (data.bytes) {{
       const batch = decoder.feed(new Uint8Array(data.bytes));
-      postMessage({{ batch: batch.buffer }}, [batch.buffer]);
+      postMessage({{ batch: batch.buffer, stopped: decoder.stopped }}, [batch.buffer]);
     }} else if (data.end) {{
       const problem = decoder.finish();
       const memoryBytes = memory.buffer.byteLength;

@@ -217,8 +217,8 @@ async fn measure_past_cap(
         .map(|entries| entries.iter().map(|e| number(&e[1])).fold(0.0, f64::max))
         .unwrap_or(f64::NAN);
     eprintln!(
-        "DBG t0 {} cut {} gotoAt {} goto {} long {:?}",
-        after["t0"], after["cut"], after["gotoAt"], after["goto"], after["entries"]
+        "timeline (ms, the page's clock): t0 {} cut {} gotoAt {} goto {} ranked {} nextAt {} next {} long tasks [at, ms] {:?}",
+        next["t0"], next["cut"], next["gotoAt"], next["goto"], next["ranked"], next["nextAt"], next["next"], next["entries"]
     );
     let wasm_bytes = wasm_bytes(client).await?;
     println!(

@@ -496,6 +496,51 @@ fn a_file_of_blocks_is_applied_a_batch_at_a_time_and_opens_as_its_rows_do() {
     assert_eq!(a.attribution(), b.attribution());
 }
 
+/// A file decoded by the worker (its decoder's messages handed over as `handoff` batches, a
+/// piece at a time) opens as the same runs as one the page decodes itself, the problem named
+/// alike: the lessons' recordings, and a file cut short.
+#[test]
+fn a_file_decoded_beside_the_page_opens_as_the_same_runs() {
+    let cut = two_runs().live.file_bytes().expect("recorded").to_vec();
+    let cut = cut[..cut.len() - 5].to_vec();
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../lessons/recordings");
+    let mut files: Vec<_> = std::fs::read_dir(dir)
+        .expect("the lessons' recordings")
+        .map(|entry| std::fs::read(entry.expect("an entry").path()).expect("a recording"))
+        .take(6)
+        .collect();
+    files.push(cut);
+    for bytes in &files {
+        let mut here = AppState::default();
+        let here_id = here.open_file("f.ackscope", bytes);
+        let mut beside = AppState::default();
+        let id = beside.begin_file("f.ackscope", bytes.len() as u64);
+        let mut worker = crate::decode_worker::WorkerDecoder::new(1e9, None, 0);
+        for piece in bytes.chunks(4096) {
+            let batch = worker.feed(piece);
+            let mut messages = crate::handoff::Messages::new(&batch);
+            while beside.apply_file_messages(id, &mut messages, 100).expect("the batch reads") {}
+            beside.file_read(id, piece.len() as u64);
+        }
+        assert_eq!(
+            beside.file(id).and_then(OpenedFile::progress),
+            Some((bytes.len() as u64, bytes.len() as u64))
+        );
+        let problem = worker.finish().map(|text| Problem { text, too_many: worker.too_many() });
+        beside.end_file_with(id, problem);
+        let (a, b) = (beside.file(id).unwrap(), here.file(here_id).unwrap());
+        assert_eq!(a.error, b.error);
+        assert_eq!(a.session.runs().len(), b.session.runs().len());
+        assert!(!a.session.runs().is_empty());
+        for (a, b) in a.session.runs().iter().zip(b.session.runs()) {
+            assert_eq!((a.id, a.events, &a.status), (b.id, b.events, &b.status));
+            assert_eq!(a.summary(), b.summary());
+            assert_eq!(a.attribution(), b.attribution());
+        }
+        assert_eq!(beside.selected_key().map(|k| k.run), here.selected_key().map(|k| k.run));
+    }
+}
+
 #[test]
 fn a_files_run_is_attributed_while_it_is_read_not_all_at_its_end() {
     // A Nagle run of 40 requests in 8 batches: a file of several messages.
