@@ -278,12 +278,7 @@ async fn decode_in_worker(
                 _ => return Some(Fed::Stopped), // the page is gone, or the file was closed
             };
             applied_any = true;
-            if now_ms() - slice_start > SLICE_MS {
-                // Show the progress, then let the page paint and take input.
-                store.try_update(|_| {});
-                yield_now().await;
-                slice_start = now_ms();
-            }
+            give_turn_when_due(store, &mut slice_start).await;
             if !more {
                 break;
             }
@@ -309,6 +304,16 @@ async fn rank(store: Store, id: FileId, blob: Blob) {
         Fed::All | Fed::Decoded(_) => store.try_update(|state| state.end_ranking(id)),
         Fed::Unreadable(_) => store.try_update(|state| state.abandon_ranking(id)),
         Fed::Stopped => {} // the page is gone, or the file was closed
+    }
+}
+
+/// Once the slice that started at `slice_start` has run [`SLICE_MS`]: shows the progress, lets
+/// the page paint and take input, and starts the next slice.
+async fn give_turn_when_due(store: Store, slice_start: &mut f64) {
+    if now_ms() - *slice_start > SLICE_MS {
+        store.try_update(|_| {});
+        yield_now().await;
+        *slice_start = now_ms();
     }
 }
 
@@ -415,12 +420,7 @@ async fn feed_blob(
                 let Some(Some(more)) = store.try_update_quietly(|state| feed(state, fed)) else {
                     return Fed::Stopped;
                 };
-                if now_ms() - slice_start > SLICE_MS {
-                    // Show the progress, then let the page paint and take input.
-                    store.try_update(|_| {});
-                    yield_now().await;
-                    slice_start = now_ms();
-                }
+                give_turn_when_due(store, &mut slice_start).await;
                 if !more {
                     break;
                 }
