@@ -7,7 +7,7 @@
 // To the page: {booting: {ms}}, {ready: {kernel, ms}}, {session: {id, bytes}} (an ArrayBuffer,
 // transferred), {failed: {id, reason}}, {error: reason}.
 "use strict";
-importScripts("libv86.js");
+importScripts("libv86.js", "machine.js");
 
 // A session of a lesson step's run is tens of kilobytes; this bounds what a confused guest can
 // make the page hold.
@@ -18,21 +18,12 @@ const ms = () => Math.round(performance.now() - t0);
 let emulator;
 try {
   emulator = new V86({
+    ...self.ackscopeMachine,
     wasm_path: "v86.wasm",
-    memory_size: 128 * 1024 * 1024,
-    vga_memory_size: 2 * 1024 * 1024,
     bios: { url: "bios.bin" },
     vga_bios: { url: "vgabios-stdvga.bin" },
     bzimage: { url: "bzImage" },
     initrd: { url: "initrd.gz" },
-    cmdline: "console=ttyS0 quiet 8250.nr_uarts=2",
-    autostart: true,
-    uart1: true,
-    fastboot: true,
-    screen_dummy: true,
-    disable_keyboard: true,
-    disable_mouse: true,
-    disable_speaker: true,
   });
 } catch (error) {
   postMessage({ error: `the emulator did not start: ${error}` });

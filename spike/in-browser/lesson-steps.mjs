@@ -10,6 +10,7 @@ import { execFileSync } from "node:child_process";
 import fs from "node:fs";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
+import vm from "node:vm";
 
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "../..");
 const ackscope = path.join(root, "target/release/ackscope");
@@ -38,22 +39,16 @@ for (const file of fs.readdirSync(path.join(root, "lessons")).sort()) {
 fs.mkdirSync(out, { recursive: true });
 
 const load = (file) => ({ buffer: new Uint8Array(fs.readFileSync(path.join(site, file))).buffer });
+// The page's machine (vm/machine.js, a classic script that sets self.ackscopeMachine).
+const machine = { self: {} };
+vm.runInNewContext(fs.readFileSync(path.join(site, "machine.js"), "utf8"), machine);
 const emulator = new V86({
+  ...machine.self.ackscopeMachine,
   wasm_path: path.join(root, "target/vm/package/build/v86.wasm"),
-  memory_size: 128 * 1024 * 1024,
-  vga_memory_size: 2 * 1024 * 1024,
   bios: load("bios.bin"),
   vga_bios: load("vgabios-stdvga.bin"),
   bzimage: load("bzImage"),
   initrd: load("initrd.gz"),
-  cmdline: "console=ttyS0 quiet 8250.nr_uarts=2",
-  autostart: true,
-  uart1: true,
-  fastboot: true,
-  screen_dummy: true,
-  disable_keyboard: true,
-  disable_mouse: true,
-  disable_speaker: true,
 });
 
 let next = 0;

@@ -38,7 +38,7 @@ const KERNEL_OFF: [&str; 10] = [
 const KERNEL_TOOLS: [&str; 4] = ["make", "flex", "bison", "bc"];
 
 /// The files the page fetches, all in `dist/vm/`.
-const SITE_FILES: [&str; 8] = [
+const SITE_FILES: [&str; 9] = [
     "libv86.js",
     "v86.wasm",
     "bios.bin",
@@ -46,6 +46,7 @@ const SITE_FILES: [&str; 8] = [
     "bzImage",
     "initrd.gz",
     "worker.js",
+    "machine.js",
     "vm.json",
 ];
 
@@ -112,7 +113,9 @@ pub fn run() -> Result<(), String> {
     steps.done(&format!("{} bytes", size(&initrd)));
 
     steps.start("dist/vm/");
-    copy(&root.join("vm/worker.js"), &site.join("worker.js"))?;
+    for script in ["worker.js", "machine.js"] {
+        copy(&root.join("vm").join(script), &site.join(script))?;
+    }
     let manifest = serde_json::json!({
         "kernel": release,
         "emulator": format!("v86 {V86_VERSION}"),
