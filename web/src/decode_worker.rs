@@ -21,7 +21,7 @@ use wasm_bindgen::JsCast;
 use wasm_bindgen_futures::JsFuture;
 
 use crate::handoff;
-use crate::session_file::{FileError, SessionDecoder};
+use crate::session_file::{Problem, SessionDecoder};
 
 /// The worker's script, beside the page.
 const WORKER_URL: &str = "./decode-worker.js";
@@ -35,28 +35,10 @@ pub const IN_FLIGHT: usize = 8;
 /// slices of the page's applying.
 pub const PIECE_BYTES: u32 = 256 * 1024;
 
-/// What the worker's decoder found wrong with the file, when it ended.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Problem {
-    pub text: String,
-    /// The file held more events than a page keeps ([`FileError::TooManyEvents`]).
-    pub too_many: bool,
-}
-
-impl From<FileError> for Problem {
-    fn from(error: FileError) -> Problem {
-        Problem {
-            too_many: matches!(error, FileError::TooManyEvents { .. }),
-            text: error.to_string(),
-        }
-    }
-}
-
 /// The worker's end of the work: a file's decoder, exported to `decode-worker.js`.
 #[wasm_bindgen]
 pub struct WorkerDecoder {
     decoder: SessionDecoder,
-    batch: Vec<u8>,
     too_many: bool,
 }
 
@@ -71,15 +53,14 @@ impl WorkerDecoder {
             Some(run) => SessionDecoder::reading_from(max_events, RunId(run), from_first),
             None => SessionDecoder::with_max_events(max_events),
         };
-        WorkerDecoder { decoder, batch: Vec::new(), too_many: false }
+        WorkerDecoder { decoder, too_many: false }
     }
 
     /// Every whole message in `bytes` (with what came before), as one batch for the page.
     pub fn feed(&mut self, bytes: &[u8]) -> Vec<u8> {
-        self.batch.clear();
-        let batch = &mut self.batch;
-        self.decoder.feed(bytes, |message| handoff::write(&message, batch));
-        std::mem::take(&mut self.batch)
+        let mut batch = Vec::new();
+        self.decoder.feed(bytes, |message| handoff::write(&message, &mut batch));
+        batch
     }
 
     /// Whether the decoder has stopped (a bad frame, or a file past a page's events): the page
@@ -176,11 +157,6 @@ impl DecodeWorker {
         worker.set_onerror(Some(on_error.as_ref().unchecked_ref()));
         let start = Object::new();
         let _ = Reflect::set(&start, &"maxEvents".into(), &(max_events as f64).into());
-        // The app's module as the page compiled it (index.html keeps it): the worker only
-        // instantiates it, in milliseconds, instead of fetching and compiling 2.5 MB again.
-        if let Ok(module) = Reflect::get(&window, &"ackscopeWasmModule".into()) {
-            let _ = Reflect::set(&start, &"module".into(), &module);
-        }
         if let Some((run, first)) = from {
             let _ = Reflect::set(&start, &"fromRun".into(), &run.0.into());
             let _ = Reflect::set(&start, &"fromFirst".into(), &first.into());

@@ -22,10 +22,10 @@ use leptos::task::spawn_local;
 use wasm_bindgen::{JsCast, JsValue};
 use web_sys::{Blob, BlobPropertyBag, FileList, HtmlAnchorElement, Response, Url};
 
-use crate::decode_worker::{self, DecodeWorker, Problem, Reply};
+use crate::decode_worker::{self, DecodeWorker, Reply};
 use crate::handoff::Messages;
 use crate::js::{describe, settle, yield_now};
-use crate::session_file::{capture_to_session, is_capture, name_of_url, refuse_size};
+use crate::session_file::{capture_to_session, is_capture, name_of_url, refuse_size, Problem};
 use crate::state::{AppState, FileId, OpenedFile, Ranking, Reach, ReadPlan, Source};
 use crate::store::Store;
 
@@ -180,9 +180,8 @@ async fn load(store: Store, name: String, blob: Blob, plan: Option<ReadPlan>, ra
             feed_blob(store, &blob, read, feed).await
         }
     };
-    let decoded_elsewhere = match fed {
-        Fed::All => None,
-        Fed::Decoded(problem) => Some(problem),
+    match fed {
+        Fed::All => {}
         Fed::Stopped => return, // the page is gone, or the file was closed
         Fed::Unreadable(error) => {
             store.try_update(|state| {
@@ -199,10 +198,7 @@ async fn load(store: Store, name: String, blob: Blob, plan: Option<ReadPlan>, ra
     store.try_update_quietly(|state| state.prepare_file(id));
     yield_now().await;
     store.try_update(|state| {
-        match decoded_elsewhere {
-            Some(problem) => state.end_file_with(id, problem),
-            None => state.end_file(id),
-        }
+        state.end_file(id);
         state.give_ranks(id, ranking);
     });
     rank(store, id, blob).await;
@@ -231,9 +227,12 @@ async fn decode_in_worker(
     let mut stopped_decoding = false;
     let mut ended = false;
     let mut slice_start = now_ms();
+    let decoded = |problem: Option<Problem>| {
+        store.try_update_quietly(|state| state.file_decoded_elsewhere(id, problem));
+        Some(Fed::All)
+    };
     let stopped = |reason: String| {
-        let text = format!("decoding stopped: {reason}");
-        Some(Fed::Decoded(Some(Problem { text, too_many: false })))
+        decoded(Some(Problem { text: format!("decoding stopped: {reason}"), too_many: false }))
     };
     loop {
         while with_worker.len() < decode_worker::IN_FLIGHT && !stopped_decoding {
@@ -255,7 +254,7 @@ async fn decode_in_worker(
                 stopped_decoding |= stopped;
                 messages.to_vec()
             }
-            Reply::Ended(problem) => return Some(Fed::Decoded(problem)),
+            Reply::Ended(problem) => return decoded(problem),
             // Nothing applied yet: the page decodes the file itself, from its start, as where
             // no worker can start (a browser without module workers, a script not served).
             Reply::Failed(_) if !applied_any => return None,
@@ -301,7 +300,7 @@ async fn rank(store: Store, id: FileId, blob: Blob) {
     // read with the next piece, or when it finishes.
     let feed = |state: &mut AppState, bytes: &[u8]| state.feed_ranking(id, bytes, FEED_EVENTS);
     match feed_blob(store, &blob, std::iter::once(resume..size as u64), feed).await {
-        Fed::All | Fed::Decoded(_) => store.try_update(|state| state.end_ranking(id)),
+        Fed::All => store.try_update(|state| state.end_ranking(id)),
         Fed::Unreadable(_) => store.try_update(|state| state.abandon_ranking(id)),
         Fed::Stopped => {} // the page is gone, or the file was closed
     }
@@ -379,8 +378,6 @@ fn chunks(ranges: impl IntoIterator<Item = Range<u64>>) -> impl Iterator<Item = 
 /// How feeding a file's bytes to the page's state ended.
 enum Fed {
     All,
-    /// Decoded in the worker, which found this wrong with the file, if anything.
-    Decoded(Option<Problem>),
     /// The one fed is gone (the page, or the file closed).
     Stopped,
     Unreadable(JsValue),

@@ -26,6 +26,24 @@ pub const MAX_FILE_BYTES: u64 = 512 * 1024 * 1024;
 /// counted as they are decoded.
 pub const MAX_FILE_EVENTS: u64 = 48_000_000;
 
+/// What a file's decoder found wrong with it, said as the page says it: the page's own decoder's
+/// [`FileError`], or the one the decoder's worker sent (`crate::decode_worker`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Problem {
+    pub text: String,
+    /// The file held more events than a page keeps ([`FileError::TooManyEvents`]).
+    pub too_many: bool,
+}
+
+impl From<FileError> for Problem {
+    fn from(error: FileError) -> Problem {
+        Problem {
+            too_many: matches!(error, FileError::TooManyEvents { .. }),
+            text: error.to_string(),
+        }
+    }
+}
+
 /// Why a file's messages end before its last byte.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum FileError {

@@ -145,13 +145,7 @@ fn rewrite_html(html: &str, links: &[TrunkLink], bin: &str) -> String {
                 r#"<link rel="modulepreload" href="./{bin}.js" />
     <script type="module">
       import init from "./{bin}.js";
-      // Compiled here and kept: the worker that decodes a big file runs the same module
-      // (web/src/decode_worker.rs), and takes it compiled instead of compiling it again.
-      const url = "./{bin}_bg.wasm";
-      const module = await WebAssembly.compileStreaming(fetch(url)).catch(async () =>
-        WebAssembly.compile(await (await fetch(url)).arrayBuffer()));
-      window.ackscopeWasmModule = module;
-      const wasm = await init({{ module_or_path: module }});
+      const wasm = await init({{ module_or_path: "./{bin}_bg.wasm" }});
       // The app's memory, for `cargo xtask bench viewer` to read its size from outside.
       window.ackscopeWasmMemory = wasm.memory;
     </script>"#
@@ -232,10 +226,11 @@ pub fn build() -> Result<(), String> {
 /// decode_worker.rs`): a second instance of the app's wasm, whose `main` mounts nothing there.
 const DECODE_WORKER: &str = "decode-worker.js";
 
-/// [`DECODE_WORKER`]'s text. It takes `{start}` (with the page's compiled module, if it has one),
-/// then `{bytes}` pieces, then `{end}`, and answers
-/// each piece with `{batch}` and the end with `{end: {problem, tooMany}}`, in order (each
-/// message waits for the one before: they are handled one after the other), or `{failed}`.
+/// [`DECODE_WORKER`]'s text. It takes `{start}`, then `{bytes}` pieces, then `{end}`, and answers
+/// each piece with `{batch, stopped}` and the end with `{end: {problem, tooMany, memoryBytes}}`,
+/// in order (each message waits for the one before: they are handled one after the other), or
+/// `{failed}`. It compiles the app's wasm itself, on its own thread (handed the module the page
+/// had compiled, it started no sooner).
 fn decode_worker(bin: &str) -> String {
     format!(
         r#"// Decodes a session file beside the page: web/src/decode_worker.rs. Written by `cargo xtask build`.
@@ -247,8 +242,7 @@ let queue = Promise.resolve();
 onmessage = ({{ data }}) => {{
   queue = queue.then(async () => {{
     if (data.start) {{
-      // The page's module, compiled already, or the app's wasm fetched and compiled here.
-      memory = (await init({{ module_or_path: data.start.module ?? "./{bin}_bg.wasm" }})).memory;
+      memory = (await init({{ module_or_path: "./{bin}_bg.wasm" }})).memory;
       decoder = new WorkerDecoder(data.start.maxEvents, data.start.fromRun, data.start.fromFirst ?? 0);
     }} else if (data.bytes) {{
       const batch = decoder.feed(new Uint8Array(data.bytes));
@@ -403,7 +397,7 @@ mod tests {
     fn the_decode_worker_loads_the_app_it_is_built_with() {
         let script = decode_worker("app");
         assert!(script.contains(r#"import init, { WorkerDecoder } from "./app.js";"#), "{script}");
-        assert!(script.contains(r#"data.start.module ?? "./app_bg.wasm""#), "{script}");
+        assert!(script.contains(r#"init({ module_or_path: "./app_bg.wasm" })"#), "{script}");
     }
 
     #[test]
@@ -447,8 +441,7 @@ mod tests {
         assert!(!html.contains("data-trunk"), "{html}");
         assert!(html.contains(r#"<link rel="stylesheet" href="./style.css" />"#), "{html}");
         assert!(html.contains(r#"import init from "./app.js";"#), "{html}");
-        assert!(html.contains(r#"const url = "./app_bg.wasm";"#), "{html}");
-        assert!(html.contains("await init({ module_or_path: module });"), "{html}");
+        assert!(html.contains(r#"await init({ module_or_path: "./app_bg.wasm" });"#), "{html}");
         assert!(html.contains(r#"<link rel="icon" href="x.png">"#), "other links stay");
         assert_eq!(html.matches("<script").count(), 1, "a folder adds nothing to the page");
         let offline = page_for_offline(PAGE, &links);

@@ -35,8 +35,7 @@ use ackscope_shared::wire::{
 };
 use ackscope_shared::{RunId, Scenario};
 
-use crate::decode_worker::Problem;
-use crate::session_file::{SessionDecoder, MAX_FILE_EVENTS};
+use crate::session_file::{Problem, SessionDecoder, MAX_FILE_EVENTS};
 
 /// Where the page reads a file's run from when it does not read the file from its start: its
 /// run `run` from request `first` on (the blocks wholly before it are left unread, the events of
@@ -158,6 +157,9 @@ struct Loading {
     read_bytes: u64,
     total_bytes: u64,
     newest: Option<RunId>,
+    /// Set once the file was decoded elsewhere (the decoder's worker), whose decoder found this
+    /// wrong with it, if anything: then `decoder`, never fed, has nothing to say.
+    decoded_elsewhere: Option<Option<Problem>>,
 }
 
 /// Where a file's messages go as they are read: its session, and what each run it starts is
@@ -465,7 +467,13 @@ impl AppState {
                 }
                 None => SessionDecoder::with_max_events(self.file_event_cap),
             };
-            file.loading = Some(Loading { decoder, read_bytes: 0, total_bytes, newest: None });
+            file.loading = Some(Loading {
+                decoder,
+                read_bytes: 0,
+                total_bytes,
+                newest: None,
+                decoded_elsewhere: None,
+            });
             file.read_from = from;
         }
         id
@@ -484,7 +492,7 @@ impl AppState {
     pub fn feed_file_some(&mut self, id: FileId, bytes: &[u8], events: usize) -> bool {
         let Some(file) = self.file_mut(id) else { return false };
         let Some(loading) = &mut file.loading else { return false };
-        let Loading { decoder, read_bytes, total_bytes, newest } = loading;
+        let Loading { decoder, read_bytes, total_bytes, newest, .. } = loading;
         let (overviews, from) = (&file.overviews, file.read_from);
         let mut into = FileInto::new(&mut file.session, newest, *total_bytes, overviews, from);
         let more = decoder.feed_some(bytes, events, |message| into.apply(message));
@@ -525,6 +533,14 @@ impl AppState {
     pub fn file_read(&mut self, id: FileId, bytes: u64) {
         if let Some(loading) = self.file_mut(id).and_then(|file| file.loading.as_mut()) {
             loading.read_bytes += bytes;
+        }
+    }
+
+    /// A file decoded elsewhere has been decoded whole, and its decoder found `problem`: what
+    /// [`AppState::end_file`] then names.
+    pub fn file_decoded_elsewhere(&mut self, id: FileId, problem: Option<Problem>) {
+        if let Some(loading) = self.file_mut(id).and_then(|file| file.loading.as_mut()) {
+            loading.decoded_elsewhere = Some(problem);
         }
     }
 
@@ -764,17 +780,12 @@ impl AppState {
     /// The file has been read: runs still going never finished, the problem (if any) is named,
     /// and its newest run is shown.
     pub fn end_file(&mut self, id: FileId) {
-        let problem = self
-            .file_mut(id)
-            .and_then(|file| file.loading.as_mut())
-            .and_then(|loading| loading.decoder.finish().map(Problem::from));
-        self.end_file_with(id, problem);
-    }
-
-    /// [`AppState::end_file`] of a file decoded elsewhere, which found `problem`.
-    pub fn end_file_with(&mut self, id: FileId, problem: Option<Problem>) {
         let Some(file) = self.file_mut(id) else { return };
-        let Some(loading) = file.loading.take() else { return };
+        let Some(mut loading) = file.loading.take() else { return };
+        let problem = match loading.decoded_elsewhere.take() {
+            Some(problem) => problem,
+            None => loading.decoder.finish().map(Problem::from),
+        };
         file.session.end();
         let name = &file.name;
         // A file past what the page holds can be read from any request when its blocks are

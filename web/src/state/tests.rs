@@ -527,7 +527,8 @@ fn a_file_decoded_beside_the_page_opens_as_the_same_runs() {
             Some((bytes.len() as u64, bytes.len() as u64))
         );
         let problem = worker.finish().map(|text| Problem { text, too_many: worker.too_many() });
-        beside.end_file_with(id, problem);
+        beside.file_decoded_elsewhere(id, problem);
+        beside.end_file(id);
         let (a, b) = (beside.file(id).unwrap(), here.file(here_id).unwrap());
         assert_eq!(a.error, b.error);
         assert_eq!(a.session.runs().len(), b.session.runs().len());
