@@ -115,6 +115,32 @@ pub enum EventKind {
     /// `timer_expire_entry` tracepoint, for timers whose callback is `tcp_delack_timer`; a
     /// run's own sockets cannot see it).
     DelayedAck,
+    /// A watched program's `call` on this side's socket returned `bytes` at `at_ns`, its thread
+    /// having slept from `since_ns` (the first time it went to sleep after its last call on a
+    /// watched socket): where the program's `recv()` blocked, and for how long. A watch as root
+    /// sees it through eBPF programs on the kernel's `sched_switch`, `sock_recv_length` and
+    /// `sock_send_length` tracepoints; only calls whose thread slept 1 ms or more are recorded
+    /// (version 11).
+    BlockedCall { call: Call, since_ns: u64, bytes: u32 },
+}
+
+/// Which of a watched program's socket calls returned ([`EventKind::BlockedCall`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum Call {
+    /// `recv()`, `read()` or any call that reads a socket (`sock_recvmsg`).
+    Recv,
+    /// `send()`, `write()` or any call that writes one (`sock_sendmsg`).
+    Send,
+}
+
+impl Call {
+    /// As a program's source names it: "recv()", "send()".
+    pub fn name(self) -> &'static str {
+        match self {
+            Call::Recv => "recv()",
+            Call::Send => "send()",
+        }
+    }
 }
 
 /// TCP header flags, as the bits of the header's flags byte.

@@ -14,7 +14,7 @@
 use std::io::{self, Write};
 
 use crate::event::{
-    Event, EventKind, LinkAction, LinkEvent, RunId, Segment, Side, SockOpt, TcpInfoSample,
+    Call, Event, EventKind, LinkAction, LinkEvent, RunId, Segment, Side, SockOpt, TcpInfoSample,
 };
 use crate::spec::{
     BulkSpec, ImportSpec, ImportedConnection, LinkSpec, PerSide, RrSpec, Scenario, WatchSpec,
@@ -227,6 +227,15 @@ impl WriteJson for SockOpt {
     }
 }
 
+impl WriteJson for Call {
+    fn write_json(&self, json: &mut Vec<u8>) {
+        json.extend_from_slice(match self {
+            Call::Recv => b"\"Recv\"".as_slice(),
+            Call::Send => b"\"Send\"",
+        });
+    }
+}
+
 impl WriteJson for LinkAction {
     fn write_json(&self, json: &mut Vec<u8>) {
         json.extend_from_slice(match self {
@@ -277,6 +286,9 @@ impl WriteJson for EventKind {
                 variant!(json, ClockSync { offset_ns, uncertainty_ns, rtt_ns })
             }
             EventKind::DelayedAck => unit(json, b"\"DelayedAck\""),
+            EventKind::BlockedCall { call, since_ns, bytes } => {
+                variant!(json, BlockedCall { call, since_ns, bytes })
+            }
         }
     }
 }
@@ -638,6 +650,12 @@ pub(crate) mod tests {
             },
             EventKind::ClockSync { offset_ns: i64::MIN, uncertainty_ns: 0, rtt_ns: 1 },
             EventKind::DelayedAck,
+            EventKind::BlockedCall {
+                call: Call::Recv,
+                since_ns: draw(rng, u64::MAX),
+                bytes: draw(rng, U32) as u32,
+            },
+            EventKind::BlockedCall { call: Call::Send, since_ns: 0, bytes: u32::MAX },
         ]
     }
 

@@ -70,7 +70,7 @@ mod write_log;
 
 pub use analysis::{RequestView, Summary};
 pub use event::{
-    ConnId, Event, EventKind, LinkAction, LinkEvent, ReqId, RunId, Segment, Side, SockOpt,
+    Call, ConnId, Event, EventKind, LinkAction, LinkEvent, ReqId, RunId, Segment, Side, SockOpt,
     TcpInfoSample,
 };
 pub use spec::{

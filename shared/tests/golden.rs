@@ -12,8 +12,8 @@ use ackscope_shared::wire::{
     OLDEST_READABLE_VERSION, PROTOCOL_VERSION,
 };
 use ackscope_shared::{
-    BulkSpec, ConnId, Event, EventKind, PerSide, ReqId, RrSpec, RunId, Scenario, Side, SockOpt,
-    TcpInfoSample, WatchSpec,
+    BulkSpec, Call, ConnId, Event, EventKind, PerSide, ReqId, RrSpec, RunId, Scenario, Side,
+    SockOpt, TcpInfoSample, WatchSpec,
 };
 
 fn golden(version: u16) -> std::path::PathBuf {
@@ -64,6 +64,11 @@ fn session(version: u16) -> Vec<ToBrowser> {
     if version >= 5 {
         // A watch as root: the kernel's delayed-ACK timer sent an ACK.
         events.push(extra(6, EventKind::DelayedAck));
+    }
+    if version >= 11 {
+        // A watch as root: the watched program's recv() slept 43 ms.
+        let call = EventKind::BlockedCall { call: Call::Recv, since_ns: 7, bytes: 100 };
+        events.push(extra(43_000_007, call));
     }
     let run = RunId(1);
     let hello = Hello { protocol_version: version, ..Hello::current("0.1.0", host) };
@@ -146,7 +151,7 @@ fn session(version: u16) -> Vec<ToBrowser> {
 
 #[test]
 fn the_session_format_is_frozen() {
-    assert_eq!(PROTOCOL_VERSION, 10, "a new version needs a new golden file beside these");
+    assert_eq!(PROTOCOL_VERSION, 11, "a new version needs a new golden file beside these");
     for version in OLDEST_READABLE_VERSION..=PROTOCOL_VERSION {
         let mut encoded = Vec::new();
         let mut index = wire::Indexer::default();

@@ -333,7 +333,8 @@ impl RunAnalysis {
             | EventKind::SockOpt { .. }
             | EventKind::Buffers { .. }
             | EventKind::Link(_)
-            | EventKind::DelayedAck => {}
+            | EventKind::DelayedAck
+            | EventKind::BlockedCall { .. } => {}
             EventKind::ClockSync { uncertainty_ns, rtt_ns, .. } => {
                 // Across a real path a read waits half the round trip for the bytes to cross,
                 // and the two sides' times are known only to within the clock's uncertainty:
@@ -708,7 +709,8 @@ pub fn request_touched(event: &Event) -> Option<ReqId> {
         | EventKind::Buffers { .. }
         | EventKind::Link(_)
         | EventKind::ClockSync { .. }
-        | EventKind::DelayedAck => None,
+        | EventKind::DelayedAck
+        | EventKind::BlockedCall { .. } => None,
     }
 }
 

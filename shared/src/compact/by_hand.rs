@@ -98,6 +98,10 @@ pub(super) fn kind_by_hand(variant: u32, bytes: &mut Bytes<'_>) -> Option<EventK
             rtt_ns: bytes.u64()?,
         },
         17 => EventKind::DelayedAck,
+        18 => {
+            let call = by_serde(bytes)?;
+            EventKind::BlockedCall { call, since_ns: bytes.u64()?, bytes: bytes.u32()? }
+        }
         10 => {
             let opt = by_serde(bytes)?;
             EventKind::SockOpt { opt, value: bytes.u32()? }

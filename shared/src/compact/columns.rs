@@ -38,7 +38,7 @@ pub const BLOCK_COLUMN_BYTES: usize = 4 << 20;
 pub(crate) const MAX_BLOCK_FRAME_BYTES: usize = BLOCK_COLUMN_BYTES + 4096;
 
 /// [`EventKind`]'s variants, each numbered as `serde` numbers it (its index).
-const KINDS_OF_EVENT: usize = 18;
+const KINDS_OF_EVENT: usize = 19;
 /// The variant index of `EventKind::TcpInfo`.
 const SAMPLE: u8 = 12;
 

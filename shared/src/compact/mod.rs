@@ -581,7 +581,7 @@ pub(crate) fn recycle(events: &mut Vec<Event>, spare: &mut SpareSamples) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::event::{LinkAction, LinkEvent, Segment, SockOpt};
+    use crate::event::{Call, LinkAction, LinkEvent, Segment, SockOpt};
     use crate::synthetic::{nagle_run, MS};
     use crate::varint::Bytes;
 
@@ -683,6 +683,8 @@ mod tests {
             EventKind::RunDelay { since_ns: number(u64::MAX), waited_ns: number(1 << 40) },
             EventKind::ClockSync { offset_ns: -5, uncertainty_ns: 100, rtt_ns: 200 },
             EventKind::DelayedAck,
+            EventKind::BlockedCall { call: Call::Recv, since_ns: number(1 << 40), bytes: 100 },
+            EventKind::BlockedCall { call: Call::Send, since_ns: 0, bytes: number(1 << 20) as u32 },
         ];
         let samples =
             with_samples().into_iter().filter(|e| matches!(e.kind, EventKind::TcpInfo(_)));

@@ -38,8 +38,8 @@ pub mod seek;
 /// (`ClassVotes`, `ToProbe::Vote`), live only; version 8 a bulk run whose reader pauses, as a
 /// kind of run of its own (`spec::encoding`); version 9 a file's events in blocks of columns,
 /// compressed (`compact::columns`), files only; version 10 each run's block index at a file's
-/// end (`compact::index`).
-pub const PROTOCOL_VERSION: u16 = 10;
+/// end (`compact::index`); version 11 the `BlockedCall` event kind of a watch as root.
+pub const PROTOCOL_VERSION: u16 = 11;
 
 /// The oldest version this build still reads: every version since only appended messages, so
 /// an older stream is a valid newer one.
