@@ -29,6 +29,9 @@ pub const PROG_TYPE_SOCK_OPS: u32 = 13;
 pub const ATTACH_CGROUP_SOCK_OPS: u32 = 3;
 pub const MAP_TYPE_HASH: u32 = 1;
 pub const MAP_TYPE_ARRAY: u32 = 2;
+/// `BPF_MAP_TYPE_LRU_HASH`: a hash map that lets its least recently used entry go for a new
+/// one when full.
+pub const MAP_TYPE_LRU_HASH: u32 = 9;
 pub const MAP_TYPE_RINGBUF: u32 = 27;
 /// `BPF_MAP_TYPE_SK_STORAGE`: a value per socket, freed with the socket; user space reads a
 /// socket's by its descriptor.
@@ -99,6 +102,7 @@ pub const MOV_X: u8 = 0xbf;
 pub const MOV_K: u8 = 0xb7;
 pub const ADD_K: u8 = 0x07;
 pub const ADD_X: u8 = 0x0f;
+pub const SUB_X: u8 = 0x1f;
 pub const AND_K: u8 = 0x57;
 pub const AND_X: u8 = 0x5f;
 pub const LSH_K: u8 = 0x67;

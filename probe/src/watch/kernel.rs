@@ -68,26 +68,29 @@ pub struct DelayedAck {
 
 /// Where the program reads the kernel's structs, from the running kernel's BTF.
 #[derive(Clone, Copy, Debug)]
-struct Layout {
+pub(super) struct Layout {
     /// `timer_list.function`.
-    timer_function: i32,
+    pub(super) timer_function: i32,
     /// `inet_connection_sock.icsk_delack_timer`: the socket is this far before its timer.
-    delack_timer: i32,
+    pub(super) delack_timer: i32,
     /// `inet_connection_sock.icsk_ack.pending`.
-    ack_pending: i32,
+    pub(super) ack_pending: i32,
     /// The addresses and ports (`sock_common`'s `skc_daddr`, `skc_rcv_saddr`, `skc_dport`,
     /// `skc_num`), from the socket's start; the program copies them in one read.
-    daddr: i32,
-    rcv_saddr: i32,
-    dport: i32,
-    num: i32,
+    pub(super) daddr: i32,
+    pub(super) rcv_saddr: i32,
+    pub(super) dport: i32,
+    pub(super) num: i32,
+    /// `sock.sk_protocol`, read by the programs of the watched programs' calls
+    /// ([`super::calls`]).
+    pub(super) protocol: i32,
 }
 
 /// The bytes the program copies from the socket's start for its addresses and ports.
-const SOCKET_BYTES: i32 = 64;
+pub(super) const SOCKET_BYTES: i32 = 64;
 
 impl Layout {
-    fn of(btf: &Btf) -> io::Result<Layout> {
+    pub(super) fn of(btf: &Btf) -> io::Result<Layout> {
         let field = |strukt: &str, path: &[&str], size: u32| {
             btf.member(strukt, path)
                 .filter(|m| m.size == size)
@@ -106,6 +109,7 @@ impl Layout {
             rcv_saddr: common("skc_rcv_saddr", 4)?,
             dport: common("skc_dport", 2)?,
             num: common("skc_num", 2)?,
+            protocol: field("sock", &["sk_protocol"], 2)?,
         };
         let fields = [layout.daddr, layout.rcv_saddr, layout.dport, layout.num];
         if fields.iter().any(|&at| !(0..SOCKET_BYTES - 4).contains(&at)) {
@@ -281,7 +285,7 @@ const PENDING_AT: i16 = -16;
 const COPY_AT: i16 = -16 - SOCKET_BYTES as i16;
 
 /// `bpf_probe_read_kernel(r10 + to, len, r<from> + offset)`.
-fn read_kernel(a: &mut Assembler<Label>, to: i16, len: i32, from: u8, offset: i32) {
+pub(super) fn read_kernel<L: Copy>(a: &mut Assembler<L>, to: i16, len: i32, from: u8, offset: i32) {
     a.op(MOV_X, 1, 10, 0, 0);
     a.op(ADD_K, 1, 0, 0, i32::from(to));
     a.op(MOV_K, 2, 0, 0, len);
@@ -375,6 +379,7 @@ mod tests {
             rcv_saddr: 4,
             dport: 12,
             num: 14,
+            protocol: 520,
         }
     }
 

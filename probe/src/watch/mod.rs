@@ -15,6 +15,7 @@
 //! - [`watcher`]: the loop that makes both a session's events, through the shared exchange
 //!   rule (`ackscope_shared::exchange`), for the one session reducer every run goes through.
 
+pub mod calls;
 pub mod child;
 pub mod kernel;
 pub mod metrics;
