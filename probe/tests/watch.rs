@@ -126,10 +126,12 @@ fn a_standard_library_pair_writing_in_two_writes_shows_both_nagle_stalls_live() 
 
 /// As root the watch also sees the kernel's delayed-ACK timer fire on the watched sockets
 /// (an eBPF program): the timer that sent each held ACK is named, for most of the stalls, and
-/// the session's header says the timer was watched.
+/// the session's header says the timer was watched. It also sees where the programs' calls
+/// slept (eBPF programs on the socket calls' return and the scheduler's switch): the receiving
+/// program's recv() sleeping until the held bytes came is named for most of the stalls.
 #[test]
 #[ignore = "needs root (an eBPF program on the kernel's timers): cargo xtask test runs it as root"]
-fn as_root_the_kernels_delayed_ack_timer_is_seen_sending_the_held_acks() {
+fn as_root_the_kernels_delayed_ack_timer_and_the_programs_sleeping_recv_are_seen() {
     require_root("an eBPF program on the kernel's timers");
     let (_server, port) = common::start_pair_server("server", &["--split"]);
     let ackscope = Command::new(env!("CARGO_BIN_EXE_ackscope"));
@@ -143,7 +145,9 @@ fn as_root_the_kernels_delayed_ack_timer_is_seen_sending_the_held_acks() {
         .unwrap_or_else(|| panic!("a line for the kernel's timer: {summary}"));
     let numbers: Vec<u32> =
         line.split(|c: char| !c.is_ascii_digit()).filter_map(|n| n.parse().ok()).collect();
-    let [sent, confirmed] = numbers[..] else { panic!("two counts: {line}") };
+    let [sent, confirmed, 1, slept, in_recv] = numbers[..] else {
+        panic!("the timer's two counts, then the calls' (slept 1 ms or more): {line}")
+    };
     // Two held ACKs a request (one each way) once the connection left its quick ACKs.
     assert!(sent >= REQUESTS, "{sent} ACKs sent by the timer for {REQUESTS} requests: {line}");
     assert!(confirmed >= REQUESTS, "{confirmed} stalls' ACKs seen sent by it: {line}");
@@ -153,6 +157,11 @@ fn as_root_the_kernels_delayed_ack_timer_is_seen_sending_the_held_acks() {
         .filter_map(|l| l.split_whitespace().next()?.parse::<u32>().ok())
         .sum();
     assert!(confirmed <= stalls, "{confirmed} confirmed of {stalls} stalls: {summary}");
+    // Each held request and answer keeps its reader's recv() asleep some 40 ms.
+    assert!(slept >= REQUESTS, "{slept} calls slept for {REQUESTS} requests: {line}");
+    assert!(in_recv >= REQUESTS, "{in_recv} stalls' reads seen sleeping: {line}");
+    assert!(in_recv <= stalls, "{in_recv} of {stalls} stalls: {summary}");
+    assert!(summary.contains("where the watched programs' calls slept (eBPF)"), "{summary}");
 }
 
 /// `--try nodelay=both` on a pair ackscope did not write, writing its messages in two writes

@@ -83,11 +83,12 @@ fn a_pages_watch_of_a_process_records_its_ports_and_what_it_sees_and_stops_as_in
     let Scenario::Watch(watch) = spec else { panic!("announced as {spec:?}") };
     assert_eq!((watch.ports.as_slice(), watch.pid), ([port].as_slice(), Some(pid)));
     assert_eq!(watch.duration_ms, None, "the page's Stop ends it");
-    // What it sees is what this process may read: as root packets and the kernel's
-    // delayed-ACK timer, else TCP_INFO alone.
+    // What it sees is what this process may read: as root packets, the kernel's delayed-ACK
+    // timer and where the programs' calls slept, else TCP_INFO alone.
     assert_eq!(instruments.capture, is_root(), "{}", watch.evidence);
     let expected = if is_root() {
-        "packets, TCP_INFO and the kernel's delayed-ACK timer"
+        "packets, TCP_INFO, the kernel's delayed-ACK timer and where the watched programs' calls \
+         slept"
     } else {
         "TCP_INFO only"
     };

@@ -8,7 +8,7 @@
 //! Anything less conclusive is left out: a stall is only claimed with its evidence.
 
 use crate::analysis::SegmentSample;
-use crate::event::{ConnId, Event, EventKind, ReqId, Side};
+use crate::event::{Call, ConnId, Event, EventKind, ReqId, Side};
 use crate::stall::{Stall, StallClass};
 
 /// The delayed-ACK timer's range: Linux runs it between its minimum (40 ms with HZ >= 100; the
@@ -222,6 +222,12 @@ pub struct StallFinder<T = ()> {
     /// Stalls found whose ACK the kernel's delayed-ACK timer was seen to send
     /// ([`EventKind::DelayedAck`], a watch as root).
     pub confirmed_by_timer: u64,
+    /// Stalls found whose held bytes a `recv()` of the receiving program was seen sleeping for
+    /// ([`EventKind::BlockedCall`], a watch as root).
+    pub waited_in_recv: u64,
+    /// Whether any such `recv()` was seen: the source records them (a watch as root), so a
+    /// hold waits a little for its reader's, which returns just after the held bytes came.
+    reads_seen: bool,
     /// Whether each stall found says its evidence in words ([`Stall::evidence`]).
     evidence: bool,
 }
@@ -232,6 +238,8 @@ impl<T> Default for StallFinder<T> {
             windows: Default::default(),
             found: Vec::new(),
             confirmed_by_timer: 0,
+            waited_in_recv: 0,
+            reads_seen: false,
             evidence: true,
         }
     }
@@ -259,12 +267,30 @@ struct Window<T> {
     tags: Vec<(ReqId, T)>,
     start: usize,
     timers: std::collections::VecDeque<(Side, u64)>,
+    /// The receiving programs' `recv()` calls that returned after a sleep (at most
+    /// [`MAX_CALLS`]).
+    reads: std::collections::VecDeque<SleptRead>,
 }
 
 impl<T> Default for Window<T> {
     fn default() -> Self {
-        Window { samples: Vec::new(), tags: Vec::new(), start: 0, timers: Default::default() }
+        Window {
+            samples: Vec::new(),
+            tags: Vec::new(),
+            start: 0,
+            timers: Default::default(),
+            reads: Default::default(),
+        }
     }
+}
+
+/// A `recv()` of a watched program that returned at `at_ns` on `side`, its thread asleep from
+/// `since_ns` ([`EventKind::BlockedCall`]).
+#[derive(Clone, Copy, Debug)]
+struct SleptRead {
+    side: Side,
+    since_ns: u64,
+    at_ns: u64,
 }
 
 /// Decided segments a window may keep before it drops them (see [`Window::drop_passed`]): a
@@ -297,11 +323,16 @@ const MAX_TIMERS: usize = 16;
 /// microseconds, and the two stamps come from two clocks (the kernel's monotonic one and the
 /// packet's realtime stamp moved onto it), aligned to well within this.
 const TIMER_TO_ACK_NS: u64 = 2_000_000;
+/// `recv()` calls a window keeps: a hold needs the one its reader woke from.
+const MAX_CALLS: usize = 16;
+/// How far apart the held bytes' arrival and the return of the `recv()` that took them may be
+/// stamped: the reader wakes within microseconds of the bytes, and the stamps come from two
+/// clocks, as [`TIMER_TO_ACK_NS`] says.
+const DATA_TO_READ_NS: u64 = 2_000_000;
 
 impl<T: Clone> StallFinder<T> {
-    /// Adds a segment event (any other kind is ignored).
-    /// Adds a segment event, or notes a delayed-ACK timer's firing on a connection with
-    /// segments held (any other kind is ignored).
+    /// Adds a segment event, or notes a delayed-ACK timer's firing or a `recv()` that slept on
+    /// a connection with segments held (any other kind is ignored).
     pub fn push(&mut self, event: &Event, tag: T) {
         let segment = match &event.kind {
             EventKind::Segment(segment) => segment,
@@ -311,6 +342,26 @@ impl<T: Clone> StallFinder<T> {
                         window.timers.pop_front();
                     }
                     window.timers.push_back((event.side, event.at_ns));
+                }
+                return;
+            }
+            EventKind::BlockedCall { call: Call::Recv, since_ns, .. } => {
+                if let Some(window) = self.windows.get_mut(&event.conn) {
+                    if window.reads.len() == MAX_CALLS {
+                        window.reads.pop_front();
+                    }
+                    let read =
+                        SleptRead { side: event.side, since_ns: *since_ns, at_ns: event.at_ns };
+                    window.reads.push_back(read);
+                    self.reads_seen = true;
+                    // A hold waiting for its reader's call is decided now.
+                    let found = Found { stalls: &mut self.found, evidence: self.evidence };
+                    let counts = Counts {
+                        by_timer: &mut self.confirmed_by_timer,
+                        in_recv: &mut self.waited_in_recv,
+                        reads_seen: true,
+                    };
+                    decide(event.conn, window, false, found, counts);
                 }
                 return;
             }
@@ -327,7 +378,12 @@ impl<T: Clone> StallFinder<T> {
         window.samples.push(SegmentSample::new(event.side, event.at_ns, segment));
         window.tags.push((event.req, tag));
         let found = Found { stalls: &mut self.found, evidence: self.evidence };
-        decide(event.conn, window, false, found, &mut self.confirmed_by_timer);
+        let counts = Counts {
+            by_timer: &mut self.confirmed_by_timer,
+            in_recv: &mut self.waited_in_recv,
+            reads_seen: self.reads_seen,
+        };
+        decide(event.conn, window, false, found, counts);
     }
 
     /// Connections with a window held (an entry each, empty or not).
@@ -351,7 +407,12 @@ impl<T: Clone> StallFinder<T> {
     pub fn end_connection(&mut self, conn: ConnId) {
         if let Some(mut window) = self.windows.remove(&conn) {
             let found = Found { stalls: &mut self.found, evidence: self.evidence };
-            decide(conn, &mut window, true, found, &mut self.confirmed_by_timer);
+            let counts = Counts {
+                by_timer: &mut self.confirmed_by_timer,
+                in_recv: &mut self.waited_in_recv,
+                reads_seen: self.reads_seen,
+            };
+            decide(conn, &mut window, true, found, counts);
         }
     }
 
@@ -367,7 +428,12 @@ impl<T: Clone> StallFinder<T> {
     pub fn end_all(&mut self) {
         for (conn, mut window) in std::mem::take(&mut self.windows) {
             let found = Found { stalls: &mut self.found, evidence: self.evidence };
-            decide(conn, &mut window, true, found, &mut self.confirmed_by_timer);
+            let counts = Counts {
+                by_timer: &mut self.confirmed_by_timer,
+                in_recv: &mut self.waited_in_recv,
+                reads_seen: self.reads_seen,
+            };
+            decide(conn, &mut window, true, found, counts);
         }
     }
 }
@@ -378,6 +444,15 @@ struct Found<'a, T> {
     evidence: bool,
 }
 
+/// What [`decide`] counts of the kernel's own evidence: holds whose ACK the delayed-ACK timer
+/// sent, and holds whose reader's `recv()` was seen sleeping for the held bytes; and whether
+/// such calls are seen at all (`reads_seen`).
+struct Counts<'a> {
+    by_timer: &'a mut u64,
+    in_recv: &'a mut u64,
+    reads_seen: bool,
+}
+
 /// Decides `window`'s candidates in order while they can be (all of them when `at_end`), then
 /// drops the segments before the first one left.
 fn decide<T: Clone>(
@@ -385,9 +460,10 @@ fn decide<T: Clone>(
     window: &mut Window<T>,
     at_end: bool,
     found: Found<'_, T>,
-    confirmed_by_timer: &mut u64,
+    counts: Counts<'_>,
 ) {
-    let newest = window.samples.last().map_or(0, |s| s.at_ns);
+    let newest_read = window.reads.back().map_or(0, |r| r.at_ns);
+    let newest = window.samples.last().map_or(0, |s| s.at_ns).max(newest_read);
     loop {
         let Some(small) = window.held().iter().position(|s| s.len > 0) else {
             window.samples.clear();
@@ -400,6 +476,10 @@ fn decide<T: Clone>(
         // A timer that fired before this candidate's segment sent no ACK of it.
         while window.timers.front().is_some_and(|&(_, at)| at < first.at_ns) {
             window.timers.pop_front();
+        }
+        // Nor did a read that returned before it take its held bytes.
+        while window.reads.front().is_some_and(|r| r.at_ns < first.at_ns) {
+            window.reads.pop_front();
         }
         let samples = window.held();
         let over = samples.len() > MAX_WINDOW;
@@ -415,10 +495,28 @@ fn decide<T: Clone>(
                     side == ack.side && at.abs_diff(ack.at_ns) <= TIMER_TO_ACK_NS
                 });
                 let timer = timer.map(|&(_, at)| at);
-                *confirmed_by_timer += u64::from(timer.is_some());
+                // The reader's recv() that slept until the held bytes came: from before they
+                // came, returning as they did.
+                let read = window.reads.iter().find(|r| {
+                    r.side == held.side.peer()
+                        && r.since_ns < held.at_ns
+                        && r.at_ns.abs_diff(held.at_ns) <= DATA_TO_READ_NS
+                });
+                let read = read.copied();
+                // Where the reader's calls are seen (a watch as root), a hold whose read has
+                // not come yet waits for it, a little.
+                let read_due = counts.reads_seen
+                    && read.is_none()
+                    && newest < held.at_ns.saturating_add(DATA_TO_READ_NS);
+                if read_due && !at_end && !over {
+                    window.drop_passed();
+                    return;
+                }
+                *counts.by_timer += u64::from(timer.is_some());
+                *counts.in_recv += u64::from(read.is_some());
                 let mut stall = nagle_stall(conn, *req, first, held);
                 if found.evidence {
-                    stall.evidence = nagle_evidence(first, ack, held, timer);
+                    stall.evidence = nagle_evidence(first, ack, held, timer, read);
                 }
                 found.stalls.push((stall, ended_by));
             }
@@ -458,6 +556,7 @@ fn nagle_evidence(
     ack: SegmentSample,
     held: SegmentSample,
     timer: Option<u64>,
+    read: Option<SleptRead>,
 ) -> String {
     let receiver = small.side.peer();
     // "4-byte segment at 0.010000 s, pure ACK 43.6 ms later, 2048 bytes 30 us after it", put
@@ -481,6 +580,13 @@ fn nagle_evidence(
              the kernel)",
             receiver.name(),
             Duration(at_ns.saturating_sub(small.at_ns)),
+        ));
+    }
+    if let Some(read) = read {
+        evidence.push_str(&format!(
+            "; the {}'s recv() slept {} until the held bytes came (seen in the kernel)",
+            receiver.name(),
+            Duration(read.at_ns.saturating_sub(read.since_ns)),
         ));
     }
     evidence
@@ -868,6 +974,75 @@ mod tests {
             let (stalls, confirmed) = stalls_with(vec![miss]);
             assert_eq!((stalls.len(), confirmed), (2, 0));
             assert!(stalls.iter().all(|s| !s.evidence.contains("timer")));
+        }
+    }
+
+    /// The receiving program's `recv()` seen sleeping until the held bytes came (a watch as
+    /// root): the stall says so, and is counted. Once such calls are seen, a hold whose read
+    /// has not come yet waits for it (the read returns just after the bytes it took came), and
+    /// is decided without it once later events pass; a read on the other side, or one that
+    /// slept only after the bytes came, is no such read.
+    #[test]
+    fn a_recv_seen_sleeping_until_the_held_bytes_came_is_named_in_the_evidence() {
+        let read = |since_ns: u64, at_ns: u64, side: Side| Event {
+            at_ns,
+            side,
+            conn: ConnId(1),
+            req: ReqId(0),
+            kind: EventKind::BlockedCall { call: Call::Recv, since_ns, bytes: 2048 },
+        };
+        let t = 10 * MS;
+        // An earlier exchange's read: this finder's source records them.
+        let earlier = read(MS, 2 * MS, Side::Server);
+        let stalls_with = |reads: Vec<(usize, Event)>| {
+            let events = nagle_exchange(t, 1000, 5000);
+            let mut finder = StallFinder::default();
+            finder.push(&events[0], ());
+            finder.push(&earlier, ());
+            let mut decided_at = Vec::new();
+            for (i, event) in events.iter().enumerate().skip(1) {
+                finder.push(event, ());
+                for (after, read) in &reads {
+                    if *after == i {
+                        finder.push(read, ());
+                    }
+                }
+                decided_at.extend(finder.take_found().into_iter().map(|(stall, ())| (i, stall)));
+            }
+            let in_recv = finder.waited_in_recv;
+            decided_at.extend(finder.finish().into_iter().map(|(stall, ())| (usize::MAX, stall)));
+            (decided_at, in_recv)
+        };
+        // The server's recv() slept from just after the 4 bytes came until the 2048 came
+        // (events[2], at t + 43.63 ms), and returned after that segment was seen.
+        let server_read = read(t + 50_000, t + 43_650_000, Side::Server);
+        let (stalls, in_recv) = stalls_with(vec![(2, server_read.clone())]);
+        assert_eq!((stalls.len(), in_recv), (2, 1));
+        let (decided, to_server) = &stalls[0];
+        assert_eq!(to_server.to, Side::Server);
+        assert_eq!(*decided, 2, "decided as its read came, not before");
+        assert!(
+            to_server.evidence.ends_with(
+                "; the server's recv() slept 43.6 ms until the held bytes came (seen in the kernel)"
+            ),
+            "{}",
+            to_server.evidence
+        );
+        // The other stall's read never came: decided once the events passed its bytes by more
+        // than the wait (here: at the end), without it.
+        assert!(!stalls[1].1.evidence.contains("recv()"), "{}", stalls[1].1.evidence);
+        // No read for the first hold either: decided without one once an event 2 ms past its
+        // bytes came (the server's answer at +43.70 ms is not; the client's ACK at +87.3 is).
+        let (stalls, in_recv) = stalls_with(vec![]);
+        assert_eq!((stalls.len(), in_recv), (2, 0));
+        assert_eq!(stalls[0].0, 4, "{stalls:?}");
+        for miss in [
+            read(t + 50_000, t + 43_650_000, Side::Client),
+            read(t + 43_640_000, t + 43_650_000, Side::Server),
+        ] {
+            let (stalls, in_recv) = stalls_with(vec![(2, miss)]);
+            assert_eq!((stalls.len(), in_recv), (2, 0));
+            assert!(stalls.iter().all(|(_, s)| !s.evidence.contains("recv()")));
         }
     }
 

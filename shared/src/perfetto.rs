@@ -302,6 +302,14 @@ impl RunTrace {
                     counts.counters += counters(thread, pid, event, info, out);
                     continue;
                 }
+                EventKind::BlockedCall { call, since_ns, bytes } => {
+                    // A watched program's call that slept, as a slice from its sleep to its
+                    // return (a watch as root): where its wait was.
+                    let thread = self.thread(event.conn, event.side, next_tid, out);
+                    out.push(slept_call(pid, thread.tid, event, call, since_ns, bytes));
+                    counts.syscalls += 1;
+                    continue;
+                }
                 EventKind::Closed => {
                     // Only its tid is kept: a run that opens a connection per request holds
                     // the state of the open ones.
@@ -391,6 +399,28 @@ fn syscall(pid: u32, tid: u32, call: OpenCall, done: &Event, bytes: Option<u32>)
         pid,
         tid: Some(tid),
         args: Args::Call { bytes, asked, req: done.req.0 },
+    }
+}
+
+/// A watched program's call that returned `bytes` after its thread slept from `since_ns`
+/// ([`EventKind::BlockedCall`]): "recv() 100 B, slept".
+fn slept_call(
+    pid: u32,
+    tid: u32,
+    done: &Event,
+    call: crate::event::Call,
+    since_ns: u64,
+    bytes: u32,
+) -> TraceEvent {
+    TraceEvent {
+        name: format!("{} {bytes} B, slept", call.name()),
+        cat: Some("syscall"),
+        ph: "X",
+        ts: Some(us(since_ns)),
+        dur: Some(us(done.at_ns.saturating_sub(since_ns))),
+        pid,
+        tid: Some(tid),
+        args: Args::Call { bytes: Some(bytes), asked: None, req: done.req.0 },
     }
 }
 

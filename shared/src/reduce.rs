@@ -294,6 +294,9 @@ pub struct WatchTally {
     pub exchanges: ExchangeTally,
     /// ACKs the watched sockets' delayed-ACK timers were seen to send (a watch as root).
     pub delayed_acks: u64,
+    /// The watched programs' socket calls seen returning after their thread slept 1 ms or
+    /// more (a watch as root).
+    pub slept_calls: u64,
     /// Each stall found since [`WatchTally::drain_stalls`], once a reader asked for them
     /// ([`WatchTally::hand_out_stalls`]: a watch's metrics, which count them by port).
     found: Option<Vec<Stall>>,
@@ -322,6 +325,12 @@ impl WatchTally {
                 EventKind::DelayedAck => {
                     self.delayed_acks += 1;
                     self.finder.push(e, ());
+                    continue;
+                }
+                EventKind::BlockedCall { .. } => {
+                    self.slept_calls += 1;
+                    self.finder.push(e, ());
+                    self.take_found();
                     continue;
                 }
                 _ => continue,
@@ -370,16 +379,37 @@ impl WatchTally {
         self.finder.confirmed_by_timer
     }
 
-    /// What the kernel's delayed-ACK timer was seen doing, for the command line and the page:
-    /// "the delayed-ACK timer sent 38 ACKs of the watched connections; it sent the ACK of 38
-    /// of the Nagle x delayed ACK stalls".
-    pub fn timer_words(&self) -> String {
-        format!(
+    /// Of the stalls found, those whose held bytes the receiving program's `recv()` was seen
+    /// sleeping for.
+    pub fn waited_in_recv(&self) -> u64 {
+        self.finder.waited_in_recv
+    }
+
+    /// Whether the kernel's own evidence was seen: the delayed-ACK timer, the programs' calls.
+    pub fn kernel_seen(&self) -> bool {
+        self.delayed_acks > 0 || self.slept_calls > 0
+    }
+
+    /// What the kernel was seen doing, for the command line and the page: "the delayed-ACK
+    /// timer sent 38 ACKs of the watched connections; it sent the ACK of 38 of the Nagle x
+    /// delayed ACK stalls; the watched programs' calls slept 1 ms or more 80 times; the
+    /// receiving program's recv() slept until the held bytes came in 38 of those stalls".
+    pub fn kernel_words(&self) -> String {
+        let mut words = format!(
             "the delayed-ACK timer sent {} ACKs of the watched connections; it sent the ACK of \
              {} of the Nagle x delayed ACK stalls",
             self.delayed_acks,
             self.confirmed_by_timer()
-        )
+        );
+        if self.slept_calls > 0 {
+            words.push_str(&format!(
+                "; the watched programs' calls slept 1 ms or more {} times; the receiving \
+                 program's recv() slept until the held bytes came in {} of those stalls",
+                self.slept_calls,
+                self.waited_in_recv()
+            ));
+        }
+        words
     }
 
     /// The stall classes decided so far (all of them once [`WatchTally::finish`] ran).

@@ -1173,16 +1173,20 @@ async fn the_page_watches_another_programs_port_live_and_names_its_stalls() -> R
             "Nagle x delayed ACK listed for {directions:?}"
         );
         // As root the kernel's delayed-ACK timer is seen sending the held ACKs: about two an
-        // exchange, once the connection left its first quick ACKs.
+        // exchange, once the connection left its first quick ACKs; and the reading programs'
+        // recv() sleeping until the held bytes came, as many.
         let timer = text_of(&client, "watch-kernel-timer").await?;
         let counts: Vec<usize> =
             timer.split(|c: char| !c.is_ascii_digit()).filter_map(|n| n.parse().ok()).collect();
         ensure!(
             timer.contains("delayed-ACK timer sent")
-                && counts.len() == 2
+                && timer.contains("recv() slept until the held bytes came")
+                && counts.len() == 5
                 && counts[0] >= REQUESTS
-                && counts[1] >= REQUESTS / 2,
-            "the page says of the kernel's timer: {timer:?}"
+                && counts[1] >= REQUESTS / 2
+                && counts[3] >= REQUESTS
+                && counts[4] >= REQUESTS / 2,
+            "the page says of the kernel's timer and the programs' calls: {timer:?}"
         );
         ensure!(
             !client.find_all(css("[data-testid=no-timeline]")).await?.is_empty(),

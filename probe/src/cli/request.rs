@@ -186,6 +186,11 @@ fn describe(kind: &EventKind) -> String {
                 sample.rtt_us, sample.ato_us, sample.unacked, sample.snd_cwnd
             )
         }
+        EventKind::BlockedCall { call, since_ns, bytes } => format!(
+            "{} returned {bytes} bytes; its thread slept from {:.3} ms (seen in the kernel)",
+            call.name(),
+            *since_ns as f64 / 1e6
+        ),
         other => format!("{other:?}"),
     }
 }

@@ -243,7 +243,7 @@ pub fn watch(args: &WatchArgs) -> Result<Ended, Failure> {
     let mut timer = String::new();
     if let RunAnalyses::Watched(watched) = &mut tally.run.analysis {
         watched.finish();
-        timer = watched.timer_words();
+        timer = watched.kernel_words();
     }
     if counts.dropped > 0 {
         eprintln!(
@@ -283,7 +283,7 @@ pub fn watch(args: &WatchArgs) -> Result<Ended, Failure> {
     print_runs(before.as_ref(), &tally, &scenario, &outcome, args.json)?;
     if !args.json {
         let timer =
-            matches!(&evidence, Evidence::PacketsAndTcpInfo { timer: Ok(()) }).then_some(timer);
+            matches!(&evidence, Evidence::PacketsAndTcpInfo { timer: Ok(()), .. }).then_some(timer);
         print_counts(&mut Printable::terminal(io::stdout().lock()), &counts, timer)
             .map_err(|e| Failure::Run(format!("writing the summary: {e}")))?;
     }

@@ -11,6 +11,9 @@
 //! kernel's structs lie comes from its own BTF ([`crate::bpf::btf`]), and the callback's
 //! address from `/proc/kallsyms`.
 //!
+//! Beside it, the same attachment holds the programs that record where the watched programs'
+//! calls slept ([`super::calls`]); a kernel without their tracepoints keeps the timer.
+//!
 //! Why a tracepoint and not BPF trampolines (fentry on `tcp_delack_timer_handler`, or on
 //! `tcp_recvmsg` for the calls that blocked): some kernels refuse trampolines to root after the
 //! verifier accepted the program (`EPERM`; docs/WATCH.md), and a tracepoint program runs on
@@ -27,6 +30,7 @@ use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 
 use ackscope_shared::exchange::Endpoint;
 
+use super::calls::{BlockedCall, CallTaps};
 use crate::bpf::btf::Btf;
 use crate::bpf::*;
 
@@ -173,6 +177,9 @@ pub struct KernelTaps {
     /// What the program is made of besides its ports, for [`KernelTaps::set_ports`].
     layout: Layout,
     callback: u64,
+    /// Where the watched programs' calls slept ([`CallTaps`]), or why not: the timer is kept
+    /// on a kernel without their tracepoints.
+    calls: Result<CallTaps, String>,
 }
 
 impl KernelTaps {
@@ -187,6 +194,7 @@ impl KernelTaps {
         let layout = Layout::of(&btf)?;
         let callback = kernel_symbol(DELACK_TIMER_FUNCTION)?;
         let (program, attached) = load_and_attach(ports, &layout, callback, &ring, &drops)?;
+        let calls = CallTaps::attach(ports, layout).map_err(|e| e.to_string());
         Ok(KernelTaps {
             ring,
             drops,
@@ -195,7 +203,13 @@ impl KernelTaps {
             unreadable: 0,
             layout,
             callback,
+            calls,
         })
+    }
+
+    /// Whether the watched programs' calls are recorded too, or why not.
+    pub fn calls(&self) -> Result<(), String> {
+        self.calls.as_ref().map(|_| ()).map_err(Clone::clone)
     }
 
     /// Keeps the sockets of `ports` from now on (a watched command's ports as they appear):
@@ -207,12 +221,24 @@ impl KernelTaps {
             load_and_attach(ports, &self.layout, self.callback, &self.ring, &self.drops)?;
         self._attached = attached;
         self._program = program;
+        if let Ok(calls) = &mut self.calls {
+            calls.set_ports(ports)?;
+        }
         Ok(())
     }
 
-    /// Records lost so far: not written for a full ring, or unreadable.
+    /// Records lost so far, the timer's and the calls': not written for a full ring, or
+    /// unreadable.
     pub fn lost(&self) -> u64 {
-        map_lookup(&self.drops, 0).unwrap_or(0) + self.unreadable
+        let calls = self.calls.as_ref().map_or(0, CallTaps::lost);
+        map_lookup(&self.drops, 0).unwrap_or(0) + self.unreadable + calls
+    }
+
+    /// Calls `each` with every call of a watched program recorded since the last call.
+    pub fn take_calls(&mut self, each: impl FnMut(BlockedCall)) {
+        if let Ok(calls) = &mut self.calls {
+            calls.take(each);
+        }
     }
 
     /// Calls `each` with every record written since the last call.

@@ -70,8 +70,8 @@ pub const NAMED_CONNECTIONS: usize = 32;
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Evidence {
     /// Packets and TCP_INFO; and the kernel's delayed-ACK timer ([`KernelTaps`], root), or
-    /// why not.
-    PacketsAndTcpInfo { timer: Result<(), String> },
+    /// why not; and where the watched programs' calls slept (`calls`, root), or why not.
+    PacketsAndTcpInfo { timer: Result<(), String>, calls: Result<(), String> },
     /// No packets: why (the missing capability).
     TcpInfoOnly { why: String },
 }
@@ -91,12 +91,19 @@ impl Evidence {
     /// For the session's spec and the summary.
     pub fn describe(&self) -> String {
         match self {
-            Evidence::PacketsAndTcpInfo { timer: Ok(()) } => {
-                "packets, TCP_INFO and the kernel's delayed-ACK timer (eBPF)".into()
+            Evidence::PacketsAndTcpInfo { timer: Ok(()), calls: Ok(()) } => {
+                "packets, TCP_INFO, the kernel's delayed-ACK timer and where the watched \
+                 programs' calls slept (eBPF)"
+                    .into()
             }
-            Evidence::PacketsAndTcpInfo { timer: Err(why) } => format!(
-                "packets and TCP_INFO; not the kernel's delayed-ACK timer ({why}), which \
-                 confirms each Nagle x delayed ACK stall from inside the kernel"
+            Evidence::PacketsAndTcpInfo { timer: Ok(()), calls: Err(why) } => format!(
+                "packets, TCP_INFO and the kernel's delayed-ACK timer (eBPF); not where the \
+                 watched programs' calls slept ({why})"
+            ),
+            Evidence::PacketsAndTcpInfo { timer: Err(why), .. } => format!(
+                "packets and TCP_INFO; not the kernel's delayed-ACK timer nor where the watched \
+                 programs' calls slept ({why}), which confirm each Nagle x delayed ACK stall \
+                 from inside the kernel"
             ),
             Evidence::TcpInfoOnly { why } => format!(
                 "TCP_INFO only, through sock_diag; {why}: run as root or give the binary the \
@@ -221,7 +228,7 @@ impl Watcher {
     /// Watches `ports` on the watch's `clock`: with packets when this process may read them.
     pub fn open(ports: &[u16], clock: Clock) -> Result<Watcher, TapError> {
         let (taps, evidence) = match PortTaps::open(ports) {
-            Ok(taps) => (Some(taps), Evidence::PacketsAndTcpInfo { timer: Ok(()) }),
+            Ok(taps) => (Some(taps), Evidence::PacketsAndTcpInfo { timer: Ok(()), calls: Ok(()) }),
             Err(TapError::Permission(e)) => {
                 (None, Evidence::TcpInfoOnly { why: format!("no CAP_NET_RAW for packets ({e})") })
             }
@@ -230,7 +237,10 @@ impl Watcher {
         // The timer confirms what the packets show: without them there is nothing to confirm.
         let (kernel, evidence) = match evidence {
             Evidence::PacketsAndTcpInfo { .. } => match KernelTaps::attach(ports) {
-                Ok(kernel) => (Some(kernel), Evidence::PacketsAndTcpInfo { timer: Ok(()) }),
+                Ok(kernel) => {
+                    let calls = kernel.calls();
+                    (Some(kernel), Evidence::PacketsAndTcpInfo { timer: Ok(()), calls })
+                }
                 Err(e) => {
                     let why = match e.kind() {
                         std::io::ErrorKind::PermissionDenied => {
@@ -238,7 +248,8 @@ impl Watcher {
                         }
                         _ => e.to_string(),
                     };
-                    (None, Evidence::PacketsAndTcpInfo { timer: Err(why) })
+                    let calls = Err(why.clone());
+                    (None, Evidence::PacketsAndTcpInfo { timer: Err(why), calls })
                 }
             },
             other => (None, other),
@@ -281,6 +292,9 @@ impl Watcher {
                 // connection is still in the exchange the ACK held.
                 if let Some(kernel) = &mut self.kernel {
                     take_timers(kernel, &self.conversations, &self.clock, out);
+                    // The calls that returned before these packets were read: a call that
+                    // took a stall's held bytes is then there when the packet rule looks.
+                    take_calls(kernel, &self.conversations, &self.clock, out);
                 }
                 let packets_from = out.len();
                 let (offset, conversations, counts) =
@@ -310,6 +324,8 @@ impl Watcher {
                     let mut late = Vec::new();
                     take_timers(kernel, &self.conversations, &self.clock, &mut late);
                     out.splice(packets_from..packets_from, late);
+                    // Calls that returned while the packets were read: after them.
+                    take_calls(kernel, &self.conversations, &self.clock, out);
                 }
             }
             None => std::thread::sleep(Duration::from_millis(10)),
@@ -641,6 +657,33 @@ fn take_timers(
             conn: c.id,
             req: c.exchange(),
             kind: EventKind::DelayedAck,
+        });
+    });
+}
+
+/// The watched programs' calls that slept, read now, as `BlockedCall` events of their
+/// connections, in the exchange each connection is in. A call that failed (a negative result)
+/// is left out: it took no bytes.
+fn take_calls(
+    kernel: &mut KernelTaps,
+    conversations: &Conversations,
+    clock: &Clock,
+    out: &mut Vec<Event>,
+) {
+    let epoch_ns = clock.epoch_monotonic_ns();
+    kernel.take_calls(|returned| {
+        let Some(c) = conversations.find(returned.local, returned.remote) else { return };
+        let Ok(bytes) = u32::try_from(returned.result) else { return };
+        out.push(Event {
+            at_ns: returned.returned_ns.saturating_sub(epoch_ns),
+            side: c.side_of(returned.local),
+            conn: c.id,
+            req: c.exchange(),
+            kind: EventKind::BlockedCall {
+                call: returned.call,
+                since_ns: returned.slept_ns.saturating_sub(epoch_ns),
+                bytes,
+            },
         });
     });
 }

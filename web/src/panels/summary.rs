@@ -150,7 +150,7 @@ fn watch_numbers(run: &crate::state::Run) -> Numbers {
         Some(summary) => Numbers::Watched(
             SummaryText::of(&summary),
             watch.classes().iter().map(ClassText::of).collect(),
-            (watch.delayed_acks > 0).then(|| watch.timer_words()),
+            watch.kernel_seen().then(|| watch.kernel_words()),
         ),
         None => match watch.estimated() {
             Some(estimated) => Numbers::Estimated(run.events, estimated.line()),
