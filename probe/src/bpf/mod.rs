@@ -29,9 +29,6 @@ pub const PROG_TYPE_SOCK_OPS: u32 = 13;
 pub const ATTACH_CGROUP_SOCK_OPS: u32 = 3;
 pub const MAP_TYPE_HASH: u32 = 1;
 pub const MAP_TYPE_ARRAY: u32 = 2;
-/// `BPF_MAP_TYPE_LRU_HASH`: a hash map that lets its least recently used entry go for a new
-/// one when full.
-pub const MAP_TYPE_LRU_HASH: u32 = 9;
 pub const MAP_TYPE_RINGBUF: u32 = 27;
 /// `BPF_MAP_TYPE_SK_STORAGE`: a value per socket, freed with the socket; user space reads a
 /// socket's by its descriptor.
@@ -99,6 +96,9 @@ pub const ST_W: u8 = 0x62;
 pub const ATOMIC_ADD_DW: u8 = 0xdb;
 pub const LD_IMM_DW: u8 = 0x18;
 pub const MOV_X: u8 = 0xbf;
+/// `BPF_ALU | BPF_MOV | BPF_X`: the low 32 bits of the source, the destination's high bits
+/// zeroed.
+pub const MOV32_X: u8 = 0xbc;
 pub const MOV_K: u8 = 0xb7;
 pub const ADD_K: u8 = 0x07;
 pub const ADD_X: u8 = 0x0f;

@@ -1,13 +1,14 @@
 //! Where the watched programs' socket calls blocked, seen from inside the kernel (root: CAP_BPF
 //! and CAP_PERFMON), without a tracepoint on every system call.
 //!
-//! Two small eBPF programs share a table of the watched programs' threads (an LRU hash map,
-//! thread id to the time it went to sleep, [`MAX_THREADS`] of them):
+//! Two small eBPF programs share a table of the watched programs' threads (an array indexed by
+//! the thread id's low bits, [`MAX_THREADS`] slots: the thread's id and the time it went to
+//! sleep):
 //!
 //! - On `sock_recv_length` and `sock_send_length` (every socket read and write of the host
 //!   returns through them, `sock_recvmsg` and `sock_sendmsg`), a call on a watched socket (its
-//!   local port a watched one, a server's, or its remote port, a client's; TCP) puts its thread
-//!   in the table, or, when it is there and went to sleep since its last such call, writes a
+//!   local port a watched one, a server's, or its remote port, a client's) puts its thread in
+//!   the table, or, when it is there and went to sleep since its last such call, writes a
 //!   record (the thread, the socket, what the call returned, when it slept) and clears its time.
 //! - On `sched_switch`, a thread of the table that leaves the CPU to sleep (not preempted) has
 //!   the time noted, the first time since its last call.
@@ -46,12 +47,12 @@ const RECV_RETURNS: &std::ffi::CStr = c"sock_recv_length";
 const SEND_RETURNS: &std::ffi::CStr = c"sock_send_length";
 const SWITCH: &std::ffi::CStr = c"sched_switch";
 
-/// Threads followed at once: the LRU map lets the least recently used one go for a new one.
-pub const MAX_THREADS: u32 = 4096;
+/// Slots of the threads' table, a power of two: a thread's is its id's low bits, and two
+/// watched threads whose ids share them take it in turn (each call of one loses the other's
+/// sleep). 16 bytes a slot, 1 MiB.
+pub const MAX_THREADS: u32 = 1 << 16;
 /// Sleeps shorter than this are not written.
 pub const MIN_SLEEP_NS: i32 = 1_000_000;
-/// `IPPROTO_TCP`, as `sk_protocol` holds it.
-const TCP: i32 = 6;
 /// The ring's data: 256 KiB, 5,461 records while the watch is off the CPU; at most one a
 /// millisecond per watched thread. Records that do not fit are counted ([`CallTaps::lost`]).
 const RING_BYTES: u32 = 256 << 10;
@@ -105,9 +106,17 @@ impl CallTaps {
     /// Loads and attaches the programs for the sockets of `ports`. Fails without CAP_BPF and
     /// CAP_PERFMON, or on a kernel without the tracepoints (before Linux 6.3).
     pub(super) fn attach(ports: &[u16], layout: Layout) -> io::Result<CallTaps> {
+        // The programs read both ports in one word (`skc_portpair`, as every kernel lays it).
+        if layout.num != layout.dport + 2 {
+            return Err(io::Error::new(
+                io::ErrorKind::Unsupported,
+                "this kernel's sock_common does not hold its ports side by side, as the programs \
+                 of the watched programs' calls read them",
+            ));
+        }
         let ring = Ring::create(RING_BYTES)?;
         let drops = map_create(MAP_TYPE_ARRAY, 4, 8, 1)?;
-        let threads = map_create(MAP_TYPE_LRU_HASH, 4, 8, MAX_THREADS)?;
+        let threads = map_create(MAP_TYPE_ARRAY, 4, SLOT_BYTES, MAX_THREADS)?;
         let kind = raw_tracepoint_program();
         let switch = load(&kind, &switch_program(threads.as_raw_fd()))
             .map_err(|e| io::Error::new(e.kind(), format!("loading the threads' program: {e}")))?;
@@ -207,7 +216,7 @@ fn parse(bytes: &[u8]) -> Option<BlockedCall> {
 enum Label {
     /// The socket is a watched one.
     Watched,
-    /// The thread is not in the table yet.
+    /// The thread's slot holds another thread (or none).
     Untracked,
     /// The ring is full: count the record lost.
     Full,
@@ -223,25 +232,31 @@ struct Fds {
     threads: RawFd,
 }
 
+/// A slot of the threads' table: the thread's id, then the time it went to sleep (0: not since
+/// its last call).
+const SLOT_BYTES: u32 = 16;
+const SLOT_TID: i16 = 0;
+const SLOT_SLEPT: i16 = 8;
+
 // Registers kept past helper calls: r6 the tracepoint's arguments, r7 the socket (later the
-// time now), r8 the copy of the socket's first bytes on the stack, r9 the record.
+// time now, then the time the thread slept), r8 the thread's slot, r9 the record.
 const ARGS: u8 = 6;
 const SK: u8 = 7;
 const NOW: u8 = 7;
-const COPY: u8 = 8;
+const SLEPT: u8 = 7;
+const SLOT: u8 = 8;
 const RECORD: u8 = 9;
-/// Stack slots: the thread's key (4 bytes) and its value for an insert, the socket's protocol,
-/// `pid_tgid`, the time it slept, the socket's first bytes.
+/// Stack slots: the table's key, the socket's ports (its `skc_dport` and `skc_num`, one 4-byte
+/// word), `pid_tgid`, the time it slept, the socket's first bytes (read only for a record).
 const KEY_AT: i16 = -8;
-const VALUE_AT: i16 = -16;
-const PROTOCOL_AT: i16 = -24;
-const PID_TGID_AT: i16 = -32;
-const SLEPT_AT: i16 = -40;
-const COPY_AT: i16 = -40 - SOCKET_BYTES as i16;
+const PORTS_AT: i16 = -16;
+const PID_TGID_AT: i16 = -24;
+const SLEPT_AT: i16 = -32;
+const COPY_AT: i16 = -32 - SOCKET_BYTES as i16;
 
 /// The program on `sched_switch`: the thread leaving the CPU, when it goes to sleep (not
-/// preempted, a state other than running) and is in the table with no sleep noted since its
-/// last call, has the time noted.
+/// preempted, a state other than running) and its slot is its own with no sleep noted since
+/// its last call, has the time noted.
 fn switch_program(threads: RawFd) -> Vec<Insn> {
     let mut a = Assembler::new();
     a.op(MOV_X, ARGS, 1, 0, 0);
@@ -251,18 +266,16 @@ fn switch_program(threads: RawFd) -> Vec<Insn> {
     a.op(LDX_DW, 1, ARGS, 24, 0);
     a.jump(JEQ_K, 1, 0, 0, Label::Exit);
     a.op(CALL, 0, 0, 0, FN_GET_CURRENT_PID_TGID);
-    a.op(STX_W, 10, 0, KEY_AT, 0);
-    a.op(MOV_X, 2, 10, 0, 0);
-    a.op(ADD_K, 2, 0, 0, i32::from(KEY_AT));
-    a.map(1, threads);
-    a.op(CALL, 0, 0, 0, FN_MAP_LOOKUP_ELEM);
-    a.jump(JEQ_K, 0, 0, 0, Label::Exit);
+    a.op(MOV_X, ARGS, 0, 0, 0);
+    lookup_slot(&mut a, threads);
+    a.op(LDX_W, 1, SLOT, SLOT_TID, 0);
+    a.op(MOV32_X, 2, ARGS, 0, 0);
+    a.jump(JNE_X, 1, 2, 0, Label::Exit);
     // Its first sleep since its last call is kept.
-    a.op(LDX_DW, 1, 0, 0, 0);
+    a.op(LDX_DW, 1, SLOT, SLOT_SLEPT, 0);
     a.jump(JNE_K, 1, 0, 0, Label::Exit);
-    a.op(MOV_X, NOW, 0, 0, 0);
     a.op(CALL, 0, 0, 0, FN_KTIME_GET_NS);
-    a.op(STX_DW, NOW, 0, 0, 0);
+    a.op(STX_DW, SLOT, 0, SLOT_SLEPT, 0);
     let exit = a.here();
     a.op(MOV_K, 0, 0, 0, 0);
     a.op(EXIT, 0, 0, 0, 0);
@@ -272,53 +285,56 @@ fn switch_program(threads: RawFd) -> Vec<Insn> {
     })
 }
 
+/// r8 = the slot in `threads` of the thread whose `pid_tgid` is in r0 (its id's low bits index
+/// the table), or a jump to the exit (never: the index is masked). The table is an array, whose
+/// lookup the kernel inlines: the switch's program runs at every context switch.
+fn lookup_slot(a: &mut Assembler<Label>, threads: RawFd) {
+    a.op(MOV32_X, 2, 0, 0, 0);
+    a.op(AND_K, 2, 0, 0, (MAX_THREADS - 1) as i32);
+    a.op(STX_W, 10, 2, KEY_AT, 0);
+    a.op(MOV_X, 2, 10, 0, 0);
+    a.op(ADD_K, 2, 0, 0, i32::from(KEY_AT));
+    a.map(1, threads);
+    a.op(CALL, 0, 0, 0, FN_MAP_LOOKUP_ELEM);
+    a.jump(JEQ_K, 0, 0, 0, Label::Exit);
+    a.op(MOV_X, SLOT, 0, 0, 0);
+}
+
 /// The program on a call's return (`sock_recv_length` or `sock_send_length`): keeps the
-/// sockets whose local port is a watched one or whose remote port is, TCP ones; puts the
-/// calling thread in the table, or takes its sleep from it and, when it slept
-/// [`MIN_SLEEP_NS`] or more, writes a record. Every read of the socket goes through the
-/// helper, which cannot fault.
+/// sockets whose local port is a watched one or whose remote port is; makes the calling
+/// thread's slot its own, or takes its sleep from it and, when it slept [`MIN_SLEEP_NS`] or
+/// more, writes a record. Every read of the socket goes through the helper, which cannot
+/// fault; only its ports are read for a call that writes no record.
 fn call_program(call: Call, ports: &[u16], layout: &Layout, fds: Fds) -> Vec<Insn> {
     let mut a = Assembler::new();
     a.op(MOV_X, ARGS, 1, 0, 0);
     a.op(LDX_DW, SK, ARGS, 0, 0);
-    // The socket's addresses and ports, zeroed first: a failed read leaves zeros, no port.
-    a.op(MOV_K, 1, 0, 0, 0);
-    for slot in (0..SOCKET_BYTES as i16).step_by(8) {
-        a.op(STX_DW, 10, 1, COPY_AT + slot, 0);
-    }
-    read_kernel(&mut a, COPY_AT, SOCKET_BYTES, SK, 0);
-    a.op(MOV_X, COPY, 10, 0, 0);
-    a.op(ADD_K, COPY, 0, 0, i32::from(COPY_AT));
-    a.op(LDX_H, 2, COPY, layout.num as i16, 0);
+    // The ports, zeroed first: a failed read leaves zeros, no port.
+    a.op(ST_W, 10, 0, PORTS_AT, 0);
+    read_kernel(&mut a, PORTS_AT, 4, SK, layout.dport);
+    a.op(LDX_H, 2, 10, PORTS_AT + (layout.num - layout.dport) as i16, 0);
     for &port in ports {
         a.jump(JEQ_K, 2, 0, i32::from(port), Label::Watched);
     }
-    a.op(LDX_H, 2, COPY, layout.dport as i16, 0);
+    a.op(LDX_H, 2, 10, PORTS_AT, 0);
     for &port in ports {
         // As it lies in memory: network order.
         a.jump(JEQ_K, 2, 0, i32::from(u16::from_ne_bytes(port.to_be_bytes())), Label::Watched);
     }
     a.jump(JA, 0, 0, 0, Label::Exit);
     let watched = a.here();
-    // A TCP socket's: a UDP socket may have the same port.
-    a.op(MOV_K, 1, 0, 0, 0);
-    a.op(STX_DW, 10, 1, PROTOCOL_AT, 0);
-    read_kernel(&mut a, PROTOCOL_AT, 2, SK, layout.protocol);
-    a.op(LDX_H, 1, 10, PROTOCOL_AT, 0);
-    a.jump(JNE_K, 1, 0, TCP, Label::Exit);
     a.op(CALL, 0, 0, 0, FN_GET_CURRENT_PID_TGID);
     a.op(STX_DW, 10, 0, PID_TGID_AT, 0);
-    a.op(STX_W, 10, 0, KEY_AT, 0);
-    a.op(MOV_X, 2, 10, 0, 0);
-    a.op(ADD_K, 2, 0, 0, i32::from(KEY_AT));
-    a.map(1, fds.threads);
-    a.op(CALL, 0, 0, 0, FN_MAP_LOOKUP_ELEM);
-    a.jump(JEQ_K, 0, 0, 0, Label::Untracked);
+    lookup_slot(&mut a, fds.threads);
+    a.op(LDX_W, 1, SLOT, SLOT_TID, 0);
+    a.op(LDX_DW, 2, 10, PID_TGID_AT, 0);
+    a.op(MOV32_X, 2, 2, 0, 0);
+    a.jump(JNE_X, 1, 2, 0, Label::Untracked);
     // Its sleep, taken: the next call counts from this one.
-    a.op(LDX_DW, 1, 0, 0, 0);
+    a.op(LDX_DW, 1, SLOT, SLOT_SLEPT, 0);
     a.op(STX_DW, 10, 1, SLEPT_AT, 0);
     a.op(MOV_K, 2, 0, 0, 0);
-    a.op(STX_DW, 0, 2, 0, 0);
+    a.op(STX_DW, SLOT, 2, SLOT_SLEPT, 0);
     a.jump(JEQ_K, 1, 0, 0, Label::Exit);
     a.op(CALL, 0, 0, 0, FN_KTIME_GET_NS);
     a.op(MOV_X, NOW, 0, 0, 0);
@@ -326,18 +342,27 @@ fn call_program(call: Call, ports: &[u16], layout: &Layout, fds: Fds) -> Vec<Ins
     a.op(MOV_X, 2, NOW, 0, 0);
     a.op(SUB_X, 2, 1, 0, 0);
     a.jump(JLT_K, 2, 0, MIN_SLEEP_NS, Label::Exit);
+    // A record: the socket's addresses now (the socket is the tracepoint's argument still).
+    a.op(LDX_DW, SK, ARGS, 0, 0);
+    a.op(MOV_K, 1, 0, 0, 0);
+    for slot in (0..SOCKET_BYTES as i16).step_by(8) {
+        a.op(STX_DW, 10, 1, COPY_AT + slot, 0);
+    }
+    read_kernel(&mut a, COPY_AT, SOCKET_BYTES, SK, 0);
+    a.op(LDX_DW, SLEPT, 10, SLEPT_AT, 0);
     a.reserve(fds.ring, RECORD_BYTES, Label::Full);
     a.op(MOV_X, RECORD, 0, 0, 0);
-    a.op(STX_DW, RECORD, NOW, AT_RETURNED, 0);
-    a.op(LDX_DW, 1, 10, SLEPT_AT, 0);
-    a.op(STX_DW, RECORD, 1, AT_SLEPT, 0);
+    // The time now, again: r7 held the socket for the read.
+    a.op(CALL, 0, 0, 0, FN_KTIME_GET_NS);
+    a.op(STX_DW, RECORD, 0, AT_RETURNED, 0);
+    a.op(STX_DW, RECORD, SLEPT, AT_SLEPT, 0);
     for (from, size, to) in [
         (layout.rcv_saddr, LDX_W, AT_LOCAL_ADDR),
         (layout.daddr, LDX_W, AT_REMOTE_ADDR),
         (layout.num, LDX_H, AT_LOCAL_PORT),
         (layout.dport, LDX_H, AT_REMOTE_PORT),
     ] {
-        a.op(size, 1, COPY, from as i16, 0);
+        a.op(size, 1, 10, COPY_AT + from as i16, 0);
         a.op(if size == LDX_W { STX_W } else { STX_H }, RECORD, 1, to, 0);
     }
     // `ret`, an int in the arguments' second 64-bit slot.
@@ -349,19 +374,13 @@ fn call_program(call: Call, ports: &[u16], layout: &Layout, fds: Fds) -> Vec<Ins
     a.op(ST_W, RECORD, 0, AT_SPARE, 0);
     a.submit(RECORD);
     a.jump(JA, 0, 0, 0, Label::Exit);
-    // A thread not in the table yet: put in, with no sleep noted.
+    // Another thread's slot, or none: this thread's from now on, with no sleep noted.
     let untracked = a.here();
+    a.op(STX_W, SLOT, 2, SLOT_TID, 0);
     a.op(MOV_K, 1, 0, 0, 0);
-    a.op(STX_DW, 10, 1, VALUE_AT, 0);
-    a.map(1, fds.threads);
-    a.op(MOV_X, 2, 10, 0, 0);
-    a.op(ADD_K, 2, 0, 0, i32::from(KEY_AT));
-    a.op(MOV_X, 3, 10, 0, 0);
-    a.op(ADD_K, 3, 0, 0, i32::from(VALUE_AT));
-    a.op(MOV_K, 4, 0, 0, 0);
-    a.op(CALL, 0, 0, 0, FN_MAP_UPDATE_ELEM);
+    a.op(STX_DW, SLOT, 1, SLOT_SLEPT, 0);
     a.jump(JA, 0, 0, 0, Label::Exit);
-    let (full, exit) = a.full_and_exit(fds.drops, VALUE_AT, 0);
+    let (full, exit) = a.full_and_exit(fds.drops, KEY_AT, 0);
     a.finish(|label| match label {
         Label::Watched => watched,
         Label::Untracked => untracked,
@@ -393,7 +412,6 @@ mod tests {
             rcv_saddr: 4,
             dport: 12,
             num: 14,
-            protocol: 520,
         }
     }
 

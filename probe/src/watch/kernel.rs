@@ -85,9 +85,6 @@ pub(super) struct Layout {
     pub(super) rcv_saddr: i32,
     pub(super) dport: i32,
     pub(super) num: i32,
-    /// `sock.sk_protocol`, read by the programs of the watched programs' calls
-    /// ([`super::calls`]).
-    pub(super) protocol: i32,
 }
 
 /// The bytes the program copies from the socket's start for its addresses and ports.
@@ -113,7 +110,6 @@ impl Layout {
             rcv_saddr: common("skc_rcv_saddr", 4)?,
             dport: common("skc_dport", 2)?,
             num: common("skc_num", 2)?,
-            protocol: field("sock", &["sk_protocol"], 2)?,
         };
         let fields = [layout.daddr, layout.rcv_saddr, layout.dport, layout.num];
         if fields.iter().any(|&at| !(0..SOCKET_BYTES - 4).contains(&at)) {
@@ -405,7 +401,6 @@ mod tests {
             rcv_saddr: 4,
             dport: 12,
             num: 14,
-            protocol: 520,
         }
     }
 
