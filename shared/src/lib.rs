@@ -9,7 +9,8 @@
 //! - [`analysis`]: a run's events as requests, their spans and evidence, the summary;
 //! - [`packet_stalls`] (the packet rule), [`exchange`] (requests found from packets' direction,
 //!   for watched programs and imported captures), [`estimate`] (a watch's exchanges bounded
-//!   from the kernel's counters, without packets) and [`attribution`] (why each wait happened);
+//!   from the kernel's counters, without packets), [`watch_rows`] (a watch's exchanges as a
+//!   run's requests, the page's rows) and [`attribution`] (why each wait happened);
 //! - [`overview`]: a run's requests in a bounded number of columns, each keeping its worst;
 //! - [`wire`] (the versioned messages between probe and browser, and their framing: a session
 //!   file is the same framed stream written to disk; `wire::run_start` and `wire::events`, a run's
@@ -65,6 +66,7 @@ pub mod synthetic;
 pub mod tcp_info;
 pub mod tried;
 mod varint;
+pub mod watch_rows;
 pub mod wire;
 mod write_log;
 

@@ -135,7 +135,7 @@ impl KernelView {
     fn of(run: &Run, selected: Option<u32>) -> KernelView {
         let kernel = run.kernel();
         let focus = selected
-            .filter(|_| run.is_rr())
+            .filter(|_| run.has_rows())
             .and_then(|req| request_focus(run, req))
             .unwrap_or_else(|| whole_run(run));
         let scale = focus.scale;
@@ -198,7 +198,7 @@ fn whole_run(run: &Run) -> Focus {
     let read_end = run.bulk.as_ref().map_or(0, |bulk| bulk.span_ns().1);
     let end = kernel.end_ns().unwrap_or(0).max(read_end);
     let many = kernel.tracks().iter().any(|track| track.conn != conn);
-    let heading = if many && run.is_rr() {
+    let heading = if many && run.has_rows() {
         format!("connection {}, the whole run (select a request to see its connection)", conn.0)
     } else {
         format!("connection {}, the whole run", conn.0)

@@ -24,7 +24,7 @@ pub struct Selected {
 impl Selected {
     /// Request `req` of the selected run, if that is a request/response run and has it.
     pub fn of(state: &AppState, req: u32) -> Option<Selected> {
-        let run = state.selected().filter(|run| run.is_rr())?;
+        let run = state.selected().filter(|run| run.has_rows())?;
         let index = req.checked_sub(run.analysis.first_request())? as usize;
         let request = run.analysis.requests().get(index)?;
         let stalls = run.attribution().of_request(req);

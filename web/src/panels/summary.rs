@@ -411,16 +411,16 @@ pub fn SummaryPanel(
 /// Why the selected run has no timeline, if it has none: [`NoTimeline`]'s model.
 pub fn no_timeline_note(state: &AppState) -> Option<&'static str> {
     state.selected().and_then(|run| match run.spec {
-        _ if run.is_rr() => None,
+        _ if run.has_rows() => None,
         Scenario::Bulk(_) => Some("Bulk runs have no per-request timeline yet."),
         Scenario::Import(_) => Some(
             "An imported capture has packets, not syscalls: it has no per-request timeline. \
              Its conversations and the stalls its packets show are in the summary above.",
         ),
         Scenario::Watch(_) => Some(
-            "A watch records another program's packets and TCP_INFO, not its syscalls: its \
-             exchanges have no per-request timeline yet. Their numbers and the stalls the \
-             packets show are in the summary above.",
+            "A watch without packets (no CAP_NET_RAW) cannot tell its exchanges apart: it has \
+             no per-exchange timeline. The bound its sockets' counters give is in the summary \
+             above.",
         ),
         _ => Some("This run has no per-request timeline."),
     })

@@ -11,8 +11,9 @@ use ackscope_shared::control::ClockSync;
 use ackscope_shared::kernel::KernelTracks;
 use ackscope_shared::reduce::{stall_spec, ImportedTally, WatchTally};
 use ackscope_shared::tried::TriedRecord;
+use ackscope_shared::watch_rows::WatchRows;
 use ackscope_shared::wire::Instruments;
-use ackscope_shared::{Event, EventKind, RrSpec, RunId, Scenario};
+use ackscope_shared::{Event, EventKind, ReqId, RrSpec, RunId, Scenario};
 
 use crate::timeline::rows::{Facts, Settled};
 
@@ -67,6 +68,9 @@ pub struct Run {
     /// A watched application's exchanges and the stalls its packets show (the same tally as
     /// `ackscope watch` and `show`); `Some` for watches only.
     pub watch: Option<WatchTally>,
+    /// A watch's exchanges as requests (`analysis`'s), the timeline's rows; `Some` for watches
+    /// that read packets.
+    watch_rows: Option<WatchRows>,
     /// An imported capture's connections and the stalls its packets show (the same tally as
     /// `ackscope import` and `show`); `Some` for imported runs only.
     pub imported: Option<ImportedTally>,
@@ -153,6 +157,7 @@ impl Run {
             analysis,
             bulk,
             imported,
+            watch_rows: (watch.is_some() && instruments.capture).then(WatchRows::default),
             watch,
             kernel: KernelTracks::new(),
             events: 0,
@@ -193,7 +198,26 @@ impl Run {
             imported.push(events);
         } else if let Some(watch) = &mut self.watch {
             watch.push(events);
-            watch.drain_stalls(|stall| stalls.push(stall));
+            match &mut self.watch_rows {
+                Some(rows) => {
+                    let open_from = rows.open_from();
+                    let mut as_run = Vec::new();
+                    rows.push_all(events, &mut as_run);
+                    self.analysis.push_all(&as_run);
+                    // A stall is decided after its exchange (up to half a second): one of a
+                    // row the facts took as settled makes them again from it.
+                    let mut late = u32::MAX;
+                    watch.drain_stalls(|stall| {
+                        if let Some(row) = place_in_row(&mut stalls, stall, rows) {
+                            if row < open_from {
+                                late = late.min(row);
+                            }
+                        }
+                    });
+                    self.facts_unsettled_from.set(self.facts_unsettled_from.get().min(late));
+                }
+                None => watch.drain_stalls(|stall| stalls.push(stall)),
+            }
         } else if let Some(spec) = stall_spec(&self.spec) {
             self.analysis.push_all(events);
             if self.watched.get() {
@@ -239,10 +263,14 @@ impl Run {
     /// ([`Facts::update`]), in place unless a caller still holds the previous answer.
     pub fn facts(&self) -> Arc<Facts> {
         let mut cell = self.facts.borrow_mut();
-        if cell.1 != self.events && self.is_rr() {
+        if cell.1 != self.events && self.has_rows() {
             let why = self.attribution();
             let changed_from = self.facts_unsettled_from.replace(u32::MAX);
-            let settled = Settled { below: self.attributed.next(), changed_from };
+            let below = match &self.watch_rows {
+                Some(rows) => rows.open_from(),
+                None => self.attributed.next(),
+            };
+            let settled = Settled { below, changed_from };
             Arc::make_mut(&mut cell.0).update(&self.analysis, &why.stalls, settled);
             cell.1 = self.events;
         }
@@ -259,7 +287,7 @@ impl Run {
     /// attribution and facts, each cached until the next batch), so that showing it is only
     /// the view's own work. For a run no more batches will come to: a file read to its end.
     pub(super) fn prepare(&self) {
-        if !self.watched.get() || !self.is_rr() {
+        if !self.watched.get() || !self.has_rows() {
             return;
         }
         self.analysis.order_latencies();
@@ -331,6 +359,12 @@ impl Run {
         stall_spec(&self.spec).is_some()
     }
 
+    /// Whether the run has requests to draw as rows: a request/response run's, or a watch's
+    /// exchanges (when it read packets: without them it has none, only their bound).
+    pub fn has_rows(&self) -> bool {
+        self.is_rr() || self.watch_rows.is_some()
+    }
+
     /// Whether the run has latencies and stall classes to compare: a request/response run's
     /// requests, or a watch's exchanges (a watch before and after `--try`, or a watch and a
     /// run of ackscope's own that reproduces it).
@@ -351,10 +385,30 @@ impl Run {
                 None => std::mem::take(self.settled_stalls.get_mut()),
             };
             watch.finish();
-            watch.drain_stalls(|stall| stalls.push(stall));
+            match &self.watch_rows {
+                Some(rows) => watch.drain_stalls(|stall| {
+                    if let Some(row) = place_in_row(&mut stalls, stall, rows) {
+                        self.facts_unsettled_from.set(self.facts_unsettled_from.get().min(row));
+                    }
+                }),
+                None => watch.drain_stalls(|stall| stalls.push(stall)),
+            }
             *self.settled_stalls.get_mut() = stalls;
+            self.facts.get_mut().1 = u64::MAX;
             self.summary = OnceCell::new();
             self.latencies = OnceCell::new();
         }
     }
+}
+
+/// A watch's stall, its exchange's row put in its request (dropped if its exchange has no row:
+/// begun before the watch, or past the rows' bounds), among `stalls` in request order (the
+/// order a run's attribution lists them in). Returns its row.
+fn place_in_row(stalls: &mut Vec<Stall>, mut stall: Stall, rows: &WatchRows) -> Option<u32> {
+    let row = rows.row_of(stall.conn, stall.req)?;
+    stall.req = ReqId(row);
+    // Stalls are decided about in the order their exchanges began: at or near the end.
+    let at = stalls.len() - stalls.iter().rev().take_while(|s| s.req.0 > row).count();
+    stalls.insert(at, stall);
+    Some(row)
 }

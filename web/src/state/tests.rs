@@ -1099,3 +1099,104 @@ fn a_pass_over_the_whole_run_finds_what_the_whole_file_read_finds() {
     assert!(state.ranks_of(RunKey { run: RunId(2), ..key }).is_none(), "of the run passed");
     assert_eq!(state.begin_ranking(id, file.len() as u64), None, "ranked already");
 }
+
+/// What a watch of story 1's pair sees: its packets (each exchange numbered on its
+/// connection), and as root (`calls`) the reads that slept 1 ms or more, as `BlockedCall`s.
+fn watched_story_one(requests: u32, calls: bool) -> Vec<Event> {
+    let mut watched = Vec::new();
+    let mut reading = std::collections::HashMap::new();
+    for event in ackscope_shared::synthetic::nagle_run_with_packets(requests, 44 * MS) {
+        match event.kind {
+            EventKind::Segment(_) => watched.push(event),
+            EventKind::ReadStart { .. } => {
+                reading.insert(event.side, event.at_ns);
+            }
+            EventKind::ReadDone { bytes } if calls => {
+                let since_ns = reading[&event.side];
+                if event.at_ns - since_ns >= MS {
+                    let call = ackscope_shared::Call::Recv;
+                    watched.push(Event {
+                        kind: EventKind::BlockedCall { call, since_ns, bytes },
+                        ..event
+                    });
+                }
+            }
+            _ => {}
+        }
+    }
+    watched.sort_by_key(|event| event.at_ns);
+    watched
+}
+
+fn watch_started(state: &mut AppState, capture: bool) {
+    apply(state, hello());
+    apply(
+        state,
+        ToBrowser::RunStarted {
+            run: RunId(1),
+            spec: Scenario::Watch(ackscope_shared::WatchSpec::default()),
+            instruments: Instruments { capture, ..Instruments::default() },
+        },
+    );
+}
+
+/// A watch's exchanges are rows, as a run's requests are: each held message's reader's read,
+/// seen sleeping until the held bytes came (root), is drawn as the stall, with its wait; the
+/// first exchange (quick ACKs) has none.
+#[test]
+fn a_watchs_exchanges_are_rows_whose_sleeping_reads_are_the_stalls() {
+    use crate::timeline::layout::{layout_row, Mark};
+    use crate::timeline::scale::Scale;
+    let mut state = AppState::default();
+    watch_started(&mut state, true);
+    apply(&mut state, events(1, watched_story_one(5, true)));
+    apply(&mut state, finished(1, RunOutcome::Interrupted));
+    let run = state.selected().expect("the watch is shown");
+    assert!(run.has_rows(), "a watch that read packets has rows");
+    assert_eq!(run.facts().len(), 5, "one row per exchange");
+    let why = run.attribution();
+    assert!(why.of_request(0).is_empty(), "{:?}", why.of_request(0));
+    let scale = Scale::fit(100 * MS, 800.0);
+    for row in 1..5u32 {
+        let stalls = why.of_request(row);
+        assert_eq!(stalls.len(), 2, "row {row}: one stall each way: {stalls:?}");
+        let view = &run.analysis.requests()[row as usize];
+        let laid = layout_row(&run.analysis, row, view, stalls, &scale).expect("a row");
+        let stalled: Vec<_> = laid.bars.iter().filter(|b| b.mark == Mark::Stalled).collect();
+        assert_eq!(stalled.len(), 2, "row {row}: both sleeping reads are the stalls");
+        assert!(stalled.iter().all(|b| b.title.contains("read 2048 B")), "{stalled:?}");
+        let labels: Vec<&str> = laid.labels.iter().map(|l| l.text.as_str()).collect();
+        assert!(labels.iter().all(|l| l.starts_with("44.0") || l.starts_with("43.9")), "{labels:?}");
+    }
+    assert!(no_timeline_note_of(&state).is_none(), "no note: it has a timeline");
+}
+
+/// Without its programs' calls (CAP_NET_RAW, not root), a watch's rows draw the waits the
+/// packets show, on the reader's lane; without packets it has no rows, and says why.
+#[test]
+fn a_watch_without_calls_draws_the_packets_waits_and_one_without_packets_has_no_rows() {
+    use crate::timeline::layout::{layout_row, Mark};
+    use crate::timeline::scale::Scale;
+    let mut state = AppState::default();
+    watch_started(&mut state, true);
+    apply(&mut state, events(1, watched_story_one(3, false)));
+    apply(&mut state, finished(1, RunOutcome::Interrupted));
+    let run = state.selected().expect("the watch is shown");
+    let why = run.attribution();
+    let view = &run.analysis.requests()[1];
+    let laid = layout_row(&run.analysis, 1, view, why.of_request(1), &Scale::fit(100 * MS, 800.0))
+        .expect("a row");
+    let stalled: Vec<_> = laid.bars.iter().filter(|b| b.mark == Mark::Stalled).collect();
+    assert_eq!(stalled.len(), 2, "{:?}", laid.bars);
+    assert!(stalled.iter().all(|b| b.title.contains("the wait the packets show")));
+
+    let mut state = AppState::default();
+    watch_started(&mut state, false);
+    let run = state.selected().expect("the watch is shown");
+    assert!(!run.has_rows());
+    assert!(no_timeline_note_of(&state).is_some_and(|note| note.contains("without packets")));
+}
+
+fn no_timeline_note_of(state: &AppState) -> Option<&'static str> {
+    crate::panels::summary::no_timeline_note(state)
+}

@@ -274,6 +274,8 @@ pub fn layout_row(
     let start_ns = view.start_ns?;
     let mut bars = Vec::with_capacity(view.span_count());
     let mut labels = Vec::new();
+    // A watch's stalls that a read of the program took (below), the others drawn after.
+    let mut taken = vec![false; stalls.len()];
     for span in view.spans() {
         // A server read that began before the request (the server idling in read() for the
         // next request) is drawn from the request's start: before it, nothing of this request
@@ -291,11 +293,18 @@ pub fn layout_row(
         let width = (scale.x(to_ns) - x).max(MIN_BAR_WIDTH);
         let lane = Lane::of(&span);
         let held_ns = view.conn.and_then(|conn| analysis.stall_ns(conn, &span));
-        let why = stalls.iter().find(|stall| {
-            stall.side == span.side
-                && stall.start_ns == span.start_ns
-                && stall.end_ns == span.end_ns
-        });
+        let why = stalls
+            .iter()
+            .position(|stall| {
+                stall.side == span.side
+                    && stall.start_ns == span.start_ns
+                    && stall.end_ns == span.end_ns
+            })
+            .or_else(|| stalls.iter().position(|stall| took_held_bytes(stall, &span)));
+        if let Some(index) = why {
+            taken[index] = true;
+        }
+        let why = why.map(|index| &stalls[index]);
         let mut title = describe_span(&span, held_ns);
         if let Some(stall) = why {
             title.push_str(&format!("\n{}", explain(stall)));
@@ -345,12 +354,64 @@ pub fn layout_row(
             title,
         });
     }
+    // A watch's stall that no read of the program took (its calls are not seen without root,
+    // or its reader is on another host): the wait the packets show, from the small segment to
+    // the held bytes, on the reader's lane.
+    for (stall, _) in stalls.iter().zip(&taken).filter(|(_, taken)| !**taken) {
+        if stall.end_ns < start_ns {
+            continue;
+        }
+        let (from_ns, to_ns) = (stall.start_ns.max(start_ns) - start_ns, stall.end_ns - start_ns);
+        if !scale.overlaps(from_ns, to_ns) {
+            continue;
+        }
+        let lane = if stall.side == Side::Client { Lane::ClientRead } else { Lane::ServerRead };
+        let x = scale.x(from_ns);
+        let width = (scale.x(to_ns) - x).max(MIN_BAR_WIDTH);
+        let ms = format!("{:.1}", stall.wait_ns as f64 / 1e6);
+        let text = format!("{ms} ms");
+        let title =
+            format!("{}\n(the wait the packets show: no call of the program seen)", explain(stall));
+        let (anchor, label_x) = place_label(x, width, &text, scale.width_px());
+        labels.push(Label {
+            kind: LabelKind::Stall,
+            x: label_x,
+            y: lane.y() + LANE_HEIGHT + 1.0,
+            anchor,
+            text,
+            ms,
+            class: Some(stall.class),
+            title: title.clone(),
+        });
+        bars.push(Bar {
+            mark: Mark::Stalled,
+            x,
+            y: lane.y() - STALL_OVERHANG,
+            width,
+            height: LANE_HEIGHT + 2.0 * STALL_OVERHANG,
+            title,
+        });
+    }
     // Stalls and waits go last so that they paint over any neighbour they overhang.
     bars.sort_by_key(|bar| bar.mark.stands_out());
     let done_x = view.done_ns.map(|done| scale.x(done.saturating_sub(start_ns)));
     let done_x =
         done_x.filter(|_| view.done_ns.is_some_and(|d| scale.overlaps(d - start_ns, d - start_ns)));
     Some(RowLayout { req, y: 0.0, bars, labels, done_x })
+}
+
+/// How far apart a stall's held bytes' arrival and the return of the read that took them may
+/// be stamped (the packets' clock and the calls' are aligned to well within it).
+const HELD_TO_READ_NS: u64 = 2_000_000;
+
+/// Whether `span` is the read that took a watch's stall's held bytes: on the receiving side,
+/// asleep from before they came, returning as they did (the packet rule's stall names the
+/// segments, not the call, so it is not the span's own, as a run's stalls are).
+fn took_held_bytes(stall: &Stall, span: &Span) -> bool {
+    span.kind == SpanKind::Read
+        && stall.side == span.side
+        && span.start_ns < stall.end_ns
+        && span.end_ns.abs_diff(stall.end_ns) <= HELD_TO_READ_NS
 }
 
 /// Inside the bar if the text fits there, else right of it if the plot (and its margin) has

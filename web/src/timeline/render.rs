@@ -41,7 +41,7 @@ pub fn run_facts(store: Store) -> Memo<Option<RunFacts>> {
     Memo::new(move |previous: Option<&Option<RunFacts>>| {
         store.read(|state| {
             let key = state.selected_key()?;
-            let run = state.run(key).filter(|run| run.is_rr())?;
+            let run = state.run(key).filter(|run| run.has_rows())?;
             if let Some(Some(previous)) = previous {
                 if previous.key == key && previous.events == run.events {
                     return Some(previous.clone());
