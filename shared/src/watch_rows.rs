@@ -214,11 +214,11 @@ mod tests {
         use Side::{Client, Server};
         let events = [
             segment(0, Client, 1, 0, 0, 0x02),
-            segment(1 * MS, Client, 1, 0, 4, PSH | ACK),
+            segment(MS, Client, 1, 0, 4, PSH | ACK),
             segment(2 * MS, Client, 2, 0, 4, PSH | ACK),
             segment(44 * MS, Server, 1, 0, 0, ACK),
             segment(45 * MS, Client, 1, 0, 100, PSH | ACK),
-            slept(45 * MS + 20_000, Server, 1, 0, 1 * MS + 50_000),
+            slept(45 * MS + 20_000, Server, 1, 0, MS + 50_000),
             segment(46 * MS, Server, 1, 0, 4, PSH | ACK),
             segment(47 * MS, Server, 2, 0, 104, PSH | ACK),
             segment(90 * MS, Server, 1, 0, 100, PSH | ACK),
@@ -244,13 +244,13 @@ mod tests {
         assert_eq!(
             kinds,
             [
-                (1, 0, "start", 1 * MS),
-                (1, 0, "segment", 1 * MS),
+                (1, 0, "start", MS),
+                (1, 0, "segment", MS),
                 (2, 1, "start", 2 * MS),
                 (2, 1, "segment", 2 * MS),
                 (1, 0, "segment", 44 * MS),
                 (1, 0, "segment", 45 * MS),
-                (1, 0, "read", 1 * MS + 50_000),
+                (1, 0, "read", MS + 50_000),
                 (1, 0, "read done", 45 * MS + 20_000),
                 (1, 0, "segment", 46 * MS),
                 (2, 1, "segment", 47 * MS),

@@ -1166,7 +1166,10 @@ fn a_watchs_exchanges_are_rows_whose_sleeping_reads_are_the_stalls() {
         assert_eq!(stalled.len(), 2, "row {row}: both sleeping reads are the stalls");
         assert!(stalled.iter().all(|b| b.title.contains("read 2048 B")), "{stalled:?}");
         let labels: Vec<&str> = laid.labels.iter().map(|l| l.text.as_str()).collect();
-        assert!(labels.iter().all(|l| l.starts_with("44.0") || l.starts_with("43.9")), "{labels:?}");
+        assert!(
+            labels.iter().all(|l| l.starts_with("44.0") || l.starts_with("43.9")),
+            "{labels:?}"
+        );
     }
     assert!(no_timeline_note_of(&state).is_none(), "no note: it has a timeline");
 }
