@@ -1129,7 +1129,9 @@ async fn the_page_watches_another_programs_port_live_and_names_its_stalls() -> R
             .context("starting pair.py client")?;
         let nagle = "[data-testid=stall-class][data-class=nagle_delayed_ack]";
         let seen_while_running = loop {
-            let shown = !client.find_all(css(nagle)).await?.is_empty();
+            // The class named, and its exchanges' rows drawn with the stalls in them.
+            let shown =
+                !client.find_all(css(nagle)).await?.is_empty() && stalled_marks(&client).await? > 0;
             // Still running after the page was read: it was shown while the client ran.
             let running = pair_client.try_wait()?.is_none();
             if !running || shown {
@@ -1141,7 +1143,7 @@ async fn the_page_watches_another_programs_port_live_and_names_its_stalls() -> R
         ensure!(measured.status.success(), "pair.py client failed");
         let measured: serde_json::Value = serde_json::from_slice(&measured.stdout)?;
         ensure!(measured["requests"] == REQUESTS, "the client made {measured}");
-        ensure!(seen_while_running, "no Nagle stall was shown while the client ran");
+        ensure!(seen_while_running, "no Nagle stall or stalled row was shown while the client ran");
 
         // The client is done: Stop ends the watch, which counted each of its requests once.
         client.find(css("[data-testid=stop-run]")).await?.click().await?;
@@ -1188,9 +1190,18 @@ async fn the_page_watches_another_programs_port_live_and_names_its_stalls() -> R
                 && counts[4] >= REQUESTS / 2,
             "the page says of the kernel's timer and the programs' calls: {timer:?}"
         );
+        // Each exchange is a row, its held reads red: as root, the reads of the programs seen
+        // sleeping until the held bytes came; about two an exchange.
         ensure!(
-            !client.find_all(css("[data-testid=no-timeline]")).await?.is_empty(),
-            "the note that a watch has no per-request timeline"
+            client.find_all(css("[data-testid=no-timeline]")).await?.is_empty(),
+            "a watch that reads packets has a timeline"
+        );
+        let stalled = stalled_marks(&client).await?;
+        ensure!(stalled >= REQUESTS, "{stalled} stalls drawn in the watch's rows");
+        ensure!(
+            text_of(&client, "row-range").await?.contains(&REQUESTS.to_string()),
+            "a row per exchange: {}",
+            text_of(&client, "row-range").await?
         );
         // The top of the page: the summary of the watch beside the run form.
         client.execute("window.scrollTo(0, 0)", vec![]).await?;
@@ -1198,6 +1209,14 @@ async fn the_page_watches_another_programs_port_live_and_names_its_stalls() -> R
     }
     .await;
     close_keeping_a_failure(client, result, "watch").await
+}
+
+/// The stalls the timeline's plot draws now (0 while it has none, or no plot).
+async fn stalled_marks(client: &Client) -> Result<usize> {
+    let Some(plot) = client.find_all(css("[data-testid=plot]")).await?.into_iter().next() else {
+        return Ok(0);
+    };
+    Ok(plot.attr("data-stalled-marks").await?.unwrap_or_default().parse().unwrap_or(0))
 }
 
 /// `watch --try --try-after` on a program ackscope did not start splits its file into the run

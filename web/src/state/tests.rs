@@ -1172,6 +1172,13 @@ fn a_watchs_exchanges_are_rows_whose_sleeping_reads_are_the_stalls() {
         );
     }
     assert!(no_timeline_note_of(&state).is_none(), "no note: it has a timeline");
+    // The run-clock view draws the same reads as the stalls, on the connection's lanes.
+    assert_eq!(stalled_on_the_run_clock(run), 8);
+}
+
+fn stalled_on_the_run_clock(run: &Run) -> usize {
+    let lanes = crate::timeline::clock::Lanes::of(&run.analysis, run.attribution());
+    lanes.lanes.iter().map(|lane| lane.stalled()).sum()
 }
 
 /// Without its programs' calls (CAP_NET_RAW, not root), a watch's rows draw the waits the
@@ -1192,6 +1199,7 @@ fn a_watch_without_calls_draws_the_packets_waits_and_one_without_packets_has_no_
     let stalled: Vec<_> = laid.bars.iter().filter(|b| b.mark == Mark::Stalled).collect();
     assert_eq!(stalled.len(), 2, "{:?}", laid.bars);
     assert!(stalled.iter().all(|b| b.title.contains("the wait the packets show")));
+    assert_eq!(stalled_on_the_run_clock(run), 4, "two exchanges held each way");
 
     let mut state = AppState::default();
     watch_started(&mut state, false);

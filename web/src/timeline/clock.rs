@@ -6,10 +6,10 @@
 
 use std::collections::HashMap;
 
-use ackscope_shared::analysis::{RunAnalysis, SpanKind};
+use ackscope_shared::analysis::{RunAnalysis, Span, SpanKind};
 use ackscope_shared::{ConnId, Side};
 
-use super::layout::{Lane as RowLane, Mark};
+use super::layout::{stalls_of_spans, Lane as RowLane, Mark};
 use super::lod::{key, pick, MaxTree, Priority};
 use super::scale::Scale;
 use crate::state::Attribution;
@@ -49,6 +49,11 @@ impl ClockLane {
     pub fn calls(&self) -> usize {
         self.starts.len()
     }
+
+    /// How many of its calls are drawn as stalls.
+    pub fn stalled(&self) -> usize {
+        self.marks.iter().filter(|&&mark| mark == Mark::Stalled).count()
+    }
 }
 
 /// One call while lanes are gathered: start, end, mark, request, LOD key.
@@ -66,23 +71,33 @@ pub struct Lanes {
 
 impl Lanes {
     pub fn of(analysis: &RunAnalysis, why: &Attribution) -> Lanes {
-        // The attribution names the waits; look them up by the call they belong to.
-        let waits: HashMap<(Side, u64, u64), Priority> = why
-            .stalls
-            .iter()
-            .map(|stall| ((stall.side, stall.start_ns, stall.end_ns), Priority::of(stall)))
-            .collect();
         let first = analysis.first_request();
         let mut calls: HashMap<(ConnId, Side), Vec<Call>> = HashMap::new();
         let mut end_ns = 0;
+        let mut spans: Vec<Span> = Vec::new();
         for (index, view) in analysis.requests().iter().enumerate() {
             let Some(conn) = view.conn else { continue };
             let req = first + index as u32;
-            for span in view.spans() {
-                let priority = waits
-                    .get(&(span.side, span.start_ns, span.end_ns))
-                    .copied()
-                    .unwrap_or(Priority::Call);
+            // The attribution names the waits; each is found by the call it is (most
+            // requests have none: nothing to look up, nothing allocated).
+            let stalls = why.of_request(req);
+            spans.clear();
+            spans.extend(view.spans());
+            let (stall_of, taken) = if stalls.is_empty() {
+                (Vec::new(), Vec::new())
+            } else {
+                stalls_of_spans(&spans, stalls)
+            };
+            // A watch's stall no call is: the wait the packets show, on the reader's lane.
+            for (stall, _) in stalls.iter().zip(&taken).filter(|(_, taken)| !**taken) {
+                let rank = key(Priority::Stalled, stall.wait_ns);
+                let call = (stall.start_ns, stall.end_ns, Mark::Stalled, req, rank);
+                calls.entry((conn, stall.side)).or_default().push(call);
+                end_ns = end_ns.max(stall.end_ns);
+            }
+            for (i, &span) in spans.iter().enumerate() {
+                let stall = stall_of.get(i).copied().flatten();
+                let priority = stall.map_or(Priority::Call, |index| Priority::of(&stalls[index]));
                 let mark = match (priority, span.kind) {
                     (Priority::Stalled, _) => Mark::Stalled,
                     (Priority::Waited, _) => Mark::Waited,

@@ -274,9 +274,9 @@ pub fn layout_row(
     let start_ns = view.start_ns?;
     let mut bars = Vec::with_capacity(view.span_count());
     let mut labels = Vec::new();
-    // A watch's stalls that a read of the program took (below), the others drawn after.
-    let mut taken = vec![false; stalls.len()];
-    for span in view.spans() {
+    let spans: Vec<Span> = view.spans().collect();
+    let (stall_of, taken) = stalls_of_spans(&spans, stalls);
+    for (span, why) in spans.into_iter().zip(stall_of) {
         // A server read that began before the request (the server idling in read() for the
         // next request) is drawn from the request's start: before it, nothing of this request
         // existed to wait for.
@@ -293,17 +293,6 @@ pub fn layout_row(
         let width = (scale.x(to_ns) - x).max(MIN_BAR_WIDTH);
         let lane = Lane::of(&span);
         let held_ns = view.conn.and_then(|conn| analysis.stall_ns(conn, &span));
-        let why = stalls
-            .iter()
-            .position(|stall| {
-                stall.side == span.side
-                    && stall.start_ns == span.start_ns
-                    && stall.end_ns == span.end_ns
-            })
-            .or_else(|| stalls.iter().position(|stall| took_held_bytes(stall, &span)));
-        if let Some(index) = why {
-            taken[index] = true;
-        }
         let why = why.map(|index| &stalls[index]);
         let mut title = describe_span(&span, held_ns);
         if let Some(stall) = why {
@@ -398,6 +387,33 @@ pub fn layout_row(
     let done_x =
         done_x.filter(|_| view.done_ns.is_some_and(|d| scale.overlaps(d - start_ns, d - start_ns)));
     Some(RowLayout { req, y: 0.0, bars, labels, done_x })
+}
+
+/// The stall each of a request's `spans` is, by its index in `stalls` (a run's stall is its
+/// span's own; a watch's, the read that took its held bytes), and whether each stall is some
+/// span's: those that are not (a watch's, without its programs' calls) are drawn as the wait
+/// the packets show. The one rule of the aligned rows and the run-clock lanes.
+pub fn stalls_of_spans(spans: &[Span], stalls: &[Stall]) -> (Vec<Option<usize>>, Vec<bool>) {
+    let mut taken = vec![false; stalls.len()];
+    let of = spans
+        .iter()
+        .map(|span| {
+            let own = |stall: &Stall| {
+                stall.side == span.side
+                    && stall.start_ns == span.start_ns
+                    && stall.end_ns == span.end_ns
+            };
+            let index = stalls
+                .iter()
+                .position(own)
+                .or_else(|| stalls.iter().position(|stall| took_held_bytes(stall, span)));
+            if let Some(index) = index {
+                taken[index] = true;
+            }
+            index
+        })
+        .collect();
+    (of, taken)
 }
 
 /// How far apart a stall's held bytes' arrival and the return of the read that took them may
