@@ -1203,6 +1203,7 @@ async fn the_page_watches_another_programs_port_live_and_names_its_stalls() -> R
             "a row per exchange: {}",
             text_of(&client, "row-range").await?
         );
+        element_screenshot(&client, "section.timeline", "watch-rows.png").await?;
         // The top of the page: the summary of the watch beside the run form.
         client.execute("window.scrollTo(0, 0)", vec![]).await?;
         screenshot(&client, "watch.png").await

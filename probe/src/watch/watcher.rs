@@ -292,9 +292,6 @@ impl Watcher {
                 // connection is still in the exchange the ACK held.
                 if let Some(kernel) = &mut self.kernel {
                     take_timers(kernel, &self.conversations, &self.clock, out);
-                    // The calls that returned before these packets were read: a call that
-                    // took a stall's held bytes is then there when the packet rule looks.
-                    take_calls(kernel, &self.conversations, &self.clock, out);
                 }
                 let packets_from = out.len();
                 let (offset, conversations, counts) =
@@ -324,7 +321,10 @@ impl Watcher {
                     let mut late = Vec::new();
                     take_timers(kernel, &self.conversations, &self.clock, &mut late);
                     out.splice(packets_from..packets_from, late);
-                    // Calls that returned while the packets were read: after them.
+                    // The calls, after the packets: each is then in the exchange its
+                    // connection was in when it returned (a server's read that waited for the
+                    // next request returns in it, not in the one before), and the packet rule
+                    // waits a little for the read that took a stall's held bytes.
                     take_calls(kernel, &self.conversations, &self.clock, out);
                 }
             }
