@@ -325,10 +325,20 @@ const MAX_TIMERS: usize = 16;
 const TIMER_TO_ACK_NS: u64 = 2_000_000;
 /// `recv()` calls a window keeps: a hold needs the one its reader woke from.
 const MAX_CALLS: usize = 16;
-/// How far apart the held bytes' arrival and the return of the `recv()` that took them may be
-/// stamped: the reader wakes within microseconds of the bytes, and the stamps come from two
-/// clocks, as [`TIMER_TO_ACK_NS`] says.
-const DATA_TO_READ_NS: u64 = 2_000_000;
+/// How long after the held bytes' arrival the `recv()` that took them may return: the reader
+/// wakes within microseconds of the bytes on an idle host, a few milliseconds later on a busy
+/// one (the thread waits for a CPU), and the stamps come from two clocks, as
+/// [`TIMER_TO_ACK_NS`] says.
+pub const DATA_TO_READ_NS: u64 = 10_000_000;
+
+/// Whether a read that returned at `returned_ns`, its thread asleep from `since_ns`, is the one
+/// that took bytes held until `held_ns`: asleep from before they came, returning as they did.
+/// The one rule of the packet rule's evidence and the page's rows.
+pub fn took_held_bytes(since_ns: u64, returned_ns: u64, held_ns: u64) -> bool {
+    since_ns < held_ns
+        && returned_ns.saturating_add(TIMER_TO_ACK_NS) >= held_ns
+        && returned_ns <= held_ns.saturating_add(DATA_TO_READ_NS)
+}
 
 impl<T: Clone> StallFinder<T> {
     /// Adds a segment event, or notes a delayed-ACK timer's firing or a `recv()` that slept on
@@ -498,9 +508,7 @@ fn decide<T: Clone>(
                 // The reader's recv() that slept until the held bytes came: from before they
                 // came, returning as they did.
                 let read = window.reads.iter().find(|r| {
-                    r.side == held.side.peer()
-                        && r.since_ns < held.at_ns
-                        && r.at_ns.abs_diff(held.at_ns) <= DATA_TO_READ_NS
+                    r.side == held.side.peer() && took_held_bytes(r.since_ns, r.at_ns, held.at_ns)
                 });
                 let read = read.copied();
                 // Where the reader's calls are seen (a watch as root), a hold whose read has

@@ -2,11 +2,12 @@
 //! a request/response service that ackscope does not drive (sockperf's TCP ping-pong server and
 //! client), against the same service unwatched and the same service under `tcpdump -w`.
 //!
-//! Each round runs the service for the same time in five configurations: unwatched, watched by
+//! Each round runs the service for the same time in six configurations: unwatched, watched by
 //! `ackscope watch --port P`, under `tcpdump -i any -w FILE 'tcp port P'`, watched by `ackscope
 //! watch --port P --try nodelay=both --metrics 127.0.0.1:0` with its `/metrics` scraped every
-//! second (as Prometheus would), and unwatched again (the middle three take turns in each place,
-//! round by round). A round's ratios divide by the mean of its two unwatched runs, which bracket
+//! second (as Prometheus would), watched without the programs of the watched programs' calls
+//! (`ACKSCOPE_WATCH_CALLS=off`: beside the plain watch, what they cost), and unwatched again
+//! (the middle four take turns in each place, round by round). A round's ratios divide by the mean of its two unwatched runs, which bracket
 //! the others so that drift during the round shows and favours none. First every program on one
 //! CPU (the headline: CPU time, what a busy server pays for being watched), then not pinned.
 //!
@@ -39,6 +40,9 @@ const WATCH_TARGET: f64 = 0.9;
 /// TCP_NODELAY itself, so the service runs as it would without them, and what is measured is
 /// what trying them (and serving the metrics) costs.
 const TRIED: [&str; 4] = ["--try", "nodelay=both", "--metrics", "127.0.0.1:0"];
+/// The watch without the programs of the watched programs' calls (the probe's
+/// `watch::kernel::WATCH_CALLS`).
+const CALLS_OFF: (&str, &str) = ("ACKSCOPE_WATCH_CALLS", "off");
 /// How often the metrics are scraped while the service runs under the third configuration.
 const SCRAPE_EVERY: Duration = Duration::from_secs(1);
 /// The watch says where its metrics are with this, on standard error, before it watches.
@@ -69,7 +73,7 @@ pub fn run(args: &[String]) -> Result<(), String> {
 
 /// `bench watch`'s flags: (rounds, seconds a configuration runs, CPU to pin to).
 fn options(args: &[String]) -> Result<(u32, u32, u32), String> {
-    let (mut rounds, mut seconds, mut pin) = (3, 5, 0);
+    let (mut rounds, mut seconds, mut pin) = (4, 5, 0);
     let flags = &mut [("--rounds", &mut rounds), ("--seconds", &mut seconds), ("--pin", &mut pin)];
     cli::numbers(args, USAGE, flags)?;
     if rounds == 0 || seconds == 0 {
@@ -99,6 +103,9 @@ struct Round {
     tcpdump: f64,
     /// Watched with `--try nodelay=both` and `--metrics`, scraped every second.
     tried: f64,
+    /// Watched without the programs of the watched programs' calls (`ACKSCOPE_WATCH_CALLS=off`):
+    /// beside `watched`, what those programs cost, like for like.
+    without_calls: f64,
     after: f64,
     watch: WatchCounts,
     tcpdump_counts: TcpdumpCounts,
@@ -131,6 +138,15 @@ impl Round {
     fn tried_ratio(&self) -> f64 {
         self.tried / self.unwatched()
     }
+
+    fn without_calls_ratio(&self) -> f64 {
+        self.without_calls / self.unwatched()
+    }
+
+    /// The watch with its calls' programs over the watch without them: their share.
+    fn calls_ratio(&self) -> f64 {
+        self.watched / self.without_calls
+    }
 }
 
 /// The configurations of a round, in the order they run.
@@ -140,6 +156,8 @@ enum Config {
     Watched,
     Tcpdump,
     Tried,
+    /// Watched with `ACKSCOPE_WATCH_CALLS=off`.
+    WithoutCalls,
     After,
 }
 
@@ -150,19 +168,23 @@ impl Config {
             Config::Watched => "watched by ackscope watch",
             Config::Tcpdump => "under tcpdump -w",
             Config::Tried => "watched, --try, --metrics",
+            Config::WithoutCalls => "watched, no calls' programs",
             Config::After => "unwatched again",
         }
     }
 }
 
-/// The order of round `round` (from 1): unwatched first and last, the watch, tcpdump and the
-/// watch with `--try` and `--metrics` between, each in another place each round (three rounds
-/// put each in every place), so that drift within a round favours none.
-fn order(round: u32) -> [Config; 5] {
-    let mut middle = [Config::Watched, Config::Tcpdump, Config::Tried];
+/// The configurations between the unwatched runs of a round.
+const MIDDLE: [Config; 4] = [Config::Watched, Config::Tcpdump, Config::Tried, Config::WithoutCalls];
+
+/// The order of round `round` (from 1): unwatched first and last, the others between, each in
+/// another place each round (four rounds put each in every place), so that drift within a
+/// round favours none.
+fn order(round: u32) -> [Config; 6] {
+    let mut middle = MIDDLE;
     let turn = round.saturating_sub(1) as usize % middle.len();
     middle.rotate_left(turn);
-    [Config::Before, middle[0], middle[1], middle[2], Config::After]
+    [Config::Before, middle[0], middle[1], middle[2], middle[3], Config::After]
 }
 
 fn watch(rounds: u32, seconds: u32, pin: u32) -> Result<(), String> {
@@ -183,6 +205,8 @@ fn watch(rounds: u32, seconds: u32, pin: u32) -> Result<(), String> {
         let ratio = median(results.iter().map(Round::watched_ratio));
         let tcpdump_ratio = median(results.iter().map(Round::tcpdump_ratio));
         let tried_ratio = median(results.iter().map(Round::tried_ratio));
+        let without_calls_ratio = median(results.iter().map(Round::without_calls_ratio));
+        let calls_ratio = median(results.iter().map(Round::calls_ratio));
         let tried_dropped: u64 = results.iter().map(|r| r.tried_watch.dropped).sum();
         let answered: u32 = results.iter().map(|r| r.scrapes.answered).sum();
         let failed: u32 = results.iter().map(|r| r.scrapes.failed).sum();
@@ -199,6 +223,11 @@ fn watch(rounds: u32, seconds: u32, pin: u32) -> Result<(), String> {
         println!(
             "{prefix}watch_try_metrics service_vs_unwatched ratio={tried_ratio:.3} \
              dropped={tried_dropped} scrapes={answered} failed_scrapes={failed}"
+        );
+        println!(
+            "{prefix}watch_without_calls service_vs_unwatched ratio={without_calls_ratio:.3} \
+             watch_vs_without_calls ratio={calls_ratio:.3} (what the programs of the watched \
+             programs' calls cost, like for like)"
         );
         if placement.is_some() {
             println!(
@@ -268,6 +297,13 @@ fn rounds_of(
                     result.after = ping_pong(server.port, seconds, pin)?;
                     result.after
                 }
+                Config::WithoutCalls => {
+                    let watch = Watch::start_with(server.port, pin, &[], &[CALLS_OFF])?;
+                    let tps = ping_pong(server.port, seconds, pin);
+                    watch.stop()?;
+                    result.without_calls = tps?;
+                    result.without_calls
+                }
                 Config::Watched => {
                     let watch = Watch::start(server.port, pin, &[])?;
                     let tps = ping_pong(server.port, seconds, pin);
@@ -314,10 +350,12 @@ fn rounds_of(
             steps.note(&format!("{:<26} {tps:>9.0} transactions/s{extra}", config.describe()));
         }
         steps.done(&format!(
-            "watched/unwatched {:.3}, tcpdump/unwatched {:.3}, with --try and --metrics {:.3}",
+            "watched/unwatched {:.3}, tcpdump/unwatched {:.3}, with --try and --metrics {:.3}, \
+             without the calls' programs {:.3}",
             result.watched_ratio(),
             result.tcpdump_ratio(),
-            result.tried_ratio()
+            result.tried_ratio(),
+            result.without_calls_ratio()
         ));
         results.push(result);
     }
@@ -347,13 +385,14 @@ fn print_rounds(pin: Option<u32>, seconds: u32, results: &[Round]) {
         describe(pin)
     );
     println!(
-        "{:>5}  {:>9}  {:>9}  {:>9}  {:>9}  {:>9}  {:>12}  {:>12}  {:>12}  {:>12}  {:>9}  {:>7}  \
-         {:>9}",
+        "{:>5}  {:>9}  {:>9}  {:>9}  {:>9}  {:>9}  {:>9}  {:>12}  {:>12}  {:>12}  {:>12}  {:>9}  \
+         {:>7}  {:>9}",
         "round",
         "unwatched",
         "watched",
         "tcpdump",
         "tried",
+        "no calls",
         "again",
         "after/before",
         "watched/unw",
@@ -366,13 +405,14 @@ fn print_rounds(pin: Option<u32>, seconds: u32, results: &[Round]) {
     for (index, r) in results.iter().enumerate() {
         let exchanges = r.watch.exchanges.map_or_else(|| "-".to_string(), |n| n.to_string());
         println!(
-            "{:>5}  {:>9.0}  {:>9.0}  {:>9.0}  {:>9.0}  {:>9.0}  {:>12.3}  {:>12.3}  {:>12.3}  \
-             {:>12.3}  {:>9}  {:>7}  {:>9}",
+            "{:>5}  {:>9.0}  {:>9.0}  {:>9.0}  {:>9.0}  {:>9.0}  {:>9.0}  {:>12.3}  {:>12.3}  \
+             {:>12.3}  {:>12.3}  {:>9}  {:>7}  {:>9}",
             index + 1,
             r.before,
             r.watched,
             r.tcpdump,
             r.tried,
+            r.without_calls,
             r.after,
             r.after / r.before,
             r.watched_ratio(),
@@ -410,8 +450,19 @@ impl Watch {
     /// Starts the watch (pinned to a CPU if `pin`) with `more` flags and returns once it takes
     /// packets.
     fn start(port: u16, pin: Option<u32>, more: &[&str]) -> Result<Watch, String> {
+        Watch::start_with(port, pin, more, &[])
+    }
+
+    /// [`Watch::start`] with environment variables `env` set.
+    fn start_with(
+        port: u16,
+        pin: Option<u32>,
+        more: &[&str],
+        env: &[(&str, &str)],
+    ) -> Result<Watch, String> {
         let mut command = command(setup::probe_binary(), pin);
         command.args(["watch", "--port", &port.to_string(), "--json"]).args(more);
+        command.envs(env.iter().copied());
         let shown = crate::steps::shown(&command);
         let mut child = command
             .stdin(Stdio::null())
@@ -574,7 +625,7 @@ mod tests {
 
     #[test]
     fn watch_flags() {
-        assert_eq!(options(&[]), Ok((3, 5, 0)));
+        assert_eq!(options(&[]), Ok((4, 5, 0)));
         assert_eq!(options(&args("--rounds 5 --seconds 2 --pin 1")), Ok((5, 2, 1)));
         let error = options(&args("--rounds 0")).unwrap_err();
         assert_eq!(error, format!("--rounds and --seconds must be at least 1\n{USAGE}"));
@@ -583,22 +634,22 @@ mod tests {
     }
 
     #[test]
-    fn unwatched_runs_bracket_the_others_and_the_middle_three_take_turns() {
-        for round in 1..=4 {
+    fn unwatched_runs_bracket_the_others_and_the_middle_four_take_turns() {
+        for round in 1..=5 {
             let order = order(round);
-            assert_eq!((order[0], order[4]), (Config::Before, Config::After), "round {round}");
-            for config in [Config::Watched, Config::Tcpdump, Config::Tried] {
+            assert_eq!((order[0], order[5]), (Config::Before, Config::After), "round {round}");
+            for config in MIDDLE {
                 assert!(order.contains(&config), "round {round}: {order:?}");
             }
         }
-        // Three rounds put each of the middle three in each place once.
-        for place in 1..=3 {
-            let there: Vec<Config> = (1..=3).map(|round| order(round)[place]).collect();
-            for config in [Config::Watched, Config::Tcpdump, Config::Tried] {
+        // Four rounds put each of the middle four in each place once.
+        for place in 1..=4 {
+            let there: Vec<Config> = (1..=4).map(|round| order(round)[place]).collect();
+            for config in MIDDLE {
                 assert!(there.contains(&config), "place {place}: {there:?}");
             }
         }
-        assert_eq!(order(1), order(4));
+        assert_eq!(order(1), order(5));
     }
 
     #[test]

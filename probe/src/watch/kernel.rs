@@ -58,6 +58,10 @@ const AT_REMOTE_ADDR: i16 = 12;
 const AT_LOCAL_PORT: i16 = 16;
 const AT_REMOTE_PORT: i16 = 18;
 const AT_SPARE: i16 = 20;
+/// `off` leaves out the programs of the watched programs' calls ([`super::calls`]), which run
+/// at every socket call and context switch of the host: to measure what they cost (`cargo
+/// xtask bench watch`), or to keep a busy host's switches free of them.
+pub const WATCH_CALLS: &str = "ACKSCOPE_WATCH_CALLS";
 /// `/proc/kallsyms` lines are short; one past this is not a symbol line.
 const MAX_SYMBOL_LINE: usize = 512;
 
@@ -190,7 +194,20 @@ impl KernelTaps {
         let layout = Layout::of(&btf)?;
         let callback = kernel_symbol(DELACK_TIMER_FUNCTION)?;
         let (program, attached) = load_and_attach(ports, &layout, callback, &ring, &drops)?;
-        let calls = CallTaps::attach(ports, layout).map_err(|e| e.to_string());
+        // A bad value of the variable leaves the calls out and says so, keeping the timer.
+        let calls = match std::env::var(WATCH_CALLS).as_deref() {
+            Ok("on") | Err(std::env::VarError::NotPresent) => {
+                CallTaps::attach(ports, layout).map_err(|e| e.to_string())
+            }
+            Ok("off") => Err(format!("left out: {WATCH_CALLS}=off")),
+            Ok(other) => Err(format!(
+                "{WATCH_CALLS}={other:?} is not a choice: use `off` to leave them out or `on`, or \
+                 leave it unset"
+            )),
+            Err(std::env::VarError::NotUnicode(_)) => {
+                Err(format!("{WATCH_CALLS} is not UTF-8: use `off` or `on`, or leave it unset"))
+            }
+        };
         Ok(KernelTaps {
             ring,
             drops,

@@ -14,6 +14,7 @@ use std::hash::{Hash, Hasher};
 use ackscope_shared::analysis::{RunAnalysis, Span, SpanKind};
 use ackscope_shared::attribution::{Stall, StallClass};
 use ackscope_shared::overview::extent_ns;
+use ackscope_shared::packet_stalls;
 use ackscope_shared::{RequestView, Side};
 
 use super::rows::RowSet;
@@ -416,18 +417,13 @@ pub fn stalls_of_spans(spans: &[Span], stalls: &[Stall]) -> (Vec<Option<usize>>,
     (of, taken)
 }
 
-/// How far apart a stall's held bytes' arrival and the return of the read that took them may
-/// be stamped (the packets' clock and the calls' are aligned to well within it).
-const HELD_TO_READ_NS: u64 = 2_000_000;
-
-/// Whether `span` is the read that took a watch's stall's held bytes: on the receiving side,
-/// asleep from before they came, returning as they did (the packet rule's stall names the
-/// segments, not the call, so it is not the span's own, as a run's stalls are).
+/// Whether `span` is the read that took a watch's stall's held bytes (the packet rule's stall
+/// names the segments, not the call, so it is not the span's own, as a run's stalls are): on
+/// the receiving side, by the packet rule's own test.
 fn took_held_bytes(stall: &Stall, span: &Span) -> bool {
     span.kind == SpanKind::Read
         && stall.side == span.side
-        && span.start_ns < stall.end_ns
-        && span.end_ns.abs_diff(stall.end_ns) <= HELD_TO_READ_NS
+        && packet_stalls::took_held_bytes(span.start_ns, span.end_ns, stall.end_ns)
 }
 
 /// Inside the bar if the text fits there, else right of it if the plot (and its margin) has
