@@ -116,10 +116,11 @@ pub enum EventKind {
     /// run's own sockets cannot see it).
     DelayedAck,
     /// A watched program's `call` on this side's socket returned `bytes` at `at_ns`, its thread
-    /// having slept from `since_ns` (the first time it went to sleep after its last call on a
-    /// watched socket): where the program's `recv()` blocked, and for how long. A watch as root
-    /// sees it through eBPF programs on the kernel's `sched_switch`, `sock_recv_length` and
-    /// `sock_send_length` tracepoints; only calls whose thread slept 1 ms or more are recorded
+    /// having slept `at_ns - since_ns` in all since its previous such call (the time between,
+    /// less what the kernel counted it running and waiting for a CPU): where the program's
+    /// `recv()` blocked, and for how long, `since_ns` being when the sleep began had it come
+    /// last. A watch as root sees reads through an eBPF program on the kernel's
+    /// `sock_recv_length` tracepoint; only calls whose thread slept 1 ms or more are recorded
     /// (version 11).
     BlockedCall { call: Call, since_ns: u64, bytes: u32 },
 }

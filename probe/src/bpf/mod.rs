@@ -45,6 +45,7 @@ pub const FN_MAP_DELETE_ELEM: i32 = 3;
 pub const FN_PROBE_READ_KERNEL: i32 = 113;
 pub const FN_KTIME_GET_NS: i32 = 5;
 pub const FN_GET_CURRENT_PID_TGID: i32 = 14;
+pub const FN_GET_CURRENT_TASK: i32 = 35;
 pub const FN_SKB_LOAD_BYTES: i32 = 26;
 pub const FN_RINGBUF_RESERVE: i32 = 131;
 pub const FN_RINGBUF_SUBMIT: i32 = 132;

@@ -1,33 +1,35 @@
-//! Where the watched programs' socket calls blocked, seen from inside the kernel (root: CAP_BPF
-//! and CAP_PERFMON), without a tracepoint on every system call.
+//! Where the watched programs' reads blocked, seen from inside the kernel (root: CAP_BPF and
+//! CAP_PERFMON), without a tracepoint on every system call and without a program on every
+//! context switch.
 //!
-//! Two small eBPF programs share a table of the watched programs' threads (an array indexed by
-//! the thread id's low bits, [`MAX_THREADS`] slots: the thread's id and the time it went to
-//! sleep):
+//! One small eBPF program runs where every socket read of the host returns (the
+//! `sock_recv_length` tracepoint, in `sock_recvmsg`: `recv()`, `read()`, `recvmsg()` alike,
+//! Linux 6.3 and later). For a read on a watched socket (its local port a watched one, a
+//! server's, or its remote port, a client's) it reads the calling thread's own accounting from
+//! the kernel: how long it has run (`se.sum_exec_runtime`) and waited for a CPU
+//! (`sched_info.run_delay`). A table of the watched programs' threads (an array indexed by the
+//! thread id's low bits, [`MAX_THREADS`] slots) keeps each thread's figures at its last read.
+//! The time between its last read's return and this one's, less what it ran and waited for a
+//! CPU in between, is what it slept; when that is [`MIN_SLEEP_NS`] or more the program writes a
+//! record: the thread and its process, the socket, what the read returned, and when its sleep
+//! began had it slept once, at the end (this return less the sleep).
 //!
-//! - On `sock_recv_length` and `sock_send_length` (every socket read and write of the host
-//!   returns through them, `sock_recvmsg` and `sock_sendmsg`), a call on a watched socket (its
-//!   local port a watched one, a server's, or its remote port, a client's) puts its thread in
-//!   the table, or, when it is there and went to sleep since its last such call, writes a
-//!   record (the thread, the socket, what the call returned, when it slept) and clears its time.
-//! - On `sched_switch`, a thread of the table that leaves the CPU to sleep (not preempted) has
-//!   the time noted, the first time since its last call.
+//! So a record says: this thread's read on a watched socket returned having slept so long since
+//! its last one. For a thread that blocks in `recv()` that is its wait in it; for one that
+//! waits in `epoll_wait()` first, its wait for the socket to become readable. A thread that
+//! sleeps for another reason between two reads (a lock, a disk read, a timer, a blocked write)
+//! has that sleep counted as its next read's, as if it came last. A thread's first read only
+//! gives it its slot; two watched threads whose ids share their low bits take the slot in
+//! turn, each read of one losing the other's figures.
 //!
-//! So a record says: this thread called `recv()` (or `send()`) on a watched socket, and between
-//! its previous call on one and this one's return it slept from then. For a thread that blocks
-//! in `recv()` that is the wait in it; for one that waits in `epoll_wait()` first, the wait for
-//! the socket to be readable. Only sleeps of [`MIN_SLEEP_NS`] or more are written: a stall is
-//! milliseconds, and a busy service's calls that do not wait write nothing.
-//!
-//! Why these tracepoints and not `sys_enter`/`sys_exit`: those put every system call of every
-//! process on the host on the kernel's slow path while attached; these run only at a socket
-//! call's return and at a context switch, a few dozen instructions each (a map lookup for the
-//! switch of a thread that is not a watched one). And not BPF trampolines on `tcp_recvmsg`:
-//! some kernels refuse them to root (docs/WATCH.md).
-//!
-//! A thread's first call on a watched socket only puts it in the table: its wait before that is
-//! not known. A thread that sleeps for another reason between its calls (a lock, a disk read, a
-//! timer) has that sleep counted as its next call's.
+//! Why so, and not `sys_enter`/`sys_exit` tracepoints: those put every system call of every
+//! process on the host on the kernel's slow path while attached. Nor a program on
+//! `sched_switch` noting when each thread goes to sleep: it ran at every context switch of the
+//! host, and with a program on every write's return too it cost a ping-pong service 5 points
+//! of its rate, where this costs it less (`cargo xtask bench watch`, docs/BENCHMARKS.md). Nor
+//! BPF trampolines on `tcp_recvmsg`: some kernels refuse them to root (docs/WATCH.md). Writes
+//! are not watched: a write blocks only on a full send buffer, and a program on a call's
+//! return costs every such call of the host.
 
 use std::io;
 use std::net::{IpAddr, Ipv4Addr};
@@ -39,17 +41,12 @@ use ackscope_shared::Call;
 use super::kernel::{read_kernel, Layout, SOCKET_BYTES};
 use crate::bpf::*;
 
-/// The tracepoints (include/trace/events/sock.h, Linux 6.3 and later; sched.h):
-/// `sock_recv_length(struct sock *sk, int ret, int flags)`, the same for sends, and
-/// `sched_switch(bool preempt, struct task_struct *prev, struct task_struct *next,
-/// unsigned int prev_state)`, which runs on `prev`, the thread leaving the CPU.
+/// The tracepoint (include/trace/events/sock.h, Linux 6.3 and later):
+/// `sock_recv_length(struct sock *sk, int ret, int flags)`.
 const RECV_RETURNS: &std::ffi::CStr = c"sock_recv_length";
-const SEND_RETURNS: &std::ffi::CStr = c"sock_send_length";
-const SWITCH: &std::ffi::CStr = c"sched_switch";
 
-/// Slots of the threads' table, a power of two: a thread's is its id's low bits, and two
-/// watched threads whose ids share them take it in turn (each call of one loses the other's
-/// sleep). 16 bytes a slot, 1 MiB.
+/// Slots of the threads' table, a power of two: a thread's is its id's low bits. 32 bytes a
+/// slot, 2 MiB.
 pub const MAX_THREADS: u32 = 1 << 16;
 /// Sleeps shorter than this are not written.
 pub const MIN_SLEEP_NS: i32 = 1_000_000;
@@ -90,22 +87,54 @@ pub struct BlockedCall {
     pub tid: u32,
 }
 
-/// The programs, attached, the threads' table and the ring they write.
+/// The program, attached, the threads' table and the ring it writes.
 pub struct CallTaps {
-    /// Both calls' programs write here; a record says which call it is.
     ring: Ring,
     drops: OwnedFd,
     threads: OwnedFd,
-    _switch: (OwnedFd, OwnedFd),
-    calls: [(OwnedFd, OwnedFd); 2],
+    _reads: (OwnedFd, OwnedFd),
     unreadable: u64,
     layout: Layout,
+    task: TaskLayout,
+}
+
+/// Where a thread's own accounting lies in its `task_struct`, from the kernel's BTF.
+#[derive(Clone, Copy, Debug)]
+struct TaskLayout {
+    /// `se.sum_exec_runtime`: nanoseconds it ran (brought up to date as it leaves the CPU).
+    ran: i32,
+    /// `sched_info.run_delay`: nanoseconds it waited for a CPU (as it gets one).
+    waited: i32,
+}
+
+impl TaskLayout {
+    fn of(btf: &crate::bpf::btf::Btf) -> io::Result<TaskLayout> {
+        let field = |path: &[&str]| {
+            let member = btf.member("task_struct", path).filter(|m| m.size == 8);
+            member.map(|m| m.offset as i32).ok_or_else(|| {
+                io::Error::new(
+                    io::ErrorKind::Unsupported,
+                    format!(
+                        "this kernel's BTF has no task_struct member {} (CONFIG_SCHED_INFO), which \
+                         the program of the watched programs' reads reads",
+                        path.join(".")
+                    ),
+                )
+            })
+        };
+        let ran = field(&["se", "sum_exec_runtime"])?;
+        Ok(TaskLayout { ran, waited: field(&["sched_info", "run_delay"])? })
+    }
 }
 
 impl CallTaps {
-    /// Loads and attaches the programs for the sockets of `ports`. Fails without CAP_BPF and
-    /// CAP_PERFMON, or on a kernel without the tracepoints (before Linux 6.3).
-    pub(super) fn attach(ports: &[u16], layout: Layout) -> io::Result<CallTaps> {
+    /// Loads and attaches the program for the sockets of `ports`. Fails without CAP_BPF and
+    /// CAP_PERFMON, or on a kernel without the tracepoint (before Linux 6.3).
+    pub(super) fn attach(
+        ports: &[u16],
+        layout: Layout,
+        btf: &crate::bpf::btf::Btf,
+    ) -> io::Result<CallTaps> {
         // The programs read both ports in one word (`skc_portpair`, as every kernel lays it).
         if layout.num != layout.dport + 2 {
             return Err(io::Error::new(
@@ -114,29 +143,24 @@ impl CallTaps {
                  of the watched programs' calls read them",
             ));
         }
+        let task = TaskLayout::of(btf)?;
         let ring = Ring::create(RING_BYTES)?;
         let drops = map_create(MAP_TYPE_ARRAY, 4, 8, 1)?;
         let threads = map_create(MAP_TYPE_ARRAY, 4, SLOT_BYTES, MAX_THREADS)?;
-        let kind = raw_tracepoint_program();
-        let switch = load(&kind, &switch_program(threads.as_raw_fd()))
-            .map_err(|e| io::Error::new(e.kind(), format!("loading the threads' program: {e}")))?;
-        let switch_attached = raw_tracepoint(&switch, SWITCH)?;
-        let calls = attach_calls(ports, &layout, &ring, &drops, &threads)?;
-        Ok(CallTaps {
-            ring,
-            drops,
-            threads,
-            _switch: (switch, switch_attached),
-            calls,
-            unreadable: 0,
-            layout,
-        })
+        let fds = Fds { ring: ring.fd(), drops: drops.as_raw_fd(), threads: threads.as_raw_fd() };
+        let reads = attach_reads(ports, &layout, &task, fds)?;
+        Ok(CallTaps { ring, drops, threads, _reads: reads, unreadable: 0, layout, task })
     }
 
-    /// Keeps the sockets of `ports` from now on: new programs attached, then the old ones
-    /// detached (a call returning in between may be seen by both: recorded twice at most).
+    /// Keeps the sockets of `ports` from now on: a new program attached, then the old one
+    /// detached (a read returning in between may be seen by both: recorded twice at most).
     pub fn set_ports(&mut self, ports: &[u16]) -> io::Result<()> {
-        self.calls = attach_calls(ports, &self.layout, &self.ring, &self.drops, &self.threads)?;
+        let fds = Fds {
+            ring: self.ring.fd(),
+            drops: self.drops.as_raw_fd(),
+            threads: self.threads.as_raw_fd(),
+        };
+        self._reads = attach_reads(ports, &self.layout, &self.task, fds)?;
         Ok(())
     }
 
@@ -160,24 +184,19 @@ fn raw_tracepoint_program() -> ProgramKind {
     ProgramKind { prog_type: PROG_TYPE_RAW_TRACEPOINT, expected_attach_type: 0, attach_btf_id: 0 }
 }
 
-/// The reads' and the writes' programs for `ports`, loaded and attached.
-fn attach_calls(
+/// The reads' program for `ports`, loaded and attached.
+fn attach_reads(
     ports: &[u16],
     layout: &Layout,
-    ring: &Ring,
-    drops: &OwnedFd,
-    threads: &OwnedFd,
-) -> io::Result<[(OwnedFd, OwnedFd); 2]> {
-    let fds = Fds { ring: ring.fd(), drops: drops.as_raw_fd(), threads: threads.as_raw_fd() };
-    let one = |call: Call, tracepoint: &std::ffi::CStr| -> io::Result<(OwnedFd, OwnedFd)> {
-        let code = call_program(call, ports, layout, fds);
-        let program = load(&raw_tracepoint_program(), &code).map_err(|e| {
-            io::Error::new(e.kind(), format!("loading the program of the {}: {e}", call.name()))
-        })?;
-        let attached = raw_tracepoint(&program, tracepoint)?;
-        Ok((program, attached))
-    };
-    Ok([one(Call::Recv, RECV_RETURNS)?, one(Call::Send, SEND_RETURNS)?])
+    task: &TaskLayout,
+    fds: Fds,
+) -> io::Result<(OwnedFd, OwnedFd)> {
+    let code = read_program(ports, layout, task, fds);
+    let program = load(&raw_tracepoint_program(), &code).map_err(|e| {
+        io::Error::new(e.kind(), format!("loading the program of the watched programs' reads: {e}"))
+    })?;
+    let attached = raw_tracepoint(&program, RECV_RETURNS)?;
+    Ok((program, attached))
 }
 
 /// A record's bytes, as the program writes them (the `AT_*` offsets).
@@ -232,62 +251,38 @@ struct Fds {
     threads: RawFd,
 }
 
-/// A slot of the threads' table: the thread's id, then the time it went to sleep (0: not since
-/// its last call).
-const SLOT_BYTES: u32 = 16;
+/// A slot of the threads' table: the thread's id, then at its last read: the time, and how
+/// long it had run and waited for a CPU.
+const SLOT_BYTES: u32 = 32;
 const SLOT_TID: i16 = 0;
-const SLOT_SLEPT: i16 = 8;
+const SLOT_AT: i16 = 8;
+const SLOT_RAN: i16 = 16;
+const SLOT_WAITED: i16 = 24;
 
-// Registers kept past helper calls: r6 the tracepoint's arguments, r7 the socket (later the
-// time now, then the time the thread slept), r8 the thread's slot, r9 the record.
+// Registers kept past helper calls: r6 the tracepoint's arguments, r7 the socket, then the
+// time the thread slept; r8 the thread's task, then its slot; r9 the record.
 const ARGS: u8 = 6;
 const SK: u8 = 7;
-const NOW: u8 = 7;
 const SLEPT: u8 = 7;
+const TASK: u8 = 8;
 const SLOT: u8 = 8;
 const RECORD: u8 = 9;
 /// Stack slots: the table's key, the socket's ports (its `skc_dport` and `skc_num`, one 4-byte
-/// word), `pid_tgid`, the time it slept, the socket's first bytes (read only for a record).
+/// word), `pid_tgid`, the time now, how long the thread ran and waited, the socket's first
+/// bytes (read only for a record).
 const KEY_AT: i16 = -8;
 const PORTS_AT: i16 = -16;
 const PID_TGID_AT: i16 = -24;
-const SLEPT_AT: i16 = -32;
-const COPY_AT: i16 = -32 - SOCKET_BYTES as i16;
-
-/// The program on `sched_switch`: the thread leaving the CPU, when it goes to sleep (not
-/// preempted, a state other than running) and its slot is its own with no sleep noted since
-/// its last call, has the time noted.
-fn switch_program(threads: RawFd) -> Vec<Insn> {
-    let mut a = Assembler::new();
-    a.op(MOV_X, ARGS, 1, 0, 0);
-    // `preempt`, then `prev_state`: a preempted thread is still runnable.
-    a.op(LDX_DW, 1, ARGS, 0, 0);
-    a.jump(JNE_K, 1, 0, 0, Label::Exit);
-    a.op(LDX_DW, 1, ARGS, 24, 0);
-    a.jump(JEQ_K, 1, 0, 0, Label::Exit);
-    a.op(CALL, 0, 0, 0, FN_GET_CURRENT_PID_TGID);
-    a.op(MOV_X, ARGS, 0, 0, 0);
-    lookup_slot(&mut a, threads);
-    a.op(LDX_W, 1, SLOT, SLOT_TID, 0);
-    a.op(MOV32_X, 2, ARGS, 0, 0);
-    a.jump(JNE_X, 1, 2, 0, Label::Exit);
-    // Its first sleep since its last call is kept.
-    a.op(LDX_DW, 1, SLOT, SLOT_SLEPT, 0);
-    a.jump(JNE_K, 1, 0, 0, Label::Exit);
-    a.op(CALL, 0, 0, 0, FN_KTIME_GET_NS);
-    a.op(STX_DW, SLOT, 0, SLOT_SLEPT, 0);
-    let exit = a.here();
-    a.op(MOV_K, 0, 0, 0, 0);
-    a.op(EXIT, 0, 0, 0, 0);
-    a.finish(|label| match label {
-        Label::Exit => exit,
-        _ => unreachable!("the switch's program jumps only to its exit"),
-    })
-}
+const NOW_AT: i16 = -32;
+const RAN_AT: i16 = -40;
+const WAITED_AT: i16 = -48;
+const COPY_AT: i16 = -48 - SOCKET_BYTES as i16;
+/// This read's figures, kept in the slot for the next.
+const KEPT: [(i16, i16); 3] = [(NOW_AT, SLOT_AT), (RAN_AT, SLOT_RAN), (WAITED_AT, SLOT_WAITED)];
 
 /// r8 = the slot in `threads` of the thread whose `pid_tgid` is in r0 (its id's low bits index
-/// the table), or a jump to the exit (never: the index is masked). The table is an array, whose
-/// lookup the kernel inlines: the switch's program runs at every context switch.
+/// the table), or a jump to the exit (never: the index is masked). The table is an array,
+/// whose lookup the kernel inlines.
 fn lookup_slot(a: &mut Assembler<Label>, threads: RawFd) {
     a.op(MOV32_X, 2, 0, 0, 0);
     a.op(AND_K, 2, 0, 0, (MAX_THREADS - 1) as i32);
@@ -300,12 +295,13 @@ fn lookup_slot(a: &mut Assembler<Label>, threads: RawFd) {
     a.op(MOV_X, SLOT, 0, 0, 0);
 }
 
-/// The program on a call's return (`sock_recv_length` or `sock_send_length`): keeps the
-/// sockets whose local port is a watched one or whose remote port is; makes the calling
-/// thread's slot its own, or takes its sleep from it and, when it slept [`MIN_SLEEP_NS`] or
-/// more, writes a record. Every read of the socket goes through the helper, which cannot
-/// fault; only its ports are read for a call that writes no record.
-fn call_program(call: Call, ports: &[u16], layout: &Layout, fds: Fds) -> Vec<Insn> {
+/// The program on a read's return (`sock_recv_length`): keeps the sockets whose local port is a
+/// watched one or whose remote port is; reads the thread's accounting; makes its slot its own,
+/// or works out from it how long the thread slept since its last read and, when that is
+/// [`MIN_SLEEP_NS`] or more, writes a record; keeps this read's figures in the slot. Every read
+/// of the kernel's memory goes through the helper, which cannot fault; a read that is not a
+/// watched socket's costs one of its ports.
+fn read_program(ports: &[u16], layout: &Layout, task: &TaskLayout, fds: Fds) -> Vec<Insn> {
     let mut a = Assembler::new();
     a.op(MOV_X, ARGS, 1, 0, 0);
     a.op(LDX_DW, SK, ARGS, 0, 0);
@@ -323,6 +319,16 @@ fn call_program(call: Call, ports: &[u16], layout: &Layout, fds: Fds) -> Vec<Ins
     }
     a.jump(JA, 0, 0, 0, Label::Exit);
     let watched = a.here();
+    // The thread's accounting (zeroed first), the time, the thread.
+    a.op(CALL, 0, 0, 0, FN_GET_CURRENT_TASK);
+    a.op(MOV_X, TASK, 0, 0, 0);
+    a.op(MOV_K, 1, 0, 0, 0);
+    a.op(STX_DW, 10, 1, RAN_AT, 0);
+    a.op(STX_DW, 10, 1, WAITED_AT, 0);
+    read_kernel(&mut a, RAN_AT, 8, TASK, task.ran);
+    read_kernel(&mut a, WAITED_AT, 8, TASK, task.waited);
+    a.op(CALL, 0, 0, 0, FN_KTIME_GET_NS);
+    a.op(STX_DW, 10, 0, NOW_AT, 0);
     a.op(CALL, 0, 0, 0, FN_GET_CURRENT_PID_TGID);
     a.op(STX_DW, 10, 0, PID_TGID_AT, 0);
     lookup_slot(&mut a, fds.threads);
@@ -330,32 +336,39 @@ fn call_program(call: Call, ports: &[u16], layout: &Layout, fds: Fds) -> Vec<Ins
     a.op(LDX_DW, 2, 10, PID_TGID_AT, 0);
     a.op(MOV32_X, 2, 2, 0, 0);
     a.jump(JNE_X, 1, 2, 0, Label::Untracked);
-    // Its sleep, taken: the next call counts from this one.
-    a.op(LDX_DW, 1, SLOT, SLOT_SLEPT, 0);
-    a.op(STX_DW, 10, 1, SLEPT_AT, 0);
-    a.op(MOV_K, 2, 0, 0, 0);
-    a.op(STX_DW, SLOT, 2, SLOT_SLEPT, 0);
-    a.jump(JEQ_K, 1, 0, 0, Label::Exit);
-    a.op(CALL, 0, 0, 0, FN_KTIME_GET_NS);
-    a.op(MOV_X, NOW, 0, 0, 0);
-    a.op(LDX_DW, 1, 10, SLEPT_AT, 0);
-    a.op(MOV_X, 2, NOW, 0, 0);
+    // slept = (now - then) - (ran - ran then) - (waited - waited then).
+    a.op(LDX_DW, SLEPT, 10, NOW_AT, 0);
+    a.op(LDX_DW, 1, SLOT, SLOT_AT, 0);
+    a.op(SUB_X, SLEPT, 1, 0, 0);
+    a.op(LDX_DW, 2, 10, RAN_AT, 0);
+    a.op(LDX_DW, 1, SLOT, SLOT_RAN, 0);
     a.op(SUB_X, 2, 1, 0, 0);
-    a.jump(JLT_K, 2, 0, MIN_SLEEP_NS, Label::Exit);
+    a.op(LDX_DW, 3, 10, WAITED_AT, 0);
+    a.op(LDX_DW, 1, SLOT, SLOT_WAITED, 0);
+    a.op(SUB_X, 3, 1, 0, 0);
+    a.op(ADD_X, 2, 3, 0, 0);
+    for (from, to) in KEPT {
+        a.op(LDX_DW, 1, 10, from, 0);
+        a.op(STX_DW, SLOT, 1, to, 0);
+    }
+    // Its own time more than the time between (its accounting lags a little): no sleep.
+    a.jump(JGT_X, 2, SLEPT, 0, Label::Exit);
+    a.op(SUB_X, SLEPT, 2, 0, 0);
+    a.jump(JLT_K, SLEPT, 0, MIN_SLEEP_NS, Label::Exit);
     // A record: the socket's addresses now (the socket is the tracepoint's argument still).
-    a.op(LDX_DW, SK, ARGS, 0, 0);
+    a.op(LDX_DW, 3, ARGS, 0, 0);
     a.op(MOV_K, 1, 0, 0, 0);
     for slot in (0..SOCKET_BYTES as i16).step_by(8) {
         a.op(STX_DW, 10, 1, COPY_AT + slot, 0);
     }
-    read_kernel(&mut a, COPY_AT, SOCKET_BYTES, SK, 0);
-    a.op(LDX_DW, SLEPT, 10, SLEPT_AT, 0);
+    read_kernel(&mut a, COPY_AT, SOCKET_BYTES, 3, 0);
     a.reserve(fds.ring, RECORD_BYTES, Label::Full);
     a.op(MOV_X, RECORD, 0, 0, 0);
-    // The time now, again: r7 held the socket for the read.
-    a.op(CALL, 0, 0, 0, FN_KTIME_GET_NS);
-    a.op(STX_DW, RECORD, 0, AT_RETURNED, 0);
-    a.op(STX_DW, RECORD, SLEPT, AT_SLEPT, 0);
+    a.op(LDX_DW, 1, 10, NOW_AT, 0);
+    a.op(STX_DW, RECORD, 1, AT_RETURNED, 0);
+    // When the sleep began, had it come last: this return less the sleep.
+    a.op(SUB_X, 1, SLEPT, 0, 0);
+    a.op(STX_DW, RECORD, 1, AT_SLEPT, 0);
     for (from, size, to) in [
         (layout.rcv_saddr, LDX_W, AT_LOCAL_ADDR),
         (layout.daddr, LDX_W, AT_REMOTE_ADDR),
@@ -370,15 +383,17 @@ fn call_program(call: Call, ports: &[u16], layout: &Layout, fds: Fds) -> Vec<Ins
     a.op(STX_W, RECORD, 1, AT_RESULT, 0);
     a.op(LDX_DW, 1, 10, PID_TGID_AT, 0);
     a.op(STX_DW, RECORD, 1, AT_PID_TGID, 0);
-    a.op(ST_W, RECORD, 0, AT_CALL, call_number(call));
+    a.op(ST_W, RECORD, 0, AT_CALL, call_number(Call::Recv));
     a.op(ST_W, RECORD, 0, AT_SPARE, 0);
     a.submit(RECORD);
     a.jump(JA, 0, 0, 0, Label::Exit);
-    // Another thread's slot, or none: this thread's from now on, with no sleep noted.
+    // Another thread's slot, or none: this thread's from now on, with this read's figures.
     let untracked = a.here();
     a.op(STX_W, SLOT, 2, SLOT_TID, 0);
-    a.op(MOV_K, 1, 0, 0, 0);
-    a.op(STX_DW, SLOT, 1, SLOT_SLEPT, 0);
+    for (from, to) in KEPT {
+        a.op(LDX_DW, 1, 10, from, 0);
+        a.op(STX_DW, SLOT, 1, to, 0);
+    }
     a.jump(JA, 0, 0, 0, Label::Exit);
     let (full, exit) = a.full_and_exit(fds.drops, KEY_AT, 0);
     a.finish(|label| match label {
@@ -429,35 +444,33 @@ mod tests {
     }
 
     #[test]
-    fn the_programs_jump_only_inside_themselves_and_write_every_byte_of_a_record() {
-        jumps_stay_inside(&switch_program(3));
+    fn the_program_jumps_only_inside_itself_and_writes_every_byte_of_a_record() {
         let ports = [8080, 9090];
-        for call in [Call::Recv, Call::Send] {
-            let code = call_program(call, &ports, &layout(), Fds { ring: 4, drops: 5, threads: 3 });
-            jumps_stay_inside(&code);
-            let compared: Vec<i32> =
-                code.iter().filter(|i| i.code == JEQ_K).map(|i| i.imm).collect();
-            for port in ports {
-                assert!(compared.contains(&i32::from(port)));
-                assert!(compared.contains(&i32::from(u16::from_ne_bytes(port.to_be_bytes()))));
-            }
-            // The stores through the record's register cover 0..RECORD_BYTES once.
-            let mut written = [0u8; RECORD_BYTES];
-            for insn in code.iter().filter(|i| i.regs & 0x0f == RECORD) {
-                let size = match insn.code {
-                    STX_DW => 8,
-                    STX_W | ST_W => 4,
-                    STX_H => 2,
-                    _ => continue,
-                };
-                for byte in &mut written[insn.off as usize..insn.off as usize + size] {
-                    *byte += 1;
-                }
-            }
-            assert_eq!(written, [1; RECORD_BYTES], "each byte of the record written once");
-            let numbered = code.iter().find(|i| i.code == ST_W && i.off == AT_CALL).unwrap();
-            assert_eq!(numbered.imm, call_number(call));
+        let task = TaskLayout { ran: 200, waited: 3000 };
+        let code = read_program(&ports, &layout(), &task, Fds { ring: 4, drops: 5, threads: 3 });
+        jumps_stay_inside(&code);
+        let compared: Vec<i32> = code.iter().filter(|i| i.code == JEQ_K).map(|i| i.imm).collect();
+        for port in ports {
+            assert!(compared.contains(&i32::from(port)));
+            assert!(compared.contains(&i32::from(u16::from_ne_bytes(port.to_be_bytes()))));
         }
+        // The stores through the record's register cover 0..RECORD_BYTES once.
+        let mut written = [0u8; RECORD_BYTES];
+        for insn in code.iter().filter(|i| i.regs & 0x0f == RECORD) {
+            let size = match insn.code {
+                STX_DW => 8,
+                STX_W | ST_W => 4,
+                STX_H => 2,
+                _ => continue,
+            };
+            for byte in &mut written[insn.off as usize..insn.off as usize + size] {
+                *byte += 1;
+            }
+        }
+        assert_eq!(written, [1; RECORD_BYTES], "each byte of the record written once");
+        // The thread's accounting is read where the kernel keeps it.
+        let offsets: Vec<i32> = code.iter().filter(|i| i.code == ADD_K).map(|i| i.imm).collect();
+        assert!(offsets.contains(&200) && offsets.contains(&3000), "{offsets:?}");
     }
 
     #[test]
@@ -509,7 +522,8 @@ mod tests {
         let layout = Layout::of(&btf).unwrap();
         let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
         let port = listener.local_addr().unwrap().port();
-        let mut taps = CallTaps::attach(&[port], layout).expect("root may attach the programs");
+        let mut taps =
+            CallTaps::attach(&[port], layout, &btf).expect("root may attach the program");
         let exchanges = |nodelay: bool, taps: &mut CallTaps| {
             let mut client = TcpStream::connect((Ipv4Addr::LOCALHOST, port)).unwrap();
             client.set_nodelay(nodelay).unwrap();

@@ -197,7 +197,7 @@ impl KernelTaps {
         // A bad value of the variable leaves the calls out and says so, keeping the timer.
         let calls = match std::env::var(WATCH_CALLS).as_deref() {
             Ok("on") | Err(std::env::VarError::NotPresent) => {
-                CallTaps::attach(ports, layout).map_err(|e| e.to_string())
+                CallTaps::attach(ports, layout, &btf).map_err(|e| e.to_string())
             }
             Ok("off") => Err(format!("left out: {WATCH_CALLS}=off")),
             Ok(other) => Err(format!(

@@ -36,6 +36,7 @@ use ackscope_shared::packet::parse_ethernet;
 use ackscope_shared::wire::Instruments;
 use ackscope_shared::{ConnId, Event, EventKind, Side};
 
+use super::calls::BlockedCall;
 use super::kernel::KernelTaps;
 use super::packets::{PortTaps, Stamp, TapError};
 use super::process::{self, Owner};
@@ -290,9 +291,18 @@ impl Watcher {
                 // The timers that fired before the packets read now: a timer's record comes at
                 // once, the ACK it sent a few milliseconds later through the ring, so the
                 // connection is still in the exchange the ACK held.
+                // The programs' calls that returned so far, oldest first: each goes among the
+                // packets where its time puts it, so that it is in the exchange its connection
+                // was in when it returned (a server's read that waited for the next request is
+                // that request's), and comes just after the held bytes it took, where the
+                // packet rule looks for it.
+                let mut calls = Vec::new();
                 if let Some(kernel) = &mut self.kernel {
                     take_timers(kernel, &self.conversations, &self.clock, out);
+                    kernel.take_calls(|call| calls.push(call));
                 }
+                calls.sort_by_key(|call| call.returned_ns);
+                let mut calls = calls.into_iter().peekable();
                 let packets_from = out.len();
                 let (offset, conversations, counts) =
                     (self.offset, &mut self.conversations, &mut self.counts);
@@ -305,6 +315,11 @@ impl Watcher {
                         // lo's ingress hook stamps on the watch's own clock.
                         Stamp::Monotonic(ns) => ns.saturating_sub(epoch_ns),
                     };
+                    while let Some(call) =
+                        calls.next_if(|call| call.returned_ns.saturating_sub(epoch_ns) <= at_ns)
+                    {
+                        out.extend(call_event(&call, conversations, epoch_ns));
+                    }
                     if let Some(seen) = conversations.packet(at_ns, &packet) {
                         counts.packets += 1;
                         if let Some((client, server)) = seen.opened {
@@ -321,12 +336,17 @@ impl Watcher {
                     let mut late = Vec::new();
                     take_timers(kernel, &self.conversations, &self.clock, &mut late);
                     out.splice(packets_from..packets_from, late);
-                    // The calls, after the packets: each is then in the exchange its
-                    // connection was in when it returned (a server's read that waited for the
-                    // next request returns in it, not in the one before), and the packet rule
-                    // waits a little for the read that took a stall's held bytes.
-                    take_calls(kernel, &self.conversations, &self.clock, out);
                 }
+                // The calls that returned after the last packet read, and while they were read.
+                let epoch_ns = self.clock.epoch_monotonic_ns();
+                let mut late = calls.collect::<Vec<_>>();
+                if let Some(kernel) = &mut self.kernel {
+                    kernel.take_calls(|call| late.push(call));
+                }
+                late.sort_by_key(|call| call.returned_ns);
+                out.extend(
+                    late.iter().filter_map(|c| call_event(c, &self.conversations, epoch_ns)),
+                );
             }
             None => std::thread::sleep(Duration::from_millis(10)),
         }
@@ -661,31 +681,27 @@ fn take_timers(
     });
 }
 
-/// The watched programs' calls that slept, read now, as `BlockedCall` events of their
-/// connections, in the exchange each connection is in. A call that failed (a negative result)
-/// is left out: it took no bytes.
-fn take_calls(
-    kernel: &mut KernelTaps,
+/// A watched program's call that slept, as a `BlockedCall` event of its connection, in the
+/// exchange the connection is in now; none for a connection not followed, or a call that failed
+/// (a negative result: it took no bytes).
+fn call_event(
+    returned: &BlockedCall,
     conversations: &Conversations,
-    clock: &Clock,
-    out: &mut Vec<Event>,
-) {
-    let epoch_ns = clock.epoch_monotonic_ns();
-    kernel.take_calls(|returned| {
-        let Some(c) = conversations.find(returned.local, returned.remote) else { return };
-        let Ok(bytes) = u32::try_from(returned.result) else { return };
-        out.push(Event {
-            at_ns: returned.returned_ns.saturating_sub(epoch_ns),
-            side: c.side_of(returned.local),
-            conn: c.id,
-            req: c.exchange(),
-            kind: EventKind::BlockedCall {
-                call: returned.call,
-                since_ns: returned.slept_ns.saturating_sub(epoch_ns),
-                bytes,
-            },
-        });
-    });
+    epoch_ns: u64,
+) -> Option<Event> {
+    let c = conversations.find(returned.local, returned.remote)?;
+    let bytes = u32::try_from(returned.result).ok()?;
+    Some(Event {
+        at_ns: returned.returned_ns.saturating_sub(epoch_ns),
+        side: c.side_of(returned.local),
+        conn: c.id,
+        req: c.exchange(),
+        kind: EventKind::BlockedCall {
+            call: returned.call,
+            since_ns: returned.slept_ns.saturating_sub(epoch_ns),
+            bytes,
+        },
+    })
 }
 
 fn name_connection(
