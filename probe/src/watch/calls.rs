@@ -8,11 +8,14 @@
 //! server's, or its remote port, a client's) it reads the calling thread's own accounting from
 //! the kernel: how long it has run (`se.sum_exec_runtime`) and waited for a CPU
 //! (`sched_info.run_delay`). A table of the watched programs' threads (an array indexed by the
-//! thread id's low bits, [`MAX_THREADS`] slots) keeps each thread's figures at its last read.
-//! The time between its last read's return and this one's, less what it ran and waited for a
-//! CPU in between, is what it slept; when that is [`MIN_SLEEP_NS`] or more the program writes a
-//! record: the thread and its process, the socket, what the read returned, and when its sleep
-//! began had it slept once, at the end (this return less the sleep).
+//! thread id's low bits, [`MAX_THREADS`] slots) keeps each thread's last read's time and its
+//! figures as last read, which is at most [`MIN_SLEEP_NS`] before its last read: a thread whose
+//! reads come faster has them read once a millisecond, not at every read. The time since its
+//! figures were read, less what it ran and waited for a CPU since, is what it slept; when this
+//! read came [`MIN_SLEEP_NS`] or more after its last one and it slept that long, the program
+//! writes a record: the thread and its process, the socket, what the read returned, and when
+//! its sleep began had it slept once, at the end (this return less the sleep). The sleep
+//! counted is this read's wait and less than [`MIN_SLEEP_NS`] of earlier ones.
 //!
 //! So a record says: this thread's read on a watched socket returned having slept so long since
 //! its last one. For a thread that blocks in `recv()` that is its wait in it; for one that
@@ -25,8 +28,9 @@
 //! Why so, and not `sys_enter`/`sys_exit` tracepoints: those put every system call of every
 //! process on the host on the kernel's slow path while attached. Nor a program on
 //! `sched_switch` noting when each thread goes to sleep: it ran at every context switch of the
-//! host, and with a program on every write's return too it cost a ping-pong service 5 points
-//! of its rate, where this costs it less (`cargo xtask bench watch`, docs/BENCHMARKS.md). Nor
+//! host, and with a program on every write's return too it cost a ping-pong service 5.6
+//! points of its rate, where this costs it about a third of that (`cargo xtask bench watch`,
+//! docs/BENCHMARKS.md). Nor
 //! BPF trampolines on `tcp_recvmsg`: some kernels refuse them to root (docs/WATCH.md). Writes
 //! are not watched: a write blocks only on a full send buffer, and a program on a call's
 //! return costs every such call of the host.
@@ -235,8 +239,10 @@ fn parse(bytes: &[u8]) -> Option<BlockedCall> {
 enum Label {
     /// The socket is a watched one.
     Watched,
-    /// The thread's slot holds another thread (or none).
-    Untracked,
+    /// The thread's slot is its own.
+    Tracked,
+    /// The thread's accounting is read.
+    Accounting,
     /// The ring is full: count the record lost.
     Full,
     /// Done: the program returns.
@@ -251,33 +257,36 @@ struct Fds {
     threads: RawFd,
 }
 
-/// A slot of the threads' table: the thread's id, then at its last read: the time, and how
+/// A slot of the threads' table: the thread's id; its last read's time; and its figures at a
+/// read at most a millisecond or so before that (the last time they were read): the time, how
 /// long it had run and waited for a CPU.
-const SLOT_BYTES: u32 = 32;
+const SLOT_BYTES: u32 = 40;
 const SLOT_TID: i16 = 0;
-const SLOT_AT: i16 = 8;
-const SLOT_RAN: i16 = 16;
-const SLOT_WAITED: i16 = 24;
+const SLOT_LAST: i16 = 8;
+const SLOT_AT: i16 = 16;
+const SLOT_RAN: i16 = 24;
+const SLOT_WAITED: i16 = 32;
 
 // Registers kept past helper calls: r6 the tracepoint's arguments, r7 the socket, then the
-// time the thread slept; r8 the thread's task, then its slot; r9 the record.
+// thread's task, then the time it slept; r8 the thread's slot; r9 the record.
 const ARGS: u8 = 6;
 const SK: u8 = 7;
+const TASK: u8 = 7;
 const SLEPT: u8 = 7;
-const TASK: u8 = 8;
 const SLOT: u8 = 8;
 const RECORD: u8 = 9;
 /// Stack slots: the table's key, the socket's ports (its `skc_dport` and `skc_num`, one 4-byte
-/// word), `pid_tgid`, the time now, how long the thread ran and waited, the socket's first
-/// bytes (read only for a record).
+/// word), `pid_tgid`, the time now, the time since the thread's last read, how long it ran and
+/// waited, the socket's first bytes (read only for a record).
 const KEY_AT: i16 = -8;
 const PORTS_AT: i16 = -16;
 const PID_TGID_AT: i16 = -24;
 const NOW_AT: i16 = -32;
-const RAN_AT: i16 = -40;
-const WAITED_AT: i16 = -48;
-const COPY_AT: i16 = -48 - SOCKET_BYTES as i16;
-/// This read's figures, kept in the slot for the next.
+const GAP_AT: i16 = -40;
+const RAN_AT: i16 = -48;
+const WAITED_AT: i16 = -56;
+const COPY_AT: i16 = -56 - SOCKET_BYTES as i16;
+/// The figures read now, kept in the slot for later reads.
 const KEPT: [(i16, i16); 3] = [(NOW_AT, SLOT_AT), (RAN_AT, SLOT_RAN), (WAITED_AT, SLOT_WAITED)];
 
 /// r8 = the slot in `threads` of the thread whose `pid_tgid` is in r0 (its id's low bits index
@@ -296,11 +305,14 @@ fn lookup_slot(a: &mut Assembler<Label>, threads: RawFd) {
 }
 
 /// The program on a read's return (`sock_recv_length`): keeps the sockets whose local port is a
-/// watched one or whose remote port is; reads the thread's accounting; makes its slot its own,
-/// or works out from it how long the thread slept since its last read and, when that is
-/// [`MIN_SLEEP_NS`] or more, writes a record; keeps this read's figures in the slot. Every read
-/// of the kernel's memory goes through the helper, which cannot fault; a read that is not a
-/// watched socket's costs one of its ports.
+/// watched one or whose remote port is; makes the thread's slot its own, or notes the time
+/// since its last read. The thread's accounting is read only when its figures in the slot are
+/// [`MIN_SLEEP_NS`] old or more (a busy thread's reads, microseconds apart, cost no more than
+/// a lookup): how long it slept since they were taken is then worked out, and when this read
+/// itself came [`MIN_SLEEP_NS`] or more after the last and the thread slept that long, a record
+/// is written. The figures were taken less than [`MIN_SLEEP_NS`] before the last read, so the
+/// sleep counted is this read's and at most that much of earlier ones. Every read of the
+/// kernel's memory goes through the helper, which cannot fault.
 fn read_program(ports: &[u16], layout: &Layout, task: &TaskLayout, fds: Fds) -> Vec<Insn> {
     let mut a = Assembler::new();
     a.op(MOV_X, ARGS, 1, 0, 0);
@@ -319,14 +331,6 @@ fn read_program(ports: &[u16], layout: &Layout, task: &TaskLayout, fds: Fds) -> 
     }
     a.jump(JA, 0, 0, 0, Label::Exit);
     let watched = a.here();
-    // The thread's accounting (zeroed first), the time, the thread.
-    a.op(CALL, 0, 0, 0, FN_GET_CURRENT_TASK);
-    a.op(MOV_X, TASK, 0, 0, 0);
-    a.op(MOV_K, 1, 0, 0, 0);
-    a.op(STX_DW, 10, 1, RAN_AT, 0);
-    a.op(STX_DW, 10, 1, WAITED_AT, 0);
-    read_kernel(&mut a, RAN_AT, 8, TASK, task.ran);
-    read_kernel(&mut a, WAITED_AT, 8, TASK, task.waited);
     a.op(CALL, 0, 0, 0, FN_KTIME_GET_NS);
     a.op(STX_DW, 10, 0, NOW_AT, 0);
     a.op(CALL, 0, 0, 0, FN_GET_CURRENT_PID_TGID);
@@ -335,7 +339,35 @@ fn read_program(ports: &[u16], layout: &Layout, task: &TaskLayout, fds: Fds) -> 
     a.op(LDX_W, 1, SLOT, SLOT_TID, 0);
     a.op(LDX_DW, 2, 10, PID_TGID_AT, 0);
     a.op(MOV32_X, 2, 2, 0, 0);
-    a.jump(JNE_X, 1, 2, 0, Label::Untracked);
+    a.jump(JEQ_X, 1, 2, 0, Label::Tracked);
+    // Another thread's slot, or none: this thread's from now on, its figures read now.
+    a.op(STX_W, SLOT, 2, SLOT_TID, 0);
+    a.op(LDX_DW, 1, 10, NOW_AT, 0);
+    a.op(STX_DW, SLOT, 1, SLOT_LAST, 0);
+    a.op(ST_W, 10, 0, GAP_AT, 0);
+    a.op(ST_W, 10, 0, GAP_AT + 4, 0);
+    a.jump(JA, 0, 0, 0, Label::Accounting);
+    let tracked = a.here();
+    // The time since its last read, and this read's time kept.
+    a.op(LDX_DW, 1, 10, NOW_AT, 0);
+    a.op(LDX_DW, 2, SLOT, SLOT_LAST, 0);
+    a.op(STX_DW, SLOT, 1, SLOT_LAST, 0);
+    a.op(SUB_X, 1, 2, 0, 0);
+    a.op(STX_DW, 10, 1, GAP_AT, 0);
+    // Figures younger than the least sleep written: nothing to work out.
+    a.op(LDX_DW, 1, 10, NOW_AT, 0);
+    a.op(LDX_DW, 2, SLOT, SLOT_AT, 0);
+    a.op(SUB_X, 1, 2, 0, 0);
+    a.jump(JLT_K, 1, 0, MIN_SLEEP_NS, Label::Exit);
+    let accounting = a.here();
+    // The thread's accounting, zeroed first.
+    a.op(CALL, 0, 0, 0, FN_GET_CURRENT_TASK);
+    a.op(MOV_X, TASK, 0, 0, 0);
+    a.op(MOV_K, 1, 0, 0, 0);
+    a.op(STX_DW, 10, 1, RAN_AT, 0);
+    a.op(STX_DW, 10, 1, WAITED_AT, 0);
+    read_kernel(&mut a, RAN_AT, 8, TASK, task.ran);
+    read_kernel(&mut a, WAITED_AT, 8, TASK, task.waited);
     // slept = (now - then) - (ran - ran then) - (waited - waited then).
     a.op(LDX_DW, SLEPT, 10, NOW_AT, 0);
     a.op(LDX_DW, 1, SLOT, SLOT_AT, 0);
@@ -351,6 +383,9 @@ fn read_program(ports: &[u16], layout: &Layout, task: &TaskLayout, fds: Fds) -> 
         a.op(LDX_DW, 1, 10, from, 0);
         a.op(STX_DW, SLOT, 1, to, 0);
     }
+    // This read came soon after the last (or is the thread's first): none of its own.
+    a.op(LDX_DW, 1, 10, GAP_AT, 0);
+    a.jump(JLT_K, 1, 0, MIN_SLEEP_NS, Label::Exit);
     // Its own time more than the time between (its accounting lags a little): no sleep.
     a.jump(JGT_X, 2, SLEPT, 0, Label::Exit);
     a.op(SUB_X, SLEPT, 2, 0, 0);
@@ -387,18 +422,11 @@ fn read_program(ports: &[u16], layout: &Layout, task: &TaskLayout, fds: Fds) -> 
     a.op(ST_W, RECORD, 0, AT_SPARE, 0);
     a.submit(RECORD);
     a.jump(JA, 0, 0, 0, Label::Exit);
-    // Another thread's slot, or none: this thread's from now on, with this read's figures.
-    let untracked = a.here();
-    a.op(STX_W, SLOT, 2, SLOT_TID, 0);
-    for (from, to) in KEPT {
-        a.op(LDX_DW, 1, 10, from, 0);
-        a.op(STX_DW, SLOT, 1, to, 0);
-    }
-    a.jump(JA, 0, 0, 0, Label::Exit);
     let (full, exit) = a.full_and_exit(fds.drops, KEY_AT, 0);
     a.finish(|label| match label {
         Label::Watched => watched,
-        Label::Untracked => untracked,
+        Label::Tracked => tracked,
+        Label::Accounting => accounting,
         Label::Full => full,
         Label::Exit => exit,
     })
