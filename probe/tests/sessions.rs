@@ -403,3 +403,57 @@ fn the_standalone_server_records_any_client_and_saves_on_ctrl_c() {
     // Three messages of a 4-byte length and a 5-byte body.
     assert_eq!(read_bytes, 27, "the server's side of three exchanges is recorded");
 }
+
+/// A watch's file whose reads slept (a watch as root, version 11's `BlockedCall`) is exported
+/// as rows without them, which a version 8 reader could not decode, and says how many it left
+/// out; everything else comes through.
+#[test]
+fn rows_for_older_readers_leave_out_the_event_kinds_they_cannot_read() {
+    use ackscope_shared::wire::{self, Hello, HostFacts, RunOutcome, ToBrowser};
+    use ackscope_shared::{Call, ConnId, Event, EventKind, ReqId, RunId, Scenario, Side};
+    let file = temp("watch-reads.ackscope");
+    let rows = temp("watch-reads-rows.ackscope");
+    let run = RunId(1);
+    let event =
+        |at_ns, kind| Event { at_ns, side: Side::Server, conn: ConnId(1), req: ReqId(0), kind };
+    let messages = [
+        ToBrowser::Hello(Hello::current("test", HostFacts::default())),
+        ToBrowser::RunStarted {
+            run,
+            spec: Scenario::Watch(ackscope_shared::WatchSpec::default()),
+            instruments: wire::Instruments::default(),
+        },
+        ToBrowser::Events {
+            run,
+            events: vec![
+                event(1_000, EventKind::DelayedAck),
+                event(
+                    44_000_000,
+                    EventKind::BlockedCall { call: Call::Recv, since_ns: 1, bytes: 9 },
+                ),
+            ],
+        },
+        ToBrowser::RunFinished { run, outcome: RunOutcome::Completed },
+    ];
+    let mut bytes = Vec::new();
+    for message in &messages {
+        wire::write_frame(message, &mut bytes);
+    }
+    std::fs::write(&file, &bytes).unwrap();
+
+    let exported = ackscope(&["export", s(&file), "--rows", s(&rows)]);
+    assert!(exported.status.success(), "{}", text(&exported.stderr));
+    let said = text(&exported.stdout);
+    assert!(said.contains("wrote 1 events as rows (protocol version 8)"), "{said}");
+    assert!(said.contains("left out 1 events a version 8 reader cannot read"), "{said}");
+    let old = std::fs::read(&rows).unwrap();
+    let mut frames = wire::FrameStream::default();
+    frames.push(&old);
+    let mut kinds = Vec::new();
+    while let Some(message) = frames.next_message() {
+        if let ToBrowser::Events { events, .. } = message.unwrap() {
+            kinds.extend(events.into_iter().map(|e| e.kind));
+        }
+    }
+    assert_eq!(kinds, [EventKind::DelayedAck], "the timer kept, the read left out");
+}

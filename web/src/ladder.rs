@@ -5,10 +5,11 @@
 //! very wait it exists to show). Calls shorter than a few pixels keep a minimum height, so a
 //! 5 µs write next to a 44 ms stall is still a visible tick.
 
-use ackscope_shared::analysis::{RunAnalysis, SegmentSample, SpanKind};
+use ackscope_shared::analysis::{RunAnalysis, SegmentSample, Span, SpanKind};
 use ackscope_shared::attribution::Stall;
 use ackscope_shared::{RequestView, Side};
 
+use crate::timeline::layout::stalls_of_spans;
 use crate::timeline::scale::format_duration;
 
 pub const WIDTH: f64 = 640.0;
@@ -82,14 +83,17 @@ pub fn ladder(analysis: &RunAnalysis, view: &RequestView, stalls: &[Stall]) -> O
     let extent = (end - start) as f64;
     let y = |at_ns: u64| TOP + at_ns.saturating_sub(start) as f64 / extent * PLOT_HEIGHT;
     let mut calls = Vec::new();
-    for span in view.spans().filter(|span| span.end_ns >= start) {
+    let spans: Vec<Span> = view.spans().collect();
+    // Which stall each call is: the timeline's rule (a watch's stall is the read that took its
+    // held bytes).
+    let (stall_of, _) = stalls_of_spans(&spans, stalls);
+    for (span, why) in spans.into_iter().zip(stall_of) {
+        if span.end_ns < start {
+            continue;
+        }
         let top = y(span.start_ns.max(start));
         let height = (y(span.end_ns) - top).max(MIN_CALL_HEIGHT);
-        let why = stalls.iter().find(|stall| {
-            stall.side == span.side
-                && stall.start_ns == span.start_ns
-                && stall.end_ns == span.end_ns
-        });
+        let why = why.map(|index| &stalls[index]);
         let held = view.conn.and_then(|conn| analysis.stall_ns(conn, &span));
         let mut text = match span.kind {
             SpanKind::Connect => "connect".to_string(),

@@ -224,6 +224,57 @@ impl<L: Copy> Default for Assembler<L> {
 /// The jump instructions, for checks that every jump of a program lands inside it.
 pub const JUMPS: [u8; 7] = [JA, JEQ_K, JNE_K, JEQ_X, JNE_X, JGT_X, JLT_K];
 
+/// What the programs' unit tests check of the instructions they write (the kernel's verifier
+/// checks the rest when a root test loads them).
+#[cfg(test)]
+pub mod checks {
+    use super::*;
+
+    /// Every jump lands inside the program, after itself.
+    pub fn jumps_forward_inside(code: &[Insn]) {
+        for (at, insn) in code.iter().enumerate() {
+            if JUMPS.contains(&insn.code) {
+                let to = at as isize + 1 + isize::from(insn.off);
+                assert!(to > at as isize && (to as usize) < code.len(), "jump at {at} to {to}");
+            }
+        }
+    }
+
+    /// The program ends returning `value`.
+    pub fn ends_returning(code: &[Insn], value: i32) {
+        let n = code.len();
+        assert_eq!((code[n - 2].code, code[n - 2].imm), (MOV_K, value));
+        assert_eq!(code[n - 1].code, EXIT);
+    }
+
+    /// Each of `ports` is compared with, as a host-order and as a network-order port.
+    pub fn compares_each_port_both_ways(code: &[Insn], ports: &[u16]) {
+        let compared: Vec<i32> = code.iter().filter(|i| i.code == JEQ_K).map(|i| i.imm).collect();
+        for &port in ports {
+            assert!(compared.contains(&i32::from(port)), "{port}");
+            assert!(compared.contains(&i32::from(u16::from_ne_bytes(port.to_be_bytes()))));
+        }
+    }
+
+    /// The stores through register `record` (a reserved ring record) write each of its `bytes`
+    /// once: every field, where the reader reads it.
+    pub fn writes_each_byte_once(code: &[Insn], record: u8, bytes: usize) {
+        let mut written = vec![0u8; bytes];
+        for insn in code.iter().filter(|i| i.regs & 0x0f == record) {
+            let size = match insn.code {
+                STX_DW => 8,
+                STX_W | ST_W => 4,
+                STX_H => 2,
+                _ => continue,
+            };
+            for byte in &mut written[insn.off as usize..insn.off as usize + size] {
+                *byte += 1;
+            }
+        }
+        assert_eq!(written, vec![1; bytes], "each byte of the record written once");
+    }
+}
+
 // The members of the kernel's `union bpf_attr` (linux/bpf.h, stable uapi) that the commands
 // here take, one `#[repr(C)]` struct each. Each has its member's fields as far as Linux 6.6
 // has them, the first kernel with tcx, which the hook needs: later kernels add fields at the

@@ -333,15 +333,8 @@ mod tests {
     #[test]
     fn every_jump_lands_inside_the_program_and_it_ends_by_passing_the_packet_on() {
         let code = program(3, 4);
-        for (at, insn) in code.iter().enumerate() {
-            if JUMPS.contains(&insn.code) {
-                let to = at as isize + 1 + isize::from(insn.off);
-                assert!(to > at as isize && (to as usize) < code.len(), "jump at {at} to {to}");
-            }
-        }
-        let n = code.len();
-        assert_eq!(code[n - 1].code, EXIT);
-        assert_eq!((code[n - 2].code, code[n - 2].imm), (MOV_K, TCX_NEXT));
+        crate::bpf::checks::jumps_forward_inside(&code);
+        crate::bpf::checks::ends_returning(&code, TCX_NEXT);
         // Each map is named by its descriptor, in a two-instruction immediate.
         let maps: Vec<i32> = code.iter().filter(|i| i.code == LD_IMM_DW).map(|i| i.imm).collect();
         assert_eq!(maps, [3, 3, 4, 3]);

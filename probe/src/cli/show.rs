@@ -11,7 +11,7 @@ use ackscope_shared::reduce::{
 };
 use ackscope_shared::report::unfinished_outcome;
 use ackscope_shared::wire::{self, ToBrowser, WireError};
-use ackscope_shared::{ImportedConnection, Scenario};
+use ackscope_shared::{EventKind, ImportedConnection, Scenario};
 
 use super::run::Tally;
 use super::terminal::Printable;
@@ -181,6 +181,8 @@ pub fn export_rows(path: &Path, out_path: &Path) -> Result<Ended, Failure> {
     let write_error = |e: io::Error| format!("cannot write {}: {e}", out_path.display());
     let mut file = io::BufWriter::new(std::fs::File::create(out_path).map_err(write_error)?);
     let (mut frame, mut events, mut file_error) = (Vec::new(), 0u64, None);
+    // Events of kinds appended after version 8, which its readers cannot decode.
+    let mut left_out = 0u64;
     // The bytes of the overviews just written: the trailer counts those (the block indexes
     // after them are not written, there being no blocks).
     let mut end_bytes = 0u64;
@@ -190,6 +192,12 @@ pub fn export_rows(path: &Path, out_path: &Path) -> Result<Ended, Failure> {
                 ToBrowser::Hello(wire::Hello { protocol_version: ROWS_VERSION, ..hello })
             }
             Ok(ToBrowser::Trailer(_)) => ToBrowser::Trailer(wire::Trailer::new(end_bytes)),
+            Ok(ToBrowser::Events { run, events: mut batch }) => {
+                let before = batch.len();
+                batch.retain(|event| held_by_rows(&event.kind));
+                left_out += (before - batch.len()) as u64;
+                ToBrowser::Events { run, events: batch }
+            }
             Ok(message) => message,
             Err(e) => {
                 file_error = Some(e);
@@ -208,16 +216,31 @@ pub fn export_rows(path: &Path, out_path: &Path) -> Result<Ended, Failure> {
         }
     }
     file.flush().map_err(write_error)?;
-    let _ = writeln!(
-        Printable::terminal(io::stdout().lock()),
+    let mut out = Printable::terminal(io::stdout().lock());
+    let _ = write!(
+        out,
         "wrote {events} events as rows (protocol version {ROWS_VERSION}) to {}",
         out_path.display()
     );
+    let _ = match left_out {
+        0 => writeln!(out),
+        n => writeln!(
+            out,
+            "; left out {n} events a version {ROWS_VERSION} reader cannot read (a watched \
+             program's reads that slept, recorded since version 11)"
+        ),
+    };
     ended(path, file_error, "everything before that point was exported")
 }
 
 /// The last version whose files hold their events as rows only.
 const ROWS_VERSION: u16 = 8;
+
+/// Whether a version [`ROWS_VERSION`] reader decodes an event of this kind: every kind but
+/// those appended since.
+fn held_by_rows(kind: &EventKind) -> bool {
+    !matches!(kind, EventKind::BlockedCall { .. })
+}
 
 /// `ackscope export FILE --pcapng OUT`: the captured segments of every run as pcapng, one
 /// interface per run, each stall's explanation as the comment of the packet that ended it

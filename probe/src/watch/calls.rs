@@ -42,7 +42,7 @@ use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use ackscope_shared::exchange::Endpoint;
 use ackscope_shared::Call;
 
-use super::kernel::{read_kernel, Layout, SOCKET_BYTES};
+use super::kernel::{jump_if_watched, read_kernel, Layout, SOCKET_BYTES};
 use crate::bpf::*;
 
 /// The tracepoint (include/trace/events/sock.h, Linux 6.3 and later):
@@ -320,15 +320,8 @@ fn read_program(ports: &[u16], layout: &Layout, task: &TaskLayout, fds: Fds) -> 
     // The ports, zeroed first: a failed read leaves zeros, no port.
     a.op(ST_W, 10, 0, PORTS_AT, 0);
     read_kernel(&mut a, PORTS_AT, 4, SK, layout.dport);
-    a.op(LDX_H, 2, 10, PORTS_AT + (layout.num - layout.dport) as i16, 0);
-    for &port in ports {
-        a.jump(JEQ_K, 2, 0, i32::from(port), Label::Watched);
-    }
-    a.op(LDX_H, 2, 10, PORTS_AT, 0);
-    for &port in ports {
-        // As it lies in memory: network order.
-        a.jump(JEQ_K, 2, 0, i32::from(u16::from_ne_bytes(port.to_be_bytes())), Label::Watched);
-    }
+    let local_at = PORTS_AT + (layout.num - layout.dport) as i16;
+    jump_if_watched(&mut a, ports, (10, local_at, PORTS_AT), Label::Watched);
     a.jump(JA, 0, 0, 0, Label::Exit);
     let watched = a.here();
     a.op(CALL, 0, 0, 0, FN_KTIME_GET_NS);
@@ -442,60 +435,21 @@ fn call_number(call: Call) -> i32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::bpf::checks;
+    use crate::watch::kernel::tests::layout;
     use std::io::{Read, Write};
     use std::net::{TcpListener, TcpStream};
     use std::time::Duration;
-
-    fn layout() -> Layout {
-        Layout {
-            timer_function: 24,
-            delack_timer: 800,
-            ack_pending: 1000,
-            daddr: 0,
-            rcv_saddr: 4,
-            dport: 12,
-            num: 14,
-        }
-    }
-
-    /// Every jump of `code` lands inside it, after the jump, and it ends returning 0.
-    fn jumps_stay_inside(code: &[Insn]) {
-        for (at, insn) in code.iter().enumerate() {
-            if JUMPS.contains(&insn.code) {
-                let to = at as isize + 1 + isize::from(insn.off);
-                assert!(to > at as isize && (to as usize) < code.len(), "jump at {at} to {to}");
-            }
-        }
-        let n = code.len();
-        assert_eq!((code[n - 2].code, code[n - 2].imm), (MOV_K, 0));
-        assert_eq!(code[n - 1].code, EXIT);
-    }
 
     #[test]
     fn the_program_jumps_only_inside_itself_and_writes_every_byte_of_a_record() {
         let ports = [8080, 9090];
         let task = TaskLayout { ran: 200, waited: 3000 };
         let code = read_program(&ports, &layout(), &task, Fds { ring: 4, drops: 5, threads: 3 });
-        jumps_stay_inside(&code);
-        let compared: Vec<i32> = code.iter().filter(|i| i.code == JEQ_K).map(|i| i.imm).collect();
-        for port in ports {
-            assert!(compared.contains(&i32::from(port)));
-            assert!(compared.contains(&i32::from(u16::from_ne_bytes(port.to_be_bytes()))));
-        }
-        // The stores through the record's register cover 0..RECORD_BYTES once.
-        let mut written = [0u8; RECORD_BYTES];
-        for insn in code.iter().filter(|i| i.regs & 0x0f == RECORD) {
-            let size = match insn.code {
-                STX_DW => 8,
-                STX_W | ST_W => 4,
-                STX_H => 2,
-                _ => continue,
-            };
-            for byte in &mut written[insn.off as usize..insn.off as usize + size] {
-                *byte += 1;
-            }
-        }
-        assert_eq!(written, [1; RECORD_BYTES], "each byte of the record written once");
+        checks::jumps_forward_inside(&code);
+        checks::ends_returning(&code, 0);
+        checks::compares_each_port_both_ways(&code, &ports);
+        checks::writes_each_byte_once(&code, RECORD, RECORD_BYTES);
         // The thread's accounting is read where the kernel keeps it.
         let offsets: Vec<i32> = code.iter().filter(|i| i.code == ADD_K).map(|i| i.imm).collect();
         assert!(offsets.contains(&200) && offsets.contains(&3000), "{offsets:?}");

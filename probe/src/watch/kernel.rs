@@ -323,6 +323,27 @@ const CALLBACK_AT: i16 = -8;
 const PENDING_AT: i16 = -16;
 const COPY_AT: i16 = -16 - SOCKET_BYTES as i16;
 
+/// Jumps to `watched` when a socket is a watched one: its local port (`skc_num`, host order, at
+/// `r<base> + local_at`) is one of `ports` (a server's socket), or its remote port (`skc_dport`,
+/// network order, at `r<base> + remote_at`) is (a client's). The one rule of the watch's
+/// programs ([`super::calls`] too); uses r2.
+pub(super) fn jump_if_watched<L: Copy>(
+    a: &mut Assembler<L>,
+    ports: &[u16],
+    (base, local_at, remote_at): (u8, i16, i16),
+    watched: L,
+) {
+    a.op(LDX_H, 2, base, local_at, 0);
+    for &port in ports {
+        a.jump(JEQ_K, 2, 0, i32::from(port), watched);
+    }
+    a.op(LDX_H, 2, base, remote_at, 0);
+    for &port in ports {
+        // As it lies in memory: network order.
+        a.jump(JEQ_K, 2, 0, i32::from(u16::from_ne_bytes(port.to_be_bytes())), watched);
+    }
+}
+
 /// `bpf_probe_read_kernel(r10 + to, len, r<from> + offset)`.
 pub(super) fn read_kernel<L: Copy>(a: &mut Assembler<L>, to: i16, len: i32, from: u8, offset: i32) {
     a.op(MOV_X, 1, 10, 0, 0);
@@ -359,15 +380,8 @@ fn program(ports: &[u16], layout: &Layout, callback: u64, ring: RawFd, drops: Ra
     read_kernel(&mut a, COPY_AT, SOCKET_BYTES, SK, 0);
     a.op(MOV_X, COPY, 10, 0, 0);
     a.op(ADD_K, COPY, 0, 0, i32::from(COPY_AT));
-    a.op(LDX_H, 2, COPY, layout.num as i16, 0);
-    for &port in ports {
-        a.jump(JEQ_K, 2, 0, i32::from(port), Label::Watched);
-    }
-    a.op(LDX_H, 2, COPY, layout.dport as i16, 0);
-    for &port in ports {
-        // As it lies in memory: network order.
-        a.jump(JEQ_K, 2, 0, i32::from(u16::from_ne_bytes(port.to_be_bytes())), Label::Watched);
-    }
+    let (local_at, remote_at) = (layout.num as i16, layout.dport as i16);
+    jump_if_watched(&mut a, ports, (COPY, local_at, remote_at), Label::Watched);
     a.jump(JA, 0, 0, 0, Label::Exit);
     let watched = a.here();
     a.op(MOV_K, 1, 0, 0, 0);
@@ -403,13 +417,16 @@ fn program(ports: &[u16], layout: &Layout, callback: u64, ring: RawFd, drops: Ra
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
+    use crate::bpf::checks;
     use std::io::{Read, Write};
     use std::net::{TcpListener, TcpStream};
     use std::time::{Duration, Instant};
 
-    fn layout() -> Layout {
+    /// A layout of the kernel's structs for the programs' tests (the running kernel's comes
+    /// from its BTF).
+    pub(in crate::watch) fn layout() -> Layout {
         Layout {
             timer_function: 24,
             delack_timer: 800,
@@ -425,38 +442,15 @@ mod tests {
     fn the_program_jumps_only_inside_itself_and_compares_each_port_both_ways() {
         let ports = [8080, 9090];
         let code = program(&ports, &layout(), 0xffff_ffff_8208_3350, 4, 5);
-        for (at, insn) in code.iter().enumerate() {
-            if JUMPS.contains(&insn.code) {
-                let to = at as isize + 1 + isize::from(insn.off);
-                assert!(to > at as isize && (to as usize) < code.len(), "jump at {at} to {to}");
-            }
-        }
-        let n = code.len();
-        assert_eq!((code[n - 2].code, code[n - 2].imm), (MOV_K, 0));
-        assert_eq!(code[n - 1].code, EXIT);
-        let compared: Vec<i32> = code.iter().filter(|i| i.code == JEQ_K).map(|i| i.imm).collect();
-        for port in ports {
-            assert!(compared.contains(&i32::from(port)));
-            assert!(compared.contains(&i32::from(u16::from_ne_bytes(port.to_be_bytes()))));
-        }
+        checks::jumps_forward_inside(&code);
+        checks::ends_returning(&code, 0);
+        checks::compares_each_port_both_ways(&code, &ports);
         // The callback's address, whole, in a two-instruction immediate.
         let at = code.iter().position(|i| i.code == LD_IMM_DW && i.regs == 2).unwrap();
         assert_eq!((code[at].imm as u32, code[at + 1].imm as u32), (0x8208_3350, 0xffff_ffff));
         // The record's every byte is written, each field where `parse` reads it: the stores
-        // through r9 (the reserved record) cover 0..RECORD_BYTES once.
-        let mut written = [0u8; RECORD_BYTES];
-        for insn in code.iter().filter(|i| i.regs & 0x0f == 9) {
-            let size = match insn.code {
-                STX_DW => 8,
-                STX_W | ST_W => 4,
-                STX_H => 2,
-                _ => continue,
-            };
-            for byte in &mut written[insn.off as usize..insn.off as usize + size] {
-                *byte += 1;
-            }
-        }
-        assert_eq!(written, [1; RECORD_BYTES], "each byte of the record written once");
+        // through r9 (the reserved record).
+        checks::writes_each_byte_once(&code, 9, RECORD_BYTES);
     }
 
     /// This kernel's BTF has every member the program reads, where it has BTF at all.

@@ -529,12 +529,7 @@ mod tests {
     #[test]
     fn the_program_jumps_only_inside_itself_and_records_read_back() {
         let code = program(3, 4, 5, 6);
-        for (at, insn) in code.iter().enumerate() {
-            if JUMPS.contains(&insn.code) {
-                let to = at as isize + 1 + isize::from(insn.off);
-                assert!(to > at as isize && (to as usize) < code.len(), "jump at {at} to {to}");
-            }
-        }
+        crate::bpf::checks::jumps_forward_inside(&code);
         let mut record = [0u8; RECORD_BYTES];
         record[..4].copy_from_slice(&4711u32.to_ne_bytes());
         record[4..6].copy_from_slice(&8080u16.to_ne_bytes());
