@@ -30,6 +30,7 @@ use crate::overview::{self, Overview};
 use crate::packet_stalls;
 use crate::spec::{ImportedConnection, RrSpec, Scenario};
 use crate::tried::TriedRecord;
+use crate::watch_rows::WatchRows;
 use crate::wire::{Hello, RunOutcome, ToBrowser};
 
 /// Runs going at once that a reader follows. A recorded file has one at a time (each run's end
@@ -287,7 +288,11 @@ impl ImportedTally {
 /// busy service holds its open connections, its latencies and its stalls' durations.
 #[derive(Default)]
 pub struct WatchTally {
-    finder: packet_stalls::StallFinder,
+    /// Each segment tagged with its exchange's row, when the tally keeps rows.
+    finder: packet_stalls::StallFinder<Option<u32>>,
+    /// The watch's exchanges as a run's requests, for a reader that draws them (the page):
+    /// [`WatchTally::with_rows`].
+    rows: Option<WatchRows>,
     stalls: StallTally,
     /// Segments seen: none means the watch read no packet (it had no CAP_NET_RAW).
     pub segments: u64,
@@ -297,9 +302,10 @@ pub struct WatchTally {
     /// The watched programs' socket calls seen returning after their thread slept 1 ms or
     /// more (a watch as root).
     pub slept_calls: u64,
-    /// Each stall found since [`WatchTally::drain_stalls`], once a reader asked for them
-    /// ([`WatchTally::hand_out_stalls`]: a watch's metrics, which count them by port).
-    found: Option<Vec<Stall>>,
+    /// Each stall found since [`WatchTally::drain_stalls`], with its row when rows are kept,
+    /// once a reader asked for them ([`WatchTally::hand_out_stalls`]: a watch's metrics, which
+    /// count them by port; the page, which draws them in their rows).
+    found: Option<Vec<(Stall, Option<u32>)>>,
     /// The exchanges bounded from the sockets' counters, for a watch that read no packet.
     counters: CounterEstimate,
 }
@@ -314,8 +320,31 @@ impl std::fmt::Debug for WatchTally {
 }
 
 impl WatchTally {
+    /// A tally that also keeps the watch's exchanges as a run's requests ([`WatchRows`]), for
+    /// [`WatchTally::push_rows`], and hands out its stalls with their rows.
+    pub fn with_rows() -> WatchTally {
+        let mut tally = WatchTally { rows: Some(WatchRows::default()), ..WatchTally::default() };
+        tally.hand_out_stalls();
+        tally
+    }
+
     pub fn push(&mut self, events: &[Event]) {
+        let mut no_rows = Vec::new();
+        self.push_into(events, &mut no_rows);
+    }
+
+    /// [`WatchTally::push`], appending to `out` the run's events of the exchanges' rows (with
+    /// [`WatchTally::with_rows`]).
+    pub fn push_rows(&mut self, events: &[Event], out: &mut Vec<Event>) {
+        self.push_into(events, out);
+    }
+
+    fn push_into(&mut self, events: &[Event], out: &mut Vec<Event>) {
+        if let Some(rows) = &mut self.rows {
+            rows.begin_batch();
+        }
         for e in events {
+            let row = self.rows.as_mut().and_then(|rows| rows.push(e, out));
             match e.kind {
                 EventKind::Segment(_) => {}
                 EventKind::TcpInfo(_) | EventKind::Connected | EventKind::Accepted => {
@@ -324,24 +353,32 @@ impl WatchTally {
                 }
                 EventKind::DelayedAck => {
                     self.delayed_acks += 1;
-                    self.finder.push(e, ());
+                    self.finder.push(e, row);
                     continue;
                 }
                 EventKind::BlockedCall { .. } => {
                     self.slept_calls += 1;
-                    self.finder.push(e, ());
+                    self.finder.push(e, row);
                     self.take_found();
                     continue;
                 }
                 _ => continue,
             }
             self.segments += 1;
-            self.finder.push(e, ());
+            self.finder.push(e, row);
             if let Some(closed) = self.exchanges.push(e) {
                 self.finder.end_connection(closed);
             }
         }
+        if let Some(rows) = &mut self.rows {
+            rows.end_batch(out);
+        }
         self.take_found();
+    }
+
+    /// The exchanges as rows, with [`WatchTally::with_rows`].
+    pub fn rows(&self) -> Option<&WatchRows> {
+        self.rows.as_ref()
     }
 
     /// The stream ended: every candidate stall is decided, every answered exchange counted.
@@ -352,10 +389,10 @@ impl WatchTally {
     }
 
     fn take_found(&mut self) {
-        for (stall, ()) in self.finder.take_found() {
+        for (stall, row) in self.finder.take_found() {
             self.stalls.add(&stall);
             if let Some(found) = &mut self.found {
-                found.push(stall);
+                found.push((stall, row));
             }
         }
     }
@@ -368,9 +405,16 @@ impl WatchTally {
 
     /// The stalls found since the last call (with [`WatchTally::hand_out_stalls`] on), in the
     /// order they were found.
-    pub fn drain_stalls(&mut self, each: impl FnMut(Stall)) {
+    pub fn drain_stalls(&mut self, mut each: impl FnMut(Stall)) {
+        self.drain_stalls_in_rows(|stall, _| each(stall));
+    }
+
+    /// [`WatchTally::drain_stalls`], each stall with the row of the segment that ended it (the
+    /// row of its exchange; `None` without rows, or for an exchange begun before the watch).
+    pub fn drain_stalls_in_rows(&mut self, each: impl FnMut(Stall, Option<u32>)) {
         if let Some(found) = &mut self.found {
-            found.drain(..).for_each(each);
+            let mut each = each;
+            found.drain(..).for_each(|(stall, row)| each(stall, row));
         }
     }
 

@@ -10,8 +10,9 @@
 //! - A watched program's call that slept ([`EventKind::BlockedCall`], a watch as root) becomes
 //!   the call's span, from when its thread went to sleep to its return: the only calls of the
 //!   watched programs ackscope sees, so a row has these and no others.
-//! - A stall the packets show ([`crate::packet_stalls`]) names its connection's exchange; its
-//!   row is found here ([`WatchRows::row_of`]).
+//! - A stall the packets show ([`crate::packet_stalls`]) is put in the row of the segment that
+//!   ended it: the watch's tally tags each segment with its row as it goes
+//!   (`reduce::WatchTally::with_rows`), so a stall decided many exchanges later still finds it.
 //!
 //! Nothing here is made up: a row has what the watch saw of its exchange and nothing else. What
 //! comes before an exchange's first client data (a handshake, a server that speaks first) and
@@ -63,14 +64,24 @@ impl std::fmt::Debug for WatchRows {
 }
 
 impl WatchRows {
-    /// Appends to `out` the run's events of the watch's `events`, in order.
+    /// Appends to `out` the run's events of the watch's `events`, in order: a batch.
     pub fn push_all(&mut self, events: &[Event], out: &mut Vec<Event>) {
-        for conn in self.closed.drain(..) {
-            self.connections.remove(&conn);
-        }
+        self.begin_batch();
         for event in events {
             self.push(event, out);
         }
+        self.end_batch(out);
+    }
+
+    /// A batch begins: the connections that closed in the last are forgotten.
+    pub fn begin_batch(&mut self) {
+        for conn in self.closed.drain(..) {
+            self.connections.remove(&conn);
+        }
+    }
+
+    /// The batch ends: each row answered in it gets its done, its latest answer.
+    pub fn end_batch(&mut self, out: &mut Vec<Event>) {
         for (row, conn, at_ns) in self.answered.drain(..) {
             out.push(Event {
                 at_ns,
@@ -82,7 +93,9 @@ impl WatchRows {
         }
     }
 
-    fn push(&mut self, event: &Event, out: &mut Vec<Event>) {
+    /// Appends to `out` the run's events of `event` (between [`WatchRows::begin_batch`] and
+    /// [`WatchRows::end_batch`]); returns the row it is in, if any.
+    pub fn push(&mut self, event: &Event, out: &mut Vec<Event>) -> Option<u32> {
         let as_row = |row: u32, at_ns: u64, kind: EventKind| Event {
             at_ns,
             side: event.side,
@@ -111,9 +124,10 @@ impl WatchRows {
                     }
                 }
                 self.close_on(event, segment.flags);
+                row
             }
             EventKind::BlockedCall { call, since_ns, bytes } => {
-                let Some(row) = self.row_of(event.conn, event.req) else { return };
+                let row = self.row_of(event.conn, event.req)?;
                 let (start, done) = match call {
                     Call::Recv => (
                         EventKind::ReadStart { len_bytes: *bytes },
@@ -126,8 +140,9 @@ impl WatchRows {
                 };
                 out.push(as_row(row, (*since_ns).min(event.at_ns), start));
                 out.push(as_row(row, event.at_ns, done));
+                Some(row)
             }
-            _ => {}
+            _ => None,
         }
     }
 

@@ -232,10 +232,14 @@ pub fn class_rows(runs: &[&Attribution]) -> Vec<ClassRow> {
         .collect()
 }
 
+/// A class's count is its summary lines' (every wait, a watch's too, whether in a row or
+/// not); its median is over the waits the run lists.
 fn class_cell(class: StallClass, run: &Attribution) -> ClassCell {
     let mut waits: Vec<u64> =
         run.stalls.iter().filter(|stall| stall.class == class).map(|stall| stall.wait_ns).collect();
     waits.sort_unstable();
+    let count: u32 =
+        run.classes.iter().filter(|summary| summary.class == class).map(|s| s.count).sum();
     let median_ms =
         (!waits.is_empty()).then(|| format!("{:.1}", percentile(&waits, 50.0) as f64 / 1e6));
     let lines: Vec<String> = run
@@ -246,7 +250,7 @@ fn class_cell(class: StallClass, run: &Attribution) -> ClassCell {
         .collect();
     let title =
         if lines.is_empty() { format!("no waits: {}", class.name()) } else { lines.join("\n") };
-    ClassCell { count: waits.len() as u32, median_ms, title }
+    ClassCell { count, median_ms, title }
 }
 
 /// One compared run as the view shows it.

@@ -68,9 +68,6 @@ pub struct Run {
     /// A watched application's exchanges and the stalls its packets show (the same tally as
     /// `ackscope watch` and `show`); `Some` for watches only.
     pub watch: Option<WatchTally>,
-    /// A watch's exchanges as requests (`analysis`'s), the timeline's rows; `Some` for watches
-    /// that read packets.
-    watch_rows: Option<WatchRows>,
     /// An imported capture's connections and the stalls its packets show (the same tally as
     /// `ackscope import` and `show`); `Some` for imported runs only.
     pub imported: Option<ImportedTally>,
@@ -143,7 +140,11 @@ impl Run {
         let bulk = matches!(spec, Scenario::Bulk(_)).then(BulkAnalysis::new);
         let imported = matches!(spec, Scenario::Import(_)).then(ImportedTally::default);
         let watch = matches!(spec, Scenario::Watch(_)).then(|| {
-            // Each stall it finds is kept here too, for the Compare view's waits by class.
+            // Each stall it finds is kept here too, for the Compare view's waits by class; with
+            // packets, in its exchange's row.
+            if instruments.capture {
+                return WatchTally::with_rows();
+            }
             let mut watch = WatchTally::default();
             watch.hand_out_stalls();
             watch
@@ -157,7 +158,6 @@ impl Run {
             analysis,
             bulk,
             imported,
-            watch_rows: (watch.is_some() && instruments.capture).then(WatchRows::default),
             watch,
             kernel: KernelTracks::new(),
             events: 0,
@@ -197,18 +197,16 @@ impl Run {
         } else if let Some(imported) = &mut self.imported {
             imported.push(events);
         } else if let Some(watch) = &mut self.watch {
-            watch.push(events);
-            match &mut self.watch_rows {
-                Some(rows) => {
-                    let open_from = rows.open_from();
+            match watch.rows().map(WatchRows::open_from) {
+                Some(open_from) => {
                     let mut as_run = Vec::new();
-                    rows.push_all(events, &mut as_run);
+                    watch.push_rows(events, &mut as_run);
                     self.analysis.push_all(&as_run);
                     // A stall is decided after its exchange (up to half a second): one of a
                     // row the facts took as settled makes them again from it.
                     let mut late = u32::MAX;
-                    watch.drain_stalls(|stall| {
-                        if let Some(row) = place_in_row(&mut stalls, stall, rows) {
+                    watch.drain_stalls_in_rows(|stall, row| {
+                        if let Some(row) = place_in_row(&mut stalls, stall, row) {
                             if row < open_from {
                                 late = late.min(row);
                             }
@@ -216,7 +214,10 @@ impl Run {
                     });
                     self.facts_unsettled_from.set(self.facts_unsettled_from.get().min(late));
                 }
-                None => watch.drain_stalls(|stall| stalls.push(stall)),
+                None => {
+                    watch.push(events);
+                    watch.drain_stalls(|stall| stalls.push(stall));
+                }
             }
         } else if let Some(spec) = stall_spec(&self.spec) {
             self.analysis.push_all(events);
@@ -266,7 +267,7 @@ impl Run {
         if cell.1 != self.events && self.has_rows() {
             let why = self.attribution();
             let changed_from = self.facts_unsettled_from.replace(u32::MAX);
-            let below = match &self.watch_rows {
+            let below = match self.watch.as_ref().and_then(WatchTally::rows) {
                 Some(rows) => rows.open_from(),
                 None => self.attributed.next(),
             };
@@ -362,7 +363,7 @@ impl Run {
     /// Whether the run has requests to draw as rows: a request/response run's, or a watch's
     /// exchanges (when it read packets: without them it has none, only their bound).
     pub fn has_rows(&self) -> bool {
-        self.is_rr() || self.watch_rows.is_some()
+        self.is_rr() || self.watch.as_ref().is_some_and(|watch| watch.rows().is_some())
     }
 
     /// Whether the run has latencies and stall classes to compare: a request/response run's
@@ -385,14 +386,15 @@ impl Run {
                 None => std::mem::take(self.settled_stalls.get_mut()),
             };
             watch.finish();
-            match &self.watch_rows {
-                Some(rows) => watch.drain_stalls(|stall| {
-                    if let Some(row) = place_in_row(&mut stalls, stall, rows) {
+            let rows = watch.rows().is_some();
+            watch.drain_stalls_in_rows(|stall, row| match rows {
+                true => {
+                    if let Some(row) = place_in_row(&mut stalls, stall, row) {
                         self.facts_unsettled_from.set(self.facts_unsettled_from.get().min(row));
                     }
-                }),
-                None => watch.drain_stalls(|stall| stalls.push(stall)),
-            }
+                }
+                false => stalls.push(stall),
+            });
             *self.settled_stalls.get_mut() = stalls;
             self.facts.get_mut().1 = u64::MAX;
             self.summary = OnceCell::new();
@@ -401,11 +403,12 @@ impl Run {
     }
 }
 
-/// A watch's stall, its exchange's row put in its request (dropped if its exchange has no row:
-/// begun before the watch, or past the rows' bounds), among `stalls` in request order (the
-/// order a run's attribution lists them in). Returns its row.
-fn place_in_row(stalls: &mut Vec<Stall>, mut stall: Stall, rows: &WatchRows) -> Option<u32> {
-    let row = rows.row_of(stall.conn, stall.req)?;
+/// A watch's stall, its exchange's `row` put in its request (left out of the rows if its
+/// exchange has none: begun before the watch, or past the rows' bounds; the summary still
+/// counts it), among `stalls` in request order (the order a run's attribution lists them in).
+/// Returns its row.
+fn place_in_row(stalls: &mut Vec<Stall>, mut stall: Stall, row: Option<u32>) -> Option<u32> {
+    let row = row?;
     stall.req = ReqId(row);
     // Stalls are decided about in the order their exchanges began: at or near the end.
     let at = stalls.len() - stalls.iter().rev().take_while(|s| s.req.0 > row).count();

@@ -1174,6 +1174,18 @@ fn a_watchs_exchanges_are_rows_whose_sleeping_reads_are_the_stalls() {
     assert!(no_timeline_note_of(&state).is_none(), "no note: it has a timeline");
     // The run-clock view draws the same reads as the stalls, on the connection's lanes.
     assert_eq!(stalled_on_the_run_clock(run), 8);
+
+    // A file's batch holds many exchanges of a connection, each stall decided after its own:
+    // every one still finds its row.
+    let mut state = AppState::default();
+    watch_started(&mut state, true);
+    apply(&mut state, events(1, watched_story_one(40, true)));
+    apply(&mut state, finished(1, RunOutcome::Interrupted));
+    let run = state.selected().expect("the watch is shown");
+    let why = run.attribution();
+    let counted: u32 = why.classes.iter().map(|class| class.count).sum();
+    assert_eq!((why.stalls.len(), counted), (78, 78), "two a request but the first's");
+    assert!((1..40).all(|row| why.of_request(row).len() == 2));
 }
 
 fn stalled_on_the_run_clock(run: &Run) -> usize {
