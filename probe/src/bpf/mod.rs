@@ -618,6 +618,25 @@ unsafe impl Attr for RawTracepointAttr {}
 
 /// Attaches a raw-tracepoint program to the kernel's tracepoint `name` (`c"timer_expire_entry"`).
 /// Like [`link`], the returned descriptor is the attachment, this process's.
+/// `code`, a raw tracepoint program, loaded and attached to the tracepoint `name`: the program
+/// and its attachment (both this process's: the program goes when it does). A refusal names
+/// `what` the program is.
+pub fn load_on_raw_tracepoint(
+    code: &[Insn],
+    name: &std::ffi::CStr,
+    what: &str,
+) -> io::Result<(OwnedFd, OwnedFd)> {
+    let kind = ProgramKind {
+        prog_type: PROG_TYPE_RAW_TRACEPOINT,
+        expected_attach_type: 0,
+        attach_btf_id: 0,
+    };
+    let program =
+        load(&kind, code).map_err(|e| io::Error::new(e.kind(), format!("loading {what}: {e}")))?;
+    let attached = raw_tracepoint(&program, name)?;
+    Ok((program, attached))
+}
+
 pub fn raw_tracepoint(program: &OwnedFd, name: &std::ffi::CStr) -> io::Result<OwnedFd> {
     let mut attr = RawTracepointAttr {
         name: AlignedU64::address(name.as_ptr()),

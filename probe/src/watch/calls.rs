@@ -36,13 +36,12 @@
 //! return costs every such call of the host.
 
 use std::io;
-use std::net::{IpAddr, Ipv4Addr};
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 
 use ackscope_shared::exchange::Endpoint;
 use ackscope_shared::Call;
 
-use super::kernel::{jump_if_watched, read_kernel, Layout, SOCKET_BYTES};
+use super::kernel::{endpoints, jump_if_watched, read_kernel, Layout, SOCKET_BYTES};
 use crate::bpf::*;
 
 /// The tracepoint (include/trace/events/sock.h, Linux 6.3 and later):
@@ -184,10 +183,6 @@ impl CallTaps {
     }
 }
 
-fn raw_tracepoint_program() -> ProgramKind {
-    ProgramKind { prog_type: PROG_TYPE_RAW_TRACEPOINT, expected_attach_type: 0, attach_btf_id: 0 }
-}
-
 /// The reads' program for `ports`, loaded and attached.
 fn attach_reads(
     ports: &[u16],
@@ -196,11 +191,7 @@ fn attach_reads(
     fds: Fds,
 ) -> io::Result<(OwnedFd, OwnedFd)> {
     let code = read_program(ports, layout, task, fds);
-    let program = load(&raw_tracepoint_program(), &code).map_err(|e| {
-        io::Error::new(e.kind(), format!("loading the program of the watched programs' reads: {e}"))
-    })?;
-    let attached = raw_tracepoint(&program, RECV_RETURNS)?;
-    Ok((program, attached))
+    load_on_raw_tracepoint(&code, RECV_RETURNS, "the program of the watched programs' reads")
 }
 
 /// A record's bytes, as the program writes them (the `AT_*` offsets).
@@ -208,10 +199,8 @@ fn parse(bytes: &[u8]) -> Option<BlockedCall> {
     let bytes: &[u8; RECORD_BYTES] = bytes.try_into().ok()?;
     let field = |at: i16, len: usize| &bytes[at as usize..at as usize + len];
     let u64_at = |at| u64::from_ne_bytes(field(at, 8).try_into().expect("8 bytes"));
-    let ip_at =
-        |at: i16| IpAddr::V4(Ipv4Addr::from(<[u8; 4]>::try_from(field(at, 4)).expect("4 bytes")));
-    let [local_port, remote_port] =
-        [AT_LOCAL_PORT, AT_REMOTE_PORT].map(|at| <[u8; 2]>::try_from(field(at, 2)).expect("2"));
+    let (local, remote) =
+        endpoints(bytes, [AT_LOCAL_ADDR, AT_REMOTE_ADDR], [AT_LOCAL_PORT, AT_REMOTE_PORT]);
     let result = i32::from_ne_bytes(field(AT_RESULT, 4).try_into().expect("4 bytes"));
     let call = match bytes[AT_CALL as usize] {
         0 => Call::Recv,
@@ -227,8 +216,8 @@ fn parse(bytes: &[u8]) -> Option<BlockedCall> {
         call,
         returned_ns,
         slept_ns,
-        local: (ip_at(AT_LOCAL_ADDR), u16::from_ne_bytes(local_port)),
-        remote: (ip_at(AT_REMOTE_ADDR), u16::from_be_bytes(remote_port)),
+        local,
+        remote,
         result,
         pid: (pid_tgid >> 32) as u32,
         tid: pid_tgid as u32,
@@ -438,6 +427,7 @@ mod tests {
     use crate::bpf::checks;
     use crate::watch::kernel::tests::layout;
     use std::io::{Read, Write};
+    use std::net::{IpAddr, Ipv4Addr};
     use std::net::{TcpListener, TcpStream};
     use std::time::Duration;
 

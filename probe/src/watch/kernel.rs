@@ -273,32 +273,36 @@ fn load_and_attach(
     ring: &Ring,
     drops: &OwnedFd,
 ) -> io::Result<(OwnedFd, OwnedFd)> {
-    let kind = ProgramKind {
-        prog_type: PROG_TYPE_RAW_TRACEPOINT,
-        expected_attach_type: 0,
-        attach_btf_id: 0,
-    };
     let code = program(ports, layout, callback, ring.fd(), drops.as_raw_fd());
-    let program = load(&kind, &code).map_err(|e| {
-        io::Error::new(e.kind(), format!("loading the delayed-ACK timer's program: {e}"))
-    })?;
-    let attached = raw_tracepoint(&program, TIMER_EXPIRES)?;
-    Ok((program, attached))
+    load_on_raw_tracepoint(&code, TIMER_EXPIRES, "the delayed-ACK timer's program")
 }
 
 /// A record's bytes, as the program writes them (the `AT_*` offsets).
 fn parse(bytes: &[u8]) -> Option<DelayedAck> {
     let bytes: &[u8; RECORD_BYTES] = bytes.try_into().ok()?;
+    let (local, remote) =
+        endpoints(bytes, [AT_LOCAL_ADDR, AT_REMOTE_ADDR], [AT_LOCAL_PORT, AT_REMOTE_PORT]);
+    Some(DelayedAck {
+        at_ns: u64::from_ne_bytes(bytes[AT_STAMP as usize..][..8].try_into().expect("8 bytes")),
+        local,
+        remote,
+    })
+}
+
+/// A socket's two ends as the watch's programs copy them into a record: the local and remote
+/// addresses at `addrs` (as they lie in memory: network order), the local port in host order
+/// (`skc_num`) and the remote one in network order (`skc_dport`) at `ports`. The offsets are
+/// inside `bytes` (the caller's record, of a fixed size).
+pub(super) fn endpoints(bytes: &[u8], addrs: [i16; 2], ports: [i16; 2]) -> (Endpoint, Endpoint) {
     let field = |at: i16, len: usize| &bytes[at as usize..at as usize + len];
     let ip_at =
         |at: i16| IpAddr::V4(Ipv4Addr::from(<[u8; 4]>::try_from(field(at, 4)).expect("4 bytes")));
     let [local_port, remote_port] =
-        [AT_LOCAL_PORT, AT_REMOTE_PORT].map(|at| <[u8; 2]>::try_from(field(at, 2)).expect("2"));
-    Some(DelayedAck {
-        at_ns: u64::from_ne_bytes(field(AT_STAMP, 8).try_into().expect("8 bytes")),
-        local: (ip_at(AT_LOCAL_ADDR), u16::from_ne_bytes(local_port)),
-        remote: (ip_at(AT_REMOTE_ADDR), u16::from_be_bytes(remote_port)),
-    })
+        ports.map(|at| <[u8; 2]>::try_from(field(at, 2)).expect("2 bytes"));
+    (
+        (ip_at(addrs[0]), u16::from_ne_bytes(local_port)),
+        (ip_at(addrs[1]), u16::from_be_bytes(remote_port)),
+    )
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
