@@ -218,30 +218,36 @@ const DECIDED_AFTER_NS: u64 = *DELAYED_ACK_NS.end() + NAGLE_RELEASE_NS;
 /// the stall its segment ended. A connection's segments must come in time order.
 pub struct StallFinder<T = ()> {
     windows: crate::keyed_hash::KeyedMap<ConnId, Window<T>>,
+    decided: Decided<T>,
+}
+
+/// What [`decide`] writes, whatever the window: the stalls found, and what the kernel's own
+/// evidence confirmed of them.
+struct Decided<T> {
     found: Vec<(Stall, T)>,
+    /// Whether each stall found says its evidence in words ([`Stall::evidence`]).
+    evidence: bool,
     /// Stalls found whose ACK the kernel's delayed-ACK timer was seen to send
     /// ([`EventKind::DelayedAck`], a watch as root).
-    pub confirmed_by_timer: u64,
+    confirmed_by_timer: u64,
     /// Stalls found whose held bytes a `recv()` of the receiving program was seen sleeping for
     /// ([`EventKind::BlockedCall`], a watch as root).
-    pub waited_in_recv: u64,
+    waited_in_recv: u64,
     /// Whether any such `recv()` was seen: the source records them (a watch as root), so a
     /// hold waits a little for its reader's, which returns just after the held bytes came.
     reads_seen: bool,
-    /// Whether each stall found says its evidence in words ([`Stall::evidence`]).
-    evidence: bool,
 }
 
 impl<T> Default for StallFinder<T> {
     fn default() -> Self {
-        StallFinder {
-            windows: Default::default(),
+        let decided = Decided {
             found: Vec::new(),
+            evidence: true,
             confirmed_by_timer: 0,
             waited_in_recv: 0,
             reads_seen: false,
-            evidence: true,
-        }
+        };
+        StallFinder { windows: Default::default(), decided }
     }
 }
 
@@ -250,7 +256,20 @@ impl<T> StallFinder<T> {
     /// each stall's class, direction and wait (`show` of a capture): putting the evidence into
     /// words was a third of the CPU of reading a capture, for text nobody read.
     pub fn without_evidence() -> Self {
-        StallFinder { evidence: false, ..Self::default() }
+        let mut finder = Self::default();
+        finder.decided.evidence = false;
+        finder
+    }
+
+    /// Of the stalls found, those whose ACK the kernel's delayed-ACK timer was seen to send.
+    pub fn confirmed_by_timer(&self) -> u64 {
+        self.decided.confirmed_by_timer
+    }
+
+    /// Of the stalls found, those whose held bytes the receiving program's `recv()` was seen
+    /// sleeping for.
+    pub fn waited_in_recv(&self) -> u64 {
+        self.decided.waited_in_recv
     }
 }
 
@@ -363,15 +382,9 @@ impl<T: Clone> StallFinder<T> {
                     let read =
                         SleptRead { side: event.side, since_ns: *since_ns, at_ns: event.at_ns };
                     window.reads.push_back(read);
-                    self.reads_seen = true;
+                    self.decided.reads_seen = true;
                     // A hold waiting for its reader's call is decided now.
-                    let found = Found { stalls: &mut self.found, evidence: self.evidence };
-                    let counts = Counts {
-                        by_timer: &mut self.confirmed_by_timer,
-                        in_recv: &mut self.waited_in_recv,
-                        reads_seen: true,
-                    };
-                    decide(event.conn, window, false, found, counts);
+                    decide(event.conn, window, false, &mut self.decided);
                 }
                 return;
             }
@@ -387,13 +400,7 @@ impl<T: Clone> StallFinder<T> {
         };
         window.samples.push(SegmentSample::new(event.side, event.at_ns, segment));
         window.tags.push((event.req, tag));
-        let found = Found { stalls: &mut self.found, evidence: self.evidence };
-        let counts = Counts {
-            by_timer: &mut self.confirmed_by_timer,
-            in_recv: &mut self.waited_in_recv,
-            reads_seen: self.reads_seen,
-        };
-        decide(event.conn, window, false, found, counts);
+        decide(event.conn, window, false, &mut self.decided);
     }
 
     /// Connections with a window held (an entry each, empty or not).
@@ -409,20 +416,14 @@ impl<T: Clone> StallFinder<T> {
 
     /// The stalls decided so far, taken.
     pub fn take_found(&mut self) -> Vec<(Stall, T)> {
-        std::mem::take(&mut self.found)
+        std::mem::take(&mut self.decided.found)
     }
 
     /// `conn` has ended (a watched connection closed): its candidates are decided on what came
     /// and its window is freed, so a long watch holds only its open connections.
     pub fn end_connection(&mut self, conn: ConnId) {
         if let Some(mut window) = self.windows.remove(&conn) {
-            let found = Found { stalls: &mut self.found, evidence: self.evidence };
-            let counts = Counts {
-                by_timer: &mut self.confirmed_by_timer,
-                in_recv: &mut self.waited_in_recv,
-                reads_seen: self.reads_seen,
-            };
-            decide(conn, &mut window, true, found, counts);
+            decide(conn, &mut window, true, &mut self.decided);
         }
     }
 
@@ -430,48 +431,21 @@ impl<T: Clone> StallFinder<T> {
     /// taken are returned.
     pub fn finish(mut self) -> Vec<(Stall, T)> {
         self.end_all();
-        self.found
+        self.decided.found
     }
 
     /// Every connection has ended: their candidates are decided on what came (for
     /// [`StallFinder::take_found`]) and their windows freed.
     pub fn end_all(&mut self) {
         for (conn, mut window) in std::mem::take(&mut self.windows) {
-            let found = Found { stalls: &mut self.found, evidence: self.evidence };
-            let counts = Counts {
-                by_timer: &mut self.confirmed_by_timer,
-                in_recv: &mut self.waited_in_recv,
-                reads_seen: self.reads_seen,
-            };
-            decide(conn, &mut window, true, found, counts);
+            decide(conn, &mut window, true, &mut self.decided);
         }
     }
 }
 
-/// Where [`decide`] puts the stalls it finds, and whether it words their evidence.
-struct Found<'a, T> {
-    stalls: &'a mut Vec<(Stall, T)>,
-    evidence: bool,
-}
-
-/// What [`decide`] counts of the kernel's own evidence: holds whose ACK the delayed-ACK timer
-/// sent, and holds whose reader's `recv()` was seen sleeping for the held bytes; and whether
-/// such calls are seen at all (`reads_seen`).
-struct Counts<'a> {
-    by_timer: &'a mut u64,
-    in_recv: &'a mut u64,
-    reads_seen: bool,
-}
-
 /// Decides `window`'s candidates in order while they can be (all of them when `at_end`), then
 /// drops the segments before the first one left.
-fn decide<T: Clone>(
-    conn: ConnId,
-    window: &mut Window<T>,
-    at_end: bool,
-    found: Found<'_, T>,
-    counts: Counts<'_>,
-) {
+fn decide<T: Clone>(conn: ConnId, window: &mut Window<T>, at_end: bool, decided: &mut Decided<T>) {
     let newest_read = window.reads.back().map_or(0, |r| r.at_ns);
     let newest = window.samples.last().map_or(0, |s| s.at_ns).max(newest_read);
     loop {
@@ -513,20 +487,20 @@ fn decide<T: Clone>(
                 let read = read.copied();
                 // Where the reader's calls are seen (a watch as root), a hold whose read has
                 // not come yet waits for it, a little.
-                let read_due = counts.reads_seen
+                let read_due = decided.reads_seen
                     && read.is_none()
                     && newest < held.at_ns.saturating_add(DATA_TO_READ_NS);
                 if read_due && !at_end && !over {
                     window.drop_passed();
                     return;
                 }
-                *counts.by_timer += u64::from(timer.is_some());
-                *counts.in_recv += u64::from(read.is_some());
+                decided.confirmed_by_timer += u64::from(timer.is_some());
+                decided.waited_in_recv += u64::from(read.is_some());
                 let mut stall = nagle_stall(conn, *req, first, held);
-                if found.evidence {
+                if decided.evidence {
                     stall.evidence = nagle_evidence(first, ack, held, timer, read);
                 }
-                found.stalls.push((stall, ended_by));
+                decided.found.push((stall, ended_by));
             }
             Err(Miss::NotYet(_)) if !final_ => {
                 window.drop_passed();
@@ -957,7 +931,7 @@ mod tests {
             for event in &events[1..] {
                 finder.push(event, ());
             }
-            let confirmed = finder.confirmed_by_timer;
+            let confirmed = finder.confirmed_by_timer();
             let mut found = finder.take_found();
             found.extend(finder.finish());
             (found.into_iter().map(|(stall, ())| stall).collect::<Vec<_>>(), confirmed)
@@ -1017,7 +991,7 @@ mod tests {
                 }
                 decided_at.extend(finder.take_found().into_iter().map(|(stall, ())| (i, stall)));
             }
-            let in_recv = finder.waited_in_recv;
+            let in_recv = finder.waited_in_recv();
             decided_at.extend(finder.finish().into_iter().map(|(stall, ())| (usize::MAX, stall)));
             (decided_at, in_recv)
         };

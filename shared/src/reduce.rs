@@ -420,13 +420,13 @@ impl WatchTally {
 
     /// Of the stalls found, those whose ACK the kernel's delayed-ACK timer was seen to send.
     pub fn confirmed_by_timer(&self) -> u64 {
-        self.finder.confirmed_by_timer
+        self.finder.confirmed_by_timer()
     }
 
     /// Of the stalls found, those whose held bytes the receiving program's `recv()` was seen
     /// sleeping for.
     pub fn waited_in_recv(&self) -> u64 {
-        self.finder.waited_in_recv
+        self.finder.waited_in_recv()
     }
 
     /// Whether the kernel's own evidence was seen: the delayed-ACK timer, the programs' calls.
