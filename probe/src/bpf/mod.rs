@@ -813,6 +813,21 @@ impl Ring {
         self.fd.as_raw_fd()
     }
 
+    /// [`Ring::take`], each record read by `parse` (a program's own layout) and handed to
+    /// `each`; returns how many `parse` refused (a length that is not a record's).
+    pub fn take_parsed<T>(
+        &mut self,
+        parse: impl Fn(&[u8]) -> Option<T>,
+        mut each: impl FnMut(T),
+    ) -> u64 {
+        let mut unreadable = 0;
+        self.take(|bytes| match parse(bytes) {
+            Some(record) => each(record),
+            None => unreadable += 1,
+        });
+        unreadable
+    }
+
     /// Calls `each` with every record submitted since the last call (a discarded one is
     /// skipped), then gives their room back. Returns how many records it passed.
     pub fn take(&mut self, mut each: impl FnMut(&[u8])) -> usize {

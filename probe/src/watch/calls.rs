@@ -39,7 +39,6 @@ use std::io;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 
 use ackscope_shared::exchange::Endpoint;
-use ackscope_shared::Call;
 
 use super::kernel::{endpoints, jump_if_watched, read_kernel, Layout, SOCKET_BYTES};
 use crate::bpf::*;
@@ -71,15 +70,13 @@ const AT_REMOTE_PORT: i16 = 26;
 const AT_RESULT: i16 = 28;
 /// `bpf_get_current_pid_tgid()`: the thread in the low half, the process in the high.
 const AT_PID_TGID: i16 = 32;
-/// Which call: 0 a read ([`Call::Recv`]), 1 a write; then four spare bytes, zero.
-const AT_CALL: i16 = 40;
-const AT_SPARE: i16 = 44;
+/// Eight spare bytes, zero.
+const AT_SPARE: i16 = 40;
 
-/// One record: a watched program's call on a watched socket returned at CLOCK_MONOTONIC
+/// One record: a watched program's read on a watched socket returned at CLOCK_MONOTONIC
 /// `returned_ns`, its thread having slept from `slept_ns`.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct BlockedCall {
-    pub call: Call,
+pub struct SleptRead {
     pub returned_ns: u64,
     pub slept_ns: u64,
     pub local: Endpoint,
@@ -173,13 +170,8 @@ impl CallTaps {
     }
 
     /// Calls `each` with every record written since the last call.
-    pub fn take(&mut self, mut each: impl FnMut(BlockedCall)) {
-        let mut unreadable = 0;
-        self.ring.take(|bytes| match parse(bytes) {
-            Some(record) => each(record),
-            None => unreadable += 1,
-        });
-        self.unreadable += unreadable;
+    pub fn take(&mut self, each: impl FnMut(SleptRead)) {
+        self.unreadable += self.ring.take_parsed(parse, each);
     }
 }
 
@@ -195,25 +187,22 @@ fn attach_reads(
 }
 
 /// A record's bytes, as the program writes them (the `AT_*` offsets).
-fn parse(bytes: &[u8]) -> Option<BlockedCall> {
+fn parse(bytes: &[u8]) -> Option<SleptRead> {
     let bytes: &[u8; RECORD_BYTES] = bytes.try_into().ok()?;
     let field = |at: i16, len: usize| &bytes[at as usize..at as usize + len];
     let u64_at = |at| u64::from_ne_bytes(field(at, 8).try_into().expect("8 bytes"));
     let (local, remote) =
         endpoints(bytes, [AT_LOCAL_ADDR, AT_REMOTE_ADDR], [AT_LOCAL_PORT, AT_REMOTE_PORT]);
     let result = i32::from_ne_bytes(field(AT_RESULT, 4).try_into().expect("4 bytes"));
-    let call = match bytes[AT_CALL as usize] {
-        0 => Call::Recv,
-        1 => Call::Send,
-        _ => return None,
-    };
+    if field(AT_SPARE, 8) != [0; 8] {
+        return None;
+    }
     let pid_tgid = u64_at(AT_PID_TGID);
     let (returned_ns, slept_ns) = (u64_at(AT_RETURNED), u64_at(AT_SLEPT));
     if slept_ns > returned_ns {
         return None;
     }
-    Some(BlockedCall {
-        call,
+    Some(SleptRead {
         returned_ns,
         slept_ns,
         local,
@@ -400,8 +389,8 @@ fn read_program(ports: &[u16], layout: &Layout, task: &TaskLayout, fds: Fds) -> 
     a.op(STX_W, RECORD, 1, AT_RESULT, 0);
     a.op(LDX_DW, 1, 10, PID_TGID_AT, 0);
     a.op(STX_DW, RECORD, 1, AT_PID_TGID, 0);
-    a.op(ST_W, RECORD, 0, AT_CALL, call_number(Call::Recv));
     a.op(ST_W, RECORD, 0, AT_SPARE, 0);
+    a.op(ST_W, RECORD, 0, AT_SPARE + 4, 0);
     a.submit(RECORD);
     a.jump(JA, 0, 0, 0, Label::Exit);
     let (full, exit) = a.full_and_exit(fds.drops, KEY_AT, 0);
@@ -412,13 +401,6 @@ fn read_program(ports: &[u16], layout: &Layout, task: &TaskLayout, fds: Fds) -> 
         Label::Full => full,
         Label::Exit => exit,
     })
-}
-
-fn call_number(call: Call) -> i32 {
-    match call {
-        Call::Recv => 0,
-        Call::Send => 1,
-    }
 }
 
 #[cfg(test)]
@@ -459,10 +441,8 @@ mod tests {
         put(AT_REMOTE_PORT, &51_000u16.to_be_bytes());
         put(AT_RESULT, &100i32.to_ne_bytes());
         put(AT_PID_TGID, &((4711u64 << 32) | 4712).to_ne_bytes());
-        put(AT_CALL, &1u32.to_ne_bytes());
         let localhost = |last| IpAddr::V4(Ipv4Addr::new(127, 0, 0, last));
-        let expected = BlockedCall {
-            call: Call::Send,
+        let expected = SleptRead {
             returned_ns: 45_000_000,
             slept_ns: 1_000_000,
             local: (localhost(1), 8080),
@@ -474,8 +454,8 @@ mod tests {
         assert_eq!(parse(&bytes), Some(expected));
         assert_eq!(parse(&bytes[..40]), None, "a short record");
         let mut unknown = bytes;
-        unknown[AT_CALL as usize] = 7;
-        assert_eq!(parse(&unknown), None, "a call the program does not write");
+        unknown[AT_SPARE as usize] = 7;
+        assert_eq!(parse(&unknown), None, "bytes the program does not write");
         let mut backwards = bytes;
         backwards[AT_SLEPT as usize..][..8].copy_from_slice(&50_000_000u64.to_ne_bytes());
         assert_eq!(parse(&backwards), None, "a sleep after the return");
@@ -520,7 +500,7 @@ mod tests {
             let server_tid = serving.join().unwrap();
             let mut seen = Vec::new();
             taps.take(|record| {
-                if record.remote.1 == client_port && record.call == Call::Recv {
+                if record.remote.1 == client_port {
                     seen.push(record);
                 }
             });

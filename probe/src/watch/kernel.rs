@@ -30,7 +30,7 @@ use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 
 use ackscope_shared::exchange::Endpoint;
 
-use super::calls::{BlockedCall, CallTaps};
+use super::calls::{CallTaps, SleptRead};
 use crate::bpf::btf::Btf;
 use crate::bpf::*;
 
@@ -248,20 +248,15 @@ impl KernelTaps {
     }
 
     /// Calls `each` with every call of a watched program recorded since the last call.
-    pub fn take_calls(&mut self, each: impl FnMut(BlockedCall)) {
+    pub fn take_calls(&mut self, each: impl FnMut(SleptRead)) {
         if let Ok(calls) = &mut self.calls {
             calls.take(each);
         }
     }
 
     /// Calls `each` with every record written since the last call.
-    pub fn take(&mut self, mut each: impl FnMut(DelayedAck)) {
-        let mut unreadable = 0;
-        self.ring.take(|bytes| match parse(bytes) {
-            Some(record) => each(record),
-            None => unreadable += 1,
-        });
-        self.unreadable += unreadable;
+    pub fn take(&mut self, each: impl FnMut(DelayedAck)) {
+        self.unreadable += self.ring.take_parsed(parse, each);
     }
 }
 

@@ -166,13 +166,8 @@ impl FirstByte {
     }
 
     /// Calls `each` with every connection the program changed since the last call.
-    pub fn take(&mut self, mut each: impl FnMut(SetOn)) {
-        let mut unreadable = 0;
-        self.ring.take(|bytes| match parse(bytes) {
-            Some(set) => each(set),
-            None => unreadable += 1,
-        });
-        self.unreadable += unreadable;
+    pub fn take(&mut self, each: impl FnMut(SetOn)) {
+        self.unreadable += self.ring.take_parsed(parse, each);
     }
 
     /// Changes lost for the session's record (a full ring, or unreadable): the sockets got the

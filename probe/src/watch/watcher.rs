@@ -34,9 +34,9 @@ use super::sock_diag::TcpSocket;
 use ackscope_shared::exchange::{connection_key, Conversations, Endpoint};
 use ackscope_shared::packet::parse_ethernet;
 use ackscope_shared::wire::Instruments;
-use ackscope_shared::{ConnId, Event, EventKind, Side};
+use ackscope_shared::{Call, ConnId, Event, EventKind, Side};
 
-use super::calls::BlockedCall;
+use super::calls::SleptRead;
 use super::kernel::KernelTaps;
 use super::packets::{PortTaps, Stamp, TapError};
 use super::process::{self, Owner};
@@ -288,17 +288,17 @@ impl Watcher {
         match &mut self.taps {
             Some(taps) => {
                 taps.wait();
-                // The timers that fired before the packets read now: a timer's record comes at
-                // once, the ACK it sent a few milliseconds later through the ring, so the
-                // connection is still in the exchange the ACK held.
-                // The programs' calls that returned so far, oldest first: each goes among the
-                // packets where its time puts it, so that it is in the exchange its connection
-                // was in when it returned (a server's read that waited for the next request is
-                // that request's), and comes just after the held bytes it took, where the
-                // packet rule looks for it.
                 let mut calls = Vec::new();
                 if let Some(kernel) = &mut self.kernel {
+                    // The timers that fired before the packets read now: a timer's record
+                    // comes at once, the ACK it sent a few milliseconds later through the
+                    // ring, so the connection is still in the exchange the ACK held.
                     take_timers(kernel, &self.conversations, &self.clock, out);
+                    // The programs' reads that returned so far, oldest first: each goes among
+                    // the packets where its time puts it, so that it is in the exchange its
+                    // connection was in when it returned (a server's read that waited for the
+                    // next request is that request's), and comes just after the held bytes it
+                    // took, where the packet rule looks for it.
                     kernel.take_calls(|call| calls.push(call));
                 }
                 calls.sort_by_key(|call| call.returned_ns);
@@ -681,14 +681,10 @@ fn take_timers(
     });
 }
 
-/// A watched program's call that slept, as a `BlockedCall` event of its connection, in the
+/// A watched program's read that slept, as a `BlockedCall` event of its connection, in the
 /// exchange the connection is in now; none for a connection not followed, or a call that failed
 /// (a negative result: it took no bytes).
-fn call_event(
-    returned: &BlockedCall,
-    conversations: &Conversations,
-    epoch_ns: u64,
-) -> Option<Event> {
+fn call_event(returned: &SleptRead, conversations: &Conversations, epoch_ns: u64) -> Option<Event> {
     let c = conversations.find(returned.local, returned.remote)?;
     let bytes = u32::try_from(returned.result).ok()?;
     Some(Event {
@@ -697,7 +693,7 @@ fn call_event(
         conn: c.id,
         req: c.exchange(),
         kind: EventKind::BlockedCall {
-            call: returned.call,
+            call: Call::Recv,
             since_ns: returned.slept_ns.saturating_sub(epoch_ns),
             bytes,
         },
