@@ -340,9 +340,6 @@ impl WatchTally {
     }
 
     fn push_into(&mut self, events: &[Event], out: &mut Vec<Event>) {
-        if let Some(rows) = &mut self.rows {
-            rows.begin_batch();
-        }
         for e in events {
             let row = self.rows.as_mut().and_then(|rows| rows.push(e, out));
             match e.kind {

@@ -11,14 +11,13 @@
 //!   the call's span, from when its thread went to sleep to its return: the only calls of the
 //!   watched programs ackscope sees, so a row has these and no others.
 //! - A stall the packets show ([`crate::packet_stalls`]) is put in the row of the segment that
-//!   ended it: the watch's tally tags each segment with its row as it goes
-//!   (`reduce::WatchTally::with_rows`), so a stall decided many exchanges later still finds it.
+//!   ended it: the watch's tally tags each segment with the row [`WatchRows::push`] returns
+//!   (`reduce::WatchTally::with_rows`), so a stall decided many exchanges later still finds it,
+//!   and a connection holds only the row it is in.
 //!
 //! Nothing here is made up: a row has what the watch saw of its exchange and nothing else. What
 //! comes before an exchange's first client data (a handshake, a server that speaks first) and
 //! what comes of a connection past [`MAX_CONNECTIONS`] followed at once is in no row.
-
-use std::collections::VecDeque;
 
 use crate::event::{tcp_flags, Call, ConnId, Event, EventKind, ReqId, Side};
 use crate::keyed_hash::KeyedMap;
@@ -26,17 +25,14 @@ use crate::keyed_hash::KeyedMap;
 /// Connections followed at once: a watch follows at most as many
 /// ([`crate::exchange::MAX_OPEN_CONNECTIONS`]).
 pub const MAX_CONNECTIONS: usize = crate::exchange::MAX_OPEN_CONNECTIONS;
-/// A connection's exchanges whose rows are remembered: a stall is decided within a few
-/// exchanges of its own (at most half a second after it), and names its exchange.
-const RECENT: usize = 8;
 
-/// One connection's latest exchanges and their rows, newest last; and each side's FIN.
-#[derive(Default)]
+/// One connection: the exchange it is in and that exchange's row, the latest answer not yet
+/// given as the row's done, and each side's FIN.
 struct Connection {
-    recent: VecDeque<(ReqId, u32)>,
+    exchange: ReqId,
+    row: u32,
+    answered_ns: Option<u64>,
     fins: [bool; 2],
-    /// Closed in the batch being turned: in no row still open.
-    closed: bool,
 }
 
 /// Turns a watch's events into a request/response run's, exchange by exchange.
@@ -44,12 +40,9 @@ struct Connection {
 pub struct WatchRows {
     connections: KeyedMap<ConnId, Connection>,
     next_row: u32,
-    /// The latest answer segment of each row that had one in the batch being turned: one
-    /// `RequestDone` a row a batch, not one a segment.
-    answered: Vec<(u32, ConnId, u64)>,
-    /// Connections that closed in the last batch: forgotten at the next, so that the stalls
-    /// their close decided find their rows ([`WatchRows::row_of`]) after the batch.
-    closed: Vec<ConnId>,
+    /// Connections answered in the batch being turned, whose row gets its done at the batch's
+    /// end: one `RequestDone` a row a batch, not one an answer segment.
+    answered: Vec<ConnId>,
     /// Connections not followed, past [`MAX_CONNECTIONS`].
     pub connections_left_out: u64,
 }
@@ -66,34 +59,22 @@ impl std::fmt::Debug for WatchRows {
 impl WatchRows {
     /// Appends to `out` the run's events of the watch's `events`, in order: a batch.
     pub fn push_all(&mut self, events: &[Event], out: &mut Vec<Event>) {
-        self.begin_batch();
         for event in events {
             self.push(event, out);
         }
         self.end_batch(out);
     }
 
-    /// A batch begins: the connections that closed in the last are forgotten.
-    pub fn begin_batch(&mut self) {
-        for conn in self.closed.drain(..) {
-            self.connections.remove(&conn);
-        }
-    }
-
     /// The batch ends: each row answered in it gets its done, its latest answer.
     pub fn end_batch(&mut self, out: &mut Vec<Event>) {
-        for (row, conn, at_ns) in self.answered.drain(..) {
-            out.push(Event {
-                at_ns,
-                side: Side::Client,
-                conn,
-                req: ReqId(row),
-                kind: EventKind::RequestDone,
-            });
+        for conn in self.answered.drain(..) {
+            if let Some(connection) = self.connections.get_mut(&conn) {
+                give_done(conn, connection, out);
+            }
         }
     }
 
-    /// Appends to `out` the run's events of `event` (between [`WatchRows::begin_batch`] and
+    /// Appends to `out` the run's events of `event` (a batch ends with
     /// [`WatchRows::end_batch`]); returns the row it is in, if any.
     pub fn push(&mut self, event: &Event, out: &mut Vec<Event>) -> Option<u32> {
         let as_row = |row: u32, at_ns: u64, kind: EventKind| Event {
@@ -109,7 +90,7 @@ impl WatchRows {
                     Some(row) => Some(row),
                     // An exchange begins at its client's first data.
                     None if segment.len > 0 && event.side == Side::Client => {
-                        let row = self.begin(event.conn, event.req);
+                        let row = self.begin(event.conn, event.req, out);
                         if let Some(row) = row {
                             out.push(as_row(row, event.at_ns, EventKind::RequestStart));
                         }
@@ -120,10 +101,10 @@ impl WatchRows {
                 if let Some(row) = row {
                     out.push(as_row(row, event.at_ns, event.kind.clone()));
                     if segment.len > 0 && event.side == Side::Server {
-                        self.answered_at(row, event.conn, event.at_ns);
+                        self.answered_at(event.conn, event.at_ns);
                     }
                 }
-                self.close_on(event, segment.flags);
+                self.close_on(event, segment.flags, out);
                 row
             }
             EventKind::BlockedCall { call, since_ns, bytes } => {
@@ -146,54 +127,65 @@ impl WatchRows {
         }
     }
 
-    /// The row of exchange `req` of connection `conn`, if it began lately.
+    /// The row of exchange `req` of connection `conn`: the exchange it is in now.
     pub fn row_of(&self, conn: ConnId, req: ReqId) -> Option<u32> {
         let connection = self.connections.get(&conn)?;
-        connection.recent.iter().rev().find(|(exchange, _)| *exchange == req).map(|&(_, row)| row)
+        (connection.exchange == req).then_some(connection.row)
     }
 
     /// The first row that may still change: the oldest of the rows the open connections are
     /// in (every later row may yet get a segment or a call), or the next row when none is open.
-    /// A stall decided later than that names an earlier row ([`WatchRows::row_of`]).
     pub fn open_from(&self) -> u32 {
-        let open = self.connections.values().filter(|c| !c.closed);
-        let rows = open.filter_map(|c| c.recent.back().map(|&(_, row)| row));
-        rows.min().unwrap_or(self.next_row)
+        self.connections.values().map(|c| c.row).min().unwrap_or(self.next_row)
     }
 
-    fn begin(&mut self, conn: ConnId, req: ReqId) -> Option<u32> {
+    /// Exchange `req` of `conn` begins, in a new row (the connection's last row given its
+    /// done first), unless the connection is past [`MAX_CONNECTIONS`].
+    fn begin(&mut self, conn: ConnId, req: ReqId, out: &mut Vec<Event>) -> Option<u32> {
         if !self.connections.contains_key(&conn) && self.connections.len() >= MAX_CONNECTIONS {
             self.connections_left_out += 1;
             return None;
         }
         let row = self.next_row;
         self.next_row = self.next_row.checked_add(1)?;
-        let connection = self.connections.entry(conn).or_default();
-        if connection.recent.len() == RECENT {
-            connection.recent.pop_front();
-        }
-        connection.recent.push_back((req, row));
+        let connection = self.connections.entry(conn).or_insert(Connection {
+            exchange: req,
+            row,
+            answered_ns: None,
+            fins: [false; 2],
+        });
+        give_done(conn, connection, out);
+        (connection.exchange, connection.row) = (req, row);
         Some(row)
     }
 
-    fn answered_at(&mut self, row: u32, conn: ConnId, at_ns: u64) {
-        match self.answered.iter_mut().find(|(answered, ..)| *answered == row) {
-            Some(latest) => latest.2 = latest.2.max(at_ns),
-            None => self.answered.push((row, conn, at_ns)),
+    fn answered_at(&mut self, conn: ConnId, at_ns: u64) {
+        let Some(connection) = self.connections.get_mut(&conn) else { return };
+        if connection.answered_ns.is_none() {
+            self.answered.push(conn);
         }
+        connection.answered_ns = Some(connection.answered_ns.map_or(at_ns, |ns| ns.max(at_ns)));
     }
 
-    /// Forgets a connection once both its sides sent a FIN, or either an RST: at the next
-    /// batch.
-    fn close_on(&mut self, event: &Event, flags: u8) {
+    /// Forgets a connection once both its sides sent a FIN, or either an RST, its last row
+    /// given its done.
+    fn close_on(&mut self, event: &Event, flags: u8, out: &mut Vec<Event>) {
         let Some(connection) = self.connections.get_mut(&event.conn) else { return };
         if flags & tcp_flags::FIN != 0 {
             connection.fins[event.side.index()] = true;
         }
-        if !connection.closed && (flags & tcp_flags::RST != 0 || connection.fins == [true, true]) {
-            connection.closed = true;
-            self.closed.push(event.conn);
+        if flags & tcp_flags::RST != 0 || connection.fins == [true, true] {
+            give_done(event.conn, connection, out);
+            self.connections.remove(&event.conn);
         }
+    }
+}
+
+/// The connection's row gets its done, its latest answer, if it has one not yet given.
+fn give_done(conn: ConnId, connection: &mut Connection, out: &mut Vec<Event>) {
+    if let Some(at_ns) = connection.answered_ns.take() {
+        let req = ReqId(connection.row);
+        out.push(Event { at_ns, side: Side::Client, conn, req, kind: EventKind::RequestDone });
     }
 }
 
@@ -270,19 +262,20 @@ mod tests {
                 (1, 0, "segment", 46 * MS),
                 (2, 1, "segment", 47 * MS),
                 (1, 0, "segment", 90 * MS),
+                // One done a row: its latest answer, as its connection's next exchange begins
+                // or the batch ends.
+                (1, 0, "done", 90 * MS),
                 (1, 2, "start", 91 * MS),
                 (1, 2, "segment", 91 * MS),
-                // One done a row a batch: its latest answer.
-                (1, 0, "done", 90 * MS),
                 (2, 1, "done", 47 * MS),
             ]
         );
         assert_eq!(
-            (rows.row_of(ConnId(1), ReqId(0)), rows.row_of(ConnId(2), ReqId(0))),
-            (Some(0), Some(1))
+            (rows.row_of(ConnId(1), ReqId(1)), rows.row_of(ConnId(2), ReqId(0))),
+            (Some(2), Some(1))
         );
         assert_eq!(rows.open_from(), 1, "connection 2 is still in row 1");
-        // Connection 2 closes: its row is no longer open.
+        // Connection 2 closes: its row is no longer open, and the connection is forgotten.
         let mut out = Vec::new();
         rows.push_all(
             &[
@@ -292,9 +285,8 @@ mod tests {
             &mut out,
         );
         assert_eq!(rows.open_from(), 2);
-        assert_eq!(rows.row_of(ConnId(2), ReqId(0)), Some(1), "its close's stalls find its row");
-        rows.push_all(&[], &mut out);
-        assert_eq!(rows.row_of(ConnId(2), ReqId(0)), None, "then it is forgotten");
+        assert_eq!(rows.row_of(ConnId(2), ReqId(0)), None, "a closed connection is forgotten");
+        assert_eq!(out.len(), 2, "its FINs, in its row, and no second done: {out:?}");
     }
 
     /// Past the connections it follows, a new connection's exchanges are in no row, and
