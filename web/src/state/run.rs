@@ -139,16 +139,9 @@ impl Run {
     pub(super) fn new(id: RunId, spec: Scenario, instruments: Instruments) -> Run {
         let bulk = matches!(spec, Scenario::Bulk(_)).then(BulkAnalysis::new);
         let imported = matches!(spec, Scenario::Import(_)).then(ImportedTally::default);
-        let watch = matches!(spec, Scenario::Watch(_)).then(|| {
-            // Each stall it finds is kept here too, for the Compare view's waits by class; with
-            // packets, in its exchange's row.
-            if instruments.capture {
-                return WatchTally::with_rows();
-            }
-            let mut watch = WatchTally::default();
-            watch.hand_out_stalls();
-            watch
-        });
+        // Its exchanges are rows, and each stall it finds is kept in its exchange's row too
+        // (the timeline's, and the Compare view's waits by class).
+        let watch = matches!(spec, Scenario::Watch(_)).then(WatchTally::with_rows);
         let analysis = RunAnalysis::of_rr(spec.rr());
         Run {
             id,
@@ -197,28 +190,12 @@ impl Run {
         } else if let Some(imported) = &mut self.imported {
             imported.push(events);
         } else if let Some(watch) = &mut self.watch {
-            match watch.rows().map(WatchRows::open_from) {
-                Some(open_from) => {
-                    let mut as_run = Vec::new();
-                    watch.push_rows(events, &mut as_run);
-                    self.analysis.push_all(&as_run);
-                    // A stall is decided after its exchange (up to half a second): one of a
-                    // row the facts took as settled makes them again from it.
-                    let mut late = u32::MAX;
-                    watch.drain_stalls_in_rows(|stall, row| {
-                        if let Some(row) = place_in_row(&mut stalls, stall, row) {
-                            if row < open_from {
-                                late = late.min(row);
-                            }
-                        }
-                    });
-                    self.facts_unsettled_from.set(self.facts_unsettled_from.get().min(late));
-                }
-                None => {
-                    watch.push(events);
-                    watch.drain_stalls(|stall| stalls.push(stall));
-                }
-            }
+            // Its exchanges as requests (none without packets, and no stalls either).
+            let open_from = watch.rows().map_or(u32::MAX, WatchRows::open_from);
+            let mut as_run = Vec::new();
+            watch.push_rows(events, &mut as_run);
+            self.analysis.push_all(&as_run);
+            place_in_rows(watch, &mut stalls, open_from, &self.facts_unsettled_from);
         } else if let Some(spec) = stall_spec(&self.spec) {
             self.analysis.push_all(events);
             if self.watched.get() {
@@ -363,7 +340,7 @@ impl Run {
     /// Whether the run has requests to draw as rows: a request/response run's, or a watch's
     /// exchanges (when it read packets: without them it has none, only their bound).
     pub fn has_rows(&self) -> bool {
-        self.is_rr() || self.watch.as_ref().is_some_and(|watch| watch.rows().is_some())
+        self.is_rr() || (self.watch.is_some() && self.instruments.capture)
     }
 
     /// Whether the run has latencies and stall classes to compare: a request/response run's
@@ -386,15 +363,7 @@ impl Run {
                 None => std::mem::take(self.settled_stalls.get_mut()),
             };
             watch.finish();
-            let rows = watch.rows().is_some();
-            watch.drain_stalls_in_rows(|stall, row| match rows {
-                true => {
-                    if let Some(row) = place_in_row(&mut stalls, stall, row) {
-                        self.facts_unsettled_from.set(self.facts_unsettled_from.get().min(row));
-                    }
-                }
-                false => stalls.push(stall),
-            });
+            place_in_rows(watch, &mut stalls, u32::MAX, &self.facts_unsettled_from);
             *self.settled_stalls.get_mut() = stalls;
             self.facts.get_mut().1 = u64::MAX;
             self.summary = OnceCell::new();
@@ -403,15 +372,25 @@ impl Run {
     }
 }
 
-/// A watch's stall, its exchange's `row` put in its request (left out of the rows if its
-/// exchange has none: begun before the watch, or past the rows' bounds; the summary still
+/// A watch's stalls found since the last call, each put in its exchange's row (left out if
+/// its exchange has none: begun before the watch, or past the rows' bounds; the summary still
 /// counts it), among `stalls` in request order (the order a run's attribution lists them in).
-/// Returns its row.
-fn place_in_row(stalls: &mut Vec<Stall>, mut stall: Stall, row: Option<u32>) -> Option<u32> {
-    let row = row?;
-    stall.req = ReqId(row);
-    // Stalls are decided about in the order their exchanges began: at or near the end.
-    let at = stalls.len() - stalls.iter().rev().take_while(|s| s.req.0 > row).count();
-    stalls.insert(at, stall);
-    Some(row)
+/// A stall is decided after its exchange (up to half a second): one of a row below
+/// `open_from`, which the facts may hold as settled, makes them again from it.
+fn place_in_rows(
+    watch: &mut WatchTally,
+    stalls: &mut Vec<Stall>,
+    open_from: u32,
+    unsettled_from: &Cell<u32>,
+) {
+    watch.drain_stalls_in_rows(|mut stall, row| {
+        let Some(row) = row else { return };
+        stall.req = ReqId(row);
+        // Stalls are decided in about the order their exchanges began: at or near the end.
+        let at = stalls.len() - stalls.iter().rev().take_while(|s| s.req.0 > row).count();
+        stalls.insert(at, stall);
+        if row < open_from {
+            unsettled_from.set(unsettled_from.get().min(row));
+        }
+    });
 }
