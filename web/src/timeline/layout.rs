@@ -316,33 +316,8 @@ pub fn layout_row(
                 continue;
             }
         };
-        let ms = format!("{:.1}", wait_ns as f64 / 1e6);
-        let (mark, text) = match kind {
-            LabelKind::Stall => (Mark::Stalled, format!("{ms} ms")),
-            LabelKind::Wait => {
-                let name = why.map_or("wait", |stall| stall.class.name());
-                (Mark::Waited, format!("{name} {ms} ms"))
-            }
-        };
-        let (anchor, label_x) = place_label(x, width, &text, scale.width_px());
-        labels.push(Label {
-            kind,
-            x: label_x,
-            y: lane.y() + LANE_HEIGHT + 1.0,
-            anchor,
-            text,
-            ms,
-            class: why.map(|stall| stall.class),
-            title: why.map_or_else(|| title.clone(), explain),
-        });
-        bars.push(Bar {
-            mark,
-            x,
-            y: lane.y() - STALL_OVERHANG,
-            width,
-            height: LANE_HEIGHT + 2.0 * STALL_OVERHANG,
-            title,
-        });
+        let wait = Standing { lane, x, width, kind, wait_ns, why, title };
+        wait.push_to(&mut bars, &mut labels, scale.width_px());
     }
     // A watch's stall that no read of the program took (its calls are not seen without root,
     // or its reader is on another host): the wait the packets show, from the small segment to
@@ -358,29 +333,11 @@ pub fn layout_row(
         let lane = if stall.side == Side::Client { Lane::ClientRead } else { Lane::ServerRead };
         let x = scale.x(from_ns);
         let width = (scale.x(to_ns) - x).max(MIN_BAR_WIDTH);
-        let ms = format!("{:.1}", stall.wait_ns as f64 / 1e6);
-        let text = format!("{ms} ms");
         let title =
             format!("{}\n(the wait the packets show: no call of the program seen)", explain(stall));
-        let (anchor, label_x) = place_label(x, width, &text, scale.width_px());
-        labels.push(Label {
-            kind: LabelKind::Stall,
-            x: label_x,
-            y: lane.y() + LANE_HEIGHT + 1.0,
-            anchor,
-            text,
-            ms,
-            class: Some(stall.class),
-            title: title.clone(),
-        });
-        bars.push(Bar {
-            mark: Mark::Stalled,
-            x,
-            y: lane.y() - STALL_OVERHANG,
-            width,
-            height: LANE_HEIGHT + 2.0 * STALL_OVERHANG,
-            title,
-        });
+        let (kind, wait_ns, why) = (LabelKind::Stall, stall.wait_ns, Some(stall));
+        let wait = Standing { lane, x, width, kind, wait_ns, why, title };
+        wait.push_to(&mut bars, &mut labels, scale.width_px());
     }
     // Stalls and waits go last so that they paint over any neighbour they overhang.
     bars.sort_by_key(|bar| bar.mark.stands_out());
@@ -424,6 +381,52 @@ fn took_held_bytes(stall: &Stall, span: &Span) -> bool {
     span.kind == SpanKind::Read
         && stall.side == span.side
         && packet_stalls::took_held_bytes(span.start_ns, span.end_ns, stall.end_ns)
+}
+
+/// A wait as a mark standing out of its lane, with its label: a stall ("43.9 ms") or a wait
+/// the attribution names for something else ("server think time 30.0 ms").
+struct Standing<'a> {
+    lane: Lane,
+    x: f64,
+    width: f64,
+    kind: LabelKind,
+    wait_ns: u64,
+    why: Option<&'a Stall>,
+    /// The bar's title; the label's is the stall's explanation, if there is a stall.
+    title: String,
+}
+
+impl Standing<'_> {
+    fn push_to(self, bars: &mut Vec<Bar>, labels: &mut Vec<Label>, plot_width: f64) {
+        let Standing { lane, x, width, kind, wait_ns, why, title } = self;
+        let ms = format!("{:.1}", wait_ns as f64 / 1e6);
+        let (mark, text) = match kind {
+            LabelKind::Stall => (Mark::Stalled, format!("{ms} ms")),
+            LabelKind::Wait => {
+                let name = why.map_or("wait", |stall| stall.class.name());
+                (Mark::Waited, format!("{name} {ms} ms"))
+            }
+        };
+        let (anchor, label_x) = place_label(x, width, &text, plot_width);
+        labels.push(Label {
+            kind,
+            x: label_x,
+            y: lane.y() + LANE_HEIGHT + 1.0,
+            anchor,
+            text,
+            ms,
+            class: why.map(|stall| stall.class),
+            title: why.map_or_else(|| title.clone(), explain),
+        });
+        bars.push(Bar {
+            mark,
+            x,
+            y: lane.y() - STALL_OVERHANG,
+            width,
+            height: LANE_HEIGHT + 2.0 * STALL_OVERHANG,
+            title,
+        });
+    }
 }
 
 /// Inside the bar if the text fits there, else right of it if the plot (and its margin) has
