@@ -329,17 +329,12 @@ impl WatchTally {
     }
 
     pub fn push(&mut self, events: &[Event]) {
-        let mut no_rows = Vec::new();
-        self.push_into(events, &mut no_rows);
+        self.push_rows(events, &mut Vec::new());
     }
 
     /// [`WatchTally::push`], appending to `out` the run's events of the exchanges' rows (with
-    /// [`WatchTally::with_rows`]).
+    /// [`WatchTally::with_rows`]; nothing without).
     pub fn push_rows(&mut self, events: &[Event], out: &mut Vec<Event>) {
-        self.push_into(events, out);
-    }
-
-    fn push_into(&mut self, events: &[Event], out: &mut Vec<Event>) {
         for e in events {
             let row = self.rows.as_mut().and_then(|rows| rows.push(e, out));
             match e.kind {
@@ -356,7 +351,6 @@ impl WatchTally {
                 EventKind::BlockedCall { .. } => {
                     self.slept_calls += 1;
                     self.finder.push(e, row);
-                    self.take_found();
                     continue;
                 }
                 _ => continue,
@@ -408,9 +402,8 @@ impl WatchTally {
 
     /// [`WatchTally::drain_stalls`], each stall with the row of the segment that ended it (the
     /// row of its exchange; `None` without rows, or for an exchange begun before the watch).
-    pub fn drain_stalls_in_rows(&mut self, each: impl FnMut(Stall, Option<u32>)) {
+    pub fn drain_stalls_in_rows(&mut self, mut each: impl FnMut(Stall, Option<u32>)) {
         if let Some(found) = &mut self.found {
-            let mut each = each;
             found.drain(..).for_each(|(stall, row)| each(stall, row));
         }
     }

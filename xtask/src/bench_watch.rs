@@ -5,7 +5,7 @@
 //! Each round runs the service for the same time in six configurations: unwatched, watched by
 //! `ackscope watch --port P`, under `tcpdump -i any -w FILE 'tcp port P'`, watched by `ackscope
 //! watch --port P --try nodelay=both --metrics 127.0.0.1:0` with its `/metrics` scraped every
-//! second (as Prometheus would), watched without the programs of the watched programs' calls
+//! second (as Prometheus would), watched without the program of the watched programs' reads
 //! (`ACKSCOPE_WATCH_CALLS=off`: beside the plain watch, what they cost), and unwatched again
 //! (the middle four take turns in each place, round by round). A round's ratios divide by the mean of its two unwatched runs, which bracket
 //! the others so that drift during the round shows and favours none. First every program on one
@@ -40,7 +40,7 @@ const WATCH_TARGET: f64 = 0.9;
 /// TCP_NODELAY itself, so the service runs as it would without them, and what is measured is
 /// what trying them (and serving the metrics) costs.
 const TRIED: [&str; 4] = ["--try", "nodelay=both", "--metrics", "127.0.0.1:0"];
-/// The watch without the programs of the watched programs' calls (the probe's
+/// The watch without the program of the watched programs' reads (the probe's
 /// `watch::kernel::WATCH_CALLS`).
 const CALLS_OFF: (&str, &str) = ("ACKSCOPE_WATCH_CALLS", "off");
 /// How often the metrics are scraped while the service runs under the third configuration.
@@ -103,7 +103,7 @@ struct Round {
     tcpdump: f64,
     /// Watched with `--try nodelay=both` and `--metrics`, scraped every second.
     tried: f64,
-    /// Watched without the programs of the watched programs' calls (`ACKSCOPE_WATCH_CALLS=off`):
+    /// Watched without the program of the watched programs' reads (`ACKSCOPE_WATCH_CALLS=off`):
     /// beside `watched`, what those programs cost, like for like.
     without_calls: f64,
     after: f64,
@@ -143,7 +143,7 @@ impl Round {
         self.without_calls / self.unwatched()
     }
 
-    /// The watch with its calls' programs over the watch without them: their share.
+    /// The watch with its reads' program over the watch without it: its share.
     fn calls_ratio(&self) -> f64 {
         self.watched / self.without_calls
     }
@@ -168,7 +168,7 @@ impl Config {
             Config::Watched => "watched by ackscope watch",
             Config::Tcpdump => "under tcpdump -w",
             Config::Tried => "watched, --try, --metrics",
-            Config::WithoutCalls => "watched, no calls' programs",
+            Config::WithoutCalls => "watched, no reads' program",
             Config::After => "unwatched again",
         }
     }
@@ -351,7 +351,7 @@ fn rounds_of(
         }
         steps.done(&format!(
             "watched/unwatched {:.3}, tcpdump/unwatched {:.3}, with --try and --metrics {:.3}, \
-             without the calls' programs {:.3}",
+             without the reads' program {:.3}",
             result.watched_ratio(),
             result.tcpdump_ratio(),
             result.tried_ratio(),

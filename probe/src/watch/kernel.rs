@@ -11,8 +11,8 @@
 //! kernel's structs lie comes from its own BTF ([`crate::bpf::btf`]), and the callback's
 //! address from `/proc/kallsyms`.
 //!
-//! Beside it, the same attachment holds the programs that record where the watched programs'
-//! calls slept ([`super::calls`]); a kernel without their tracepoints keeps the timer.
+//! Beside it, the same attachment holds the program that records where the watched programs'
+//! reads slept ([`super::calls`]); a kernel without its tracepoint keeps the timer.
 //!
 //! Why a tracepoint and not BPF trampolines (fentry on `tcp_delack_timer_handler`, or on
 //! `tcp_recvmsg` for the calls that blocked): some kernels refuse trampolines to root after the
@@ -58,9 +58,9 @@ const AT_REMOTE_ADDR: i16 = 12;
 const AT_LOCAL_PORT: i16 = 16;
 const AT_REMOTE_PORT: i16 = 18;
 const AT_SPARE: i16 = 20;
-/// `off` leaves out the programs of the watched programs' calls ([`super::calls`]), which run
-/// at every socket call and context switch of the host: to measure what they cost (`cargo
-/// xtask bench watch`), or to keep a busy host's switches free of them.
+/// `off` leaves out the program of the watched programs' reads ([`super::calls`]), which runs
+/// at every socket read's return on the host: to measure what it costs (`cargo xtask bench
+/// watch`), or to keep a busy host's reads free of it.
 pub const WATCH_CALLS: &str = "ACKSCOPE_WATCH_CALLS";
 /// `/proc/kallsyms` lines are short; one past this is not a symbol line.
 const MAX_SYMBOL_LINE: usize = 512;
