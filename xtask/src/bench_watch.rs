@@ -226,8 +226,8 @@ fn watch(rounds: u32, seconds: u32, pin: u32) -> Result<(), String> {
         );
         println!(
             "{prefix}watch_without_calls service_vs_unwatched ratio={without_calls_ratio:.3} \
-             watch_vs_without_calls ratio={calls_ratio:.3} (what the programs of the watched \
-             programs' calls cost, like for like)"
+             watch_vs_without_calls ratio={calls_ratio:.3} (what the program of the watched \
+             programs' reads costs, like for like)"
         );
         if placement.is_some() {
             println!(
